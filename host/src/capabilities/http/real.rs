@@ -1,0 +1,101 @@
+//! Real HTTP through reqwest: no redirects, no proxies from the environment
+//! (probes must reach the named endpoint), bounded bodies.
+
+use super::{HttpBackend, HttpFuture, HttpRequest, HttpResponse, MAX_BODY};
+use crate::capabilities::CapError;
+use std::time::Duration;
+
+pub struct RealHttp {
+    client: reqwest::Client,
+}
+
+impl RealHttp {
+    pub fn new() -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .user_agent(concat!("tend/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(RealHttp { client })
+    }
+}
+
+fn map_error(method: &str, url: &str, timeout: Duration, e: reqwest::Error) -> CapError {
+    let what = format!("{method} {url}");
+    if e.is_timeout() {
+        CapError::Timeout(format!(
+            "{what}: no response within {}",
+            humantime::format_duration(timeout)
+        ))
+    } else if e.is_connect() {
+        CapError::Unavailable(format!("{what}: cannot connect: {}", root_cause(&e)))
+    } else if e.is_builder() {
+        CapError::Invalid(format!("{what}: {}", root_cause(&e)))
+    } else {
+        CapError::Unavailable(format!("{what}: {}", root_cause(&e)))
+    }
+}
+
+/// The innermost cause: "Connection refused (os error 111)" rather than a wrapper.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+impl HttpBackend for RealHttp {
+    fn send(&self, request: HttpRequest, timeout: Duration) -> HttpFuture<'_> {
+        Box::pin(async move {
+            let HttpRequest {
+                method,
+                url,
+                headers,
+                body,
+            } = request;
+            let parsed_method = reqwest::Method::from_bytes(method.as_bytes())
+                .map_err(|_| CapError::Invalid(format!("{method:?} is not an HTTP method")))?;
+            let mut builder = self.client.request(parsed_method, &url).timeout(timeout);
+            for (name, value) in headers {
+                builder = builder.header(name, value);
+            }
+            if let Some(body) = body {
+                builder = builder.body(body);
+            }
+            let mut response = builder
+                .send()
+                .await
+                .map_err(|e| map_error(&method, &url, timeout, e))?;
+            let status = response.status().as_u16();
+            let headers = response
+                .headers()
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect();
+            let mut body = Vec::new();
+            while let Some(chunk) = response
+                .chunk()
+                .await
+                .map_err(|e| map_error(&method, &url, timeout, e))?
+            {
+                if body.len() + chunk.len() > MAX_BODY {
+                    return Err(CapError::Invalid(format!(
+                        "{method} {url}: response body is larger than {MAX_BODY} bytes"
+                    )));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(HttpResponse {
+                status,
+                headers,
+                body,
+            })
+        })
+    }
+}

@@ -1,0 +1,108 @@
+//! The `tend` command line.
+
+mod node;
+mod once;
+mod report;
+mod run;
+mod validate;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "tend",
+    version,
+    about = "Keeps Kubernetes nodes healthy with sandboxed WebAssembly plugins"
+)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon: reconcile every enabled plugin on its triggers until
+    /// SIGTERM or SIGINT (which let the reconcile in flight finish).
+    Run {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Validate the config and that every enabled plugin compiles and exports the world.
+    Check {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Dry-run one reconcile of every enabled plugin and print what it would change.
+    Plan {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Run one reconcile of NAME now, for real (unless the config sets dry-run).
+    Reconcile {
+        name: String,
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Look at plugin components.
+    Plugins {
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PluginsCommand {
+    /// Show a component's world, imported capabilities and exports.
+    Inspect { file: PathBuf },
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("start the tokio runtime");
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run { config } => run::run(&config).await,
+            Command::Check { config } => validate::check(&config).await,
+            Command::Plan { config } => once::plan(&config).await,
+            Command::Reconcile { name, config } => once::reconcile(&config, &name).await,
+            Command::Plugins {
+                command: PluginsCommand::Inspect { file },
+            } => validate::inspect(&file).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TEND_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

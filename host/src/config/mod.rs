@@ -1,0 +1,270 @@
+//! The operator's TOML config: parsed strictly (unknown keys are errors), every
+//! value validated while it is parsed so that errors point at file:line:column,
+//! then resolved into absolute paths and defaults.
+
+mod values;
+
+pub use values::{ByteSize, FileGrant, UrlPattern};
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::Spanned;
+
+/// A config that parsed and validated; paths are absolute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub source: PathBuf,
+    pub host: HostConfig,
+    /// Every configured plugin, enabled or not, by name.
+    pub plugins: BTreeMap<String, PluginConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostConfig {
+    pub plugins_dir: PathBuf,
+    pub state_dir: PathBuf,
+    /// Compiled-artifact cache; `<state-dir>/cache` unless set.
+    pub cache_dir: PathBuf,
+    pub node_name: String,
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginConfig {
+    pub name: String,
+    pub enabled: bool,
+    /// The component file; `<plugins-dir>/<name>.wasm` unless set.
+    pub file: PathBuf,
+    pub interval: Option<Duration>,
+    /// Paths (inside the files grants) whose changes trigger a reconcile.
+    pub watch: Vec<PathBuf>,
+    pub grants: Grants,
+    pub limits: Limits,
+    /// `[plugins.<name>.config]` as JSON text, handed to the plugin.
+    pub config_json: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grants {
+    #[serde(default)]
+    pub files: Vec<FileGrant>,
+    #[serde(default)]
+    pub http: Vec<UrlPattern>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Largest linear memory the plugin may grow to.
+    #[serde(default = "Limits::default_memory")]
+    pub memory: ByteSize,
+    /// Wall-clock deadline of one reconcile, host calls included.
+    #[serde(default = "Limits::default_timeout", with = "values::duration")]
+    pub timeout: Duration,
+}
+
+impl Limits {
+    fn default_memory() -> ByteSize {
+        ByteSize(64 << 20)
+    }
+    fn default_timeout() -> Duration {
+        Duration::from_secs(30)
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory: Self::default_memory(),
+            timeout: Self::default_timeout(),
+        }
+    }
+}
+
+/// A config error that says where and what was expected.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{column}: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    host: RawHost,
+    #[serde(default)]
+    plugins: BTreeMap<Spanned<String>, RawPlugin>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawHost {
+    plugins_dir: PathBuf,
+    state_dir: PathBuf,
+    cache_dir: Option<PathBuf>,
+    node_name: Option<String>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlugin {
+    #[serde(default = "enabled_by_default")]
+    enabled: bool,
+    #[serde(default, with = "values::optional_duration")]
+    interval: Option<Duration>,
+    file: Option<PathBuf>,
+    #[serde(default)]
+    watch: Vec<Spanned<PathBuf>>,
+    #[serde(default)]
+    grants: Grants,
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
+    config: toml::Table,
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+impl Config {
+    /// Read, parse and validate the config at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parse `text` as if read from `path` (relative paths resolve against its folder).
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let at = |span: Option<std::ops::Range<usize>>, message: String| {
+            let (line, column) = line_column(text, span.map_or(0, |s| s.start));
+            ConfigError::Invalid {
+                path: path.to_path_buf(),
+                line,
+                column,
+                message,
+            }
+        };
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| at(e.span(), e.message().trim().to_string()))?;
+        let base = absolute_parent(path);
+        let host = HostConfig {
+            plugins_dir: base.join(&raw.host.plugins_dir),
+            cache_dir: base.join(
+                raw.host
+                    .cache_dir
+                    .unwrap_or_else(|| raw.host.state_dir.join("cache")),
+            ),
+            state_dir: base.join(&raw.host.state_dir),
+            node_name: raw.host.node_name.unwrap_or_else(hostname),
+            dry_run: raw.host.dry_run,
+        };
+        let mut plugins = BTreeMap::new();
+        for (name, plugin) in raw.plugins {
+            if !is_valid_plugin_name(name.get_ref()) {
+                return Err(at(
+                    Some(name.span()),
+                    format!(
+                        "invalid plugin name {:?}: expected lowercase letters, digits and '-'",
+                        name.get_ref()
+                    ),
+                ));
+            }
+            for watched in &plugin.watch {
+                if !plugin
+                    .grants
+                    .files
+                    .iter()
+                    .any(|g| watched.get_ref().starts_with(&g.path))
+                {
+                    return Err(at(
+                        Some(watched.span()),
+                        format!(
+                            "watch path {} is outside every files grant: add a files grant that covers it",
+                            watched.get_ref().display()
+                        ),
+                    ));
+                }
+            }
+            let name = name.into_inner();
+            let file = plugin
+                .file
+                .map(|f| base.join(f))
+                .unwrap_or_else(|| host.plugins_dir.join(format!("{name}.wasm")));
+            let config_json = serde_json::to_string(&plugin.config)
+                .expect("a TOML table always converts to JSON");
+            plugins.insert(
+                name.clone(),
+                PluginConfig {
+                    name,
+                    enabled: plugin.enabled,
+                    file,
+                    interval: plugin.interval,
+                    watch: plugin.watch.into_iter().map(Spanned::into_inner).collect(),
+                    grants: plugin.grants,
+                    limits: plugin.limits,
+                    config_json,
+                },
+            );
+        }
+        Ok(Config {
+            source: path.to_path_buf(),
+            host,
+            plugins,
+        })
+    }
+
+    pub fn enabled_plugins(&self) -> impl Iterator<Item = &PluginConfig> {
+        self.plugins.values().filter(|p| p.enabled)
+    }
+}
+
+fn is_valid_plugin_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+}
+
+fn absolute_parent(path: &Path) -> PathBuf {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    std::path::absolute(parent).unwrap_or_else(|_| parent.to_path_buf())
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,134 @@
+use super::*;
+
+const GOOD: &str = r#"
+[host]
+plugins-dir = "plugins"
+state-dir = "state"
+node-name = "node-a"
+
+[plugins.mirror-gate]
+interval = "10s"
+watch = ["/etc/containerd/certs.d"]
+[plugins.mirror-gate.grants]
+files = [{ path = "/etc/containerd/certs.d", write = true }]
+http = ["http://127.0.0.1:*/*"]
+[plugins.mirror-gate.limits]
+memory = "32MiB"
+timeout = "5s"
+[plugins.mirror-gate.config]
+certs-dir = "/etc/containerd/certs.d"
+[[plugins.mirror-gate.config.caches]]
+upstream = "docker.io"
+endpoint = "http://127.0.0.1:5000"
+"#;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(Path::new("/srv/tend/tend.toml"), text)
+}
+
+fn error_of(text: &str) -> String {
+    parse(text).unwrap_err().to_string()
+}
+
+#[test]
+fn resolves_paths_defaults_and_plugin_config() {
+    let config = parse(GOOD).unwrap();
+    assert_eq!(config.host.plugins_dir, Path::new("/srv/tend/plugins"));
+    assert_eq!(config.host.cache_dir, Path::new("/srv/tend/state/cache"));
+    assert_eq!(config.host.node_name, "node-a");
+    let plugin = &config.plugins["mirror-gate"];
+    assert!(plugin.enabled);
+    assert_eq!(plugin.file, Path::new("/srv/tend/plugins/mirror-gate.wasm"));
+    assert_eq!(plugin.interval, Some(Duration::from_secs(10)));
+    assert_eq!(plugin.limits.memory, ByteSize(32 << 20));
+    assert_eq!(plugin.limits.timeout, Duration::from_secs(5));
+    assert!(plugin.grants.files[0].write);
+    let json: serde_json::Value = serde_json::from_str(&plugin.config_json).unwrap();
+    assert_eq!(json["caches"][0]["upstream"], "docker.io");
+}
+
+#[test]
+fn limits_default_to_64mib_and_30s() {
+    let config = parse("[host]\nplugins-dir='p'\nstate-dir='s'\n[plugins.a]\n").unwrap();
+    assert_eq!(config.plugins["a"].limits, Limits::default());
+    assert_eq!(config.plugins["a"].limits.memory, ByteSize(64 << 20));
+    assert_eq!(config.plugins["a"].config_json, "{}");
+}
+
+#[test]
+fn unknown_key_is_an_error_with_line_and_column() {
+    let text = GOOD.replace("interval = \"10s\"", "intervall = \"10s\"");
+    let err = error_of(&text);
+    assert!(
+        err.starts_with("/srv/tend/tend.toml:8:1: unknown field `intervall`"),
+        "{err}"
+    );
+    assert!(err.contains("expected one of"), "{err}");
+}
+
+#[test]
+fn bad_values_point_at_their_own_line() {
+    let err = error_of(&GOOD.replace("\"10s\"", "\"soon\""));
+    assert!(
+        err.starts_with("/srv/tend/tend.toml:8:12: invalid duration \"soon\""),
+        "{err}"
+    );
+    let err = error_of(&GOOD.replace("\"32MiB\"", "\"lots\""));
+    assert!(
+        err.starts_with("/srv/tend/tend.toml:14:10: invalid size \"lots\""),
+        "{err}"
+    );
+    let err = error_of(&GOOD.replace("http://127.0.0.1:*/*", "127.0.0.1"));
+    assert!(
+        err.contains(":12:") && err.contains("expected scheme://host"),
+        "{err}"
+    );
+    let err = error_of(&GOOD.replace(
+        "files = [{ path = \"/etc/containerd/certs.d\"",
+        "files = [{ path = \"etc/containerd\"",
+    ));
+    assert!(
+        err.contains(":11:") && err.contains("must be absolute"),
+        "{err}"
+    );
+}
+
+#[test]
+fn plugin_names_and_watch_paths_are_checked() {
+    let err = error_of(&GOOD.replace("[plugins.mirror-gate]", "[plugins.Mirror_Gate]"));
+    assert!(
+        err.contains(":7:") && err.contains("invalid plugin name"),
+        "{err}"
+    );
+    let err = error_of(&GOOD.replace(
+        "watch = [\"/etc/containerd/certs.d\"]",
+        "watch = [\"/var\"]",
+    ));
+    assert!(
+        err.contains(":9:") && err.contains("outside every files grant"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_host_section_says_so() {
+    let err = error_of("[plugins.a]\n");
+    assert!(err.contains("missing field `host`"), "{err}");
+}
+
+#[test]
+fn url_patterns_parse_into_parts() {
+    let p = UrlPattern::parse("http://127.0.0.1:*/*").unwrap();
+    assert_eq!(
+        (p.host.as_str(), p.port, p.path.as_str()),
+        ("127.0.0.1", None, "/*")
+    );
+    let p = UrlPattern::parse("https://Registry.example.com").unwrap();
+    assert_eq!(
+        (p.host.as_str(), p.port, p.path.as_str()),
+        ("registry.example.com", Some(443), "/*")
+    );
+    assert!(UrlPattern::parse("ftp://x/").is_err());
+    assert!(UrlPattern::parse("http://user@x/").is_err());
+    assert!(UrlPattern::parse("http://x:http/").is_err());
+}

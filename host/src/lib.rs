@@ -1,0 +1,16 @@
+//! The Tend host: runs each plugin (a WebAssembly component) in a sandbox with
+//! only the capabilities its operator granted.
+//!
+//! - [`config`]: the operator's TOML, parsed strictly.
+//! - [`runtime`]: the wasmtime engine, compiling and caching components (compiled
+//!   once) and running one reconcile in a fresh instance (per call).
+//! - [`capabilities`]: one module per WIT interface; grants, dry run and limits
+//!   are enforced there before a backend is touched.
+//! - [`scheduler`]: triggers, coalescing and backoff per plugin.
+//! - [`cli`]: the `tend` commands.
+
+pub mod capabilities;
+pub mod cli;
+pub mod config;
+pub mod runtime;
+pub mod scheduler;

@@ -1,0 +1,161 @@
+//! On-disk cache of compiled components, so a restart does not recompile.
+//!
+//! Keyed by Tend's version, the wasmtime version, the engine's compatibility
+//! hash (its settings) and the component's sha256. Each artifact has a sidecar
+//! with its own sha256: an entry that does not match is recompiled, never
+//! loaded blindly (deserializing runs native code).
+
+use sha2::{Digest, Sha256};
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// The wasmtime the host is built with; part of every cache key.
+pub const WASMTIME_VERSION: &str = "48.0.8";
+
+pub struct ArtifactCache {
+    /// None: compile every time, store nothing.
+    dir: Option<PathBuf>,
+    engine_key: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    Hit,
+    Miss,
+    /// An entry was there but failed its checksum or did not deserialize.
+    Corrupt,
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl ArtifactCache {
+    pub fn new(dir: Option<&Path>, engine: &Engine) -> Self {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        let engine_key = format!(
+            "tend-{}-wasmtime-{WASMTIME_VERSION}-{:016x}",
+            env!("CARGO_PKG_VERSION"),
+            hasher.finish()
+        );
+        ArtifactCache {
+            dir: dir.map(Path::to_path_buf),
+            engine_key,
+        }
+    }
+
+    fn entry(&self, digest: &str) -> Option<(PathBuf, PathBuf)> {
+        let dir = self.dir.as_ref()?;
+        let key = sha256_hex(format!("{}/{digest}", self.engine_key).as_bytes());
+        Some((
+            dir.join(format!("{key}.cwasm")),
+            dir.join(format!("{key}.sha256")),
+        ))
+    }
+
+    /// The compiled component for `wasm` (whose sha256 is `digest`), from the
+    /// cache when a valid entry exists, else compiled and stored.
+    pub fn load_or_compile(
+        &self,
+        engine: &Engine,
+        wasm: &[u8],
+        digest: &str,
+    ) -> anyhow::Result<(Component, CacheOutcome)> {
+        let Some((artifact, checksum)) = self.entry(digest) else {
+            return Ok((Component::new(engine, wasm)?, CacheOutcome::Miss));
+        };
+        let mut outcome = CacheOutcome::Miss;
+        if let (Ok(bytes), Ok(expected)) =
+            (std::fs::read(&artifact), std::fs::read_to_string(&checksum))
+        {
+            if sha256_hex(&bytes) == expected.trim() {
+                // SAFETY: the artifact was produced by `Component::serialize` of an
+                // engine with the same compatibility hash (it is in the key) and is
+                // byte-for-byte what was written (its checksum matched).
+                match unsafe { Component::deserialize(engine, &bytes) } {
+                    Ok(component) => return Ok((component, CacheOutcome::Hit)),
+                    Err(e) => tracing::warn!("recompiling {}: {e:#}", artifact.display()),
+                }
+            } else {
+                tracing::warn!("recompiling {}: checksum mismatch", artifact.display());
+            }
+            outcome = CacheOutcome::Corrupt;
+        }
+        let component = Component::new(engine, wasm)?;
+        if let Err(e) = store(&component, &artifact, &checksum) {
+            tracing::warn!("cannot write compile cache {}: {e:#}", artifact.display());
+        }
+        Ok((component, outcome))
+    }
+}
+
+fn store(component: &Component, artifact: &Path, checksum: &Path) -> anyhow::Result<()> {
+    if let Some(dir) = artifact.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let bytes = component.serialize()?;
+    write_atomic(artifact, &bytes)?;
+    Ok(write_atomic(checksum, sha256_hex(&bytes).as_bytes())?)
+}
+
+/// Temp file, fsync, rename: readers see the old file or the new one.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension(format!("tmp{}", fastrand::u32(..)));
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The smallest valid component.
+    const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0";
+
+    #[test]
+    fn second_load_hits_and_corruption_is_recompiled() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::default();
+        let cache = ArtifactCache::new(Some(dir.path()), &engine);
+        let digest = sha256_hex(EMPTY_COMPONENT);
+        let (_, first) = cache
+            .load_or_compile(&engine, EMPTY_COMPONENT, &digest)
+            .unwrap();
+        let (_, second) = cache
+            .load_or_compile(&engine, EMPTY_COMPONENT, &digest)
+            .unwrap();
+        assert_eq!((first, second), (CacheOutcome::Miss, CacheOutcome::Hit));
+        let (artifact, _) = cache.entry(&digest).unwrap();
+        let mut bytes = std::fs::read(&artifact).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(&artifact, bytes).unwrap();
+        let (_, third) = cache
+            .load_or_compile(&engine, EMPTY_COMPONENT, &digest)
+            .unwrap();
+        assert_eq!(third, CacheOutcome::Corrupt);
+        let (_, fourth) = cache
+            .load_or_compile(&engine, EMPTY_COMPONENT, &digest)
+            .unwrap();
+        assert_eq!(fourth, CacheOutcome::Hit, "the corrupt entry was rewritten");
+    }
+
+    #[test]
+    fn engines_with_other_settings_use_other_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = Engine::default();
+        let mut config = wasmtime::Config::new();
+        config.epoch_interruption(true);
+        let epoch = Engine::new(&config).unwrap();
+        let digest = sha256_hex(EMPTY_COMPONENT);
+        let a = ArtifactCache::new(Some(dir.path()), &plain);
+        let b = ArtifactCache::new(Some(dir.path()), &epoch);
+        assert_ne!(a.entry(&digest), b.entry(&digest));
+    }
+}

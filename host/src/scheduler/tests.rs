@@ -1,0 +1,154 @@
+//! Scheduler behaviour under tokio's paused clock: time advances only when every
+//! task is idle, so these tests are exact and never sleep for real.
+
+use super::*;
+use std::sync::Mutex;
+
+/// Records each run (time, triggers); fails while `failing` is set; each run
+/// takes `busy` of (virtual) time.
+#[derive(Default)]
+struct Recorder {
+    runs: Mutex<Vec<(String, Instant, Vec<Trigger>)>>,
+    failing: Mutex<HashMap<String, bool>>,
+    requeue: Mutex<Option<Duration>>,
+    busy: Duration,
+}
+
+impl Runner for Recorder {
+    fn run(&self, plugin: &str, triggers: Vec<Trigger>) -> RunFuture<'_> {
+        let plugin = plugin.to_string();
+        Box::pin(async move {
+            self.runs
+                .lock()
+                .unwrap()
+                .push((plugin.clone(), Instant::now(), triggers));
+            tokio::time::sleep(self.busy).await;
+            let ok = !self
+                .failing
+                .lock()
+                .unwrap()
+                .get(&plugin)
+                .copied()
+                .unwrap_or(false);
+            RunResult {
+                ok,
+                requeue_after: self.requeue.lock().unwrap().take(),
+            }
+        })
+    }
+}
+
+impl Recorder {
+    fn runs_of(&self, plugin: &str) -> Vec<(Instant, Vec<Trigger>)> {
+        let runs = self.runs.lock().unwrap();
+        runs.iter()
+            .filter(|(p, _, _)| p == plugin)
+            .map(|(_, at, t)| (*at, t.clone()))
+            .collect()
+    }
+}
+
+fn schedule(plugin: &str, interval: Option<u64>) -> Schedule {
+    Schedule {
+        plugin: plugin.into(),
+        interval: interval.map(Duration::from_secs),
+    }
+}
+
+fn kinds(triggers: &[Trigger]) -> Vec<&str> {
+    triggers.iter().map(|t| t.kind.as_str()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn runs_at_startup_then_every_interval() {
+    let recorder = Arc::new(Recorder::default());
+    let scheduler = Scheduler::start(recorder.clone(), vec![schedule("a", Some(10))]);
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    let runs = recorder.runs_of("a");
+    let offsets: Vec<u64> = runs.iter().map(|(at, _)| (*at - start).as_secs()).collect();
+    assert_eq!(offsets, [0, 10, 20, 30]);
+    assert_eq!(kinds(&runs[0].1), ["startup"]);
+    assert_eq!(kinds(&runs[1].1), ["interval"]);
+    scheduler.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn triggers_during_a_run_coalesce_into_one_pending_run() {
+    let recorder = Arc::new(Recorder {
+        busy: Duration::from_secs(5),
+        ..Default::default()
+    });
+    let scheduler = Scheduler::start(recorder.clone(), vec![schedule("a", None)]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let triggers = scheduler.triggers();
+    for path in ["/a", "/b", "/a"] {
+        assert!(triggers.send("a", Trigger::file(std::path::Path::new(path))));
+    }
+    assert!(triggers.send("a", Trigger::new("manual")));
+    assert!(!triggers.send("unknown", Trigger::new("manual")));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let runs = recorder.runs_of("a");
+    assert_eq!(runs.len(), 2, "one running, one pending: {runs:?}");
+    let subjects: Vec<_> = runs[1].1.iter().map(|t| t.to_string()).collect();
+    assert_eq!(subjects, ["file:/a", "file:/b", "manual"]);
+    scheduler.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_back_off_without_delaying_other_plugins() {
+    let recorder = Arc::new(Recorder::default());
+    recorder.failing.lock().unwrap().insert("bad".into(), true);
+    let scheduler = Scheduler::start(
+        recorder.clone(),
+        vec![schedule("bad", Some(1)), schedule("good", Some(1))],
+    );
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let bad = recorder.runs_of("bad");
+    let gaps: Vec<f64> = bad
+        .windows(2)
+        .map(|w| (w[1].0 - w[0].0).as_secs_f64())
+        .collect();
+    assert!(gaps.windows(2).all(|g| g[1] > g[0]), "gaps grow: {gaps:?}");
+    assert!(
+        bad.len() <= 7,
+        "{} runs of a failing plugin in 60 s",
+        bad.len()
+    );
+    let good = recorder.runs_of("good");
+    assert_eq!(good.len(), 60, "the healthy plugin keeps its 1 s interval");
+    assert!((good[59].0 - start).as_secs() == 59);
+    scheduler.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn requeue_after_schedules_one_more_run() {
+    let recorder = Arc::new(Recorder::default());
+    *recorder.requeue.lock().unwrap() = Some(Duration::from_secs(2));
+    let scheduler = Scheduler::start(recorder.clone(), vec![schedule("a", None)]);
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let runs = recorder.runs_of("a");
+    assert_eq!(runs.len(), 2);
+    assert_eq!((runs[1].0 - start).as_secs(), 2);
+    assert_eq!(kinds(&runs[1].1), ["requeue"]);
+    scheduler.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_the_run_in_flight() {
+    let recorder = Arc::new(Recorder {
+        busy: Duration::from_secs(5),
+        ..Default::default()
+    });
+    let scheduler = Scheduler::start(recorder.clone(), vec![schedule("a", Some(1))]);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let start = Instant::now();
+    scheduler.shutdown().await;
+    assert!(
+        Instant::now() - start >= Duration::from_millis(4900),
+        "finished the in-flight run"
+    );
+    assert_eq!(recorder.runs_of("a").len(), 1);
+}

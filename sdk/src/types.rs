@@ -1,0 +1,195 @@
+//! The SDK's own mirror of the WIT `types` interface: plain Rust types with
+//! constructors, usable natively without the generated bindings.
+
+use serde::de::DeserializeOwned;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a reconcile runs; see `wit/types.wit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trigger {
+    /// "startup", "interval", "requeue", "file", "manual", or a later kind.
+    pub kind: String,
+    /// What changed, for kinds that have a subject (the path for "file").
+    pub subject: Option<String>,
+}
+
+impl Trigger {
+    pub fn new(kind: &str) -> Self {
+        Trigger {
+            kind: kind.to_string(),
+            subject: None,
+        }
+    }
+}
+
+/// Everything a plugin needs to know about one reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Context {
+    pub plugin: String,
+    /// The operator's `[plugins.<name>.config]` table as JSON text.
+    pub config: String,
+    pub triggers: Vec<Trigger>,
+    pub node_name: String,
+    pub dry_run: bool,
+}
+
+impl Context {
+    /// A context for tests: a manual trigger on node "test-node".
+    pub fn new(plugin: &str, config_json: &str) -> Self {
+        Context {
+            plugin: plugin.to_string(),
+            config: config_json.to_string(),
+            triggers: vec![Trigger::new("manual")],
+            node_name: "test-node".to_string(),
+            dry_run: false,
+        }
+    }
+
+    /// The plugin config deserialized into `T`; an `invalid` error names the field.
+    pub fn config<T: DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_str(&self.config)
+            .map_err(|e| Error::Invalid(format!("[plugins.{}.config]: {e}", self.plugin)))
+    }
+
+    pub fn triggered_by(&self, kind: &str) -> bool {
+        self.triggers.iter().any(|t| t.kind == kind)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Healthy,
+    Progressing,
+    Degraded,
+}
+
+/// The result of a reconcile that ran to completion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub health: Health,
+    pub message: String,
+    pub requeue_after: Option<std::time::Duration>,
+}
+
+impl Outcome {
+    pub fn healthy(message: impl Into<String>) -> Self {
+        Outcome {
+            health: Health::Healthy,
+            message: message.into(),
+            requeue_after: None,
+        }
+    }
+    pub fn progressing(message: impl Into<String>) -> Self {
+        Outcome {
+            health: Health::Progressing,
+            message: message.into(),
+            requeue_after: None,
+        }
+    }
+    pub fn degraded(message: impl Into<String>) -> Self {
+        Outcome {
+            health: Health::Degraded,
+            message: message.into(),
+            requeue_after: None,
+        }
+    }
+    /// Ask the host to run this plugin again after `after`.
+    pub fn requeue_after(mut self, after: std::time::Duration) -> Self {
+        self.requeue_after = Some(after);
+        self
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: String,
+    pub summary: String,
+}
+
+impl PluginInfo {
+    pub fn new(name: &str, version: &str, summary: &str) -> Self {
+        PluginInfo {
+            name: name.into(),
+            version: version.into(),
+            summary: summary.into(),
+        }
+    }
+}
+
+/// The one error type of every capability; each case carries an operator-facing message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    Denied(String),
+    NotFound(String),
+    Conflict(String),
+    Unavailable(String),
+    Timeout(String),
+    Invalid(String),
+    BudgetExhausted(String),
+    Other(String),
+}
+
+impl Error {
+    /// The case name as in the WIT (`not-found`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Denied(_) => "denied",
+            Error::NotFound(_) => "not-found",
+            Error::Conflict(_) => "conflict",
+            Error::Unavailable(_) => "unavailable",
+            Error::Timeout(_) => "timeout",
+            Error::Invalid(_) => "invalid",
+            Error::BudgetExhausted(_) => "budget-exhausted",
+            Error::Other(_) => "other",
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            Error::Denied(m)
+            | Error::NotFound(m)
+            | Error::Conflict(m)
+            | Error::Unavailable(m)
+            | Error::Timeout(m)
+            | Error::Invalid(m)
+            | Error::BudgetExhausted(m)
+            | Error::Other(m) => m,
+        }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind(), self.message())
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    struct Cfg {
+        #[allow(dead_code)]
+        name: String,
+    }
+
+    #[test]
+    fn config_errors_name_the_plugin_table_and_field() {
+        let ctx = Context::new("demo", r#"{"nmae": "x"}"#);
+        let err = ctx.config::<Cfg>().unwrap_err();
+        assert_eq!(err.kind(), "invalid");
+        assert!(err.message().contains("[plugins.demo.config]"), "{err}");
+        assert!(err.message().contains("nmae"), "{err}");
+    }
+
+    #[test]
+    fn error_display_shows_kind_and_message() {
+        assert_eq!(Error::Denied("add x".into()).to_string(), "denied: add x");
+    }
+}
