@@ -18,11 +18,12 @@
 //! tend_sdk::export_plugin!(Hello);
 //! ```
 
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub mod __wasm;
 mod host;
 pub mod testing;
 mod types;
-#[cfg(target_arch = "wasm32")]
-mod wasm;
 
 pub use host::{DirEntry, FileKind, Files, Host, Http, Level, Metadata, Request, Response, State};
 pub use types::{Context, Error, Health, Outcome, PluginInfo, Result, Trigger};
@@ -72,7 +73,3 @@ macro_rules! export_plugin {
         };
     };
 }
-
-#[cfg(target_arch = "wasm32")]
-#[doc(hidden)]
-pub use wasm as __wasm;

@@ -1,1 +1,233 @@
+//! Harness for Tend's end-to-end tests: the real `tend` binary, the real
+//! compiled plugins, real peers on loopback. Build everything first with
+//! `cargo xtask test` (or `cargo xtask plugins && cargo build -p tend`).
 
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn built(path: PathBuf) -> PathBuf {
+    assert!(path.exists(), "{} is missing: run `cargo xtask test`, which builds it", path.display());
+    path
+}
+
+/// The `tend` binary under test (`TEND_BIN`, else target/debug/tend).
+pub fn tend_bin() -> PathBuf {
+    built(std::env::var_os("TEND_BIN").map_or_else(|| workspace_root().join("target/debug/tend"), PathBuf::from))
+}
+
+/// A plugin built by `cargo xtask plugins`.
+pub fn plugin(name: &str) -> PathBuf {
+    built(workspace_root().join("target/plugins").join(format!("{name}.wasm")))
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Poll `condition` until it holds or `within` passes; panics with `what`.
+pub fn wait_until(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A real OCI registry (tests/peers/registry.sh), stopped by PID on drop.
+pub struct Registry {
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Registry {
+    pub fn start() -> Registry {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let status = Command::new(workspace_root().join("tests/peers/registry.sh"))
+            .args(["start", dir.path().to_str().unwrap(), &port.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "registry did not start");
+        Registry { port, dir }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = Command::new(workspace_root().join("tests/peers/registry.sh"))
+            .args(["stop", self.dir.path().to_str().unwrap()])
+            .status();
+    }
+}
+
+/// A scratch directory with a plugins dir, a state dir and a config file.
+/// All sandboxes share one compile cache, so each component compiles once.
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+        Sandbox { dir }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Copy a built plugin into the plugins dir under `name`.
+    pub fn add_plugin(&self, built: &str, name: &str) -> &Self {
+        std::fs::copy(plugin(built), self.path(&format!("plugins/{name}.wasm"))).unwrap();
+        self
+    }
+
+    /// Write tend.toml: a [host] section, then `plugins` (TOML text).
+    pub fn config(&self, plugins: &str) -> &Self {
+        let cache = workspace_root().join("target/e2e-cache");
+        let text = format!(
+            "[host]\nplugins-dir = \"plugins\"\nstate-dir = \"state\"\ncache-dir = \"{}\"\nnode-name = \"e2e-node\"\n\n{plugins}",
+            cache.display()
+        );
+        std::fs::write(self.path("tend.toml"), text).unwrap();
+        self
+    }
+
+    /// Run `tend ARGS... -c tend.toml` to completion.
+    pub fn tend(&self, args: &[&str]) -> Outcome {
+        let output = Command::new(tend_bin())
+            .args(args)
+            .arg("-c")
+            .arg(self.path("tend.toml"))
+            .env("TEND_LOG", "warn")
+            .output()
+            .unwrap();
+        Outcome::from(output)
+    }
+
+    /// Start `tend run` in the background.
+    pub fn daemon(&self) -> Daemon {
+        let log = self.path("tend.log");
+        let child = Command::new(tend_bin())
+            .args(["run", "-c"])
+            .arg(self.path("tend.toml"))
+            .env("TEND_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Daemon { child: Some(child), log }
+    }
+}
+
+/// What a finished `tend` command printed.
+#[derive(Debug)]
+pub struct Outcome {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Outcome {
+    fn from(o: Output) -> Self {
+        Outcome {
+            success: o.status.success(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+/// A running `tend run`, killed on drop if still running.
+pub struct Daemon {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Everything the daemon logged so far (without ANSI colours).
+    pub fn log(&self) -> String {
+        let mut text = String::new();
+        std::fs::File::open(&self.log).unwrap().read_to_string(&mut text).unwrap();
+        strip_ansi(&text)
+    }
+
+    /// How many log lines contain every one of `needles`.
+    pub fn count(&self, needles: &[&str]) -> usize {
+        self.log().lines().filter(|l| needles.iter().all(|n| l.contains(n))).count()
+    }
+
+    pub fn wait_for_log(&self, within: Duration, needles: &[&str]) {
+        wait_until(within, &format!("a log line with {needles:?}"), || self.count(needles) > 0);
+        let _ = self.log();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// SIGTERM, then wait; returns whether it exited 0.
+    pub fn terminate(mut self, within: Duration) -> bool {
+        let mut child = self.child.take().unwrap();
+        Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("tend did not exit within {within:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            if std::thread::panicking() {
+                eprintln!("--- tend log ---\n{}", self.log());
+            }
+        }
+    }
+}
+
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -78,12 +78,12 @@ pub enum Failure {
     /// The plugin returned an error.
     #[error("{0}")]
     Plugin(CapError),
-    #[error("deadline of {} exceeded (raise [plugins.<name>.limits] timeout if the work is legitimate)", humantime::format_duration(*.0))]
-    Deadline(Duration),
+    #[error("deadline of {} exceeded (raise [plugins.{plugin}.limits] timeout if the work is legitimate)", humantime::format_duration(*.limit))]
+    Deadline { plugin: String, limit: Duration },
     #[error(
-        "memory limit of {limit} exceeded (raise [plugins.<name>.limits] memory if the work is legitimate)"
+        "memory limit of {limit} exceeded (raise [plugins.{plugin}.limits] memory if the work is legitimate)"
     )]
-    Memory { limit: String },
+    Memory { plugin: String, limit: String },
     /// The guest trapped (a Rust panic ends up here, with its message).
     #[error("trapped: {0}")]
     Trap(String),
@@ -235,10 +235,10 @@ impl Runtime {
         };
         let result = tokio::time::timeout(config.limits.timeout, run).await;
         let result = match result {
-            Err(_) => Err(Failure::Deadline(config.limits.timeout)),
+            Err(_) => Err(Failure::Deadline { plugin: config.name.clone(), limit: config.limits.timeout }),
             Ok(Ok(Ok(outcome))) => Ok(from_wit_outcome(outcome)),
             Ok(Ok(Err(error))) => Err(Failure::Plugin(bindings::from_wit_error(error))),
-            Ok(Err(e)) => Err(classify(e, &store, &output, &config.limits.memory)),
+            Ok(Err(e)) => Err(classify(e, &store, &output, config)),
         };
         forward_output(&config.name, &output);
         ReconcileReport {
@@ -286,7 +286,7 @@ impl Runtime {
                 e,
                 &store,
                 &output,
-                &config.limits.memory
+                &config
             ))),
             Ok(Ok(info)) => Ok(PluginInfo {
                 name: info.name,
@@ -314,11 +314,12 @@ fn classify(
     error: wasmtime::Error,
     store: &Store<CallState>,
     output: &MemoryOutputPipe,
-    memory: &crate::config::ByteSize,
+    config: &PluginConfig,
 ) -> Failure {
     if store.data().limiter.exceeded {
         return Failure::Memory {
-            limit: memory.to_string(),
+            plugin: config.name.clone(),
+            limit: config.limits.memory.to_string(),
         };
     }
     let Some(trap) = error.downcast_ref::<wasmtime::Trap>() else {

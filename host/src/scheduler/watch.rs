@@ -40,7 +40,7 @@ pub fn start(paths: Vec<WatchPath>, triggers: Triggers) -> notify::Result<FileWa
         if let Ok(event) = event
             && !matches!(event.kind, notify::EventKind::Access(_))
         {
-            for path in event.paths {
+            for path in event.paths.into_iter().filter(|p| !is_atomic_write_temp(p)) {
                 let _ = tx.send(path);
             }
         }
@@ -55,6 +55,14 @@ pub fn start(paths: Vec<WatchPath>, triggers: Triggers) -> notify::Result<FileWa
     Ok(FileWatch {
         _watcher: watcher,
         task,
+    })
+}
+
+/// The temp files of the host's own atomic writes (`.NAME.tend-N.tmp`): their
+/// rename lands on the real name, which is reported.
+fn is_atomic_write_temp(path: &std::path::Path) -> bool {
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        n.starts_with('.') && n.ends_with(".tmp") && n.contains(".tend-")
     })
 }
 
@@ -73,5 +81,18 @@ async fn dispatch(
                 triggers.send(&watch.plugin, Trigger::file(path));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn own_temp_files_are_not_changes() {
+        assert!(is_atomic_write_temp(Path::new("/c/docker.io/.hosts.toml.tend-42.tmp")));
+        assert!(!is_atomic_write_temp(Path::new("/c/docker.io/hosts.toml")));
+        assert!(!is_atomic_write_temp(Path::new("/c/.hidden")));
     }
 }

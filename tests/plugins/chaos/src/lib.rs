@@ -1,1 +1,71 @@
+//! chaos: a test-only plugin that misbehaves on request, so end-to-end tests can
+//! prove the host contains it. Its config picks what one reconcile does:
+//!
+//! - `{"mode": "noop"}`: healthy, calls nothing (host overhead benchmarks).
+//! - `{"mode": "ok"}`: healthy, and counts its runs in `state` ("runs").
+//! - `{"mode": "loop"}`: spins forever (the deadline must stop it).
+//! - `{"mode": "alloc"}`: allocates without bound (the memory limit must stop it).
+//! - `{"mode": "panic"}`: panics with a message.
+//! - `{"mode": "fail"}`: returns an error.
+//! - `{"mode": "read", "path": P}` / `{"mode": "write", "path": P, "content": C}`:
+//!   one file operation; its error, if any, is the reconcile's error.
 
+use serde::Deserialize;
+use tend_sdk::{Context, Error, Host, Outcome, Plugin, PluginInfo, Result};
+
+#[derive(Deserialize)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
+enum Mode {
+    Noop,
+    Ok,
+    Loop,
+    Alloc,
+    Panic,
+    Fail,
+    Read { path: String },
+    Write { path: String, content: String },
+}
+
+pub struct Chaos;
+
+impl Plugin for Chaos {
+    fn info() -> PluginInfo {
+        PluginInfo::new("chaos", env!("CARGO_PKG_VERSION"), "misbehaves on request, for tests")
+    }
+
+    fn reconcile(ctx: &Context, host: &dyn Host) -> Result<Outcome> {
+        match ctx.config::<Mode>()? {
+            Mode::Noop => Ok(Outcome::healthy("nothing to do")),
+            Mode::Ok => {
+                let runs = host.state().get_json::<u64>("runs")?.unwrap_or(0) + 1;
+                host.state().set_json("runs", &runs)?;
+                Ok(Outcome::healthy(format!("run {runs}")))
+            }
+            Mode::Loop => {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            Mode::Alloc => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            Mode::Panic => panic!("chaos was asked to panic"),
+            Mode::Fail => Err(Error::Other("chaos was asked to fail".into())),
+            Mode::Read { path } => {
+                let bytes = host.files().read(&path)?;
+                Ok(Outcome::healthy(format!("read {} bytes", bytes.len())))
+            }
+            Mode::Write { path, content } => {
+                let changed = host.files().write(&path, content.as_bytes(), None)?;
+                Ok(Outcome::healthy(format!("wrote {path} (changed: {changed})")))
+            }
+        }
+    }
+}
+
+tend_sdk::export_plugin!(Chaos);

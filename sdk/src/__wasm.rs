@@ -3,8 +3,8 @@
 
 use crate::bindings::tend::plugin::{files, http, log, state, types as wit};
 use crate::{
-    Context, DirEntry, Error, FileKind, Health, Host, Level, Metadata, Outcome, Plugin, PluginInfo,
-    Request, Response, Result, Trigger,
+    Context, DirEntry, Error, FileKind, Health, Host, Level, Metadata, Plugin, PluginInfo, Request,
+    Response, Result, Trigger,
 };
 
 pub fn describe<P: Plugin>() -> wit::PluginInfo {

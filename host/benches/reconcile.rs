@@ -1,0 +1,135 @@
+//! Host overhead, measured side by side in one run (numbers go to
+//! docs/benchmarks.md). Needs `cargo xtask plugins` first.
+//!
+//!   cargo bench -p tend --bench reconcile
+//!
+//! - one reconcile = fresh instance from InstancePre + call + drop, against the
+//!   in-memory backends (so only the host and the guest are measured);
+//! - compile time (cache cold) and cached-load time per plugin;
+//! - the baseline: the same trivial check as a forked `/bin/sh -c` script, the
+//!   way node-problem-detector runs its plugins.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tend::capabilities::Backends;
+use tend::config::Config;
+use tend::runtime::call::CallRequest;
+use tend::runtime::{Runtime, Trigger};
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn report(what: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    println!(
+        "{what:<58} n={:<5} p50={:>9.1} us  p90={:>9.1} us  p99={:>9.1} us",
+        samples.len(),
+        us(percentile(&samples, 0.5)),
+        us(percentile(&samples, 0.9)),
+        us(percentile(&samples, 0.99)),
+    );
+}
+
+fn plugins_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
+    assert!(dir.join("chaos.wasm").exists(), "run `cargo xtask plugins` first");
+    dir
+}
+
+fn config(plugins: &Path) -> Config {
+    let text = format!(
+        r#"
+[host]
+plugins-dir = "{plugins}"
+state-dir = "unused"
+node-name = "bench"
+[plugins.rust-noop]
+file = "{plugins}/chaos.wasm"
+[plugins.rust-noop.config]
+mode = "noop"
+[plugins.rust-state]
+file = "{plugins}/chaos.wasm"
+[plugins.rust-state.config]
+mode = "ok"
+[plugins.python-http-check]
+[plugins.python-http-check.grants]
+http = ["http://cache.local/*"]
+[plugins.python-http-check.config]
+urls = ["http://cache.local/v2/"]
+[plugins.mirror-gate]
+[plugins.mirror-gate.grants]
+files = [{{ path = "/etc/containerd/certs.d", write = true }}]
+http = ["http://cache.local/*"]
+[plugins.mirror-gate.config]
+[[plugins.mirror-gate.config.caches]]
+upstream = "docker.io"
+endpoint = "http://cache.local"
+"#,
+        plugins = plugins.display()
+    );
+    Config::parse(Path::new("/bench/tend.toml"), &text).unwrap()
+}
+
+fn main() {
+    let plugins = plugins_dir();
+    let config = config(&plugins);
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(Some(cache.path())).unwrap();
+    println!("pooling allocator: {}", runtime.pooling);
+
+    println!("\n== compile (cache cold) and load (cache warm) ==");
+    for name in ["chaos", "mirror-gate", "python-http-check"] {
+        let file = plugins.join(format!("{name}.wasm"));
+        let size = std::fs::metadata(&file).unwrap().len();
+        let cold = runtime.load(&file).unwrap();
+        let warm: Vec<Duration> = (0..20).map(|_| runtime.load(&file).unwrap().load_time).collect();
+        println!("{name:<20} {:>9} bytes  compile {:>8.1} ms  cached load p50 {:>7.2} ms", size, cold.load_time.as_secs_f64() * 1e3, {
+            let mut w = warm.clone();
+            w.sort();
+            percentile(&w, 0.5).as_secs_f64() * 1e3
+        });
+    }
+
+    let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (backends, fakes) = Backends::fake();
+    fakes.http.respond("http://cache.local/v2/", 200);
+
+    println!("\n== one reconcile: fresh instance from InstancePre + call ==");
+    for (name, iterations) in [("rust-noop", 5000), ("rust-state", 5000), ("mirror-gate", 2000), ("python-http-check", 300)] {
+        let plugin_config = &config.plugins[name];
+        let plugin = runtime.load(&plugin_config.file).unwrap();
+        let samples = tokio.block_on(async {
+            let mut samples = Vec::with_capacity(iterations);
+            for i in 0..iterations + 50 {
+                let request = CallRequest {
+                    backends: &backends,
+                    triggers: vec![Trigger::new("interval")],
+                    node_name: "bench",
+                    dry_run: false,
+                };
+                let started = Instant::now();
+                let report = runtime.reconcile(&plugin, plugin_config, request).await;
+                let elapsed = started.elapsed();
+                assert!(report.result.is_ok(), "{name}: {:?}", report.result);
+                if i >= 50 {
+                    samples.push(elapsed);
+                }
+            }
+            samples
+        });
+        report(&format!("{name} ({})", plugin_config.file.file_name().unwrap().to_string_lossy()), samples);
+    }
+
+    println!("\n== baseline: the same trivial check as a forked script ==");
+    let samples: Vec<Duration> = (0..500)
+        .map(|_| {
+            let started = Instant::now();
+            let status = std::process::Command::new("/bin/sh").args(["-c", "exit 0"]).status().unwrap();
+            assert!(status.success());
+            started.elapsed()
+        })
+        .collect();
+    report("fork + exec /bin/sh -c 'exit 0' + wait", samples);
+}
