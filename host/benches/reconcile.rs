@@ -34,7 +34,10 @@ fn report(what: &str, mut samples: Vec<Duration>) {
 
 fn plugins_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    assert!(dir.join("chaos.wasm").exists(), "run `cargo xtask plugins` first");
+    assert!(
+        dir.join("chaos.wasm").exists(),
+        "run `cargo xtask plugins` first"
+    );
     dir
 }
 
@@ -84,20 +87,35 @@ fn main() {
         let file = plugins.join(format!("{name}.wasm"));
         let size = std::fs::metadata(&file).unwrap().len();
         let cold = runtime.load(&file).unwrap();
-        let warm: Vec<Duration> = (0..20).map(|_| runtime.load(&file).unwrap().load_time).collect();
-        println!("{name:<20} {:>9} bytes  compile {:>8.1} ms  cached load p50 {:>7.2} ms", size, cold.load_time.as_secs_f64() * 1e3, {
-            let mut w = warm.clone();
-            w.sort();
-            percentile(&w, 0.5).as_secs_f64() * 1e3
-        });
+        let warm: Vec<Duration> = (0..20)
+            .map(|_| runtime.load(&file).unwrap().load_time)
+            .collect();
+        println!(
+            "{name:<20} {:>9} bytes  compile {:>8.1} ms  cached load p50 {:>7.2} ms",
+            size,
+            cold.load_time.as_secs_f64() * 1e3,
+            {
+                let mut w = warm.clone();
+                w.sort();
+                percentile(&w, 0.5).as_secs_f64() * 1e3
+            }
+        );
     }
 
-    let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let (backends, fakes) = Backends::fake();
     fakes.http.respond("http://cache.local/v2/", 200);
 
     println!("\n== one reconcile: fresh instance from InstancePre + call ==");
-    for (name, iterations) in [("rust-noop", 5000), ("rust-state", 5000), ("mirror-gate", 2000), ("python-http-check", 300)] {
+    for (name, iterations) in [
+        ("rust-noop", 5000),
+        ("rust-state", 5000),
+        ("mirror-gate", 2000),
+        ("python-http-check", 300),
+    ] {
         let plugin_config = &config.plugins[name];
         let plugin = runtime.load(&plugin_config.file).unwrap();
         let samples = tokio.block_on(async {
@@ -119,14 +137,23 @@ fn main() {
             }
             samples
         });
-        report(&format!("{name} ({})", plugin_config.file.file_name().unwrap().to_string_lossy()), samples);
+        report(
+            &format!(
+                "{name} ({})",
+                plugin_config.file.file_name().unwrap().to_string_lossy()
+            ),
+            samples,
+        );
     }
 
     println!("\n== baseline: the same trivial check as a forked script ==");
     let samples: Vec<Duration> = (0..500)
         .map(|_| {
             let started = Instant::now();
-            let status = std::process::Command::new("/bin/sh").args(["-c", "exit 0"]).status().unwrap();
+            let status = std::process::Command::new("/bin/sh")
+                .args(["-c", "exit 0"])
+                .status()
+                .unwrap();
             assert!(status.success());
             started.elapsed()
         })

@@ -5,7 +5,9 @@ use tend_e2e::{Registry, Sandbox};
 
 /// A chaos plugin named `name` with `mode` (TOML inline table body) and grants.
 fn chaos(name: &str, mode: &str, extra: &str) -> String {
-    format!("[plugins.{name}]\nfile = \"plugins/chaos.wasm\"\n{extra}\n[plugins.{name}.config]\n{mode}\n")
+    format!(
+        "[plugins.{name}]\nfile = \"plugins/chaos.wasm\"\n{extra}\n[plugins.{name}.config]\n{mode}\n"
+    )
 }
 
 #[test]
@@ -18,28 +20,67 @@ fn parent_components_and_symlinks_cannot_leave_a_root() {
     std::fs::create_dir_all(&outside).unwrap();
     std::fs::write(outside.join("secret"), "secret").unwrap();
     std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
-    let grant = format!("[plugins.c.grants]\nfiles = [{{ path = \"{}\", write = true }}]", root.display());
+    let grant = format!(
+        "[plugins.c.grants]\nfiles = [{{ path = \"{}\", write = true }}]",
+        root.display()
+    );
     let root = root.display();
 
-    sandbox.config(&chaos("c", &format!("mode = \"read\"\npath = \"{root}/../outside/secret\""), &grant));
+    sandbox.config(&chaos(
+        "c",
+        &format!("mode = \"read\"\npath = \"{root}/../outside/secret\""),
+        &grant,
+    ));
     let run = sandbox.tend(&["reconcile", "c"]);
     assert!(!run.success);
-    assert!(run.stdout.contains("invalid: ") && run.stdout.contains("`..` is not allowed"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("invalid: ") && run.stdout.contains("`..` is not allowed"),
+        "{}",
+        run.stdout
+    );
 
-    sandbox.config(&chaos("c", &format!("mode = \"read\"\npath = \"{root}/escape/secret\""), &grant));
+    sandbox.config(&chaos(
+        "c",
+        &format!("mode = \"read\"\npath = \"{root}/escape/secret\""),
+        &grant,
+    ));
     let run = sandbox.tend(&["reconcile", "c"]);
     assert!(!run.success);
-    assert!(run.stdout.contains("denied: ") && run.stdout.contains("symlinks may not lead out of it"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("denied: ") && run.stdout.contains("symlinks may not lead out of it"),
+        "{}",
+        run.stdout
+    );
 
-    sandbox.config(&chaos("c", &format!("mode = \"write\"\npath = \"{root}/escape/secret\"\ncontent = \"pwned\""), &grant));
+    sandbox.config(&chaos(
+        "c",
+        &format!("mode = \"write\"\npath = \"{root}/escape/secret\"\ncontent = \"pwned\""),
+        &grant,
+    ));
     let run = sandbox.tend(&["reconcile", "c"]);
-    assert!(!run.success && run.stdout.contains("denied: "), "{}", run.stdout);
-    assert_eq!(std::fs::read_to_string(outside.join("secret")).unwrap(), "secret");
+    assert!(
+        !run.success && run.stdout.contains("denied: "),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret")).unwrap(),
+        "secret"
+    );
 
     // Absolute paths outside every grant are denied with the grant to add.
-    sandbox.config(&chaos("c", "mode = \"read\"\npath = \"/etc/hostname\"", &grant));
+    sandbox.config(&chaos(
+        "c",
+        "mode = \"read\"\npath = \"/etc/hostname\"",
+        &grant,
+    ));
     let run = sandbox.tend(&["reconcile", "c"]);
-    assert!(run.stdout.contains("denied: no files grant covers /etc/hostname: add { path = \"/etc\" }"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("denied: no files grant covers /etc/hostname: add { path = \"/etc\" }"),
+        "{}",
+        run.stdout
+    );
 }
 
 #[test]
@@ -49,18 +90,31 @@ fn a_corrupt_or_truncated_component_is_named_in_the_error() {
     sandbox.config("[plugins.mirror-gate]\n");
     let check = sandbox.tend(&["check"]);
     assert!(check.success, "{check:?}");
-    assert!(check.stdout.contains("ok: mirror-gate (sha256:"), "{}", check.stdout);
+    assert!(
+        check.stdout.contains("ok: mirror-gate (sha256:"),
+        "{}",
+        check.stdout
+    );
 
     let file = sandbox.path("plugins/mirror-gate.wasm");
     let bytes = std::fs::read(&file).unwrap();
-    for (what, corrupt) in [("garbage", b"this is not wasm".to_vec()), ("truncated", bytes[..bytes.len() / 2].to_vec())] {
+    for (what, corrupt) in [
+        ("garbage", b"this is not wasm".to_vec()),
+        ("truncated", bytes[..bytes.len() / 2].to_vec()),
+    ] {
         std::fs::write(&file, corrupt).unwrap();
         let check = sandbox.tend(&["check"]);
         assert!(!check.success, "{what}");
-        let expected = format!("error: mirror-gate: {}: not a valid WebAssembly component", file.display());
+        let expected = format!(
+            "error: mirror-gate: {}: not a valid WebAssembly component",
+            file.display()
+        );
         assert!(check.stdout.contains(&expected), "{what}: {}", check.stdout);
         let run = sandbox.tend(&["reconcile", "mirror-gate"]);
-        assert!(!run.success && run.stderr.contains(&file.display().to_string()), "{what}: {run:?}");
+        assert!(
+            !run.success && run.stderr.contains(&file.display().to_string()),
+            "{what}: {run:?}"
+        );
     }
 }
 
@@ -70,7 +124,10 @@ fn invalid_config_names_file_line_and_column() {
     sandbox.config("[plugins.mirror-gate]\nintreval = \"10s\"\n");
     let run = sandbox.tend(&["check"]);
     assert!(!run.success);
-    let expected = format!("{}:8:1: unknown field `intreval`", sandbox.path("tend.toml").display());
+    let expected = format!(
+        "{}:8:1: unknown field `intreval`",
+        sandbox.path("tend.toml").display()
+    );
     assert!(run.stderr.contains(&expected), "{}", run.stderr);
 }
 
@@ -84,9 +141,18 @@ fn inspect_shows_world_capabilities_and_self_description() {
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{stdout}");
     assert!(stdout.contains("plugin:   mirror-gate 0.1.0"), "{stdout}");
-    assert!(stdout.contains("world:    tend:plugin/plugin@0.1.0"), "{stdout}");
-    assert!(stdout.contains("capabilities: log@0.1.0, state@0.1.0, files@0.1.0, http@0.1.0"), "{stdout}");
-    assert!(stdout.contains("exports:\n  tend:plugin/reconciler@0.1.0"), "{stdout}");
+    assert!(
+        stdout.contains("world:    tend:plugin/plugin@0.1.0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("capabilities: log@0.1.0, state@0.1.0, files@0.1.0, http@0.1.0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("exports:\n  tend:plugin/reconciler@0.1.0"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -101,7 +167,12 @@ fn python_plugin_runs_on_the_same_host_with_the_same_grants() {
     ));
     let run = sandbox.tend(&["reconcile", "python-http-check"]);
     assert!(run.success, "{run:?}");
-    assert!(run.stdout.contains("python-http-check: healthy: 1 endpoint(s) answering"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("python-http-check: healthy: 1 endpoint(s) answering"),
+        "{}",
+        run.stdout
+    );
 
     // State persists across reconciles: failures in a row are counted.
     sandbox.config(&format!(
@@ -109,11 +180,21 @@ fn python_plugin_runs_on_the_same_host_with_the_same_grants() {
     ));
     sandbox.tend(&["reconcile", "python-http-check"]);
     let run = sandbox.tend(&["reconcile", "python-http-check"]);
-    assert!(run.stdout.contains("degraded: ") && run.stdout.contains("(2 in a row)"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("degraded: ") && run.stdout.contains("(2 in a row)"),
+        "{}",
+        run.stdout
+    );
 
     // Without the grant the Python plugin is denied like any other.
-    sandbox.config(&format!("[plugins.python-http-check]\n[plugins.python-http-check.config]\nurls = [\"{url}\"]\n"));
+    sandbox.config(&format!(
+        "[plugins.python-http-check]\n[plugins.python-http-check.config]\nurls = [\"{url}\"]\n"
+    ));
     let run = sandbox.tend(&["reconcile", "python-http-check"]);
     assert!(!run.success);
-    assert!(run.stdout.contains("denied: GET ") && run.stdout.contains("no http grant matches"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("denied: GET ") && run.stdout.contains("no http grant matches"),
+        "{}",
+        run.stdout
+    );
 }

@@ -9,34 +9,55 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn built(path: PathBuf) -> PathBuf {
-    assert!(path.exists(), "{} is missing: run `cargo xtask test`, which builds it", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo xtask test`, which builds it",
+        path.display()
+    );
     path
 }
 
-/// The `tend` binary under test (`TEND_BIN`, else target/debug/tend).
+/// The `tend` binary under test: `TEND_BIN` (relative to the workspace root),
+/// else target/debug/tend.
 pub fn tend_bin() -> PathBuf {
-    built(std::env::var_os("TEND_BIN").map_or_else(|| workspace_root().join("target/debug/tend"), PathBuf::from))
+    let bin =
+        std::env::var_os("TEND_BIN").map_or_else(|| "target/debug/tend".into(), PathBuf::from);
+    built(workspace_root().join(bin))
 }
 
 /// A plugin built by `cargo xtask plugins`.
 pub fn plugin(name: &str) -> PathBuf {
-    built(workspace_root().join("target/plugins").join(format!("{name}.wasm")))
+    built(
+        workspace_root()
+            .join("target/plugins")
+            .join(format!("{name}.wasm")),
+    )
 }
 
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Poll `condition` until it holds or `within` passes; panics with `what`.
 pub fn wait_until(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
     while !condition() {
-        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -135,7 +156,10 @@ impl Sandbox {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        Daemon { child: Some(child), log }
+        Daemon {
+            child: Some(child),
+            log,
+        }
     }
 }
 
@@ -167,17 +191,25 @@ impl Daemon {
     /// Everything the daemon logged so far (without ANSI colours).
     pub fn log(&self) -> String {
         let mut text = String::new();
-        std::fs::File::open(&self.log).unwrap().read_to_string(&mut text).unwrap();
+        std::fs::File::open(&self.log)
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
         strip_ansi(&text)
     }
 
     /// How many log lines contain every one of `needles`.
     pub fn count(&self, needles: &[&str]) -> usize {
-        self.log().lines().filter(|l| needles.iter().all(|n| l.contains(n))).count()
+        self.log()
+            .lines()
+            .filter(|l| needles.iter().all(|n| l.contains(n)))
+            .count()
     }
 
     pub fn wait_for_log(&self, within: Duration, needles: &[&str]) {
-        wait_until(within, &format!("a log line with {needles:?}"), || self.count(needles) > 0);
+        wait_until(within, &format!("a log line with {needles:?}"), || {
+            self.count(needles) > 0
+        });
         let _ = self.log();
     }
 
@@ -188,7 +220,10 @@ impl Daemon {
     /// SIGTERM, then wait; returns whether it exited 0.
     pub fn terminate(mut self, within: Duration) -> bool {
         let mut child = self.child.take().unwrap();
-        Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = child.try_wait().unwrap() {

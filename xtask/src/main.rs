@@ -21,7 +21,9 @@ fn main() -> ExitCode {
         "test" => test(),
         "demo" => demo(),
         _ => {
-            eprintln!("usage: cargo xtask <plugins|test|demo>\n  plugins  build every plugin into target/plugins/\n  test     everything: unit and end-to-end tests\n  demo     run tend on examples/quickstart against a local registry");
+            eprintln!(
+                "usage: cargo xtask <plugins|test|demo>\n  plugins  build every plugin into target/plugins/\n  test     everything: unit and end-to-end tests\n  demo     run tend on examples/quickstart against a local registry"
+            );
             return ExitCode::from(2);
         }
     };
@@ -35,7 +37,10 @@ fn main() -> ExitCode {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn step(what: &str) {
@@ -43,7 +48,9 @@ fn step(what: &str) {
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed with {status}");
     }
@@ -57,12 +64,21 @@ fn cargo() -> Command {
 }
 
 fn has_command(name: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {name}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+    Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn ensure_wasm_target() -> Result<()> {
-    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output()?;
-    if !String::from_utf8_lossy(&installed.stdout).lines().any(|l| l == "wasm32-wasip2") {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()?;
+    if !String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l == "wasm32-wasip2")
+    {
         step("installing the wasm32-wasip2 target");
         run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
     }
@@ -70,17 +86,33 @@ fn ensure_wasm_target() -> Result<()> {
 }
 
 fn ensure_debian_packages() -> Result<()> {
-    let missing: Vec<&str> = DEBIAN.iter().filter(|(cmd, _)| !has_command(cmd)).map(|(_, pkg)| *pkg).collect();
+    let missing: Vec<&str> = DEBIAN
+        .iter()
+        .filter(|(cmd, _)| !has_command(cmd))
+        .map(|(_, pkg)| *pkg)
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
-    let is_root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
     if !is_root {
-        bail!("missing Debian packages: run `sudo apt-get install -y {}` and try again", missing.join(" "));
+        bail!(
+            "missing Debian packages: run `sudo apt-get install -y {}` and try again",
+            missing.join(" ")
+        );
     }
-    step(&format!("installing Debian packages: {}", missing.join(" ")));
+    step(&format!(
+        "installing Debian packages: {}",
+        missing.join(" ")
+    ));
     run(Command::new("apt-get").args(["update", "-qq"]))?;
-    run(Command::new("apt-get").args(["install", "-y", "-qq", "--no-install-recommends"]).args(&missing).env("DEBIAN_FRONTEND", "noninteractive"))
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 /// componentize-py in a venv under target/, installed on first use.
@@ -88,7 +120,10 @@ fn componentize_py() -> Result<PathBuf> {
     let venv = root().join("target/venv");
     let bin = venv.join("bin/componentize-py");
     if !bin.exists() {
-        step(&format!("installing {COMPONENTIZE_PY} into {}", venv.display()));
+        step(&format!(
+            "installing {COMPONENTIZE_PY} into {}",
+            venv.display()
+        ));
         run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         run(Command::new(venv.join("bin/pip")).args(["install", "-q", COMPONENTIZE_PY]))?;
     }
@@ -115,10 +150,15 @@ fn plugins() -> Result<()> {
     }
     run(&mut build)?;
     for (package, name) in RUST_PLUGINS {
-        let built = root().join("target/wasm32-wasip2/plugin").join(format!("{}.wasm", package.replace('-', "_")));
-        std::fs::copy(&built, out.join(format!("{name}.wasm"))).with_context(|| format!("copy {}", built.display()))?;
+        let built = root()
+            .join("target/wasm32-wasip2/plugin")
+            .join(format!("{}.wasm", package.replace('-', "_")));
+        std::fs::copy(&built, out.join(format!("{name}.wasm")))
+            .with_context(|| format!("copy {}", built.display()))?;
     }
-    let wit: Vec<PathBuf> = std::fs::read_dir(root().join("wit"))?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
+    let wit: Vec<PathBuf> = std::fs::read_dir(root().join("wit"))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
     for entry in std::fs::read_dir(root().join("examples/plugins"))? {
         let dir = entry?.path();
         if !dir.join("app.py").exists() {
@@ -131,7 +171,9 @@ fn plugins() -> Result<()> {
             continue;
         }
         let componentize = componentize_py()?;
-        step(&format!("building Python plugin {name} with componentize-py"));
+        step(&format!(
+            "building Python plugin {name} with componentize-py"
+        ));
         run(Command::new(componentize)
             .current_dir(&dir)
             .arg("-d")
@@ -154,7 +196,9 @@ fn test() -> Result<()> {
     plugins()?;
     let tend = build_tend()?;
     step("running every test (unit and end-to-end)");
-    run(cargo().args(["test"]).env("TEND_BIN", tend))
+    run(cargo()
+        .args(["test", "--no-fail-fast"])
+        .env("TEND_BIN", tend))
 }
 
 /// A local registry started with the project's peer script, stopped on drop.
@@ -163,18 +207,26 @@ struct DemoRegistry(PathBuf);
 impl DemoRegistry {
     fn start(port: u16) -> Result<Self> {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            bail!("127.0.0.1:{port} is in use; examples/quickstart/tend.toml expects the stand-in cache there: free the port and try again");
+            bail!(
+                "127.0.0.1:{port} is in use; examples/quickstart/tend.toml expects the stand-in cache there: free the port and try again"
+            );
         }
         let dir = root().join("target/demo/registry");
         let _ = std::fs::remove_dir_all(&dir);
-        run(Command::new(root().join("tests/peers/registry.sh")).arg("start").arg(&dir).arg(port.to_string()))?;
+        run(Command::new(root().join("tests/peers/registry.sh"))
+            .arg("start")
+            .arg(&dir)
+            .arg(port.to_string()))?;
         Ok(DemoRegistry(dir))
     }
 }
 
 impl Drop for DemoRegistry {
     fn drop(&mut self) {
-        let _ = Command::new(root().join("tests/peers/registry.sh")).arg("stop").arg(&self.0).status();
+        let _ = Command::new(root().join("tests/peers/registry.sh"))
+            .arg("stop")
+            .arg(&self.0)
+            .status();
     }
 }
 
@@ -186,9 +238,14 @@ fn demo() -> Result<()> {
     let work = Path::new("/tmp/tend-quickstart");
     let _ = std::fs::remove_dir_all(work);
     std::fs::create_dir_all(work.join("certs.d/quay.io"))?;
-    std::fs::write(work.join("certs.d/quay.io/hosts.toml"), "# the operator's own file: mirror-gate leaves it alone\nserver = \"https://quay.io\"\n")?;
+    std::fs::write(
+        work.join("certs.d/quay.io/hosts.toml"),
+        "# the operator's own file: mirror-gate leaves it alone\nserver = \"https://quay.io\"\n",
+    )?;
 
-    step(&format!("starting a real OCI registry on 127.0.0.1:{QUICKSTART_REGISTRY_PORT} as a stand-in registry cache"));
+    step(&format!(
+        "starting a real OCI registry on 127.0.0.1:{QUICKSTART_REGISTRY_PORT} as a stand-in registry cache"
+    ));
     let registry = DemoRegistry::start(QUICKSTART_REGISTRY_PORT)?;
 
     step("tend check: the config is valid and every plugin compiles");
@@ -218,9 +275,29 @@ fn demo() -> Result<()> {
     let Ok(text) = std::fs::read_to_string(&hosts) else {
         bail!("{} was not written; see the log above", hosts.display());
     };
-    eprintln!("{} (written because 127.0.0.1:{QUICKSTART_REGISTRY_PORT}/v2/ answered 200):\n{text}", hosts.display());
-    eprintln!("ghcr.io: {}", if work.join("certs.d/ghcr.io").exists() { "written (unexpected!)" } else { "no hosts.toml: its cache (127.0.0.1:5056) does not answer, so containerd keeps pulling directly" });
-    eprintln!("quay.io: the operator's own hosts.toml is untouched: {}", std::fs::read_to_string(work.join("certs.d/quay.io/hosts.toml"))?.lines().last().unwrap_or(""));
-    eprintln!("tend stopped on SIGTERM with {status}. Files are under {}; the config is {}", work.display(), config.display());
+    eprintln!(
+        "{} (written because 127.0.0.1:{QUICKSTART_REGISTRY_PORT}/v2/ answered 200):\n{text}",
+        hosts.display()
+    );
+    eprintln!(
+        "ghcr.io: {}",
+        if work.join("certs.d/ghcr.io").exists() {
+            "written (unexpected!)"
+        } else {
+            "no hosts.toml: its cache (127.0.0.1:5056) does not answer, so containerd keeps pulling directly"
+        }
+    );
+    eprintln!(
+        "quay.io: the operator's own hosts.toml is untouched: {}",
+        std::fs::read_to_string(work.join("certs.d/quay.io/hosts.toml"))?
+            .lines()
+            .last()
+            .unwrap_or("")
+    );
+    eprintln!(
+        "tend stopped on SIGTERM with {status}. Files are under {}; the config is {}",
+        work.display(),
+        config.display()
+    );
     Ok(())
 }

@@ -235,7 +235,10 @@ impl Runtime {
         };
         let result = tokio::time::timeout(config.limits.timeout, run).await;
         let result = match result {
-            Err(_) => Err(Failure::Deadline { plugin: config.name.clone(), limit: config.limits.timeout }),
+            Err(_) => Err(Failure::Deadline {
+                plugin: config.name.clone(),
+                limit: config.limits.timeout,
+            }),
             Ok(Ok(Ok(outcome))) => Ok(from_wit_outcome(outcome)),
             Ok(Ok(Err(error))) => Err(Failure::Plugin(bindings::from_wit_error(error))),
             Ok(Err(e)) => Err(classify(e, &store, &output, config)),
@@ -282,12 +285,7 @@ impl Runtime {
         };
         match tokio::time::timeout(config.limits.timeout, run).await {
             Err(_) => anyhow::bail!("describe did not return within {:?}", config.limits.timeout),
-            Ok(Err(e)) => Err(anyhow::anyhow!(classify(
-                e,
-                &store,
-                &output,
-                &config
-            ))),
+            Ok(Err(e)) => Err(anyhow::anyhow!(classify(e, &store, &output, &config))),
             Ok(Ok(info)) => Ok(PluginInfo {
                 name: info.name,
                 version: info.version,

@@ -61,9 +61,9 @@ pub fn start(paths: Vec<WatchPath>, triggers: Triggers) -> notify::Result<FileWa
 /// The temp files of the host's own atomic writes (`.NAME.tend-N.tmp`): their
 /// rename lands on the real name, which is reported.
 fn is_atomic_write_temp(path: &std::path::Path) -> bool {
-    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-        n.starts_with('.') && n.ends_with(".tmp") && n.contains(".tend-")
-    })
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with('.') && n.ends_with(".tmp") && n.contains(".tend-"))
 }
 
 async fn dispatch(
@@ -91,7 +91,9 @@ mod tests {
 
     #[test]
     fn own_temp_files_are_not_changes() {
-        assert!(is_atomic_write_temp(Path::new("/c/docker.io/.hosts.toml.tend-42.tmp")));
+        assert!(is_atomic_write_temp(Path::new(
+            "/c/docker.io/.hosts.toml.tend-42.tmp"
+        )));
         assert!(!is_atomic_write_temp(Path::new("/c/docker.io/hosts.toml")));
         assert!(!is_atomic_write_temp(Path::new("/c/.hidden")));
     }

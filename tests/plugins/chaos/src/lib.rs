@@ -30,7 +30,11 @@ pub struct Chaos;
 
 impl Plugin for Chaos {
     fn info() -> PluginInfo {
-        PluginInfo::new("chaos", env!("CARGO_PKG_VERSION"), "misbehaves on request, for tests")
+        PluginInfo::new(
+            "chaos",
+            env!("CARGO_PKG_VERSION"),
+            "misbehaves on request, for tests",
+        )
     }
 
     fn reconcile(ctx: &Context, host: &dyn Host) -> Result<Outcome> {
@@ -62,7 +66,9 @@ impl Plugin for Chaos {
             }
             Mode::Write { path, content } => {
                 let changed = host.files().write(&path, content.as_bytes(), None)?;
-                Ok(Outcome::healthy(format!("wrote {path} (changed: {changed})")))
+                Ok(Outcome::healthy(format!(
+                    "wrote {path} (changed: {changed})"
+                )))
             }
         }
     }
