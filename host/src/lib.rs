@@ -7,10 +7,15 @@
 //! - [`capabilities`]: one module per WIT interface; grants, dry run and limits
 //!   are enforced there before a backend is touched.
 //! - [`scheduler`]: triggers, coalescing and backoff per plugin.
+//! - [`daemon`]: `tend run`: hot reload, lifecycle, metrics and status.
+//! - [`journal`]: the durable record of every mutation.
 //! - [`cli`]: the `tend` commands.
 
 pub mod capabilities;
 pub mod cli;
 pub mod config;
+pub mod daemon;
+pub mod journal;
 pub mod runtime;
 pub mod scheduler;
+pub mod watch;

@@ -33,6 +33,22 @@ pub enum CapError {
     Other(String),
 }
 
+impl CapError {
+    /// The case name as in the WIT (`not-found`, ...): a metrics label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CapError::Denied(_) => "denied",
+            CapError::NotFound(_) => "not-found",
+            CapError::Conflict(_) => "conflict",
+            CapError::Unavailable(_) => "unavailable",
+            CapError::Timeout(_) => "timeout",
+            CapError::Invalid(_) => "invalid",
+            CapError::BudgetExhausted(_) => "budget-exhausted",
+            CapError::Other(_) => "other",
+        }
+    }
+}
+
 /// A mutating call a plugin made: performed, or (in a dry run) only planned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Mutation {

@@ -1,9 +1,10 @@
 //! The `tend` command line.
 
+mod journal;
 mod node;
 mod once;
-mod report;
-mod run;
+pub mod report;
+mod status;
 mod validate;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -32,8 +33,9 @@ enum LogFormat {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the daemon: reconcile every enabled plugin on its triggers until
-    /// SIGTERM or SIGINT (which let the reconcile in flight finish).
+    /// Run the daemon: reconcile every enabled plugin on its triggers; reload
+    /// plugins and config as they change (and on SIGHUP); SIGTERM or SIGINT let
+    /// the reconciles in flight finish, then exit 0.
     Run {
         #[arg(short, long)]
         config: PathBuf,
@@ -53,6 +55,27 @@ enum Command {
         name: String,
         #[arg(short, long)]
         config: PathBuf,
+    },
+    /// Every mutation plugins made or planned, oldest first.
+    Journal {
+        #[arg(short, long)]
+        config: PathBuf,
+        /// Only this plugin's entries.
+        #[arg(long)]
+        plugin: Option<String>,
+        /// Only entries newer than this ("10m", "2h", "1day").
+        #[arg(long, value_parser = humantime::parse_duration)]
+        since: Option<std::time::Duration>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What the running daemon reports (needs [host] listen).
+    Status {
+        #[arg(short, long)]
+        config: PathBuf,
+        #[arg(long)]
+        json: bool,
     },
     /// Look at plugin components.
     Plugins {
@@ -76,7 +99,14 @@ pub fn main() -> ExitCode {
         .expect("start the tokio runtime");
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Run { config } => run::run(&config).await,
+            Command::Run { config } => crate::daemon::run(&config).await,
+            Command::Journal {
+                config,
+                plugin,
+                since,
+                json,
+            } => journal::show(&config, &crate::journal::Filter { plugin, since }, json),
+            Command::Status { config, json } => status::show(&config, json).await,
             Command::Check { config } => validate::check(&config).await,
             Command::Plan { config } => once::plan(&config).await,
             Command::Reconcile { name, config } => once::reconcile(&config, &name).await,

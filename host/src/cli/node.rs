@@ -3,6 +3,7 @@
 
 use crate::capabilities::Backends;
 use crate::config::{Config, PluginConfig};
+use crate::journal::{self, Journal};
 use crate::runtime::{CompiledPlugin, LoadError, Runtime};
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +30,18 @@ impl Node {
             runtime,
             backends,
         })
+    }
+
+    /// Append what a manual reconcile did (or planned) to the journal.
+    pub fn journal(&self, plugin: &str, digest: &str, mutations: &[crate::capabilities::Mutation]) {
+        let entries = journal::entries(plugin, digest, &["manual".to_string()], mutations);
+        if let Err(e) = Journal::open(&self.config.host.state_dir).and_then(|j| j.append(&entries))
+        {
+            eprintln!(
+                "warning: cannot append to the journal under {}: {e}",
+                self.config.host.state_dir.display()
+            );
+        }
     }
 
     /// Compile every enabled plugin, in parallel off the async executor.

@@ -30,6 +30,7 @@ pub async fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
             .runtime
             .reconcile(&plugin, &loaded.config, request)
             .await;
+        node.journal(&loaded.config.name, &plugin.digest, &result.mutations);
         failed |= result.result.is_err();
         report::print(&loaded.config.name, &result);
     }
@@ -69,6 +70,7 @@ pub async fn reconcile(config_path: &Path, name: &str) -> anyhow::Result<ExitCod
         dry_run,
     };
     let result = node.runtime.reconcile(&plugin, config, request).await;
+    node.journal(name, &plugin.digest, &result.mutations);
     report::print(name, &result);
     Ok(if result.result.is_ok() {
         ExitCode::SUCCESS

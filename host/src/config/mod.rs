@@ -2,6 +2,7 @@
 //! value validated while it is parsed so that errors point at file:line:column,
 //! then resolved into absolute paths and defaults.
 
+pub mod diff;
 mod values;
 
 pub use values::{ByteSize, FileGrant, UrlPattern};
@@ -29,6 +30,10 @@ pub struct HostConfig {
     pub cache_dir: PathBuf,
     pub node_name: String,
     pub dry_run: bool,
+    /// Where `/metrics`, `/healthz`, `/readyz` and `/status` are served; off when None.
+    pub listen: Option<std::net::SocketAddr>,
+    /// Compiled artifacts beyond this size are evicted (those no plugin uses, oldest first).
+    pub cache_max_size: ByteSize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -118,6 +123,8 @@ struct RawHost {
     node_name: Option<String>,
     #[serde(default)]
     dry_run: bool,
+    listen: Option<std::net::SocketAddr>,
+    cache_max_size: Option<ByteSize>,
 }
 
 #[derive(Deserialize)]
@@ -176,6 +183,8 @@ impl Config {
             state_dir: base.join(&raw.host.state_dir),
             node_name: raw.host.node_name.unwrap_or_else(hostname),
             dry_run: raw.host.dry_run,
+            listen: raw.host.listen,
+            cache_max_size: raw.host.cache_max_size.unwrap_or(ByteSize(1 << 30)),
         };
         let mut plugins = BTreeMap::new();
         for (name, plugin) in raw.plugins {

@@ -132,3 +132,23 @@ fn url_patterns_parse_into_parts() {
     assert!(UrlPattern::parse("http://user@x/").is_err());
     assert!(UrlPattern::parse("http://x:http/").is_err());
 }
+
+#[test]
+fn listen_and_cache_size_parse_and_bad_addresses_are_located() {
+    let text = "[host]\nplugins-dir = 'p'\nstate-dir = 's'\nlisten = '127.0.0.1:9464'\ncache-max-size = '256MiB'\n";
+    let config = parse(text).unwrap();
+    assert_eq!(config.host.listen, Some("127.0.0.1:9464".parse().unwrap()));
+    assert_eq!(config.host.cache_max_size, ByteSize(256 << 20));
+    assert_eq!(
+        parse("[host]\nplugins-dir = 'p'\nstate-dir = 's'\n")
+            .unwrap()
+            .host
+            .listen,
+        None
+    );
+    let err = error_of("[host]\nplugins-dir = 'p'\nstate-dir = 's'\nlisten = 'localhost'\n");
+    assert!(
+        err.starts_with("/srv/tend/tend.toml:4:10: invalid socket address"),
+        "{err}"
+    );
+}

@@ -48,6 +48,7 @@ impl types::Host for CallState {}
 
 impl log::Host for CallState {
     async fn log(&mut self, level: log::Level, message: String) {
+        let _ = self.counted("log", "log", Ok(()));
         let level = match level {
             log::Level::Trace => cap_log::Level::Trace,
             log::Level::Debug => cap_log::Level::Debug,
@@ -61,16 +62,20 @@ impl log::Host for CallState {
 
 impl state::Host for CallState {
     async fn get(&mut self, key: String) -> WitResult<Option<Vec<u8>>> {
-        self.caps.state.get(&key).map_err(to_wit_error)
+        let result = self.caps.state.get(&key);
+        self.counted("state", "get", result)
     }
     async fn set(&mut self, key: String, value: Vec<u8>) -> WitResult<()> {
-        self.caps.state.set(&key, value).map_err(to_wit_error)
+        let result = self.caps.state.set(&key, value);
+        self.counted("state", "set", result)
     }
     async fn delete(&mut self, key: String) -> WitResult<bool> {
-        self.caps.state.delete(&key).map_err(to_wit_error)
+        let result = self.caps.state.delete(&key);
+        self.counted("state", "delete", result)
     }
     async fn list_keys(&mut self, prefix: String) -> WitResult<Vec<String>> {
-        self.caps.state.list_keys(&prefix).map_err(to_wit_error)
+        let result = self.caps.state.list_keys(&prefix);
+        self.counted("state", "list-keys", result)
     }
 }
 
@@ -85,7 +90,8 @@ fn file_kind(kind: cap_files::FileKind) -> files::FileKind {
 
 impl files::Host for CallState {
     async fn read(&mut self, path: String) -> WitResult<Vec<u8>> {
-        self.caps.files.read(path).await.map_err(to_wit_error)
+        let result = self.caps.files.read(path).await;
+        self.counted("files", "read", result)
     }
     async fn write(
         &mut self,
@@ -93,17 +99,16 @@ impl files::Host for CallState {
         contents: Vec<u8>,
         mode: Option<u32>,
     ) -> WitResult<bool> {
-        self.caps
-            .files
-            .write(path, contents, mode)
-            .await
-            .map_err(to_wit_error)
+        let result = self.caps.files.write(path, contents, mode).await;
+        self.counted("files", "write", result)
     }
     async fn remove(&mut self, path: String) -> WitResult<bool> {
-        self.caps.files.remove(path).await.map_err(to_wit_error)
+        let result = self.caps.files.remove(path).await;
+        self.counted("files", "remove", result)
     }
     async fn list_dir(&mut self, path: String) -> WitResult<Vec<files::DirEntry>> {
-        let entries = self.caps.files.list(path).await.map_err(to_wit_error)?;
+        let result = self.caps.files.list(path).await;
+        let entries = self.counted("files", "list-dir", result)?;
         Ok(entries
             .into_iter()
             .map(|e| files::DirEntry {
@@ -113,7 +118,8 @@ impl files::Host for CallState {
             .collect())
     }
     async fn stat(&mut self, path: String) -> WitResult<Option<files::Metadata>> {
-        let meta = self.caps.files.metadata(path).await.map_err(to_wit_error)?;
+        let result = self.caps.files.metadata(path).await;
+        let meta = self.counted("files", "stat", result)?;
         Ok(meta.map(|m| files::Metadata {
             kind: file_kind(m.kind),
             size: m.size,
@@ -132,12 +138,8 @@ impl http::Host for CallState {
             headers: req.headers,
             body: req.body,
         };
-        let response = self
-            .caps
-            .http
-            .send(request, timeout)
-            .await
-            .map_err(to_wit_error)?;
+        let result = self.caps.http.send(request, timeout).await;
+        let response = self.counted("http", "send", result)?;
         Ok(http::Response {
             status: response.status,
             headers: response.headers,

@@ -90,6 +90,45 @@ impl ArtifactCache {
         }
         Ok((component, outcome))
     }
+
+    /// Delete the oldest artifacts that no digest in `in_use` needs until the
+    /// cache holds at most `max_bytes`.
+    pub fn evict(&self, in_use: &std::collections::HashSet<String>, max_bytes: u64) -> usize {
+        let Some(dir) = &self.dir else { return 0 };
+        let keep: std::collections::HashSet<PathBuf> = in_use
+            .iter()
+            .filter_map(|d| self.entry(d))
+            .map(|(artifact, _)| artifact)
+            .collect();
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        let mut artifacts: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+            .filter_map(|e| {
+                let path = e.ok()?.path();
+                let meta = std::fs::metadata(&path).ok()?;
+                (path.extension()? == "cwasm").then_some((meta.modified().ok()?, meta.len(), path))
+            })
+            .collect();
+        let mut total: u64 = artifacts.iter().map(|(_, len, _)| len).sum();
+        artifacts.sort();
+        let mut evicted = 0;
+        for (_, len, path) in artifacts {
+            if total <= max_bytes {
+                break;
+            }
+            if keep.contains(&path) {
+                continue;
+            }
+            let _ = std::fs::remove_file(path.with_extension("sha256"));
+            if std::fs::remove_file(&path).is_ok() {
+                total -= len;
+                evicted += 1;
+                tracing::info!(artifact = %path.display(), "compile cache entry evicted");
+            }
+        }
+        evicted
+    }
 }
 
 fn store(component: &Component, artifact: &Path, checksum: &Path) -> anyhow::Result<()> {
@@ -144,6 +183,32 @@ mod tests {
             .load_or_compile(&engine, EMPTY_COMPONENT, &digest)
             .unwrap();
         assert_eq!(fourth, CacheOutcome::Hit, "the corrupt entry was rewritten");
+    }
+
+    #[test]
+    fn eviction_keeps_entries_in_use_and_bounds_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::default();
+        let cache = ArtifactCache::new(Some(dir.path()), &engine);
+        // Three distinct components: the empty one plus a custom section each.
+        let components: Vec<Vec<u8>> = (0..3u8)
+            .map(|i| [EMPTY_COMPONENT, &[0x00, 0x03, 0x01, b'x', b'0' + i]].concat())
+            .collect();
+        let digests: Vec<String> = components.iter().map(|c| sha256_hex(c)).collect();
+        for (component, digest) in components.iter().zip(&digests) {
+            cache.load_or_compile(&engine, component, digest).unwrap();
+        }
+        let artifact = |d: &String| cache.entry(d).unwrap().0;
+        let in_use = std::collections::HashSet::from([digests[0].clone()]);
+        assert_eq!(
+            cache.evict(&in_use, u64::MAX),
+            0,
+            "under the bound nothing goes"
+        );
+        assert_eq!(cache.evict(&in_use, 0), 2, "everything not in use goes");
+        assert!(artifact(&digests[0]).exists());
+        assert!(!artifact(&digests[1]).exists() && !artifact(&digests[2]).exists());
+        assert!(!artifact(&digests[1]).with_extension("sha256").exists());
     }
 
     #[test]

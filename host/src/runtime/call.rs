@@ -92,6 +92,16 @@ pub enum Failure {
     Host(String),
 }
 
+/// How often a reconcile called one capability operation with one result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallCount {
+    pub capability: &'static str,
+    pub operation: &'static str,
+    /// "ok" or the error case.
+    pub result: &'static str,
+    pub count: u64,
+}
+
 /// What one reconcile did.
 #[derive(Debug)]
 pub struct ReconcileReport {
@@ -101,6 +111,7 @@ pub struct ReconcileReport {
     pub elapsed: Duration,
     /// Log lines dropped because the plugin exceeded its log budget.
     pub logs_dropped: usize,
+    pub calls: Vec<CallCount>,
 }
 
 /// Caps the total linear memory of one instance (all its memories together),
@@ -146,6 +157,24 @@ pub struct CallState {
     table: ResourceTable,
     limiter: MemoryLimiter,
     pub(super) caps: Capabilities,
+    calls: std::collections::BTreeMap<(&'static str, &'static str, &'static str), u64>,
+}
+
+impl CallState {
+    /// Count a capability call by its result, and hand the result to the guest.
+    pub(super) fn counted<T>(
+        &mut self,
+        capability: &'static str,
+        operation: &'static str,
+        result: Result<T, CapError>,
+    ) -> Result<T, types::Error> {
+        let label = result.as_ref().map_or_else(CapError::kind, |_| "ok");
+        *self
+            .calls
+            .entry((capability, operation, label))
+            .or_default() += 1;
+        result.map_err(bindings::to_wit_error)
+    }
 }
 
 impl WasiView for CallState {
@@ -187,6 +216,7 @@ impl Runtime {
             table: ResourceTable::new(),
             limiter,
             caps,
+            calls: Default::default(),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -249,6 +279,17 @@ impl Runtime {
             mutations: mutations.take(),
             elapsed: started.elapsed(),
             logs_dropped: store.data().caps.log.dropped(),
+            calls: store
+                .data()
+                .calls
+                .iter()
+                .map(|(&(capability, operation, result), &count)| CallCount {
+                    capability,
+                    operation,
+                    result,
+                    count,
+                })
+                .collect(),
         }
     }
 

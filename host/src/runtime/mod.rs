@@ -9,7 +9,9 @@ mod engine;
 mod plugin;
 
 pub use cache::{ArtifactCache, CacheOutcome};
-pub use call::{CallState, Failure, Health, Outcome, PluginInfo, ReconcileReport, Trigger};
+pub use call::{
+    CallCount, CallState, Failure, Health, Outcome, PluginInfo, ReconcileReport, Trigger,
+};
 pub use engine::EpochTicker;
 pub use plugin::{CompiledPlugin, LoadError};
 
@@ -51,5 +53,11 @@ impl Runtime {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Bound the compile cache to `max_bytes`, never evicting the artifacts of
+    /// `in_use` digests; returns how many entries were evicted.
+    pub fn evict_cache(&self, in_use: &std::collections::HashSet<String>, max_bytes: u64) -> usize {
+        self.cache.evict(in_use, max_bytes)
     }
 }

@@ -12,9 +12,9 @@ use crate::runtime::Trigger;
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch as signal};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep_until};
 
@@ -40,55 +40,77 @@ pub struct Schedule {
     pub interval: Option<Duration>,
 }
 
+enum Message {
+    Trigger(Trigger),
+    /// The plugin's interval changed (config reload).
+    Interval(Option<Duration>),
+}
+
+type Senders = Arc<RwLock<HashMap<String, mpsc::UnboundedSender<Message>>>>;
+
 /// Sends triggers to plugins; cheap to clone (the file watcher holds one).
 #[derive(Clone, Default)]
 pub struct Triggers {
-    senders: Arc<HashMap<String, mpsc::UnboundedSender<Trigger>>>,
+    senders: Senders,
 }
 
 impl Triggers {
     /// Queue a trigger; false when the plugin is not scheduled.
     pub fn send(&self, plugin: &str, trigger: Trigger) -> bool {
-        self.senders
+        let senders = self.senders.read().unwrap();
+        senders
             .get(plugin)
-            .is_some_and(|s| s.send(trigger).is_ok())
+            .is_some_and(|s| s.send(Message::Trigger(trigger)).is_ok())
     }
 }
 
+/// One task per scheduled plugin. Plugins come and go as the config and the
+/// plugins directory change.
 pub struct Scheduler {
+    runner: Arc<dyn Runner>,
     triggers: Triggers,
-    stop: signal::Sender<bool>,
     tasks: JoinSet<()>,
 }
 
 impl Scheduler {
-    /// Start one task per plugin; each reconciles once at startup.
-    pub fn start(runner: Arc<dyn Runner>, schedules: Vec<Schedule>) -> Self {
-        let (stop, stopped) = signal::channel(false);
-        let mut senders = HashMap::new();
-        let mut tasks = JoinSet::new();
-        for schedule in schedules {
-            let (tx, rx) = mpsc::unbounded_channel();
-            tx.send(Trigger::new("startup")).expect("receiver is alive");
-            senders.insert(schedule.plugin.clone(), tx);
-            tasks.spawn(plugin_loop(runner.clone(), schedule, rx, stopped.clone()));
-        }
+    pub fn new(runner: Arc<dyn Runner>) -> Self {
         Scheduler {
-            triggers: Triggers {
-                senders: Arc::new(senders),
-            },
-            stop,
-            tasks,
+            runner,
+            triggers: Triggers::default(),
+            tasks: JoinSet::new(),
         }
+    }
+
+    /// Schedule a plugin (it reconciles once at startup), or update the
+    /// interval of one already scheduled.
+    pub fn upsert(&mut self, schedule: Schedule) {
+        while self.tasks.try_join_next().is_some() {}
+        let mut senders = self.triggers.senders.write().unwrap();
+        if let Some(sender) = senders.get(&schedule.plugin)
+            && sender.send(Message::Interval(schedule.interval)).is_ok()
+        {
+            return;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(Message::Trigger(Trigger::new("startup")))
+            .expect("receiver is alive");
+        senders.insert(schedule.plugin.clone(), tx);
+        self.tasks
+            .spawn(plugin_loop(self.runner.clone(), schedule, rx));
+    }
+
+    /// Stop scheduling a plugin; a reconcile in flight finishes.
+    pub fn remove(&mut self, plugin: &str) {
+        self.triggers.senders.write().unwrap().remove(plugin);
     }
 
     pub fn triggers(&self) -> Triggers {
         self.triggers.clone()
     }
 
-    /// Stop scheduling; reconciles in flight finish first.
-    pub async fn shutdown(mut self) {
-        let _ = self.stop.send(true);
+    /// Stop scheduling everything; reconciles in flight finish first.
+    pub async fn shutdown(&mut self) {
+        self.triggers.senders.write().unwrap().clear();
         while self.tasks.join_next().await.is_some() {}
     }
 }
@@ -96,27 +118,35 @@ impl Scheduler {
 async fn plugin_loop(
     runner: Arc<dyn Runner>,
     schedule: Schedule,
-    mut queue: mpsc::UnboundedReceiver<Trigger>,
-    mut stopped: signal::Receiver<bool>,
+    mut queue: mpsc::UnboundedReceiver<Message>,
 ) {
+    let mut interval = schedule.interval;
     let mut pending = BTreeSet::new();
     let mut backoff = Backoff::default();
     let mut not_before = Instant::now();
-    let mut next_interval = schedule.interval.map(|i| Instant::now() + i);
+    let mut next_interval = interval.map(|i| Instant::now() + i);
     let mut requeue_at: Option<Instant> = None;
     loop {
         let now = Instant::now();
         if next_interval.is_some_and(|at| at <= now) {
             pending.insert(Trigger::new("interval"));
-            next_interval = schedule.interval.map(|i| now + i);
+            next_interval = interval.map(|i| now + i);
         }
         if requeue_at.is_some_and(|at| at <= now) {
             pending.insert(Trigger::new("requeue"));
             requeue_at = None;
         }
         if !pending.is_empty() && not_before <= now {
-            while let Ok(trigger) = queue.try_recv() {
-                pending.insert(trigger);
+            while let Ok(message) = queue.try_recv() {
+                match message {
+                    Message::Trigger(trigger) => {
+                        pending.insert(trigger);
+                    }
+                    Message::Interval(new) => {
+                        interval = new;
+                        next_interval = new.map(|i| now + i);
+                    }
+                }
             }
             let triggers: Vec<Trigger> = std::mem::take(&mut pending).into_iter().collect();
             let result = runner.run(&schedule.plugin, triggers).await;
@@ -127,7 +157,7 @@ async fn plugin_loop(
                 not_before = Instant::now() + backoff.fail();
             }
             requeue_at = result.requeue_after.map(|after| Instant::now() + after);
-            if *stopped.borrow() {
+            if queue.is_closed() {
                 return;
             }
             continue;
@@ -141,12 +171,16 @@ async fn plugin_loop(
         .flatten()
         .min();
         tokio::select! {
-            trigger = queue.recv() => match trigger {
-                Some(trigger) => { pending.insert(trigger); }
+            message = queue.recv() => match message {
+                Some(Message::Trigger(trigger)) => { pending.insert(trigger); }
+                Some(Message::Interval(new)) if new != interval => {
+                    interval = new;
+                    next_interval = new.map(|i| Instant::now() + i);
+                }
+                Some(Message::Interval(_)) => {}
                 None => return,
             },
             _ = sleep_until(wake.unwrap_or_else(far_future)), if wake.is_some() => {}
-            _ = stopped.changed() => return,
         }
     }
 }

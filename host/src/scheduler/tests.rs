@@ -55,6 +55,14 @@ fn schedule(plugin: &str, interval: Option<u64>) -> Schedule {
     }
 }
 
+fn start(runner: Arc<Recorder>, schedules: Vec<Schedule>) -> Scheduler {
+    let mut scheduler = Scheduler::new(runner);
+    for schedule in schedules {
+        scheduler.upsert(schedule);
+    }
+    scheduler
+}
+
 fn kinds(triggers: &[Trigger]) -> Vec<&str> {
     triggers.iter().map(|t| t.kind.as_str()).collect()
 }
@@ -62,7 +70,7 @@ fn kinds(triggers: &[Trigger]) -> Vec<&str> {
 #[tokio::test(start_paused = true)]
 async fn runs_at_startup_then_every_interval() {
     let recorder = Arc::new(Recorder::default());
-    let scheduler = Scheduler::start(recorder.clone(), vec![schedule("a", Some(10))]);
+    let mut scheduler = start(recorder.clone(), vec![schedule("a", Some(10))]);
     let start = Instant::now();
     tokio::time::sleep(Duration::from_secs(35)).await;
     let runs = recorder.runs_of("a");
@@ -79,7 +87,7 @@ async fn triggers_during_a_run_coalesce_into_one_pending_run() {
         busy: Duration::from_secs(5),
         ..Default::default()
     });
-    let scheduler = Scheduler::start(recorder.clone(), vec![schedule("a", None)]);
+    let mut scheduler = start(recorder.clone(), vec![schedule("a", None)]);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let triggers = scheduler.triggers();
     for path in ["/a", "/b", "/a"] {
@@ -99,7 +107,7 @@ async fn triggers_during_a_run_coalesce_into_one_pending_run() {
 async fn failures_back_off_without_delaying_other_plugins() {
     let recorder = Arc::new(Recorder::default());
     recorder.failing.lock().unwrap().insert("bad".into(), true);
-    let scheduler = Scheduler::start(
+    let mut scheduler = start(
         recorder.clone(),
         vec![schedule("bad", Some(1)), schedule("good", Some(1))],
     );
@@ -126,7 +134,7 @@ async fn failures_back_off_without_delaying_other_plugins() {
 async fn requeue_after_schedules_one_more_run() {
     let recorder = Arc::new(Recorder::default());
     *recorder.requeue.lock().unwrap() = Some(Duration::from_secs(2));
-    let scheduler = Scheduler::start(recorder.clone(), vec![schedule("a", None)]);
+    let mut scheduler = start(recorder.clone(), vec![schedule("a", None)]);
     let start = Instant::now();
     tokio::time::sleep(Duration::from_secs(10)).await;
     let runs = recorder.runs_of("a");
@@ -142,7 +150,7 @@ async fn shutdown_waits_for_the_run_in_flight() {
         busy: Duration::from_secs(5),
         ..Default::default()
     });
-    let scheduler = Scheduler::start(recorder.clone(), vec![schedule("a", Some(1))]);
+    let mut scheduler = start(recorder.clone(), vec![schedule("a", Some(1))]);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let start = Instant::now();
     scheduler.shutdown().await;
@@ -151,4 +159,29 @@ async fn shutdown_waits_for_the_run_in_flight() {
         "finished the in-flight run"
     );
     assert_eq!(recorder.runs_of("a").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn upsert_changes_the_interval_and_remove_stops_the_plugin() {
+    let recorder = Arc::new(Recorder::default());
+    let mut scheduler = start(recorder.clone(), vec![schedule("a", Some(10))]);
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    scheduler.upsert(schedule("a", Some(2)));
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    let offsets: Vec<u64> = recorder
+        .runs_of("a")
+        .iter()
+        .map(|(at, _)| (*at - start).as_secs())
+        .collect();
+    assert_eq!(
+        offsets,
+        [0, 10, 17, 19],
+        "no second startup run; the new interval applies"
+    );
+    scheduler.remove("a");
+    assert!(!scheduler.triggers().send("a", Trigger::new("manual")));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(recorder.runs_of("a").len(), 4);
+    scheduler.shutdown().await;
 }

@@ -1,14 +1,11 @@
-//! File-change triggers: notify watches the configured paths; events are
-//! debounced (editors and `cp` write in several steps) and each plugin whose
-//! watch path contains a changed file gets one `file` trigger per path.
+//! File-change triggers: each plugin whose `watch` path contains a changed file
+//! gets one `file` trigger per path, after the debounce.
 
 use super::Triggers;
 use crate::runtime::Trigger;
-use notify::{RecursiveMode, Watcher};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 /// Quiet time after the last event before triggers are sent.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -20,74 +17,32 @@ pub struct WatchPath {
     pub path: PathBuf,
 }
 
-/// Keeps the watch alive; dropping it stops watching.
-pub struct FileWatch {
-    _watcher: notify::RecommendedWatcher,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for FileWatch {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+pub type FileWatch = crate::watch::Watch;
 
 /// Watch every path (recursively) and trigger its plugin on changes. A path
 /// that does not exist is reported and skipped.
 pub fn start(paths: Vec<WatchPath>, triggers: Triggers) -> notify::Result<FileWatch> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if let Ok(event) = event
-            && !matches!(event.kind, notify::EventKind::Access(_))
-        {
-            for path in event.paths.into_iter().filter(|p| !is_atomic_write_temp(p)) {
-                let _ = tx.send(path);
-            }
-        }
-    })?;
-    let roots: BTreeSet<&PathBuf> = paths.iter().map(|w| &w.path).collect();
-    for root in roots {
-        if let Err(e) = watcher.watch(root, RecursiveMode::Recursive) {
-            tracing::warn!(path = %root.display(), "cannot watch: {e}");
-        }
-    }
-    let task = tokio::spawn(dispatch(rx, paths, triggers));
-    Ok(FileWatch {
-        _watcher: watcher,
-        task,
-    })
-}
-
-/// The temp files of the host's own atomic writes (`.NAME.tend-N.tmp`): their
-/// rename lands on the real name, which is reported.
-fn is_atomic_write_temp(path: &std::path::Path) -> bool {
-    path.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with('.') && n.ends_with(".tmp") && n.contains(".tend-"))
-}
-
-async fn dispatch(
-    mut rx: mpsc::UnboundedReceiver<PathBuf>,
-    paths: Vec<WatchPath>,
-    triggers: Triggers,
-) {
-    while let Some(first) = rx.recv().await {
-        let mut changed = BTreeSet::from([first]);
-        while let Ok(Some(path)) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {
-            changed.insert(path);
-        }
+    let roots: BTreeSet<(PathBuf, bool)> = paths.iter().map(|w| (w.path.clone(), true)).collect();
+    crate::watch::debounced(&roots, DEBOUNCE, is_atomic_write_temp, move |changed| {
         for path in &changed {
             for watch in paths.iter().filter(|w| path.starts_with(&w.path)) {
                 triggers.send(&watch.plugin, Trigger::file(path));
             }
         }
-    }
+    })
+}
+
+/// The temp files of the host's own atomic writes (`.NAME.tend-N.tmp`): their
+/// rename lands on the real name, which is reported.
+pub fn is_atomic_write_temp(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with('.') && n.ends_with(".tmp") && n.contains(".tend-"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
 
     #[test]
     fn own_temp_files_are_not_changes() {

@@ -57,6 +57,17 @@ fn split(rel: &Path) -> (&Path, &std::ffi::OsStr) {
     )
 }
 
+fn remove_stale_temp_files(dir: &Dir, prefix: &str) {
+    let Ok(entries) = dir.entries() else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(prefix) && name.ends_with(".tmp") {
+            let _ = dir.remove_file(&*name);
+        }
+    }
+}
+
 fn dir_or_self(dir: &Dir, rel: &Path) -> io::Result<Dir> {
     if rel.as_os_str().is_empty() {
         dir.try_clone()
@@ -102,8 +113,11 @@ impl FileBackend for RealFiles {
             Err(e) => return Err(err(e)),
         }
         // Temp file in the same directory, fsync, rename over, fsync the directory:
-        // a crash leaves either the old or the new content, never a mix.
-        let tmp = format!(".{}.tend-{}.tmp", name.to_string_lossy(), fastrand::u64(..));
+        // a crash leaves either the old or the new content, never a mix, plus at
+        // worst a stale temp file, which the next write of this file removes.
+        let prefix = format!(".{}.tend-", name.to_string_lossy());
+        remove_stale_temp_files(&parent, &prefix);
+        let tmp = format!("{prefix}{}.tmp", fastrand::u64(..));
         let result = (|| {
             let mut file = parent.open_with(
                 &tmp,
@@ -218,6 +232,24 @@ mod tests {
             (meta.kind, meta.size, meta.mode),
             (FileKind::File, 3, 0o644)
         );
+    }
+
+    #[test]
+    fn a_temp_file_left_by_a_crash_is_removed_by_the_next_write() {
+        let dir = root();
+        std::fs::write(dir.path().join(".hosts.toml.tend-7.tmp"), b"half").unwrap();
+        std::fs::write(dir.path().join(".other.tend-7.tmp"), b"not ours to judge").unwrap();
+        assert!(
+            RealFiles
+                .write(dir.path(), Path::new("hosts.toml"), b"x", 0o644)
+                .unwrap()
+        );
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, [".other.tend-7.tmp", "hosts.toml"]);
     }
 
     #[test]

@@ -1,0 +1,481 @@
+//! `tend run`: the daemon. A supervisor owns the plugin table and reacts to
+//! plugin files landing or changing (compiled in the background, swapped in
+//! between reconciles), config changes and SIGHUP (validated, then applied as a
+//! diff), and SIGTERM/SIGINT (reconciles in flight finish, then exit 0).
+
+mod http;
+mod metrics;
+mod runner;
+mod systemd;
+pub mod table;
+
+use crate::capabilities::Backends;
+use crate::config::{Config, diff::diff};
+use crate::journal::Journal;
+use crate::runtime::{CacheOutcome, CompiledPlugin, LoadError, Runtime, Trigger};
+use crate::scheduler::watch::{self as file_triggers, WatchPath};
+use crate::scheduler::{Schedule, Scheduler};
+use crate::watch::{self, Watch};
+use metrics::Metrics;
+use std::collections::{BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use table::{Lifecycle, PluginEntry, PluginTable};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+
+/// Quiet time after changes in the plugins dir or to the config file.
+const RELOAD_QUIET: Duration = Duration::from_millis(100);
+
+/// `[host]` settings that apply without a restart.
+pub struct LiveHost {
+    pub node_name: String,
+    pub dry_run: bool,
+}
+
+/// What the supervisor, the runner and the status server share.
+pub struct Shared {
+    pub runtime: Arc<Runtime>,
+    pub backends: Backends,
+    pub journal: Journal,
+    metrics: Metrics,
+    pub table: RwLock<PluginTable>,
+    pub host: RwLock<LiveHost>,
+    config_path: PathBuf,
+    /// Why the newest config was rejected (the last good one keeps running).
+    config_error: RwLock<Option<String>>,
+}
+
+impl Shared {
+    fn status_json(&self) -> String {
+        let table = self.table.read().unwrap();
+        let host = self.host.read().unwrap();
+        serde_json::to_string_pretty(&serde_json::json!({
+            "config": self.config_path.display().to_string(),
+            "config_error": *self.config_error.read().unwrap(),
+            "node_name": host.node_name,
+            "dry_run": host.dry_run,
+            "ready": table.is_ready(),
+            "plugins": table.status(),
+        }))
+        .expect("status serializes")
+    }
+}
+
+enum Event {
+    /// Paths changed in a watched directory (plugins, config).
+    Changed(BTreeSet<PathBuf>),
+    /// A background load of a component file finished.
+    Loaded(PathBuf, Result<Arc<CompiledPlugin>, LoadError>),
+}
+
+pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
+    let config_path = std::path::absolute(config_path)?;
+    let config = Config::load(&config_path)?;
+    let runtime = Arc::new(Runtime::new(Some(&config.host.cache_dir))?);
+    let shared = Arc::new(Shared {
+        backends: Backends::real(&config.host.state_dir)?,
+        journal: Journal::open(&config.host.state_dir)?,
+        metrics: Metrics::new(),
+        table: RwLock::new(PluginTable {
+            plugins: config
+                .plugins
+                .iter()
+                .map(|(n, p)| (n.clone(), PluginEntry::new(p.clone())))
+                .collect(),
+        }),
+        host: RwLock::new(LiveHost {
+            node_name: config.host.node_name.clone(),
+            dry_run: config.host.dry_run,
+        }),
+        config_path: config_path.clone(),
+        config_error: RwLock::new(None),
+        runtime: runtime.clone(),
+    });
+    tracing::info!(
+        config = %config_path.display(),
+        node = %config.host.node_name,
+        dry_run = config.host.dry_run,
+        pooling = runtime.pooling,
+        "tend starting"
+    );
+    let _server = match config.host.listen {
+        Some(addr) => Some(http::serve(addr, shared.clone()).await?),
+        None => None,
+    };
+    std::fs::create_dir_all(&config.host.plugins_dir)?;
+    let (events, inbox) = mpsc::unbounded_channel();
+    let runner = Arc::new(runner::DaemonRunner {
+        shared: shared.clone(),
+    });
+    let mut supervisor = Supervisor {
+        scheduler: Scheduler::new(runner),
+        shared,
+        config,
+        events,
+        loading: HashSet::new(),
+        dirty: HashSet::new(),
+        dir_watch: None,
+        file_watch: None,
+    };
+    supervisor.start();
+    let _watchdog = systemd::spawn_watchdog();
+    supervisor.serve(inbox).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+struct Supervisor {
+    shared: Arc<Shared>,
+    /// The last good config.
+    config: Config,
+    scheduler: Scheduler,
+    events: mpsc::UnboundedSender<Event>,
+    /// Component files being compiled, and those that changed again meanwhile.
+    loading: HashSet<PathBuf>,
+    dirty: HashSet<PathBuf>,
+    dir_watch: Option<Watch>,
+    file_watch: Option<file_triggers::FileWatch>,
+}
+
+impl Supervisor {
+    fn start(&mut self) {
+        let files: BTreeSet<PathBuf> = self
+            .config
+            .enabled_plugins()
+            .map(|p| p.file.clone())
+            .collect();
+        for file in files {
+            self.load(file);
+        }
+        self.rewatch();
+    }
+
+    async fn serve(&mut self, mut inbox: mpsc::UnboundedReceiver<Event>) -> anyhow::Result<()> {
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        let mut notified_ready = false;
+        loop {
+            if !notified_ready && self.shared.table.read().unwrap().is_ready() {
+                notified_ready = true;
+                tracing::info!("every enabled plugin is loaded or failed to load: ready");
+                systemd::ready();
+            }
+            tokio::select! {
+                Some(event) = inbox.recv() => match event {
+                    Event::Changed(paths) => self.changed(paths),
+                    Event::Loaded(path, result) => self.loaded(path, result),
+                },
+                _ = hup.recv() => self.reload_config("SIGHUP"),
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+        tracing::info!("stopping: letting reconciles in flight finish");
+        systemd::stopping();
+        self.scheduler.shutdown().await;
+        tracing::info!("stopped");
+        Ok(())
+    }
+
+    /// Watch the plugins dir, the folders of plugin files outside it, and the
+    /// config file's folder (editors replace files by rename, so watch folders).
+    fn rewatch(&mut self) {
+        let mut dirs: BTreeSet<(PathBuf, bool)> = BTreeSet::new();
+        dirs.insert((self.config.host.plugins_dir.clone(), false));
+        for plugin in self.config.plugins.values() {
+            if let Some(parent) = plugin.file.parent() {
+                dirs.insert((parent.to_path_buf(), false));
+            }
+        }
+        if let Some(parent) = self.shared.config_path.parent() {
+            dirs.insert((parent.to_path_buf(), false));
+        }
+        let events = self.events.clone();
+        self.dir_watch = watch::debounced(
+            &dirs,
+            RELOAD_QUIET,
+            |_| false,
+            move |paths| {
+                let _ = events.send(Event::Changed(paths));
+            },
+        )
+        .inspect_err(|e| tracing::error!("cannot watch for plugin and config changes: {e}"))
+        .ok();
+
+        let watches: Vec<WatchPath> = self
+            .config
+            .enabled_plugins()
+            .flat_map(|p| {
+                p.watch.iter().map(|w| WatchPath {
+                    plugin: p.name.clone(),
+                    path: w.clone(),
+                })
+            })
+            .collect();
+        self.file_watch = None;
+        if !watches.is_empty() {
+            self.file_watch = file_triggers::start(watches, self.scheduler.triggers())
+                .inspect_err(|e| tracing::error!("cannot watch files for triggers: {e}"))
+                .ok();
+        }
+    }
+
+    fn changed(&mut self, paths: BTreeSet<PathBuf>) {
+        if paths.contains(&self.shared.config_path) {
+            self.reload_config("config file changed");
+        }
+        let in_use: BTreeSet<PathBuf> = self
+            .config
+            .enabled_plugins()
+            .map(|p| p.file.clone())
+            .collect();
+        for path in paths.into_iter().filter(|p| in_use.contains(p)) {
+            self.load(path);
+        }
+    }
+
+    /// Compile `file` off the executor. A change during a compile marks it dirty:
+    /// it is compiled again when this one finishes, so the last content wins.
+    fn load(&mut self, file: PathBuf) {
+        if !self.loading.insert(file.clone()) {
+            self.dirty.insert(file);
+            return;
+        }
+        let runtime = self.shared.runtime.clone();
+        let events = self.events.clone();
+        tokio::task::spawn_blocking(move || {
+            let result = runtime.load(&file).map(Arc::new);
+            let _ = events.send(Event::Loaded(file, result));
+        });
+    }
+
+    fn schedule(&mut self, name: &str) {
+        if let Some(plugin) = self.config.plugins.get(name) {
+            self.scheduler.upsert(Schedule {
+                plugin: name.to_string(),
+                interval: plugin.interval,
+            });
+        }
+    }
+
+    fn loaded(&mut self, file: PathBuf, result: Result<Arc<CompiledPlugin>, LoadError>) {
+        self.loading.remove(&file);
+        if self.dirty.remove(&file) {
+            self.load(file);
+            return;
+        }
+        let names: Vec<String> = self
+            .shared
+            .table
+            .read()
+            .unwrap()
+            .using_file(&file)
+            .cloned()
+            .collect();
+        let metrics = &self.shared.metrics;
+        match result {
+            Ok(plugin) => {
+                let cache = match plugin.cache {
+                    CacheOutcome::Hit => "hit",
+                    CacheOutcome::Miss => "miss",
+                    CacheOutcome::Corrupt => "corrupt",
+                };
+                metrics.compile_cache.with_label_values(&[cache]).inc();
+                for name in names {
+                    self.swap_in(&name, plugin.clone());
+                }
+                self.evict_cache();
+            }
+            Err(LoadError::Read { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                for name in names {
+                    tracing::warn!(plugin = %name, file = %file.display(), "component file is missing: plugin stopped");
+                    self.scheduler.remove(&name);
+                    if let Some(entry) = self.shared.table.write().unwrap().plugins.get_mut(&name) {
+                        entry.compiled = None;
+                        entry.state = Lifecycle::Missing;
+                    }
+                }
+            }
+            Err(error) => {
+                for name in names {
+                    metrics
+                        .load_errors
+                        .with_label_values(&[name.as_str()])
+                        .inc();
+                    metrics
+                        .reloads
+                        .with_label_values(&["plugin", "error"])
+                        .inc();
+                    let mut table = self.shared.table.write().unwrap();
+                    let Some(entry) = table.plugins.get_mut(&name) else {
+                        continue;
+                    };
+                    entry.load_error = Some(error.to_string());
+                    if entry.compiled.is_some() {
+                        tracing::error!(plugin = %name, "{error}; the previous version keeps running");
+                    } else {
+                        tracing::error!(plugin = %name, "{error}; the plugin is not running");
+                        entry.state = Lifecycle::LoadError;
+                    }
+                }
+            }
+        }
+    }
+
+    fn swap_in(&mut self, name: &str, plugin: Arc<CompiledPlugin>) {
+        let previous = {
+            let mut table = self.shared.table.write().unwrap();
+            let Some(entry) = table.plugins.get_mut(name) else {
+                return;
+            };
+            entry.load_error = None;
+            let previous = entry.compiled.replace(plugin.clone());
+            if matches!(
+                entry.state,
+                Lifecycle::Loading | Lifecycle::LoadError | Lifecycle::Missing
+            ) {
+                entry.state = Lifecycle::Ready;
+            }
+            previous
+        };
+        match previous {
+            None => {
+                tracing::info!(
+                    plugin = %name,
+                    digest = %plugin.digest,
+                    load_ms = plugin.load_time.as_millis() as u64,
+                    cache = ?plugin.cache,
+                    "plugin loaded"
+                );
+                self.schedule(name);
+            }
+            Some(old) if old.digest == plugin.digest => {}
+            Some(old) => {
+                tracing::info!(plugin = %name, from = %old.digest, to = %plugin.digest, load_ms = plugin.load_time.as_millis() as u64, "plugin reloaded");
+                self.shared
+                    .metrics
+                    .reloads
+                    .with_label_values(&["plugin", "ok"])
+                    .inc();
+                self.schedule(name);
+                self.scheduler.triggers().send(name, Trigger::new("reload"));
+            }
+        }
+    }
+
+    fn evict_cache(&self) {
+        let table = self.shared.table.read().unwrap();
+        let in_use: HashSet<String> = table
+            .plugins
+            .values()
+            .filter_map(|e| e.compiled.as_ref().map(|c| c.digest.clone()))
+            .collect();
+        drop(table);
+        self.shared
+            .runtime
+            .evict_cache(&in_use, self.config.host.cache_max_size.0);
+    }
+
+    /// Validate the config file; apply it as a diff, or keep the last good one.
+    fn reload_config(&mut self, why: &str) {
+        let shared = self.shared.clone();
+        let metrics = &shared.metrics;
+        let new = match Config::load(&self.shared.config_path) {
+            Ok(new) => new,
+            Err(e) => {
+                tracing::error!("config rejected ({why}), the last good config keeps running: {e}");
+                metrics
+                    .reloads
+                    .with_label_values(&["config", "error"])
+                    .inc();
+                *self.shared.config_error.write().unwrap() = Some(e.to_string());
+                return;
+            }
+        };
+        let changes = diff(&self.config, &new);
+        if !changes.needs_restart.is_empty() {
+            let message = format!(
+                "{}: changing [host] {} needs a restart of tend; the last good config keeps running",
+                self.shared.config_path.display(),
+                changes.needs_restart.join(", ")
+            );
+            tracing::error!("{message}");
+            metrics
+                .reloads
+                .with_label_values(&["config", "error"])
+                .inc();
+            *self.shared.config_error.write().unwrap() = Some(message);
+            return;
+        }
+        *self.shared.config_error.write().unwrap() = None;
+        *self.shared.host.write().unwrap() = LiveHost {
+            node_name: new.host.node_name.clone(),
+            dry_run: new.host.dry_run,
+        };
+        let old = std::mem::replace(&mut self.config, new);
+        {
+            let mut table = self.shared.table.write().unwrap();
+            for name in &changes.removed {
+                self.scheduler.remove(name);
+                match self.config.plugins.get(name) {
+                    Some(disabled) => {
+                        table
+                            .plugins
+                            .insert(name.clone(), PluginEntry::new(disabled.clone()));
+                    }
+                    None => {
+                        table.plugins.remove(name);
+                    }
+                }
+            }
+            for name in &changes.added {
+                table.plugins.insert(
+                    name.clone(),
+                    PluginEntry::new(self.config.plugins[name].clone()),
+                );
+            }
+            // Everything else keeps its component and state; new settings apply
+            // from the next reconcile on.
+            for (name, plugin) in &self.config.plugins {
+                if old.plugins.get(name) == Some(plugin) {
+                    continue;
+                }
+                match table.plugins.get_mut(name) {
+                    Some(entry) => entry.config = plugin.clone(),
+                    None => {
+                        table
+                            .plugins
+                            .insert(name.clone(), PluginEntry::new(plugin.clone()));
+                    }
+                }
+            }
+        }
+        let reload_files: BTreeSet<PathBuf> = changes
+            .added
+            .iter()
+            .chain(&changes.file_changed)
+            .map(|name| self.config.plugins[name].file.clone())
+            .collect();
+        for file in reload_files {
+            self.load(file);
+        }
+        for name in &changes.settings_changed {
+            self.schedule(name);
+            self.scheduler.triggers().send(name, Trigger::new("config"));
+        }
+        self.rewatch();
+        metrics.reloads.with_label_values(&["config", "ok"]).inc();
+        tracing::info!(
+            added = ?changes.added,
+            removed = ?changes.removed,
+            file_changed = ?changes.file_changed,
+            settings_changed = ?changes.settings_changed,
+            "config reloaded ({why})"
+        );
+    }
+}

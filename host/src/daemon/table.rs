@@ -1,0 +1,143 @@
+//! Every configured plugin, its compiled component and where it is in its
+//! lifecycle: what `/status` and `tend status` show, and what the runner reads
+//! at the start of each reconcile (so a swapped component serves the next one
+//! while a reconcile in flight finishes on the old).
+
+use crate::config::PluginConfig;
+use crate::runtime::{CompiledPlugin, Health};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Lifecycle {
+    /// First compile in progress; nothing to run yet.
+    Loading,
+    /// Loaded; the last reconcile (if any) succeeded.
+    Ready,
+    /// Loaded; the last reconcile failed and the plugin backs off.
+    Failing,
+    /// No version could be loaded (see `load_error`).
+    LoadError,
+    /// `enabled = false` in the config.
+    Disabled,
+    /// The component file does not exist.
+    Missing,
+}
+
+impl Lifecycle {
+    pub const ALL: [Lifecycle; 6] = [
+        Lifecycle::Loading,
+        Lifecycle::Ready,
+        Lifecycle::Failing,
+        Lifecycle::LoadError,
+        Lifecycle::Disabled,
+        Lifecycle::Missing,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Lifecycle::Loading => "loading",
+            Lifecycle::Ready => "ready",
+            Lifecycle::Failing => "failing",
+            Lifecycle::LoadError => "load-error",
+            Lifecycle::Disabled => "disabled",
+            Lifecycle::Missing => "missing",
+        }
+    }
+}
+
+/// The last reconcile's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct LastRun {
+    pub time: String,
+    pub digest: String,
+    pub triggers: Vec<String>,
+    pub health: Option<Health>,
+    pub message: String,
+    pub elapsed_ms: f64,
+}
+
+pub struct PluginEntry {
+    pub config: PluginConfig,
+    pub compiled: Option<Arc<CompiledPlugin>>,
+    pub state: Lifecycle,
+    /// Why the newest file could not be loaded (the previous version may still serve).
+    pub load_error: Option<String>,
+    pub last: Option<LastRun>,
+    /// Failed reconciles in a row.
+    pub failures: u32,
+    pub reconciles: u64,
+}
+
+impl PluginEntry {
+    pub fn new(config: PluginConfig) -> Self {
+        let state = if config.enabled {
+            Lifecycle::Loading
+        } else {
+            Lifecycle::Disabled
+        };
+        PluginEntry {
+            config,
+            compiled: None,
+            state,
+            load_error: None,
+            last: None,
+            failures: 0,
+            reconciles: 0,
+        }
+    }
+}
+
+/// One plugin as `/status` shows it.
+#[derive(Debug, Serialize)]
+pub struct PluginStatus<'a> {
+    pub name: &'a str,
+    pub state: &'static str,
+    pub file: String,
+    pub digest: Option<&'a str>,
+    pub load_error: Option<&'a str>,
+    pub failures: u32,
+    pub reconciles: u64,
+    pub last: Option<&'a LastRun>,
+}
+
+#[derive(Default)]
+pub struct PluginTable {
+    pub plugins: BTreeMap<String, PluginEntry>,
+}
+
+impl PluginTable {
+    pub fn status(&self) -> Vec<PluginStatus<'_>> {
+        self.plugins
+            .iter()
+            .map(|(name, e)| PluginStatus {
+                name,
+                state: e.state.name(),
+                file: e.config.file.display().to_string(),
+                digest: e.compiled.as_ref().map(|c| c.digest.as_str()),
+                load_error: e.load_error.as_deref(),
+                failures: e.failures,
+                reconciles: e.reconciles,
+                last: e.last.as_ref(),
+            })
+            .collect()
+    }
+
+    /// Ready for traffic once no enabled plugin is still in its first load.
+    pub fn is_ready(&self) -> bool {
+        !self.plugins.values().any(|e| e.state == Lifecycle::Loading)
+    }
+
+    /// Enabled plugins whose component is `path`.
+    pub fn using_file<'a>(
+        &'a self,
+        path: &'a std::path::Path,
+    ) -> impl Iterator<Item = &'a String> + 'a {
+        self.plugins
+            .iter()
+            .filter(move |(_, e)| e.config.enabled && e.config.file == path)
+            .map(|(name, _)| name)
+    }
+}

@@ -1,0 +1,293 @@
+//! The durable journal of every mutation: one JSON object per line in
+//! `<state-dir>/journal/journal.jsonl`, each batch appended and fsynced before
+//! the reconcile is reported, rotated by size. After a crash the reader skips
+//! a torn last line; everything before it is intact.
+
+use crate::capabilities::Mutation;
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Size at which the journal is rotated.
+pub const MAX_BYTES: u64 = 8 << 20;
+/// Rotated files kept (journal.jsonl.1 is the newest of them).
+pub const KEEP: usize = 4;
+const NAME: &str = "journal.jsonl";
+
+/// One mutation, performed or (in a dry run) planned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// RFC 3339, UTC, milliseconds.
+    pub time: String,
+    pub time_ms: u64,
+    pub plugin: String,
+    /// sha256 of the component that asked for it.
+    pub digest: String,
+    pub triggers: Vec<String>,
+    pub capability: String,
+    pub operation: String,
+    pub target: String,
+    pub detail: String,
+    pub dry_run: bool,
+    /// "ok" or the error.
+    pub result: String,
+}
+
+/// The journal entries for what one reconcile of `plugin` did.
+pub fn entries(
+    plugin: &str,
+    digest: &str,
+    triggers: &[String],
+    mutations: &[Mutation],
+) -> Vec<Entry> {
+    let (time, time_ms) = Entry::now();
+    mutations
+        .iter()
+        .map(|m| Entry {
+            time: time.clone(),
+            time_ms,
+            plugin: plugin.to_string(),
+            digest: digest.to_string(),
+            triggers: triggers.to_vec(),
+            capability: m.capability.to_string(),
+            operation: m.operation.clone(),
+            target: m.target.clone(),
+            detail: m.detail.clone(),
+            dry_run: !m.performed,
+            result: m.result.clone(),
+        })
+        .collect()
+}
+
+impl Entry {
+    pub fn now() -> (String, u64) {
+        let now = SystemTime::now();
+        let ms = now
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64;
+        (humantime::format_rfc3339_millis(now).to_string(), ms)
+    }
+}
+
+pub struct Journal {
+    dir: PathBuf,
+    max_bytes: u64,
+    file: Mutex<Option<File>>,
+}
+
+impl Journal {
+    pub fn open(state_dir: &Path) -> io::Result<Journal> {
+        Self::with_limit(state_dir, MAX_BYTES)
+    }
+
+    pub fn with_limit(state_dir: &Path, max_bytes: u64) -> io::Result<Journal> {
+        let dir = state_dir.join("journal");
+        std::fs::create_dir_all(&dir)?;
+        Ok(Journal {
+            dir,
+            max_bytes,
+            file: Mutex::new(None),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Append `entries` and fsync; rotates first when the file would grow past the limit.
+    pub fn append(&self, entries: &[Entry]) -> io::Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut text = String::new();
+        for entry in entries {
+            text += &serde_json::to_string(entry).map_err(io::Error::other)?;
+            text.push('\n');
+        }
+        let mut file = self.file.lock().unwrap();
+        let current = self.dir.join(NAME);
+        let size = std::fs::metadata(&current).map_or(0, |m| m.len());
+        if size > 0 && size + text.len() as u64 > self.max_bytes {
+            *file = None;
+            rotate(&self.dir)?;
+        }
+        if file.is_none() {
+            let mut opened = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .read(true)
+                .open(&current)?;
+            // A crash can leave a torn last line: end it, so it costs only itself.
+            if ends_without_newline(&mut opened)? {
+                opened.write_all(b"\n")?;
+            }
+            *file = Some(opened);
+        }
+        let handle = file.as_mut().expect("opened above");
+        handle.write_all(text.as_bytes())?;
+        handle.sync_data()
+    }
+}
+
+fn ends_without_newline(file: &mut File) -> io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    if file.metadata()?.len() == 0 {
+        return Ok(false);
+    }
+    let mut last = [0u8];
+    file.seek(SeekFrom::End(-1))?;
+    file.read_exact(&mut last)?;
+    Ok(last[0] != b'\n')
+}
+
+fn rotate(dir: &Path) -> io::Result<()> {
+    let numbered = |n: usize| dir.join(format!("{NAME}.{n}"));
+    let _ = std::fs::remove_file(numbered(KEEP));
+    for n in (1..KEEP).rev() {
+        if numbered(n).exists() {
+            std::fs::rename(numbered(n), numbered(n + 1))?;
+        }
+    }
+    std::fs::rename(dir.join(NAME), numbered(1))?;
+    File::open(dir)?.sync_all()
+}
+
+/// Which entries `tend journal` shows.
+#[derive(Debug, Default, Clone)]
+pub struct Filter {
+    pub plugin: Option<String>,
+    pub since: Option<Duration>,
+}
+
+/// Entries oldest first, and how many unreadable lines were skipped (a torn
+/// write at a crash, or a line from a newer Tend).
+pub fn read(state_dir: &Path, filter: &Filter) -> io::Result<(Vec<Entry>, usize)> {
+    let dir = state_dir.join("journal");
+    let mut files: Vec<PathBuf> = (1..=KEEP)
+        .rev()
+        .map(|n| dir.join(format!("{NAME}.{n}")))
+        .collect();
+    files.push(dir.join(NAME));
+    let cutoff = filter.since.map(|since| {
+        SystemTime::now()
+            .checked_sub(since)
+            .unwrap_or(UNIX_EPOCH)
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64
+    });
+    let mut entries = Vec::new();
+    let mut skipped = 0;
+    for path in files {
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for line in io::BufReader::new(file).split(b'\n') {
+            let line = line?;
+            if line.is_empty() {
+                continue;
+            }
+            let Ok(entry) = serde_json::from_slice::<Entry>(&line) else {
+                skipped += 1;
+                continue;
+            };
+            let wanted = filter.plugin.as_ref().is_none_or(|p| *p == entry.plugin)
+                && cutoff.is_none_or(|c| entry.time_ms >= c);
+            if wanted {
+                entries.push(entry);
+            }
+        }
+    }
+    Ok((entries, skipped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(plugin: &str, target: &str, time_ms: u64) -> Entry {
+        Entry {
+            time: "t".into(),
+            time_ms,
+            plugin: plugin.into(),
+            digest: "sha256:x".into(),
+            triggers: vec!["interval".into()],
+            capability: "files".into(),
+            operation: "write".into(),
+            target: target.into(),
+            detail: String::new(),
+            dry_run: false,
+            result: "ok".into(),
+        }
+    }
+
+    #[test]
+    fn appends_and_filters_by_plugin_and_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let (_, now) = Entry::now();
+        journal
+            .append(&[entry("a", "/old", now - 3_600_000), entry("b", "/x", now)])
+            .unwrap();
+        journal.append(&[entry("a", "/new", now)]).unwrap();
+        let (all, skipped) = read(dir.path(), &Filter::default()).unwrap();
+        assert_eq!((all.len(), skipped), (3, 0));
+        let filter = Filter {
+            plugin: Some("a".into()),
+            since: Some(Duration::from_secs(60)),
+        };
+        let (recent, _) = read(dir.path(), &filter).unwrap();
+        let targets: Vec<_> = recent.iter().map(|e| e.target.as_str()).collect();
+        assert_eq!(targets, ["/new"]);
+    }
+
+    #[test]
+    fn rotates_by_size_and_reads_across_files_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::with_limit(dir.path(), 1000).unwrap();
+        for i in 0..40 {
+            journal.append(&[entry("a", &format!("/f{i}"), i)]).unwrap();
+        }
+        assert!(dir.path().join("journal/journal.jsonl.1").exists());
+        assert!(
+            !dir.path()
+                .join(format!("journal/journal.jsonl.{}", KEEP + 1))
+                .exists()
+        );
+        let (entries, _) = read(dir.path(), &Filter::default()).unwrap();
+        let order: Vec<u64> = entries.iter().map(|e| e.time_ms).collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "oldest first: {order:?}"
+        );
+        assert_eq!(*order.last().unwrap(), 39);
+        assert!(entries.len() < 40, "old rotations are dropped");
+    }
+
+    #[test]
+    fn a_torn_last_line_is_skipped_and_the_rest_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        journal
+            .append(&[entry("a", "/1", 1), entry("a", "/2", 2)])
+            .unwrap();
+        let path = dir.path().join("journal/journal.jsonl");
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(br#"{"time":"t","time_ms":3,"plug"#).unwrap();
+        let (entries, skipped) = read(dir.path(), &Filter::default()).unwrap();
+        assert_eq!((entries.len(), skipped), (2, 1));
+        // After a restart, appending costs nothing more than the torn line.
+        Journal::open(dir.path())
+            .unwrap()
+            .append(&[entry("a", "/4", 4)])
+            .unwrap();
+        let (entries, skipped) = read(dir.path(), &Filter::default()).unwrap();
+        assert_eq!((entries.len(), skipped), (3, 1));
+    }
+}
