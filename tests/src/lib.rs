@@ -50,6 +50,88 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// GET `path` from 127.0.0.1:`port`: (status, body). A plain HTTP/1.0 client,
+/// enough for tend's status endpoints.
+pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    Ok((status, body))
+}
+
+/// `/status` of a daemon as JSON, once it answers.
+pub fn status(port: u16) -> serde_json::Value {
+    let mut body = String::new();
+    wait_until(
+        Duration::from_secs(30),
+        "/status to answer",
+        || match http_get(port, "/status") {
+            Ok((200, b)) => {
+                body = b;
+                true
+            }
+            _ => false,
+        },
+    );
+    serde_json::from_str(&body).unwrap()
+}
+
+/// One plugin's entry in `/status` (null when absent).
+pub fn plugin_status(port: u16, name: &str) -> serde_json::Value {
+    let status = status(port);
+    let plugins = status["plugins"].as_array().unwrap();
+    plugins
+        .iter()
+        .find(|p| p["name"] == name)
+        .cloned()
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Wait until `name`'s `/status` entry satisfies `condition`; returns it.
+pub fn wait_for_plugin(
+    port: u16,
+    name: &str,
+    what: &str,
+    condition: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let current = plugin_status(port, name);
+        if condition(&current) {
+            return current;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {name}: {what}; last status: {current:#}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The sha256 digest of a file as tend reports it.
+pub fn digest_of(path: &Path) -> String {
+    let output = Command::new("sha256sum").arg(path).output().unwrap();
+    format!(
+        "sha256:{}",
+        String::from_utf8_lossy(&output.stdout)
+            .split(' ')
+            .next()
+            .unwrap()
+    )
+}
+
 /// Poll `condition` until it holds or `within` passes; panics with `what`.
 pub fn wait_until(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
@@ -124,12 +206,21 @@ impl Sandbox {
 
     /// Write tend.toml: a [host] section, then `plugins` (TOML text).
     pub fn config(&self, plugins: &str) -> &Self {
+        self.config_with_host("", plugins)
+    }
+
+    /// Write tend.toml with extra `[host]` lines (such as `listen = ...`).
+    pub fn config_with_host(&self, host: &str, plugins: &str) -> &Self {
         let cache = workspace_root().join("target/e2e-cache");
         let text = format!(
-            "[host]\nplugins-dir = \"plugins\"\nstate-dir = \"state\"\ncache-dir = \"{}\"\nnode-name = \"e2e-node\"\n\n{plugins}",
+            "[host]\nplugins-dir = \"plugins\"\nstate-dir = \"state\"\ncache-dir = \"{}\"\nnode-name = \"e2e-node\"\n{host}\n{plugins}",
             cache.display()
         );
-        std::fs::write(self.path("tend.toml"), text).unwrap();
+        // Write then rename, as an operator's tooling would: a running tend never
+        // reads half a file.
+        let tmp = self.path(".tend.toml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(tmp, self.path("tend.toml")).unwrap();
         self
     }
 
@@ -147,13 +238,26 @@ impl Sandbox {
 
     /// Start `tend run` in the background.
     pub fn daemon(&self) -> Daemon {
+        self.daemon_with_env(&[])
+    }
+
+    /// Start `tend run` with extra environment variables.
+    pub fn daemon_with_env(&self, env: &[(&str, &str)]) -> Daemon {
         let log = self.path("tend.log");
+        let _ = std::fs::remove_file(&log);
         let child = Command::new(tend_bin())
             .args(["run", "-c"])
             .arg(self.path("tend.toml"))
             .env("TEND_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .unwrap(),
+            )
             .spawn()
             .unwrap();
         Daemon {
@@ -211,6 +315,20 @@ impl Daemon {
             self.count(needles) > 0
         });
         let _ = self.log();
+    }
+
+    /// Times (seconds since the epoch) of log lines containing every needle.
+    pub fn times_of(&self, needles: &[&str]) -> Vec<f64> {
+        self.log()
+            .lines()
+            .filter(|l| needles.iter().all(|n| l.contains(n)))
+            .filter_map(|l| humantime::parse_rfc3339(l.split_whitespace().next()?).ok())
+            .map(|t| {
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs_f64()
+            })
+            .collect()
     }
 
     pub fn pid(&self) -> u32 {

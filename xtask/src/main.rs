@@ -149,13 +149,28 @@ fn plugins() -> Result<()> {
         build.args(["-p", package]);
     }
     run(&mut build)?;
-    for (package, name) in RUST_PLUGINS {
-        let built = root()
+    let built = |package: &str| {
+        root()
             .join("target/wasm32-wasip2/plugin")
-            .join(format!("{}.wasm", package.replace('-', "_")));
-        std::fs::copy(&built, out.join(format!("{name}.wasm")))
-            .with_context(|| format!("copy {}", built.display()))?;
+            .join(format!("{}.wasm", package.replace('-', "_")))
+    };
+    for (package, name) in RUST_PLUGINS {
+        std::fs::copy(built(package), out.join(format!("{name}.wasm")))
+            .with_context(|| format!("copy {package}"))?;
     }
+    // A second version of chaos, for the hot-reload tests.
+    run(cargo().args([
+        "build",
+        "--profile",
+        "plugin",
+        "--target",
+        "wasm32-wasip2",
+        "-p",
+        "chaos",
+        "--features",
+        "v2",
+    ]))?;
+    std::fs::copy(built("chaos"), out.join("chaos-v2.wasm")).context("copy chaos v2")?;
     let wit: Vec<PathBuf> = std::fs::read_dir(root().join("wit"))?
         .map(|e| e.map(|e| e.path()))
         .collect::<Result<_, _>>()?;

@@ -7,6 +7,8 @@
 //! - `{"mode": "alloc"}`: allocates without bound (the memory limit must stop it).
 //! - `{"mode": "panic"}`: panics with a message.
 //! - `{"mode": "fail"}`: returns an error.
+//! - `{"mode": "burst", "dir": D, "files": N, "size": S}`: rewrites N files of S
+//!   bytes, each all one letter (the run count), then counts the run in `state`.
 //! - `{"mode": "read", "path": P}` / `{"mode": "write", "path": P, "content": C}`:
 //!   one file operation; its error, if any, is the reconcile's error.
 
@@ -22,9 +24,22 @@ enum Mode {
     Alloc,
     Panic,
     Fail,
-    Read { path: String },
-    Write { path: String, content: String },
+    Burst {
+        dir: String,
+        files: u32,
+        size: usize,
+    },
+    Read {
+        path: String,
+    },
+    Write {
+        path: String,
+        content: String,
+    },
 }
+
+/// Which build this is: "v1", or "v2" with the `v2` feature.
+const BUILD: &str = if cfg!(feature = "v2") { "v2" } else { "v1" };
 
 pub struct Chaos;
 
@@ -43,7 +58,7 @@ impl Plugin for Chaos {
             Mode::Ok => {
                 let runs = host.state().get_json::<u64>("runs")?.unwrap_or(0) + 1;
                 host.state().set_json("runs", &runs)?;
-                Ok(Outcome::healthy(format!("run {runs}")))
+                Ok(Outcome::healthy(format!("run {runs} ({BUILD})")))
             }
             Mode::Loop => {
                 let mut n: u64 = 0;
@@ -60,6 +75,16 @@ impl Plugin for Chaos {
             }
             Mode::Panic => panic!("chaos was asked to panic"),
             Mode::Fail => Err(Error::Other("chaos was asked to fail".into())),
+            Mode::Burst { dir, files, size } => {
+                let runs = host.state().get_json::<u64>("runs")?.unwrap_or(0) + 1;
+                let content = vec![b'a' + (runs % 26) as u8; size];
+                for i in 0..files {
+                    host.files()
+                        .write(&format!("{dir}/file-{i}"), &content, None)?;
+                }
+                host.state().set_json("runs", &runs)?;
+                Ok(Outcome::healthy(format!("burst {runs}")))
+            }
             Mode::Read { path } => {
                 let bytes = host.files().read(&path)?;
                 Ok(Outcome::healthy(format!("read {} bytes", bytes.len())))

@@ -1,0 +1,225 @@
+//! Hot reload with the real `tend run`: plugin files dropped in, replaced,
+//! broken and restored; config edited, broken and fixed; never a restart.
+
+use serde_json::Value;
+use std::path::Path;
+use tend_e2e::{Sandbox, digest_of, free_port, plugin, plugin_status, wait_for_plugin};
+
+/// The smallest valid component: it exports nothing, so not Tend's world.
+const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0";
+
+/// Put bytes in place the way `cp` does: truncate, then write in place.
+fn cp_in_place(bytes: &[u8], to: &Path) {
+    std::fs::write(to, bytes).unwrap();
+}
+
+fn runs(status: &Value) -> u64 {
+    status["reconciles"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn plugin_files_are_loaded_replaced_and_rejected_without_a_restart() {
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    sandbox.config_with_host(
+        &format!("listen = \"127.0.0.1:{port}\""),
+        "[plugins.hot]\ninterval = \"100ms\"\n[plugins.hot.config]\nmode = \"ok\"\n",
+    );
+    let daemon = sandbox.daemon();
+    let file = sandbox.path("plugins/hot.wasm");
+    wait_for_plugin(port, "hot", "reported missing", |p| p["state"] == "missing");
+
+    // Dropped in (written next to it, then renamed, as installers do).
+    let v1 = std::fs::read(plugin("chaos")).unwrap();
+    std::fs::write(sandbox.path("plugins/.hot.wasm.part"), &v1).unwrap();
+    std::fs::rename(sandbox.path("plugins/.hot.wasm.part"), &file).unwrap();
+    let v1_digest = digest_of(&file);
+    wait_for_plugin(port, "hot", "v1 reconciles", |p| {
+        p["state"] == "ready"
+            && p["last"]["digest"] == v1_digest.as_str()
+            && p["last"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .ends_with("(v1)")
+    });
+
+    // Replaced in place by a new version: the new digest serves the next reconcile.
+    cp_in_place(&std::fs::read(plugin("chaos-v2")).unwrap(), &file);
+    let v2_digest = digest_of(&file);
+    wait_for_plugin(port, "hot", "v2 reconciles", |p| {
+        p["last"]["digest"] == v2_digest.as_str()
+            && p["last"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .ends_with("(v2)")
+    });
+    assert!(
+        daemon.count(&["hot", "plugin reloaded", &v2_digest]) >= 1,
+        "{}",
+        daemon.log()
+    );
+
+    // Broken files: the running version keeps serving, /status names the problem.
+    let v2 = std::fs::read(&file).unwrap();
+    for (what, bytes, expected) in [
+        (
+            "garbage",
+            b"definitely not wasm".to_vec(),
+            "not a valid WebAssembly component",
+        ),
+        (
+            "truncated",
+            v2[..v2.len() / 3].to_vec(),
+            "not a valid WebAssembly component",
+        ),
+        (
+            "wrong world",
+            EMPTY_COMPONENT.to_vec(),
+            "does not export tend:plugin/reconciler@0.1.0",
+        ),
+    ] {
+        cp_in_place(&bytes, &file);
+        let broken = wait_for_plugin(port, "hot", what, |p| {
+            p["load_error"]
+                .as_str()
+                .is_some_and(|e| e.contains(expected) && e.contains(&file.display().to_string()))
+        });
+        assert_eq!(broken["state"], "ready", "{what}: {broken:#}");
+        assert_eq!(
+            broken["digest"],
+            v2_digest.as_str(),
+            "{what}: the old version stays loaded"
+        );
+        let before = runs(&broken);
+        wait_for_plugin(port, "hot", "the old version keeps reconciling", |p| {
+            runs(p) >= before + 2 && p["last"]["digest"] == v2_digest.as_str()
+        });
+    }
+
+    // Restored: recovers, and the load error is gone.
+    cp_in_place(&v1, &file);
+    wait_for_plugin(port, "hot", "recovered on v1", |p| {
+        p["load_error"].is_null() && p["last"]["digest"] == v1_digest.as_str()
+    });
+
+    // Deleted: the plugin stops and is reported missing.
+    std::fs::remove_file(&file).unwrap();
+    let gone = wait_for_plugin(port, "hot", "missing again", |p| p["state"] == "missing");
+    let after = runs(&gone);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        runs(&plugin_status(port, "hot")),
+        after,
+        "a missing plugin does not run"
+    );
+    assert!(daemon.terminate(std::time::Duration::from_secs(10)));
+}
+
+#[test]
+fn same_file_changed_twice_during_a_compile_ends_on_the_last_content() {
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    sandbox.add_plugin("chaos", "hot");
+    sandbox.config_with_host(
+        &format!("listen = \"127.0.0.1:{port}\""),
+        "[plugins.hot]\n[plugins.hot.config]\nmode = \"ok\"\n",
+    );
+    let daemon = sandbox.daemon();
+    wait_for_plugin(port, "hot", "first reconcile", |p| runs(p) >= 1);
+    let file = sandbox.path("plugins/hot.wasm");
+    // A broken write immediately followed by the good one: whatever the compile
+    // saw first, the last content must win.
+    cp_in_place(b"junk", &file);
+    cp_in_place(&std::fs::read(plugin("chaos-v2")).unwrap(), &file);
+    let v2 = digest_of(&file);
+    wait_for_plugin(port, "hot", "v2 loaded, no load error", |p| {
+        p["digest"] == v2.as_str() && p["load_error"].is_null()
+    });
+    drop(daemon);
+}
+
+#[test]
+fn config_edits_apply_live_and_a_broken_config_keeps_the_last_good_one() {
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    sandbox.add_plugin("chaos", "chaos");
+    let host = format!("listen = \"127.0.0.1:{port}\"");
+    let plugins = |b_enabled: bool, b_mode: &str| {
+        format!(
+            "[plugins.steady]\nfile = \"plugins/chaos.wasm\"\ninterval = \"100ms\"\n[plugins.steady.config]\nmode = \"ok\"\n\
+             [plugins.other]\nfile = \"plugins/chaos.wasm\"\nenabled = {b_enabled}\ninterval = \"100ms\"\n[plugins.other.config]\nmode = \"{b_mode}\"\n"
+        )
+    };
+    sandbox.config_with_host(&host, &plugins(false, "ok"));
+    let daemon = sandbox.daemon();
+    wait_for_plugin(port, "steady", "running", |p| runs(p) >= 2);
+    assert_eq!(plugin_status(port, "other")["state"], "disabled");
+
+    // Enable a plugin.
+    sandbox.config_with_host(&host, &plugins(true, "ok"));
+    wait_for_plugin(port, "other", "enabled and reconciling", |p| {
+        p["state"] == "ready" && runs(p) >= 1
+    });
+
+    // Change its plugin config: it now fails, on its own.
+    sandbox.config_with_host(&host, &plugins(true, "fail"));
+    wait_for_plugin(port, "other", "new config applied", |p| {
+        p["state"] == "failing"
+            && p["last"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("chaos was asked to fail")
+    });
+
+    // Break the config: rejected with file:line:column, the last good one runs on.
+    std::fs::write(sandbox.path("tend.toml"), "[host]\nplugins-dir = \"plugins\"\nstate-dir = \"state\"\nlisten = \"127.0.0.1:1\"\nbogus = 1\n").unwrap();
+    let expected = format!(
+        "{}:5:1: unknown field `bogus`",
+        sandbox.path("tend.toml").display()
+    );
+    tend_e2e::wait_until(
+        std::time::Duration::from_secs(10),
+        "the config error in /status",
+        || {
+            tend_e2e::status(port)["config_error"]
+                .as_str()
+                .is_some_and(|e| e.contains(&expected))
+        },
+    );
+    let before = runs(&plugin_status(port, "steady"));
+    wait_for_plugin(
+        port,
+        "steady",
+        "still reconciling on the last good config",
+        |p| runs(p) >= before + 3,
+    );
+    assert_eq!(plugin_status(port, "other")["state"], "failing");
+
+    // SIGHUP re-reads it too; fixing it clears the error.
+    std::process::Command::new("kill")
+        .args(["-HUP", &daemon.pid().to_string()])
+        .status()
+        .unwrap();
+    sandbox.config_with_host(&host, &plugins(true, "ok"));
+    tend_e2e::wait_until(
+        std::time::Duration::from_secs(10),
+        "config error cleared",
+        || tend_e2e::status(port)["config_error"].is_null(),
+    );
+    wait_for_plugin(port, "other", "healthy again", |p| p["state"] == "ready");
+
+    // The unchanged plugin was never disturbed: loaded once, one startup run.
+    assert_eq!(
+        daemon.count(&["plugin=steady", "plugin loaded"]),
+        1,
+        "{}",
+        daemon.log()
+    );
+    assert_eq!(
+        daemon.count(&["plugin=steady", "trigger=startup", "healthy"]),
+        1,
+        "{}",
+        daemon.log()
+    );
+    assert!(daemon.terminate(std::time::Duration::from_secs(10)));
+}
