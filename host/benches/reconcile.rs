@@ -102,6 +102,25 @@ fn main() {
         );
     }
 
+    println!("\n== the same components compiled by Winch, wasmtime's baseline compiler ==");
+    let mut winch_config = wasmtime::Config::new();
+    winch_config
+        .strategy(wasmtime::Strategy::Winch)
+        .epoch_interruption(true)
+        .wasm_component_model(true);
+    let winch = wasmtime::Engine::new(&winch_config).unwrap();
+    for name in ["chaos", "mirror-gate", "python-http-check"] {
+        let bytes = std::fs::read(plugins.join(format!("{name}.wasm"))).unwrap();
+        let started = Instant::now();
+        match wasmtime::component::Component::new(&winch, &bytes) {
+            Ok(_) => println!(
+                "{name:<20} winch compile {:>8.1} ms",
+                started.elapsed().as_secs_f64() * 1e3
+            ),
+            Err(e) => println!("{name:<20} winch cannot compile it: {e:#}"),
+        }
+    }
+
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

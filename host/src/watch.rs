@@ -8,6 +8,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
+/// Creations, modifications, removals, and a file closed after writing (the
+/// surest sign a `cp` is done); not plain opens and reads.
+fn is_change(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode};
+    match kind {
+        notify::EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        notify::EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
 /// Watching stops when this is dropped.
 pub struct Watch {
     _watcher: notify::RecommendedWatcher,
@@ -32,7 +43,7 @@ pub fn debounced(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if let Ok(event) = event
-            && !matches!(event.kind, notify::EventKind::Access(_))
+            && is_change(&event.kind)
         {
             for path in event.paths.into_iter().filter(|p| !ignore(p)) {
                 let _ = tx.send(path);

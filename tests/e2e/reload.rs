@@ -223,3 +223,61 @@ fn config_edits_apply_live_and_a_broken_config_keeps_the_last_good_one() {
     );
     assert!(daemon.terminate(std::time::Duration::from_secs(10)));
 }
+
+#[test]
+fn a_new_plugin_runs_at_once_on_winch_then_on_cranelift_and_winch_code_is_contained() {
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    sandbox.add_plugin("chaos", "chaos");
+    let plugin = |name: &str, mode: &str| {
+        format!(
+            "[plugins.{name}]\nfile = \"plugins/chaos.wasm\"\ninterval = \"100ms\"\n[plugins.{name}.limits]\ntimeout = \"300ms\"\nmemory = \"32MiB\"\n[plugins.{name}.config]\nmode = \"{mode}\"\n"
+        )
+    };
+    // A cache of its own, empty: every load starts on Winch.
+    sandbox.config_with_host(
+        &format!("listen = \"127.0.0.1:{port}\"\ncache-dir = \"fresh-cache\""),
+        &(plugin("looper", "loop") + &plugin("hoarder", "alloc") + &plugin("steady", "ok")),
+    );
+    let daemon = sandbox.daemon();
+    let within = std::time::Duration::from_secs(30);
+    daemon.wait_for_log(
+        within,
+        &["plugin=looper", "compiler=Winch", "plugin loaded"],
+    );
+    // The first reconciles run on Winch code, under the same limits.
+    daemon.wait_for_log(
+        within,
+        &[
+            "plugin=looper",
+            "compiler=Winch",
+            "deadline of 300ms exceeded",
+        ],
+    );
+    daemon.wait_for_log(
+        within,
+        &[
+            "plugin=hoarder",
+            "compiler=Winch",
+            "memory limit of 32.0 MiB exceeded",
+        ],
+    );
+    daemon.wait_for_log(within, &["plugin=steady", "compiler=Winch", "healthy"]);
+    // Then the Cranelift build takes over and is cached.
+    daemon.wait_for_log(
+        within,
+        &["plugin=steady", "optimized (Cranelift) build swapped in"],
+    );
+    wait_for_plugin(port, "steady", "running on Cranelift", |p| {
+        p["compiler"] == "cranelift"
+    });
+    daemon.wait_for_log(within, &["plugin=steady", "compiler=Cranelift", "healthy"]);
+    assert!(
+        std::fs::read_dir(sandbox.path("fresh-cache"))
+            .unwrap()
+            .count()
+            >= 2,
+        "artifact and checksum cached"
+    );
+    assert!(daemon.terminate(std::time::Duration::from_secs(10)));
+}

@@ -211,10 +211,16 @@ impl Sandbox {
 
     /// Write tend.toml with extra `[host]` lines (such as `listen = ...`).
     pub fn config_with_host(&self, host: &str, plugins: &str) -> &Self {
-        let cache = workspace_root().join("target/e2e-cache");
+        // A shared compile cache unless the test brings its own.
+        let cache = match host.contains("cache-dir") {
+            true => String::new(),
+            false => format!(
+                "cache-dir = \"{}\"\n",
+                workspace_root().join("target/e2e-cache").display()
+            ),
+        };
         let text = format!(
-            "[host]\nplugins-dir = \"plugins\"\nstate-dir = \"state\"\ncache-dir = \"{}\"\nnode-name = \"e2e-node\"\n{host}\n{plugins}",
-            cache.display()
+            "[host]\nplugins-dir = \"plugins\"\nstate-dir = \"state\"\n{cache}node-name = \"e2e-node\"\n{host}\n{plugins}"
         );
         // Write then rename, as an operator's tooling would: a running tend never
         // reads half a file.

@@ -12,7 +12,7 @@ pub mod table;
 use crate::capabilities::Backends;
 use crate::config::{Config, diff::diff};
 use crate::journal::Journal;
-use crate::runtime::{CacheOutcome, CompiledPlugin, LoadError, Runtime, Trigger};
+use crate::runtime::{CacheOutcome, CompiledPlugin, Compiler, LoadError, Runtime, Trigger};
 use crate::scheduler::watch::{self as file_triggers, WatchPath};
 use crate::scheduler::{Schedule, Scheduler};
 use crate::watch::{self, Watch};
@@ -26,8 +26,10 @@ use table::{Lifecycle, PluginEntry, PluginTable};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
-/// Quiet time after changes in the plugins dir or to the config file.
-const RELOAD_QUIET: Duration = Duration::from_millis(100);
+/// Quiet time after changes in the plugins dir or to the config file. Short,
+/// because it is part of every reload's latency; a file caught half-written
+/// fails to load, its next write event loads it again, and the last content wins.
+const RELOAD_QUIET: Duration = Duration::from_millis(25);
 
 /// `[host]` settings that apply without a restart.
 pub struct LiveHost {
@@ -69,6 +71,8 @@ enum Event {
     Changed(BTreeSet<PathBuf>),
     /// A background load of a component file finished.
     Loaded(PathBuf, Result<Arc<CompiledPlugin>, LoadError>),
+    /// The Cranelift build of a file first loaded with Winch is ready.
+    Optimized(PathBuf, Result<Arc<CompiledPlugin>, LoadError>),
 }
 
 pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
@@ -167,6 +171,7 @@ impl Supervisor {
                 Some(event) = inbox.recv() => match event {
                     Event::Changed(paths) => self.changed(paths),
                     Event::Loaded(path, result) => self.loaded(path, result),
+                    Event::Optimized(path, result) => self.optimized(path, result),
                 },
                 _ = hup.recv() => self.reload_config("SIGHUP"),
                 _ = term.recv() => break,
@@ -247,9 +252,48 @@ impl Supervisor {
         let runtime = self.shared.runtime.clone();
         let events = self.events.clone();
         tokio::task::spawn_blocking(move || {
-            let result = runtime.load(&file).map(Arc::new);
+            let result = runtime.load_quick(&file).map(Arc::new);
             let _ = events.send(Event::Loaded(file, result));
         });
+    }
+
+    /// Build `file` with Cranelift (and cache it) in the background.
+    fn optimize(&self, file: PathBuf) {
+        let runtime = self.shared.runtime.clone();
+        let events = self.events.clone();
+        tokio::task::spawn_blocking(move || {
+            let result = runtime.load(&file).map(Arc::new);
+            let _ = events.send(Event::Optimized(file, result));
+        });
+    }
+
+    /// Swap the Cranelift build in wherever the Winch build of the same content runs.
+    fn optimized(&mut self, file: PathBuf, result: Result<Arc<CompiledPlugin>, LoadError>) {
+        let plugin = match result {
+            Ok(plugin) => plugin,
+            Err(e) => {
+                tracing::warn!(file = %file.display(), "Cranelift build failed, the Winch build keeps running: {e}");
+                return;
+            }
+        };
+        let mut table = self.shared.table.write().unwrap();
+        for (name, entry) in table.plugins.iter_mut() {
+            let running = entry.compiled.as_ref();
+            if entry.config.file == file
+                && running
+                    .is_some_and(|c| c.digest == plugin.digest && c.compiler == Compiler::Winch)
+            {
+                tracing::info!(plugin = %name, load_ms = plugin.load_time.as_millis() as u64, "optimized (Cranelift) build swapped in");
+                entry.compiled = Some(plugin.clone());
+            }
+        }
+        drop(table);
+        self.shared
+            .metrics
+            .compile_cache
+            .with_label_values(&["miss"])
+            .inc();
+        self.evict_cache();
     }
 
     fn schedule(&mut self, name: &str) {
@@ -283,9 +327,14 @@ impl Supervisor {
                     CacheOutcome::Miss => "miss",
                     CacheOutcome::Corrupt => "corrupt",
                 };
-                metrics.compile_cache.with_label_values(&[cache]).inc();
+                if plugin.compiler == Compiler::Cranelift {
+                    metrics.compile_cache.with_label_values(&[cache]).inc();
+                }
                 for name in names {
                     self.swap_in(&name, plugin.clone());
+                }
+                if plugin.compiler == Compiler::Winch {
+                    self.optimize(file);
                 }
                 self.evict_cache();
             }
@@ -350,6 +399,7 @@ impl Supervisor {
                     digest = %plugin.digest,
                     load_ms = plugin.load_time.as_millis() as u64,
                     cache = ?plugin.cache,
+                    compiler = ?plugin.compiler,
                     "plugin loaded"
                 );
                 self.schedule(name);

@@ -121,6 +121,7 @@ impl Runner for DaemonRunner {
                         tracing::info!(
                             health = report::health_word(outcome.health),
                             elapsed_ms,
+                            compiler = ?plugin.compiler,
                             "{}",
                             outcome.message
                         );
@@ -132,7 +133,7 @@ impl Runner for DaemonRunner {
                         )
                     }
                     Err(failure) => {
-                        tracing::error!(elapsed_ms, "reconcile failed: {failure}");
+                        tracing::error!(elapsed_ms, compiler = ?plugin.compiler, "reconcile failed: {failure}");
                         (false, None, None, failure.to_string())
                     }
                 };

@@ -4,7 +4,7 @@
 //! while a reconcile in flight finishes on the old).
 
 use crate::config::PluginConfig;
-use crate::runtime::{CompiledPlugin, Health};
+use crate::runtime::{CompiledPlugin, Compiler, Health};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -97,6 +97,7 @@ pub struct PluginStatus<'a> {
     pub state: &'static str,
     pub file: String,
     pub digest: Option<&'a str>,
+    pub compiler: Option<Compiler>,
     pub load_error: Option<&'a str>,
     pub failures: u32,
     pub reconciles: u64,
@@ -117,6 +118,7 @@ impl PluginTable {
                 state: e.state.name(),
                 file: e.config.file.display().to_string(),
                 digest: e.compiled.as_ref().map(|c| c.digest.as_str()),
+                compiler: e.compiled.as_ref().map(|c| c.compiler),
                 load_error: e.load_error.as_deref(),
                 failures: e.failures,
                 reconciles: e.reconciles,

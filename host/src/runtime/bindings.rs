@@ -13,8 +13,8 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use tend::plugin::types;
-use tend::plugin::{files, http, log, state};
+pub use self::tend::plugin::types;
+use self::tend::plugin::{files, http, log, state};
 
 pub fn to_wit_error(e: CapError) -> types::Error {
     match e {

@@ -197,7 +197,12 @@ pub struct CallRequest<'a> {
 impl Runtime {
     /// A store with no ambient authority: no files, no network, no env; stdout
     /// and stderr go to a bounded in-memory pipe.
-    fn new_store(&self, caps: Capabilities, memory: u64) -> (Store<CallState>, MemoryOutputPipe) {
+    fn new_store(
+        &self,
+        plugin: &CompiledPlugin,
+        caps: Capabilities,
+        memory: u64,
+    ) -> (Store<CallState>, MemoryOutputPipe) {
         let output = MemoryOutputPipe::new(OUTPUT_CAPACITY);
         let wasi = WasiCtxBuilder::new()
             .stdout(output.clone())
@@ -218,7 +223,8 @@ impl Runtime {
             caps,
             calls: Default::default(),
         };
-        let mut store = Store::new(&self.engine, state);
+        // The plugin's own engine: Cranelift's, or Winch's until that build is ready.
+        let mut store = Store::new(plugin.component.engine(), state);
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(1);
         store.epoch_deadline_async_yield_and_update(1);
@@ -240,7 +246,7 @@ impl Runtime {
             mutations: mutations.clone(),
         };
         let caps = Capabilities::for_call(request.backends, config, &call);
-        let (mut store, output) = self.new_store(caps, config.limits.memory.0);
+        let (mut store, output) = self.new_store(plugin, caps, config.limits.memory.0);
         let ctx = types::Context {
             plugin: config.name.clone(),
             config: config.config_json.clone(),
@@ -315,7 +321,7 @@ impl Runtime {
             mutations: Mutations::default(),
         };
         let caps = Capabilities::for_call(backends, &config, &call);
-        let (mut store, output) = self.new_store(caps, config.limits.memory.0);
+        let (mut store, output) = self.new_store(plugin, caps, config.limits.memory.0);
         let _ticking = self.ticker.running();
         let run = async {
             let instance = plugin.pre.instantiate_async(&mut store).await?;

@@ -34,7 +34,15 @@ fn pooling() -> PoolingAllocationConfig {
     pool
 }
 
-/// The engine, and whether it uses the pooling allocator.
+/// The Winch (baseline compiler) engine. On-demand allocation: it serves a
+/// plugin only until the Cranelift build is ready, so it reserves nothing.
+pub fn build_baseline() -> anyhow::Result<Engine> {
+    let mut config = config();
+    config.strategy(wasmtime::Strategy::Winch);
+    Ok(Engine::new(&config)?)
+}
+
+/// The Cranelift engine, and whether it uses the pooling allocator.
 pub fn build() -> anyhow::Result<(Engine, bool)> {
     let mut pooled = config();
     pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling()));
@@ -47,7 +55,7 @@ pub fn build() -> anyhow::Result<(Engine, bool)> {
     }
 }
 
-/// Advances the engine's epoch every [`EPOCH_TICK`] while at least one guest
+/// Advances the engines' epochs every [`EPOCH_TICK`] while at least one guest
 /// runs, and sleeps otherwise: an idle host does no periodic work.
 #[derive(Clone)]
 pub struct EpochTicker {
@@ -55,12 +63,12 @@ pub struct EpochTicker {
 }
 
 impl EpochTicker {
-    pub fn start(engine: &Engine) -> Self {
+    pub fn start(engines: &[&Engine]) -> Self {
         let shared = Arc::new((Mutex::new(0usize), Condvar::new()));
         let ticker = EpochTicker {
             shared: shared.clone(),
         };
-        let engine = engine.weak();
+        let engines: Vec<_> = engines.iter().map(|e| e.weak()).collect();
         std::thread::Builder::new()
             .name("tend-epoch".into())
             .spawn(move || {
@@ -72,9 +80,11 @@ impl EpochTicker {
                     }
                     drop(count);
                     std::thread::sleep(EPOCH_TICK);
-                    match engine.upgrade() {
-                        Some(engine) => engine.increment_epoch(),
-                        None => return,
+                    for engine in &engines {
+                        match engine.upgrade() {
+                            Some(engine) => engine.increment_epoch(),
+                            None => return,
+                        }
                     }
                 }
             })
