@@ -115,6 +115,11 @@ fn land(dir: &Path, daemon: &Daemon, name: &str, source: &Path) -> Duration {
     started.elapsed()
 }
 
+/// Wait (untimed) until the Cranelift build replaced the Winch one, so it is cached.
+fn settle(daemon: &Daemon, name: &str) {
+    time_until(Duration::from_secs(120), || plugin(daemon.port, name).is_some_and(|p| p["compiler"] == "cranelift"));
+}
+
 /// Delete the plugin's file and wait until the daemon reports it missing.
 fn unland(dir: &Path, daemon: &Daemon, name: &str) {
     std::fs::remove_file(dir.join(format!("plugins/{name}.wasm"))).unwrap();
@@ -161,6 +166,7 @@ fn main() {
         let dir = tempfile::tempdir().unwrap();
         let daemon = start(dir.path(), &format!("[plugins.{name}]\n{config}"));
         let cold = land(dir.path(), &daemon, name, &plugins.join(file));
+        settle(&daemon, name);
         unland(dir.path(), &daemon, name);
         let warm = land(dir.path(), &daemon, name, &plugins.join(file));
         println!(
@@ -179,7 +185,9 @@ fn main() {
     )
     .unwrap();
     let config = "[plugins.mirror-gate]\ninterval = \"1h\"\n[plugins.mirror-gate.grants]\nfiles = [{ path = \"/tmp/tend-bench-certs.d\", write = true }]\n[plugins.mirror-gate.config]\ncerts-dir = \"/tmp/tend-bench-certs.d\"\n";
-    drop(start(dir.path(), config)); // fills the compile cache
+    let filling = start(dir.path(), config);
+    settle(&filling, "mirror-gate");
+    drop(filling); // the compile cache now holds the Cranelift build
     let started = Instant::now();
     let daemon = start(dir.path(), config);
     time_until(Duration::from_secs(30), || {
