@@ -117,7 +117,9 @@ fn land(dir: &Path, daemon: &Daemon, name: &str, source: &Path) -> Duration {
 
 /// Wait (untimed) until the Cranelift build replaced the Winch one, so it is cached.
 fn settle(daemon: &Daemon, name: &str) {
-    time_until(Duration::from_secs(120), || plugin(daemon.port, name).is_some_and(|p| p["compiler"] == "cranelift"));
+    time_until(Duration::from_secs(120), || {
+        plugin(daemon.port, name).is_some_and(|p| p["compiler"] == "cranelift")
+    });
 }
 
 /// Delete the plugin's file and wait until the daemon reports it missing.

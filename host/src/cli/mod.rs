@@ -92,7 +92,12 @@ enum PluginsCommand {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    let default_level = if matches!(cli.command, Command::Run { .. }) {
+        "info"
+    } else {
+        "warn"
+    };
+    init_logging(cli.log_format, default_level);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -124,12 +129,16 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat) {
+/// `TEND_LOG` (a tracing filter) wins; otherwise the daemon logs at info and
+/// one-shot commands at warn, so their printed report is not drowned in plugin logs.
+fn init_logging(format: LogFormat, default_level: &str) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("TEND_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")
+        tracing_subscriber::EnvFilter::new(format!("{default_level},cranelift=warn,wasmtime=warn"))
     });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
