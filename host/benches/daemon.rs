@@ -4,19 +4,12 @@
 //!
 //!   cargo bench -p tend --bench daemon
 
+mod common;
+use common::plugins_dir;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn plugins_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    assert!(
-        dir.join("chaos.wasm").exists(),
-        "run `cargo xtask plugins` first"
-    );
-    dir
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

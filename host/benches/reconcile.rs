@@ -9,7 +9,9 @@
 //! - the baseline: the same trivial check as a forked `/bin/sh -c` script, the
 //!   way node-problem-detector runs its plugins.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::plugins_dir;
+use std::path::Path;
 use std::time::{Duration, Instant};
 use tend::capabilities::Backends;
 use tend::config::Config;
@@ -30,15 +32,6 @@ fn report(what: &str, mut samples: Vec<Duration>) {
         us(percentile(&samples, 0.9)),
         us(percentile(&samples, 0.99)),
     );
-}
-
-fn plugins_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins");
-    assert!(
-        dir.join("chaos.wasm").exists(),
-        "run `cargo xtask plugins` first"
-    );
-    dir
 }
 
 fn config(plugins: &Path) -> Config {

@@ -12,24 +12,18 @@ pub fn show(config_path: &Path, filter: &Filter, json: bool) -> anyhow::Result<E
         if json {
             println!("{}", serde_json::to_string(entry)?);
         } else {
-            let verb = if entry.dry_run { "would" } else { "did" };
-            let detail = if entry.detail.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", entry.detail)
-            };
-            let result = if entry.result == "ok" {
-                String::new()
-            } else {
-                format!(": {}", entry.result)
-            };
+            let mutation = super::report::describe_parts(
+                !entry.dry_run,
+                &entry.capability,
+                &entry.operation,
+                &entry.target,
+                &entry.detail,
+                &entry.result,
+            );
             println!(
-                "{} {} {verb} {}.{} {}{detail}{result} [{}; {}]",
+                "{} {} {mutation} [{}; {}]",
                 entry.time,
                 entry.plugin,
-                entry.capability,
-                entry.operation,
-                entry.target,
                 entry.triggers.join(","),
                 short_digest(&entry.digest),
             );

@@ -32,19 +32,36 @@ pub fn print(plugin: &str, report: &ReconcileReport) {
 }
 
 pub fn describe(m: &Mutation) -> String {
-    let verb = if m.performed { "did" } else { "would" };
-    let detail = if m.detail.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", m.detail)
-    };
-    let result = if m.result == "ok" {
-        String::new()
-    } else {
-        format!(": {}", m.result)
-    };
-    format!(
-        "{verb} {}.{} {}{detail}{result}",
-        m.capability, m.operation, m.target
+    describe_parts(
+        m.performed,
+        m.capability,
+        &m.operation,
+        &m.target,
+        &m.detail,
+        &m.result,
     )
+}
+
+/// "did files.write /path (120 bytes): error": one mutation, for the report
+/// and for `tend journal`.
+pub fn describe_parts(
+    performed: bool,
+    capability: &str,
+    operation: &str,
+    target: &str,
+    detail: &str,
+    result: &str,
+) -> String {
+    let verb = if performed { "did" } else { "would" };
+    let detail = if detail.is_empty() {
+        String::new()
+    } else {
+        format!(" ({detail})")
+    };
+    let result = if result == "ok" {
+        String::new()
+    } else {
+        format!(": {result}")
+    };
+    format!("{verb} {capability}.{operation} {target}{detail}{result}")
 }
