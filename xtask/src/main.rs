@@ -11,7 +11,12 @@ use std::time::{Duration, Instant};
 const RUST_PLUGINS: &[(&str, &str)] = &[("mirror-gate", "mirror-gate"), ("chaos", "chaos")];
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 /// Debian packages the tests and the demo need: (command, package).
-const DEBIAN: &[(&str, &str)] = &[("docker-registry", "docker-registry"), ("curl", "curl")];
+const DEBIAN: &[(&str, &str)] = &[
+    ("docker-registry", "docker-registry"),
+    ("curl", "curl"),
+    // promtool validates /metrics in the end-to-end tests.
+    ("promtool", "prometheus"),
+];
 const QUICKSTART_REGISTRY_PORT: u16 = 5055;
 
 fn main() -> ExitCode {

@@ -79,11 +79,6 @@ impl Runtime {
         })
     }
 
-    /// The optimizing engine (Cranelift).
-    pub fn engine(&self) -> &Engine {
-        &self.optimized.engine
-    }
-
     /// Bound the compile cache to `max_bytes`, never evicting the artifacts of
     /// `in_use` digests; returns how many entries were evicted.
     pub fn evict_cache(&self, in_use: &std::collections::HashSet<String>, max_bytes: u64) -> usize {

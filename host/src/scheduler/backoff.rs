@@ -24,10 +24,6 @@ impl Backoff {
     pub fn succeed(&mut self) {
         self.failures = 0;
     }
-
-    pub fn failures(&self) -> u32 {
-        self.failures
-    }
 }
 
 #[cfg(test)]
