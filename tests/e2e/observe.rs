@@ -282,3 +282,54 @@ fn a_trapping_plugin_backs_off_with_growing_intervals_while_another_keeps_its_ow
     assert!(plugin_status(port, "panicker")["failures"].as_u64() >= Some(4));
     assert!(daemon.terminate(Duration::from_secs(10)));
 }
+
+#[test]
+fn tend_reconcile_goes_through_a_running_daemon() {
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("chaos", "chaos");
+    let port = free_port();
+    sandbox.config_with_host(
+        &format!("listen = \"127.0.0.1:{port}\""),
+        &(chaos("steady", "ok", "1h") + &chaos("failing", "fail", "1h")),
+    );
+    let daemon = sandbox.daemon();
+    wait_for_plugin(port, "steady", "its startup run", |p| p["reconciles"] == 1);
+    wait_for_plugin(port, "failing", "its startup run", |p| {
+        p["state"] == "failing"
+    });
+
+    // The daemon holds the state store; the command asks it instead.
+    let run = sandbox.tend(&["reconcile", "steady"]);
+    assert!(run.success, "{run:?}");
+    assert!(
+        run.stdout.starts_with("steady: healthy: run 2 (v1)"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains(&format!("by the tend daemon at 127.0.0.1:{port}")),
+        "{}",
+        run.stdout
+    );
+    daemon.wait_for_log(
+        Duration::from_secs(5),
+        &["plugin=steady", "trigger=manual", "healthy"],
+    );
+
+    let run = sandbox.tend(&["reconcile", "failing"]);
+    assert!(!run.success);
+    assert!(
+        run.stdout
+            .contains("failing: FAILED: other: chaos was asked to fail"),
+        "{}",
+        run.stdout
+    );
+
+    let run = sandbox.tend(&["reconcile", "nope"]);
+    assert!(
+        !run.success && run.stderr.contains("no plugin \"nope\""),
+        "{run:?}"
+    );
+    assert!(daemon.terminate(Duration::from_secs(10)));
+}

@@ -2,6 +2,7 @@
 
 use super::node::Node;
 use super::report;
+use crate::config::Config;
 use crate::runtime::Trigger;
 use crate::runtime::call::CallRequest;
 use std::path::Path;
@@ -41,8 +42,15 @@ pub async fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// One reconcile of `name` now (a dry run if the config says so).
+/// One reconcile of `name` now (a dry run if the config says so): by the
+/// running daemon when one answers on `[host] listen`, else in this process.
 pub async fn reconcile(config_path: &Path, name: &str) -> anyhow::Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    if let Some(addr) = config.host.listen
+        && let Some(code) = via_daemon(addr, name).await?
+    {
+        return Ok(code);
+    }
     let node = Node::open(config_path)?;
     let Some(config) = node.config.plugins.get(name) else {
         let known: Vec<&str> = node.config.plugins.keys().map(String::as_str).collect();
@@ -77,4 +85,48 @@ pub async fn reconcile(config_path: &Path, name: &str) -> anyhow::Result<ExitCod
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Ask the daemon on `addr` to reconcile `name` and print its result; None when
+/// no daemon answers there.
+async fn via_daemon(addr: std::net::SocketAddr, name: &str) -> anyhow::Result<Option<ExitCode>> {
+    let url = format!("http://{addr}/reconcile/{name}");
+    let response = match reqwest::Client::new().post(&url).send().await {
+        Err(e) if e.is_connect() => return Ok(None),
+        other => other.map_err(|e| anyhow::anyhow!("tend daemon at {addr}: {e}"))?,
+    };
+    let status = response.status();
+    let body = response.text().await?;
+    if !status.is_success() {
+        eprint!("tend daemon at {addr}: {body}");
+        return Ok(Some(ExitCode::FAILURE));
+    }
+    let last: serde_json::Value = serde_json::from_str(&body)?;
+    let message = last["message"].as_str().unwrap_or_default();
+    let took = format!(
+        "{:.0} ms, by the tend daemon at {addr}",
+        last["elapsed_ms"].as_f64().unwrap_or(0.0)
+    );
+    let ok = match last["health"].as_str() {
+        Some(health) => {
+            println!("{name}: {health}: {message} ({took})");
+            true
+        }
+        None => {
+            println!("{name}: FAILED: {message} ({took})");
+            false
+        }
+    };
+    let mutations = last["mutations"].as_array().cloned().unwrap_or_default();
+    for mutation in &mutations {
+        println!("  {}", mutation.as_str().unwrap_or_default());
+    }
+    if mutations.is_empty() && ok {
+        println!("  no changes");
+    }
+    Ok(Some(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }))
 }

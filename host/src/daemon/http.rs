@@ -2,6 +2,8 @@
 //! once every enabled plugin has loaded or failed to load) and `/status` (JSON).
 
 use super::Shared;
+use super::table::PluginTable;
+use crate::runtime::Trigger;
 use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::Full;
@@ -17,7 +19,7 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} ([host] listen)"))?;
-    tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /status");
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /status, POST /reconcile/NAME");
     Ok(tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
@@ -26,8 +28,8 @@ pub async fn serve(
             let shared = shared.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req| {
-                    let response = route(&shared, &req);
-                    async move { Ok::<_, std::convert::Infallible>(response) }
+                    let shared = shared.clone();
+                    async move { Ok::<_, std::convert::Infallible>(route(&shared, &req).await) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
@@ -45,15 +47,21 @@ fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Ful
         .expect("a valid response")
 }
 
-fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    if req.method() == Method::POST
+        && let Some(name) = path.strip_prefix("/reconcile/")
+    {
+        return reconcile_now(shared, name).await;
+    }
     if req.method() != Method::GET {
         return respond(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
-            "GET only\n".into(),
+            "GET, or POST /reconcile/NAME\n".into(),
         );
     }
-    match req.uri().path() {
+    match path {
         "/metrics" => {
             let table = shared.table.read().unwrap();
             respond(
@@ -79,7 +87,58 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         _ => respond(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "try /metrics, /healthz, /readyz or /status\n".into(),
+            "try /metrics, /healthz, /readyz, /status or POST /reconcile/NAME\n".into(),
         ),
+    }
+}
+
+/// Queue a manual reconcile of `name` (it skips any backoff) and answer with its
+/// result once it has run: what `tend reconcile NAME` shows while the daemon runs.
+async fn reconcile_now(shared: &Shared, name: &str) -> Response<Full<Bytes>> {
+    let runs_before = |table: &PluginTable| {
+        table
+            .plugins
+            .get(name)
+            .map(|e| (e.reconciles, e.config.limits.timeout, e.state))
+    };
+    let Some((before, timeout, state)) = runs_before(&shared.table.read().unwrap()) else {
+        return respond(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            format!("no plugin {name:?} in the running config\n"),
+        );
+    };
+    if !shared.triggers.send(name, Trigger::new("manual")) {
+        return respond(
+            StatusCode::CONFLICT,
+            "text/plain",
+            format!(
+                "{name} is not running (state: {}); see tend status\n",
+                state.name()
+            ),
+        );
+    }
+    // The run in flight (if any) finishes first; then ours, within its deadline.
+    let deadline = tokio::time::Instant::now() + timeout * 2 + std::time::Duration::from_secs(5);
+    loop {
+        let done = {
+            let table = shared.table.read().unwrap();
+            table.plugins.get(name).and_then(|e| {
+                let last = e.last.as_ref()?;
+                (e.reconciles > before && last.triggers.iter().any(|t| t == "manual"))
+                    .then(|| serde_json::to_string_pretty(last).expect("serializes"))
+            })
+        };
+        if let Some(body) = done {
+            return respond(StatusCode::OK, "application/json", body);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return respond(
+                StatusCode::GATEWAY_TIMEOUT,
+                "text/plain",
+                format!("{name}: no result in time; see tend status\n"),
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }

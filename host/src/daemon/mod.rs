@@ -14,7 +14,7 @@ use crate::config::{Config, diff::diff};
 use crate::journal::Journal;
 use crate::runtime::{CacheOutcome, CompiledPlugin, Compiler, LoadError, Runtime, Trigger};
 use crate::scheduler::watch::{self as file_triggers, WatchPath};
-use crate::scheduler::{Schedule, Scheduler};
+use crate::scheduler::{Schedule, Scheduler, Triggers};
 use crate::watch::{self, Watch};
 use metrics::Metrics;
 use std::collections::{BTreeSet, HashSet};
@@ -45,6 +45,8 @@ pub struct Shared {
     metrics: Metrics,
     pub table: RwLock<PluginTable>,
     pub host: RwLock<LiveHost>,
+    /// Manual triggers from `POST /reconcile/NAME` reach the scheduler here.
+    triggers: Triggers,
     config_path: PathBuf,
     /// Why the newest config was rejected (the last good one keeps running).
     config_error: RwLock<Option<String>>,
@@ -97,6 +99,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         config_path: config_path.clone(),
         config_error: RwLock::new(None),
         runtime: runtime.clone(),
+        triggers: Triggers::default(),
     });
     tracing::info!(
         config = %config_path.display(),
@@ -115,7 +118,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         shared: shared.clone(),
     });
     let mut supervisor = Supervisor {
-        scheduler: Scheduler::new(runner),
+        scheduler: Scheduler::with_triggers(runner, shared.triggers.clone()),
         shared,
         config,
         events,

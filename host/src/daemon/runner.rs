@@ -154,6 +154,7 @@ impl Runner for DaemonRunner {
                         health,
                         message,
                         elapsed_ms,
+                        mutations: report.mutations.iter().map(report::describe).collect(),
                     });
                 }
                 RunResult { ok, requeue_after }

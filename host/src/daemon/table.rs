@@ -57,6 +57,8 @@ pub struct LastRun {
     pub health: Option<Health>,
     pub message: String,
     pub elapsed_ms: f64,
+    /// What it changed (or planned), as `tend reconcile` prints it.
+    pub mutations: Vec<String>,
 }
 
 pub struct PluginEntry {

@@ -74,9 +74,15 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn new(runner: Arc<dyn Runner>) -> Self {
+        Self::with_triggers(runner, Triggers::default())
+    }
+
+    /// A scheduler whose plugins receive what is sent through `triggers`
+    /// (handed out before the scheduler exists, for example to a server).
+    pub fn with_triggers(runner: Arc<dyn Runner>, triggers: Triggers) -> Self {
         Scheduler {
             runner,
-            triggers: Triggers::default(),
+            triggers,
             tasks: JoinSet::new(),
         }
     }
@@ -136,7 +142,9 @@ async fn plugin_loop(
             pending.insert(Trigger::new("requeue"));
             requeue_at = None;
         }
-        if !pending.is_empty() && not_before <= now {
+        // An operator's manual trigger does not wait out a failure backoff.
+        let manual = pending.iter().any(|t: &Trigger| t.kind == "manual");
+        if !pending.is_empty() && (not_before <= now || manual) {
             while let Ok(message) = queue.try_recv() {
                 match message {
                     Message::Trigger(trigger) => {

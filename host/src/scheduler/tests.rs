@@ -185,3 +185,23 @@ async fn upsert_changes_the_interval_and_remove_stops_the_plugin() {
     assert_eq!(recorder.runs_of("a").len(), 4);
     scheduler.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_manual_trigger_skips_the_backoff() {
+    let recorder = Arc::new(Recorder::default());
+    recorder.failing.lock().unwrap().insert("bad".into(), true);
+    let mut scheduler = start(recorder.clone(), vec![schedule("bad", None)]);
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_secs(70)).await;
+        scheduler.triggers().send("bad", Trigger::new("interval"));
+    }
+    // Six failures in: the next interval-like trigger would wait ~64 s.
+    let runs = recorder.runs_of("bad").len();
+    let asked = Instant::now();
+    assert!(scheduler.triggers().send("bad", Trigger::new("manual")));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let after = recorder.runs_of("bad");
+    assert_eq!(after.len(), runs + 1, "ran at once");
+    assert!(after.last().unwrap().0 - asked < Duration::from_millis(10));
+    scheduler.shutdown().await;
+}
