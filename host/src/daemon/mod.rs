@@ -434,36 +434,32 @@ impl Supervisor {
             .evict_cache(&in_use, self.config.host.cache_max_size.0);
     }
 
+    /// Keep the last good config: log why, count it, show it in `/status`.
+    fn reject_config(&self, message: String) {
+        tracing::error!("config rejected, the last good config keeps running: {message}");
+        self.shared
+            .metrics
+            .reloads
+            .with_label_values(&["config", "error"])
+            .inc();
+        *self.shared.config_error.write().unwrap() = Some(message);
+    }
+
     /// Validate the config file; apply it as a diff, or keep the last good one.
     fn reload_config(&mut self, why: &str) {
         let shared = self.shared.clone();
         let metrics = &shared.metrics;
         let new = match Config::load(&self.shared.config_path) {
             Ok(new) => new,
-            Err(e) => {
-                tracing::error!("config rejected ({why}), the last good config keeps running: {e}");
-                metrics
-                    .reloads
-                    .with_label_values(&["config", "error"])
-                    .inc();
-                *self.shared.config_error.write().unwrap() = Some(e.to_string());
-                return;
-            }
+            Err(e) => return self.reject_config(format!("{e} ({why})")),
         };
         let changes = diff(&self.config, &new);
         if !changes.needs_restart.is_empty() {
-            let message = format!(
-                "{}: changing [host] {} needs a restart of tend; the last good config keeps running",
+            return self.reject_config(format!(
+                "{}: changing [host] {} needs a restart of tend",
                 self.shared.config_path.display(),
                 changes.needs_restart.join(", ")
-            );
-            tracing::error!("{message}");
-            metrics
-                .reloads
-                .with_label_values(&["config", "error"])
-                .inc();
-            *self.shared.config_error.write().unwrap() = Some(message);
-            return;
+            ));
         }
         *self.shared.config_error.write().unwrap() = None;
         *self.shared.host.write().unwrap() = LiveHost {
