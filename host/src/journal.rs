@@ -36,19 +36,20 @@ pub struct Entry {
     pub result: String,
 }
 
-/// The journal entries for what one reconcile of `plugin` did.
+/// The journal entries for what one reconcile of `plugin` did, at `time`
+/// (from [`Entry::now`]).
 pub fn entries(
+    (time, time_ms): &(String, u64),
     plugin: &str,
     digest: &str,
     triggers: &[String],
     mutations: &[Mutation],
 ) -> Vec<Entry> {
-    let (time, time_ms) = Entry::now();
     mutations
         .iter()
         .map(|m| Entry {
             time: time.clone(),
-            time_ms,
+            time_ms: *time_ms,
             plugin: plugin.to_string(),
             digest: digest.to_string(),
             triggers: triggers.to_vec(),

@@ -115,26 +115,55 @@ fn plugin_files_are_loaded_replaced_and_rejected_without_a_restart() {
     assert!(daemon.terminate(std::time::Duration::from_secs(10)));
 }
 
+/// Put `source` in place as `to` in one step: written beside it, then renamed.
+fn land(source: &Path, to: &Path) {
+    let staging = to.with_extension("part");
+    std::fs::copy(source, &staging).unwrap();
+    std::fs::rename(staging, to).unwrap();
+}
+
 #[test]
 fn same_file_changed_twice_during_a_compile_ends_on_the_last_content() {
     let sandbox = Sandbox::new();
     let port = free_port();
     sandbox.add_plugin("chaos", "hot");
+    // A cache of its own: the Python component below really compiles (over a second).
     sandbox.config_with_host(
-        &format!("listen = \"127.0.0.1:{port}\""),
+        &format!("listen = \"127.0.0.1:{port}\"\ncache-dir = \"fresh-cache\""),
         "[plugins.hot]\n[plugins.hot.config]\nmode = \"ok\"\n",
     );
     let daemon = sandbox.daemon();
     wait_for_plugin(port, "hot", "first reconcile", |p| runs(p) >= 1);
     let file = sandbox.path("plugins/hot.wasm");
-    // A broken write immediately followed by the good one: whatever the compile
-    // saw first, the last content must win.
-    cp_in_place(b"junk", &file);
-    cp_in_place(&std::fs::read(plugin("chaos-v2")).unwrap(), &file);
+    let loading = [file.to_str().unwrap(), "loading component"];
+    let loads_before = daemon.count(&loading);
+
+    // A large component lands and starts compiling; while it compiles, v2 lands.
+    land(&plugin("python-http-check"), &file);
+    let python = digest_of(&file);
+    tend_e2e::wait_until(
+        std::time::Duration::from_secs(10),
+        "the compile to start",
+        || daemon.count(&loading) > loads_before,
+    );
+    land(&plugin("chaos-v2"), &file);
     let v2 = digest_of(&file);
+
     wait_for_plugin(port, "hot", "v2 loaded, no load error", |p| {
         p["digest"] == v2.as_str() && p["load_error"].is_null()
     });
+    assert_eq!(
+        daemon.count(&["plugin reloaded", &python]),
+        0,
+        "the superseded build never served: {}",
+        daemon.log()
+    );
+    assert_eq!(
+        daemon.count(&loading),
+        loads_before + 2,
+        "compiled again after the change: {}",
+        daemon.log()
+    );
     drop(daemon);
 }
 

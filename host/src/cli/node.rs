@@ -12,6 +12,7 @@ pub struct Node {
     pub config: Config,
     pub runtime: Arc<Runtime>,
     pub backends: Backends,
+    journal: Journal,
 }
 
 /// An enabled plugin with its compiled component, or why it failed to load.
@@ -22,21 +23,31 @@ pub struct Loaded {
 
 impl Node {
     pub fn open(config_path: &Path) -> anyhow::Result<Node> {
-        let config = Config::load(config_path)?;
+        Self::new(Config::load(config_path)?)
+    }
+
+    pub fn new(config: Config) -> anyhow::Result<Node> {
         let runtime = Arc::new(Runtime::new(Some(&config.host.cache_dir))?);
         let backends = Backends::real(&config.host.state_dir)?;
+        let journal = Journal::open(&config.host.state_dir)?;
         Ok(Node {
             config,
             runtime,
             backends,
+            journal,
         })
     }
 
     /// Append what a manual reconcile did (or planned) to the journal.
     pub fn journal(&self, plugin: &str, digest: &str, mutations: &[crate::capabilities::Mutation]) {
-        let entries = journal::entries(plugin, digest, &["manual".to_string()], mutations);
-        if let Err(e) = Journal::open(&self.config.host.state_dir).and_then(|j| j.append(&entries))
-        {
+        let entries = journal::entries(
+            &journal::Entry::now(),
+            plugin,
+            digest,
+            &["manual".to_string()],
+            mutations,
+        );
+        if let Err(e) = self.journal.append(&entries) {
             eprintln!(
                 "warning: cannot append to the journal under {}: {e}",
                 self.config.host.state_dir.display()

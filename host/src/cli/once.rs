@@ -51,7 +51,7 @@ pub async fn reconcile(config_path: &Path, name: &str) -> anyhow::Result<ExitCod
     {
         return Ok(code);
     }
-    let node = Node::open(config_path)?;
+    let node = Node::new(config)?;
     let Some(config) = node.config.plugins.get(name) else {
         let known: Vec<&str> = node.config.plugins.keys().map(String::as_str).collect();
         anyhow::bail!(

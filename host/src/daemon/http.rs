@@ -2,7 +2,6 @@
 //! once every enabled plugin has loaded or failed to load) and `/status` (JSON).
 
 use super::Shared;
-use super::table::PluginTable;
 use crate::runtime::Trigger;
 use anyhow::Context;
 use bytes::Bytes;
@@ -95,13 +94,12 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>
 /// Queue a manual reconcile of `name` (it skips any backoff) and answer with its
 /// result once it has run: what `tend reconcile NAME` shows while the daemon runs.
 async fn reconcile_now(shared: &Shared, name: &str) -> Response<Full<Bytes>> {
-    let runs_before = |table: &PluginTable| {
-        table
-            .plugins
-            .get(name)
-            .map(|e| (e.reconciles, e.config.limits.timeout, e.state))
+    let current = {
+        let table = shared.table.read().unwrap();
+        let entry = table.plugins.get(name);
+        entry.map(|e| (e.reconciles, e.config.limits.timeout, e.state))
     };
-    let Some((before, timeout, state)) = runs_before(&shared.table.read().unwrap()) else {
+    let Some((before, timeout, state)) = current else {
         return respond(
             StatusCode::NOT_FOUND,
             "text/plain",

@@ -12,7 +12,7 @@ pub mod table;
 use crate::capabilities::Backends;
 use crate::config::{Config, diff::diff};
 use crate::journal::Journal;
-use crate::runtime::{CacheOutcome, CompiledPlugin, Compiler, LoadError, Runtime, Trigger};
+use crate::runtime::{CompiledPlugin, Compiler, LoadError, Runtime, Trigger};
 use crate::scheduler::watch::{self as file_triggers, WatchPath};
 use crate::scheduler::{Schedule, Scheduler, Triggers};
 use crate::watch::{self, Watch};
@@ -252,6 +252,7 @@ impl Supervisor {
             self.dirty.insert(file);
             return;
         }
+        tracing::info!(file = %file.display(), "loading component");
         let runtime = self.shared.runtime.clone();
         let events = self.events.clone();
         tokio::task::spawn_blocking(move || {
@@ -294,7 +295,7 @@ impl Supervisor {
         self.shared
             .metrics
             .compile_cache
-            .with_label_values(&["miss"])
+            .with_label_values(&[plugin.cache.label()])
             .inc();
         self.evict_cache();
     }
@@ -325,13 +326,12 @@ impl Supervisor {
         let metrics = &self.shared.metrics;
         match result {
             Ok(plugin) => {
-                let cache = match plugin.cache {
-                    CacheOutcome::Hit => "hit",
-                    CacheOutcome::Miss => "miss",
-                    CacheOutcome::Corrupt => "corrupt",
-                };
+                // A Winch build bypasses the cache; its Cranelift build is counted later.
                 if plugin.compiler == Compiler::Cranelift {
-                    metrics.compile_cache.with_label_values(&[cache]).inc();
+                    metrics
+                        .compile_cache
+                        .with_label_values(&[plugin.cache.label()])
+                        .inc();
                 }
                 for name in names {
                     self.swap_in(&name, plugin.clone());

@@ -62,17 +62,19 @@ impl Runner for DaemonRunner {
                 };
                 let report = shared.runtime.reconcile(&plugin, &config, request).await;
 
-                let (time, time_ms) = Entry::now();
+                let now = Entry::now();
                 let entries =
-                    journal::entries(&name, &plugin.digest, &trigger_list, &report.mutations);
+                    journal::entries(&now, &name, &plugin.digest, &trigger_list, &report.mutations);
+                let (time, time_ms) = now;
                 if let Err(e) = shared.journal.append(&entries) {
                     tracing::error!(
                         "cannot append to the journal in {}: {e}",
                         shared.journal.dir().display()
                     );
                 }
-                for mutation in &report.mutations {
-                    tracing::info!("{}", report::describe(mutation));
+                let mutations: Vec<String> = report.mutations.iter().map(report::describe).collect();
+                for mutation in &mutations {
+                    tracing::info!("{mutation}");
                 }
                 if report.logs_dropped > 0 {
                     tracing::warn!(
@@ -154,7 +156,7 @@ impl Runner for DaemonRunner {
                         health,
                         message,
                         elapsed_ms,
-                        mutations: report.mutations.iter().map(report::describe).collect(),
+                        mutations,
                     });
                 }
                 RunResult { ok, requeue_after }

@@ -36,6 +36,17 @@ pub enum CacheOutcome {
     Corrupt,
 }
 
+impl CacheOutcome {
+    /// The `result` label of `tend_compile_cache_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            CacheOutcome::Hit => "hit",
+            CacheOutcome::Miss => "miss",
+            CacheOutcome::Corrupt => "corrupt",
+        }
+    }
+}
+
 /// The artifact checksum: xxh3-128 detects a torn or bit-flipped entry at
 /// memory speed (35 MB in a few ms). It guards against accidents, not
 /// attackers: whoever can write the cache dir can already run code as Tend.
