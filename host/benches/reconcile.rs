@@ -12,11 +12,15 @@
 mod common;
 use common::plugins_dir;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tend::capabilities::Backends;
+use tend::capabilities::Services;
+use tend::capabilities::gate::{Admission, BudgetRule, Budgets, Caller, Gate, Intent};
+use tend::capabilities::state::FakeState;
 use tend::config::Config;
-use tend::runtime::call::CallRequest;
-use tend::runtime::{Runtime, Trigger};
+use tend::journal::Journal;
+use tend::runtime::{CallRequest, Runtime};
+use tend::scheduler::Trigger;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -118,7 +122,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let (backends, fakes) = Backends::fake();
+    let (services, fakes) = Services::fake();
     fakes.http.respond("http://cache.local/v2/", 200);
 
     println!("\n== one reconcile: fresh instance from InstancePre + call ==");
@@ -134,7 +138,7 @@ fn main() {
             let mut samples = Vec::with_capacity(iterations);
             for i in 0..iterations + 50 {
                 let request = CallRequest {
-                    backends: &backends,
+                    services: &services,
                     triggers: vec![Trigger::new("interval")],
                     node_name: "bench",
                     dry_run: false,
@@ -158,6 +162,9 @@ fn main() {
         );
     }
 
+    println!("\n== the mutation gate ==");
+    tokio.block_on(gate_costs());
+
     println!("\n== baseline: the same trivial check as a forked script ==");
     let samples: Vec<Duration> = (0..500)
         .map(|_| {
@@ -171,4 +178,75 @@ fn main() {
         })
         .collect();
     report("fork + exec /bin/sh -c 'exit 0' + wait", samples);
+}
+
+fn removal(target: String) -> Intent {
+    Intent {
+        capability: "files",
+        operation: "remove",
+        target,
+        detail: String::new(),
+        diff: None,
+    }
+}
+
+fn caller() -> Caller {
+    Caller {
+        plugin: "bench".into(),
+        digest: "sha256:bench".into(),
+        triggers: vec!["interval".into()],
+        dry_run: false,
+    }
+}
+
+/// What the gate adds to one mutation: the journal intent (appended and
+/// fsynced before the mutation) plus its result, and a budget check.
+async fn gate_costs() {
+    let no_budgets = || Arc::new(Budgets::new(vec![], Arc::new(FakeState::default())));
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Arc::new(Journal::open(dir.path()).unwrap());
+    let measure = |gate: Gate, n: usize| async move {
+        let mut samples = Vec::with_capacity(n);
+        for i in 0..n {
+            let started = Instant::now();
+            match gate.admit(removal(format!("/f{i}"))).await.unwrap() {
+                Admission::Go(permit) => permit.finish("ok".into()),
+                Admission::Planned => unreachable!(),
+            }
+            samples.push(started.elapsed());
+        }
+        gate.sync();
+        samples
+    };
+    let unjournaled = Gate::new(caller(), None, no_budgets());
+    report(
+        "admit + finish, no journal, no budget",
+        measure(unjournaled, 2000).await,
+    );
+    let journaled = Gate::new(caller(), Some(journal.clone()), no_budgets());
+    report(
+        "admit + finish with the journal (intent fsynced)",
+        measure(journaled, 500).await,
+    );
+    let rule = BudgetRule {
+        name: "removals".into(),
+        operations: vec!["files.remove".into()],
+        max: 1_000_000,
+        per: Duration::from_secs(600),
+        min_interval_per_target: Duration::ZERO,
+    };
+    let budgets = Arc::new(Budgets::new(vec![rule], Arc::new(FakeState::default())));
+    let checks: Vec<Duration> = {
+        let mut samples = Vec::new();
+        for i in 0..2000 {
+            let started = Instant::now();
+            budgets
+                .check("files.remove", &format!("/f{i}"), 1_000, &[])
+                .await
+                .unwrap();
+            samples.push(started.elapsed());
+        }
+        samples
+    };
+    report("budget check (one budget covering the operation)", checks);
 }

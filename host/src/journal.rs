@@ -1,10 +1,12 @@
 //! The durable journal of every mutation: one JSON object per line in
-//! `<state-dir>/journal/journal.jsonl`, each batch appended and fsynced before
-//! the reconcile is reported, rotated by size. After a crash the reader skips
-//! a torn last line; everything before it is intact.
+//! `<state-dir>/journal/journal.jsonl`, rotated by size. The mutation gate
+//! appends an *intent* (fsynced) before a mutation is performed and its
+//! *result* after; a reader pairs them by id, and an intent without a result
+//! (the reconcile was cut off, or Tend crashed) reads as interrupted. After a
+//! crash the reader skips a torn last line; everything before it is intact.
 
-use crate::capabilities::Mutation;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -17,9 +19,34 @@ pub const MAX_BYTES: u64 = 8 << 20;
 pub const KEEP: usize = 4;
 const NAME: &str = "journal.jsonl";
 
-/// One mutation, performed or (in a dry run) planned.
+/// The result of a mutation whose call never returned to the plugin.
+pub const INTERRUPTED: &str = "interrupted: the reconcile ended (deadline, trap or crash) before this mutation returned; check the target";
+
+/// What a journal line records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// About to be performed (fsynced first); its result follows under the same id.
+    Intent,
+    /// The result of the intent with the same id.
+    Result,
+    /// A dry run: recorded, not performed.
+    Planned,
+    /// Refused by a budget: not performed.
+    Refused,
+    /// Complete in one line (lines written before intents existed).
+    #[default]
+    Done,
+}
+
+/// One mutation, performed, planned or refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
+    /// Pairs an intent with its result.
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub phase: Phase,
     /// RFC 3339, UTC, milliseconds.
     pub time: String,
     pub time_ms: u64,
@@ -32,38 +59,43 @@ pub struct Entry {
     pub target: String,
     pub detail: String,
     pub dry_run: bool,
-    /// "ok" or the error.
+    /// "ok", "interrupted ...", or the error.
     pub result: String,
 }
 
-/// The journal entries for what one reconcile of `plugin` did, at `time`
-/// (from [`Entry::now`]).
-pub fn entries(
-    (time, time_ms): &(String, u64),
-    plugin: &str,
-    digest: &str,
-    triggers: &[String],
-    mutations: &[Mutation],
-) -> Vec<Entry> {
-    mutations
-        .iter()
-        .map(|m| Entry {
-            time: time.clone(),
-            time_ms: *time_ms,
-            plugin: plugin.to_string(),
-            digest: digest.to_string(),
-            triggers: triggers.to_vec(),
-            capability: m.capability.to_string(),
-            operation: m.operation.clone(),
-            target: m.target.clone(),
-            detail: m.detail.clone(),
-            dry_run: !m.performed,
-            result: m.result.clone(),
-        })
-        .collect()
-}
-
 impl Entry {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: String,
+        phase: Phase,
+        plugin: String,
+        digest: String,
+        triggers: Vec<String>,
+        capability: String,
+        operation: String,
+        target: String,
+        detail: String,
+        dry_run: bool,
+        result: String,
+    ) -> Entry {
+        let (time, time_ms) = Entry::now();
+        Entry {
+            id,
+            phase,
+            time,
+            time_ms,
+            plugin,
+            digest,
+            triggers,
+            capability,
+            operation,
+            target,
+            detail,
+            dry_run,
+            result,
+        }
+    }
+
     pub fn now() -> (String, u64) {
         let now = SystemTime::now();
         let ms = now
@@ -99,8 +131,9 @@ impl Journal {
         &self.dir
     }
 
-    /// Append `entries` and fsync; rotates first when the file would grow past the limit.
-    pub fn append(&self, entries: &[Entry]) -> io::Result<()> {
+    /// Append `entries`, fsynced when `durable`; rotates first when the file
+    /// would grow past the limit.
+    pub fn append(&self, entries: &[Entry], durable: bool) -> io::Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -130,7 +163,18 @@ impl Journal {
         }
         let handle = file.as_mut().expect("opened above");
         handle.write_all(text.as_bytes())?;
-        handle.sync_data()
+        if durable {
+            handle.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Make everything appended so far durable.
+    pub fn sync(&self) -> io::Result<()> {
+        match self.file.lock().unwrap().as_ref() {
+            Some(file) => file.sync_data(),
+            None => Ok(()),
+        }
     }
 }
 
@@ -164,8 +208,9 @@ pub struct Filter {
     pub since: Option<Duration>,
 }
 
-/// Entries oldest first, and how many unreadable lines were skipped (a torn
-/// write at a crash, or a line from a newer Tend).
+/// Entries oldest first, each intent merged with its result (an intent with
+/// none reads as interrupted), and how many unreadable lines were skipped (a
+/// torn write at a crash, or a line from a newer Tend).
 pub fn read(state_dir: &Path, filter: &Filter) -> io::Result<(Vec<Entry>, usize)> {
     let dir = state_dir.join("journal");
     let mut files: Vec<PathBuf> = (1..=KEEP)
@@ -181,7 +226,9 @@ pub fn read(state_dir: &Path, filter: &Filter) -> io::Result<(Vec<Entry>, usize)
             .unwrap_or_default()
             .as_millis() as u64
     });
-    let mut entries = Vec::new();
+    let mut entries: Vec<Entry> = Vec::new();
+    // Intents still waiting for their result: id -> index in `entries`.
+    let mut intents: HashMap<String, usize> = HashMap::new();
     let mut skipped = 0;
     for path in files {
         let file = match File::open(&path) {
@@ -194,14 +241,26 @@ pub fn read(state_dir: &Path, filter: &Filter) -> io::Result<(Vec<Entry>, usize)
             if line.is_empty() {
                 continue;
             }
-            let Ok(entry) = serde_json::from_slice::<Entry>(&line) else {
+            let Ok(mut entry) = serde_json::from_slice::<Entry>(&line) else {
                 skipped += 1;
                 continue;
             };
             let wanted = filter.plugin.as_ref().is_none_or(|p| *p == entry.plugin)
                 && cutoff.is_none_or(|c| entry.time_ms >= c);
-            if wanted {
-                entries.push(entry);
+            if !wanted {
+                continue;
+            }
+            match entry.phase {
+                Phase::Result if intents.contains_key(&entry.id) => {
+                    let at = intents.remove(&entry.id).expect("checked");
+                    entries[at].result = entry.result;
+                }
+                Phase::Intent => {
+                    entry.result = INTERRUPTED.to_string();
+                    intents.insert(entry.id.clone(), entries.len());
+                    entries.push(entry);
+                }
+                _ => entries.push(entry),
             }
         }
     }
@@ -214,6 +273,8 @@ mod tests {
 
     fn entry(plugin: &str, target: &str, time_ms: u64) -> Entry {
         Entry {
+            id: String::new(),
+            phase: Phase::Done,
             time: "t".into(),
             time_ms,
             plugin: plugin.into(),
@@ -234,9 +295,12 @@ mod tests {
         let journal = Journal::open(dir.path()).unwrap();
         let (_, now) = Entry::now();
         journal
-            .append(&[entry("a", "/old", now - 3_600_000), entry("b", "/x", now)])
+            .append(
+                &[entry("a", "/old", now - 3_600_000), entry("b", "/x", now)],
+                true,
+            )
             .unwrap();
-        journal.append(&[entry("a", "/new", now)]).unwrap();
+        journal.append(&[entry("a", "/new", now)], true).unwrap();
         let (all, skipped) = read(dir.path(), &Filter::default()).unwrap();
         assert_eq!((all.len(), skipped), (3, 0));
         let filter = Filter {
@@ -253,7 +317,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::with_limit(dir.path(), 1000).unwrap();
         for i in 0..40 {
-            journal.append(&[entry("a", &format!("/f{i}"), i)]).unwrap();
+            journal
+                .append(&[entry("a", &format!("/f{i}"), i)], true)
+                .unwrap();
         }
         assert!(dir.path().join("journal/journal.jsonl.1").exists());
         assert!(
@@ -276,7 +342,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
         journal
-            .append(&[entry("a", "/1", 1), entry("a", "/2", 2)])
+            .append(&[entry("a", "/1", 1), entry("a", "/2", 2)], true)
             .unwrap();
         let path = dir.path().join("journal/journal.jsonl");
         let mut file = OpenOptions::new().append(true).open(&path).unwrap();
@@ -286,7 +352,7 @@ mod tests {
         // After a restart, appending costs nothing more than the torn line.
         Journal::open(dir.path())
             .unwrap()
-            .append(&[entry("a", "/4", 4)])
+            .append(&[entry("a", "/4", 4)], true)
             .unwrap();
         let (entries, skipped) = read(dir.path(), &Filter::default()).unwrap();
         assert_eq!((entries.len(), skipped), (3, 1));

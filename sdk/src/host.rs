@@ -1,134 +1,79 @@
-//! The capabilities a plugin is handed, as traits: the wasm build calls the host
-//! through them, and [`crate::testing`] implements them in memory.
+//! The [`Host`] a reconcile is handed, and [`NotProvided`], what its accessors
+//! return by default. Each capability (its trait, wasm glue and fake) lives in
+//! its own module: `log`, `state`, `files`, `http`.
 
-use crate::Result;
-use serde::{Serialize, de::DeserializeOwned};
-use std::time::Duration;
+use crate::{Error, Files, Http, Level, State};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    Trace,
-    Debug,
-    Info,
-    Warn,
-    Error,
-}
-
-/// What a reconcile can reach. Each accessor is always present; whether a call
-/// succeeds depends on the operator's grants (an ungranted call returns `denied`).
+/// What a reconcile can reach. Whether a call succeeds depends on the
+/// operator's grants: an ungranted call returns `denied`, with a message naming
+/// the grant to add.
+///
+/// Every accessor has a default, so a capability added to the SDK later does
+/// not break an existing implementation of this trait: a capability the
+/// implementation does not override is [`NotProvided`], whose every call
+/// returns [`Error::Denied`] ("... is not provided by this host ..."), and the
+/// default [`Host::log`] drops the line. The wasm host and
+/// [`crate::testing::FakeHost`] override every accessor.
 pub trait Host {
-    fn log(&self, level: Level, message: &str);
-    fn state(&self) -> &dyn State;
-    fn files(&self) -> &dyn Files;
-    fn http(&self) -> &dyn Http;
-}
-
-/// The plugin's own persistent key-value store.
-pub trait State {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>>;
-    fn set(&self, key: &str, value: &[u8]) -> Result<()>;
-    fn delete(&self, key: &str) -> Result<bool>;
-    fn list_keys(&self, prefix: &str) -> Result<Vec<String>>;
-}
-
-impl dyn State + '_ {
-    /// The JSON value under `key`, or none; a value that does not parse is `invalid`.
-    pub fn get_json<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
-        match self.get(key)? {
-            None => Ok(None),
-            Some(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| crate::Error::Invalid(format!("state key {key:?}: {e}"))),
-        }
+    /// Log a line; the default drops it.
+    fn log(&self, level: Level, message: &str) {
+        let _ = (level, message);
     }
-
-    pub fn set_json<T: Serialize>(&self, key: &str, value: &T) -> Result<()> {
-        let bytes = serde_json::to_vec(value)
-            .map_err(|e| crate::Error::Invalid(format!("state key {key:?}: {e}")))?;
-        self.set(key, &bytes)
+    /// The plugin's own persistent key-value store.
+    fn state(&self) -> &dyn State {
+        &NotProvided
+    }
+    /// Files inside the granted roots.
+    fn files(&self) -> &dyn Files {
+        &NotProvided
+    }
+    /// Outbound HTTP to the granted URL patterns.
+    fn http(&self) -> &dyn Http {
+        &NotProvided
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileKind {
-    File,
-    Directory,
-    Symlink,
-    Other,
-}
+/// A capability the [`Host`] does not provide: it implements every capability
+/// trait, and every call returns [`Error::Denied`]. The default of each
+/// [`Host`] accessor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NotProvided;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Metadata {
-    pub kind: FileKind,
-    pub size: u64,
-    pub mode: u32,
-    pub modified_ms: Option<u64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirEntry {
-    pub name: String,
-    pub kind: FileKind,
-}
-
-/// Files inside the roots granted to the plugin, by absolute path.
-pub trait Files {
-    fn read(&self, path: &str) -> Result<Vec<u8>>;
-    /// Atomic replace; true when the content or mode changed.
-    fn write(&self, path: &str, contents: &[u8], mode: Option<u32>) -> Result<bool>;
-    /// Remove a file or empty directory; true when it existed.
-    fn remove(&self, path: &str) -> Result<bool>;
-    fn list(&self, path: &str) -> Result<Vec<DirEntry>>;
-    fn metadata(&self, path: &str) -> Result<Option<Metadata>>;
-}
-
-impl dyn Files + '_ {
-    /// The file's content as UTF-8 text, or none when it does not exist.
-    pub fn read_string(&self, path: &str) -> Result<Option<String>> {
-        match self.read(path) {
-            Ok(bytes) => String::from_utf8(bytes)
-                .map(Some)
-                .map_err(|_| crate::Error::Invalid(format!("{path} is not UTF-8 text"))),
-            Err(crate::Error::NotFound(_)) => Ok(None),
-            Err(e) => Err(e),
-        }
+impl NotProvided {
+    /// The error of every call to `capability`.
+    pub(crate) fn denied(capability: &str) -> Error {
+        Error::Denied(format!(
+            "{capability} is not provided by this host: its Host implementation does not override Host::{capability}"
+        ))
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    pub method: String,
-    pub url: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Option<Vec<u8>>,
-    pub timeout: Option<Duration>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Request;
 
-impl Request {
-    pub fn get(url: &str) -> Self {
-        Request {
-            method: "GET".into(),
-            url: url.into(),
-            headers: Vec::new(),
-            body: None,
-            timeout: None,
-        }
+    /// A host written before any capability existed still compiles.
+    struct Bare;
+    impl Host for Bare {}
+
+    #[test]
+    fn accessors_not_overridden_deny_every_call() {
+        let host: &dyn Host = &Bare;
+        host.log(Level::Info, "dropped");
+        let err = host.files().read("/etc/hosts").unwrap_err();
+        assert_eq!(
+            err,
+            Error::Denied(
+                "files is not provided by this host: its Host implementation does not override Host::files".into()
+            )
+        );
+        assert_eq!(host.state().get("k").unwrap_err().kind(), "denied");
+        assert_eq!(host.state().list_keys("").unwrap_err().kind(), "denied");
+        let err = host.http().send(&Request::get("http://x/")).unwrap_err();
+        assert!(
+            matches!(&err, Error::Denied(m) if m.starts_with("http is not provided by this host")),
+            "{err}"
+        );
     }
-
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-/// Outbound HTTP to the URL patterns granted to the plugin.
-pub trait Http {
-    fn send(&self, request: &Request) -> Result<Response>;
 }

@@ -4,7 +4,8 @@
 //! `tend:plugin/plugin` WebAssembly component when built for `wasm32-wasip2`.
 //! Plugin logic talks to the node only through the [`Host`] it is handed, so the
 //! same code runs natively against the in-memory fakes of [`testing`] in plain
-//! `cargo test`, without a wasm runtime.
+//! `cargo test`, without a wasm runtime. The fakes decide grants with the
+//! host's own rules ([`tend_grants`]): what the host would deny, they deny.
 //!
 //! ```ignore
 //! struct Hello;
@@ -21,11 +22,19 @@
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
 pub mod __wasm;
+mod files;
 mod host;
+mod http;
+mod log;
+mod state;
 pub mod testing;
 mod types;
 
-pub use host::{DirEntry, FileKind, Files, Host, Http, Level, Metadata, Request, Response, State};
+pub use files::{DirEntry, FileKind, Files, Metadata};
+pub use host::{Host, NotProvided};
+pub use http::{Http, Request, Response};
+pub use log::Level;
+pub use state::State;
 pub use types::{Context, Error, Health, Outcome, PluginInfo, Result, Trigger};
 
 /// The generated bindings of the `tend:plugin` world. Plugin authors do not need

@@ -1,44 +1,73 @@
 //! In-memory fakes of every capability, for unit tests of plugin logic in plain
 //! `cargo test`. They follow the host's contract: atomic-write semantics (report
-//! whether content changed), `not-found` errors, grants that deny with a message.
+//! whether content changed), `not-found` errors, and the host's own grant rules
+//! and messages: like the host, they deny every file and URL not granted.
 //!
 //! ```
 //! use tend_sdk::testing::FakeHost;
 //! use tend_sdk::{Host, Response};
-//! let host = FakeHost::new();
+//! let host = FakeHost::named("mirror-gate");
+//! host.http.grant("http://cache:5000/*");
 //! host.http.respond("GET", "http://cache:5000/v2/", Ok(Response { status: 200, headers: vec![], body: vec![] }));
 //! assert_eq!(host.http().send(&tend_sdk::Request::get("http://cache:5000/v2/")).unwrap().status, 200);
+//! let denied = host.files().read("/etc/hosts").unwrap_err();
+//! assert_eq!(denied.message(), "no files grant covers /etc/hosts: add { path = \"/etc\" } to [plugins.mirror-gate.grants] files");
 //! ```
 
-use crate::{
-    DirEntry, Error, FileKind, Files, Host, Http, Level, Metadata, Request, Response, Result, State,
-};
-use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+pub use crate::files::FakeFiles;
+pub use crate::http::FakeHttp;
+pub use crate::state::FakeState;
 
-/// A [`Host`] whose capabilities are the public fakes below.
-#[derive(Default)]
+use crate::log::FakeLog;
+use crate::{Files, Host, Http, Level, State};
+
+/// A [`Host`] whose capabilities are the public fakes, for one plugin: its name
+/// appears in denial messages, as `[plugins.NAME.grants]`.
 pub struct FakeHost {
     pub state: FakeState,
     pub files: FakeFiles,
     pub http: FakeHttp,
-    logs: RefCell<Vec<(Level, String)>>,
+    plugin: String,
+    log: FakeLog,
+}
+
+impl Default for FakeHost {
+    fn default() -> Self {
+        FakeHost::new()
+    }
 }
 
 impl FakeHost {
+    /// A host for a plugin named "test", with no grants.
     pub fn new() -> Self {
-        Self::default()
+        FakeHost::named("test")
+    }
+
+    /// A host for the plugin `plugin`, with no grants.
+    pub fn named(plugin: &str) -> Self {
+        FakeHost {
+            state: FakeState::default(),
+            files: FakeFiles::new(plugin),
+            http: FakeHttp::new(plugin),
+            plugin: plugin.to_string(),
+            log: FakeLog::default(),
+        }
+    }
+
+    /// The plugin name the grants belong to.
+    pub fn plugin(&self) -> &str {
+        &self.plugin
     }
 
     /// Every line logged so far.
     pub fn logs(&self) -> Vec<(Level, String)> {
-        self.logs.borrow().clone()
+        self.log.lines()
     }
 }
 
 impl Host for FakeHost {
     fn log(&self, level: Level, message: &str) {
-        self.logs.borrow_mut().push((level, message.to_string()));
+        self.log.log(level, message);
     }
     fn state(&self) -> &dyn State {
         &self.state
@@ -51,304 +80,68 @@ impl Host for FakeHost {
     }
 }
 
-#[derive(Default)]
-pub struct FakeState {
-    entries: RefCell<BTreeMap<String, Vec<u8>>>,
-}
-
-impl State for FakeState {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self.entries.borrow().get(key).cloned())
-    }
-    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.entries
-            .borrow_mut()
-            .insert(key.to_string(), value.to_vec());
-        Ok(())
-    }
-    fn delete(&self, key: &str) -> Result<bool> {
-        Ok(self.entries.borrow_mut().remove(key).is_some())
-    }
-    fn list_keys(&self, prefix: &str) -> Result<Vec<String>> {
-        Ok(self
-            .entries
-            .borrow()
-            .keys()
-            .filter(|k| k.starts_with(prefix))
-            .cloned()
-            .collect())
-    }
-}
-
-/// A file tree in memory. With no grant added every path is allowed; once
-/// [`FakeFiles::grant`] is called, paths outside the grants are `denied`.
-#[derive(Default)]
-pub struct FakeFiles {
-    files: RefCell<BTreeMap<String, (Vec<u8>, u32)>>,
-    dirs: RefCell<BTreeSet<String>>,
-    grants: RefCell<Vec<(String, bool)>>,
-}
-
-impl FakeFiles {
-    /// Allow `root` and everything below it; `write` allows mutations.
-    pub fn grant(&self, root: &str, write: bool) -> &Self {
-        self.grants
-            .borrow_mut()
-            .push((root.trim_end_matches('/').to_string(), write));
-        self
-    }
-
-    /// Put a file in place (creating its parents), as if the operator had written it.
-    pub fn put(&self, path: &str, contents: &[u8]) -> &Self {
-        self.add_parents(path);
-        self.files
-            .borrow_mut()
-            .insert(path.to_string(), (contents.to_vec(), 0o644));
-        self
-    }
-
-    /// The content of `path`, if it is a file.
-    pub fn get(&self, path: &str) -> Option<Vec<u8>> {
-        self.files.borrow().get(path).map(|(c, _)| c.clone())
-    }
-
-    /// Every file path, sorted.
-    pub fn paths(&self) -> Vec<String> {
-        self.files.borrow().keys().cloned().collect()
-    }
-
-    fn add_parents(&self, path: &str) {
-        let mut dir = parent(path);
-        while let Some(d) = dir {
-            self.dirs.borrow_mut().insert(d.to_string());
-            dir = parent(d);
-        }
-    }
-
-    fn check(&self, path: &str, write: bool) -> Result<()> {
-        if !path.starts_with('/') || path.split('/').any(|c| c == "..") {
-            return Err(Error::Invalid(format!(
-                "{path}: use an absolute path without `..`"
-            )));
-        }
-        let grants = self.grants.borrow();
-        if grants.is_empty() {
-            return Ok(());
-        }
-        let covering = grants.iter().filter(|(root, _)| is_within(path, root));
-        match covering.map(|(_, w)| *w).max() {
-            None => Err(Error::Denied(format!("no files grant covers {path}"))),
-            Some(false) if write => Err(Error::Denied(format!("{path} is granted read-only"))),
-            Some(_) => Ok(()),
-        }
-    }
-}
-
-fn parent(path: &str) -> Option<&str> {
-    match path.rfind('/') {
-        Some(0) | None => None,
-        Some(i) => Some(&path[..i]),
-    }
-}
-
-fn is_within(path: &str, root: &str) -> bool {
-    path == root
-        || path
-            .strip_prefix(root)
-            .is_some_and(|rest| rest.starts_with('/'))
-}
-
-impl Files for FakeFiles {
-    fn read(&self, path: &str) -> Result<Vec<u8>> {
-        self.check(path, false)?;
-        self.get(path)
-            .ok_or_else(|| Error::NotFound(format!("{path} does not exist")))
-    }
-    fn write(&self, path: &str, contents: &[u8], mode: Option<u32>) -> Result<bool> {
-        self.check(path, true)?;
-        let new = (contents.to_vec(), mode.unwrap_or(0o644));
-        self.add_parents(path);
-        let old = self
-            .files
-            .borrow_mut()
-            .insert(path.to_string(), new.clone());
-        Ok(old.as_ref() != Some(&new))
-    }
-    fn remove(&self, path: &str) -> Result<bool> {
-        self.check(path, true)?;
-        if self.files.borrow_mut().remove(path).is_some() {
-            return Ok(true);
-        }
-        if self.dirs.borrow().contains(path) {
-            if !self.list(path)?.is_empty() {
-                return Err(Error::Conflict(format!(
-                    "{path} is a directory that is not empty"
-                )));
-            }
-            return Ok(self.dirs.borrow_mut().remove(path));
-        }
-        Ok(false)
-    }
-    fn list(&self, path: &str) -> Result<Vec<DirEntry>> {
-        self.check(path, false)?;
-        if !self.dirs.borrow().contains(path) {
-            return Err(Error::NotFound(format!("directory {path} does not exist")));
-        }
-        let is_child = |p: &&String| parent(p) == Some(path);
-        let mut entries: Vec<DirEntry> = self
-            .files
-            .borrow()
-            .keys()
-            .filter(is_child)
-            .map(|p| DirEntry {
-                name: name_of(p),
-                kind: FileKind::File,
-            })
-            .chain(
-                self.dirs
-                    .borrow()
-                    .iter()
-                    .filter(is_child)
-                    .map(|p| DirEntry {
-                        name: name_of(p),
-                        kind: FileKind::Directory,
-                    }),
-            )
-            .collect();
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(entries)
-    }
-    fn metadata(&self, path: &str) -> Result<Option<Metadata>> {
-        self.check(path, false)?;
-        if let Some((contents, mode)) = self.files.borrow().get(path) {
-            let size = contents.len() as u64;
-            return Ok(Some(Metadata {
-                kind: FileKind::File,
-                size,
-                mode: *mode,
-                modified_ms: None,
-            }));
-        }
-        Ok(self.dirs.borrow().contains(path).then_some(Metadata {
-            kind: FileKind::Directory,
-            size: 0,
-            mode: 0o755,
-            modified_ms: None,
-        }))
-    }
-}
-
-fn name_of(path: &str) -> String {
-    path.rsplit('/').next().unwrap_or(path).to_string()
-}
-
-/// Scripted HTTP: answers per method and URL; anything unscripted is `unavailable`,
-/// like a connection refused. Records every request it was sent.
-#[derive(Default)]
-pub struct FakeHttp {
-    responses: RefCell<HashMap<(String, String), Result<Response>>>,
-    sent: RefCell<Vec<Request>>,
-}
-
-impl FakeHttp {
-    pub fn respond(&self, method: &str, url: &str, response: Result<Response>) -> &Self {
-        self.responses
-            .borrow_mut()
-            .insert((method.to_string(), url.to_string()), response);
-        self
-    }
-
-    /// Answer `GET url` with `status` and an empty body.
-    pub fn status(&self, url: &str, status: u16) -> &Self {
-        self.respond(
-            "GET",
-            url,
-            Ok(Response {
-                status,
-                headers: vec![],
-                body: vec![],
-            }),
-        )
-    }
-
-    /// Every request sent so far.
-    pub fn sent(&self) -> Vec<Request> {
-        self.sent.borrow().clone()
-    }
-}
-
-impl Http for FakeHttp {
-    fn send(&self, request: &Request) -> Result<Response> {
-        self.sent.borrow_mut().push(request.clone());
-        let key = (request.method.clone(), request.url.clone());
-        self.responses
-            .borrow()
-            .get(&key)
-            .cloned()
-            .unwrap_or_else(|| {
-                Err(Error::Unavailable(format!(
-                    "{} {}: connection refused",
-                    request.method, request.url
-                )))
-            })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Error, Request};
+    use tend_grants::Refusal;
+    use tend_grants::conformance::{self, Expect, Op};
 
     #[test]
-    fn write_reports_change_only_when_content_differs() {
-        let files = FakeFiles::default();
-        assert!(files.write("/etc/a/b", b"x", None).unwrap());
-        assert!(!files.write("/etc/a/b", b"x", None).unwrap());
-        assert!(files.write("/etc/a/b", b"y", None).unwrap());
+    fn a_new_host_denies_files_and_http_naming_the_plugin() {
+        let host = FakeHost::new();
+        assert_eq!(host.plugin(), "test");
+        let err = host.files().write("/etc/a", b"", None).unwrap_err();
+        assert!(
+            err.message().ends_with("to [plugins.test.grants] files"),
+            "{err}"
+        );
+        let host = FakeHost::named("mirror-gate");
+        let err = host
+            .http()
+            .send(&Request::get("http://127.0.0.1:5000/v2/"))
+            .unwrap_err();
+        assert_eq!(err.kind(), "denied");
+        assert!(
+            err.message()
+                .ends_with("to [plugins.mirror-gate.grants] http"),
+            "{err}"
+        );
+        host.log(Level::Info, "hello");
+        assert_eq!(host.logs(), [(Level::Info, "hello".to_string())]);
     }
 
+    /// The fakes decide every shared case as the host does.
     #[test]
-    fn grants_deny_outside_roots_and_read_only_writes() {
-        let files = FakeFiles::default();
-        files
-            .grant("/etc/containerd", true)
-            .grant("/var/log", false);
-        assert!(files.write("/etc/containerd/x", b"", None).is_ok());
-        assert!(matches!(
-            files.write("/etc/containerdx", b"", None),
-            Err(Error::Denied(_))
-        ));
-        assert!(matches!(
-            files.write("/var/log/x", b"", None),
-            Err(Error::Denied(_))
-        ));
-        assert!(matches!(
-            files.read("/etc/containerd/../passwd"),
-            Err(Error::Invalid(_))
-        ));
-    }
-
-    #[test]
-    fn list_and_remove_follow_directory_rules() {
-        let files = FakeFiles::default();
-        files.put("/d/a", b"1").put("/d/sub/b", b"2");
-        let names: Vec<_> = files
-            .list("/d")
-            .unwrap()
-            .into_iter()
-            .map(|e| e.name)
-            .collect();
-        assert_eq!(names, ["a", "sub"]);
-        assert!(matches!(files.remove("/d/sub"), Err(Error::Conflict(_))));
-        assert!(files.remove("/d/sub/b").unwrap());
-        assert!(files.remove("/d/sub").unwrap());
-        assert!(!files.remove("/d/sub").unwrap());
-    }
-
-    #[test]
-    fn unscripted_http_is_unavailable_and_recorded() {
-        let http = FakeHttp::default();
-        let err = http.send(&Request::get("http://x/")).unwrap_err();
-        assert_eq!(err.kind(), "unavailable");
-        assert_eq!(http.sent().len(), 1);
+    fn fakes_agree_with_the_conformance_cases() {
+        for case in conformance::cases() {
+            let host = FakeHost::named(conformance::PLUGIN);
+            for grant in &case.files {
+                host.files
+                    .grant(grant.path.to_str().expect("UTF-8 grant"), grant.write);
+            }
+            for pattern in &case.http {
+                host.http.grant(&pattern.text);
+            }
+            let files = host.files();
+            let result = match &case.op {
+                Op::Read(path) => files.read(path).map(drop),
+                Op::Write(path) => files.write(path, b"x", None).map(drop),
+                Op::Remove(path) => files.remove(path).map(drop),
+                Op::List(path) => files.list(path).map(drop),
+                Op::Stat(path) => files.metadata(path).map(drop),
+                Op::Send { method, url } => {
+                    let mut request = Request::get(url);
+                    request.method.clone_from(method);
+                    host.http().send(&request).map(drop)
+                }
+            };
+            let got = match result {
+                Err(Error::Denied(m)) => Expect::Refused(Refusal::Denied(m)),
+                Err(Error::Invalid(m)) => Expect::Refused(Refusal::Invalid(m)),
+                Ok(()) | Err(_) => Expect::Allowed,
+            };
+            assert_eq!(got, case.expect, "{:?}", case.op);
+        }
     }
 }

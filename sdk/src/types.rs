@@ -168,6 +168,14 @@ impl std::fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// A grant refusal of [`tend_grants`] as the capability error the host returns.
+pub(crate) fn refused(refusal: tend_grants::Refusal) -> Error {
+    match refusal {
+        tend_grants::Refusal::Denied(m) => Error::Denied(m),
+        tend_grants::Refusal::Invalid(m) => Error::Invalid(m),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -390,3 +390,61 @@ fn strip_ansi(text: &str) -> String {
     }
     out
 }
+
+/// A TCP peer on loopback that accepts connections and never answers: a
+/// mutation sent to it blocks until its caller gives up. Stops on drop.
+pub struct SilentPeer {
+    pub port: u16,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl SilentPeer {
+    pub fn start() -> SilentPeer {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (count, stopping) = (accepted.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stopping.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        held.push(stream);
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        SilentPeer {
+            port,
+            accepted,
+            stop,
+        }
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for SilentPeer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `tend journal --json` of a sandbox, one JSON object per entry.
+pub fn journal(sandbox: &Sandbox) -> Vec<serde_json::Value> {
+    let out = sandbox.tend(&["journal", "--json"]);
+    assert!(out.success, "tend journal failed: {}", out.stderr);
+    out.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}

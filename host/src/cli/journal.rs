@@ -12,8 +12,8 @@ pub fn show(config_path: &Path, filter: &Filter, json: bool) -> anyhow::Result<E
         if json {
             println!("{}", serde_json::to_string(entry)?);
         } else {
-            let mutation = super::report::describe_parts(
-                !entry.dry_run,
+            let mutation = crate::capabilities::gate::describe(
+                entry.dry_run,
                 &entry.capability,
                 &entry.operation,
                 &entry.target,

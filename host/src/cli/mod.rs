@@ -3,7 +3,7 @@
 mod journal;
 mod node;
 mod once;
-pub mod report;
+mod report;
 mod status;
 mod validate;
 
@@ -45,8 +45,11 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
-    /// Dry-run one reconcile of every enabled plugin and print what it would change.
+    /// Dry-run one reconcile of NAME (or of every enabled plugin) and print what
+    /// it would change, with a diff of every file; by the running daemon when
+    /// one answers on [host] listen. Changes nothing.
     Plan {
+        name: Option<String>,
         #[arg(short, long)]
         config: PathBuf,
     },
@@ -70,8 +73,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// What the running daemon reports (needs [host] listen).
+    /// What the running daemon reports (needs [host] listen); with NAME, why
+    /// that plugin did or did not do something.
     Status {
+        name: Option<String>,
         #[arg(short, long)]
         config: PathBuf,
         #[arg(long)]
@@ -111,9 +116,12 @@ pub fn main() -> ExitCode {
                 since,
                 json,
             } => journal::show(&config, &crate::journal::Filter { plugin, since }, json),
-            Command::Status { config, json } => status::show(&config, json).await,
+            Command::Status { name, config, json } => match name {
+                Some(name) => status::show_plugin(&config, &name, json).await,
+                None => status::show(&config, json).await,
+            },
             Command::Check { config } => validate::check(&config).await,
-            Command::Plan { config } => once::plan(&config).await,
+            Command::Plan { name, config } => once::plan(&config, name.as_deref()).await,
             Command::Reconcile { name, config } => once::reconcile(&config, &name).await,
             Command::Plugins {
                 command: PluginsCommand::Inspect { file },

@@ -1,18 +1,16 @@
-//! What every command sets up from a config: the runtime with its compile
-//! cache, the real backends, and the enabled plugins compiled.
+//! What every one-shot command sets up from a config: the runtime with its
+//! compile cache, the real services (backends, journal, budgets), and the
+//! enabled plugins compiled.
 
-use crate::capabilities::Backends;
+use crate::capabilities::Services;
 use crate::config::{Config, PluginConfig};
-use crate::journal::{self, Journal};
 use crate::runtime::{CompiledPlugin, LoadError, Runtime};
-use std::path::Path;
 use std::sync::Arc;
 
 pub struct Node {
     pub config: Config,
     pub runtime: Arc<Runtime>,
-    pub backends: Backends,
-    journal: Journal,
+    pub services: Services,
 }
 
 /// An enabled plugin with its compiled component, or why it failed to load.
@@ -22,43 +20,24 @@ pub struct Loaded {
 }
 
 impl Node {
-    pub fn open(config_path: &Path) -> anyhow::Result<Node> {
-        Self::new(Config::load(config_path)?)
-    }
-
     pub fn new(config: Config) -> anyhow::Result<Node> {
         let runtime = Arc::new(Runtime::new(Some(&config.host.cache_dir))?);
-        let backends = Backends::real(&config.host.state_dir)?;
-        let journal = Journal::open(&config.host.state_dir)?;
+        let services = Services::real(
+            &config.host.state_dir,
+            &config.host.capabilities,
+            config.host.budgets.clone(),
+        )?;
         Ok(Node {
             config,
             runtime,
-            backends,
-            journal,
+            services,
         })
     }
 
-    /// Append what a manual reconcile did (or planned) to the journal.
-    pub fn journal(&self, plugin: &str, digest: &str, mutations: &[crate::capabilities::Mutation]) {
-        let entries = journal::entries(
-            &journal::Entry::now(),
-            plugin,
-            digest,
-            &["manual".to_string()],
-            mutations,
-        );
-        if let Err(e) = self.journal.append(&entries) {
-            eprintln!(
-                "warning: cannot append to the journal under {}: {e}",
-                self.config.host.state_dir.display()
-            );
-        }
-    }
-
-    /// Compile every enabled plugin, in parallel off the async executor.
-    pub async fn load_enabled(&self) -> Vec<Loaded> {
+    /// Compile `plugins`, in parallel off the async executor.
+    pub async fn load(&self, plugins: Vec<PluginConfig>) -> Vec<Loaded> {
         let mut jobs = Vec::new();
-        for config in self.config.enabled_plugins().cloned() {
+        for config in plugins {
             let runtime = self.runtime.clone();
             jobs.push(tokio::task::spawn_blocking(move || {
                 let plugin = runtime.load(&config.file).map(Arc::new);
@@ -71,4 +50,26 @@ impl Node {
         }
         loaded
     }
+
+    /// Compile every enabled plugin.
+    pub async fn load_enabled(&self) -> Vec<Loaded> {
+        self.load(self.config.enabled_plugins().cloned().collect())
+            .await
+    }
+}
+
+/// The plugin `name` of `config`, or an error listing the configured ones.
+pub fn plugin_named<'a>(config: &'a Config, name: &str) -> anyhow::Result<&'a PluginConfig> {
+    config.plugins.get(name).ok_or_else(|| {
+        let known: Vec<&str> = config.plugins.keys().map(String::as_str).collect();
+        anyhow::anyhow!(
+            "no plugin {name:?} in {}; configured plugins: {}",
+            config.source.display(),
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        )
+    })
 }

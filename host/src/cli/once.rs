@@ -1,29 +1,62 @@
-//! `tend plan` and `tend reconcile`: one reconcile, printed.
+//! `tend plan` and `tend reconcile`: one reconcile, printed. Both go through a
+//! running daemon when one answers on `[host] listen` (it holds the state
+//! store and the budgets), and otherwise run in this process.
 
-use super::node::Node;
+use super::node::{Node, plugin_named};
 use super::report;
 use crate::config::Config;
-use crate::runtime::Trigger;
-use crate::runtime::call::CallRequest;
+use crate::runtime::CallRequest;
+use crate::scheduler::{Trigger, trigger};
+use serde_json::Value;
 use std::path::Path;
 use std::process::ExitCode;
 
-/// One dry-run reconcile of every enabled plugin. Changes nothing.
-pub async fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
-    let node = Node::open(config_path)?;
-    let mut failed = false;
-    for loaded in node.load_enabled().await {
+fn exit(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// One dry-run reconcile of `name`, or of every enabled plugin. Changes nothing.
+pub async fn plan(config_path: &Path, name: Option<&str>) -> anyhow::Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    if let Some(name) = name {
+        plugin_named(&config, name)?;
+    }
+    let path = match name {
+        Some(name) => format!("/plan/{name}"),
+        None => "/plan".to_string(),
+    };
+    if let Some(addr) = config.host.listen
+        && let Some(answer) = via_daemon(addr, &path).await?
+    {
+        let summaries = answer.as_array().cloned().unwrap_or_default();
+        let by = format!(", by the tend daemon at {addr}");
+        for summary in &summaries {
+            report::print(summary, &by);
+        }
+        return Ok(exit(summaries.iter().all(report::succeeded)));
+    }
+    let node = Node::new(config)?;
+    let plugins = match name {
+        Some(name) => vec![node.config.plugins[name].clone()],
+        None => node.config.enabled_plugins().cloned().collect(),
+    };
+    let mut ok = true;
+    for loaded in node.load(plugins).await {
         let plugin = match loaded.plugin {
             Ok(plugin) => plugin,
             Err(e) => {
                 println!("{}: FAILED to load: {e}", loaded.config.name);
-                failed = true;
+                ok = false;
                 continue;
             }
         };
         let request = CallRequest {
-            backends: &node.backends,
-            triggers: vec![Trigger::new("manual")],
+            services: &node.services,
+            triggers: vec![Trigger::new(trigger::MANUAL)],
             node_name: &node.config.host.node_name,
             dry_run: true,
         };
@@ -31,66 +64,49 @@ pub async fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
             .runtime
             .reconcile(&plugin, &loaded.config, request)
             .await;
-        node.journal(&loaded.config.name, &plugin.digest, &result.mutations);
-        failed |= result.result.is_err();
-        report::print(&loaded.config.name, &result);
+        let summary = result.summary(&loaded.config.name);
+        ok &= report::succeeded(&summary);
+        report::print(&summary, "");
     }
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exit(ok))
 }
 
-/// One reconcile of `name` now (a dry run if the config says so): by the
-/// running daemon when one answers on `[host] listen`, else in this process.
+/// One reconcile of `name` now (a dry run if the config says so).
 pub async fn reconcile(config_path: &Path, name: &str) -> anyhow::Result<ExitCode> {
     let config = Config::load(config_path)?;
     if let Some(addr) = config.host.listen
-        && let Some(code) = via_daemon(addr, name).await?
+        && let Some(last) = via_daemon(addr, &format!("/reconcile/{name}")).await?
     {
-        return Ok(code);
+        report::print(&last, &format!(", by the tend daemon at {addr}"));
+        return Ok(exit(report::succeeded(&last)));
     }
+    let plugin_config = plugin_named(&config, name)?.clone();
     let node = Node::new(config)?;
-    let Some(config) = node.config.plugins.get(name) else {
-        let known: Vec<&str> = node.config.plugins.keys().map(String::as_str).collect();
-        anyhow::bail!(
-            "no plugin {name:?} in {}; configured plugins: {}",
-            config_path.display(),
-            if known.is_empty() {
-                "none".to_string()
-            } else {
-                known.join(", ")
-            }
-        );
-    };
     let runtime = node.runtime.clone();
-    let file = config.file.clone();
+    let file = plugin_config.file.clone();
     let plugin = tokio::task::spawn_blocking(move || runtime.load(&file)).await??;
     let dry_run = node.config.host.dry_run;
     if dry_run {
         println!("(dry run: [host] dry-run = true)");
     }
     let request = CallRequest {
-        backends: &node.backends,
-        triggers: vec![Trigger::new("manual")],
+        services: &node.services,
+        triggers: vec![Trigger::new(trigger::MANUAL)],
         node_name: &node.config.host.node_name,
         dry_run,
     };
-    let result = node.runtime.reconcile(&plugin, config, request).await;
-    node.journal(name, &plugin.digest, &result.mutations);
-    report::print(name, &result);
-    Ok(if result.result.is_ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    let result = node
+        .runtime
+        .reconcile(&plugin, &plugin_config, request)
+        .await;
+    let summary = result.summary(name);
+    report::print(&summary, "");
+    Ok(exit(report::succeeded(&summary)))
 }
 
-/// Ask the daemon on `addr` to reconcile `name` and print its result; None when
-/// no daemon answers there.
-async fn via_daemon(addr: std::net::SocketAddr, name: &str) -> anyhow::Result<Option<ExitCode>> {
-    let url = format!("http://{addr}/reconcile/{name}");
+/// POST `path` to the daemon on `addr`; None when no daemon answers there.
+async fn via_daemon(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<Option<Value>> {
+    let url = format!("http://{addr}{path}");
     let response = match reqwest::Client::new().post(&url).send().await {
         Err(e) if e.is_connect() => return Ok(None),
         other => other.map_err(|e| anyhow::anyhow!("tend daemon at {addr}: {e}"))?,
@@ -98,35 +114,7 @@ async fn via_daemon(addr: std::net::SocketAddr, name: &str) -> anyhow::Result<Op
     let status = response.status();
     let body = response.text().await?;
     if !status.is_success() {
-        eprint!("tend daemon at {addr}: {body}");
-        return Ok(Some(ExitCode::FAILURE));
+        anyhow::bail!("tend daemon at {addr}: {}", body.trim_end());
     }
-    let last: serde_json::Value = serde_json::from_str(&body)?;
-    let message = last["message"].as_str().unwrap_or_default();
-    let took = format!(
-        "{:.0} ms, by the tend daemon at {addr}",
-        last["elapsed_ms"].as_f64().unwrap_or(0.0)
-    );
-    let ok = match last["health"].as_str() {
-        Some(health) => {
-            println!("{name}: {health}: {message} ({took})");
-            true
-        }
-        None => {
-            println!("{name}: FAILED: {message} ({took})");
-            false
-        }
-    };
-    let mutations = last["mutations"].as_array().cloned().unwrap_or_default();
-    for mutation in &mutations {
-        println!("  {}", mutation.as_str().unwrap_or_default());
-    }
-    if mutations.is_empty() && ok {
-        println!("  no changes");
-    }
-    Ok(Some(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }))
+    Ok(Some(serde_json::from_str(&body)?))
 }

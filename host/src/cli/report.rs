@@ -1,67 +1,48 @@
-//! Reconcile reports for people.
+//! Reconcile reports for people: one printer for reports made in this process
+//! and those a daemon answers with (both are [`ReconcileReport::summary`] JSON).
 
-use crate::capabilities::Mutation;
-use crate::runtime::{Health, ReconcileReport};
-
-pub fn health_word(health: Health) -> &'static str {
-    match health {
-        Health::Healthy => "healthy",
-        Health::Progressing => "progressing",
-        Health::Degraded => "degraded",
-    }
-}
+use crate::capabilities::gate::describe;
+use serde_json::Value;
 
 /// "mirror-gate: healthy: 1 cache mirrored (12 ms)" or the failure, then one
-/// line per mutation.
-pub fn print(plugin: &str, report: &ReconcileReport) {
-    let took = format!("{} ms", report.elapsed.as_millis());
-    match &report.result {
-        Ok(outcome) => println!(
-            "{plugin}: {}: {} ({took})",
-            health_word(outcome.health),
-            outcome.message
-        ),
-        Err(failure) => println!("{plugin}: FAILED: {failure} ({took})"),
+/// line per mutation, each planned content change as an indented diff.
+pub fn print(summary: &Value, by: &str) {
+    let plugin = summary["plugin"].as_str().unwrap_or_default();
+    let message = summary["message"].as_str().unwrap_or_default();
+    let took = format!(
+        "{:.0} ms{by}",
+        summary["elapsed_ms"].as_f64().unwrap_or(0.0)
+    );
+    match summary["health"].as_str() {
+        Some(health) => println!("{plugin}: {health}: {message} ({took})"),
+        None => println!("{plugin}: FAILED: {message} ({took})"),
     }
-    for mutation in &report.mutations {
-        println!("  {}", describe(mutation));
+    let mutations = summary["mutations"].as_array().cloned().unwrap_or_default();
+    for m in &mutations {
+        let text = |key: &str| m[key].as_str().unwrap_or_default().to_string();
+        println!(
+            "  {}",
+            describe(
+                m["dry_run"].as_bool().unwrap_or(false),
+                &text("capability"),
+                &text("operation"),
+                &text("target"),
+                &text("detail"),
+                &text("result"),
+            )
+        );
+        if let Some(diff) = m["diff"].as_str() {
+            for line in diff.lines() {
+                println!("      {line}");
+            }
+        }
     }
-    if report.mutations.is_empty() && report.result.is_ok() {
+    if mutations.is_empty() && summary["health"].is_string() {
         println!("  no changes");
     }
 }
 
-pub fn describe(m: &Mutation) -> String {
-    describe_parts(
-        m.performed,
-        m.capability,
-        &m.operation,
-        &m.target,
-        &m.detail,
-        &m.result,
-    )
-}
-
-/// "did files.write /path (120 bytes): error": one mutation, for the report
-/// and for `tend journal`.
-pub fn describe_parts(
-    performed: bool,
-    capability: &str,
-    operation: &str,
-    target: &str,
-    detail: &str,
-    result: &str,
-) -> String {
-    let verb = if performed { "did" } else { "would" };
-    let detail = if detail.is_empty() {
-        String::new()
-    } else {
-        format!(" ({detail})")
-    };
-    let result = if result == "ok" {
-        String::new()
-    } else {
-        format!(": {result}")
-    };
-    format!("{verb} {capability}.{operation} {target}{detail}{result}")
+/// Whether a summary is a successful reconcile.
+pub fn succeeded(summary: &Value) -> bool {
+    summary["health"].is_string()
 }

@@ -1,10 +1,12 @@
 //! `tend status`: what a running daemon reports on `[host] listen`.
 
 use crate::config::Config;
+use serde_json::Value;
 use std::path::Path;
 use std::process::ExitCode;
 
-pub async fn show(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
+/// GET `path` from the daemon of `config_path`.
+async fn fetch(config_path: &Path, path: &str) -> anyhow::Result<String> {
     let config = Config::load(config_path)?;
     let Some(addr) = config.host.listen else {
         anyhow::bail!(
@@ -12,18 +14,25 @@ pub async fn show(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
             config_path.display()
         );
     };
-    let url = format!("http://{addr}/status");
-    let body = reqwest::get(&url)
+    let url = format!("http://{addr}{path}");
+    let response = reqwest::get(&url)
         .await
-        .and_then(|r| r.error_for_status())
-        .map_err(|e| anyhow::anyhow!("cannot reach tend at {url}: {e} (is `tend run` running?)"))?
-        .text()
-        .await?;
+        .map_err(|e| anyhow::anyhow!("cannot reach tend at {url}: {e} (is `tend run` running?)"))?;
+    let status = response.status();
+    let body = response.text().await?;
+    if !status.is_success() {
+        anyhow::bail!("tend at {url}: {}", body.trim_end());
+    }
+    Ok(body)
+}
+
+pub async fn show(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let body = fetch(config_path, "/status").await?;
     if json {
         println!("{body}");
         return Ok(ExitCode::SUCCESS);
     }
-    let status: serde_json::Value = serde_json::from_str(&body)?;
+    let status: Value = serde_json::from_str(&body)?;
     println!(
         "node {}  ready {}  dry-run {}",
         status["node_name"], status["ready"], status["dry_run"]
@@ -60,5 +69,105 @@ pub async fn show(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
             println!("{:<24} load error: {error}", "");
         }
     }
+    print_budgets(&status["budgets"]);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_budgets(budgets: &Value) {
+    for budget in budgets.as_array().into_iter().flatten() {
+        let next = budget["next_free"]
+            .as_str()
+            .map_or(String::new(), |at| format!(", next slot at {at}"));
+        println!(
+            "budget {}: {} of {} per {} used{next} ({})",
+            budget["name"].as_str().unwrap_or(""),
+            budget["used"],
+            budget["max"],
+            budget["per"].as_str().unwrap_or(""),
+            lines(&budget["operations"]).join(", ")
+        );
+    }
+}
+
+fn lines(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+        .collect()
+}
+
+/// `tend status NAME`: why the plugin did or did not do something.
+pub async fn show_plugin(config_path: &Path, name: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let body = fetch(config_path, &format!("/status/{name}")).await?;
+    if json {
+        println!("{body}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let p: Value = serde_json::from_str(&body)?;
+    let text = |v: &Value| v.as_str().map_or_else(|| "-".to_string(), str::to_string);
+    println!("{}: {}", name, text(&p["state"]));
+    println!("  file:     {} ({})", text(&p["file"]), text(&p["digest"]));
+    if let Some(error) = p["load_error"].as_str() {
+        println!("  load error: {error}");
+    }
+    let last = &p["last"];
+    if last.is_null() {
+        println!("  last run: none yet");
+    } else {
+        println!(
+            "  last run: {} [{}]: {}: {}",
+            text(&last["time"]),
+            lines(&last["triggers"]).join(","),
+            last["health"].as_str().unwrap_or("FAILED"),
+            text(&last["message"])
+        );
+        for m in last["mutations"].as_array().into_iter().flatten() {
+            let field = |k: &str| m[k].as_str().unwrap_or_default().to_string();
+            println!(
+                "    {}",
+                crate::capabilities::gate::describe(
+                    m["dry_run"].as_bool().unwrap_or(false),
+                    &field("capability"),
+                    &field("operation"),
+                    &field("target"),
+                    &field("detail"),
+                    &field("result"),
+                )
+            );
+        }
+    }
+    for refusal in p["budget_refusals"].as_array().into_iter().flatten() {
+        println!(
+            "  refused:  {} {}",
+            text(&refusal["time"]),
+            text(&refusal["mutation"])
+        );
+    }
+    let schedule = &p["schedule"];
+    if schedule.is_null() {
+        println!("  schedule: not scheduled (not loaded, or disabled)");
+    } else {
+        println!(
+            "  schedule: next run {}; {} failure(s) in a row{}",
+            text(&schedule["next_run"]),
+            schedule["failures_in_a_row"],
+            schedule["backoff"]
+                .as_str()
+                .map_or(String::new(), |b| format!(", backing off until {b}"))
+        );
+        let pending = lines(&schedule["pending_triggers"]);
+        if !pending.is_empty() {
+            println!("  pending:  {}", pending.join(", "));
+        }
+    }
+    println!("  waits on: {}", lines(&p["waits_on"]).join("; "));
+    let grants = lines(&p["grants"]);
+    println!("  grants:   {}", grants.first().map_or("-", String::as_str));
+    for grant in grants.iter().skip(1) {
+        println!("            {grant}");
+    }
+    print_budgets(&p["budgets"]);
     Ok(ExitCode::SUCCESS)
 }

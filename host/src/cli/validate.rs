@@ -1,14 +1,14 @@
 //! `tend check` and `tend plugins inspect`.
 
 use super::node::Node;
-use crate::capabilities::Backends;
+use crate::capabilities::Services;
 use crate::runtime::Runtime;
 use std::path::Path;
 use std::process::ExitCode;
 
 /// The config parses and every enabled plugin compiles and exports the world.
 pub async fn check(config_path: &Path) -> anyhow::Result<ExitCode> {
-    let node = Node::open(config_path)?;
+    let node = Node::new(crate::config::Config::load(config_path)?)?;
     let mut failed = false;
     let loaded = node.load_enabled().await;
     for loaded in &loaded {
@@ -46,8 +46,8 @@ pub async fn check(config_path: &Path) -> anyhow::Result<ExitCode> {
 pub async fn inspect(file: &Path) -> anyhow::Result<ExitCode> {
     let runtime = Runtime::new(None)?;
     let plugin = runtime.load(file)?;
-    let (backends, _) = Backends::fake();
-    let info = runtime.describe(&plugin, &backends).await?;
+    let (services, _) = Services::fake();
+    let info = runtime.describe(&plugin, &services).await?;
     println!("file:     {}", file.display());
     println!("digest:   {}", plugin.digest);
     println!(

@@ -53,6 +53,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         ("state-dir", a.state_dir != b.state_dir),
         ("cache-dir", a.cache_dir != b.cache_dir),
         ("listen", a.listen != b.listen),
+        ("capability settings", a.capabilities != b.capabilities),
     ] {
         if differs {
             result.needs_restart.push(key);

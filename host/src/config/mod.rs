@@ -5,8 +5,12 @@
 pub mod diff;
 mod values;
 
-pub use values::{ByteSize, FileGrant, UrlPattern};
+pub use crate::capabilities::Grants;
+pub use values::ByteSize;
 
+use crate::capabilities::capability::Capability;
+use crate::capabilities::gate::BudgetRule;
+use crate::capabilities::registry::{Settings, capability_list, mutating_operations};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,6 +38,10 @@ pub struct HostConfig {
     pub listen: Option<std::net::SocketAddr>,
     /// Compiled artifacts beyond this size are evicted (those no plugin uses, oldest first).
     pub cache_max_size: ByteSize,
+    /// `[host.budgets.<name>]`: host-wide budgets for destructive operations.
+    pub budgets: Vec<BudgetRule>,
+    /// `[host.<capability>]`: how each capability's backend is reached.
+    pub capabilities: Settings,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -49,15 +57,6 @@ pub struct PluginConfig {
     pub limits: Limits,
     /// `[plugins.<name>.config]` as JSON text, handed to the plugin.
     pub config_json: String,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Grants {
-    #[serde(default)]
-    pub files: Vec<FileGrant>,
-    #[serde(default)]
-    pub http: Vec<UrlPattern>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -114,17 +113,44 @@ struct RawConfig {
     plugins: BTreeMap<Spanned<String>, RawPlugin>,
 }
 
+/// `[host]`: its own keys, `budgets`, and one settings table per capability
+/// (generated from the registration list, so adding a capability adds its key).
+macro_rules! raw_host {
+    ($($name:ident: $cap:ty,)*) => {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+        struct RawHost {
+            plugins_dir: PathBuf,
+            state_dir: PathBuf,
+            cache_dir: Option<PathBuf>,
+            node_name: Option<String>,
+            #[serde(default)]
+            dry_run: bool,
+            listen: Option<std::net::SocketAddr>,
+            cache_max_size: Option<ByteSize>,
+            #[serde(default)]
+            budgets: BTreeMap<Spanned<String>, RawBudget>,
+            $( #[serde(default)] $name: <$cap as Capability>::Settings, )*
+        }
+
+        impl RawHost {
+            fn capability_settings(&self) -> Settings {
+                Settings { $( $name: self.$name.clone(), )* }
+            }
+        }
+    };
+}
+capability_list!(raw_host);
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct RawHost {
-    plugins_dir: PathBuf,
-    state_dir: PathBuf,
-    cache_dir: Option<PathBuf>,
-    node_name: Option<String>,
-    #[serde(default)]
-    dry_run: bool,
-    listen: Option<std::net::SocketAddr>,
-    cache_max_size: Option<ByteSize>,
+struct RawBudget {
+    operations: Vec<Spanned<String>>,
+    max: Spanned<u32>,
+    #[serde(with = "values::duration")]
+    per: Duration,
+    #[serde(default, with = "values::duration_or_zero")]
+    min_interval_per_target: Duration,
 }
 
 #[derive(Deserialize)]
@@ -173,6 +199,8 @@ impl Config {
         let raw: RawConfig =
             toml::from_str(text).map_err(|e| at(e.span(), e.message().trim().to_string()))?;
         let base = absolute_parent(path);
+        let budgets = budget_rules(&raw.host.budgets, &at)?;
+        let capabilities = raw.host.capability_settings();
         let host = HostConfig {
             plugins_dir: base.join(&raw.host.plugins_dir),
             cache_dir: base.join(
@@ -185,6 +213,8 @@ impl Config {
             dry_run: raw.host.dry_run,
             listen: raw.host.listen,
             cache_max_size: raw.host.cache_max_size.unwrap_or(ByteSize(1 << 30)),
+            budgets,
+            capabilities,
         };
         let mut plugins = BTreeMap::new();
         for (name, plugin) in raw.plugins {
@@ -244,6 +274,66 @@ impl Config {
     pub fn enabled_plugins(&self) -> impl Iterator<Item = &PluginConfig> {
         self.plugins.values().filter(|p| p.enabled)
     }
+}
+
+/// Validate `[host.budgets]`: names like plugin names, operations that exist
+/// and mutate, a max of at least one.
+fn budget_rules(
+    raw: &BTreeMap<Spanned<String>, RawBudget>,
+    at: &impl Fn(Option<std::ops::Range<usize>>, String) -> ConfigError,
+) -> Result<Vec<BudgetRule>, ConfigError> {
+    let known = mutating_operations();
+    let mut rules = Vec::new();
+    for (name, budget) in raw {
+        if !is_valid_plugin_name(name.get_ref()) {
+            return Err(at(
+                Some(name.span()),
+                format!(
+                    "invalid budget name {:?}: expected lowercase letters, digits and '-'",
+                    name.get_ref()
+                ),
+            ));
+        }
+        if budget.operations.is_empty() {
+            return Err(at(
+                Some(name.span()),
+                format!(
+                    "budget {:?} names no operations: expected for example operations = [\"files.remove\"]",
+                    name.get_ref()
+                ),
+            ));
+        }
+        for operation in &budget.operations {
+            if !known.contains(operation.get_ref()) {
+                return Err(at(
+                    Some(operation.span()),
+                    format!(
+                        "unknown operation {:?}: a budget can name {}",
+                        operation.get_ref(),
+                        known.join(", ")
+                    ),
+                ));
+            }
+        }
+        if *budget.max.get_ref() == 0 {
+            return Err(at(
+                Some(budget.max.span()),
+                "max must be at least 1 (to forbid an operation, do not grant it)".to_string(),
+            ));
+        }
+        rules.push(BudgetRule {
+            name: name.get_ref().clone(),
+            operations: budget
+                .operations
+                .iter()
+                .map(|o| o.get_ref().clone())
+                .collect(),
+            max: *budget.max.get_ref(),
+            per: budget.per,
+            min_interval_per_target: budget.min_interval_per_target,
+        });
+    }
+    Ok(rules)
 }
 
 fn is_valid_plugin_name(name: &str) -> bool {

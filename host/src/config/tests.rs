@@ -1,4 +1,5 @@
 use super::*;
+use crate::capabilities::http::UrlPattern;
 
 const GOOD: &str = r#"
 [host]

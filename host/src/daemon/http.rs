@@ -1,8 +1,9 @@
 //! `[host] listen`: `/metrics` (Prometheus text), `/healthz`, `/readyz` (ready
-//! once every enabled plugin has loaded or failed to load) and `/status` (JSON).
+//! once every enabled plugin has loaded or failed to load), `/status` and
+//! `/status/NAME` (JSON), `POST /reconcile/NAME` and `POST /plan[/NAME]`.
 
 use super::Shared;
-use crate::runtime::Trigger;
+use crate::scheduler::{Trigger, trigger};
 use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::Full;
@@ -18,7 +19,7 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} ([host] listen)"))?;
-    tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /status, POST /reconcile/NAME");
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /status[/NAME], POST /reconcile/NAME, POST /plan[/NAME]");
     Ok(tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
@@ -48,17 +49,41 @@ fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Ful
 
 async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path();
-    if req.method() == Method::POST
-        && let Some(name) = path.strip_prefix("/reconcile/")
-    {
-        return reconcile_now(shared, name).await;
+    if req.method() == Method::POST {
+        if let Some(name) = path.strip_prefix("/reconcile/") {
+            return reconcile_now(shared, name).await;
+        }
+        let plan = match path {
+            "/plan" => Some(None),
+            _ => path.strip_prefix("/plan/").map(Some),
+        };
+        if let Some(name) = plan {
+            return match super::plan::run(shared, name).await {
+                Ok(summaries) => respond(
+                    StatusCode::OK,
+                    "application/json",
+                    serde_json::to_string_pretty(&summaries).expect("serializes"),
+                ),
+                Err(message) => respond(StatusCode::NOT_FOUND, "text/plain", message),
+            };
+        }
     }
     if req.method() != Method::GET {
         return respond(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
-            "GET, or POST /reconcile/NAME\n".into(),
+            "GET, or POST /reconcile/NAME or /plan[/NAME]\n".into(),
         );
+    }
+    if let Some(name) = path.strip_prefix("/status/") {
+        return match super::status::plugin(shared, name).await {
+            Some(body) => respond(StatusCode::OK, "application/json", body),
+            None => respond(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                format!("no plugin {name:?} in the running config\n"),
+            ),
+        };
     }
     match path {
         "/metrics" => {
@@ -82,7 +107,11 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>
                 )
             }
         }
-        "/status" => respond(StatusCode::OK, "application/json", shared.status_json()),
+        "/status" => respond(
+            StatusCode::OK,
+            "application/json",
+            super::status::overview(shared).await,
+        ),
         _ => respond(
             StatusCode::NOT_FOUND,
             "text/plain",
@@ -106,7 +135,7 @@ async fn reconcile_now(shared: &Shared, name: &str) -> Response<Full<Bytes>> {
             format!("no plugin {name:?} in the running config\n"),
         );
     };
-    if !shared.triggers.send(name, Trigger::new("manual")) {
+    if !shared.triggers.send(name, Trigger::new(trigger::MANUAL)) {
         return respond(
             StatusCode::CONFLICT,
             "text/plain",
@@ -123,7 +152,7 @@ async fn reconcile_now(shared: &Shared, name: &str) -> Response<Full<Bytes>> {
             let table = shared.table.read().unwrap();
             table.plugins.get(name).and_then(|e| {
                 let last = e.last.as_ref()?;
-                (e.reconciles > before && last.triggers.iter().any(|t| t == "manual"))
+                (e.reconciles > before && last.triggers.iter().any(|t| t == trigger::MANUAL))
                     .then(|| serde_json::to_string_pretty(last).expect("serializes"))
             })
         };

@@ -11,6 +11,7 @@ pub struct Metrics {
     pub reconciles: IntCounterVec,
     pub reconcile_seconds: HistogramVec,
     pub capability_calls: IntCounterVec,
+    pub mutations: IntCounterVec,
     pub traps: IntCounterVec,
     pub load_errors: IntCounterVec,
     pub last_success: IntGaugeVec,
@@ -44,6 +45,11 @@ impl Metrics {
         let capability_calls = counter(
             "tend_capability_calls_total",
             "Capability calls by plugin, capability, operation and result (ok or the error case).",
+            &["plugin", "capability", "operation", "result"],
+        );
+        let mutations = counter(
+            "tend_mutations_total",
+            "Mutations through the gate by plugin, capability, operation and result (ok, error, planned, refused, interrupted).",
             &["plugin", "capability", "operation", "result"],
         );
         let traps = counter(
@@ -112,6 +118,7 @@ impl Metrics {
             reconciles,
             reconcile_seconds,
             capability_calls,
+            mutations,
             traps,
             load_errors,
             last_success,
@@ -144,5 +151,21 @@ impl Metrics {
             .encode(&self.registry.gather(), &mut out)
             .expect("text encoding cannot fail");
         String::from_utf8(out).expect("metrics are UTF-8")
+    }
+}
+
+/// The `result` label of `tend_mutations_total`.
+pub fn mutation_result(mutation: &crate::capabilities::Mutation) -> &'static str {
+    let result = mutation.result.as_str();
+    if result.starts_with("budget-exhausted") {
+        "refused"
+    } else if mutation.dry_run {
+        "planned"
+    } else if result == crate::journal::INTERRUPTED {
+        "interrupted"
+    } else if result == "ok" || result.starts_with("ok ") {
+        "ok"
+    } else {
+        "error"
     }
 }

@@ -5,17 +5,18 @@
 
 mod http;
 mod metrics;
+mod plan;
 mod runner;
-mod systemd;
+mod sd_notify;
+mod status;
 pub mod table;
 
-use crate::capabilities::Backends;
+use crate::capabilities::Services;
 use crate::config::{Config, diff::diff};
-use crate::journal::Journal;
-use crate::runtime::{CompiledPlugin, Compiler, LoadError, Runtime, Trigger};
-use crate::scheduler::watch::{self as file_triggers, WatchPath};
-use crate::scheduler::{Schedule, Scheduler, Triggers};
-use crate::watch::{self, Watch};
+use crate::fs_watch::{self, Watch};
+use crate::runtime::{CompiledPlugin, Compiler, LoadError, Runtime};
+use crate::scheduler::sources::{self, TriggerSource};
+use crate::scheduler::{Schedule, Scheduler, Trigger, Triggers, trigger};
 use metrics::Metrics;
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
@@ -40,8 +41,7 @@ pub struct LiveHost {
 /// What the supervisor, the runner and the status server share.
 pub struct Shared {
     pub runtime: Arc<Runtime>,
-    pub backends: Backends,
-    pub journal: Journal,
+    pub services: Services,
     metrics: Metrics,
     pub table: RwLock<PluginTable>,
     pub host: RwLock<LiveHost>,
@@ -50,22 +50,10 @@ pub struct Shared {
     config_path: PathBuf,
     /// Why the newest config was rejected (the last good one keeps running).
     config_error: RwLock<Option<String>>,
-}
-
-impl Shared {
-    fn status_json(&self) -> String {
-        let table = self.table.read().unwrap();
-        let host = self.host.read().unwrap();
-        serde_json::to_string_pretty(&serde_json::json!({
-            "config": self.config_path.display().to_string(),
-            "config_error": *self.config_error.read().unwrap(),
-            "node_name": host.node_name,
-            "dry_run": host.dry_run,
-            "ready": table.is_ready(),
-            "plugins": table.status(),
-        }))
-        .expect("status serializes")
-    }
+    /// The last good config, for what `/status/NAME` explains.
+    config: RwLock<Arc<Config>>,
+    /// What each trigger source watches, for `/status/NAME`.
+    waits_on: RwLock<std::collections::HashMap<String, Vec<String>>>,
 }
 
 enum Event {
@@ -82,8 +70,11 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = Config::load(&config_path)?;
     let runtime = Arc::new(Runtime::new(Some(&config.host.cache_dir))?);
     let shared = Arc::new(Shared {
-        backends: Backends::real(&config.host.state_dir)?,
-        journal: Journal::open(&config.host.state_dir)?,
+        services: Services::real(
+            &config.host.state_dir,
+            &config.host.capabilities,
+            config.host.budgets.clone(),
+        )?,
         metrics: Metrics::new(),
         table: RwLock::new(PluginTable {
             plugins: config
@@ -98,6 +89,8 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         }),
         config_path: config_path.clone(),
         config_error: RwLock::new(None),
+        config: RwLock::new(Arc::new(config.clone())),
+        waits_on: RwLock::default(),
         runtime: runtime.clone(),
         triggers: Triggers::default(),
     });
@@ -125,10 +118,10 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         loading: HashSet::new(),
         dirty: HashSet::new(),
         dir_watch: None,
-        file_watch: None,
+        sources: sources::all(),
     };
     supervisor.start();
-    let _watchdog = systemd::spawn_watchdog();
+    let _watchdog = sd_notify::spawn_watchdog();
     supervisor.serve(inbox).await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -143,7 +136,7 @@ struct Supervisor {
     loading: HashSet<PathBuf>,
     dirty: HashSet<PathBuf>,
     dir_watch: Option<Watch>,
-    file_watch: Option<file_triggers::FileWatch>,
+    sources: Vec<Box<dyn TriggerSource>>,
 }
 
 impl Supervisor {
@@ -168,7 +161,7 @@ impl Supervisor {
             if !notified_ready && self.shared.table.read().unwrap().is_ready() {
                 notified_ready = true;
                 tracing::info!("every enabled plugin is loaded or failed to load: ready");
-                systemd::ready();
+                sd_notify::ready();
             }
             tokio::select! {
                 Some(event) = inbox.recv() => match event {
@@ -182,7 +175,7 @@ impl Supervisor {
             }
         }
         tracing::info!("stopping: letting reconciles in flight finish");
-        systemd::stopping();
+        sd_notify::stopping();
         self.scheduler.shutdown().await;
         tracing::info!("stopped");
         Ok(())
@@ -202,7 +195,7 @@ impl Supervisor {
             dirs.insert((parent.to_path_buf(), false));
         }
         let events = self.events.clone();
-        self.dir_watch = watch::debounced(
+        self.dir_watch = fs_watch::debounced(
             &dirs,
             RELOAD_QUIET,
             |_| false,
@@ -213,22 +206,18 @@ impl Supervisor {
         .inspect_err(|e| tracing::error!("cannot watch for plugin and config changes: {e}"))
         .ok();
 
-        let watches: Vec<WatchPath> = self
-            .config
-            .enabled_plugins()
-            .flat_map(|p| {
-                p.watch.iter().map(|w| WatchPath {
-                    plugin: p.name.clone(),
-                    path: w.clone(),
-                })
-            })
-            .collect();
-        self.file_watch = None;
-        if !watches.is_empty() {
-            self.file_watch = file_triggers::start(watches, self.scheduler.triggers())
-                .inspect_err(|e| tracing::error!("cannot watch files for triggers: {e}"))
-                .ok();
+        let triggers = self.scheduler.triggers();
+        let mut waits_on: std::collections::HashMap<String, Vec<String>> = Default::default();
+        for source in &mut self.sources {
+            source.update(&self.config, &triggers);
+            for plugin in self.config.plugins.keys() {
+                waits_on
+                    .entry(plugin.clone())
+                    .or_default()
+                    .extend(source.waits_on(&self.config, plugin));
+            }
         }
+        *self.shared.waits_on.write().unwrap() = waits_on;
     }
 
     fn changed(&mut self, paths: BTreeSet<PathBuf>) {
@@ -416,7 +405,9 @@ impl Supervisor {
                     .with_label_values(&["plugin", "ok"])
                     .inc();
                 self.schedule(name);
-                self.scheduler.triggers().send(name, Trigger::new("reload"));
+                self.scheduler
+                    .triggers()
+                    .send(name, Trigger::new(trigger::RELOAD));
             }
         }
     }
@@ -466,6 +457,11 @@ impl Supervisor {
             node_name: new.host.node_name.clone(),
             dry_run: new.host.dry_run,
         };
+        self.shared
+            .services
+            .budgets
+            .set_rules(new.host.budgets.clone());
+        *self.shared.config.write().unwrap() = Arc::new(new.clone());
         let old = std::mem::replace(&mut self.config, new);
         {
             let mut table = self.shared.table.write().unwrap();
@@ -515,7 +511,9 @@ impl Supervisor {
         }
         for name in &changes.settings_changed {
             self.schedule(name);
-            self.scheduler.triggers().send(name, Trigger::new("config"));
+            self.scheduler
+                .triggers()
+                .send(name, Trigger::new(trigger::CONFIG));
         }
         self.rewatch();
         metrics.reloads.with_label_values(&["config", "ok"]).inc();

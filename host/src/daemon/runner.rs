@@ -1,13 +1,12 @@
 //! Runs reconciles for the scheduler: takes the plugin's current component and
-//! settings from the table, then journals, measures and logs what happened.
+//! settings from the table, then measures and logs what happened (the mutation
+//! gate has journaled every mutation already).
 
 use super::Shared;
 use super::table::{LastRun, Lifecycle};
-use crate::cli::report;
-use crate::journal::{self, Entry};
-use crate::runtime::call::CallRequest;
-use crate::runtime::{Failure, Trigger};
-use crate::scheduler::{RunFuture, RunResult, Runner};
+use crate::journal::Entry;
+use crate::runtime::{CallRequest, Failure};
+use crate::scheduler::{RunFuture, RunResult, Runner, Trigger};
 use std::sync::Arc;
 use tracing::Instrument;
 
@@ -55,26 +54,16 @@ impl Runner for DaemonRunner {
                     (host.node_name.clone(), host.dry_run)
                 };
                 let request = CallRequest {
-                    backends: &shared.backends,
+                    services: &shared.services,
                     triggers,
                     node_name: &node_name,
                     dry_run,
                 };
                 let report = shared.runtime.reconcile(&plugin, &config, request).await;
 
-                let now = Entry::now();
-                let entries =
-                    journal::entries(&now, &name, &plugin.digest, &trigger_list, &report.mutations);
-                let (time, time_ms) = now;
-                if let Err(e) = shared.journal.append(&entries) {
-                    tracing::error!(
-                        "cannot append to the journal in {}: {e}",
-                        shared.journal.dir().display()
-                    );
-                }
-                let mutations: Vec<String> = report.mutations.iter().map(report::describe).collect();
-                for mutation in &mutations {
-                    tracing::info!("{mutation}");
+                let (time, time_ms) = Entry::now();
+                for mutation in &report.mutations {
+                    tracing::info!("{}", mutation.describe());
                 }
                 if report.logs_dropped > 0 {
                     tracing::warn!(
@@ -99,6 +88,17 @@ impl Runner for DaemonRunner {
                         .with_label_values(&[name.as_str(), cause])
                         .inc();
                 }
+                for mutation in &report.mutations {
+                    metrics
+                        .mutations
+                        .with_label_values(&[
+                            name.as_str(),
+                            mutation.capability,
+                            mutation.operation,
+                            super::metrics::mutation_result(mutation),
+                        ])
+                        .inc();
+                }
                 for call in &report.calls {
                     metrics
                         .capability_calls
@@ -121,7 +121,7 @@ impl Runner for DaemonRunner {
                 let (ok, requeue_after, health, message) = match &report.result {
                     Ok(outcome) => {
                         tracing::info!(
-                            health = report::health_word(outcome.health),
+                            health = outcome.health.word(),
                             elapsed_ms,
                             compiler = ?plugin.compiler,
                             "{}",
@@ -149,14 +149,16 @@ impl Runner for DaemonRunner {
                             Lifecycle::Failing
                         };
                     }
+                    entry.note_refusals(&time, &report.mutations);
                     entry.last = Some(LastRun {
+                        plugin: name.clone(),
                         time,
                         digest: plugin.digest.clone(),
                         triggers: trigger_list,
                         health,
                         message,
                         elapsed_ms,
-                        mutations,
+                        mutations: report.mutations,
                     });
                 }
                 RunResult { ok, requeue_after }

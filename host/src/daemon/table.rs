@@ -3,6 +3,7 @@
 //! at the start of each reconcile (so a swapped component serves the next one
 //! while a reconcile in flight finishes on the old).
 
+use crate::capabilities::Mutation;
 use crate::config::PluginConfig;
 use crate::runtime::{CompiledPlugin, Compiler, Health};
 use serde::Serialize;
@@ -47,17 +48,18 @@ impl Lifecycle {
     }
 }
 
-/// The last reconcile's result.
+/// The last reconcile's result, in the shape of [`crate::runtime::ReconcileReport::summary`].
 #[derive(Debug, Clone, Serialize)]
 pub struct LastRun {
+    pub plugin: String,
     pub time: String,
     pub digest: String,
     pub triggers: Vec<String>,
     pub health: Option<Health>,
     pub message: String,
     pub elapsed_ms: f64,
-    /// What it changed (or planned), as `tend reconcile` prints it.
-    pub mutations: Vec<String>,
+    /// What it changed, planned or was refused.
+    pub mutations: Vec<Mutation>,
 }
 
 pub struct PluginEntry {
@@ -70,6 +72,18 @@ pub struct PluginEntry {
     /// Failed reconciles in a row.
     pub failures: u32,
     pub reconciles: u64,
+    /// The newest budget refusals (at most [`MAX_REFUSALS`]), oldest first.
+    pub refusals: std::collections::VecDeque<Refusal>,
+}
+
+/// Budget refusals kept per plugin for `tend status NAME`.
+pub const MAX_REFUSALS: usize = 10;
+
+/// A mutation a budget refused.
+#[derive(Debug, Clone, Serialize)]
+pub struct Refusal {
+    pub time: String,
+    pub mutation: String,
 }
 
 impl PluginEntry {
@@ -87,6 +101,23 @@ impl PluginEntry {
             last: None,
             failures: 0,
             reconciles: 0,
+            refusals: Default::default(),
+        }
+    }
+
+    /// Remember what the budgets refused in a reconcile (bounded).
+    pub fn note_refusals(&mut self, time: &str, mutations: &[Mutation]) {
+        for mutation in mutations
+            .iter()
+            .filter(|m| m.result.starts_with("budget-exhausted"))
+        {
+            if self.refusals.len() == MAX_REFUSALS {
+                self.refusals.pop_front();
+            }
+            self.refusals.push_back(Refusal {
+                time: time.to_string(),
+                mutation: mutation.describe(),
+            });
         }
     }
 }

@@ -5,10 +5,14 @@
 //! deadline covers everything: a guest spinning in compute yields every epoch
 //! tick, and a guest blocked in a host call is cut off by the same timeout.
 
-use super::bindings::{self, types};
 use super::{CompiledPlugin, Runtime};
-use crate::capabilities::{Backends, CallInfo, CapError, Capabilities, Mutation, Mutations};
+use crate::capabilities::gate::Caller;
+use crate::capabilities::{
+    Call, CallCount, CapError, Capabilities, HasCapabilities, Mutation, Services,
+};
 use crate::config::PluginConfig;
+use crate::scheduler::Trigger;
+use crate::wit::types;
 use std::time::{Duration, Instant};
 use wasmtime::Store;
 use wasmtime::component::ResourceTable;
@@ -18,44 +22,22 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 /// Bytes of stdout/stderr kept per reconcile (a panic message lands there).
 const OUTPUT_CAPACITY: usize = 64 * 1024;
 
-/// Why a reconcile runs; mirrors WIT `trigger`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-pub struct Trigger {
-    pub kind: String,
-    pub subject: Option<String>,
-}
-
-impl Trigger {
-    pub fn new(kind: &str) -> Self {
-        Trigger {
-            kind: kind.to_string(),
-            subject: None,
-        }
-    }
-
-    pub fn file(path: &std::path::Path) -> Self {
-        Trigger {
-            kind: "file".into(),
-            subject: Some(path.display().to_string()),
-        }
-    }
-}
-
-impl std::fmt::Display for Trigger {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.subject {
-            Some(subject) => write!(f, "{}:{subject}", self.kind),
-            None => f.write_str(&self.kind),
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Health {
     Healthy,
     Progressing,
     Degraded,
+}
+
+impl Health {
+    pub fn word(self) -> &'static str {
+        match self {
+            Health::Healthy => "healthy",
+            Health::Progressing => "progressing",
+            Health::Degraded => "degraded",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -92,26 +74,34 @@ pub enum Failure {
     Host(String),
 }
 
-/// How often a reconcile called one capability operation with one result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallCount {
-    pub capability: &'static str,
-    pub operation: &'static str,
-    /// "ok" or the error case.
-    pub result: &'static str,
-    pub count: u64,
-}
-
 /// What one reconcile did.
 #[derive(Debug)]
 pub struct ReconcileReport {
     pub result: Result<Outcome, Failure>,
-    /// Mutations performed, or in a dry run planned, in call order.
+    /// Mutations performed, planned (dry run) or refused, in call order.
     pub mutations: Vec<Mutation>,
     pub elapsed: Duration,
     /// Log lines dropped because the plugin exceeded its log budget.
     pub logs_dropped: usize,
     pub calls: Vec<CallCount>,
+}
+
+impl ReconcileReport {
+    /// The report as `tend plan` and `tend reconcile` print it, and as the
+    /// daemon answers it: health (none when it failed), message, mutations.
+    pub fn summary(&self, plugin: &str) -> serde_json::Value {
+        let (health, message) = match &self.result {
+            Ok(outcome) => (Some(outcome.health), outcome.message.clone()),
+            Err(failure) => (None, failure.to_string()),
+        };
+        serde_json::json!({
+            "plugin": plugin,
+            "health": health,
+            "message": message,
+            "elapsed_ms": self.elapsed.as_secs_f64() * 1000.0,
+            "mutations": self.mutations,
+        })
+    }
 }
 
 /// Caps the total linear memory of one instance (all its memories together),
@@ -156,24 +146,12 @@ pub struct CallState {
     wasi: WasiCtx,
     table: ResourceTable,
     limiter: MemoryLimiter,
-    pub(super) caps: Capabilities,
-    calls: std::collections::BTreeMap<(&'static str, &'static str, &'static str), u64>,
+    caps: Capabilities,
 }
 
-impl CallState {
-    /// Count a capability call by its result, and hand the result to the guest.
-    pub(super) fn counted<T>(
-        &mut self,
-        capability: &'static str,
-        operation: &'static str,
-        result: Result<T, CapError>,
-    ) -> Result<T, types::Error> {
-        let label = result.as_ref().map_or_else(CapError::kind, |_| "ok");
-        *self
-            .calls
-            .entry((capability, operation, label))
-            .or_default() += 1;
-        result.map_err(bindings::to_wit_error)
+impl HasCapabilities for CallState {
+    fn capabilities(&mut self) -> &mut Capabilities {
+        &mut self.caps
     }
 }
 
@@ -188,7 +166,7 @@ impl WasiView for CallState {
 
 /// Everything about a reconcile that is not the plugin or its config.
 pub struct CallRequest<'a> {
-    pub backends: &'a Backends,
+    pub services: &'a Services,
     pub triggers: Vec<Trigger>,
     pub node_name: &'a str,
     pub dry_run: bool,
@@ -221,7 +199,6 @@ impl Runtime {
             table: ResourceTable::new(),
             limiter,
             caps,
-            calls: Default::default(),
         };
         // The plugin's own engine: Cranelift's, or Winch's until that build is ready.
         let mut store = Store::new(plugin.component.engine(), state);
@@ -239,13 +216,14 @@ impl Runtime {
         request: CallRequest<'_>,
     ) -> ReconcileReport {
         let started = Instant::now();
-        let mutations = Mutations::default();
-        let call = CallInfo {
+        let caller = Caller {
             plugin: config.name.clone(),
+            digest: plugin.digest.clone(),
+            triggers: request.triggers.iter().map(Trigger::to_string).collect(),
             dry_run: request.dry_run,
-            mutations: mutations.clone(),
         };
-        let caps = Capabilities::for_call(request.backends, config, &call);
+        let call = Call::new(request.services.gate(caller));
+        let caps = Capabilities::for_call(&request.services.backends, &config.grants, &call);
         let (mut store, output) = self.new_store(plugin, caps, config.limits.memory.0);
         let ctx = types::Context {
             plugin: config.name.clone(),
@@ -276,26 +254,17 @@ impl Runtime {
                 limit: config.limits.timeout,
             }),
             Ok(Ok(Ok(outcome))) => Ok(from_wit_outcome(outcome)),
-            Ok(Ok(Err(error))) => Err(Failure::Plugin(bindings::from_wit_error(error))),
+            Ok(Ok(Err(error))) => Err(Failure::Plugin(CapError::from(error))),
             Ok(Err(e)) => Err(classify(e, &store, &output, config)),
         };
         forward_output(&config.name, &output);
+        call.gate.sync();
         ReconcileReport {
             result,
-            mutations: mutations.take(),
+            mutations: call.gate.mutations(),
             elapsed: started.elapsed(),
             logs_dropped: store.data().caps.log.dropped(),
-            calls: store
-                .data()
-                .calls
-                .iter()
-                .map(|(&(capability, operation, result), &count)| CallCount {
-                    capability,
-                    operation,
-                    result,
-                    count,
-                })
-                .collect(),
+            calls: call.counts(),
         }
     }
 
@@ -303,7 +272,7 @@ impl Runtime {
     pub async fn describe(
         &self,
         plugin: &CompiledPlugin,
-        backends: &Backends,
+        services: &Services,
     ) -> anyhow::Result<PluginInfo> {
         let config = PluginConfig {
             name: "describe".into(),
@@ -315,12 +284,14 @@ impl Runtime {
             limits: Default::default(),
             config_json: "{}".into(),
         };
-        let call = CallInfo {
+        let caller = Caller {
             plugin: config.name.clone(),
+            digest: plugin.digest.clone(),
+            triggers: vec![],
             dry_run: true,
-            mutations: Mutations::default(),
         };
-        let caps = Capabilities::for_call(backends, &config, &call);
+        let call = Call::new(services.gate(caller));
+        let caps = Capabilities::for_call(&services.backends, &config.grants, &call);
         let (mut store, output) = self.new_store(plugin, caps, config.limits.memory.0);
         let _ticking = self.ticker.running();
         let run = async {

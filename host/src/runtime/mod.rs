@@ -2,16 +2,13 @@
 //! `InstancePre`, validated against the world) is kept apart from "per call"
 //! ([`call`]: a fresh `Store` and instance per reconcile, with limits).
 
-mod bindings;
 mod cache;
-pub mod call;
+mod call;
 mod engine;
 mod plugin;
 
 pub use cache::{ArtifactCache, CacheOutcome};
-pub use call::{
-    CallCount, CallState, Failure, Health, Outcome, PluginInfo, ReconcileReport, Trigger,
-};
+pub use call::{CallRequest, CallState, Failure, Health, Outcome, PluginInfo, ReconcileReport};
 pub use engine::EpochTicker;
 pub use plugin::{CompiledPlugin, LoadError};
 
@@ -41,10 +38,7 @@ impl Tier {
     fn new(engine: Engine, cache_dir: Option<&Path>) -> anyhow::Result<Self> {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        bindings::Plugin::add_to_linker::<CallState, wasmtime::component::HasSelf<CallState>>(
-            &mut linker,
-            |state| state,
-        )?;
+        crate::capabilities::Capabilities::add_to_linker(&mut linker)?;
         Ok(Tier {
             cache: ArtifactCache::new(cache_dir, &engine),
             engine,

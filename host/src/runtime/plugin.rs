@@ -1,9 +1,9 @@
 //! A plugin compiled once: the validated component and its `InstancePre`,
 //! shared by every reconcile until the file changes.
 
-use super::bindings::PluginPre;
 use super::cache::{CacheOutcome, Lookup, sha256_hex};
 use super::{CallState, Compiler, Runtime};
+use crate::wit::PluginPre;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use wasmtime::component::Component;

@@ -21,6 +21,11 @@ impl Backoff {
         base.mul_f64(0.8 + 0.4 * fastrand::f64()).min(MAX)
     }
 
+    /// Failures in a row so far.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
     pub fn succeed(&mut self) {
         self.failures = 0;
     }

@@ -1,14 +1,17 @@
-//! When each plugin reconciles. Triggers (startup, interval, requeue-after, file
-//! changes, manual) are coalesced per plugin: at most one reconcile runs and at
-//! most one is pending, carrying every trigger that arrived meanwhile. Failures
-//! back off exponentially, per plugin, without delaying any other plugin.
+//! When each plugin reconciles. Triggers (startup, interval, requeue-after,
+//! manual, and those of the trigger sources: file changes today) are coalesced
+//! per plugin: at most one reconcile runs and at most one is pending, carrying
+//! every trigger that arrived meanwhile. Failures back off exponentially, per
+//! plugin, without delaying any other plugin. Each plugin's loop publishes
+//! where it stands ([`Triggers::schedule_of`]) for `tend status NAME`.
 
 mod backoff;
-pub mod watch;
+pub mod sources;
+pub mod trigger;
 
 pub use backoff::Backoff;
+pub use trigger::Trigger;
 
-use crate::runtime::Trigger;
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
@@ -48,10 +51,26 @@ enum Message {
 
 type Senders = Arc<RwLock<HashMap<String, mpsc::UnboundedSender<Message>>>>;
 
-/// Sends triggers to plugins; cheap to clone (the file watcher holds one).
+/// Where one plugin's loop stands, as it last published it.
+#[derive(Debug, Clone, Default)]
+pub struct ScheduleState {
+    pub interval: Option<Duration>,
+    pub running: bool,
+    /// Failed reconciles in a row (the backoff grows with them).
+    pub failures: u32,
+    /// Not before this (backoff after a failure), if in the future.
+    pub backoff_until: Option<Instant>,
+    pub next_interval: Option<Instant>,
+    pub requeue_at: Option<Instant>,
+    /// Triggers waiting for the next run.
+    pub pending: Vec<Trigger>,
+}
+
+/// Sends triggers to plugins; cheap to clone (every trigger source holds one).
 #[derive(Clone, Default)]
 pub struct Triggers {
     senders: Senders,
+    schedules: Arc<RwLock<HashMap<String, ScheduleState>>>,
 }
 
 impl Triggers {
@@ -61,6 +80,18 @@ impl Triggers {
         senders
             .get(plugin)
             .is_some_and(|s| s.send(Message::Trigger(trigger)).is_ok())
+    }
+
+    /// Where `plugin`'s loop stands, if it is scheduled.
+    pub fn schedule_of(&self, plugin: &str) -> Option<ScheduleState> {
+        self.schedules.read().unwrap().get(plugin).cloned()
+    }
+
+    fn publish(&self, plugin: &str, state: ScheduleState) {
+        self.schedules
+            .write()
+            .unwrap()
+            .insert(plugin.to_string(), state);
     }
 }
 
@@ -98,16 +129,21 @@ impl Scheduler {
             return;
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        tx.send(Message::Trigger(Trigger::new("startup")))
+        tx.send(Message::Trigger(Trigger::new(trigger::STARTUP)))
             .expect("receiver is alive");
         senders.insert(schedule.plugin.clone(), tx);
-        self.tasks
-            .spawn(plugin_loop(self.runner.clone(), schedule, rx));
+        self.tasks.spawn(plugin_loop(
+            self.runner.clone(),
+            schedule,
+            rx,
+            self.triggers.clone(),
+        ));
     }
 
     /// Stop scheduling a plugin; a reconcile in flight finishes.
     pub fn remove(&mut self, plugin: &str) {
         self.triggers.senders.write().unwrap().remove(plugin);
+        self.triggers.schedules.write().unwrap().remove(plugin);
     }
 
     pub fn triggers(&self) -> Triggers {
@@ -125,6 +161,7 @@ async fn plugin_loop(
     runner: Arc<dyn Runner>,
     schedule: Schedule,
     mut queue: mpsc::UnboundedReceiver<Message>,
+    triggers: Triggers,
 ) {
     let mut interval = schedule.interval;
     let mut pending = BTreeSet::new();
@@ -132,18 +169,38 @@ async fn plugin_loop(
     let mut not_before = Instant::now();
     let mut next_interval = interval.map(|i| Instant::now() + i);
     let mut requeue_at: Option<Instant> = None;
+    let publish = |running: bool,
+                   interval: Option<Duration>,
+                   pending: &BTreeSet<Trigger>,
+                   backoff: &Backoff,
+                   not_before: Instant,
+                   next_interval: Option<Instant>,
+                   requeue_at: Option<Instant>| {
+        triggers.publish(
+            &schedule.plugin,
+            ScheduleState {
+                interval,
+                running,
+                failures: backoff.failures(),
+                backoff_until: (not_before > Instant::now()).then_some(not_before),
+                next_interval,
+                requeue_at,
+                pending: pending.iter().cloned().collect(),
+            },
+        )
+    };
     loop {
         let now = Instant::now();
         if next_interval.is_some_and(|at| at <= now) {
-            pending.insert(Trigger::new("interval"));
+            pending.insert(Trigger::new(trigger::INTERVAL));
             next_interval = interval.map(|i| now + i);
         }
         if requeue_at.is_some_and(|at| at <= now) {
-            pending.insert(Trigger::new("requeue"));
+            pending.insert(Trigger::new(trigger::REQUEUE));
             requeue_at = None;
         }
         // An operator's manual trigger does not wait out a failure backoff.
-        let manual = pending.iter().any(|t: &Trigger| t.kind == "manual");
+        let manual = pending.iter().any(|t: &Trigger| t.kind == trigger::MANUAL);
         if !pending.is_empty() && (not_before <= now || manual) {
             while let Ok(message) = queue.try_recv() {
                 match message {
@@ -156,8 +213,17 @@ async fn plugin_loop(
                     }
                 }
             }
-            let triggers: Vec<Trigger> = std::mem::take(&mut pending).into_iter().collect();
-            let result = runner.run(&schedule.plugin, triggers).await;
+            let batch: Vec<Trigger> = std::mem::take(&mut pending).into_iter().collect();
+            publish(
+                true,
+                interval,
+                &pending,
+                &backoff,
+                not_before,
+                next_interval,
+                requeue_at,
+            );
+            let result = runner.run(&schedule.plugin, batch).await;
             if result.ok {
                 backoff.succeed();
                 not_before = Instant::now();
@@ -170,6 +236,15 @@ async fn plugin_loop(
             }
             continue;
         }
+        publish(
+            false,
+            interval,
+            &pending,
+            &backoff,
+            not_before,
+            next_interval,
+            requeue_at,
+        );
         let wake = [
             next_interval,
             requeue_at,

@@ -91,7 +91,7 @@ async fn triggers_during_a_run_coalesce_into_one_pending_run() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let triggers = scheduler.triggers();
     for path in ["/a", "/b", "/a"] {
-        assert!(triggers.send("a", Trigger::file(std::path::Path::new(path))));
+        assert!(triggers.send("a", Trigger::with_subject(trigger::FILE, path.to_string())));
     }
     assert!(triggers.send("a", Trigger::new("manual")));
     assert!(!triggers.send("unknown", Trigger::new("manual")));

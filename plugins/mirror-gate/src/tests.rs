@@ -15,9 +15,11 @@ fn context(caches: &str) -> Context {
 
 const DOCKER: &str = r#"{"upstream": "docker.io", "endpoint": "http://127.0.0.1:5000"}"#;
 
+/// The grants of the quickstart config: the certs dir writable, the cache probe.
 fn host() -> FakeHost {
-    let host = FakeHost::new();
+    let host = FakeHost::named("mirror-gate");
     host.files.grant("/etc/containerd/certs.d", true);
+    host.http.grant("http://127.0.0.1:*/*");
     host
 }
 
@@ -139,11 +141,35 @@ fn second_reconcile_changes_nothing() {
 
 #[test]
 fn a_denied_write_fails_the_reconcile_with_the_grant_to_add() {
-    let host = FakeHost::new();
+    let host = FakeHost::named("mirror-gate");
     host.files.grant("/etc/containerd", false);
+    host.http.grant("http://127.0.0.1:*/*");
     host.http.status("http://127.0.0.1:5000/v2/", 200);
     let err = MirrorGate::reconcile(&context(DOCKER), &host).unwrap_err();
-    assert_eq!(err.kind(), "denied");
+    assert_eq!(
+        err,
+        Error::Denied(format!(
+            "{HOSTS} is granted read-only by {{ path = \"/etc/containerd\" }}: set write = true on that grant in [plugins.mirror-gate.grants] files"
+        ))
+    );
+}
+
+#[test]
+fn an_ungranted_probe_waits_and_names_the_http_grant_to_add() {
+    let host = FakeHost::named("mirror-gate");
+    host.files.grant("/etc/containerd/certs.d", true);
+    host.http.status("http://127.0.0.1:5000/v2/", 200);
+    let outcome = MirrorGate::reconcile(&context(DOCKER), &host).unwrap();
+    assert_eq!(outcome.health, Health::Progressing);
+    assert!(
+        outcome.message.contains(
+            "denied: GET http://127.0.0.1:5000/v2/: no http grant matches; add \"http://127.0.0.1:5000/*\" to [plugins.mirror-gate.grants] http"
+        ),
+        "{}",
+        outcome.message
+    );
+    assert!(host.http.sent().is_empty());
+    assert!(host.files.paths().is_empty());
 }
 
 #[test]

@@ -1,175 +1,45 @@
-//! Which granted root a plugin's path falls in: pure, so every rule is tested
-//! without a filesystem.
+//! Which granted root covers a path: the pure rules live in `tend-grants`,
+//! shared with the SDK's fakes so a plugin's unit tests get the host's exact
+//! decisions; here they meet the host's error type.
 
-use crate::capabilities::CapError;
-use crate::config::FileGrant;
-use std::path::{Component, Path, PathBuf};
+use crate::capabilities::error::CapError;
+pub use tend_grants::files::{FileGrant, Resolved};
 
-/// A path split into the granted root that covers it and the rest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resolved {
-    pub root: PathBuf,
-    /// Relative to `root`; empty for the root itself.
-    pub rel: PathBuf,
-}
-
-/// Find the grant covering `path`. Reads take the innermost covering root; a
-/// write needs a covering grant with `write = true` (the innermost such one).
+/// Resolve `path` inside the plugin's grants; a write needs `write = true`.
 pub fn resolve(
     grants: &[FileGrant],
     plugin: &str,
     path: &str,
     write: bool,
 ) -> Result<Resolved, CapError> {
-    let normalized = normalize(path)?;
-    let covering = |g: &&FileGrant| normalized.starts_with(&g.path);
-    let innermost = |a: &&FileGrant, b: &&FileGrant| {
-        a.path
-            .components()
-            .count()
-            .cmp(&b.path.components().count())
-    };
-    let grant = match grants
-        .iter()
-        .filter(covering)
-        .filter(|g| g.write || !write)
-        .max_by(innermost)
-    {
-        Some(grant) => grant,
-        None => return Err(denied(grants, plugin, path, &normalized, write)),
-    };
-    let rel = normalized
-        .strip_prefix(&grant.path)
-        .expect("covering grant is a prefix");
-    Ok(Resolved {
-        root: grant.path.clone(),
-        rel: rel.to_path_buf(),
-    })
+    Ok(tend_grants::files::resolve(grants, plugin, path, write)?)
 }
 
-/// An absolute path with `.` and repeated slashes dropped; `..` is refused
-/// outright rather than resolved, so no string trick can climb out of a root.
-fn normalize(path: &str) -> Result<PathBuf, CapError> {
-    if !path.starts_with('/') || path.contains('\0') {
+/// A mutation of the granted root itself is refused: it is the operator's.
+pub fn refuse_root(resolved: &Resolved, path: &str, what: &str) -> Result<(), CapError> {
+    if resolved.rel.as_os_str().is_empty() {
         return Err(CapError::Invalid(format!(
-            "{path:?}: files are addressed by absolute path, for example \"/etc/containerd/certs.d/docker.io/hosts.toml\""
+            "{path} is a granted root {what}"
         )));
     }
-    let mut normalized = PathBuf::from("/");
-    for component in Path::new(path).components() {
-        match component {
-            Component::Normal(part) => normalized.push(part),
-            Component::ParentDir => {
-                return Err(CapError::Invalid(format!(
-                    "{path}: `..` is not allowed in paths; name the file directly"
-                )));
-            }
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    Ok(normalized)
-}
-
-fn denied(
-    grants: &[FileGrant],
-    plugin: &str,
-    path: &str,
-    normalized: &Path,
-    write: bool,
-) -> CapError {
-    let table = format!("[plugins.{plugin}.grants] files");
-    if write && let Some(read_only) = grants.iter().find(|g| normalized.starts_with(&g.path)) {
-        return CapError::Denied(format!(
-            "{path} is granted read-only by {{ path = \"{}\" }}: set write = true on that grant in {table}",
-            read_only.path.display()
-        ));
-    }
-    let suggestion = normalized.parent().unwrap_or(normalized);
-    let write = if write { ", write = true" } else { "" };
-    CapError::Denied(format!(
-        "no files grant covers {path}: add {{ path = \"{}\"{write} }} to {table}",
-        suggestion.display()
-    ))
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn grants() -> Vec<FileGrant> {
-        vec![
-            FileGrant {
-                path: "/etc".into(),
-                write: false,
-            },
-            FileGrant {
-                path: "/etc/containerd/certs.d".into(),
-                write: true,
-            },
-        ]
-    }
-
     #[test]
-    fn resolves_inside_the_innermost_root() {
-        let r = resolve(
-            &grants(),
-            "p",
-            "/etc/containerd/certs.d//docker.io/./hosts.toml",
-            false,
-        )
-        .unwrap();
-        assert_eq!(r.root, Path::new("/etc/containerd/certs.d"));
-        assert_eq!(r.rel, Path::new("docker.io/hosts.toml"));
-        let r = resolve(&grants(), "p", "/etc/hosts", false).unwrap();
-        assert_eq!(
-            (r.root.as_path(), r.rel.as_path()),
-            (Path::new("/etc"), Path::new("hosts"))
-        );
-    }
-
-    #[test]
-    fn the_root_itself_resolves_to_an_empty_rest() {
-        let r = resolve(&grants(), "p", "/etc/containerd/certs.d/", true).unwrap();
-        assert_eq!(r.rel, Path::new(""));
-    }
-
-    #[test]
-    fn parent_components_and_relative_paths_are_invalid() {
-        for path in [
-            "/etc/containerd/certs.d/../../shadow",
-            "etc/hosts",
-            "",
-            "/etc/\0x",
-        ] {
-            let err = resolve(&grants(), "p", path, false).unwrap_err();
-            assert!(matches!(err, CapError::Invalid(_)), "{path:?}: {err}");
-        }
-    }
-
-    #[test]
-    fn ungranted_paths_are_denied_naming_the_grant_to_add() {
-        let err = resolve(&grants(), "mirror-gate", "/var/lib/x", true).unwrap_err();
-        assert_eq!(
-            err,
-            CapError::Denied(
-                "no files grant covers /var/lib/x: add { path = \"/var/lib\", write = true } to [plugins.mirror-gate.grants] files".into()
-            )
-        );
-        // A sibling that merely shares a prefix string is not covered.
-        let err = resolve(&grants(), "p", "/etcetera/x", false).unwrap_err();
-        assert!(matches!(err, CapError::Denied(_)));
-    }
-
-    #[test]
-    fn writes_under_a_read_only_grant_say_which_grant_to_change() {
-        let err = resolve(&grants(), "p", "/etc/hosts", true).unwrap_err();
-        let CapError::Denied(message) = err else {
-            panic!("{err}")
-        };
-        assert!(
-            message.contains("granted read-only by { path = \"/etc\" }"),
-            "{message}"
-        );
-        assert!(message.contains("set write = true"), "{message}");
+    fn refusals_become_capability_errors() {
+        let grants = [FileGrant {
+            path: "/etc/containerd/certs.d".into(),
+            write: true,
+        }];
+        let err = resolve(&grants, "p", "/var/x", false).unwrap_err();
+        assert_eq!(err.kind(), "denied");
+        let err = resolve(&grants, "p", "/etc/containerd/certs.d/../x", false).unwrap_err();
+        assert_eq!(err.kind(), "invalid");
+        let root = resolve(&grants, "p", "/etc/containerd/certs.d", true).unwrap();
+        assert!(refuse_root(&root, "/etc/containerd/certs.d", "and cannot be removed").is_err());
     }
 }

@@ -1,13 +1,17 @@
 //! The node's filesystem through cap-std: every path is opened relative to a
 //! directory handle on the granted root, so symlinks cannot lead out of it.
 
-use super::{DirEntry, FileBackend, FileKind, Metadata};
-use crate::capabilities::CapError;
+use super::backend::{DirEntry, FileBackend, FileKind, Metadata};
+use crate::capabilities::error::CapError;
+use crate::capabilities::gate::Permit;
 use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt, Permissions, PermissionsExt};
 use std::io::{self, Write};
 use std::path::Path;
 
 pub struct RealFiles;
+
+/// The filesystem work itself, run on the blocking pool by [`RealFiles`].
+struct Blocking;
 
 fn open_root(root: &Path, create: bool) -> Result<Dir, CapError> {
     if create {
@@ -76,7 +80,7 @@ fn dir_or_self(dir: &Dir, rel: &Path) -> io::Result<Dir> {
     }
 }
 
-impl FileBackend for RealFiles {
+impl Blocking {
     fn read(&self, root: &Path, rel: &Path) -> Result<Vec<u8>, CapError> {
         open_root(root, false)?
             .read(rel)
@@ -200,6 +204,54 @@ impl FileBackend for RealFiles {
     }
 }
 
+/// Run a blocking filesystem operation off the async executor.
+async fn blocking<T: Send + 'static>(
+    op: impl FnOnce() -> Result<T, CapError> + Send + 'static,
+) -> Result<T, CapError> {
+    tokio::task::spawn_blocking(op)
+        .await
+        .map_err(|e| CapError::Other(format!("file operation failed: {e}")))?
+}
+
+fn owned(root: &Path, rel: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    (root.to_path_buf(), rel.to_path_buf())
+}
+
+#[async_trait::async_trait]
+impl FileBackend for RealFiles {
+    async fn read(&self, root: &Path, rel: &Path) -> Result<Vec<u8>, CapError> {
+        let (root, rel) = owned(root, rel);
+        blocking(move || Blocking.read(&root, &rel)).await
+    }
+
+    async fn write(
+        &self,
+        _: &Permit,
+        root: &Path,
+        rel: &Path,
+        contents: Vec<u8>,
+        mode: u32,
+    ) -> Result<bool, CapError> {
+        let (root, rel) = owned(root, rel);
+        blocking(move || Blocking.write(&root, &rel, &contents, mode)).await
+    }
+
+    async fn remove(&self, _: &Permit, root: &Path, rel: &Path) -> Result<bool, CapError> {
+        let (root, rel) = owned(root, rel);
+        blocking(move || Blocking.remove(&root, &rel)).await
+    }
+
+    async fn list(&self, root: &Path, rel: &Path) -> Result<Vec<DirEntry>, CapError> {
+        let (root, rel) = owned(root, rel);
+        blocking(move || Blocking.list(&root, &rel)).await
+    }
+
+    async fn metadata(&self, root: &Path, rel: &Path) -> Result<Option<Metadata>, CapError> {
+        let (root, rel) = owned(root, rel);
+        blocking(move || Blocking.metadata(&root, &rel)).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,22 +264,22 @@ mod tests {
     fn write_is_atomic_reports_changes_and_leaves_no_temp_files() {
         let dir = root();
         let rel = Path::new("docker.io/hosts.toml");
-        assert!(RealFiles.write(dir.path(), rel, b"one", 0o600).unwrap());
-        assert!(!RealFiles.write(dir.path(), rel, b"one", 0o600).unwrap());
+        assert!(Blocking.write(dir.path(), rel, b"one", 0o600).unwrap());
+        assert!(!Blocking.write(dir.path(), rel, b"one", 0o600).unwrap());
         assert!(
-            RealFiles.write(dir.path(), rel, b"one", 0o644).unwrap(),
+            Blocking.write(dir.path(), rel, b"one", 0o644).unwrap(),
             "mode change"
         );
-        assert!(RealFiles.write(dir.path(), rel, b"two", 0o644).unwrap());
+        assert!(Blocking.write(dir.path(), rel, b"two", 0o644).unwrap());
         assert_eq!(std::fs::read(dir.path().join(rel)).unwrap(), b"two");
-        let names: Vec<_> = RealFiles
+        let names: Vec<_> = Blocking
             .list(dir.path(), Path::new("docker.io"))
             .unwrap()
             .into_iter()
             .map(|e| e.name)
             .collect();
         assert_eq!(names, ["hosts.toml"]);
-        let meta = RealFiles.metadata(dir.path(), rel).unwrap().unwrap();
+        let meta = Blocking.metadata(dir.path(), rel).unwrap().unwrap();
         assert_eq!(
             (meta.kind, meta.size, meta.mode),
             (FileKind::File, 3, 0o644)
@@ -240,7 +292,7 @@ mod tests {
         std::fs::write(dir.path().join(".hosts.toml.tend-7.tmp"), b"half").unwrap();
         std::fs::write(dir.path().join(".other.tend-7.tmp"), b"not ours to judge").unwrap();
         assert!(
-            RealFiles
+            Blocking
                 .write(dir.path(), Path::new("hosts.toml"), b"x", 0o644)
                 .unwrap()
         );
@@ -260,16 +312,16 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), dir.path().join("escape")).unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("link")).unwrap();
         for rel in ["escape/secret", "link"] {
-            let err = RealFiles.read(dir.path(), Path::new(rel)).unwrap_err();
+            let err = Blocking.read(dir.path(), Path::new(rel)).unwrap_err();
             assert!(matches!(err, CapError::Denied(_)), "{rel}: {err}");
         }
-        let err = RealFiles
+        let err = Blocking
             .write(dir.path(), Path::new("escape/secret"), b"x", 0o644)
             .unwrap_err();
         assert!(matches!(err, CapError::Denied(_)), "{err}");
         // Writing over a link inside the root replaces the link, as rename does.
         assert!(
-            RealFiles
+            Blocking
                 .write(dir.path(), Path::new("link"), b"x", 0o644)
                 .unwrap()
         );
@@ -285,17 +337,17 @@ mod tests {
     fn remove_and_missing_paths() {
         let dir = root();
         let rel = Path::new("a/b");
-        RealFiles.write(dir.path(), rel, b"x", 0o644).unwrap();
+        Blocking.write(dir.path(), rel, b"x", 0o644).unwrap();
         assert!(matches!(
-            RealFiles.remove(dir.path(), Path::new("a")),
+            Blocking.remove(dir.path(), Path::new("a")),
             Err(CapError::Conflict(_))
         ));
-        assert!(RealFiles.remove(dir.path(), rel).unwrap());
-        assert!(!RealFiles.remove(dir.path(), rel).unwrap());
-        assert!(RealFiles.remove(dir.path(), Path::new("a")).unwrap());
-        assert_eq!(RealFiles.metadata(dir.path(), rel).unwrap(), None);
+        assert!(Blocking.remove(dir.path(), rel).unwrap());
+        assert!(!Blocking.remove(dir.path(), rel).unwrap());
+        assert!(Blocking.remove(dir.path(), Path::new("a")).unwrap());
+        assert_eq!(Blocking.metadata(dir.path(), rel).unwrap(), None);
         assert!(matches!(
-            RealFiles.read(dir.path(), rel),
+            Blocking.read(dir.path(), rel),
             Err(CapError::NotFound(_))
         ));
     }

@@ -1,8 +1,9 @@
 //! Real HTTP through reqwest: no redirects, no proxies from the environment
 //! (probes must reach the named endpoint), bounded bodies.
 
-use super::{HttpBackend, HttpFuture, HttpRequest, HttpResponse, MAX_BODY};
-use crate::capabilities::CapError;
+use super::backend::{HttpBackend, HttpRequest, HttpResponse, MAX_BODY, is_safe, not_a_probe};
+use crate::capabilities::error::CapError;
+use crate::capabilities::gate::Permit;
 use std::time::Duration;
 
 pub struct RealHttp {
@@ -45,9 +46,36 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     cause.to_string()
 }
 
+#[async_trait::async_trait]
 impl HttpBackend for RealHttp {
-    fn send(&self, request: HttpRequest, timeout: Duration) -> HttpFuture<'_> {
-        Box::pin(async move {
+    async fn probe(
+        &self,
+        request: HttpRequest,
+        timeout: Duration,
+    ) -> Result<HttpResponse, CapError> {
+        if !is_safe(&request.method) {
+            return Err(not_a_probe(&request));
+        }
+        self.exchange(request, timeout).await
+    }
+
+    async fn send(
+        &self,
+        _: &Permit,
+        request: HttpRequest,
+        timeout: Duration,
+    ) -> Result<HttpResponse, CapError> {
+        self.exchange(request, timeout).await
+    }
+}
+
+impl RealHttp {
+    async fn exchange(
+        &self,
+        request: HttpRequest,
+        timeout: Duration,
+    ) -> Result<HttpResponse, CapError> {
+        {
             let HttpRequest {
                 method,
                 url,
@@ -96,6 +124,6 @@ impl HttpBackend for RealHttp {
                 headers,
                 body,
             })
-        })
+        }
     }
 }

@@ -11,9 +11,13 @@
 //!   bytes, each all one letter (the run count), then counts the run in `state`.
 //! - `{"mode": "read", "path": P}` / `{"mode": "write", "path": P, "content": C}`:
 //!   one file operation; its error, if any, is the reconcile's error.
+//! - `{"mode": "remove", "paths": [P, ...]}`: removes each path, going on after
+//!   an error; degraded, naming every error, when any failed.
+//! - `{"mode": "post", "url": U, "timeout-ms": T}`: one HTTP POST (a mutation);
+//!   its error, if any, is the reconcile's error.
 
 use serde::Deserialize;
-use tend_sdk::{Context, Error, Host, Outcome, Plugin, PluginInfo, Result};
+use tend_sdk::{Context, Error, Host, Outcome, Plugin, PluginInfo, Request, Result};
 
 #[derive(Deserialize)]
 #[serde(tag = "mode", rename_all = "kebab-case")]
@@ -35,6 +39,14 @@ enum Mode {
     Write {
         path: String,
         content: String,
+    },
+    Remove {
+        paths: Vec<String>,
+    },
+    #[serde(rename_all = "kebab-case")]
+    Post {
+        url: String,
+        timeout_ms: u64,
     },
 }
 
@@ -94,6 +106,26 @@ impl Plugin for Chaos {
                 Ok(Outcome::healthy(format!(
                     "wrote {path} (changed: {changed})"
                 )))
+            }
+            Mode::Remove { paths } => {
+                let errors: Vec<String> = paths
+                    .iter()
+                    .filter_map(|path| host.files().remove(path).err())
+                    .map(|e| e.to_string())
+                    .collect();
+                if errors.is_empty() {
+                    Ok(Outcome::healthy(format!("removed {}", paths.len())))
+                } else {
+                    Ok(Outcome::degraded(errors.join("; ")))
+                }
+            }
+            Mode::Post { url, timeout_ms } => {
+                let mut request =
+                    Request::get(&url).timeout(std::time::Duration::from_millis(timeout_ms));
+                request.method = "POST".into();
+                request.body = Some(b"chaos".to_vec());
+                let response = host.http().send(&request)?;
+                Ok(Outcome::healthy(format!("posted: {}", response.status)))
             }
         }
     }

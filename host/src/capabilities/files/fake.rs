@@ -1,18 +1,43 @@
-//! An in-memory filesystem for unit tests of the adapter (grants, dry run).
+//! An in-memory filesystem for unit tests of the adapter (grants, dry run):
+//! records every mutation it performs and injects failures on request.
 
-use super::{DirEntry, FileBackend, FileKind, Metadata};
-use crate::capabilities::CapError;
+use super::backend::{DirEntry, FileBackend, FileKind, Metadata};
+use crate::capabilities::error::CapError;
+use crate::capabilities::gate::Permit;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// Files by absolute path, with their mode. Directories exist implicitly.
 #[derive(Default)]
-pub struct MemoryFiles {
+pub struct FakeFiles {
     files: Mutex<BTreeMap<PathBuf, (Vec<u8>, u32)>>,
+    actions: Mutex<Vec<String>>,
+    failure: Mutex<Option<CapError>>,
 }
 
-impl MemoryFiles {
+impl FakeFiles {
+    /// Every mutation performed, as "write /path" or "remove /path".
+    pub fn actions(&self) -> Vec<String> {
+        self.actions.lock().unwrap().clone()
+    }
+
+    /// Fail every mutation with `error` until cleared with None.
+    pub fn fail_mutations_with(&self, error: Option<CapError>) {
+        *self.failure.lock().unwrap() = error;
+    }
+
+    fn act(&self, action: &str, path: &Path) -> Result<(), CapError> {
+        if let Some(error) = self.failure.lock().unwrap().clone() {
+            return Err(error);
+        }
+        self.actions
+            .lock()
+            .unwrap()
+            .push(format!("{action} {}", path.display()));
+        Ok(())
+    }
+
     pub fn put(&self, path: &str, contents: &[u8]) {
         self.files
             .lock()
@@ -41,8 +66,9 @@ fn not_found(path: &Path) -> CapError {
     CapError::NotFound(format!("{} does not exist", path.display()))
 }
 
-impl FileBackend for MemoryFiles {
-    fn read(&self, root: &Path, rel: &Path) -> Result<Vec<u8>, CapError> {
+#[async_trait::async_trait]
+impl FileBackend for FakeFiles {
+    async fn read(&self, root: &Path, rel: &Path) -> Result<Vec<u8>, CapError> {
         let path = root.join(rel);
         self.files
             .lock()
@@ -52,8 +78,16 @@ impl FileBackend for MemoryFiles {
             .ok_or_else(|| not_found(&path))
     }
 
-    fn write(&self, root: &Path, rel: &Path, contents: &[u8], mode: u32) -> Result<bool, CapError> {
-        let new = (contents.to_vec(), mode);
+    async fn write(
+        &self,
+        _: &Permit,
+        root: &Path,
+        rel: &Path,
+        contents: Vec<u8>,
+        mode: u32,
+    ) -> Result<bool, CapError> {
+        self.act("write", &root.join(rel))?;
+        let new = (contents, mode);
         Ok(self
             .files
             .lock()
@@ -62,8 +96,9 @@ impl FileBackend for MemoryFiles {
             != Some(new))
     }
 
-    fn remove(&self, root: &Path, rel: &Path) -> Result<bool, CapError> {
+    async fn remove(&self, _: &Permit, root: &Path, rel: &Path) -> Result<bool, CapError> {
         let path = root.join(rel);
+        self.act("remove", &path)?;
         if self.is_dir(&path) {
             return Err(CapError::Conflict(format!(
                 "{} is not empty",
@@ -73,7 +108,7 @@ impl FileBackend for MemoryFiles {
         Ok(self.files.lock().unwrap().remove(&path).is_some())
     }
 
-    fn list(&self, root: &Path, rel: &Path) -> Result<Vec<DirEntry>, CapError> {
+    async fn list(&self, root: &Path, rel: &Path) -> Result<Vec<DirEntry>, CapError> {
         let dir = root.join(rel);
         let files = self.files.lock().unwrap();
         let mut entries: Vec<DirEntry> = files
@@ -97,7 +132,7 @@ impl FileBackend for MemoryFiles {
         Ok(entries)
     }
 
-    fn metadata(&self, root: &Path, rel: &Path) -> Result<Option<Metadata>, CapError> {
+    async fn metadata(&self, root: &Path, rel: &Path) -> Result<Option<Metadata>, CapError> {
         let path = root.join(rel);
         if let Some((contents, mode)) = self.files.lock().unwrap().get(&path) {
             let size = contents.len() as u64;

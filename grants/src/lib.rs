@@ -1,0 +1,52 @@
+//! The grant rules of Tend, with no I/O: which files and URLs a plugin's grants
+//! allow, and the operator-facing message when they do not.
+//!
+//! The host enforces these rules on every capability call, and the SDK's fakes
+//! (`tend_sdk::testing`) apply the very same functions, so a plugin's unit tests
+//! see exactly the allow/deny decisions and messages the real host gives.
+//!
+//! - [`files::resolve`]: the granted root covering an absolute path.
+//! - [`http::check_url`]: whether a request URL matches an http grant.
+//! - [`conformance::cases`]: a table of decisions both implementations must agree on.
+//!
+//! The crate builds for `wasm32-wasip2` as well as natively.
+
+pub mod conformance;
+pub mod files;
+pub mod http;
+
+/// Why a grant check refused a call; maps onto the WIT error cases of the
+/// same names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No grant allows it; the message names the grant to add or change.
+    Denied(String),
+    /// The request itself is malformed (relative path, `..`, not an http URL...).
+    Invalid(String),
+}
+
+impl Refusal {
+    /// The WIT case name: "denied" or "invalid".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Refusal::Denied(_) => "denied",
+            Refusal::Invalid(_) => "invalid",
+        }
+    }
+
+    /// The operator-facing message, without the kind.
+    pub fn message(&self) -> &str {
+        match self {
+            Refusal::Denied(m) | Refusal::Invalid(m) => m,
+        }
+    }
+}
+
+/// `denied: ...` / `invalid: ...`, as the host displays its errors.
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind(), self.message())
+    }
+}
+
+impl std::error::Error for Refusal {}

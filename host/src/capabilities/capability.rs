@@ -1,0 +1,74 @@
+//! What every capability is: a per-call adapter over a shared backend, with
+//! its grant type, its `[host.<name>]` settings, a real backend and a fake, and
+//! its WIT binding. The registration list (`registry.rs`) generates everything
+//! that has one field or one entry per capability from this trait.
+
+use super::call::Call;
+use super::registry::Capabilities;
+use serde::de::DeserializeOwned;
+use std::path::Path;
+use std::sync::Arc;
+use wasmtime::component::Linker;
+
+/// What a real backend may need from the host to start.
+pub struct BackendEnv<'a> {
+    pub state_dir: &'a Path,
+}
+
+pub trait Capability: Sized + Send + 'static {
+    /// The WIT interface and config key: "files".
+    const NAME: &'static str;
+    /// Operations that change something: each passes the mutation gate and can
+    /// be named by a budget as "<NAME>.<operation>".
+    const MUTATIONS: &'static [&'static str];
+    /// `[plugins.<name>.grants] <NAME>`: what a plugin may reach (deny by default).
+    type Grant: DeserializeOwned + Clone + PartialEq + std::fmt::Debug + Default + Send + Sync;
+    /// `[host.<NAME>]`: how the backend is reached.
+    type Settings: DeserializeOwned + Clone + PartialEq + std::fmt::Debug + Default + Send + Sync;
+    /// Shared by every plugin's calls.
+    type Backend: ?Sized + Send + Sync + 'static;
+    /// The in-memory backend for tests: records actions, injects failures.
+    type Fake: Send + Sync + 'static;
+
+    /// The grant in words, one line each, for `tend status NAME`.
+    fn describe_grant(grant: &Self::Grant) -> Vec<String>;
+    fn real(settings: &Self::Settings, env: &BackendEnv) -> anyhow::Result<Arc<Self::Backend>>;
+    fn fake() -> (Arc<Self::Backend>, Arc<Self::Fake>);
+    /// The adapter one reconcile uses: it enforces `grant` and sends every
+    /// mutation through `call.gate`.
+    fn for_call(backend: &Arc<Self::Backend>, grant: &Self::Grant, call: &Arc<Call>) -> Self;
+    /// Answer the WIT interface's imports with the adapter `get` finds in the store.
+    fn add_to_linker<T: Send + 'static>(
+        linker: &mut Linker<T>,
+        get: fn(&mut T) -> &mut Self,
+    ) -> wasmtime::Result<()>;
+}
+
+/// The store data of a call: where the linker finds the adapters.
+pub trait HasCapabilities: Send + 'static {
+    fn capabilities(&mut self) -> &mut Capabilities;
+}
+
+/// The grant of a capability every plugin always has (`log`, `state`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AlwaysGranted;
+
+impl<'de> serde::Deserialize<'de> for AlwaysGranted {
+    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(serde::de::Error::custom(
+            "this capability is always granted to every plugin: remove this key",
+        ))
+    }
+}
+
+/// The settings of a capability that needs none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NoSettings;
+
+impl<'de> serde::Deserialize<'de> for NoSettings {
+    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(serde::de::Error::custom(
+            "this capability takes no [host] settings: remove this table",
+        ))
+    }
+}

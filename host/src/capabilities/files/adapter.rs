@@ -1,0 +1,173 @@
+//! The `files` adapter of one reconcile: resolves every path inside the
+//! plugin's grants, decides with a read whether a write or remove would change
+//! anything (an unchanged file is no mutation), and sends every change through
+//! the mutation gate.
+
+use super::backend::{DirEntry, FileBackend, FileKind, Metadata};
+use super::fake::FakeFiles;
+use super::grants::{FileGrant, Resolved, refuse_root, resolve};
+use super::real::RealFiles;
+use crate::capabilities::call::Call;
+use crate::capabilities::capability::{BackendEnv, Capability, NoSettings};
+use crate::capabilities::error::{CapError, outcome};
+use crate::capabilities::gate::{Admission, Intent, diff};
+use std::sync::Arc;
+
+const DEFAULT_MODE: u32 = 0o644;
+
+pub struct PluginFiles {
+    backend: Arc<dyn FileBackend>,
+    grants: Vec<FileGrant>,
+    pub(super) call: Arc<Call>,
+}
+
+impl Capability for PluginFiles {
+    const NAME: &'static str = "files";
+    const MUTATIONS: &'static [&'static str] = &["write", "remove"];
+    type Grant = Vec<FileGrant>;
+    type Settings = NoSettings;
+    type Backend = dyn FileBackend;
+    type Fake = FakeFiles;
+
+    fn describe_grant(grants: &Vec<FileGrant>) -> Vec<String> {
+        grants
+            .iter()
+            .map(|g| {
+                let access = if g.write { "read-write" } else { "read-only" };
+                format!("{} ({access})", g.path.display())
+            })
+            .collect()
+    }
+
+    fn real(_: &NoSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn FileBackend>> {
+        Ok(Arc::new(RealFiles))
+    }
+
+    fn fake() -> (Arc<dyn FileBackend>, Arc<FakeFiles>) {
+        let fake = Arc::new(FakeFiles::default());
+        (fake.clone(), fake)
+    }
+
+    fn for_call(backend: &Arc<dyn FileBackend>, grants: &Vec<FileGrant>, call: &Arc<Call>) -> Self {
+        PluginFiles {
+            backend: backend.clone(),
+            grants: grants.clone(),
+            call: call.clone(),
+        }
+    }
+
+    fn add_to_linker<T: Send + 'static>(
+        linker: &mut wasmtime::component::Linker<T>,
+        get: fn(&mut T) -> &mut Self,
+    ) -> wasmtime::Result<()> {
+        super::wit::add_to_linker(linker, get)
+    }
+}
+
+impl PluginFiles {
+    fn resolve(&self, path: &str, write: bool) -> Result<Resolved, CapError> {
+        resolve(&self.grants, &self.call.plugin, path, write)
+    }
+
+    /// Content and mode of the regular file at `r`, or None when there is none.
+    async fn current(&self, r: &Resolved) -> Result<Option<(Vec<u8>, u32)>, CapError> {
+        match self.backend.metadata(&r.root, &r.rel).await? {
+            Some(m) if m.kind == FileKind::File => {
+                Ok(Some((self.backend.read(&r.root, &r.rel).await?, m.mode)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    pub async fn read(&self, path: String) -> Result<Vec<u8>, CapError> {
+        let r = self.resolve(&path, false)?;
+        self.backend.read(&r.root, &r.rel).await
+    }
+
+    pub async fn write(
+        &self,
+        path: String,
+        contents: Vec<u8>,
+        mode: Option<u32>,
+    ) -> Result<bool, CapError> {
+        let r = self.resolve(&path, true)?;
+        refuse_root(&r, &path, "directory, not a file")?;
+        let mode = mode.unwrap_or(DEFAULT_MODE) & 0o7777;
+        let before = self.current(&r).await?;
+        if before
+            .as_ref()
+            .is_some_and(|(c, m)| *c == contents && *m == mode)
+        {
+            return Ok(false);
+        }
+        let size = contents.len();
+        let detail = match &before {
+            None => format!("new file, {size} bytes, mode {mode:o}"),
+            Some((old, _)) => format!("{} -> {size} bytes, mode {mode:o}", old.len()),
+        };
+        let diff = self
+            .call
+            .dry_run
+            .then(|| diff::unified(&path, before.as_ref().map(|(c, _)| c.as_slice()), &contents));
+        let intent = Intent {
+            capability: "files",
+            operation: "write",
+            target: path,
+            detail,
+            diff,
+        };
+        match self.call.gate.admit(intent).await? {
+            Admission::Planned => Ok(true),
+            Admission::Go(permit) => {
+                let result = self
+                    .backend
+                    .write(&permit, &r.root, &r.rel, contents, mode)
+                    .await;
+                permit.finish(outcome(&result));
+                result
+            }
+        }
+    }
+
+    pub async fn remove(&self, path: String) -> Result<bool, CapError> {
+        let r = self.resolve(&path, true)?;
+        refuse_root(&r, &path, "and cannot be removed")?;
+        let Some(meta) = self.backend.metadata(&r.root, &r.rel).await? else {
+            return Ok(false);
+        };
+        let detail = match meta.kind {
+            FileKind::Directory => "directory".to_string(),
+            FileKind::Symlink => "symlink".to_string(),
+            _ => format!("{} bytes", meta.size),
+        };
+        let intent = Intent {
+            capability: "files",
+            operation: "remove",
+            target: path,
+            detail,
+            diff: None,
+        };
+        match self.call.gate.admit(intent).await? {
+            Admission::Planned => Ok(true),
+            Admission::Go(permit) => {
+                let result = self.backend.remove(&permit, &r.root, &r.rel).await;
+                permit.finish(outcome(&result));
+                result
+            }
+        }
+    }
+
+    pub async fn list(&self, path: String) -> Result<Vec<DirEntry>, CapError> {
+        let r = self.resolve(&path, false)?;
+        self.backend.list(&r.root, &r.rel).await
+    }
+
+    pub async fn metadata(&self, path: String) -> Result<Option<Metadata>, CapError> {
+        let r = self.resolve(&path, false)?;
+        self.backend.metadata(&r.root, &r.rel).await
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

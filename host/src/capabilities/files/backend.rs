@@ -1,0 +1,48 @@
+//! The files backend: operations inside one granted root. `rel` is relative
+//! and free of `..`; the backend must still keep symlinks from leading out of
+//! `root`. Mutations take a [`Permit`]: only the mutation gate hands them out.
+
+use crate::capabilities::error::CapError;
+use crate::capabilities::gate::Permit;
+use std::path::Path;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Directory,
+    Symlink,
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metadata {
+    pub kind: FileKind,
+    pub size: u64,
+    pub mode: u32,
+    pub modified_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub kind: FileKind,
+}
+
+#[async_trait::async_trait]
+pub trait FileBackend: Send + Sync + 'static {
+    async fn read(&self, root: &Path, rel: &Path) -> Result<Vec<u8>, CapError>;
+    /// Atomically replace the file (creating parents); true when content or mode changed.
+    async fn write(
+        &self,
+        permit: &Permit,
+        root: &Path,
+        rel: &Path,
+        contents: Vec<u8>,
+        mode: u32,
+    ) -> Result<bool, CapError>;
+    /// Remove a file, symlink or empty directory; true when it existed.
+    async fn remove(&self, permit: &Permit, root: &Path, rel: &Path) -> Result<bool, CapError>;
+    async fn list(&self, root: &Path, rel: &Path) -> Result<Vec<DirEntry>, CapError>;
+    /// Does not follow a final symlink.
+    async fn metadata(&self, root: &Path, rel: &Path) -> Result<Option<Metadata>, CapError>;
+}

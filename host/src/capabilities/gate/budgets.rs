@@ -1,0 +1,223 @@
+//! Host-wide budgets for destructive operations, shared by every plugin
+//! because one engine runs every actor on the node. Each budget's ledger is
+//! persisted with the plugin state, so a restart or a `tend reconcile` run
+//! outside the daemon spends from the same budget.
+
+use super::budget::{BudgetRule, Ledger};
+use crate::capabilities::error::CapError;
+use crate::capabilities::state::StateBackend;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// The state namespace of the ledgers: not a valid plugin name, so no plugin
+/// can ever read or write it.
+const LEDGERS: &str = "tend/budgets";
+
+pub struct Budgets {
+    rules: RwLock<Arc<Vec<BudgetRule>>>,
+    ledgers: Mutex<HashMap<String, Ledger>>,
+    store: Arc<dyn StateBackend>,
+    /// Persisting takes turns, so the newest ledger is what is written last.
+    persist: tokio::sync::Mutex<()>,
+}
+
+/// One budget as `/status` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BudgetStatus {
+    pub name: String,
+    pub operations: Vec<String>,
+    pub max: u32,
+    pub per: String,
+    pub used: u32,
+    /// When the next slot frees, if the budget is used up (RFC 3339).
+    pub next_free: Option<String>,
+}
+
+impl Budgets {
+    pub fn new(rules: Vec<BudgetRule>, store: Arc<dyn StateBackend>) -> Self {
+        Budgets {
+            rules: RwLock::new(Arc::new(rules)),
+            ledgers: Mutex::default(),
+            store,
+            persist: tokio::sync::Mutex::const_new(()),
+        }
+    }
+
+    /// Apply a reloaded config; ledgers of kept budgets keep their spends.
+    pub fn set_rules(&self, rules: Vec<BudgetRule>) {
+        *self.rules.write().unwrap() = Arc::new(rules);
+    }
+
+    fn applicable(&self, operation: &str) -> Vec<BudgetRule> {
+        let rules = self.rules.read().unwrap().clone();
+        rules
+            .iter()
+            .filter(|r| r.covers(operation))
+            .cloned()
+            .collect()
+    }
+
+    async fn load(&self, name: &str) -> Result<(), CapError> {
+        if self.ledgers.lock().unwrap().contains_key(name) {
+            return Ok(());
+        }
+        let _turn = self.persist.lock().await;
+        let ledger = match self.store.get(LEDGERS, name).await? {
+            Some(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                tracing::warn!(
+                    budget = name,
+                    "unreadable budget ledger, starting empty: {e}"
+                );
+                Ledger::default()
+            }),
+            None => Ledger::default(),
+        };
+        self.ledgers
+            .lock()
+            .unwrap()
+            .entry(name.to_string())
+            .or_insert(ledger);
+        Ok(())
+    }
+
+    /// Check every budget covering `operation` without spending; `planned` are
+    /// (operation, target) pairs a dry run already planned.
+    pub async fn check(
+        &self,
+        operation: &str,
+        target: &str,
+        now_ms: u64,
+        planned: &[(String, String)],
+    ) -> Result<(), CapError> {
+        for rule in self.applicable(operation) {
+            self.load(&rule.name).await?;
+            let planned: Vec<&str> = planned
+                .iter()
+                .filter(|(op, _)| rule.covers(op))
+                .map(|(_, t)| t.as_str())
+                .collect();
+            let ledgers = self.ledgers.lock().unwrap();
+            ledgers[&rule.name]
+                .check(&rule, operation, target, now_ms, &planned)
+                .map_err(|r| CapError::BudgetExhausted(r.message))?;
+        }
+        Ok(())
+    }
+
+    /// Spend from every budget covering `operation`, all or nothing, and
+    /// persist before the mutation is allowed to happen.
+    pub async fn spend(&self, operation: &str, target: &str, now_ms: u64) -> Result<(), CapError> {
+        let rules = self.applicable(operation);
+        if rules.is_empty() {
+            return Ok(());
+        }
+        for rule in &rules {
+            self.load(&rule.name).await?;
+        }
+        {
+            let mut ledgers = self.ledgers.lock().unwrap();
+            for rule in &rules {
+                ledgers[&rule.name]
+                    .check(rule, operation, target, now_ms, &[])
+                    .map_err(|r| CapError::BudgetExhausted(r.message))?;
+            }
+            for rule in &rules {
+                let ledger = ledgers.get_mut(&rule.name).expect("loaded above");
+                ledger.spend(rule, target, now_ms);
+            }
+        }
+        let _turn = self.persist.lock().await;
+        for rule in &rules {
+            let bytes = {
+                let ledgers = self.ledgers.lock().unwrap();
+                serde_json::to_vec(&ledgers[&rule.name]).expect("a ledger serializes")
+            };
+            self.store.set(LEDGERS, &rule.name, bytes).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn status(&self, now_ms: u64) -> Vec<BudgetStatus> {
+        let rules = self.rules.read().unwrap().clone();
+        let mut status = Vec::new();
+        for rule in rules.iter() {
+            if let Err(e) = self.load(&rule.name).await {
+                tracing::warn!(budget = %rule.name, "cannot read budget ledger: {e}");
+            }
+            let ledgers = self.ledgers.lock().unwrap();
+            let ledger = ledgers.get(&rule.name).cloned().unwrap_or_default();
+            let used = ledger.used(rule, now_ms);
+            status.push(BudgetStatus {
+                name: rule.name.clone(),
+                operations: rule.operations.clone(),
+                max: rule.max,
+                per: humantime::format_duration(rule.per).to_string(),
+                used,
+                next_free: (used >= rule.max)
+                    .then(|| ledger.next_free_ms(rule, now_ms))
+                    .flatten()
+                    .map(|ms| {
+                        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+                        humantime::format_rfc3339_seconds(at).to_string()
+                    }),
+            });
+        }
+        status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::state::FakeState;
+    use std::time::Duration;
+
+    fn rules() -> Vec<BudgetRule> {
+        vec![BudgetRule {
+            name: "removals".into(),
+            operations: vec!["files.remove".into()],
+            max: 2,
+            per: Duration::from_secs(600),
+            min_interval_per_target: Duration::ZERO,
+        }]
+    }
+
+    #[tokio::test]
+    async fn spends_are_shared_persisted_and_reloaded() {
+        let store = Arc::new(FakeState::default());
+        let budgets = Budgets::new(rules(), store.clone());
+        budgets.spend("files.remove", "/a", 1000).await.unwrap();
+        budgets.spend("files.write", "/w", 1000).await.unwrap();
+        budgets.spend("files.remove", "/b", 1001).await.unwrap();
+        let err = budgets.spend("files.remove", "/c", 1002).await.unwrap_err();
+        assert_eq!(err.kind(), "budget-exhausted");
+        // A new process over the same store sees the same spends.
+        let again = Budgets::new(rules(), store);
+        assert!(again.check("files.remove", "/c", 1003, &[]).await.is_err());
+        let status = again.status(1003).await;
+        assert_eq!((status[0].used, status[0].max), (2, 2));
+        assert!(status[0].next_free.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_refused_spend_spends_nothing() {
+        let store = Arc::new(FakeState::default());
+        let mut rules = rules();
+        rules.push(BudgetRule {
+            name: "one".into(),
+            operations: vec!["files.remove".into()],
+            max: 1,
+            per: Duration::from_secs(600),
+            min_interval_per_target: Duration::ZERO,
+        });
+        let budgets = Budgets::new(rules, store);
+        budgets.spend("files.remove", "/a", 0).await.unwrap();
+        assert!(budgets.spend("files.remove", "/b", 1).await.is_err());
+        let status = budgets.status(2).await;
+        assert_eq!(
+            status[0].used, 1,
+            "the larger budget was not charged for the refusal"
+        );
+    }
+}

@@ -1,0 +1,120 @@
+use super::*;
+use crate::capabilities::state::FakeState;
+use crate::journal::{self, Filter};
+use std::time::Duration;
+
+fn budgets(max: u32) -> Arc<Budgets> {
+    let rule = BudgetRule {
+        name: "removals".into(),
+        operations: vec!["files.remove".into()],
+        max,
+        per: Duration::from_secs(600),
+        min_interval_per_target: Duration::ZERO,
+    };
+    Arc::new(Budgets::new(vec![rule], Arc::new(FakeState::default())))
+}
+
+fn gate(dir: &std::path::Path, dry_run: bool, budgets: Arc<Budgets>) -> Gate {
+    let caller = Caller {
+        plugin: "p".into(),
+        digest: "sha256:d".into(),
+        triggers: vec!["manual".into()],
+        dry_run,
+    };
+    Gate::new(caller, Some(Arc::new(Journal::open(dir).unwrap())), budgets)
+}
+
+fn remove(target: &str) -> Intent {
+    Intent {
+        capability: "files",
+        operation: "remove",
+        target: target.into(),
+        detail: String::new(),
+        diff: None,
+    }
+}
+
+fn journaled(dir: &std::path::Path) -> Vec<(String, String)> {
+    let (entries, _) = journal::read(dir, &Filter::default()).unwrap();
+    entries.into_iter().map(|e| (e.target, e.result)).collect()
+}
+
+#[tokio::test]
+async fn the_intent_is_durable_before_the_mutation_and_the_result_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = gate(dir.path(), false, budgets(10));
+    let Admission::Go(permit) = gate.admit(remove("/a")).await.unwrap() else {
+        panic!("a real run performs")
+    };
+    // While the mutation runs, the journal already holds it, without a result.
+    assert_eq!(journaled(dir.path()), [("/a".into(), INTERRUPTED.into())]);
+    permit.finish("ok".into());
+    gate.sync();
+    assert_eq!(journaled(dir.path()), [("/a".into(), "ok".into())]);
+    assert_eq!(gate.mutations()[0].describe(), "did files.remove /a");
+}
+
+#[tokio::test]
+async fn a_permit_dropped_unfinished_is_journaled_as_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = gate(dir.path(), false, budgets(10));
+    let admitted = gate.admit(remove("/a")).await.unwrap();
+    drop(admitted);
+    let mutations = gate.mutations();
+    assert_eq!(mutations[0].result, INTERRUPTED);
+    assert_eq!(journaled(dir.path()), [("/a".into(), INTERRUPTED.into())]);
+}
+
+#[tokio::test]
+async fn over_budget_is_refused_journaled_and_never_admitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = gate(dir.path(), false, budgets(1));
+    assert!(matches!(
+        gate.admit(remove("/a")).await,
+        Ok(Admission::Go(_))
+    ));
+    let err = gate.admit(remove("/b")).await.err().unwrap();
+    assert_eq!(err.kind(), "budget-exhausted");
+    let entries = journaled(dir.path());
+    assert_eq!(entries.len(), 2);
+    assert!(
+        entries[1]
+            .1
+            .starts_with("budget-exhausted: budget \"removals\""),
+        "{entries:?}"
+    );
+    assert!(
+        gate.mutations()[1]
+            .describe()
+            .starts_with("refused files.remove /b")
+    );
+}
+
+#[tokio::test]
+async fn a_dry_run_plans_checks_budgets_and_spends_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = budgets(1);
+    let plan = gate(dir.path(), true, shared.clone());
+    assert!(matches!(
+        plan.admit(remove("/a")).await,
+        Ok(Admission::Planned)
+    ));
+    let err = plan.admit(remove("/b")).await.err().unwrap();
+    assert!(
+        err.to_string()
+            .contains("1 planned earlier in this dry run"),
+        "{err}"
+    );
+    let described: Vec<String> = plan.mutations().iter().map(Mutation::describe).collect();
+    assert_eq!(described[0], "would files.remove /a");
+    assert!(
+        described[1].starts_with("refused files.remove /b"),
+        "{described:?}"
+    );
+    // Nothing was spent: a real run still has the whole budget.
+    let real = gate(dir.path(), false, shared);
+    assert!(matches!(
+        real.admit(remove("/a")).await,
+        Ok(Admission::Go(_))
+    ));
+}

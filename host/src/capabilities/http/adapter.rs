@@ -1,0 +1,182 @@
+//! The `http` adapter of one reconcile: every URL is checked against the
+//! plugin's grants; probes go straight to the backend, anything else through
+//! the mutation gate.
+
+use super::backend::{DEFAULT_TIMEOUT, HttpBackend, HttpRequest, HttpResponse, is_safe};
+use super::fake::FakeHttp;
+use super::grants::{UrlPattern, check_url};
+use super::real::RealHttp;
+use crate::capabilities::call::Call;
+use crate::capabilities::capability::{BackendEnv, Capability, NoSettings};
+use crate::capabilities::error::CapError;
+use crate::capabilities::gate::{Admission, Intent};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct PluginHttp {
+    backend: Arc<dyn HttpBackend>,
+    grants: Vec<UrlPattern>,
+    pub(super) call: Arc<Call>,
+}
+
+impl Capability for PluginHttp {
+    const NAME: &'static str = "http";
+    const MUTATIONS: &'static [&'static str] = &["send"];
+    type Grant = Vec<UrlPattern>;
+    type Settings = NoSettings;
+    type Backend = dyn HttpBackend;
+    type Fake = FakeHttp;
+
+    fn describe_grant(grants: &Vec<UrlPattern>) -> Vec<String> {
+        grants.iter().map(|g| g.text.clone()).collect()
+    }
+
+    fn real(_: &NoSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn HttpBackend>> {
+        Ok(Arc::new(RealHttp::new()?))
+    }
+
+    fn fake() -> (Arc<dyn HttpBackend>, Arc<FakeHttp>) {
+        let fake = Arc::new(FakeHttp::default());
+        (fake.clone(), fake)
+    }
+
+    fn for_call(
+        backend: &Arc<dyn HttpBackend>,
+        grants: &Vec<UrlPattern>,
+        call: &Arc<Call>,
+    ) -> Self {
+        PluginHttp {
+            backend: backend.clone(),
+            grants: grants.clone(),
+            call: call.clone(),
+        }
+    }
+
+    fn add_to_linker<T: Send + 'static>(
+        linker: &mut wasmtime::component::Linker<T>,
+        get: fn(&mut T) -> &mut Self,
+    ) -> wasmtime::Result<()> {
+        super::wit::add_to_linker(linker, get)
+    }
+}
+
+impl PluginHttp {
+    pub async fn send(
+        &self,
+        mut request: HttpRequest,
+        timeout: Option<Duration>,
+    ) -> Result<HttpResponse, CapError> {
+        request.method = request.method.to_ascii_uppercase();
+        check_url(
+            &self.grants,
+            &self.call.plugin,
+            &request.method,
+            &request.url,
+        )?;
+        let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
+        if is_safe(&request.method) {
+            return self.backend.probe(request, timeout).await;
+        }
+        let intent = Intent {
+            capability: "http",
+            operation: "send",
+            target: request.url.clone(),
+            detail: format!(
+                "{}, {} bytes",
+                request.method,
+                request.body.as_ref().map_or(0, Vec::len)
+            ),
+            diff: None,
+        };
+        match self.call.gate.admit(intent).await? {
+            Admission::Planned => Err(CapError::Denied(format!(
+                "dry run: {} {} is recorded in the plan, not sent",
+                request.method, request.url
+            ))),
+            Admission::Go(permit) => {
+                let result = self.backend.send(&permit, request, timeout).await;
+                permit.finish(match &result {
+                    Ok(response) => format!("ok (status {})", response.status),
+                    Err(e) => e.to_string(),
+                });
+                result
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::testing::call;
+
+    fn http(dry_run: bool) -> (PluginHttp, Arc<FakeHttp>) {
+        let (backend, fake) = PluginHttp::fake();
+        fake.respond("http://127.0.0.1:5000/v2/", 200);
+        let grants = vec![UrlPattern::parse("http://127.0.0.1:*/*").unwrap()];
+        (
+            PluginHttp::for_call(&backend, &grants, &call("p", dry_run)),
+            fake,
+        )
+    }
+
+    fn request(method: &str, url: &str) -> HttpRequest {
+        HttpRequest {
+            method: method.into(),
+            url: url.into(),
+            headers: vec![],
+            body: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn granted_probes_reach_the_backend_and_are_no_mutation() {
+        let (http, fake) = http(true);
+        let response = http
+            .send(request("get", "http://127.0.0.1:5000/v2/"), None)
+            .await
+            .unwrap();
+        assert_eq!(response.status, 200);
+        assert_eq!(fake.sent().len(), 1);
+        assert!(
+            http.call.gate.mutations().is_empty(),
+            "a GET is not a mutation"
+        );
+    }
+
+    #[tokio::test]
+    async fn ungranted_urls_never_reach_the_backend() {
+        let (http, fake) = http(false);
+        let err = http
+            .send(request("GET", "http://10.0.0.1:5000/v2/"), None)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CapError::Denied(_)), "{err}");
+        assert!(fake.sent().is_empty());
+    }
+
+    #[tokio::test]
+    async fn other_methods_pass_the_gate() {
+        let (real, fake) = http(false);
+        let response = real
+            .send(request("POST", "http://127.0.0.1:5000/v2/"), None)
+            .await
+            .unwrap();
+        assert_eq!(response.status, 200);
+        assert_eq!(
+            real.call.gate.mutations()[0].describe(),
+            "did http.send http://127.0.0.1:5000/v2/ (POST, 0 bytes): ok (status 200)"
+        );
+        let (dry, _) = http(true);
+        let err = dry
+            .send(request("POST", "http://127.0.0.1:5000/v2/"), None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, CapError::Denied(ref m) if m.starts_with("dry run")),
+            "{err}"
+        );
+        assert_eq!(fake.sent().len(), 1, "the dry run sent nothing");
+        assert!(dry.call.gate.mutations()[0].dry_run);
+    }
+}

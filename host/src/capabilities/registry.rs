@@ -1,0 +1,130 @@
+//! The registration list: one line per capability. Everything that has one
+//! field or one entry per capability (grants, `[host]` settings, backends,
+//! fakes, per-call adapters, linker registration, budgetable operations) is
+//! generated from it, here and in the config.
+
+use super::call::Call;
+use super::capability::{BackendEnv, Capability, HasCapabilities};
+use crate::wit;
+use std::sync::Arc;
+use wasmtime::component::{HasSelf, Linker};
+
+/// Calls `$callback! { name: adapter, ... }` with every capability.
+macro_rules! capability_list {
+    ($callback:ident) => {
+        $callback! {
+            log: $crate::capabilities::log::PluginLog,
+            state: $crate::capabilities::state::PluginState,
+            files: $crate::capabilities::files::PluginFiles,
+            http: $crate::capabilities::http::PluginHttp,
+        }
+    };
+}
+pub(crate) use capability_list;
+
+macro_rules! generate {
+    ($($name:ident: $cap:ty,)*) => {
+        /// `[plugins.<name>.grants]`: one key per capability, nothing granted by default.
+        #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct Grants {
+            $( #[serde(default)] pub $name: <$cap as Capability>::Grant, )*
+        }
+
+        impl Grants {
+            /// Every grant in words: "files: /etc/containerd/certs.d (read-write)".
+            pub fn describe(&self) -> Vec<String> {
+                let mut lines = Vec::new();
+                $(
+                    for line in <$cap as Capability>::describe_grant(&self.$name) {
+                        lines.push(format!("{}: {line}", <$cap as Capability>::NAME));
+                    }
+                )*
+                lines
+            }
+        }
+
+        /// Every capability's `[host.<name>]` settings.
+        #[derive(Debug, Clone, Default, PartialEq)]
+        pub struct Settings {
+            $( pub $name: <$cap as Capability>::Settings, )*
+        }
+
+        /// The backends every plugin's adapters share.
+        #[derive(Clone)]
+        pub struct Backends {
+            $( pub $name: Arc<<$cap as Capability>::Backend>, )*
+        }
+
+        /// Handles on the fakes behind [`Backends::fake`], to script and inspect them.
+        pub struct Fakes {
+            $( pub $name: Arc<<$cap as Capability>::Fake>, )*
+        }
+
+        /// The adapters handed to one reconcile of one plugin.
+        pub struct Capabilities {
+            $( pub $name: $cap, )*
+        }
+
+        /// Every capability's name, in registration order.
+        pub const NAMES: &[&str] = &[$( <$cap as Capability>::NAME, )*];
+
+        /// Every mutating operation as "capability.operation": what a budget may name.
+        pub fn mutating_operations() -> Vec<String> {
+            let mut all = Vec::new();
+            $(
+                for operation in <$cap as Capability>::MUTATIONS {
+                    all.push(format!("{}.{operation}", <$cap as Capability>::NAME));
+                }
+            )*
+            all
+        }
+
+        impl Backends {
+            pub fn real(settings: &Settings, env: &BackendEnv) -> anyhow::Result<Self> {
+                Ok(Backends { $( $name: <$cap as Capability>::real(&settings.$name, env)?, )* })
+            }
+
+            pub fn fake() -> (Self, Fakes) {
+                $( let $name = <$cap as Capability>::fake(); )*
+                (Backends { $( $name: $name.0, )* }, Fakes { $( $name: $name.1, )* })
+            }
+        }
+
+        impl Capabilities {
+            pub fn for_call(backends: &Backends, grants: &Grants, call: &Arc<Call>) -> Self {
+                Capabilities {
+                    $( $name: <$cap as Capability>::for_call(&backends.$name, &grants.$name, call), )*
+                }
+            }
+
+            /// Register every capability's imports (and the shared `types`).
+            pub fn add_to_linker<T: HasCapabilities>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+                wit::types::add_to_linker::<T, HasSelf<Capabilities>>(linker, |t: &mut T| t.capabilities())?;
+                $( <$cap as Capability>::add_to_linker(linker, |t: &mut T| &mut t.capabilities().$name)?; )*
+                Ok(())
+            }
+        }
+    };
+}
+capability_list!(generate);
+
+impl wit::types::Host for Capabilities {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_can_name_every_mutation_and_nothing_else() {
+        let operations = mutating_operations();
+        for expected in ["files.write", "files.remove", "http.send"] {
+            assert!(operations.iter().any(|o| o == expected), "{operations:?}");
+        }
+        assert!(
+            !operations
+                .iter()
+                .any(|o| o.starts_with("state.") || o == "files.read")
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! The `state` adapter of one reconcile. In a dry run, writes land in an
+//! overlay that this reconcile reads back and that is then dropped, so a plan
+//! never changes what the next real reconcile remembers.
+
+use super::backend::StateBackend;
+use super::fake::FakeState;
+use super::grants::{check_key, check_value};
+use super::real::RedbState;
+use crate::capabilities::call::Call;
+use crate::capabilities::capability::{AlwaysGranted, BackendEnv, Capability, NoSettings};
+use crate::capabilities::error::CapError;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+pub struct PluginState {
+    backend: Arc<dyn StateBackend>,
+    pub(super) call: Arc<Call>,
+    overlay: Mutex<BTreeMap<String, Option<Vec<u8>>>>,
+}
+
+impl Capability for PluginState {
+    const NAME: &'static str = "state";
+    const MUTATIONS: &'static [&'static str] = &[];
+    type Grant = AlwaysGranted;
+    type Settings = NoSettings;
+    type Backend = dyn StateBackend;
+    type Fake = FakeState;
+
+    fn describe_grant(_: &AlwaysGranted) -> Vec<String> {
+        vec!["always granted (its own keys only)".into()]
+    }
+
+    fn real(_: &NoSettings, env: &BackendEnv) -> anyhow::Result<Arc<dyn StateBackend>> {
+        Ok(Arc::new(RedbState::open(
+            &env.state_dir.join("state.redb"),
+        )?))
+    }
+
+    fn fake() -> (Arc<dyn StateBackend>, Arc<FakeState>) {
+        let fake = Arc::new(FakeState::default());
+        (fake.clone(), fake)
+    }
+
+    fn for_call(backend: &Arc<dyn StateBackend>, _: &AlwaysGranted, call: &Arc<Call>) -> Self {
+        PluginState {
+            backend: backend.clone(),
+            call: call.clone(),
+            overlay: Mutex::default(),
+        }
+    }
+
+    fn add_to_linker<T: Send + 'static>(
+        linker: &mut wasmtime::component::Linker<T>,
+        get: fn(&mut T) -> &mut Self,
+    ) -> wasmtime::Result<()> {
+        super::wit::add_to_linker(linker, get)
+    }
+}
+
+impl PluginState {
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, CapError> {
+        check_key(key)?;
+        if let Some(value) = self.overlay.lock().unwrap().get(key) {
+            return Ok(value.clone());
+        }
+        self.backend.get(&self.call.plugin, key).await
+    }
+
+    pub async fn set(&self, key: &str, value: Vec<u8>) -> Result<(), CapError> {
+        check_key(key)?;
+        check_value(key, &value)?;
+        if self.call.dry_run {
+            self.overlay
+                .lock()
+                .unwrap()
+                .insert(key.to_string(), Some(value));
+            return Ok(());
+        }
+        self.backend.set(&self.call.plugin, key, value).await
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<bool, CapError> {
+        check_key(key)?;
+        if self.call.dry_run {
+            let existed = self.get(key).await?.is_some();
+            self.overlay.lock().unwrap().insert(key.to_string(), None);
+            return Ok(existed);
+        }
+        self.backend.delete(&self.call.plugin, key).await
+    }
+
+    pub async fn list_keys(&self, prefix: &str) -> Result<Vec<String>, CapError> {
+        let mut keys = self.backend.list_keys(&self.call.plugin, prefix).await?;
+        let overlay = self.overlay.lock().unwrap();
+        for (key, value) in overlay
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+        {
+            match (value, keys.binary_search(key)) {
+                (Some(_), Err(at)) => keys.insert(at, key.clone()),
+                (None, Ok(at)) => {
+                    keys.remove(at);
+                }
+                _ => {}
+            }
+        }
+        Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::testing::call;
+
+    fn state(backend: &Arc<FakeState>, plugin: &str, dry_run: bool) -> PluginState {
+        let backend: Arc<dyn StateBackend> = backend.clone();
+        PluginState::for_call(&backend, &AlwaysGranted, &call(plugin, dry_run))
+    }
+
+    #[tokio::test]
+    async fn plugins_see_only_their_own_keys() {
+        let backend = Arc::new(FakeState::default());
+        state(&backend, "a", false)
+            .set("k", b"1".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(state(&backend, "b", false).get("k").await.unwrap(), None);
+        assert_eq!(
+            state(&backend, "a", false).get("k").await.unwrap(),
+            Some(b"1".to_vec())
+        );
+    }
+
+    #[tokio::test]
+    async fn dry_run_writes_are_read_back_but_never_persisted() {
+        let backend = Arc::new(FakeState::default());
+        state(&backend, "a", false)
+            .set("keep", b"1".to_vec())
+            .await
+            .unwrap();
+        let dry = state(&backend, "a", true);
+        dry.set("new", b"2".to_vec()).await.unwrap();
+        assert!(dry.delete("keep").await.unwrap());
+        assert_eq!(dry.get("new").await.unwrap(), Some(b"2".to_vec()));
+        assert_eq!(dry.get("keep").await.unwrap(), None);
+        assert_eq!(dry.list_keys("").await.unwrap(), ["new"]);
+        let real = state(&backend, "a", false);
+        assert_eq!(real.list_keys("").await.unwrap(), ["keep"]);
+        assert_eq!(backend.actions(), ["set a/keep"]);
+    }
+
+    #[tokio::test]
+    async fn oversized_keys_and_values_are_invalid() {
+        let backend = Arc::new(FakeState::default());
+        let s = state(&backend, "a", false);
+        assert!(matches!(s.set("", vec![]).await, Err(CapError::Invalid(_))));
+        assert!(matches!(
+            s.set("k", vec![0; super::super::MAX_VALUE + 1]).await,
+            Err(CapError::Invalid(_))
+        ));
+    }
+}

@@ -1,0 +1,26 @@
+//! Trigger sources: what reconciles a plugin when something outside the
+//! scheduler changes. Each capability that can notice changes provides one
+//! (file changes today; systemd unit state and Kubernetes watches next); the
+//! supervisor starts them all and hands each the config after every reload.
+
+mod files;
+
+pub use files::{FileSource, is_atomic_write_temp};
+
+use super::Triggers;
+use crate::config::Config;
+
+pub trait TriggerSource: Send {
+    /// The trigger kind it sends (a constant of [`super::trigger`]).
+    fn kind(&self) -> &'static str;
+    /// Watch what the enabled plugins of `config` ask for, replacing what was
+    /// watched before; changes are sent through `triggers`.
+    fn update(&mut self, config: &Config, triggers: &Triggers);
+    /// What `plugin` waits on from this source, in words, for `tend status NAME`.
+    fn waits_on(&self, config: &Config, plugin: &str) -> Vec<String>;
+}
+
+/// Every trigger source, in registration order.
+pub fn all() -> Vec<Box<dyn TriggerSource>> {
+    vec![Box::new(FileSource::default())]
+}

@@ -1,0 +1,49 @@
+//! Why a reconcile runs: the trigger kinds, as named constants. Every kind is
+//! documented in `wit/types.wit`; plugins ignore kinds they do not know.
+
+/// Once, when the plugin is first scheduled.
+pub const STARTUP: &str = "startup";
+/// Its `interval` passed.
+pub const INTERVAL: &str = "interval";
+/// It asked to run again (`requeue-after` in its outcome).
+pub const REQUEUE: &str = "requeue";
+/// A file under one of its `watch` paths changed; the subject is the path.
+pub const FILE: &str = "file";
+/// A new version of its component was swapped in.
+pub const RELOAD: &str = "reload";
+/// Its settings changed in the config.
+pub const CONFIG: &str = "config";
+/// An operator asked (`tend reconcile`, `tend plan`).
+pub const MANUAL: &str = "manual";
+
+/// Why a reconcile runs; mirrors WIT `trigger`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct Trigger {
+    pub kind: String,
+    pub subject: Option<String>,
+}
+
+impl Trigger {
+    pub fn new(kind: &str) -> Self {
+        Trigger {
+            kind: kind.to_string(),
+            subject: None,
+        }
+    }
+
+    pub fn with_subject(kind: &str, subject: String) -> Self {
+        Trigger {
+            kind: kind.to_string(),
+            subject: Some(subject),
+        }
+    }
+}
+
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.subject {
+            Some(subject) => write!(f, "{}:{subject}", self.kind),
+            None => f.write_str(&self.kind),
+        }
+    }
+}

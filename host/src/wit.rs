@@ -1,0 +1,12 @@
+//! The `tend:plugin` world as Rust types and host traits: the host's one
+//! `bindgen!`, at the bottom of the module graph. Capabilities implement the
+//! import traits on their per-call adapters; the runtime calls the export.
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "plugin",
+    imports: { default: async },
+    exports: { default: async },
+});
+
+pub use self::tend::plugin::{files, http, log, state, types};

@@ -1,0 +1,219 @@
+//! `tend:plugin/http`: outbound requests to the URL patterns granted to the plugin.
+
+use crate::{Error, NotProvided, Result};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::Duration;
+use tend_grants::http::{UrlPattern, check_url};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<Vec<u8>>,
+    pub timeout: Option<Duration>,
+}
+
+impl Request {
+    pub fn get(url: &str) -> Self {
+        Request {
+            method: "GET".into(),
+            url: url.into(),
+            headers: Vec::new(),
+            body: None,
+            timeout: None,
+        }
+    }
+
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// Outbound HTTP to the URL patterns granted to the plugin.
+pub trait Http {
+    fn send(&self, request: &Request) -> Result<Response>;
+}
+
+impl Http for NotProvided {
+    fn send(&self, _request: &Request) -> Result<Response> {
+        Err(NotProvided::denied("http"))
+    }
+}
+
+/// The wasm glue: the host's `http` import.
+#[cfg(target_arch = "wasm32")]
+pub(crate) mod wasm {
+    use super::{Request, Response};
+    use crate::__wasm::from_wit_error;
+    use crate::Result;
+    use crate::bindings::tend::plugin::http;
+
+    pub(crate) struct WasmHttp;
+
+    impl crate::Http for WasmHttp {
+        fn send(&self, request: &Request) -> Result<Response> {
+            let req = http::Request {
+                method: request.method.clone(),
+                url: request.url.clone(),
+                headers: request.headers.clone(),
+                body: request.body.clone(),
+                timeout_ms: request
+                    .timeout
+                    .map(|t| t.as_millis().min(u32::MAX as u128) as u32),
+            };
+            http::send(&req)
+                .map(|r| Response {
+                    status: r.status,
+                    headers: r.headers,
+                    body: r.body,
+                })
+                .map_err(from_wit_error)
+        }
+    }
+}
+
+/// The fake: scripted HTTP behind the host's grant rules. A request no
+/// [`FakeHttp::grant`] matches is refused with the host's message (no grant at
+/// all refuses everything) and not sent; a granted request is answered per
+/// method and URL, and anything unscripted is `unavailable`, like a connection
+/// refused. Records every request it sent.
+pub struct FakeHttp {
+    plugin: String,
+    grants: RefCell<Vec<UrlPattern>>,
+    responses: RefCell<HashMap<(String, String), Result<Response>>>,
+    sent: RefCell<Vec<Request>>,
+}
+
+impl Default for FakeHttp {
+    /// For a plugin named "test".
+    fn default() -> Self {
+        FakeHttp::new("test")
+    }
+}
+
+impl FakeHttp {
+    /// No grants yet; `plugin` is named in denial messages.
+    pub fn new(plugin: &str) -> Self {
+        FakeHttp {
+            plugin: plugin.to_string(),
+            grants: RefCell::default(),
+            responses: RefCell::default(),
+            sent: RefCell::default(),
+        }
+    }
+
+    /// Allow URLs matching `pattern`, written as in `[plugins.NAME.grants] http`,
+    /// e.g. "http://127.0.0.1:*/*". Panics on a pattern the host would reject.
+    pub fn grant(&self, pattern: &str) -> &Self {
+        let pattern = UrlPattern::parse(pattern).unwrap_or_else(|e| panic!("FakeHttp::grant: {e}"));
+        self.grants.borrow_mut().push(pattern);
+        self
+    }
+
+    /// Answer `method url` with `response` (once granted).
+    pub fn respond(&self, method: &str, url: &str, response: Result<Response>) -> &Self {
+        self.responses
+            .borrow_mut()
+            .insert((method.to_ascii_uppercase(), url.to_string()), response);
+        self
+    }
+
+    /// Answer `GET url` with `status` and an empty body.
+    pub fn status(&self, url: &str, status: u16) -> &Self {
+        self.respond(
+            "GET",
+            url,
+            Ok(Response {
+                status,
+                headers: vec![],
+                body: vec![],
+            }),
+        )
+    }
+
+    /// Every request sent so far (refused requests are not sent).
+    pub fn sent(&self) -> Vec<Request> {
+        self.sent.borrow().clone()
+    }
+}
+
+impl Http for FakeHttp {
+    fn send(&self, request: &Request) -> Result<Response> {
+        // The host upper-cases the method before checking and sending.
+        let method = request.method.to_ascii_uppercase();
+        check_url(&self.grants.borrow(), &self.plugin, &method, &request.url)
+            .map_err(crate::types::refused)?;
+        self.sent.borrow_mut().push(request.clone());
+        self.responses
+            .borrow()
+            .get(&(method, request.url.clone()))
+            .cloned()
+            .unwrap_or_else(|| {
+                Err(Error::Unavailable(format!(
+                    "{} {}: connection refused",
+                    request.method, request.url
+                )))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ungranted_requests_are_denied_and_not_sent() {
+        let http = FakeHttp::new("mirror-gate");
+        http.status("http://127.0.0.1:5000/v2/", 200);
+        assert_eq!(
+            http.send(&Request::get("http://127.0.0.1:5000/v2/")),
+            Err(Error::Denied(
+                "GET http://127.0.0.1:5000/v2/: no http grant matches; add \"http://127.0.0.1:5000/*\" to [plugins.mirror-gate.grants] http".into()
+            ))
+        );
+        http.grant("http://127.0.0.1:5000/healthz");
+        assert_eq!(
+            http.send(&Request::get("http://127.0.0.1:5000/v2/"))
+                .unwrap_err()
+                .kind(),
+            "denied"
+        );
+        assert!(http.sent().is_empty());
+    }
+
+    #[test]
+    fn granted_requests_get_their_scripted_answer() {
+        let http = FakeHttp::default();
+        http.grant("http://127.0.0.1:*/*")
+            .status("http://127.0.0.1:5000/v2/", 200);
+        let mut request = Request::get("http://127.0.0.1:5000/v2/");
+        request.method = "get".into();
+        assert_eq!(http.send(&request).unwrap().status, 200);
+        assert_eq!(http.sent(), [request]);
+    }
+
+    #[test]
+    fn unscripted_http_is_unavailable_and_recorded() {
+        let http = FakeHttp::default();
+        http.grant("http://x/*");
+        let err = http.send(&Request::get("http://x/")).unwrap_err();
+        assert_eq!(err.kind(), "unavailable");
+        assert_eq!(http.sent().len(), 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "scheme must be http or https")]
+    fn an_invalid_pattern_is_a_test_setup_error() {
+        FakeHttp::default().grant("ftp://x/");
+    }
+}
