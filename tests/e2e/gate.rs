@@ -301,3 +301,54 @@ fn a_plan_through_the_running_daemon_shows_a_diff_and_changes_nothing() {
     assert_eq!(planned.len(), 1);
     assert!(daemon.terminate(Duration::from_secs(30)));
 }
+
+#[test]
+fn status_of_one_plugin_says_why_it_waits() {
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    let watched = sandbox.path("watched");
+    std::fs::create_dir_all(&watched).unwrap();
+    sandbox.add_plugin("chaos", "chaos").config_with_host(
+        &format!("listen = \"127.0.0.1:{port}\""),
+        &format!(
+            "[plugins.chaos]\ninterval = \"1h\"\nwatch = [\"{w}\"]\n[plugins.chaos.grants]\nfiles = [{{ path = \"{w}\" }}]\nhttp = [\"http://127.0.0.1:*/*\"]\n[plugins.chaos.config]\nmode = \"fail\"\n",
+            w = watched.display()
+        ),
+    );
+    let daemon = sandbox.daemon();
+    wait_for_plugin(port, "chaos", "a failed reconcile", |p| p["failures"] == 1);
+    let shown = sandbox.tend(&["status", "chaos"]);
+    assert!(shown.success, "{}", shown.stderr);
+    let out = &shown.stdout;
+    assert!(out.starts_with("chaos: failing\n"), "{out}");
+    assert!(
+        out.contains("[startup]: FAILED: other: chaos was asked to fail"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 failure(s) in a row, backing off until in "),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "waits on: interval every 1h; file changes under {}; manual",
+            watched.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "grants:   files: {} (read-only)",
+            watched.display()
+        )),
+        "{out}"
+    );
+    assert!(out.contains("http: http://127.0.0.1:*/*"), "{out}");
+    let unknown = sandbox.tend(&["status", "nope"]);
+    assert!(
+        !unknown.success && unknown.stderr.contains("no plugin \"nope\""),
+        "{}",
+        unknown.stderr
+    );
+    assert!(daemon.terminate(Duration::from_secs(30)));
+}

@@ -12,10 +12,11 @@ pub mod gate;
 pub mod registry;
 mod services;
 
-pub mod files;
-pub mod http;
-pub mod log;
-pub mod state;
+/// One module per registered capability, declared from the registration list.
+macro_rules! declare_capability_modules {
+    ($($name:ident: $cap:ty,)*) => { $( pub mod $name; )* };
+}
+registry::capability_list!(declare_capability_modules);
 
 #[cfg(test)]
 mod conformance;

@@ -153,3 +153,63 @@ fn listen_and_cache_size_parse_and_bad_addresses_are_located() {
         "{err}"
     );
 }
+
+const HOST: &str = "[host]\nplugins-dir = \"p\"\nstate-dir = \"s\"\n";
+
+#[test]
+fn budgets_are_parsed_with_their_rules() {
+    let text = format!(
+        "{HOST}[host.budgets.file-removals]\noperations = [\"files.remove\", \"files.write\"]\nmax = 20\nper = \"10m\"\nmin-interval-per-target = \"30s\"\n[host.budgets.posts]\noperations = [\"http.send\"]\nmax = 1\nper = \"1h\"\n"
+    );
+    let config = parse(&text).unwrap();
+    let rules = &config.host.budgets;
+    assert_eq!(rules.len(), 2);
+    assert_eq!(rules[0].name, "file-removals");
+    assert_eq!(rules[0].operations, ["files.remove", "files.write"]);
+    assert_eq!((rules[0].max, rules[0].per), (20, Duration::from_secs(600)));
+    assert_eq!(rules[0].min_interval_per_target, Duration::from_secs(30));
+    assert_eq!(rules[1].min_interval_per_target, Duration::ZERO);
+}
+
+#[test]
+fn a_budget_naming_an_unknown_or_reading_operation_says_what_exists() {
+    let text =
+        format!("{HOST}[host.budgets.x]\noperations = [\"files.read\"]\nmax = 1\nper = \"1m\"\n");
+    let err = error_of(&text);
+    assert!(err.starts_with("/srv/tend/tend.toml:5:15: unknown operation \"files.read\": a budget can name files.write, files.remove, http.send"), "{err}");
+    let zero =
+        format!("{HOST}[host.budgets.x]\noperations = [\"files.remove\"]\nmax = 0\nper = \"1m\"\n");
+    assert!(
+        error_of(&zero).contains(":6:7: max must be at least 1"),
+        "{}",
+        error_of(&zero)
+    );
+    let missing = format!("{HOST}[host.budgets.x]\noperations = [\"files.remove\"]\nmax = 1\n");
+    assert!(
+        error_of(&missing).contains("missing field `per`"),
+        "{}",
+        error_of(&missing)
+    );
+}
+
+#[test]
+fn capability_settings_and_grants_are_checked_per_capability() {
+    let settings = format!("{HOST}[host.files]\nroot = \"/\"\n");
+    let err = error_of(&settings);
+    assert!(
+        err.contains(":4:1: this capability takes no [host] settings"),
+        "{err}"
+    );
+    let grants = format!("{HOST}[plugins.a.grants]\nstate = true\n");
+    let err = error_of(&grants);
+    assert!(
+        err.contains("this capability is always granted to every plugin: remove this key"),
+        "{err}"
+    );
+    let unknown = format!("{HOST}[plugins.a.grants]\nsystemd = []\n");
+    let err = error_of(&unknown);
+    assert!(
+        err.contains("unknown field `systemd`, expected one of `log`, `state`, `files`, `http`"),
+        "{err}"
+    );
+}

@@ -5,19 +5,18 @@
 //! deadline covers everything: a guest spinning in compute yields every epoch
 //! tick, and a guest blocked in a host call is cut off by the same timeout.
 
+use super::store::{CallState, MemoryLimiter};
 use super::{CompiledPlugin, Runtime};
 use crate::capabilities::gate::Caller;
-use crate::capabilities::{
-    Call, CallCount, CapError, Capabilities, HasCapabilities, Mutation, Services,
-};
+use crate::capabilities::{Call, CallCount, CapError, Capabilities, Mutation, Services};
 use crate::config::PluginConfig;
 use crate::scheduler::Trigger;
 use crate::wit::types;
 use std::time::{Duration, Instant};
 use wasmtime::Store;
 use wasmtime::component::ResourceTable;
+use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 /// Bytes of stdout/stderr kept per reconcile (a panic message lands there).
 const OUTPUT_CAPACITY: usize = 64 * 1024;
@@ -101,66 +100,6 @@ impl ReconcileReport {
             "elapsed_ms": self.elapsed.as_secs_f64() * 1000.0,
             "mutations": self.mutations,
         })
-    }
-}
-
-/// Caps the total linear memory of one instance (all its memories together),
-/// and remembers whether it had to refuse growth.
-struct MemoryLimiter {
-    limit: usize,
-    used: usize,
-    exceeded: bool,
-}
-
-impl wasmtime::ResourceLimiter for MemoryLimiter {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let used = self.used + desired.saturating_sub(current);
-        if used > self.limit {
-            self.exceeded = true;
-            return Err(wasmtime::Error::msg(format!(
-                "memory limit of {} bytes exceeded",
-                self.limit
-            )));
-        }
-        self.used = used;
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
-    }
-}
-
-/// The data of one call's `Store`.
-pub struct CallState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    limiter: MemoryLimiter,
-    caps: Capabilities,
-}
-
-impl HasCapabilities for CallState {
-    fn capabilities(&mut self) -> &mut Capabilities {
-        &mut self.caps
-    }
-}
-
-impl WasiView for CallState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
     }
 }
 

@@ -6,11 +6,13 @@ mod cache;
 mod call;
 mod engine;
 mod plugin;
+mod store;
 
 pub use cache::{ArtifactCache, CacheOutcome};
-pub use call::{CallRequest, CallState, Failure, Health, Outcome, PluginInfo, ReconcileReport};
+pub use call::{CallRequest, Failure, Health, Outcome, PluginInfo, ReconcileReport};
 pub use engine::EpochTicker;
 pub use plugin::{CompiledPlugin, LoadError};
+pub use store::CallState;
 
 use std::path::Path;
 use wasmtime::Engine;

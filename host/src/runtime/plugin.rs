@@ -2,7 +2,8 @@
 //! shared by every reconcile until the file changes.
 
 use super::cache::{CacheOutcome, Lookup, sha256_hex};
-use super::{CallState, Compiler, Runtime};
+use super::store::CallState;
+use super::{Compiler, Runtime};
 use crate::wit::PluginPre;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

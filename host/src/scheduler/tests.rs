@@ -205,3 +205,22 @@ async fn a_manual_trigger_skips_the_backoff() {
     assert!(after.last().unwrap().0 - asked < Duration::from_millis(10));
     scheduler.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn each_plugin_publishes_its_backoff_and_next_run() {
+    let runner = Arc::new(Recorder::default());
+    runner.failing.lock().unwrap().insert("bad".into(), true);
+    let scheduler = start(runner.clone(), vec![schedule("bad", Some(60))]);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let state = scheduler.triggers().schedule_of("bad").unwrap();
+    assert!(!state.running);
+    assert_eq!(state.failures, 1);
+    assert_eq!(state.interval, Some(Duration::from_secs(60)));
+    let backoff = state.backoff_until.unwrap() - Instant::now();
+    assert!(
+        backoff >= Duration::from_millis(700) && backoff <= Duration::from_millis(1200),
+        "{backoff:?}"
+    );
+    assert!(state.next_interval.is_some());
+    assert!(scheduler.triggers().schedule_of("unknown").is_none());
+}

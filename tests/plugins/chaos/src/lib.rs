@@ -15,6 +15,19 @@
 //!   an error; degraded, naming every error, when any failed.
 //! - `{"mode": "post", "url": U, "timeout-ms": T}`: one HTTP POST (a mutation);
 //!   its error, if any, is the reconcile's error.
+//!
+//! Hostile modes, each an attack the host must contain (tests/e2e/hostile.rs):
+//! - `{"mode": "write", "path": P, "content": C, "file-mode": M}`: `write` with a mode
+//!   (for example setuid 0o4755).
+//! - `{"mode": "get", "url": U}`: one GET; its error is the reconcile's error.
+//! - `{"mode": "flood", "dir": D, "count": N, "name-len": L}`: N writes of distinct
+//!   files with names L bytes long; the outcome counts the errors by kind.
+//! - `{"mode": "state-flood", "count": N, "size": S}`: N state values of S bytes.
+//! - `{"mode": "log-flood", "lines": N, "text": T}`: N log lines of text T.
+//! - `{"mode": "log", "message": M}`: one log line (newlines and escapes included).
+//! - `{"mode": "requeue", "ms": N}`: healthy, asking to run again after N ms.
+//! - `{"mode": "late-write", "path": P, "size": S, "after-ms": T}`: spin for T ms,
+//!   then write S bytes (a large write started just before the deadline).
 
 use serde::Deserialize;
 use tend_sdk::{Context, Error, Host, Outcome, Plugin, PluginInfo, Request, Result};
@@ -36,9 +49,41 @@ enum Mode {
     Read {
         path: String,
     },
+    #[serde(rename_all = "kebab-case")]
     Write {
         path: String,
         content: String,
+        #[serde(default)]
+        file_mode: Option<u32>,
+    },
+    Get {
+        url: String,
+    },
+    #[serde(rename_all = "kebab-case")]
+    Flood {
+        dir: String,
+        count: u32,
+        name_len: usize,
+    },
+    StateFlood {
+        count: u32,
+        size: usize,
+    },
+    LogFlood {
+        lines: u32,
+        text: String,
+    },
+    Log {
+        message: String,
+    },
+    Requeue {
+        ms: u64,
+    },
+    #[serde(rename_all = "kebab-case")]
+    LateWrite {
+        path: String,
+        size: usize,
+        after_ms: u64,
     },
     Remove {
         paths: Vec<String>,
@@ -101,8 +146,12 @@ impl Plugin for Chaos {
                 let bytes = host.files().read(&path)?;
                 Ok(Outcome::healthy(format!("read {} bytes", bytes.len())))
             }
-            Mode::Write { path, content } => {
-                let changed = host.files().write(&path, content.as_bytes(), None)?;
+            Mode::Write {
+                path,
+                content,
+                file_mode,
+            } => {
+                let changed = host.files().write(&path, content.as_bytes(), file_mode)?;
                 Ok(Outcome::healthy(format!(
                     "wrote {path} (changed: {changed})"
                 )))
@@ -118,6 +167,67 @@ impl Plugin for Chaos {
                 } else {
                     Ok(Outcome::degraded(errors.join("; ")))
                 }
+            }
+            Mode::Get { url } => {
+                let response = host.http().send(&Request::get(&url))?;
+                Ok(Outcome::healthy(format!("got: {}", response.status)))
+            }
+            Mode::Flood {
+                dir,
+                count,
+                name_len,
+            } => {
+                let mut errors = std::collections::BTreeMap::<String, u32>::new();
+                for i in 0..count {
+                    let name = format!("{i:0width$}", width = name_len.max(1));
+                    if let Err(e) = host.files().write(&format!("{dir}/{name}"), b"x", None) {
+                        *errors.entry(e.kind().to_string()).or_default() += 1;
+                    }
+                }
+                Ok(Outcome::healthy(format!("flood errors: {errors:?}")))
+            }
+            Mode::StateFlood { count, size } => {
+                let value = vec![7u8; size];
+                let mut first_error = None;
+                let mut stored = 0;
+                for i in 0..count {
+                    match host.state().set(&format!("k{i}"), &value) {
+                        Ok(()) => stored += 1,
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                }
+                Ok(Outcome::healthy(format!(
+                    "stored {stored}; first error: {}",
+                    first_error.map_or("none".to_string(), |e| e.to_string())
+                )))
+            }
+            Mode::LogFlood { lines, text } => {
+                for _ in 0..lines {
+                    host.log(tend_sdk::Level::Info, &text);
+                }
+                Ok(Outcome::healthy(format!("logged {lines} lines")))
+            }
+            Mode::Log { message } => {
+                host.log(tend_sdk::Level::Warn, &message);
+                Ok(Outcome::healthy("logged"))
+            }
+            Mode::Requeue { ms } => {
+                Ok(Outcome::healthy("again").requeue_after(std::time::Duration::from_millis(ms)))
+            }
+            Mode::LateWrite {
+                path,
+                size,
+                after_ms,
+            } => {
+                let started = std::time::Instant::now();
+                while started.elapsed() < std::time::Duration::from_millis(after_ms) {
+                    std::hint::black_box(0);
+                }
+                let content = vec![b'x'; size];
+                host.files().write(&path, &content, None)?;
+                Ok(Outcome::healthy("late write done"))
             }
             Mode::Post { url, timeout_ms } => {
                 let mut request =
