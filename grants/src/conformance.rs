@@ -7,7 +7,7 @@
 //! are upper-cased before the check) are tested where they live.
 
 use crate::Refusal;
-use crate::files::FileGrant;
+use crate::files::{FileGrant, OWN_PROC};
 use crate::http::UrlPattern;
 
 /// The plugin name the expected messages use.
@@ -62,6 +62,11 @@ fn etc() -> Vec<FileGrant> {
     ]
 }
 
+/// `/proc` read-only.
+fn proc() -> Vec<FileGrant> {
+    vec![FileGrant::new("/proc", false).expect("valid grant")]
+}
+
 fn patterns(patterns: &[&str]) -> Vec<UrlPattern> {
     patterns
         .iter()
@@ -98,12 +103,15 @@ fn invalid(message: &str) -> Expect {
     Expect::Refused(Refusal::Invalid(message.into()))
 }
 
-/// The table, about twenty cases; see the module docs.
+/// The table, about forty cases; see the module docs.
 pub fn cases() -> Vec<Case> {
     use Expect::Allowed;
     let p = |s: &str| s.to_string();
     let loopback = ["http://127.0.0.1:*/*"];
     let wildcard = ["http://*.example.com/*"];
+    let ula = ["http://[fd00::a]:18080/*"];
+    let ten = ["http://10.0.0.0/8:*/*"];
+    let long_path = format!("/etc/{}", "a/".repeat(2100));
     vec![
         // files: inside a root, the innermost root, the roots themselves
         file(
@@ -190,6 +198,46 @@ pub fn cases() -> Vec<Case> {
                 "\"/etc/\\0x\": files are addressed by absolute path, for example \"/etc/containerd/certs.d/docker.io/hosts.toml\"",
             ),
         ),
+        // files: the innermost grant decides writes too
+        file(
+            vec![
+                FileGrant::new("/etc", true).expect("valid grant"),
+                FileGrant::new("/etc/ssl", false).expect("valid grant"),
+            ],
+            Op::Write(p("/etc/ssl/certs/ca.pem")),
+            denied(
+                "/etc/ssl/certs/ca.pem is granted read-only by { path = \"/etc/ssl\" }: set write = true on that grant in [plugins.conformance.grants] files",
+            ),
+        ),
+        // files: Tend's own /proc entries, whatever the grants
+        file(
+            proc(),
+            Op::Read(p("/proc/self/environ")),
+            denied(&format!("/proc/self/environ: {OWN_PROC}")),
+        ),
+        file(
+            proc(),
+            Op::List(p("/proc/thread-self/fd")),
+            denied(&format!("/proc/thread-self/fd: {OWN_PROC}")),
+        ),
+        file(proc(), Op::Stat(p("/proc/1/status")), Allowed),
+        // files: oversized paths
+        file(
+            etc(),
+            Op::Read(long_path.clone()),
+            invalid(&format!(
+                "{}…: the path is 4205 bytes, over the limit of 4096; use a shorter path",
+                &long_path[..64]
+            )),
+        ),
+        file(
+            etc(),
+            Op::Write(format!("/etc/containerd/certs.d/{}", "n".repeat(256))),
+            invalid(&format!(
+                "/etc/containerd/certs.d/{}…: a path component is 256 bytes, over the limit of 255; use shorter names",
+                "n".repeat(40)
+            )),
+        ),
         // http: ports
         send(&loopback, "GET", "http://127.0.0.1:5000/v2/", Allowed),
         send(&loopback, "GET", "http://127.0.0.1/", Allowed),
@@ -241,7 +289,61 @@ pub fn cases() -> Vec<Case> {
                 "POST http://127.0.0.1:5000/v2/: no http grant matches; add \"http://127.0.0.1:5000/*\" to [plugins.conformance.grants] http",
             ),
         ),
+        // http: IP literals are addresses, never names
+        send(&ula, "GET", "http://[fd00::a]:18080/v2/", Allowed),
+        send(
+            &ula,
+            "GET",
+            "http://a:18080/v2/",
+            denied(
+                "GET http://a:18080/v2/: no http grant matches; add \"http://a:18080/*\" to [plugins.conformance.grants] http",
+            ),
+        ),
+        send(&loopback, "GET", "http://2130706433:5000/v2/", Allowed),
+        send(
+            &loopback,
+            "GET",
+            "http://127.0.0.1.example.com/",
+            denied(
+                "GET http://127.0.0.1.example.com/: no http grant matches; add \"http://127.0.0.1.example.com:80/*\" to [plugins.conformance.grants] http",
+            ),
+        ),
+        // http: CIDR ranges
+        send(&ten, "GET", "http://10.1.2.3:5000/v2/", Allowed),
+        send(
+            &ten,
+            "GET",
+            "http://11.0.0.1:5000/v2/",
+            denied(
+                "GET http://11.0.0.1:5000/v2/: no http grant matches; add \"http://11.0.0.1:5000/*\" to [plugins.conformance.grants] http",
+            ),
+        ),
+        send(
+            &ten,
+            "GET",
+            "http://10.example.com/",
+            denied(
+                "GET http://10.example.com/: no http grant matches; add \"http://10.example.com:80/*\" to [plugins.conformance.grants] http",
+            ),
+        ),
+        // http: one label under a wildcard
+        send(
+            &wildcard,
+            "GET",
+            "http://a.b.example.com/",
+            denied(
+                "GET http://a.b.example.com/: no http grant matches; add \"http://a.b.example.com:80/*\" to [plugins.conformance.grants] http",
+            ),
+        ),
         // http: malformed requests
+        send(
+            &["http://127.0.0.1:5000/v2/*"],
+            "GET",
+            "http://127.0.0.1:5000/v2/..%2Fsecret",
+            invalid(
+                "GET http://127.0.0.1:5000/v2/..%2Fsecret: an encoded `/` or `\\` (%2F, %5C) in the path is refused, since a server that decodes it would leave the granted path; send plain `/` separators",
+            ),
+        ),
         send(
             &wildcard,
             "GET",

@@ -1,9 +1,19 @@
 //! Which granted root a plugin's path falls in: pure, so every rule is tested
 //! without a filesystem.
 
-use crate::Refusal;
+use crate::{Refusal, shown};
 use serde::{Deserialize, Deserializer, de::Error as _};
+use std::ffi::OsStr;
 use std::path::{Component, Path, PathBuf};
+
+/// The longest path a plugin may name, in bytes (Linux's `PATH_MAX`).
+pub const MAX_PATH_LEN: usize = 4096;
+/// The longest component of a path, in bytes (Linux's `NAME_MAX`).
+pub const MAX_COMPONENT_LEN: usize = 255;
+
+/// Why Tend's own `/proc` entries are refused: the host's refusal of
+/// `/proc/<its pid>` ([`is_own_proc`]) says the same.
+pub const OWN_PROC: &str = "Tend's own /proc entries (/proc/self, /proc/thread-self and /proc/<Tend's pid>: its environment, memory and file descriptors) are never granted, whatever the files grants say";
 
 /// `{ path = "/etc/containerd/certs.d", write = true }`: a root the plugin may
 /// read, and write when `write` is true.
@@ -17,13 +27,20 @@ pub struct FileGrant {
 }
 
 impl FileGrant {
-    /// A grant of `path`, validated as the config does: absolute and without `..`.
+    /// A grant of `path`, validated as the config does: absolute, without
+    /// `..`, and not inside `/proc/self` or `/proc/thread-self`.
     pub fn new(path: impl Into<PathBuf>, write: bool) -> Result<Self, String> {
         let path = path.into();
         let has_parent_ref = path.components().any(|c| c == Component::ParentDir);
         if !path.is_absolute() || has_parent_ref {
             return Err(format!(
                 "files grant path {:?} must be absolute and without `..`",
+                path.display()
+            ));
+        }
+        if proc_entry(&path).is_some_and(is_self_link) {
+            return Err(format!(
+                "files grant path {:?}: {OWN_PROC}; remove this grant",
                 path.display()
             ));
         }
@@ -46,9 +63,15 @@ pub struct Resolved {
     pub rel: PathBuf,
 }
 
-/// Find the grant covering `path`. Reads take the innermost covering root; a
-/// write needs a covering grant with `write = true` (the innermost such one).
-/// No grant at all denies everything.
+/// Find the grant covering `path`: the innermost covering grant decides, for
+/// reads and writes alike, so a read-only grant inside a writable one keeps
+/// its subtree read-only (grants of the very same path are writable when one
+/// of them is). No grant at all denies everything.
+///
+/// Refused whatever the grants: a relative path, `..`, NUL, a path longer than
+/// [`MAX_PATH_LEN`] or with a component longer than [`MAX_COMPONENT_LEN`]
+/// (invalid), and `/proc/self`, `/proc/thread-self` and anything under them
+/// (denied). The host also refuses its own `/proc/<pid>` with [`is_own_proc`].
 pub fn resolve(
     grants: &[FileGrant],
     plugin: &str,
@@ -56,22 +79,26 @@ pub fn resolve(
     write: bool,
 ) -> Result<Resolved, Refusal> {
     let normalized = normalize(path)?;
-    let covering = |g: &&FileGrant| normalized.starts_with(&g.path);
-    let innermost = |a: &&FileGrant, b: &&FileGrant| {
-        a.path
-            .components()
-            .count()
-            .cmp(&b.path.components().count())
-    };
-    let grant = match grants
+    if proc_entry(&normalized).is_some_and(is_self_link) {
+        return Err(Refusal::Denied(format!("{path}: {OWN_PROC}")));
+    }
+    let covering: Vec<&FileGrant> = grants
         .iter()
-        .filter(covering)
-        .filter(|g| g.write || !write)
-        .max_by(innermost)
-    {
-        Some(grant) => grant,
-        None => return Err(denied(grants, plugin, path, &normalized, write)),
+        .filter(|g| normalized.starts_with(&g.path))
+        .collect();
+    let depth = |g: &&FileGrant| g.path.components().count();
+    let Some(innermost) = covering.iter().map(depth).max() else {
+        return Err(not_covered(plugin, path, &normalized, write));
     };
+    let mut innermost = covering.into_iter().filter(|g| depth(g) == innermost);
+    let first = innermost.next().expect("the deepest covering grant");
+    let grant = innermost.find(|g| g.write).unwrap_or(first);
+    if write && !grant.write {
+        return Err(Refusal::Denied(format!(
+            "{path} is granted read-only by {{ path = \"{}\" }}: set write = true on that grant in [plugins.{plugin}.grants] files",
+            grant.path.display()
+        )));
+    }
     let rel = normalized
         .strip_prefix(&grant.path)
         .expect("covering grant is a prefix");
@@ -81,9 +108,54 @@ pub fn resolve(
     })
 }
 
+/// Whether `path` names Tend's own `/proc` entry or anything under it:
+/// `/proc/self`, `/proc/thread-self` or `/proc/<own_pid>` (read lexically,
+/// with `.` and `..` applied and leading zeros ignored). The host refuses
+/// these before touching the filesystem; `resolve` already refuses the first
+/// two, which need no pid.
+pub fn is_own_proc(path: &Path, own_pid: u32) -> bool {
+    proc_entry(path).is_some_and(|entry| {
+        is_self_link(entry)
+            || entry.to_str().is_some_and(|e| {
+                !e.is_empty()
+                    && e.bytes().all(|b| b.is_ascii_digit())
+                    && e.trim_start_matches('0').parse::<u32>() == Ok(own_pid)
+            })
+    })
+}
+
+/// The entry right under `/proc` that `path` names, if it is under `/proc`.
+fn proc_entry(path: &Path) -> Option<&OsStr> {
+    let mut parts = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => parts.push(part),
+            Component::ParentDir => {
+                parts.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    match parts.as_slice() {
+        [proc, entry, ..] if *proc == "proc" => Some(entry),
+        _ => None,
+    }
+}
+
+fn is_self_link(entry: &OsStr) -> bool {
+    entry == "self" || entry == "thread-self"
+}
+
 /// An absolute path with `.` and repeated slashes dropped; `..` is refused
 /// outright rather than resolved, so no string trick can climb out of a root.
 fn normalize(path: &str) -> Result<PathBuf, Refusal> {
+    if path.len() > MAX_PATH_LEN {
+        return Err(Refusal::Invalid(format!(
+            "{}: the path is {} bytes, over the limit of {MAX_PATH_LEN}; use a shorter path",
+            shown(path),
+            path.len()
+        )));
+    }
     if !path.starts_with('/') || path.contains('\0') {
         return Err(Refusal::Invalid(format!(
             "{path:?}: files are addressed by absolute path, for example \"/etc/containerd/certs.d/docker.io/hosts.toml\""
@@ -92,6 +164,13 @@ fn normalize(path: &str) -> Result<PathBuf, Refusal> {
     let mut normalized = PathBuf::from("/");
     for component in Path::new(path).components() {
         match component {
+            Component::Normal(part) if part.len() > MAX_COMPONENT_LEN => {
+                return Err(Refusal::Invalid(format!(
+                    "{}: a path component is {} bytes, over the limit of {MAX_COMPONENT_LEN}; use shorter names",
+                    shown(path),
+                    part.len()
+                )));
+            }
             Component::Normal(part) => normalized.push(part),
             Component::ParentDir => {
                 return Err(Refusal::Invalid(format!(
@@ -104,24 +183,11 @@ fn normalize(path: &str) -> Result<PathBuf, Refusal> {
     Ok(normalized)
 }
 
-fn denied(
-    grants: &[FileGrant],
-    plugin: &str,
-    path: &str,
-    normalized: &Path,
-    write: bool,
-) -> Refusal {
-    let table = format!("[plugins.{plugin}.grants] files");
-    if write && let Some(read_only) = grants.iter().find(|g| normalized.starts_with(&g.path)) {
-        return Refusal::Denied(format!(
-            "{path} is granted read-only by {{ path = \"{}\" }}: set write = true on that grant in {table}",
-            read_only.path.display()
-        ));
-    }
+fn not_covered(plugin: &str, path: &str, normalized: &Path, write: bool) -> Refusal {
     let suggestion = normalized.parent().unwrap_or(normalized);
     let write = if write { ", write = true" } else { "" };
     Refusal::Denied(format!(
-        "no files grant covers {path}: add {{ path = \"{}\"{write} }} to {table}",
+        "no files grant covers {path}: add {{ path = \"{}\"{write} }} to [plugins.{plugin}.grants] files",
         suggestion.display()
     ))
 }
@@ -214,6 +280,124 @@ mod tests {
             "{message}"
         );
         assert!(message.contains("set write = true"), "{message}");
+    }
+
+    #[test]
+    fn the_innermost_grant_decides_writes_too() {
+        let grants = vec![
+            FileGrant::new("/etc", true).unwrap(),
+            FileGrant::new("/etc/ssl", false).unwrap(),
+        ];
+        let err = resolve(&grants, "p", "/etc/ssl/private/key.pem", true).unwrap_err();
+        assert_eq!(
+            err,
+            Refusal::Denied(
+                "/etc/ssl/private/key.pem is granted read-only by { path = \"/etc/ssl\" }: set write = true on that grant in [plugins.p.grants] files".into()
+            )
+        );
+        let r = resolve(&grants, "p", "/etc/ssl/private/key.pem", false).unwrap();
+        assert_eq!(r.root, Path::new("/etc/ssl"));
+        let r = resolve(&grants, "p", "/etc/hosts", true).unwrap();
+        assert_eq!(r.root, Path::new("/etc"));
+        // Two grants of one path: writable when either is.
+        let twice = vec![
+            FileGrant::new("/d", false).unwrap(),
+            FileGrant::new("/d/", true).unwrap(),
+        ];
+        assert!(resolve(&twice, "p", "/d/x", true).is_ok());
+    }
+
+    #[test]
+    fn overlong_paths_and_components_are_invalid_and_not_echoed() {
+        let grants = [FileGrant::new("/", true).unwrap()];
+        let long = format!("/{}", "a/".repeat(MAX_PATH_LEN / 2));
+        let err = resolve(&grants, "p", &long, false).unwrap_err();
+        let Refusal::Invalid(message) = err else {
+            panic!("{err}")
+        };
+        assert!(message.contains("over the limit of 4096"), "{message}");
+        assert!(message.len() < 200, "{message}");
+        let name = format!("/d/{}", "n".repeat(MAX_COMPONENT_LEN + 1));
+        let err = resolve(&grants, "p", &name, true).unwrap_err();
+        let Refusal::Invalid(message) = err else {
+            panic!("{err}")
+        };
+        assert!(
+            message.contains("a path component is 256 bytes, over the limit of 255"),
+            "{message}"
+        );
+        let fits = format!("/{}", "n".repeat(MAX_COMPONENT_LEN));
+        assert!(resolve(&grants, "p", &fits, true).is_ok());
+        let fits = format!("/{}", "a/".repeat(MAX_PATH_LEN / 2 - 1));
+        assert!(fits.len() <= MAX_PATH_LEN);
+        assert!(resolve(&grants, "p", &fits, true).is_ok());
+    }
+
+    #[test]
+    fn tends_own_proc_entries_are_denied_whatever_the_grants() {
+        let grants = [FileGrant::new("/proc", false).unwrap()];
+        for path in [
+            "/proc/self",
+            "/proc/self/environ",
+            "/proc//self/./mem",
+            "/proc/thread-self/fd/3",
+            "/proc/self/",
+        ] {
+            let err = resolve(&grants, "p", path, false).unwrap_err();
+            let Refusal::Denied(message) = err else {
+                panic!("{path}: {err}")
+            };
+            assert!(
+                message.starts_with(&format!("{path}: Tend's own /proc entries")),
+                "{message}"
+            );
+            assert!(
+                message.contains("environment, memory and file descriptors"),
+                "{message}"
+            );
+        }
+        assert!(
+            resolve(&[], "p", "/proc/self/environ", false)
+                .unwrap_err()
+                .message()
+                .contains("never granted")
+        );
+        for path in [
+            "/proc",
+            "/proc/1/status",
+            "/proc/selfish",
+            "/proc/sys/kernel",
+        ] {
+            assert!(resolve(&grants, "p", path, false).is_ok(), "{path}");
+        }
+        let err = FileGrant::new("/proc/self/fd", false).unwrap_err();
+        assert!(err.contains("never granted"), "{err}");
+    }
+
+    #[test]
+    fn own_proc_covers_self_thread_self_and_the_pid() {
+        for path in [
+            "/proc/42",
+            "/proc/42/environ",
+            "/proc/042/mem",
+            "/proc/1/../42/fd",
+            "/proc/self",
+            "/proc/thread-self/environ",
+            "//proc/./42",
+        ] {
+            assert!(is_own_proc(Path::new(path), 42), "{path}");
+        }
+        for path in [
+            "/proc",
+            "/proc/4",
+            "/proc/420",
+            "/proc/1/task/42",
+            "/42",
+            "/srv/proc/42",
+            "/proc/0",
+        ] {
+            assert!(!is_own_proc(Path::new(path), 42), "{path}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! see exactly the allow/deny decisions and messages the real host gives.
 //!
 //! - [`files::resolve`]: the granted root covering an absolute path.
+//! - [`files::is_own_proc`]: whether a path names Tend's own `/proc` entry.
 //! - [`http::check_url`]: whether a request URL matches an http grant.
 //! - [`conformance::cases`]: a table of decisions both implementations must agree on.
 //!
@@ -50,3 +51,16 @@ impl std::fmt::Display for Refusal {
 }
 
 impl std::error::Error for Refusal {}
+
+/// `text`, cut to its first 64 bytes (on a character boundary) and `…` when it
+/// is longer than 80: refusals of oversized input must not echo all of it.
+pub(crate) fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= 80 {
+        return text.into();
+    }
+    let mut end = 64;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end]).into()
+}

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tend::capabilities::Services;
 use tend::capabilities::gate::{Admission, BudgetRule, Budgets, Caller, Gate, Intent};
+use tend::capabilities::limits::Limits;
 use tend::capabilities::state::FakeState;
 use tend::config::Config;
 use tend::journal::Journal;
@@ -139,6 +140,7 @@ fn main() {
             for i in 0..iterations + 50 {
                 let request = CallRequest {
                     services: &services,
+                    planned: None,
                     triggers: vec![Trigger::new("interval")],
                     node_name: "bench",
                     dry_run: false,
@@ -215,15 +217,21 @@ async fn gate_costs() {
             }
             samples.push(started.elapsed());
         }
-        gate.sync();
+        gate.sync().await;
         samples
     };
-    let unjournaled = Gate::new(caller(), None, no_budgets());
+    // Unbounded for the measurement: thousands of mutations in one "reconcile".
+    let limits = Limits {
+        mutations: u32::MAX,
+        journal_per_reconcile: tend::units::ByteSize(u64::MAX / 4),
+        ..Limits::default()
+    };
+    let unjournaled = Gate::new(caller(), limits, None, no_budgets(), None);
     report(
         "admit + finish, no journal, no budget",
         measure(unjournaled, 2000).await,
     );
-    let journaled = Gate::new(caller(), Some(journal.clone()), no_budgets());
+    let journaled = Gate::new(caller(), limits, Some(journal.clone()), no_budgets(), None);
     report(
         "admit + finish with the journal (intent fsynced)",
         measure(journaled, 500).await,

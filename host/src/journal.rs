@@ -1,5 +1,7 @@
-//! The durable journal of every mutation: one JSON object per line in
-//! `<state-dir>/journal/journal.jsonl`, rotated by size. The mutation gate
+//! The durable journal of every mutation: one JSON object per line, one file
+//! per plugin (`<state-dir>/journal/<plugin>.jsonl`), each rotated by size on
+//! its own, so a plugin that floods the journal rotates out only its own
+//! history, and the whole journal stays bounded (plugins x (KEEP + 1) x MAX_BYTES). The mutation gate
 //! appends an *intent* (fsynced) before a mutation is performed and its
 //! *result* after; a reader pairs them by id, and an intent without a result
 //! (the reconcile was cut off, or Tend crashed) reads as interrupted. After a
@@ -13,11 +15,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Size at which the journal is rotated.
-pub const MAX_BYTES: u64 = 8 << 20;
-/// Rotated files kept (journal.jsonl.1 is the newest of them).
-pub const KEEP: usize = 4;
-const NAME: &str = "journal.jsonl";
+/// Size at which a plugin's journal is rotated.
+pub const MAX_BYTES: u64 = 4 << 20;
+/// Rotated files kept per plugin (`<plugin>.jsonl.1` is the newest of them).
+pub const KEEP: usize = 2;
+/// The single journal file of Tend before per-plugin files; still read.
+const LEGACY: &str = "journal.jsonl";
 
 /// The result of a mutation whose call never returned to the plugin.
 pub const INTERRUPTED: &str = "interrupted: the reconcile ended (deadline, trap or crash) before this mutation returned; check the target";
@@ -109,7 +112,8 @@ impl Entry {
 pub struct Journal {
     dir: PathBuf,
     max_bytes: u64,
-    file: Mutex<Option<File>>,
+    /// Open files by plugin, appended to under this lock.
+    files: Mutex<HashMap<String, File>>,
 }
 
 impl Journal {
@@ -123,7 +127,7 @@ impl Journal {
         Ok(Journal {
             dir,
             max_bytes,
-            file: Mutex::new(None),
+            files: Mutex::default(),
         })
     }
 
@@ -131,25 +135,30 @@ impl Journal {
         &self.dir
     }
 
-    /// Append `entries`, fsynced when `durable`; rotates first when the file
-    /// would grow past the limit.
+    /// The serialized line of `entry` (with its newline): what appending costs.
+    pub fn line(entry: &Entry) -> String {
+        let mut line = serde_json::to_string(entry).expect("an entry serializes");
+        line.push('\n');
+        line
+    }
+
+    /// Append `entries` (all of one plugin) to that plugin's file, fsynced when
+    /// `durable`; rotates that file first when it would grow past the limit.
     pub fn append(&self, entries: &[Entry], durable: bool) -> io::Result<()> {
-        if entries.is_empty() {
+        let Some(first) = entries.first() else {
             return Ok(());
-        }
-        let mut text = String::new();
-        for entry in entries {
-            text += &serde_json::to_string(entry).map_err(io::Error::other)?;
-            text.push('\n');
-        }
-        let mut file = self.file.lock().unwrap();
-        let current = self.dir.join(NAME);
+        };
+        let plugin = first.plugin.clone();
+        let text: String = entries.iter().map(Journal::line).collect();
+        let current = self.dir.join(format!("{plugin}.jsonl"));
+        let mut files = self.files.lock().unwrap();
         let size = std::fs::metadata(&current).map_or(0, |m| m.len());
         if size > 0 && size + text.len() as u64 > self.max_bytes {
-            *file = None;
-            rotate(&self.dir)?;
+            files.remove(&plugin);
+            rotate(&self.dir, &plugin)?;
         }
-        if file.is_none() {
+        if !files.contains_key(&plugin) {
+            let created = !current.exists();
             let mut opened = OpenOptions::new()
                 .create(true)
                 .append(true)
@@ -159,9 +168,14 @@ impl Journal {
             if ends_without_newline(&mut opened)? {
                 opened.write_all(b"\n")?;
             }
-            *file = Some(opened);
+            // A new file's name must be durable too, or an fsynced intent in it
+            // could vanish with the directory entry at a power loss.
+            if created {
+                File::open(&self.dir)?.sync_all()?;
+            }
+            files.insert(plugin.clone(), opened);
         }
-        let handle = file.as_mut().expect("opened above");
+        let handle = files.get_mut(&plugin).expect("opened above");
         handle.write_all(text.as_bytes())?;
         if durable {
             handle.sync_data()?;
@@ -169,9 +183,9 @@ impl Journal {
         Ok(())
     }
 
-    /// Make everything appended so far durable.
-    pub fn sync(&self) -> io::Result<()> {
-        match self.file.lock().unwrap().as_ref() {
+    /// Make everything appended so far for `plugin` durable.
+    pub fn sync(&self, plugin: &str) -> io::Result<()> {
+        match self.files.lock().unwrap().get(plugin) {
             Some(file) => file.sync_data(),
             None => Ok(()),
         }
@@ -189,16 +203,49 @@ fn ends_without_newline(file: &mut File) -> io::Result<bool> {
     Ok(last[0] != b'\n')
 }
 
-fn rotate(dir: &Path) -> io::Result<()> {
-    let numbered = |n: usize| dir.join(format!("{NAME}.{n}"));
+fn rotate(dir: &Path, plugin: &str) -> io::Result<()> {
+    let numbered = |n: usize| dir.join(format!("{plugin}.jsonl.{n}"));
     let _ = std::fs::remove_file(numbered(KEEP));
     for n in (1..KEEP).rev() {
         if numbered(n).exists() {
             std::fs::rename(numbered(n), numbered(n + 1))?;
         }
     }
-    std::fs::rename(dir.join(NAME), numbered(1))?;
+    std::fs::rename(dir.join(format!("{plugin}.jsonl")), numbered(1))?;
     File::open(dir)?.sync_all()
+}
+
+/// Every journal file, oldest rotation first within each plugin; the legacy
+/// single file first.
+fn journal_files(dir: &Path, plugin: Option<&str>) -> io::Result<Vec<PathBuf>> {
+    let mut plugins: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let plugin = name.strip_suffix(".jsonl")?;
+                (plugin != "journal").then(|| plugin.to_string())
+            })
+            .collect(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(e),
+    };
+    plugins.retain(|p| plugin.is_none_or(|wanted| wanted == p));
+    plugins.sort();
+    let mut files: Vec<PathBuf> = (1..=4)
+        .rev()
+        .map(|n| dir.join(format!("{LEGACY}.{n}")))
+        .chain([dir.join(LEGACY)])
+        .collect();
+    for plugin in plugins {
+        files.extend(
+            (1..=KEEP)
+                .rev()
+                .map(|n| dir.join(format!("{plugin}.jsonl.{n}"))),
+        );
+        files.push(dir.join(format!("{plugin}.jsonl")));
+    }
+    Ok(files)
 }
 
 /// Which entries `tend journal` shows.
@@ -213,11 +260,7 @@ pub struct Filter {
 /// torn write at a crash, or a line from a newer Tend).
 pub fn read(state_dir: &Path, filter: &Filter) -> io::Result<(Vec<Entry>, usize)> {
     let dir = state_dir.join("journal");
-    let mut files: Vec<PathBuf> = (1..=KEEP)
-        .rev()
-        .map(|n| dir.join(format!("{NAME}.{n}")))
-        .collect();
-    files.push(dir.join(NAME));
+    let files = journal_files(&dir, filter.plugin.as_deref())?;
     let cutoff = filter.since.map(|since| {
         SystemTime::now()
             .checked_sub(since)
@@ -264,6 +307,8 @@ pub fn read(state_dir: &Path, filter: &Filter) -> io::Result<(Vec<Entry>, usize)
             }
         }
     }
+    // Each plugin's file is in order; merge them by time (stable: ties keep file order).
+    entries.sort_by_key(|e| e.time_ms);
     Ok((entries, skipped))
 }
 
@@ -321,10 +366,10 @@ mod tests {
                 .append(&[entry("a", &format!("/f{i}"), i)], true)
                 .unwrap();
         }
-        assert!(dir.path().join("journal/journal.jsonl.1").exists());
+        assert!(dir.path().join("journal/a.jsonl.1").exists());
         assert!(
             !dir.path()
-                .join(format!("journal/journal.jsonl.{}", KEEP + 1))
+                .join(format!("journal/a.jsonl.{}", KEEP + 1))
                 .exists()
         );
         let (entries, _) = read(dir.path(), &Filter::default()).unwrap();
@@ -338,13 +383,47 @@ mod tests {
     }
 
     #[test]
+    fn a_flooding_plugin_rotates_out_only_its_own_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::with_limit(dir.path(), 2000).unwrap();
+        journal
+            .append(&[entry("quiet", "/precious", 1)], true)
+            .unwrap();
+        for i in 0..500 {
+            journal
+                .append(
+                    &[entry("loud", &format!("/{}", "x".repeat(100)), 2 + i)],
+                    false,
+                )
+                .unwrap();
+        }
+        let (entries, _) = read(dir.path(), &Filter::default()).unwrap();
+        assert_eq!(entries[0].target, "/precious");
+        let total: u64 = std::fs::read_dir(dir.path().join("journal"))
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
+        assert!(total <= 2000 * (KEEP as u64 + 1) + 2000, "bounded: {total}");
+        let loud = read(
+            dir.path(),
+            &Filter {
+                plugin: Some("loud".into()),
+                since: None,
+            },
+        )
+        .unwrap()
+        .0;
+        assert!(loud.len() < 500 && loud.iter().all(|e| e.plugin == "loud"));
+    }
+
+    #[test]
     fn a_torn_last_line_is_skipped_and_the_rest_is_read() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
         journal
             .append(&[entry("a", "/1", 1), entry("a", "/2", 2)], true)
             .unwrap();
-        let path = dir.path().join("journal/journal.jsonl");
+        let path = dir.path().join("journal/a.jsonl");
         let mut file = OpenOptions::new().append(true).open(&path).unwrap();
         file.write_all(br#"{"time":"t","time_ms":3,"plug"#).unwrap();
         let (entries, skipped) = read(dir.path(), &Filter::default()).unwrap();

@@ -19,4 +19,6 @@ pub mod fs_watch;
 pub mod journal;
 pub mod runtime;
 pub mod scheduler;
+pub mod text;
+pub mod units;
 pub mod wit;

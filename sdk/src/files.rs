@@ -159,8 +159,10 @@ impl FakeFiles {
     }
 
     /// Grant `root` (an existing directory) and everything below it; `write`
-    /// allows mutations. Panics when `root` is not absolute or contains `..`,
-    /// as the host rejects such a config.
+    /// allows mutations. As on the host, the innermost grant covering a path
+    /// decides, for writes too: a read-only grant inside a writable one keeps
+    /// its subtree read-only. Panics when `root` is not absolute, contains `..`
+    /// or lies in `/proc/self`, as the host rejects such a config.
     pub fn grant(&self, root: &str, write: bool) -> &Self {
         let grant = FileGrant::new(root, write).unwrap_or_else(|e| panic!("FakeFiles::grant: {e}"));
         let root = key(root);

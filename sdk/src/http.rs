@@ -113,7 +113,9 @@ impl FakeHttp {
     }
 
     /// Allow URLs matching `pattern`, written as in `[plugins.NAME.grants] http`,
-    /// e.g. "http://127.0.0.1:*/*". Panics on a pattern the host would reject.
+    /// e.g. "http://127.0.0.1:*/*", "http://10.0.0.0/8:*/*" or
+    /// "https://*.example.com/v2/*" (the syntax is [`UrlPattern`]'s). Panics on
+    /// a pattern the host would reject.
     pub fn grant(&self, pattern: &str) -> &Self {
         let pattern = UrlPattern::parse(pattern).unwrap_or_else(|e| panic!("FakeHttp::grant: {e}"));
         self.grants.borrow_mut().push(pattern);

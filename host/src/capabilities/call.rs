@@ -3,8 +3,10 @@
 
 use super::error::CapError;
 use super::gate::Gate;
+use super::limits::{Limits, raise};
 use crate::wit::types;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// How often a reconcile called one capability operation with one result.
@@ -22,18 +24,36 @@ type CountKey = (&'static str, &'static str, &'static str);
 pub struct Call {
     pub plugin: String,
     pub dry_run: bool,
+    pub limits: Limits,
     pub gate: Gate,
     counts: Mutex<BTreeMap<CountKey, u64>>,
+    /// Bytes handed to the plugin by reads so far.
+    read_bytes: AtomicU64,
 }
 
 impl Call {
-    pub fn new(gate: Gate) -> Arc<Call> {
+    pub fn new(gate: Gate, limits: Limits) -> Arc<Call> {
         Arc::new(Call {
             plugin: gate.plugin().to_string(),
             dry_run: gate.dry_run(),
+            limits,
             gate,
             counts: Mutex::default(),
+            read_bytes: AtomicU64::new(0),
         })
+    }
+
+    /// Spend `bytes` of the reconcile's read allowance.
+    pub fn spend_read(&self, what: &str, bytes: u64) -> Result<(), CapError> {
+        let cap = self.limits.read_per_reconcile;
+        let total = self.read_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if total > cap.0 {
+            return Err(CapError::BudgetExhausted(format!(
+                "{what}: this reconcile has read {total} bytes; {}",
+                raise(&self.plugin, "read-per-reconcile", cap)
+            )));
+        }
+        Ok(())
     }
 
     /// Count a capability call by its result and hand the result to the guest.

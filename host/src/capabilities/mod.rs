@@ -9,6 +9,7 @@ pub mod call;
 pub mod capability;
 pub mod error;
 pub mod gate;
+pub mod limits;
 pub mod registry;
 mod services;
 

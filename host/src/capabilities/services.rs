@@ -1,8 +1,10 @@
 //! What every plugin's calls share host-wide: the backends, the journal and
 //! the budgets. Built once per process (`tend run`, or a one-shot command).
 
+use super::call::Call;
 use super::capability::BackendEnv;
-use super::gate::{BudgetRule, Budgets, Caller, Gate};
+use super::gate::{BudgetRule, Budgets, Caller, Gate, Planned};
+use super::limits::Limits;
 use super::registry::{Backends, Fakes, Settings};
 use crate::journal::Journal;
 use std::path::Path;
@@ -45,8 +47,16 @@ impl Services {
         (services, fakes)
     }
 
-    /// The mutation gate of one reconcile by `caller`.
-    pub fn gate(&self, caller: Caller) -> Gate {
-        Gate::new(caller, self.journal.clone(), self.budgets.clone())
+    /// What the adapters of one reconcile by `caller` share, its gate
+    /// included; `planned` shares a plan's budget counts across plugins.
+    pub fn call(&self, caller: Caller, limits: Limits, planned: Option<Planned>) -> Arc<Call> {
+        let gate = Gate::new(
+            caller,
+            limits,
+            self.journal.clone(),
+            self.budgets.clone(),
+            planned,
+        );
+        Call::new(gate, limits)
     }
 }

@@ -4,6 +4,7 @@
 
 use super::node::{Node, plugin_named};
 use super::report;
+use crate::capabilities::gate;
 use crate::config::Config;
 use crate::runtime::CallRequest;
 use crate::scheduler::{Trigger, trigger};
@@ -45,6 +46,7 @@ pub async fn plan(config_path: &Path, name: Option<&str>) -> anyhow::Result<Exit
         None => node.config.enabled_plugins().cloned().collect(),
     };
     let mut ok = true;
+    let planned = gate::Planned::default();
     for loaded in node.load(plugins).await {
         let plugin = match loaded.plugin {
             Ok(plugin) => plugin,
@@ -56,6 +58,7 @@ pub async fn plan(config_path: &Path, name: Option<&str>) -> anyhow::Result<Exit
         };
         let request = CallRequest {
             services: &node.services,
+            planned: Some(planned.clone()),
             triggers: vec![Trigger::new(trigger::MANUAL)],
             node_name: &node.config.host.node_name,
             dry_run: true,
@@ -91,6 +94,7 @@ pub async fn reconcile(config_path: &Path, name: &str) -> anyhow::Result<ExitCod
     }
     let request = CallRequest {
         services: &node.services,
+        planned: None,
         triggers: vec![Trigger::new(trigger::MANUAL)],
         node_name: &node.config.host.node_name,
         dry_run,

@@ -3,10 +3,11 @@
 //! then resolved into absolute paths and defaults.
 
 pub mod diff;
-mod values;
 
 pub use crate::capabilities::Grants;
-pub use values::ByteSize;
+pub use crate::capabilities::limits::Limits;
+use crate::units as values;
+pub use crate::units::ByteSize;
 
 use crate::capabilities::capability::Capability;
 use crate::capabilities::gate::BudgetRule;
@@ -57,35 +58,6 @@ pub struct PluginConfig {
     pub limits: Limits,
     /// `[plugins.<name>.config]` as JSON text, handed to the plugin.
     pub config_json: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Limits {
-    /// Largest linear memory the plugin may grow to.
-    #[serde(default = "Limits::default_memory")]
-    pub memory: ByteSize,
-    /// Wall-clock deadline of one reconcile, host calls included.
-    #[serde(default = "Limits::default_timeout", with = "values::duration")]
-    pub timeout: Duration,
-}
-
-impl Limits {
-    fn default_memory() -> ByteSize {
-        ByteSize(64 << 20)
-    }
-    fn default_timeout() -> Duration {
-        Duration::from_secs(30)
-    }
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            memory: Self::default_memory(),
-            timeout: Self::default_timeout(),
-        }
-    }
 }
 
 /// A config error that says where and what was expected.

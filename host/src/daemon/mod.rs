@@ -54,6 +54,8 @@ pub struct Shared {
     config: RwLock<Arc<Config>>,
     /// What each trigger source watches, for `/status/NAME`.
     waits_on: RwLock<std::collections::HashMap<String, Vec<String>>>,
+    /// Held while `/plan` runs: one plan at a time.
+    planning: tokio::sync::Mutex<()>,
 }
 
 enum Event {
@@ -91,6 +93,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         config_error: RwLock::new(None),
         config: RwLock::new(Arc::new(config.clone())),
         waits_on: RwLock::default(),
+        planning: tokio::sync::Mutex::const_new(()),
         runtime: runtime.clone(),
         triggers: Triggers::default(),
     });

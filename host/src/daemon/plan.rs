@@ -4,6 +4,7 @@
 //! or last result in the table; the planned mutations are journaled as plans.
 
 use super::Shared;
+use crate::capabilities::gate::Planned;
 use crate::runtime::CallRequest;
 use crate::scheduler::{Trigger, trigger};
 
@@ -11,10 +12,16 @@ use crate::scheduler::{Trigger, trigger};
 pub async fn run(shared: &Shared, name: Option<&str>) -> Result<Vec<serde_json::Value>, String> {
     let targets: Vec<_> = {
         let table = shared.table.read().unwrap();
-        if let Some(name) = name
-            && !table.plugins.contains_key(name)
-        {
-            return Err(format!("no plugin {name:?} in the running config\n"));
+        if let Some(name) = name {
+            match table.plugins.get(name) {
+                None => return Err(format!("no plugin {name:?} in the running config\n")),
+                Some(entry) if !entry.config.enabled => {
+                    return Err(format!(
+                        "{name} is disabled in the running config: set enabled = true to plan it\n"
+                    ));
+                }
+                Some(_) => {}
+            }
         }
         table
             .plugins
@@ -23,6 +30,11 @@ pub async fn run(shared: &Shared, name: Option<&str>) -> Result<Vec<serde_json::
             .map(|(n, e)| (n.clone(), e.compiled.clone(), e.config.clone()))
             .collect()
     };
+    // One plan at a time: a plan is a full reconcile of every plugin it names.
+    let Ok(_turn) = shared.planning.try_lock() else {
+        return Err("another plan is running; try again when it is done\n".into());
+    };
+    let planned = Planned::default();
     let node_name = shared.host.read().unwrap().node_name.clone();
     let mut summaries = Vec::new();
     for (name, compiled, config) in targets {
@@ -38,6 +50,7 @@ pub async fn run(shared: &Shared, name: Option<&str>) -> Result<Vec<serde_json::
         };
         let request = CallRequest {
             services: &shared.services,
+            planned: Some(planned.clone()),
             triggers: vec![Trigger::new(trigger::MANUAL)],
             node_name: &node_name,
             dry_run: true,

@@ -55,6 +55,7 @@ impl Runner for DaemonRunner {
                 };
                 let request = CallRequest {
                     services: &shared.services,
+                    planned: None,
                     triggers,
                     node_name: &node_name,
                     dry_run,

@@ -7,8 +7,8 @@
 
 use super::store::{CallState, MemoryLimiter};
 use super::{CompiledPlugin, Runtime};
-use crate::capabilities::gate::Caller;
-use crate::capabilities::{Call, CallCount, CapError, Capabilities, Mutation, Services};
+use crate::capabilities::gate::{Caller, Planned};
+use crate::capabilities::{CallCount, CapError, Capabilities, Mutation, Services};
 use crate::config::PluginConfig;
 use crate::scheduler::Trigger;
 use crate::wit::types;
@@ -20,6 +20,11 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 /// Bytes of stdout/stderr kept per reconcile (a panic message lands there).
 const OUTPUT_CAPACITY: usize = 64 * 1024;
+
+/// How long a reconcile cut off by its deadline waits for mutations still
+/// running (a large write on the blocking pool) before it is reported, so
+/// their results are journaled and nothing outlives the report for long.
+pub const SETTLE_GRACE: Duration = Duration::from_secs(3);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -106,6 +111,8 @@ impl ReconcileReport {
 /// Everything about a reconcile that is not the plugin or its config.
 pub struct CallRequest<'a> {
     pub services: &'a Services,
+    /// A plan of several plugins shares what it planned (budgets count it).
+    pub planned: Option<Planned>,
     pub triggers: Vec<Trigger>,
     pub node_name: &'a str,
     pub dry_run: bool,
@@ -161,7 +168,9 @@ impl Runtime {
             triggers: request.triggers.iter().map(Trigger::to_string).collect(),
             dry_run: request.dry_run,
         };
-        let call = Call::new(request.services.gate(caller));
+        let call = request
+            .services
+            .call(caller, config.limits, request.planned.clone());
         let caps = Capabilities::for_call(&request.services.backends, &config.grants, &call);
         let (mut store, output) = self.new_store(plugin, caps, config.limits.memory.0);
         let ctx = types::Context {
@@ -187,17 +196,20 @@ impl Runtime {
                 .await
         };
         let result = tokio::time::timeout(config.limits.timeout, run).await;
+        if result.is_err() && !call.gate.settle(SETTLE_GRACE).await {
+            tracing::warn!(plugin = %config.name, "a mutation cut off by the deadline is still running after {SETTLE_GRACE:?}; its result will be journaled when it ends");
+        }
         let result = match result {
             Err(_) => Err(Failure::Deadline {
                 plugin: config.name.clone(),
                 limit: config.limits.timeout,
             }),
-            Ok(Ok(Ok(outcome))) => Ok(from_wit_outcome(outcome)),
+            Ok(Ok(Ok(outcome))) => Ok(from_wit_outcome(outcome, config.limits.min_requeue)),
             Ok(Ok(Err(error))) => Err(Failure::Plugin(CapError::from(error))),
             Ok(Err(e)) => Err(classify(e, &store, &output, config)),
         };
         forward_output(&config.name, &output);
-        call.gate.sync();
+        call.gate.sync().await;
         ReconcileReport {
             result,
             mutations: call.gate.mutations(),
@@ -229,7 +241,7 @@ impl Runtime {
             triggers: vec![],
             dry_run: true,
         };
-        let call = Call::new(services.gate(caller));
+        let call = services.call(caller, config.limits, None);
         let caps = Capabilities::for_call(&services.backends, &config.grants, &call);
         let (mut store, output) = self.new_store(plugin, caps, config.limits.memory.0);
         let _ticking = self.ticker.running();
@@ -252,7 +264,9 @@ impl Runtime {
     }
 }
 
-fn from_wit_outcome(outcome: types::Outcome) -> Outcome {
+/// The outcome; a requeue sooner than `min_requeue` waits that long (a plugin
+/// asking for 0 ms must not spin the host).
+fn from_wit_outcome(outcome: types::Outcome, min_requeue: Duration) -> Outcome {
     Outcome {
         health: match outcome.health {
             types::Health::Healthy => Health::Healthy,
@@ -260,7 +274,9 @@ fn from_wit_outcome(outcome: types::Outcome) -> Outcome {
             types::Health::Degraded => Health::Degraded,
         },
         message: outcome.message,
-        requeue_after: outcome.requeue_after_ms.map(Duration::from_millis),
+        requeue_after: outcome
+            .requeue_after_ms
+            .map(|ms| Duration::from_millis(ms).max(min_requeue)),
     }
 }
 

@@ -9,11 +9,24 @@ use super::grants::{FileGrant, Resolved, refuse_root, resolve};
 use super::real::RealFiles;
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::{BackendEnv, Capability, NoSettings};
-use crate::capabilities::error::{CapError, outcome};
+use crate::capabilities::error::CapError;
 use crate::capabilities::gate::{Admission, Intent, diff};
+use crate::capabilities::limits::raise;
 use std::sync::Arc;
 
 const DEFAULT_MODE: u32 = 0o644;
+
+/// The permission bits of a write: setuid, setgid and sticky are refused, so a
+/// plugin under a root-owned Tend can never plant a setuid binary.
+fn file_mode(path: &str, mode: Option<u32>) -> Result<u32, CapError> {
+    let mode = mode.unwrap_or(DEFAULT_MODE);
+    if mode & !0o777 != 0 {
+        return Err(CapError::Invalid(format!(
+            "{path}: mode {mode:o} has bits beyond 0o777 (setuid, setgid, sticky or file type); plugins write plain permission bits only"
+        )));
+    }
+    Ok(mode)
+}
 
 pub struct PluginFiles {
     backend: Arc<dyn FileBackend>,
@@ -69,19 +82,40 @@ impl PluginFiles {
         resolve(&self.grants, &self.call.plugin, path, write)
     }
 
+    /// The most one read may return.
+    fn read_cap(&self) -> u64 {
+        self.call.limits.read_per_call.0
+    }
+
     /// Content and mode of the regular file at `r`, or None when there is none.
+    /// A file too large to compare counts as different.
     async fn current(&self, r: &Resolved) -> Result<Option<(Vec<u8>, u32)>, CapError> {
         match self.backend.metadata(&r.root, &r.rel).await? {
-            Some(m) if m.kind == FileKind::File => {
-                Ok(Some((self.backend.read(&r.root, &r.rel).await?, m.mode)))
+            Some(m) if m.kind == FileKind::File && m.size <= self.read_cap() => {
+                let contents = self.backend.read(&r.root, &r.rel, self.read_cap()).await?;
+                Ok(Some((contents, m.mode)))
             }
+            Some(m) if m.kind == FileKind::File => Ok(Some((Vec::new(), u32::MAX))),
             _ => Ok(None),
         }
     }
 
     pub async fn read(&self, path: String) -> Result<Vec<u8>, CapError> {
         let r = self.resolve(&path, false)?;
-        self.backend.read(&r.root, &r.rel).await
+        let cap = self.read_cap();
+        if let Some(meta) = self.backend.metadata(&r.root, &r.rel).await?
+            && meta.kind == FileKind::File
+            && meta.size > cap
+        {
+            return Err(CapError::Invalid(format!(
+                "{path} is {} bytes, more than one read may return; {}",
+                meta.size,
+                raise(&self.call.plugin, "read-per-call", self.call.limits.read_per_call)
+            )));
+        }
+        let contents = self.backend.read(&r.root, &r.rel, cap).await?;
+        self.call.spend_read(&path, contents.len() as u64)?;
+        Ok(contents)
     }
 
     pub async fn write(
@@ -92,7 +126,7 @@ impl PluginFiles {
     ) -> Result<bool, CapError> {
         let r = self.resolve(&path, true)?;
         refuse_root(&r, &path, "directory, not a file")?;
-        let mode = mode.unwrap_or(DEFAULT_MODE) & 0o7777;
+        let mode = file_mode(&path, mode)?;
         let before = self.current(&r).await?;
         if before
             .as_ref()
@@ -112,19 +146,16 @@ impl PluginFiles {
         let intent = Intent {
             capability: "files",
             operation: "write",
-            target: path,
+            target: r.root.join(&r.rel).display().to_string(),
             detail,
             diff,
         };
         match self.call.gate.admit(intent).await? {
             Admission::Planned => Ok(true),
             Admission::Go(permit) => {
-                let result = self
-                    .backend
-                    .write(&permit, &r.root, &r.rel, contents, mode)
-                    .await;
-                permit.finish(outcome(&result));
-                result
+                self.backend
+                    .write(permit, &r.root, &r.rel, contents, mode)
+                    .await
             }
         }
     }
@@ -143,17 +174,13 @@ impl PluginFiles {
         let intent = Intent {
             capability: "files",
             operation: "remove",
-            target: path,
+            target: r.root.join(&r.rel).display().to_string(),
             detail,
             diff: None,
         };
         match self.call.gate.admit(intent).await? {
             Admission::Planned => Ok(true),
-            Admission::Go(permit) => {
-                let result = self.backend.remove(&permit, &r.root, &r.rel).await;
-                permit.finish(outcome(&result));
-                result
-            }
+            Admission::Go(permit) => self.backend.remove(permit, &r.root, &r.rel).await,
         }
     }
 

@@ -62,50 +62,65 @@ impl FakeFiles {
     }
 }
 
+impl FakeFiles {
+    fn write_now(&self, path: &Path, contents: Vec<u8>, mode: u32) -> Result<bool, CapError> {
+        self.act("write", path)?;
+        let new = (contents, mode);
+        let old = self.files.lock().unwrap().insert(path.to_path_buf(), new.clone());
+        Ok(old != Some(new))
+    }
+
+    fn remove_now(&self, path: &Path) -> Result<bool, CapError> {
+        self.act("remove", path)?;
+        if self.is_dir(path) {
+            return Err(CapError::Conflict(format!("{} is not empty", path.display())));
+        }
+        Ok(self.files.lock().unwrap().remove(path).is_some())
+    }
+}
+
 fn not_found(path: &Path) -> CapError {
     CapError::NotFound(format!("{} does not exist", path.display()))
 }
 
 #[async_trait::async_trait]
 impl FileBackend for FakeFiles {
-    async fn read(&self, root: &Path, rel: &Path) -> Result<Vec<u8>, CapError> {
+    async fn read(&self, root: &Path, rel: &Path, max: u64) -> Result<Vec<u8>, CapError> {
         let path = root.join(rel);
-        self.files
+        let contents = self
+            .files
             .lock()
             .unwrap()
             .get(&path)
             .map(|(c, _)| c.clone())
-            .ok_or_else(|| not_found(&path))
+            .ok_or_else(|| not_found(&path))?;
+        if contents.len() as u64 > max {
+            return Err(CapError::Invalid(format!(
+                "{} is {} bytes, more than the {max} one read may return",
+                path.display(),
+                contents.len()
+            )));
+        }
+        Ok(contents)
     }
 
     async fn write(
         &self,
-        _: &Permit,
+        permit: Permit,
         root: &Path,
         rel: &Path,
         contents: Vec<u8>,
         mode: u32,
     ) -> Result<bool, CapError> {
-        self.act("write", &root.join(rel))?;
-        let new = (contents, mode);
-        Ok(self
-            .files
-            .lock()
-            .unwrap()
-            .insert(root.join(rel), new.clone())
-            != Some(new))
+        let result = self.write_now(&root.join(rel), contents, mode);
+        permit.finish_with(&result);
+        result
     }
 
-    async fn remove(&self, _: &Permit, root: &Path, rel: &Path) -> Result<bool, CapError> {
-        let path = root.join(rel);
-        self.act("remove", &path)?;
-        if self.is_dir(&path) {
-            return Err(CapError::Conflict(format!(
-                "{} is not empty",
-                path.display()
-            )));
-        }
-        Ok(self.files.lock().unwrap().remove(&path).is_some())
+    async fn remove(&self, permit: Permit, root: &Path, rel: &Path) -> Result<bool, CapError> {
+        let result = self.remove_now(&root.join(rel));
+        permit.finish_with(&result);
+        result
     }
 
     async fn list(&self, root: &Path, rel: &Path) -> Result<Vec<DirEntry>, CapError> {

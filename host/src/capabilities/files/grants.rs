@@ -6,13 +6,21 @@ use crate::capabilities::error::CapError;
 pub use tend_grants::files::{FileGrant, Resolved};
 
 /// Resolve `path` inside the plugin's grants; a write needs `write = true`.
+/// Tend's own `/proc/<pid>` is never granted (its environment, memory and
+/// file descriptors), whatever the grants say.
 pub fn resolve(
     grants: &[FileGrant],
     plugin: &str,
     path: &str,
     write: bool,
 ) -> Result<Resolved, CapError> {
-    Ok(tend_grants::files::resolve(grants, plugin, path, write)?)
+    let resolved = tend_grants::files::resolve(grants, plugin, path, write)?;
+    if tend_grants::files::is_own_proc(&resolved.root.join(&resolved.rel), std::process::id()) {
+        return Err(CapError::Denied(format!(
+            "{path}: Tend's own /proc entries (its environment, memory, file descriptors) are never granted"
+        )));
+    }
+    Ok(resolved)
 }
 
 /// A mutation of the granted root itself is refused: it is the operator's.

@@ -80,11 +80,47 @@ fn dir_or_self(dir: &Dir, rel: &Path) -> io::Result<Dir> {
     }
 }
 
+/// Open `rel` without blocking (a FIFO would block an ordinary open forever)
+/// and read it if it is a regular file of at most `max` bytes.
+fn read_regular(dir: &Dir, root: &Path, rel: &Path, max: u64) -> Result<Vec<u8>, CapError> {
+    use std::io::Read;
+    let err = |e| io_error(root, rel, e);
+    let nonblocking = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+    let file = dir
+        .open_with(rel, OpenOptions::new().read(true).custom_flags(nonblocking))
+        .map_err(err)?;
+    let meta = file.metadata().map_err(err)?;
+    if !meta.is_file() {
+        return Err(CapError::Invalid(format!(
+            "{} is not a regular file (a FIFO, socket, device or directory): files reads only regular files",
+            root.join(rel).display()
+        )));
+    }
+    if meta.len() > max {
+        return Err(CapError::Invalid(format!(
+            "{} is {} bytes, more than the {max} one read may return",
+            root.join(rel).display(),
+            meta.len()
+        )));
+    }
+    let mut contents = Vec::with_capacity(meta.len() as usize);
+    // `take`: a file that grows while it is read still stops at the bound.
+    file.into_std()
+        .take(max + 1)
+        .read_to_end(&mut contents)
+        .map_err(err)?;
+    if contents.len() as u64 > max {
+        return Err(CapError::Invalid(format!(
+            "{} grew past {max} bytes while it was read",
+            root.join(rel).display()
+        )));
+    }
+    Ok(contents)
+}
+
 impl Blocking {
-    fn read(&self, root: &Path, rel: &Path) -> Result<Vec<u8>, CapError> {
-        open_root(root, false)?
-            .read(rel)
-            .map_err(|e| io_error(root, rel, e))
+    fn read(&self, root: &Path, rel: &Path, max: u64) -> Result<Vec<u8>, CapError> {
+        read_regular(&open_root(root, false)?, root, rel, max)
     }
 
     fn write(&self, root: &Path, rel: &Path, contents: &[u8], mode: u32) -> Result<bool, CapError> {
@@ -100,9 +136,15 @@ impl Blocking {
             return Err(err(e));
         }
         let parent = dir_or_self(&dir, parent_rel).map_err(err)?;
+        let mode = mode & 0o777;
         match parent.symlink_metadata(name) {
-            Ok(meta) if meta.is_file() && meta.mode() & 0o7777 == mode => {
-                if parent.read(name).map_err(err)? == contents {
+            Ok(meta)
+                if meta.is_file()
+                    && meta.mode() & 0o7777 == mode
+                    && meta.len() == contents.len() as u64 =>
+            {
+                let name = Path::new(name);
+                if read_regular(&parent, root, name, contents.len() as u64)? == contents {
                     return Ok(false);
                 }
             }
@@ -219,26 +261,38 @@ fn owned(root: &Path, rel: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
 
 #[async_trait::async_trait]
 impl FileBackend for RealFiles {
-    async fn read(&self, root: &Path, rel: &Path) -> Result<Vec<u8>, CapError> {
+    async fn read(&self, root: &Path, rel: &Path, max: u64) -> Result<Vec<u8>, CapError> {
         let (root, rel) = owned(root, rel);
-        blocking(move || Blocking.read(&root, &rel)).await
+        blocking(move || Blocking.read(&root, &rel, max)).await
     }
 
     async fn write(
         &self,
-        _: &Permit,
+        permit: Permit,
         root: &Path,
         rel: &Path,
         contents: Vec<u8>,
         mode: u32,
     ) -> Result<bool, CapError> {
         let (root, rel) = owned(root, rel);
-        blocking(move || Blocking.write(&root, &rel, &contents, mode)).await
+        // The permit travels with the work: a write the deadline cut off still
+        // journals its real result when it completes.
+        blocking(move || {
+            let result = Blocking.write(&root, &rel, &contents, mode);
+            permit.finish_with(&result);
+            result
+        })
+        .await
     }
 
-    async fn remove(&self, _: &Permit, root: &Path, rel: &Path) -> Result<bool, CapError> {
+    async fn remove(&self, permit: Permit, root: &Path, rel: &Path) -> Result<bool, CapError> {
         let (root, rel) = owned(root, rel);
-        blocking(move || Blocking.remove(&root, &rel)).await
+        blocking(move || {
+            let result = Blocking.remove(&root, &rel);
+            permit.finish_with(&result);
+            result
+        })
+        .await
     }
 
     async fn list(&self, root: &Path, rel: &Path) -> Result<Vec<DirEntry>, CapError> {
@@ -312,7 +366,7 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), dir.path().join("escape")).unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("link")).unwrap();
         for rel in ["escape/secret", "link"] {
-            let err = Blocking.read(dir.path(), Path::new(rel)).unwrap_err();
+            let err = Blocking.read(dir.path(), Path::new(rel), 1 << 20).unwrap_err();
             assert!(matches!(err, CapError::Denied(_)), "{rel}: {err}");
         }
         let err = Blocking
@@ -334,6 +388,34 @@ mod tests {
     }
 
     #[test]
+    fn only_regular_files_are_read_and_never_with_a_blocking_open() {
+        let dir = root();
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let err = Blocking.read(dir.path(), Path::new("fifo"), 1 << 20).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        std::fs::write(dir.path().join("big"), vec![0u8; 100]).unwrap();
+        let err = Blocking.read(dir.path(), Path::new("big"), 99).unwrap_err();
+        assert!(err.to_string().contains("more than the 99 one read may return"), "{err}");
+        assert_eq!(Blocking.read(dir.path(), Path::new("big"), 100).unwrap().len(), 100);
+    }
+
+    #[test]
+    fn setuid_setgid_and_sticky_bits_never_reach_the_disk() {
+        let dir = root();
+        assert!(Blocking.write(dir.path(), Path::new("x"), b"x", 0o7755).unwrap());
+        let mode = std::fs::metadata(dir.path().join("x")).unwrap().permissions();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777, 0o755);
+    }
+
+    #[test]
     fn remove_and_missing_paths() {
         let dir = root();
         let rel = Path::new("a/b");
@@ -347,7 +429,7 @@ mod tests {
         assert!(Blocking.remove(dir.path(), Path::new("a")).unwrap());
         assert_eq!(Blocking.metadata(dir.path(), rel).unwrap(), None);
         assert!(matches!(
-            Blocking.read(dir.path(), rel),
+            Blocking.read(dir.path(), rel, 1 << 20),
             Err(CapError::NotFound(_))
         ));
     }

@@ -104,7 +104,7 @@ async fn a_failed_mutation_is_journaled_with_its_error() {
     fake.fail_mutations_with(Some(CapError::Unavailable("disk on fire".into())));
     let err = files.remove(EXISTING.into()).await.unwrap_err();
     assert_eq!(err.kind(), "unavailable");
-    files.call.gate.sync();
+    files.call.gate.sync().await;
     let (entries, _) = journal::read(dir.path(), &Filter::default()).unwrap();
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].result, "unavailable: disk on fire");

@@ -158,6 +158,17 @@ impl Ledger {
         })
     }
 
+    /// Forget the spend on `target` at `at_ms` (its mutation never started).
+    pub fn refund(&mut self, target: &str, at_ms: u64) {
+        if let Some(i) = self
+            .spends
+            .iter()
+            .rposition(|s| s.target == target && s.at_ms == at_ms)
+        {
+            self.spends.remove(i);
+        }
+    }
+
     /// Record a spend and forget what no rule needs any more.
     pub fn spend(&mut self, rule: &BudgetRule, target: &str, now_ms: u64) {
         self.spends.push(Spend {

@@ -106,17 +106,20 @@ impl Budgets {
     }
 
     /// Spend from every budget covering `operation`, all or nothing, and
-    /// persist before the mutation is allowed to happen.
-    pub async fn spend(&self, operation: &str, target: &str, now_ms: u64) -> Result<(), CapError> {
+    /// persist before the mutation is allowed to happen. The clock is read
+    /// under the ledgers' lock, so spends are recorded in time order. Returns
+    /// the spend's time, for [`Budgets::refund`].
+    pub async fn spend(&self, operation: &str, target: &str) -> Result<u64, CapError> {
         let rules = self.applicable(operation);
         if rules.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         for rule in &rules {
             self.load(&rule.name).await?;
         }
-        {
+        let now_ms = {
             let mut ledgers = self.ledgers.lock().unwrap();
+            let now_ms = super::now_ms();
             for rule in &rules {
                 ledgers[&rule.name]
                     .check(rule, operation, target, now_ms, &[])
@@ -126,14 +129,40 @@ impl Budgets {
                 let ledger = ledgers.get_mut(&rule.name).expect("loaded above");
                 ledger.spend(rule, target, now_ms);
             }
+            now_ms
+        };
+        if let Err(e) = self.persist(&rules).await {
+            self.refund(operation, target, now_ms).await;
+            return Err(e);
         }
+        Ok(now_ms)
+    }
+
+    /// Give back a spend whose mutation never started (its intent could not
+    /// be journaled): a slot is not lost to nothing.
+    pub async fn refund(&self, operation: &str, target: &str, at_ms: u64) {
+        let rules = self.applicable(operation);
+        {
+            let mut ledgers = self.ledgers.lock().unwrap();
+            for rule in &rules {
+                if let Some(ledger) = ledgers.get_mut(&rule.name) {
+                    ledger.refund(target, at_ms);
+                }
+            }
+        }
+        if let Err(e) = self.persist(&rules).await {
+            tracing::warn!("cannot persist a budget refund: {e}");
+        }
+    }
+
+    async fn persist(&self, rules: &[BudgetRule]) -> Result<(), CapError> {
         let _turn = self.persist.lock().await;
-        for rule in &rules {
+        for rule in rules {
             let bytes = {
                 let ledgers = self.ledgers.lock().unwrap();
                 serde_json::to_vec(&ledgers[&rule.name]).expect("a ledger serializes")
             };
-            self.store.set(LEDGERS, &rule.name, bytes).await?;
+            self.store.set(LEDGERS, &rule.name, bytes, None).await?;
         }
         Ok(())
     }
@@ -187,15 +216,15 @@ mod tests {
     async fn spends_are_shared_persisted_and_reloaded() {
         let store = Arc::new(FakeState::default());
         let budgets = Budgets::new(rules(), store.clone());
-        budgets.spend("files.remove", "/a", 1000).await.unwrap();
-        budgets.spend("files.write", "/w", 1000).await.unwrap();
-        budgets.spend("files.remove", "/b", 1001).await.unwrap();
-        let err = budgets.spend("files.remove", "/c", 1002).await.unwrap_err();
+        budgets.spend("files.remove", "/a").await.unwrap();
+        budgets.spend("files.write", "/w").await.unwrap();
+        let at = budgets.spend("files.remove", "/b").await.unwrap();
+        let err = budgets.spend("files.remove", "/c").await.unwrap_err();
         assert_eq!(err.kind(), "budget-exhausted");
         // A new process over the same store sees the same spends.
         let again = Budgets::new(rules(), store);
-        assert!(again.check("files.remove", "/c", 1003, &[]).await.is_err());
-        let status = again.status(1003).await;
+        assert!(again.check("files.remove", "/c", at, &[]).await.is_err());
+        let status = again.status(at).await;
         assert_eq!((status[0].used, status[0].max), (2, 2));
         assert!(status[0].next_free.is_some());
     }
@@ -212,12 +241,32 @@ mod tests {
             min_interval_per_target: Duration::ZERO,
         });
         let budgets = Budgets::new(rules, store);
-        budgets.spend("files.remove", "/a", 0).await.unwrap();
-        assert!(budgets.spend("files.remove", "/b", 1).await.is_err());
-        let status = budgets.status(2).await;
+        let at = budgets.spend("files.remove", "/a").await.unwrap();
+        assert!(budgets.spend("files.remove", "/b").await.is_err());
+        let status = budgets.status(at).await;
         assert_eq!(
             status[0].used, 1,
             "the larger budget was not charged for the refusal"
         );
+        budgets.refund("files.remove", "/a", at).await;
+        assert_eq!(budgets.status(at).await[0].used, 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_spends_never_exceed_the_budget() {
+        let mut rules = rules();
+        rules[0].max = 7;
+        let budgets = Arc::new(Budgets::new(rules, Arc::new(FakeState::default())));
+        let tasks: Vec<_> = (0..40)
+            .map(|i| {
+                let budgets = budgets.clone();
+                tokio::spawn(async move { budgets.spend("files.remove", &format!("/{i}")).await })
+            })
+            .collect();
+        let mut granted = 0;
+        for task in tasks {
+            granted += usize::from(task.await.unwrap().is_ok());
+        }
+        assert_eq!(granted, 7);
     }
 }

@@ -17,11 +17,14 @@ pub use budget::{BudgetRule, Ledger};
 pub use budgets::{BudgetStatus, Budgets};
 
 use super::error::CapError;
+use super::limits::{Limits, raise};
 pub use crate::journal::INTERRUPTED;
 use crate::journal::{Entry, Journal, Phase};
+use crate::text::inert;
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// A mutation a plugin asked for, as the report and the journal show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -76,13 +79,14 @@ pub fn describe(
     let detail = if detail.is_empty() {
         String::new()
     } else {
-        format!(" ({detail})")
+        format!(" ({})", inert(detail))
     };
     let result = if result == "ok" {
         String::new()
     } else {
-        format!(": {result}")
+        format!(": {}", inert(result))
     };
+    let target = inert(target);
     format!("{verb} {capability}.{operation} {target}{detail}{result}")
 }
 
@@ -106,11 +110,16 @@ pub struct Caller {
     pub dry_run: bool,
 }
 
+/// What one plan (of one plugin or several) has planned so far, so budgets
+/// refuse in a plan what they would refuse for real.
+pub type Planned = Arc<Mutex<Vec<(String, String)>>>;
+
 /// What the gate decided.
 pub enum Admission {
     /// A dry run: recorded into the plan; answer as the real call would have.
     Planned,
-    /// Perform it with this permit, then [`Permit::finish`].
+    /// Perform it: hand the permit to the backend, which finishes it with the
+    /// result when the effect is done (even after the reconcile was cut off).
     Go(Permit),
 }
 
@@ -119,19 +128,28 @@ pub struct Gate(Arc<Inner>);
 
 struct Inner {
     caller: Caller,
+    limits: Limits,
+    /// Mutations recorded (planned, admitted, refused) and journal bytes
+    /// written in this reconcile: both bounded by the plugin's limits.
+    recorded: AtomicU32,
+    journal_bytes: AtomicU64,
+    /// Admitted mutations not finished yet, and a wake-up when one finishes.
+    in_flight: AtomicUsize,
+    finished: tokio::sync::Notify,
     /// Unique per reconcile: the journal pairs intents with results by it.
     run_id: String,
     seq: AtomicU32,
     journal: Option<Arc<Journal>>,
     budgets: Arc<Budgets>,
     mutations: Mutex<Vec<Mutation>>,
-    /// (operation, target) a dry run planned: budgets count them without spending.
-    planned: Mutex<Vec<(String, String)>>,
+    /// (operation, target) a dry run planned: budgets count them without
+    /// spending. Shared by every plugin of one `tend plan`.
+    planned: Planned,
     /// Results appended without fsync since the last [`Gate::sync`].
     unsynced: AtomicBool,
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
@@ -140,16 +158,27 @@ fn now_ms() -> u64 {
 
 impl Gate {
     /// `journal`: None only where nothing may mutate (describe, unit tests).
-    pub fn new(caller: Caller, journal: Option<Arc<Journal>>, budgets: Arc<Budgets>) -> Gate {
+    pub fn new(
+        caller: Caller,
+        limits: Limits,
+        journal: Option<Arc<Journal>>,
+        budgets: Arc<Budgets>,
+        planned: Option<Planned>,
+    ) -> Gate {
         let run_id = format!("{:x}-{:08x}", now_ms(), fastrand::u32(..));
         Gate(Arc::new(Inner {
             caller,
+            limits,
+            recorded: AtomicU32::new(0),
+            journal_bytes: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            finished: tokio::sync::Notify::new(),
             run_id,
             seq: AtomicU32::new(0),
             journal,
             budgets,
             mutations: Mutex::default(),
-            planned: Mutex::default(),
+            planned: planned.unwrap_or_default(),
             unsynced: AtomicBool::new(false),
         }))
     }
@@ -162,8 +191,37 @@ impl Gate {
         self.0.caller.dry_run
     }
 
+    /// Refuse a mutation over the reconcile's own bounds: how many it may
+    /// record, and how much journal it may write (room for intent and result).
+    fn within_limits(&self, intent: &Intent) -> Result<(), CapError> {
+        let inner = &self.0;
+        let plugin = &inner.caller.plugin;
+        if inner.recorded.fetch_add(1, Ordering::Relaxed) >= inner.limits.mutations {
+            return Err(CapError::BudgetExhausted(format!(
+                "{} {}: this reconcile already made {} mutations; {}",
+                intent.operation,
+                inert(&intent.target),
+                inner.limits.mutations,
+                raise(plugin, "mutations", inner.limits.mutations)
+            )));
+        }
+        let line =
+            Journal::line(&self.entry(intent, "", Phase::Intent, String::new())).len() as u64;
+        let cap = inner.limits.journal_per_reconcile;
+        if inner.journal_bytes.fetch_add(2 * line, Ordering::Relaxed) + 2 * line > cap.0 {
+            return Err(CapError::BudgetExhausted(format!(
+                "{} {}: this reconcile's journal entries would pass {cap}; {}",
+                intent.operation,
+                inert(&intent.target),
+                raise(plugin, "journal-per-reconcile", cap)
+            )));
+        }
+        Ok(())
+    }
+
     /// Pass `intent` through dry run, budgets and the journal's intent record.
     pub async fn admit(&self, intent: Intent) -> Result<Admission, CapError> {
+        self.within_limits(&intent)?;
         let operation = format!("{}.{}", intent.capability, intent.operation);
         let now = now_ms();
         let inner = &self.0;
@@ -183,10 +241,13 @@ impl Gate {
             self.record(&intent, Phase::Planned, super::error::outcome(&check));
             return check.map(|()| Admission::Planned);
         }
-        if let Err(refusal) = inner.budgets.spend(&operation, &intent.target, now).await {
-            self.record(&intent, Phase::Refused, refusal.to_string());
-            return Err(refusal);
-        }
+        let spent_at = match inner.budgets.spend(&operation, &intent.target).await {
+            Ok(at) => at,
+            Err(refusal) => {
+                self.record(&intent, Phase::Refused, refusal.to_string());
+                return Err(refusal);
+            }
+        };
         let id = format!(
             "{}-{}",
             inner.run_id,
@@ -194,14 +255,24 @@ impl Gate {
         );
         if let Some(journal) = &inner.journal {
             let entry = self.entry(&intent, &id, Phase::Intent, String::new());
-            journal.append(&[entry], true).map_err(|e| {
-                CapError::Unavailable(format!(
+            // The fsync runs on the blocking pool, never on a tokio worker.
+            let appender = journal.clone();
+            let appended = tokio::task::spawn_blocking(move || appender.append(&[entry], true))
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+            if let Err(e) = appended {
+                inner
+                    .budgets
+                    .refund(&operation, &intent.target, spent_at)
+                    .await;
+                return Err(CapError::Unavailable(format!(
                     "cannot journal {operation} {} in {}: {e}; nothing was done (Tend does not act unrecorded)",
-                    intent.target,
+                    inert(&intent.target),
                     journal.dir().display()
-                ))
-            })?;
+                )));
+            }
         }
+        inner.in_flight.fetch_add(1, Ordering::SeqCst);
         Ok(Admission::Go(Permit {
             gate: self.clone(),
             id,
@@ -253,17 +324,40 @@ impl Gate {
         });
     }
 
-    /// Make every result journaled so far durable (once per reconcile).
-    pub fn sync(&self) {
-        if self.0.unsynced.swap(false, Ordering::Relaxed)
-            && let Some(journal) = &self.0.journal
-            && let Err(e) = journal.sync()
-        {
-            tracing::error!(
-                "cannot fsync the journal in {}: {e}",
-                journal.dir().display()
-            );
+    /// Make every result journaled so far durable (once per reconcile, on the
+    /// blocking pool).
+    pub async fn sync(&self) {
+        if !self.0.unsynced.swap(false, Ordering::Relaxed) {
+            return;
         }
+        let Some(journal) = self.0.journal.clone() else {
+            return;
+        };
+        let plugin = self.0.caller.plugin.clone();
+        let dir = journal.dir().display().to_string();
+        let synced = tokio::task::spawn_blocking(move || journal.sync(&plugin))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        if let Err(e) = synced {
+            tracing::error!("cannot fsync the journal in {dir}: {e}");
+        }
+    }
+
+    /// Wait (at most `grace`) for admitted mutations still running, for example
+    /// a large write on the blocking pool when the deadline cut the reconcile
+    /// off; true when none is left.
+    pub async fn settle(&self, grace: Duration) -> bool {
+        let inner = &self.0;
+        let wait = async {
+            loop {
+                let finished = inner.finished.notified();
+                if inner.in_flight.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                finished.await;
+            }
+        };
+        tokio::time::timeout(grace, wait).await.is_ok()
     }
 
     /// The mutations of this reconcile so far, in call order.
@@ -272,7 +366,9 @@ impl Gate {
     }
 }
 
-/// Leave to perform one admitted mutation. Finish it with its result.
+/// Leave to perform one admitted mutation: the backend consumes it and
+/// finishes it with the result when the effect is done. Dropped unfinished
+/// (the reconcile was cut off), it journals the mutation as interrupted.
 pub struct Permit {
     gate: Gate,
     id: String,
@@ -280,9 +376,14 @@ pub struct Permit {
 }
 
 impl Permit {
-    /// Journal the result ("ok" or the error) and list the mutation.
+    /// Journal the result ("ok", or the error) and list the mutation.
     pub fn finish(mut self, result: String) {
         self.close(result);
+    }
+
+    /// Finish with the outcome of `result`.
+    pub fn finish_with<T>(self, result: &Result<T, CapError>) {
+        self.finish(super::error::outcome(result));
     }
 
     fn close(&mut self, result: String) {
@@ -309,23 +410,8 @@ impl Permit {
             dry_run: false,
             result,
         });
-    }
-
-    #[cfg(test)]
-    pub fn for_tests() -> Permit {
-        let gate = Gate::new(
-            Caller::default(),
-            None,
-            Arc::new(Budgets::new(
-                vec![],
-                Arc::new(crate::capabilities::state::FakeState::default()),
-            )),
-        );
-        Permit {
-            gate,
-            id: String::new(),
-            intent: None,
-        }
+        gate.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        gate.0.finished.notify_waiters();
     }
 }
 

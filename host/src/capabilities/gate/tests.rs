@@ -1,4 +1,5 @@
 use super::*;
+use crate::capabilities::limits::Limits;
 use crate::capabilities::state::FakeState;
 use crate::journal::{self, Filter};
 use std::time::Duration;
@@ -21,7 +22,13 @@ fn gate(dir: &std::path::Path, dry_run: bool, budgets: Arc<Budgets>) -> Gate {
         triggers: vec!["manual".into()],
         dry_run,
     };
-    Gate::new(caller, Some(Arc::new(Journal::open(dir).unwrap())), budgets)
+    Gate::new(
+        caller,
+        Limits::default(),
+        Some(Arc::new(Journal::open(dir).unwrap())),
+        budgets,
+        None,
+    )
 }
 
 fn remove(target: &str) -> Intent {
@@ -49,7 +56,7 @@ async fn the_intent_is_durable_before_the_mutation_and_the_result_after() {
     // While the mutation runs, the journal already holds it, without a result.
     assert_eq!(journaled(dir.path()), [("/a".into(), INTERRUPTED.into())]);
     permit.finish("ok".into());
-    gate.sync();
+    gate.sync().await;
     assert_eq!(journaled(dir.path()), [("/a".into(), "ok".into())]);
     assert_eq!(gate.mutations()[0].describe(), "did files.remove /a");
 }
@@ -117,4 +124,72 @@ async fn a_dry_run_plans_checks_budgets_and_spends_nothing() {
         real.admit(remove("/a")).await,
         Ok(Admission::Go(_))
     ));
+}
+
+#[tokio::test]
+async fn a_reconcile_records_at_most_its_limit_of_mutations() {
+    let dir = tempfile::tempdir().unwrap();
+    let caller = Caller {
+        plugin: "flood".into(),
+        dry_run: false,
+        ..Caller::default()
+    };
+    let limits = Limits {
+        mutations: 3,
+        ..Limits::default()
+    };
+    let journal = Arc::new(Journal::open(dir.path()).unwrap());
+    let gate = Gate::new(caller, limits, Some(journal), budgets(100), None);
+    for i in 0..3 {
+        let Admission::Go(permit) = gate.admit(remove(&format!("/{i}"))).await.unwrap() else {
+            panic!()
+        };
+        permit.finish("ok".into());
+    }
+    let err = gate.admit(remove("/3")).await.err().unwrap();
+    assert!(
+        err.to_string()
+            .contains("raise [plugins.flood.limits] mutations (now 3)"),
+        "{err}"
+    );
+    assert_eq!(
+        gate.mutations().len(),
+        3,
+        "the refusal is not recorded again"
+    );
+}
+
+#[tokio::test]
+async fn journal_bytes_per_reconcile_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        journal_per_reconcile: crate::units::ByteSize(4096),
+        ..Limits::default()
+    };
+    let journal = Arc::new(Journal::open(dir.path()).unwrap());
+    let gate = Gate::new(Caller::default(), limits, Some(journal), budgets(100), None);
+    let long = format!("/{}", "x".repeat(1500));
+    assert!(gate.admit(remove(&long)).await.is_ok());
+    let err = gate.admit(remove(&long)).await.err().unwrap();
+    assert!(err.to_string().contains("journal-per-reconcile"), "{err}");
+}
+
+#[tokio::test]
+async fn settle_waits_for_a_mutation_still_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = gate(dir.path(), false, budgets(10));
+    let Admission::Go(permit) = gate.admit(remove("/slow")).await.unwrap() else {
+        panic!()
+    };
+    assert!(
+        !gate.settle(Duration::from_millis(20)).await,
+        "still running"
+    );
+    let finisher = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        permit.finish("ok".into());
+    });
+    assert!(gate.settle(Duration::from_secs(5)).await);
+    finisher.await.unwrap();
+    assert_eq!(gate.mutations()[0].result, "ok");
 }

@@ -73,6 +73,10 @@ impl PluginHttp {
             &request.method,
             &request.url,
         )?;
+        // The URL as parsed, so one target has one spelling (budgets, journal).
+        if let Ok(parsed) = reqwest::Url::parse(&request.url) {
+            request.url = parsed.to_string();
+        }
         let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
         if is_safe(&request.method) {
             return self.backend.probe(request, timeout).await;
@@ -93,14 +97,7 @@ impl PluginHttp {
                 "dry run: {} {} is recorded in the plan, not sent",
                 request.method, request.url
             ))),
-            Admission::Go(permit) => {
-                let result = self.backend.send(&permit, request, timeout).await;
-                permit.finish(match &result {
-                    Ok(response) => format!("ok (status {})", response.status),
-                    Err(e) => e.to_string(),
-                });
-                result
-            }
+            Admission::Go(permit) => self.backend.send(permit, request, timeout).await,
         }
     }
 }

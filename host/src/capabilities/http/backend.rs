@@ -1,5 +1,6 @@
 //! The http backend. A request with a method that changes something can only
-//! be sent with a [`Permit`] from the mutation gate; probes need none.
+//! be sent with a [`Permit`] from the mutation gate, which the backend
+//! finishes with the outcome; probes need none.
 
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
@@ -38,10 +39,11 @@ pub trait HttpBackend: Send + Sync + 'static {
         request: HttpRequest,
         timeout: Duration,
     ) -> Result<HttpResponse, CapError>;
-    /// Send any request; the body is bounded by [`MAX_BODY`].
+    /// Send any request; the body is bounded by [`MAX_BODY`]. Finishes the
+    /// permit with the outcome.
     async fn send(
         &self,
-        permit: &Permit,
+        permit: Permit,
         request: HttpRequest,
         timeout: Duration,
     ) -> Result<HttpResponse, CapError>;
@@ -53,4 +55,12 @@ pub fn not_a_probe(request: &HttpRequest) -> CapError {
         "{} {}: not a probe; this method goes through the mutation gate",
         request.method, request.url
     ))
+}
+
+/// The journal result of a sent request: "ok (status 201)" or the error.
+pub fn sent_outcome(result: &Result<HttpResponse, CapError>) -> String {
+    match result {
+        Ok(response) => format!("ok (status {})", response.status),
+        Err(e) => e.to_string(),
+    }
 }

@@ -1,7 +1,7 @@
 //! A scripted HTTP backend for tests: answers by URL, records every request,
 //! refuses unscripted ones like a connection refused.
 
-use super::backend::{HttpBackend, HttpRequest, HttpResponse, is_safe, not_a_probe};
+use super::backend::{HttpBackend, HttpRequest, HttpResponse, is_safe, not_a_probe, sent_outcome};
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
 use std::collections::HashMap;
@@ -54,10 +54,12 @@ impl HttpBackend for FakeHttp {
 
     async fn send(
         &self,
-        _: &Permit,
+        permit: Permit,
         request: HttpRequest,
         _: Duration,
     ) -> Result<HttpResponse, CapError> {
-        self.answer(request)
+        let result = self.answer(request);
+        permit.finish(sent_outcome(&result));
+        result
     }
 }

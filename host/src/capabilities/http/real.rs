@@ -1,7 +1,9 @@
 //! Real HTTP through reqwest: no redirects, no proxies from the environment
 //! (probes must reach the named endpoint), bounded bodies.
 
-use super::backend::{HttpBackend, HttpRequest, HttpResponse, MAX_BODY, is_safe, not_a_probe};
+use super::backend::{
+    HttpBackend, HttpRequest, HttpResponse, MAX_BODY, is_safe, not_a_probe, sent_outcome,
+};
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
 use std::time::Duration;
@@ -61,11 +63,13 @@ impl HttpBackend for RealHttp {
 
     async fn send(
         &self,
-        _: &Permit,
+        permit: Permit,
         request: HttpRequest,
         timeout: Duration,
     ) -> Result<HttpResponse, CapError> {
-        self.exchange(request, timeout).await
+        let result = self.exchange(request, timeout).await;
+        permit.finish(sent_outcome(&result));
+        result
     }
 }
 

@@ -1,18 +1,28 @@
-//! The `log` adapter of one reconcile: tags lines with the plugin's name and
-//! keeps them within the per-reconcile budget.
+//! The `log` adapter of one reconcile: tags lines with the plugin's name,
+//! makes them inert (a newline cannot forge a host log line), and keeps them
+//! within the plugin's limits per reconcile and per minute.
 
 use super::backend::{Level, LogBackend};
 use super::fake::FakeLog;
-use super::grants::LogBudget;
+use super::grants::{LogCap, MinuteWindow, Spent};
 use super::real::TracingLog;
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::{AlwaysGranted, BackendEnv, Capability, NoSettings};
-use std::sync::{Arc, Mutex};
+use crate::text::inert;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Instant;
+
+/// Each plugin's current minute, across its reconciles (one entry per plugin
+/// name the process has run).
+static MINUTES: LazyLock<Mutex<HashMap<String, MinuteWindow<Instant>>>> =
+    LazyLock::new(Mutex::default);
 
 pub struct PluginLog {
     backend: Arc<dyn LogBackend>,
     pub(super) call: Arc<Call>,
-    budget: Mutex<LogBudget>,
+    spent: Mutex<Spent>,
+    dropped: Mutex<usize>,
 }
 
 impl Capability for PluginLog {
@@ -40,7 +50,8 @@ impl Capability for PluginLog {
         PluginLog {
             backend: backend.clone(),
             call: call.clone(),
-            budget: Mutex::default(),
+            spent: Mutex::default(),
+            dropped: Mutex::default(),
         }
     }
 
@@ -53,17 +64,77 @@ impl Capability for PluginLog {
 }
 
 impl PluginLog {
-    /// Emit one line; false when it was dropped because the budget is used up.
-    pub async fn log(&self, level: Level, message: &str) -> bool {
-        if !self.budget.lock().unwrap().admit(message.len()) {
+    fn admit(&self, len: usize) -> bool {
+        let limits = &self.call.limits;
+        let per_reconcile = LogCap {
+            lines: limits.log_lines,
+            bytes: limits.log_bytes.0,
+        };
+        let per_minute = LogCap {
+            lines: limits.log_lines_per_minute,
+            bytes: limits.log_bytes_per_minute.0,
+        };
+        let mut spent = self.spent.lock().unwrap();
+        let mut fits = *spent;
+        if !fits.admit(per_reconcile, len) {
             return false;
         }
-        self.backend.emit(&self.call.plugin, level, message).await;
+        let now = Instant::now();
+        let mut minutes = MINUTES.lock().unwrap();
+        let minute = minutes
+            .entry(self.call.plugin.clone())
+            .or_insert_with(|| MinuteWindow::new(now));
+        if !minute.admit(now, per_minute, len) {
+            return false;
+        }
+        *spent = fits;
+        true
+    }
+
+    /// Emit one line; false when it was dropped because a limit is reached.
+    pub async fn log(&self, level: Level, message: &str) -> bool {
+        if !self.admit(message.len()) {
+            *self.dropped.lock().unwrap() += 1;
+            return false;
+        }
+        self.backend
+            .emit(&self.call.plugin, level, &inert(message))
+            .await;
         true
     }
 
     /// Lines dropped so far in this reconcile.
     pub fn dropped(&self) -> usize {
-        self.budget.lock().unwrap().dropped()
+        *self.dropped.lock().unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::limits::Limits;
+    use crate::capabilities::testing::call_with_limits;
+
+    #[tokio::test]
+    async fn lines_are_inert_and_bounded_per_reconcile_and_per_minute() {
+        let limits = Limits {
+            log_lines: 3,
+            log_lines_per_minute: 5,
+            ..Limits::default()
+        };
+        let (backend, fake) = PluginLog::fake();
+        let first = PluginLog::for_call(&backend, &AlwaysGranted, &call_with_limits("chatty", false, limits));
+        assert!(first.log(Level::Info, "a\nFORGED host line").await);
+        for _ in 0..5 {
+            first.log(Level::Info, "").await;
+        }
+        assert_eq!((fake.lines().len(), first.dropped()), (3, 3));
+        assert_eq!(fake.lines()[0].2, "a\\nFORGED host line");
+        // The next reconcile has its own 3 lines, but only 2 are left this minute.
+        let second = PluginLog::for_call(&backend, &AlwaysGranted, &call_with_limits("chatty", false, limits));
+        for _ in 0..3 {
+            second.log(Level::Info, "x").await;
+        }
+        assert_eq!((fake.lines().len(), second.dropped()), (5, 1));
     }
 }

@@ -11,5 +11,5 @@ mod wit;
 pub use adapter::PluginLog;
 pub use backend::{Level, LogBackend};
 pub use fake::FakeLog;
-pub use grants::MAX_LOG_BYTES;
+pub use grants::LINE_COST;
 pub use real::TracingLog;

@@ -2,20 +2,28 @@
 //! overlay that this reconcile reads back and that is then dropped, so a plan
 //! never changes what the next real reconcile remembers.
 
-use super::backend::StateBackend;
+use super::backend::{Quota, StateBackend};
 use super::fake::FakeState;
 use super::grants::{check_key, check_value};
 use super::real::RedbState;
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::{AlwaysGranted, BackendEnv, Capability, NoSettings};
 use crate::capabilities::error::CapError;
+use crate::capabilities::limits::raise;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 pub struct PluginState {
     backend: Arc<dyn StateBackend>,
     pub(super) call: Arc<Call>,
-    overlay: Mutex<BTreeMap<String, Option<Vec<u8>>>>,
+    overlay: Mutex<Overlay>,
+}
+
+/// A dry run's state writes, and the bytes they hold (bounded).
+#[derive(Default)]
+struct Overlay {
+    entries: BTreeMap<String, Option<Vec<u8>>>,
+    bytes: u64,
 }
 
 impl Capability for PluginState {
@@ -58,9 +66,25 @@ impl Capability for PluginState {
 }
 
 impl PluginState {
+    /// Hold a dry run's write in the overlay, within `dry-run-overlay` bytes.
+    fn overlay_put(&self, key: &str, value: Option<Vec<u8>>) -> Result<(), CapError> {
+        let cap = self.call.limits.dry_run_overlay;
+        let mut overlay = self.overlay.lock().unwrap();
+        let size = (key.len() + value.as_ref().map_or(0, Vec::len)) as u64;
+        if overlay.bytes + size > cap.0 {
+            return Err(CapError::BudgetExhausted(format!(
+                "this dry run's state writes would hold more than {cap}; {}",
+                raise(&self.call.plugin, "dry-run-overlay", cap)
+            )));
+        }
+        overlay.bytes += size;
+        overlay.entries.insert(key.to_string(), value);
+        Ok(())
+    }
+
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, CapError> {
         check_key(key)?;
-        if let Some(value) = self.overlay.lock().unwrap().get(key) {
+        if let Some(value) = self.overlay.lock().unwrap().entries.get(key) {
             return Ok(value.clone());
         }
         self.backend.get(&self.call.plugin, key).await
@@ -70,20 +94,22 @@ impl PluginState {
         check_key(key)?;
         check_value(key, &value)?;
         if self.call.dry_run {
-            self.overlay
-                .lock()
-                .unwrap()
-                .insert(key.to_string(), Some(value));
-            return Ok(());
+            return self.overlay_put(key, Some(value));
         }
-        self.backend.set(&self.call.plugin, key, value).await
+        let quota = Quota {
+            keys: self.call.limits.state_keys,
+            bytes: self.call.limits.state_bytes,
+        };
+        self.backend
+            .set(&self.call.plugin, key, value, Some(quota))
+            .await
     }
 
     pub async fn delete(&self, key: &str) -> Result<bool, CapError> {
         check_key(key)?;
         if self.call.dry_run {
             let existed = self.get(key).await?.is_some();
-            self.overlay.lock().unwrap().insert(key.to_string(), None);
+            self.overlay_put(key, None)?;
             return Ok(existed);
         }
         self.backend.delete(&self.call.plugin, key).await
@@ -93,6 +119,7 @@ impl PluginState {
         let mut keys = self.backend.list_keys(&self.call.plugin, prefix).await?;
         let overlay = self.overlay.lock().unwrap();
         for (key, value) in overlay
+            .entries
             .range(prefix.to_string()..)
             .take_while(|(k, _)| k.starts_with(prefix))
         {

@@ -2,11 +2,48 @@
 //! another's keys.
 
 use crate::capabilities::error::CapError;
+use crate::capabilities::limits::raise;
+use crate::units::ByteSize;
+
+/// How much one plugin may keep. Keys and values both count as bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    pub keys: u32,
+    pub bytes: ByteSize,
+}
+
+impl Quota {
+    /// Check what the plugin would hold after a write; the error names the
+    /// limit to raise.
+    pub fn check(&self, plugin: &str, keys: u64, bytes: u64) -> Result<(), CapError> {
+        if keys > self.keys as u64 {
+            return Err(CapError::BudgetExhausted(format!(
+                "state would hold {keys} keys; {}",
+                raise(plugin, "state-keys", self.keys)
+            )));
+        }
+        if bytes > self.bytes.0 {
+            return Err(CapError::BudgetExhausted(format!(
+                "state would hold {bytes} bytes; {}",
+                raise(plugin, "state-bytes", self.bytes)
+            )));
+        }
+        Ok(())
+    }
+}
 
 #[async_trait::async_trait]
 pub trait StateBackend: Send + Sync + 'static {
     async fn get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, CapError>;
-    async fn set(&self, plugin: &str, key: &str, value: Vec<u8>) -> Result<(), CapError>;
+    /// Store a value; with a quota, refuse (storing nothing) when the plugin
+    /// would hold more than it allows.
+    async fn set(
+        &self,
+        plugin: &str,
+        key: &str,
+        value: Vec<u8>,
+        quota: Option<Quota>,
+    ) -> Result<(), CapError>;
     async fn delete(&self, plugin: &str, key: &str) -> Result<bool, CapError>;
     /// Sorted.
     async fn list_keys(&self, plugin: &str, prefix: &str) -> Result<Vec<String>, CapError>;

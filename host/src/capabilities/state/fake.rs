@@ -1,6 +1,6 @@
 //! An in-memory state store for tests: records writes, injects failures.
 
-use super::backend::StateBackend;
+use super::backend::{Quota, StateBackend};
 use crate::capabilities::error::CapError;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -38,8 +38,22 @@ impl StateBackend for FakeState {
         let entries = self.entries.lock().unwrap();
         Ok(entries.get(&(plugin.into(), key.into())).cloned())
     }
-    async fn set(&self, plugin: &str, key: &str, value: Vec<u8>) -> Result<(), CapError> {
+    async fn set(
+        &self,
+        plugin: &str,
+        key: &str,
+        value: Vec<u8>,
+        quota: Option<Quota>,
+    ) -> Result<(), CapError> {
         self.check()?;
+        if let Some(quota) = quota {
+            let entries = self.entries.lock().unwrap();
+            let mine = entries.iter().filter(|((p, k), _)| p == plugin && k != key);
+            let (keys, bytes) = mine.fold((1u64, (key.len() + value.len()) as u64), |(n, b), ((_, k), v)| {
+                (n + 1, b + (k.len() + v.len()) as u64)
+            });
+            quota.check(plugin, keys, bytes)?;
+        }
         self.actions
             .lock()
             .unwrap()

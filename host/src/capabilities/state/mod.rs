@@ -10,7 +10,7 @@ mod real;
 mod wit;
 
 pub use adapter::PluginState;
-pub use backend::StateBackend;
+pub use backend::{Quota, StateBackend};
 pub use fake::FakeState;
 pub use grants::{MAX_KEY, MAX_VALUE};
 pub use real::RedbState;

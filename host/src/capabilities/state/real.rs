@@ -3,13 +3,43 @@
 //! calling task (measured: microseconds); commits fsync, so they run on the
 //! blocking pool, never on a tokio worker.
 
-use super::backend::StateBackend;
+use super::backend::{Quota, StateBackend};
 use crate::capabilities::error::CapError;
-use redb::{Database, ReadableDatabase, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
 use std::sync::Arc;
 
 const TABLE: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("plugin-state");
+/// Per plugin: (keys, bytes of keys and values), kept in step with TABLE in
+/// the same transactions, so a quota check never scans.
+const USAGE: TableDefinition<&str, (u64, u64)> = TableDefinition::new("plugin-usage");
+
+/// The plugin's usage, computed once from TABLE when USAGE has no row yet
+/// (state written before quotas existed).
+fn usage(txn: &redb::WriteTransaction, plugin: &str) -> Result<(u64, u64), CapError> {
+    if let Some(row) = txn.open_table(USAGE).map_err(unavailable)?.get(plugin).map_err(unavailable)? {
+        return Ok(row.value());
+    }
+    let table = txn.open_table(TABLE).map_err(unavailable)?;
+    let mut totals = (0u64, 0u64);
+    for entry in table.range((plugin, "")..).map_err(unavailable)? {
+        let (k, v) = entry.map_err(unavailable)?;
+        let (p, key) = k.value();
+        if p != plugin {
+            break;
+        }
+        totals = (totals.0 + 1, totals.1 + (key.len() + v.value().len()) as u64);
+    }
+    Ok(totals)
+}
+
+fn set_usage(txn: &redb::WriteTransaction, plugin: &str, usage: (u64, u64)) -> Result<(), CapError> {
+    txn.open_table(USAGE)
+        .map_err(unavailable)?
+        .insert(plugin, usage)
+        .map_err(unavailable)?;
+    Ok(())
+}
 
 pub struct RedbState {
     db: Arc<Database>,
@@ -67,14 +97,31 @@ impl StateBackend for RedbState {
             .map(|v| v.value().to_vec()))
     }
 
-    async fn set(&self, plugin: &str, key: &str, value: Vec<u8>) -> Result<(), CapError> {
+    async fn set(
+        &self,
+        plugin: &str,
+        key: &str,
+        value: Vec<u8>,
+        quota: Option<Quota>,
+    ) -> Result<(), CapError> {
         let (plugin, key) = (plugin.to_string(), key.to_string());
         commit(&self.db, move |txn| {
-            txn.open_table(TABLE)
+            let (keys, bytes) = usage(txn, &plugin)?;
+            let mut table = txn.open_table(TABLE).map_err(unavailable)?;
+            let old = table
+                .get((plugin.as_str(), key.as_str()))
                 .map_err(unavailable)?
+                .map(|v| (key.len() + v.value().len()) as u64);
+            let keys = keys + u64::from(old.is_none());
+            let bytes = bytes - old.unwrap_or(0) + (key.len() + value.len()) as u64;
+            if let Some(quota) = quota {
+                quota.check(&plugin, keys, bytes)?;
+            }
+            table
                 .insert((plugin.as_str(), key.as_str()), value.as_slice())
                 .map_err(unavailable)?;
-            Ok(())
+            drop(table);
+            set_usage(txn, &plugin, (keys, bytes))
         })
         .await
     }
@@ -82,12 +129,17 @@ impl StateBackend for RedbState {
     async fn delete(&self, plugin: &str, key: &str) -> Result<bool, CapError> {
         let (plugin, key) = (plugin.to_string(), key.to_string());
         commit(&self.db, move |txn| {
-            Ok(txn
+            let (keys, bytes) = usage(txn, &plugin)?;
+            let removed = txn
                 .open_table(TABLE)
                 .map_err(unavailable)?
                 .remove((plugin.as_str(), key.as_str()))
                 .map_err(unavailable)?
-                .is_some())
+                .map(|v| (key.len() + v.value().len()) as u64);
+            if let Some(size) = removed {
+                set_usage(txn, &plugin, (keys - 1, bytes - size))?;
+            }
+            Ok(removed.is_some())
         })
         .await
     }
@@ -119,15 +171,15 @@ mod tests {
         {
             let store = RedbState::open(&path).unwrap();
             store
-                .set("a", "written/docker.io", b"1".to_vec())
+                .set("a", "written/docker.io", b"1".to_vec(), None)
                 .await
                 .unwrap();
             store
-                .set("a", "written/quay.io", b"2".to_vec())
+                .set("a", "written/quay.io", b"2".to_vec(), None)
                 .await
                 .unwrap();
-            store.set("a", "other", b"3".to_vec()).await.unwrap();
-            store.set("ab", "written/x", b"4".to_vec()).await.unwrap();
+            store.set("a", "other", b"3".to_vec(), None).await.unwrap();
+            store.set("ab", "written/x", b"4".to_vec(), None).await.unwrap();
             assert!(store.delete("a", "other").await.unwrap());
             assert!(!store.delete("a", "other").await.unwrap());
         }
@@ -141,6 +193,28 @@ mod tests {
             Some(b"2".to_vec())
         );
         assert_eq!(store.get("ab", "written/quay.io").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_quota_bounds_keys_and_bytes_and_deletes_give_room_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbState::open(&dir.path().join("state.redb")).unwrap();
+        let quota = Some(Quota {
+            keys: 2,
+            bytes: crate::units::ByteSize(100),
+        });
+        store.set("p", "a", vec![0; 40], quota).await.unwrap();
+        store.set("p", "a", vec![0; 45], quota).await.unwrap();
+        store.set("p", "b", vec![0; 40], quota).await.unwrap();
+        let err = store.set("p", "c", vec![], quota).await.unwrap_err();
+        assert!(err.to_string().contains("raise [plugins.p.limits] state-keys (now 2)"), "{err}");
+        let err = store.set("p", "b", vec![0; 60], quota).await.unwrap_err();
+        assert!(err.to_string().contains("state-bytes"), "{err}");
+        assert_eq!(store.get("p", "b").await.unwrap().unwrap().len(), 40, "nothing stored");
+        assert!(store.delete("p", "a").await.unwrap());
+        store.set("p", "c", vec![0; 50], quota).await.unwrap();
+        // Another plugin has its own quota.
+        store.set("q", "a", vec![0; 90], quota).await.unwrap();
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Config values that validate themselves while being parsed, so that a bad
-//! value is reported at its own line and column.
+//! Sizes and durations as operators write them ("64MiB", "10s"), validating
+//! themselves while being parsed so a bad value is reported at its own line
+//! and column. A leaf module: the config and the capabilities' limits use it.
 
 use serde::{Deserialize, Deserializer, de::Error as _};
 
