@@ -288,11 +288,6 @@ pub fn read(state_dir: &Path, filter: &Filter) -> io::Result<(Vec<Entry>, usize)
                 skipped += 1;
                 continue;
             };
-            let wanted = filter.plugin.as_ref().is_none_or(|p| *p == entry.plugin)
-                && cutoff.is_none_or(|c| entry.time_ms >= c);
-            if !wanted {
-                continue;
-            }
             match entry.phase {
                 Phase::Result if intents.contains_key(&entry.id) => {
                     let at = intents.remove(&entry.id).expect("checked");
@@ -307,6 +302,11 @@ pub fn read(state_dir: &Path, filter: &Filter) -> io::Result<(Vec<Entry>, usize)
             }
         }
     }
+    // Filter after pairing, so a result never loses its intent to the filter.
+    entries.retain(|entry| {
+        filter.plugin.as_ref().is_none_or(|p| *p == entry.plugin)
+            && cutoff.is_none_or(|c| entry.time_ms >= c)
+    });
     // Each plugin's file is in order; merge them by time (stable: ties keep file order).
     entries.sort_by_key(|e| e.time_ms);
     Ok((entries, skipped))

@@ -128,6 +128,9 @@ pub fn main() -> ExitCode {
             } => validate::inspect(&file).await,
         }
     });
+    // A blocking operation a plugin left behind (it is bounded, but may still
+    // be finishing) must not keep the process alive past a short grace.
+    runtime.shutdown_timeout(crate::runtime::SETTLE_GRACE);
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -2,13 +2,14 @@
 //! and those a daemon answers with (both are [`ReconcileReport::summary`] JSON).
 
 use crate::capabilities::gate::describe;
+use crate::text::inert;
 use serde_json::Value;
 
 /// "mirror-gate: healthy: 1 cache mirrored (12 ms)" or the failure, then one
 /// line per mutation, each planned content change as an indented diff.
 pub fn print(summary: &Value, by: &str) {
     let plugin = summary["plugin"].as_str().unwrap_or_default();
-    let message = summary["message"].as_str().unwrap_or_default();
+    let message = inert(summary["message"].as_str().unwrap_or_default());
     let took = format!(
         "{:.0} ms{by}",
         summary["elapsed_ms"].as_f64().unwrap_or(0.0)

@@ -106,7 +106,10 @@ pub async fn show_plugin(config_path: &Path, name: &str, json: bool) -> anyhow::
         return Ok(ExitCode::SUCCESS);
     }
     let p: Value = serde_json::from_str(&body)?;
-    let text = |v: &Value| v.as_str().map_or_else(|| "-".to_string(), str::to_string);
+    let text = |v: &Value| {
+        v.as_str()
+            .map_or_else(|| "-".to_string(), |s| crate::text::inert(s).into_owned())
+    };
     println!("{}: {}", name, text(&p["state"]));
     println!("  file:     {} ({})", text(&p["file"]), text(&p["digest"]));
     if let Some(error) = p["load_error"].as_str() {
@@ -123,20 +126,13 @@ pub async fn show_plugin(config_path: &Path, name: &str, json: bool) -> anyhow::
             last["health"].as_str().unwrap_or("FAILED"),
             text(&last["message"])
         );
-        for m in last["mutations"].as_array().into_iter().flatten() {
-            let field = |k: &str| m[k].as_str().unwrap_or_default().to_string();
-            println!(
-                "    {}",
-                crate::capabilities::gate::describe(
-                    m["dry_run"].as_bool().unwrap_or(false),
-                    &field("capability"),
-                    &field("operation"),
-                    &field("target"),
-                    &field("detail"),
-                    &field("result"),
-                )
-            );
-        }
+    }
+    for noted in p["recent_mutations"].as_array().into_iter().flatten() {
+        println!(
+            "  mutation: {} {}",
+            text(&noted["time"]),
+            text(&noted["mutation"])
+        );
     }
     for refusal in p["budget_refusals"].as_array().into_iter().flatten() {
         println!(

@@ -4,9 +4,11 @@
 
 use super::Shared;
 use super::table::{LastRun, Lifecycle};
+use crate::capabilities::Mutation;
 use crate::journal::Entry;
 use crate::runtime::{CallRequest, Failure};
 use crate::scheduler::{RunFuture, RunResult, Runner, Trigger};
+use crate::text::inert;
 use std::sync::Arc;
 use tracing::Instrument;
 
@@ -126,7 +128,7 @@ impl Runner for DaemonRunner {
                             elapsed_ms,
                             compiler = ?plugin.compiler,
                             "{}",
-                            outcome.message
+                            inert(&outcome.message)
                         );
                         (
                             true,
@@ -136,7 +138,7 @@ impl Runner for DaemonRunner {
                         )
                     }
                     Err(failure) => {
-                        tracing::error!(elapsed_ms, compiler = ?plugin.compiler, "reconcile failed: {failure}");
+                        tracing::error!(elapsed_ms, compiler = ?plugin.compiler, "reconcile failed: {}", inert(&failure.to_string()));
                         (false, None, None, failure.to_string())
                     }
                 };
@@ -150,7 +152,7 @@ impl Runner for DaemonRunner {
                             Lifecycle::Failing
                         };
                     }
-                    entry.note_refusals(&time, &report.mutations);
+                    entry.note(&time, &report.mutations);
                     entry.last = Some(LastRun {
                         plugin: name.clone(),
                         time,
@@ -159,7 +161,12 @@ impl Runner for DaemonRunner {
                         health,
                         message,
                         elapsed_ms,
-                        mutations: report.mutations,
+                        // Diffs are for plans; /status holds no file contents.
+                        mutations: report
+                            .mutations
+                            .into_iter()
+                            .map(|m| Mutation { diff: None, ..m })
+                            .collect(),
                     });
                 }
                 RunResult { ok, requeue_after }

@@ -63,7 +63,10 @@ pub async fn plugin(shared: &Shared, name: &str) -> Option<String> {
     );
     waits_on.push("manual (tend reconcile)".into());
     let schedule = schedule.map(|s| {
-        let next = [s.next_interval, s.requeue_at]
+        // Pending triggers run as soon as the backoff allows; the rest wait
+        // for their time, and never before the backoff ends.
+        let pending_at = (!s.pending.is_empty()).then(|| s.backoff_until.unwrap_or_else(Instant::now));
+        let next = [s.next_interval, s.requeue_at, pending_at]
             .into_iter()
             .flatten()
             .min()
@@ -88,6 +91,7 @@ pub async fn plugin(shared: &Shared, name: &str) -> Option<String> {
         "load_error": entry.load_error,
         "reconciles": entry.reconciles,
         "last": entry.last,
+        "recent_mutations": entry.recent,
         "budget_refusals": entry.refusals,
         "schedule": schedule,
         "waits_on": waits_on,

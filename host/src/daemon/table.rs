@@ -7,7 +7,7 @@ use crate::capabilities::Mutation;
 use crate::config::PluginConfig;
 use crate::runtime::{CompiledPlugin, Compiler, Health};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,18 +72,30 @@ pub struct PluginEntry {
     /// Failed reconciles in a row.
     pub failures: u32,
     pub reconciles: u64,
-    /// The newest budget refusals (at most [`MAX_REFUSALS`]), oldest first.
-    pub refusals: std::collections::VecDeque<Refusal>,
+    /// The newest mutations and, apart, budget refusals (at most [`KEPT`]
+    /// each), oldest first: what `tend status NAME` shows.
+    pub recent: VecDeque<Noted>,
+    pub refusals: VecDeque<Noted>,
 }
 
-/// Budget refusals kept per plugin for `tend status NAME`.
-pub const MAX_REFUSALS: usize = 10;
+/// Mutations and refusals kept per plugin for `tend status NAME`.
+pub const KEPT: usize = 10;
 
-/// A mutation a budget refused.
+/// A mutation in words, and when.
 #[derive(Debug, Clone, Serialize)]
-pub struct Refusal {
+pub struct Noted {
     pub time: String,
     pub mutation: String,
+}
+
+fn keep(list: &mut VecDeque<Noted>, time: &str, mutation: &Mutation) {
+    if list.len() == KEPT {
+        list.pop_front();
+    }
+    list.push_back(Noted {
+        time: time.to_string(),
+        mutation: mutation.describe(),
+    });
 }
 
 impl PluginEntry {
@@ -101,23 +113,18 @@ impl PluginEntry {
             last: None,
             failures: 0,
             reconciles: 0,
+            recent: Default::default(),
             refusals: Default::default(),
         }
     }
 
-    /// Remember what the budgets refused in a reconcile (bounded).
-    pub fn note_refusals(&mut self, time: &str, mutations: &[Mutation]) {
-        for mutation in mutations
-            .iter()
-            .filter(|m| m.result.starts_with("budget-exhausted"))
-        {
-            if self.refusals.len() == MAX_REFUSALS {
-                self.refusals.pop_front();
+    /// Remember a reconcile's mutations and budget refusals (bounded).
+    pub fn note(&mut self, time: &str, mutations: &[Mutation]) {
+        for mutation in mutations {
+            match mutation.result.starts_with("budget-exhausted") {
+                true => keep(&mut self.refusals, time, mutation),
+                false => keep(&mut self.recent, time, mutation),
             }
-            self.refusals.push_back(Refusal {
-                time: time.to_string(),
-                mutation: mutation.describe(),
-            });
         }
     }
 }

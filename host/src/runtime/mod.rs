@@ -9,7 +9,7 @@ mod plugin;
 mod store;
 
 pub use cache::{ArtifactCache, CacheOutcome};
-pub use call::{CallRequest, Failure, Health, Outcome, PluginInfo, ReconcileReport};
+pub use call::{CallRequest, Failure, Health, Outcome, PluginInfo, ReconcileReport, SETTLE_GRACE};
 pub use engine::EpochTicker;
 pub use plugin::{CompiledPlugin, LoadError};
 pub use store::CallState;

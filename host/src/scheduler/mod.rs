@@ -49,7 +49,10 @@ enum Message {
     Interval(Option<Duration>),
 }
 
-type Senders = Arc<RwLock<HashMap<String, mpsc::UnboundedSender<Message>>>>;
+/// Each scheduled plugin's queue, with the generation of the loop reading it
+/// (a plugin removed and added again gets a new loop; the old one's last
+/// words must not overwrite the new one's published state).
+type Senders = Arc<RwLock<HashMap<String, (u64, mpsc::UnboundedSender<Message>)>>>;
 
 /// Where one plugin's loop stands, as it last published it.
 #[derive(Debug, Clone, Default)]
@@ -79,7 +82,7 @@ impl Triggers {
         let senders = self.senders.read().unwrap();
         senders
             .get(plugin)
-            .is_some_and(|s| s.send(Message::Trigger(trigger)).is_ok())
+            .is_some_and(|(_, s)| s.send(Message::Trigger(trigger)).is_ok())
     }
 
     /// Where `plugin`'s loop stands, if it is scheduled.
@@ -87,11 +90,15 @@ impl Triggers {
         self.schedules.read().unwrap().get(plugin).cloned()
     }
 
-    fn publish(&self, plugin: &str, state: ScheduleState) {
-        self.schedules
-            .write()
-            .unwrap()
-            .insert(plugin.to_string(), state);
+    /// Publish `state` if the loop of `generation` still owns `plugin`.
+    fn publish(&self, plugin: &str, generation: u64, state: ScheduleState) {
+        let senders = self.senders.read().unwrap();
+        if senders.get(plugin).is_some_and(|(g, _)| *g == generation) {
+            self.schedules
+                .write()
+                .unwrap()
+                .insert(plugin.to_string(), state);
+        }
     }
 }
 
@@ -101,6 +108,8 @@ pub struct Scheduler {
     runner: Arc<dyn Runner>,
     triggers: Triggers,
     tasks: JoinSet<()>,
+    /// Of the newest plugin loop.
+    generation: u64,
 }
 
 impl Scheduler {
@@ -115,6 +124,7 @@ impl Scheduler {
             runner,
             triggers,
             tasks: JoinSet::new(),
+            generation: 0,
         }
     }
 
@@ -123,7 +133,7 @@ impl Scheduler {
     pub fn upsert(&mut self, schedule: Schedule) {
         while self.tasks.try_join_next().is_some() {}
         let mut senders = self.triggers.senders.write().unwrap();
-        if let Some(sender) = senders.get(&schedule.plugin)
+        if let Some((_, sender)) = senders.get(&schedule.plugin)
             && sender.send(Message::Interval(schedule.interval)).is_ok()
         {
             return;
@@ -131,12 +141,13 @@ impl Scheduler {
         let (tx, rx) = mpsc::unbounded_channel();
         tx.send(Message::Trigger(Trigger::new(trigger::STARTUP)))
             .expect("receiver is alive");
-        senders.insert(schedule.plugin.clone(), tx);
+        self.generation += 1;
+        senders.insert(schedule.plugin.clone(), (self.generation, tx));
         self.tasks.spawn(plugin_loop(
             self.runner.clone(),
             schedule,
             rx,
-            self.triggers.clone(),
+            (self.triggers.clone(), self.generation),
         ));
     }
 
@@ -161,7 +172,7 @@ async fn plugin_loop(
     runner: Arc<dyn Runner>,
     schedule: Schedule,
     mut queue: mpsc::UnboundedReceiver<Message>,
-    triggers: Triggers,
+    (triggers, generation): (Triggers, u64),
 ) {
     let mut interval = schedule.interval;
     let mut pending = BTreeSet::new();
@@ -178,6 +189,7 @@ async fn plugin_loop(
                    requeue_at: Option<Instant>| {
         triggers.publish(
             &schedule.plugin,
+            generation,
             ScheduleState {
                 interval,
                 running,

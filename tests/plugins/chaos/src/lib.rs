@@ -26,8 +26,6 @@
 //! - `{"mode": "log-flood", "lines": N, "text": T}`: N log lines of text T.
 //! - `{"mode": "log", "message": M}`: one log line (newlines and escapes included).
 //! - `{"mode": "requeue", "ms": N}`: healthy, asking to run again after N ms.
-//! - `{"mode": "late-write", "path": P, "size": S, "after-ms": T}`: spin for T ms,
-//!   then write S bytes (a large write started just before the deadline).
 
 use serde::Deserialize;
 use tend_sdk::{Context, Error, Host, Outcome, Plugin, PluginInfo, Request, Result};
@@ -79,12 +77,7 @@ enum Mode {
     Requeue {
         ms: u64,
     },
-    #[serde(rename_all = "kebab-case")]
-    LateWrite {
-        path: String,
-        size: usize,
-        after_ms: u64,
-    },
+
     Remove {
         paths: Vec<String>,
     },
@@ -215,19 +208,6 @@ impl Plugin for Chaos {
             }
             Mode::Requeue { ms } => {
                 Ok(Outcome::healthy("again").requeue_after(std::time::Duration::from_millis(ms)))
-            }
-            Mode::LateWrite {
-                path,
-                size,
-                after_ms,
-            } => {
-                let started = std::time::Instant::now();
-                while started.elapsed() < std::time::Duration::from_millis(after_ms) {
-                    std::hint::black_box(0);
-                }
-                let content = vec![b'x'; size];
-                host.files().write(&path, &content, None)?;
-                Ok(Outcome::healthy("late write done"))
             }
             Mode::Post { url, timeout_ms } => {
                 let mut request =
