@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tend::capabilities::Services;
 use tend::capabilities::gate::{Admission, BudgetRule, Budgets, Caller, Gate, Intent};
 use tend::capabilities::limits::Limits;
-use tend::capabilities::state::FakeState;
+use tend::capabilities::state::{FakeState, RedbState};
 use tend::config::Config;
 use tend::journal::Journal;
 use tend::runtime::{CallRequest, Runtime};
@@ -257,4 +257,29 @@ async fn gate_costs() {
         samples
     };
     report("budget check (one budget covering the operation)", checks);
+
+    // A spend persists the ledger (a redb commit, fsynced) before the mutation.
+    let state_dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(RedbState::open(&state_dir.path().join("state.redb")).unwrap());
+    let rule = BudgetRule {
+        name: "removals".into(),
+        operations: vec!["files.remove".into()],
+        max: 100,
+        per: Duration::from_secs(3600),
+        min_interval_per_target: Duration::ZERO,
+    };
+    let budgets = Budgets::new(vec![rule], store);
+    let mut spends = Vec::new();
+    for i in 0..100 {
+        let started = Instant::now();
+        budgets
+            .spend("files.remove", &format!("/f{i}"))
+            .await
+            .unwrap();
+        spends.push(started.elapsed());
+    }
+    report(
+        "budget spend, persisted in redb (ledger of up to 100)",
+        spends,
+    );
 }

@@ -80,12 +80,43 @@ impl Host for FakeHost {
     }
 }
 
+/// How the fakes decide one shared grant case (`tend_grants::conformance`):
+/// the host runs the same cases through its adapters and compares.
+pub fn decide(case: &tend_grants::conformance::Case) -> tend_grants::conformance::Expect {
+    use tend_grants::Refusal;
+    use tend_grants::conformance::{Expect, Op, PLUGIN};
+    let host = FakeHost::named(PLUGIN);
+    for grant in &case.files {
+        host.files
+            .grant(grant.path.to_str().expect("UTF-8 grant"), grant.write);
+    }
+    for pattern in &case.http {
+        host.http.grant(&pattern.text);
+    }
+    let files = host.files();
+    let result = match &case.op {
+        Op::Read(path) => files.read(path).map(drop),
+        Op::Write(path) => files.write(path, b"x", None).map(drop),
+        Op::Remove(path) => files.remove(path).map(drop),
+        Op::List(path) => files.list(path).map(drop),
+        Op::Stat(path) => files.metadata(path).map(drop),
+        Op::Send { method, url } => {
+            let mut request = crate::Request::get(url);
+            request.method.clone_from(method);
+            host.http().send(&request).map(drop)
+        }
+    };
+    match result {
+        Err(crate::Error::Denied(m)) => Expect::Refused(Refusal::Denied(m)),
+        Err(crate::Error::Invalid(m)) => Expect::Refused(Refusal::Invalid(m)),
+        Ok(()) | Err(_) => Expect::Allowed,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Error, Request};
-    use tend_grants::Refusal;
-    use tend_grants::conformance::{self, Expect, Op};
+    use crate::Request;
 
     #[test]
     fn a_new_host_denies_files_and_http_naming_the_plugin() {
@@ -114,34 +145,8 @@ mod tests {
     /// The fakes decide every shared case as the host does.
     #[test]
     fn fakes_agree_with_the_conformance_cases() {
-        for case in conformance::cases() {
-            let host = FakeHost::named(conformance::PLUGIN);
-            for grant in &case.files {
-                host.files
-                    .grant(grant.path.to_str().expect("UTF-8 grant"), grant.write);
-            }
-            for pattern in &case.http {
-                host.http.grant(&pattern.text);
-            }
-            let files = host.files();
-            let result = match &case.op {
-                Op::Read(path) => files.read(path).map(drop),
-                Op::Write(path) => files.write(path, b"x", None).map(drop),
-                Op::Remove(path) => files.remove(path).map(drop),
-                Op::List(path) => files.list(path).map(drop),
-                Op::Stat(path) => files.metadata(path).map(drop),
-                Op::Send { method, url } => {
-                    let mut request = Request::get(url);
-                    request.method.clone_from(method);
-                    host.http().send(&request).map(drop)
-                }
-            };
-            let got = match result {
-                Err(Error::Denied(m)) => Expect::Refused(Refusal::Denied(m)),
-                Err(Error::Invalid(m)) => Expect::Refused(Refusal::Invalid(m)),
-                Ok(()) | Err(_) => Expect::Allowed,
-            };
-            assert_eq!(got, case.expect, "{:?}", case.op);
+        for case in tend_grants::conformance::cases() {
+            assert_eq!(decide(&case), case.expect, "{:?}", case.op);
         }
     }
 }

@@ -12,6 +12,17 @@ fn chaos(sandbox: &Sandbox, grants: &str, limits: &str, config: &str) {
     ));
 }
 
+/// A FIFO in the sandbox: an open for reading blocks until a writer comes.
+fn fifo(sandbox: &Sandbox, rel: &str) -> std::path::PathBuf {
+    let fifo = sandbox.path(rel);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    fifo
+}
+
 fn dir_grant(sandbox: &Sandbox, dir: &str) -> String {
     let path = sandbox.path(dir);
     std::fs::create_dir_all(&path).unwrap();
@@ -174,14 +185,7 @@ fn a_journal_flood_is_capped_and_cannot_evict_another_plugins_history() {
 fn a_fifo_never_blocks_and_a_late_write_is_journaled_before_the_report() {
     let sandbox = Sandbox::new();
     let grant = dir_grant(&sandbox, "d");
-    let fifo = sandbox.path("d/fifo");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    let fifo = fifo(&sandbox, "d/fifo");
     chaos(
         &sandbox,
         &grant,
@@ -257,14 +261,7 @@ fn a_fifo_never_blocks_and_a_late_write_is_journaled_before_the_report() {
 fn sigterm_ends_the_daemon_within_the_deadline_and_grace_whatever_the_plugin_does() {
     let sandbox = Sandbox::new();
     let grant = dir_grant(&sandbox, "d");
-    let fifo = sandbox.path("d/fifo");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    let fifo = fifo(&sandbox, "d/fifo");
     let port = free_port();
     sandbox.add_plugin("chaos", "chaos").config_with_host(
         &format!("listen = \"127.0.0.1:{port}\""),

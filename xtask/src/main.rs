@@ -16,6 +16,12 @@ const DEBIAN: &[(&str, &str)] = &[
     ("curl", "curl"),
     // promtool validates /metrics in the end-to-end tests.
     ("promtool", "prometheus"),
+    // tests/peers/systemd.sh: a real systemd with a private system bus.
+    ("systemd", "systemd"),
+    ("busctl", "systemd"),
+    ("dbus-daemon", "dbus"),
+    ("unshare", "util-linux"),
+    ("script", "bsdutils"),
 ];
 const QUICKSTART_REGISTRY_PORT: u16 = 5055;
 

@@ -8,8 +8,6 @@ use super::testing::call;
 use super::{CapError, Capability};
 use tend_grants::Refusal;
 use tend_grants::conformance::{self, Case, Expect, Op};
-use tend_sdk::testing::FakeHost;
-use tend_sdk::{Host, Request};
 
 fn decision(result: Result<(), (Option<&'static str>, String)>) -> Expect {
     match result {
@@ -56,38 +54,13 @@ async fn on_the_host(case: &Case) -> Expect {
     decision(result.map_err(host_side))
 }
 
-fn in_the_sdk(case: &Case) -> Expect {
-    let host = FakeHost::named(conformance::PLUGIN);
-    for grant in &case.files {
-        host.files
-            .grant(grant.path.to_str().expect("UTF-8 grant"), grant.write);
-    }
-    for pattern in &case.http {
-        host.http.grant(&pattern.text);
-    }
-    let files = host.files();
-    let result = match &case.op {
-        Op::Read(path) => files.read(path).map(drop),
-        Op::Write(path) => files.write(path, b"x", None).map(drop),
-        Op::Remove(path) => files.remove(path).map(drop),
-        Op::List(path) => files.list(path).map(drop),
-        Op::Stat(path) => files.metadata(path).map(drop),
-        Op::Send { method, url } => {
-            let mut request = Request::get(url);
-            request.method.clone_from(method);
-            host.http().send(&request).map(drop)
-        }
-    };
-    decision(result.map_err(|e| (Some(e.kind()), e.message().to_string())))
-}
-
 #[tokio::test]
 async fn host_and_sdk_fake_agree_on_every_grant_case() {
     let cases = conformance::cases();
     assert!(cases.len() >= 20, "the table covers the rules");
     for case in &cases {
         let host = on_the_host(case).await;
-        let sdk = in_the_sdk(case);
+        let sdk = tend_sdk::testing::decide(case);
         assert_eq!(host, sdk, "host and SDK disagree on {:?}", case.op);
         assert_eq!(host, case.expect, "{:?}", case.op);
     }

@@ -17,6 +17,7 @@ macro_rules! capability_list {
             state: $crate::capabilities::state::PluginState,
             files: $crate::capabilities::files::PluginFiles,
             http: $crate::capabilities::http::PluginHttp,
+            systemd: $crate::capabilities::systemd::PluginSystemd,
         }
     };
 }
@@ -118,7 +119,13 @@ mod tests {
     #[test]
     fn budgets_can_name_every_mutation_and_nothing_else() {
         let operations = mutating_operations();
-        for expected in ["files.write", "files.remove", "http.send"] {
+        for expected in [
+            "files.write",
+            "files.remove",
+            "http.send",
+            "systemd.restart",
+            "systemd.daemon-reload",
+        ] {
             assert!(operations.iter().any(|o| o == expected), "{operations:?}");
         }
         assert!(

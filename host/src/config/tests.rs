@@ -206,10 +206,12 @@ fn capability_settings_and_grants_are_checked_per_capability() {
         err.contains("this capability is always granted to every plugin: remove this key"),
         "{err}"
     );
-    let unknown = format!("{HOST}[plugins.a.grants]\nsystemd = []\n");
+    let unknown = format!("{HOST}[plugins.a.grants]\nkube = []\n");
     let err = error_of(&unknown);
     assert!(
-        err.contains("unknown field `systemd`, expected one of `log`, `state`, `files`, `http`"),
+        err.contains(
+            "unknown field `systemd`, expected one of `log`, `state`, `files`, `http`, `systemd`"
+        ),
         "{err}"
     );
 }

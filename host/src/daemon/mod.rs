@@ -113,6 +113,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let runner = Arc::new(runner::DaemonRunner {
         shared: shared.clone(),
     });
+    let trigger_sources = sources::all(&shared.services.backends);
     let mut supervisor = Supervisor {
         scheduler: Scheduler::with_triggers(runner, shared.triggers.clone()),
         shared,
@@ -121,7 +122,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         loading: HashSet::new(),
         dirty: HashSet::new(),
         dir_watch: None,
-        sources: sources::all(),
+        sources: trigger_sources,
     };
     supervisor.start();
     let _watchdog = sd_notify::spawn_watchdog();

@@ -9,6 +9,8 @@ pub const INTERVAL: &str = "interval";
 pub const REQUEUE: &str = "requeue";
 /// A file under one of its `watch` paths changed; the subject is the path.
 pub const FILE: &str = "file";
+/// One of its granted, watched units changed active state; the subject is the unit.
+pub const UNIT: &str = "unit";
 /// A new version of its component was swapped in.
 pub const RELOAD: &str = "reload";
 /// Its settings changed in the config.

@@ -4,10 +4,13 @@
 //! supervisor starts them all and hands each the config after every reload.
 
 mod files;
+mod units;
 
 pub use files::{FileSource, is_atomic_write_temp};
+pub use units::UnitSource;
 
 use super::Triggers;
+use crate::capabilities::Backends;
 use crate::config::Config;
 
 pub trait TriggerSource: Send {
@@ -21,6 +24,9 @@ pub trait TriggerSource: Send {
 }
 
 /// Every trigger source, in registration order.
-pub fn all() -> Vec<Box<dyn TriggerSource>> {
-    vec![Box::new(FileSource::default())]
+pub fn all(backends: &Backends) -> Vec<Box<dyn TriggerSource>> {
+    vec![
+        Box::new(FileSource::default()),
+        Box::new(UnitSource::new(backends.systemd.clone())),
+    ]
 }

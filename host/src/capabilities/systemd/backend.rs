@@ -1,0 +1,115 @@
+//! The systemd backend: unit status and jobs over D-Bus. Mutations consume a
+//! [`Permit`] from the mutation gate and finish it with their result.
+
+use crate::capabilities::error::CapError;
+use crate::capabilities::gate::Permit;
+use std::time::Duration;
+
+/// How long a job may run before the call returns `timeout` (the job goes on).
+pub const JOB_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnitStatus {
+    pub name: String,
+    pub load_state: String,
+    pub active_state: String,
+    pub sub_state: String,
+    pub unit_file_state: String,
+    pub fragment_path: Option<String>,
+    pub drop_in_paths: Vec<String>,
+    pub need_daemon_reload: bool,
+    pub active_enter_ms: Option<u64>,
+    pub n_restarts: Option<u32>,
+}
+
+/// A job-based operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    Start,
+    Stop,
+    Restart,
+    ReloadOrRestart,
+    TryRestart,
+}
+
+impl JobKind {
+    /// The D-Bus method of `org.freedesktop.systemd1.Manager`.
+    pub fn method(self) -> &'static str {
+        match self {
+            JobKind::Start => "StartUnit",
+            JobKind::Stop => "StopUnit",
+            JobKind::Restart => "RestartUnit",
+            JobKind::ReloadOrRestart => "ReloadOrRestartUnit",
+            JobKind::TryRestart => "TryRestartUnit",
+        }
+    }
+}
+
+/// How a job ended: systemd's JobRemoved result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobResult {
+    Done,
+    Failed,
+    Canceled,
+    Timeout,
+    Dependency,
+    Skipped,
+}
+
+impl JobResult {
+    pub fn parse(text: &str) -> Option<JobResult> {
+        Some(match text {
+            "done" => JobResult::Done,
+            "failed" => JobResult::Failed,
+            "canceled" => JobResult::Canceled,
+            "timeout" => JobResult::Timeout,
+            "dependency" => JobResult::Dependency,
+            "skipped" => JobResult::Skipped,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JobResult::Done => "done",
+            JobResult::Failed => "failed",
+            JobResult::Canceled => "canceled",
+            JobResult::Timeout => "timeout",
+            JobResult::Dependency => "dependency",
+            JobResult::Skipped => "skipped",
+        }
+    }
+}
+
+/// A unit whose active state changed (from PropertiesChanged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitChange {
+    pub unit: String,
+    pub active_state: String,
+}
+
+#[async_trait::async_trait]
+pub trait SystemdBackend: Send + Sync + 'static {
+    /// Loads the unit if it is not loaded yet (LoadUnit, not GetUnit).
+    async fn status(&self, unit: &str) -> Result<UnitStatus, CapError>;
+    /// Every loaded unit (the adapter filters by pattern and grant).
+    async fn list_units(&self) -> Result<Vec<UnitStatus>, CapError>;
+    /// Queue the job and wait (at most [`JOB_TIMEOUT`]) for its JobRemoved.
+    async fn job(&self, permit: Permit, kind: JobKind, unit: &str) -> Result<JobResult, CapError>;
+    async fn reset_failed(&self, permit: Permit, unit: &str) -> Result<(), CapError>;
+    async fn enable(&self, permit: Permit, units: &[String]) -> Result<(), CapError>;
+    async fn disable(&self, permit: Permit, units: &[String]) -> Result<(), CapError>;
+    async fn daemon_reload(&self, permit: Permit) -> Result<(), CapError>;
+    /// Unit active-state changes, for the unit trigger source; ends when the
+    /// bus goes away (subscribe again to reconnect).
+    async fn changes(&self) -> Result<tokio::sync::mpsc::Receiver<UnitChange>, CapError>;
+}
+
+/// The journal result of a job: "ok" when it is done, else how it ended.
+pub fn job_outcome(result: &Result<JobResult, CapError>) -> String {
+    match result {
+        Ok(JobResult::Done) => "ok".to_string(),
+        Ok(other) => format!("job {}", other.name()),
+        Err(e) => e.to_string(),
+    }
+}

@@ -1,0 +1,353 @@
+//! systemd over D-Bus with zbus: the system bus, or `[host.systemd] bus`. The
+//! connection is opened on first use and dropped on any bus error, so a bus
+//! that goes away makes calls `unavailable` (the plugin backs off) and the
+//! next call after it returns reconnects.
+
+use super::backend::{
+    JOB_TIMEOUT, JobKind, JobResult, SystemdBackend, UnitChange, UnitStatus, job_outcome,
+};
+use crate::capabilities::error::CapError;
+use crate::capabilities::gate::Permit;
+use futures_util::StreamExt;
+use std::collections::HashMap;
+use std::time::Duration;
+use zbus::Connection;
+use zbus::zvariant::{OwnedObjectPath, OwnedValue};
+
+const DEST: &str = "org.freedesktop.systemd1";
+const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
+const MANAGER: &str = "org.freedesktop.systemd1.Manager";
+const UNIT: &str = "org.freedesktop.systemd1.Unit";
+const SERVICE: &str = "org.freedesktop.systemd1.Service";
+/// Longest wait for one bus round trip.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct RealSystemd {
+    /// None: the system bus.
+    address: Option<String>,
+    connection: tokio::sync::Mutex<Option<Connection>>,
+}
+
+impl RealSystemd {
+    pub fn new(address: Option<String>) -> Self {
+        RealSystemd {
+            address,
+            connection: tokio::sync::Mutex::const_new(None),
+        }
+    }
+
+    fn bus(&self) -> &str {
+        self.address.as_deref().unwrap_or("the system bus")
+    }
+
+    async fn connect(&self) -> Result<Connection, CapError> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref() {
+            return Ok(connection.clone());
+        }
+        let connecting = async {
+            let connection = match &self.address {
+                Some(address) => zbus::connection::Builder::address(address.as_str())?.build().await?,
+                None => Connection::system().await?,
+            };
+            // Without Subscribe systemd emits no JobRemoved or PropertiesChanged.
+            connection
+                .call_method(Some(DEST), MANAGER_PATH, Some(MANAGER), "Subscribe", &())
+                .await?;
+            Ok::<_, zbus::Error>(connection)
+        };
+        let connection = tokio::time::timeout(CALL_TIMEOUT, connecting)
+            .await
+            .map_err(|_| self.unavailable("no answer"))?
+            .map_err(|e| self.unavailable(&e.to_string()))?;
+        *slot = Some(connection.clone());
+        Ok(connection)
+    }
+
+    fn unavailable(&self, why: &str) -> CapError {
+        CapError::Unavailable(format!("systemd on {}: {why}", self.bus()))
+    }
+
+    /// Map a failed call; a transport failure drops the connection.
+    async fn failed(&self, what: &str, e: zbus::Error) -> CapError {
+        match &e {
+            zbus::Error::MethodError(name, message, _) => {
+                let message = message.clone().unwrap_or_default();
+                match name.as_str() {
+                    "org.freedesktop.systemd1.NoSuchUnit" | "org.freedesktop.DBus.Error.FileNotFound" => {
+                        CapError::NotFound(format!("{what}: {message}"))
+                    }
+                    "org.freedesktop.DBus.Error.AccessDenied" => {
+                        CapError::Denied(format!("{what}: systemd refused: {message}"))
+                    }
+                    "org.freedesktop.systemd1.UnitMasked" | "org.freedesktop.systemd1.JobTypeNotApplicable"
+                    | "org.freedesktop.systemd1.OnlyByDependency" => {
+                        CapError::Conflict(format!("{what}: {message}"))
+                    }
+                    _ => CapError::Other(format!("{what}: {name}: {message}")),
+                }
+            }
+            _ => {
+                *self.connection.lock().await = None;
+                self.unavailable(&format!("{what}: {e}"))
+            }
+        }
+    }
+
+    /// Call a Manager method and deserialize its reply.
+    async fn manager<B, R>(&self, what: &str, method: &str, body: &B) -> Result<R, CapError>
+    where
+        B: serde::Serialize + zbus::zvariant::DynamicType,
+        R: for<'d> serde::Deserialize<'d> + zbus::zvariant::Type,
+    {
+        let connection = self.connect().await?;
+        let call = connection.call_method(Some(DEST), MANAGER_PATH, Some(MANAGER), method, body);
+        let reply = match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Err(_) => return Err(CapError::Timeout(format!("{what}: systemd did not answer within {CALL_TIMEOUT:?}"))),
+            Ok(Err(e)) => return Err(self.failed(what, e).await),
+            Ok(Ok(reply)) => reply,
+        };
+        reply
+            .body()
+            .deserialize()
+            .map_err(|e| CapError::Other(format!("{what}: unexpected reply: {e}")))
+    }
+
+    async fn properties(
+        &self,
+        connection: &Connection,
+        path: &OwnedObjectPath,
+        interface: &str,
+    ) -> Result<HashMap<String, OwnedValue>, CapError> {
+        let what = format!("properties of {path}");
+        let body = (interface,);
+        let call = connection.call_method(
+            Some(DEST),
+            path.as_str(),
+            Some("org.freedesktop.DBus.Properties"),
+            "GetAll",
+            &body,
+        );
+        let reply = match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Err(_) => return Err(CapError::Timeout(format!("{what}: no answer"))),
+            Ok(Err(e)) => return Err(self.failed(&what, e).await),
+            Ok(Ok(reply)) => reply,
+        };
+        reply
+            .body()
+            .deserialize()
+            .map_err(|e| CapError::Other(format!("{what}: {e}")))
+    }
+
+    /// Run the job `method` on `unit` and wait for its JobRemoved.
+    async fn run_job(&self, kind: JobKind, unit: &str) -> Result<JobResult, CapError> {
+        let what = format!("{} {unit}", kind.method());
+        let connection = self.connect().await?;
+        // Subscribe to JobRemoved before queueing the job, or the signal can be missed.
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .sender(DEST)
+            .and_then(|b| b.interface(MANAGER))
+            .and_then(|b| b.member("JobRemoved"))
+            .map_err(|e| CapError::Other(e.to_string()))?
+            .build();
+        let mut removed = match zbus::MessageStream::for_match_rule(rule, &connection, Some(64)).await {
+            Ok(stream) => stream,
+            Err(e) => return Err(self.failed(&what, e).await),
+        };
+        let job: OwnedObjectPath = self.manager(&what, kind.method(), &(unit, "replace")).await?;
+        let wait = async {
+            while let Some(message) = removed.next().await {
+                let Ok(message) = message else { continue };
+                if let Ok((_, path, _, result)) =
+                    message.body().deserialize::<(u32, OwnedObjectPath, String, String)>()
+                    && path == job
+                {
+                    return Ok(JobResult::parse(&result).unwrap_or(JobResult::Failed));
+                }
+            }
+            Err(self.unavailable(&format!("{what}: the bus closed while the job ran")))
+        };
+        match tokio::time::timeout(JOB_TIMEOUT, wait).await {
+            Ok(result) => result,
+            Err(_) => Err(CapError::Timeout(format!(
+                "{what}: the job did not finish within {JOB_TIMEOUT:?} (it goes on in systemd)"
+            ))),
+        }
+    }
+}
+
+fn string(props: &HashMap<String, OwnedValue>, key: &str) -> String {
+    props
+        .get(key)
+        .and_then(|v| String::try_from(v.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// systemd's object path escaping: `_2e` for `.`, and so on.
+fn unescape_unit(path: &str) -> Option<String> {
+    let escaped = path.strip_prefix("/org/freedesktop/systemd1/unit/")?;
+    let bytes = escaped.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'_' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[async_trait::async_trait]
+impl SystemdBackend for RealSystemd {
+    async fn status(&self, unit: &str) -> Result<UnitStatus, CapError> {
+        let path: OwnedObjectPath = self.manager(&format!("LoadUnit {unit}"), "LoadUnit", &(unit,)).await?;
+        let connection = self.connect().await?;
+        let props = self.properties(&connection, &path, UNIT).await?;
+        let n_restarts = if unit.ends_with(".service") {
+            let service = self.properties(&connection, &path, SERVICE).await?;
+            service.get("NRestarts").and_then(|v| u32::try_from(v.clone()).ok())
+        } else {
+            None
+        };
+        let fragment = string(&props, "FragmentPath");
+        let entered = props
+            .get("ActiveEnterTimestamp")
+            .and_then(|v| u64::try_from(v.clone()).ok())
+            .filter(|us| *us > 0);
+        Ok(UnitStatus {
+            name: unit.to_string(),
+            load_state: string(&props, "LoadState"),
+            active_state: string(&props, "ActiveState"),
+            sub_state: string(&props, "SubState"),
+            unit_file_state: string(&props, "UnitFileState"),
+            fragment_path: (!fragment.is_empty()).then_some(fragment),
+            drop_in_paths: props
+                .get("DropInPaths")
+                .and_then(|v| Vec::<String>::try_from(v.clone()).ok())
+                .unwrap_or_default(),
+            need_daemon_reload: props
+                .get("NeedDaemonReload")
+                .and_then(|v| bool::try_from(v.clone()).ok())
+                .unwrap_or(false),
+            active_enter_ms: entered.map(|us| us / 1000),
+            n_restarts,
+        })
+    }
+
+    async fn list_units(&self) -> Result<Vec<UnitStatus>, CapError> {
+        type Listed = (
+            String, String, String, String, String, String, OwnedObjectPath, u32, String, OwnedObjectPath,
+        );
+        let units: Vec<Listed> = self.manager("ListUnits", "ListUnits", &()).await?;
+        Ok(units
+            .into_iter()
+            .map(|(name, _, load_state, active_state, sub_state, ..)| UnitStatus {
+                name,
+                load_state,
+                active_state,
+                sub_state,
+                ..UnitStatus::default()
+            })
+            .collect())
+    }
+
+    async fn job(&self, permit: Permit, kind: JobKind, unit: &str) -> Result<JobResult, CapError> {
+        let result = self.run_job(kind, unit).await;
+        permit.finish(job_outcome(&result));
+        result
+    }
+
+    async fn reset_failed(&self, permit: Permit, unit: &str) -> Result<(), CapError> {
+        let result = self.manager::<_, ()>(&format!("ResetFailedUnit {unit}"), "ResetFailedUnit", &(unit,)).await;
+        permit.finish_with(&result);
+        result
+    }
+
+    async fn enable(&self, permit: Permit, units: &[String]) -> Result<(), CapError> {
+        let result = self
+            .manager::<_, (bool, Vec<(String, String, String)>)>("EnableUnitFiles", "EnableUnitFiles", &(units, false, true))
+            .await
+            .map(drop);
+        permit.finish_with(&result);
+        result
+    }
+
+    async fn disable(&self, permit: Permit, units: &[String]) -> Result<(), CapError> {
+        let result = self
+            .manager::<_, Vec<(String, String, String)>>("DisableUnitFiles", "DisableUnitFiles", &(units, false))
+            .await
+            .map(drop);
+        permit.finish_with(&result);
+        result
+    }
+
+    async fn daemon_reload(&self, permit: Permit) -> Result<(), CapError> {
+        let result = self.manager::<_, ()>("Reload", "Reload", &()).await;
+        permit.finish_with(&result);
+        result
+    }
+
+    async fn changes(&self) -> Result<tokio::sync::mpsc::Receiver<UnitChange>, CapError> {
+        let connection = self.connect().await?;
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .sender(DEST)
+            .and_then(|b| b.interface("org.freedesktop.DBus.Properties"))
+            .and_then(|b| b.member("PropertiesChanged"))
+            .and_then(|b| b.arg(0, UNIT))
+            .map_err(|e| CapError::Other(e.to_string()))?
+            .build();
+        let mut stream = match zbus::MessageStream::for_match_rule(rule, &connection, Some(256)).await {
+            Ok(stream) => stream,
+            Err(e) => return Err(self.failed("PropertiesChanged", e).await),
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = stream.next().await {
+                let header = message.header();
+                let Some(unit) = header.path().and_then(|p| unescape_unit(p.as_str())) else {
+                    continue;
+                };
+                let Ok((_, changed, _)) = message
+                    .body()
+                    .deserialize::<(String, HashMap<String, OwnedValue>, Vec<String>)>()
+                else {
+                    continue;
+                };
+                let Some(active_state) = changed.get("ActiveState").and_then(|v| String::try_from(v.clone()).ok())
+                else {
+                    continue;
+                };
+                // A full queue drops the change: the trigger is coalesced anyway.
+                if tx.try_send(UnitChange { unit, active_state }).is_err() && tx.is_closed() {
+                    return;
+                }
+            }
+        });
+        Ok(rx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_paths_unescape_to_unit_names() {
+        assert_eq!(
+            unescape_unit("/org/freedesktop/systemd1/unit/kubelet_2eservice").as_deref(),
+            Some("kubelet.service")
+        );
+        assert_eq!(
+            unescape_unit("/org/freedesktop/systemd1/unit/tend_2da_2eservice").as_deref(),
+            Some("tend-a.service")
+        );
+        assert_eq!(unescape_unit("/org/freedesktop/systemd1"), None);
+    }
+}
