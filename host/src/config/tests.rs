@@ -210,7 +210,7 @@ fn capability_settings_and_grants_are_checked_per_capability() {
     let err = error_of(&unknown);
     assert!(
         err.contains(
-            "unknown field `systemd`, expected one of `log`, `state`, `files`, `http`, `systemd`"
+            "unknown field `kube`, expected one of `log`, `state`, `files`, `http`, `systemd`"
         ),
         "{err}"
     );
