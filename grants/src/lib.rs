@@ -8,6 +8,7 @@
 //! - [`files::resolve`]: the granted root covering an absolute path.
 //! - [`files::is_own_proc`]: whether a path names Tend's own `/proc` entry.
 //! - [`http::check_url`]: whether a request URL matches an http grant.
+//! - [`systemd::SystemdGrant::check`]: whether a unit and an operation are granted.
 //! - [`conformance::cases`]: a table of decisions both implementations must agree on.
 //!
 //! The crate builds for `wasm32-wasip2` as well as natively.
@@ -15,6 +16,7 @@
 pub mod conformance;
 pub mod files;
 pub mod http;
+pub mod systemd;
 
 /// Why a grant check refused a call; maps onto the WIT error cases of the
 /// same names.

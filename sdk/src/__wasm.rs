@@ -90,4 +90,7 @@ impl Host for WasmHost {
     fn http(&self) -> &dyn crate::Http {
         &crate::http::wasm::WasmHttp
     }
+    fn systemd(&self) -> &dyn crate::Systemd {
+        &crate::systemd::wasm::WasmSystemd
+    }
 }

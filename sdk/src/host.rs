@@ -2,7 +2,7 @@
 //! return by default. Each capability (its trait, wasm glue and fake) lives in
 //! its own module: `log`, `state`, `files`, `http`.
 
-use crate::{Error, Files, Http, Level, State};
+use crate::{Error, Files, Http, Level, State, Systemd};
 
 /// What a reconcile can reach. Whether a call succeeds depends on the
 /// operator's grants: an ungranted call returns `denied`, with a message naming
@@ -29,6 +29,10 @@ pub trait Host {
     }
     /// Outbound HTTP to the granted URL patterns.
     fn http(&self) -> &dyn Http {
+        &NotProvided
+    }
+    /// systemd units within the granted patterns and operations.
+    fn systemd(&self) -> &dyn Systemd {
         &NotProvided
     }
 }

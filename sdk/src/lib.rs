@@ -27,6 +27,7 @@ mod host;
 mod http;
 mod log;
 mod state;
+mod systemd;
 pub mod testing;
 mod types;
 
@@ -35,6 +36,7 @@ pub use host::{Host, NotProvided};
 pub use http::{Http, Request, Response};
 pub use log::Level;
 pub use state::State;
+pub use systemd::{JobResult, Systemd, UnitStatus};
 pub use types::{Context, Error, Health, Outcome, PluginInfo, Result, Trigger};
 
 /// The generated bindings of the `tend:plugin` world. Plugin authors do not need

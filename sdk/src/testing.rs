@@ -17,9 +17,10 @@
 pub use crate::files::FakeFiles;
 pub use crate::http::FakeHttp;
 pub use crate::state::FakeState;
+pub use crate::systemd::FakeSystemd;
 
 use crate::log::FakeLog;
-use crate::{Files, Host, Http, Level, State};
+use crate::{Files, Host, Http, Level, State, Systemd};
 
 /// A [`Host`] whose capabilities are the public fakes, for one plugin: its name
 /// appears in denial messages, as `[plugins.NAME.grants]`.
@@ -27,6 +28,7 @@ pub struct FakeHost {
     pub state: FakeState,
     pub files: FakeFiles,
     pub http: FakeHttp,
+    pub systemd: FakeSystemd,
     plugin: String,
     log: FakeLog,
 }
@@ -49,6 +51,7 @@ impl FakeHost {
             state: FakeState::default(),
             files: FakeFiles::new(plugin),
             http: FakeHttp::new(plugin),
+            systemd: FakeSystemd::new(plugin),
             plugin: plugin.to_string(),
             log: FakeLog::default(),
         }
@@ -77,6 +80,9 @@ impl Host for FakeHost {
     }
     fn http(&self) -> &dyn Http {
         &self.http
+    }
+    fn systemd(&self) -> &dyn Systemd {
+        &self.systemd
     }
 }
 

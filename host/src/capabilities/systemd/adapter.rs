@@ -3,7 +3,7 @@
 
 use super::backend::{JobKind, JobResult, SystemdBackend, UnitStatus};
 use super::fake::FakeSystemd;
-use super::grants::{Operation, SystemdGrant, wildcard_match};
+use super::grants::{Operation, SystemdGrant, check, check_operation, wildcard_match};
 use super::real::RealSystemd;
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::{BackendEnv, Capability};
@@ -87,7 +87,7 @@ impl Capability for PluginSystemd {
 
 impl PluginSystemd {
     pub async fn status(&self, unit: &str) -> Result<UnitStatus, CapError> {
-        self.grant.check(&self.call.plugin, unit, None)?;
+        check(&self.grant, &self.call.plugin, unit, None)?;
         self.backend.status(unit).await
     }
 
@@ -115,7 +115,7 @@ impl PluginSystemd {
     }
 
     pub async fn job(&self, operation: Operation, kind: JobKind, unit: &str) -> Result<JobResult, CapError> {
-        self.grant.check(&self.call.plugin, unit, Some(operation))?;
+        check(&self.grant, &self.call.plugin, unit, Some(operation))?;
         match self.admit(operation, unit.to_string()).await? {
             None => Ok(JobResult::Done),
             Some(permit) => self.backend.job(permit, kind, unit).await,
@@ -123,7 +123,7 @@ impl PluginSystemd {
     }
 
     pub async fn reset_failed(&self, unit: &str) -> Result<(), CapError> {
-        self.grant.check(&self.call.plugin, unit, Some(Operation::ResetFailed))?;
+        check(&self.grant, &self.call.plugin, unit, Some(Operation::ResetFailed))?;
         match self.admit(Operation::ResetFailed, unit.to_string()).await? {
             None => Ok(()),
             Some(permit) => self.backend.reset_failed(permit, unit).await,
@@ -132,7 +132,7 @@ impl PluginSystemd {
 
     pub async fn unit_files(&self, operation: Operation, units: Vec<String>) -> Result<(), CapError> {
         for unit in &units {
-            self.grant.check(&self.call.plugin, unit, Some(operation))?;
+            check(&self.grant, &self.call.plugin, unit, Some(operation))?;
         }
         match self.admit(operation, units.join(" ")).await? {
             None => Ok(()),
@@ -142,8 +142,7 @@ impl PluginSystemd {
     }
 
     pub async fn daemon_reload(&self) -> Result<(), CapError> {
-        self.grant
-            .check_operation(&self.call.plugin, "the unit files", Some(Operation::DaemonReload))?;
+        check_operation(&self.grant, &self.call.plugin, "the unit files", Some(Operation::DaemonReload))?;
         match self.admit(Operation::DaemonReload, "systemd".to_string()).await? {
             None => Ok(()),
             Some(permit) => self.backend.daemon_reload(permit).await,
