@@ -8,7 +8,12 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 /// Rust plugins: (cargo package, output name).
-const RUST_PLUGINS: &[(&str, &str)] = &[("mirror-gate", "mirror-gate"), ("chaos", "chaos")];
+const RUST_PLUGINS: &[(&str, &str)] = &[
+    ("mirror-gate", "mirror-gate"),
+    ("unit-doctor", "unit-doctor"),
+    ("unit-applier", "unit-applier"),
+    ("chaos", "chaos"),
+];
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 /// Debian packages the tests and the demo need: (command, package).
 const DEBIAN: &[(&str, &str)] = &[

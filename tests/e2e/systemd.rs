@@ -1,0 +1,165 @@
+//! The systemd capability end to end: the real `tend`, the real `unit-applier`
+//! and `unit-doctor` plugins, a real systemd (tests/peers/systemd.sh) on a
+//! private bus.
+
+use std::path::Path;
+use std::time::Duration;
+use tend_e2e::{Sandbox, SystemdPeer, free_port, journal, wait_for_plugin, wait_until};
+
+const WITHIN: Duration = Duration::from_secs(20);
+
+fn starts(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
+}
+
+/// A oneshot unit that stays active, counts its starts in `count` (with
+/// ExecStartPre) and reads `conf` if given.
+fn oneshot(count: &Path) -> String {
+    format!(
+        "[Unit]\nDescription=tend e2e\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStartPre=/bin/sh -c 'echo started >> {}'\nExecStart=/bin/true\n[Install]\nWantedBy=exp.target\n",
+        count.display()
+    )
+}
+
+fn toml_string(text: &str) -> String {
+    serde_json::to_string(text).unwrap()
+}
+
+/// The unit-applier config: `units` as (name, content, depends-on files), `files` as (path, content).
+fn applier_config(
+    peer: &SystemdPeer,
+    sandbox: &Sandbox,
+    units: &[(&str, String, Vec<String>)],
+    files: &[(String, &str)],
+) -> String {
+    let mut text = format!(
+        "[host.systemd]\nbus = \"{}\"\n[plugins.unit-applier]\n[plugins.unit-applier.grants]\nfiles = [{{ path = \"{}\", write = true }}, {{ path = \"{}\", write = true }}]\nsystemd = {{ units = [\"tend-*.service\"], operations = [\"start\", \"stop\", \"restart\", \"enable\", \"disable\", \"daemon-reload\"] }}\n[plugins.unit-applier.config]\nunit-dir = \"{}\"\n",
+        peer.bus_address(),
+        peer.units_dir().display(),
+        sandbox.path("etc").display(),
+        peer.units_dir().display(),
+    );
+    for (path, content) in files {
+        text += &format!(
+            "[[plugins.unit-applier.config.files]]\npath = \"{path}\"\ncontent = {}\n",
+            toml_string(content)
+        );
+    }
+    for (name, content, depends) in units {
+        let depends: Vec<String> = depends.iter().map(|d| format!("\"{d}\"")).collect();
+        text += &format!(
+            "[[plugins.unit-applier.config.units]]\nname = \"{name}\"\ncontent = {}\nfiles = [{}]\n",
+            toml_string(content),
+            depends.join(", ")
+        );
+    }
+    text
+}
+
+#[test]
+fn unit_applier_restarts_only_what_changed_and_removes_only_what_it_created() {
+    let peer = SystemdPeer::start();
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("unit-applier", "unit-applier");
+    std::fs::create_dir_all(sandbox.path("etc")).unwrap();
+    let (count_a, count_b) = (sandbox.path("a.count"), sandbox.path("b.count"));
+    let conf = sandbox.path("etc/a.conf").display().to_string();
+    // A unit the operator made by hand, matching the grant's pattern.
+    std::fs::write(
+        peer.units_dir().join("tend-manual.service"),
+        oneshot(&sandbox.path("manual.count")),
+    )
+    .unwrap();
+    let declare = |conf_content: &str, with_b: bool| {
+        let mut units = vec![("tend-a.service", oneshot(&count_a), vec![conf.clone()])];
+        if with_b {
+            units.push(("tend-b.service", oneshot(&count_b), vec![]));
+        }
+        let config = applier_config(&peer, &sandbox, &units, &[(conf.clone(), conf_content)]);
+        sandbox.config_with_host("", &config);
+    };
+    let reconcile = || {
+        let out = sandbox.tend(&["reconcile", "unit-applier"]);
+        assert!(out.success, "{}{}", out.stdout, out.stderr);
+        out.stdout
+    };
+    declare("x = 1\n", true);
+    reconcile();
+    peer.wait_for_unit("tend-a.service", "ActiveState", "active", WITHIN);
+    peer.wait_for_unit("tend-b.service", "ActiveState", "active", WITHIN);
+    assert_eq!((starts(&count_a), starts(&count_b)), (1, 1));
+    assert_eq!(std::fs::read_to_string(&conf).unwrap(), "x = 1\n");
+
+    // Only the config file tend-a depends on changes: exactly tend-a restarts.
+    declare("x = 2\n", true);
+    reconcile();
+    wait_until(WITHIN, "tend-a restarted", || starts(&count_a) == 2);
+    assert_eq!(starts(&count_b), 1, "tend-b did not restart");
+
+    // Nothing changes: no restart, no daemon-reload, no mutation at all.
+    let before = journal(&sandbox).len();
+    let out = reconcile();
+    assert!(out.contains("no changes"), "{out}");
+    assert_eq!(journal(&sandbox).len(), before);
+    assert_eq!((starts(&count_a), starts(&count_b)), (2, 1));
+
+    // tend-b leaves the declaration: stopped, disabled, deleted.
+    declare("x = 2\n", false);
+    reconcile();
+    peer.wait_for_unit("tend-b.service", "ActiveState", "inactive", WITHIN);
+    assert!(!peer.units_dir().join("tend-b.service").exists());
+    // The operator's unit is untouched.
+    assert!(peer.units_dir().join("tend-manual.service").exists());
+    assert_eq!(starts(&sandbox.path("manual.count")), 0);
+}
+
+#[test]
+fn unit_doctor_restarts_a_failed_unit_at_once_and_stops_when_it_flaps() {
+    let peer = SystemdPeer::start();
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    let count = sandbox.path("crash.count");
+    std::fs::write(
+        peer.units_dir().join("tend-crash.service"),
+        format!(
+            "[Service]\nExecStartPre=/bin/sh -c 'echo started >> {}'\nExecStart=/bin/sleep 1000\n",
+            count.display()
+        ),
+    )
+    .unwrap();
+    peer.manager(&["Reload"]);
+    peer.manager(&["StartUnit", "ss", "tend-crash.service", "replace"]);
+    peer.wait_for_unit("tend-crash.service", "ActiveState", "active", WITHIN);
+    sandbox.add_plugin("unit-doctor", "unit-doctor").config_with_host(
+        &format!("listen = \"127.0.0.1:{port}\"\n[host.systemd]\nbus = \"{}\"", peer.bus_address()),
+        "[plugins.unit-doctor]\ninterval = \"1h\"\n[plugins.unit-doctor.grants]\nsystemd = { units = [\"tend-*.service\"], operations = [\"restart\"], watch = true }\n[plugins.unit-doctor.config]\n[[plugins.unit-doctor.config.checks]]\nunit = \"tend-crash.service\"\nprobe = \"active\"\nfail-after-ms = 0\nbackoff-ms = 0\nmax-restarts = 2\nwindow-ms = 600000\n",
+    );
+    let daemon = sandbox.daemon();
+    wait_for_plugin(port, "unit-doctor", "its startup reconcile", |p| {
+        p["reconciles"] == 1
+    });
+    // The unit fails: the doctor hears it over the bus and restarts it, long
+    // before its 1 h interval.
+    let kill = || {
+        peer.manager(&["KillUnit", "ssi", "tend-crash.service", "all", "9"]);
+    };
+    kill();
+    wait_until(WITHIN, "the doctor's restart", || starts(&count) == 2);
+    peer.wait_for_unit("tend-crash.service", "ActiveState", "active", WITHIN);
+    assert!(
+        daemon.count(&["trigger=unit:tend-crash.service"]) > 0,
+        "{}",
+        daemon.log()
+    );
+    kill();
+    wait_until(WITHIN, "the second restart", || starts(&count) == 3);
+    // A third failure in the window is flapping: reported, not restarted.
+    kill();
+    wait_for_plugin(port, "unit-doctor", "flapping reported", |p| {
+        p["last"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("flapped"))
+    });
+    assert_eq!(starts(&count), 3, "no restart once it flaps");
+    assert!(daemon.terminate(Duration::from_secs(10)));
+}
