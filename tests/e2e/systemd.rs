@@ -163,3 +163,184 @@ fn unit_doctor_restarts_a_failed_unit_at_once_and_stops_when_it_flaps() {
     assert_eq!(starts(&count), 3, "no restart once it flaps");
     assert!(daemon.terminate(Duration::from_secs(10)));
 }
+
+/// A long-running unit that counts its starts in `count`.
+fn sleeper(peer: &SystemdPeer, unit: &str, count: &Path) {
+    std::fs::write(
+        peer.units_dir().join(unit),
+        format!(
+            "[Service]\nExecStartPre=/bin/sh -c 'echo started >> {}'\nExecStart=/bin/sleep 1000\n",
+            count.display()
+        ),
+    )
+    .unwrap();
+    peer.manager(&["Reload"]);
+}
+
+fn doctor(sandbox: &Sandbox, host: &str, grant: &str, check: &str) {
+    sandbox.add_plugin("unit-doctor", "unit-doctor").config_with_host(
+        host,
+        &format!("[plugins.unit-doctor]\n[plugins.unit-doctor.grants]\n{grant}\n[plugins.unit-doctor.config]\n[[plugins.unit-doctor.config.checks]]\n{check}\n"),
+    );
+}
+
+#[test]
+fn unit_doctor_restarts_a_unit_whose_health_endpoint_fails_past_fail_after_once() {
+    let peer = SystemdPeer::start();
+    let sandbox = Sandbox::new();
+    let (port, dead) = (free_port(), free_port());
+    let count = sandbox.path("web.count");
+    sleeper(&peer, "tend-web.service", &count);
+    peer.manager(&["StartUnit", "ss", "tend-web.service", "replace"]);
+    peer.wait_for_unit("tend-web.service", "ActiveState", "active", WITHIN);
+    doctor(
+        &sandbox,
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\n[host.systemd]\nbus = \"{}\"",
+            peer.bus_address()
+        ),
+        "systemd = { units = [\"tend-*.service\"], operations = [\"restart\"] }\nhttp = [\"http://127.0.0.1:*/*\"]",
+        &format!(
+            "unit = \"tend-web.service\"\nprobe = {{ http = {{ url = \"http://127.0.0.1:{dead}/healthz\", timeout-ms = 200 }} }}\nfail-after-ms = 1500\nbackoff-ms = 600000"
+        ),
+    );
+    let started = std::time::Instant::now();
+    let daemon = sandbox.daemon();
+    wait_until(WITHIN, "the restart after fail-after", || {
+        starts(&count) == 2
+    });
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "not before fail-after"
+    );
+    // Backing off: more reconciles, no second restart.
+    let runs = wait_for_plugin(port, "unit-doctor", "backing off", |p| {
+        p["last"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("tend-web.service"))
+    })["reconciles"]
+        .as_u64()
+        .unwrap();
+    std::process::Command::new(tend_e2e::tend_bin())
+        .args(["reconcile", "unit-doctor", "-c"])
+        .arg(sandbox.path("tend.toml"))
+        .status()
+        .unwrap();
+    wait_for_plugin(port, "unit-doctor", "one more run", |p| {
+        p["reconciles"].as_u64() > Some(runs)
+    });
+    assert_eq!(starts(&count), 2, "restarted exactly once");
+    assert!(daemon.terminate(Duration::from_secs(10)));
+}
+
+#[test]
+fn ungranted_and_over_budget_restarts_are_refused_and_plans_change_nothing() {
+    let peer = SystemdPeer::start();
+    let sandbox = Sandbox::new();
+    let count = sandbox.path("x.count");
+    sleeper(&peer, "tend-x.service", &count);
+    let host = format!("[host.systemd]\nbus = \"{}\"", peer.bus_address());
+    let check = "unit = \"tend-x.service\"\nprobe = \"active\"\nfail-after-ms = 0\nbackoff-ms = 0";
+    doctor(
+        &sandbox,
+        &host,
+        "systemd = { units = [\"tend-*.service\"] }",
+        check,
+    );
+    let out = sandbox.tend(&["reconcile", "unit-doctor"]);
+    assert!(
+        out.stdout.contains("add \\\"restart\\\" to operations")
+            || out.stdout.contains("add \"restart\" to operations"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(starts(&count), 0);
+
+    let budget =
+        "\n[host.budgets.unit-restarts]\noperations = [\"systemd.restart\"]\nmax = 1\nper = \"1h\"";
+    doctor(
+        &sandbox,
+        &format!("{host}{budget}"),
+        "systemd = { units = [\"tend-*.service\"], operations = [\"restart\"] }",
+        check,
+    );
+    let plan = sandbox.tend(&["plan"]);
+    assert!(
+        plan.stdout.contains("would systemd.restart tend-x.service"),
+        "{}",
+        plan.stdout
+    );
+    assert_eq!(starts(&count), 0, "a plan restarts nothing");
+    sandbox.tend(&["reconcile", "unit-doctor"]);
+    peer.wait_for_unit("tend-x.service", "ActiveState", "active", WITHIN);
+    assert_eq!(starts(&count), 1);
+    peer.manager(&["KillUnit", "ssi", "tend-x.service", "all", "9"]);
+    peer.wait_for_unit("tend-x.service", "ActiveState", "failed", WITHIN);
+    let out = sandbox.tend(&["reconcile", "unit-doctor"]);
+    assert!(out.stdout.contains("budget-exhausted"), "{}", out.stdout);
+    assert_eq!(starts(&count), 1, "the budget held");
+    let refused = journal(&sandbox)
+        .into_iter()
+        .filter(|e| {
+            e["operation"] == "restart"
+                && e["result"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("budget-exhausted")
+        })
+        .count();
+    assert_eq!(refused, 1);
+}
+
+#[test]
+fn the_bus_going_away_fails_only_the_plugin_and_tend_recovers_when_it_returns() {
+    let peer = SystemdPeer::start();
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    let count = sandbox.path("y.count");
+    sleeper(&peer, "tend-y.service", &count);
+    peer.manager(&["StartUnit", "ss", "tend-y.service", "replace"]);
+    peer.wait_for_unit("tend-y.service", "ActiveState", "active", WITHIN);
+    sandbox.add_plugin("chaos", "chaos");
+    doctor(
+        &sandbox,
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\n[host.systemd]\nbus = \"{}\"",
+            peer.bus_address()
+        ),
+        "systemd = { units = [\"tend-*.service\"], operations = [\"restart\"] }",
+        "unit = \"tend-y.service\"\nprobe = \"active\"\nfail-after-ms = 0\nbackoff-ms = 0\nmax-restarts = 10",
+    );
+    let daemon = sandbox.daemon();
+    wait_for_plugin(port, "unit-doctor", "healthy", |p| {
+        p["last"]["health"] == "healthy"
+    });
+    peer.stop_bus();
+    tend_e2e::status(port);
+    wait_until(
+        Duration::from_secs(30),
+        "an unavailable systemd reported",
+        || {
+            std::process::Command::new(tend_e2e::tend_bin())
+                .args(["reconcile", "unit-doctor", "-c"])
+                .arg(sandbox.path("tend.toml"))
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("unavailable"))
+        },
+    );
+    assert!(
+        tend_e2e::http_get(port, "/healthz").is_ok(),
+        "tend keeps running"
+    );
+    peer.start_bus_again();
+    // systemd came back without the unit running: the doctor restarts it.
+    wait_until(Duration::from_secs(60), "recovery", || {
+        std::process::Command::new(tend_e2e::tend_bin())
+            .args(["reconcile", "unit-doctor", "-c"])
+            .arg(sandbox.path("tend.toml"))
+            .output()
+            .is_ok_and(|o| !String::from_utf8_lossy(&o.stdout).contains("unavailable"))
+    });
+    peer.wait_for_unit("tend-y.service", "ActiveState", "active", WITHIN);
+    assert!(daemon.terminate(Duration::from_secs(10)));
+}

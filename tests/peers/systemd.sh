@@ -48,7 +48,7 @@ ours() {
   done
   while IFS= read -r line; do
     case $line in "0::/$cgroup_name" | "0::/$cgroup_name/"*) return 0 ;; esac
-  done <"/proc/$pid/cgroup" 2>/dev/null
+  done 2>/dev/null <"/proc/$pid/cgroup"
   return 1
 }
 

@@ -483,6 +483,35 @@ impl SystemdPeer {
         }
     }
 
+    /// Stop the manager and its bus (the directory stays): what a node sees
+    /// when systemd's bus goes away.
+    pub fn stop_bus(&self) {
+        let status = Command::new(workspace_root().join("tests/peers/systemd.sh"))
+            .arg("stop")
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "the systemd peer did not stop");
+    }
+
+    /// Start it again in the same directory, on the same bus address.
+    pub fn start_bus_again(&self) {
+        let output = Command::new(workspace_root().join("tests/peers/systemd.sh"))
+            .arg("start")
+            .arg(self.dir.path())
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "the systemd peer did not start again"
+        );
+        assert_eq!(
+            String::from_utf8(output.stdout).unwrap().trim(),
+            self.address
+        );
+    }
+
     /// `unix:path=DIR/run/dbus/system_bus_socket`.
     pub fn bus_address(&self) -> &str {
         &self.address
