@@ -344,3 +344,58 @@ fn the_bus_going_away_fails_only_the_plugin_and_tend_recovers_when_it_returns() 
     peer.wait_for_unit("tend-y.service", "ActiveState", "active", WITHIN);
     assert!(daemon.terminate(Duration::from_secs(10)));
 }
+
+#[test]
+fn kill_9_between_writing_files_and_restarting_units_restarts_exactly_once() {
+    let peer = SystemdPeer::start();
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("unit-applier", "unit-applier");
+    std::fs::create_dir_all(sandbox.path("etc")).unwrap();
+    let count = sandbox.path("k.count");
+    let conf = sandbox.path("etc/k.conf").display().to_string();
+    let units = vec![("tend-k.service", oneshot(&count), vec![conf.clone()])];
+    sandbox.config(&applier_config(
+        &peer,
+        &sandbox,
+        &units,
+        &[(conf.clone(), "v = 1\n")],
+    ));
+    assert!(sandbox.tend(&["reconcile", "unit-applier"]).success);
+    peer.wait_for_unit("tend-k.service", "ActiveState", "active", WITHIN);
+    assert_eq!(starts(&count), 1);
+
+    // The file changes, so tend-k must restart. Kill tend the moment the new
+    // file is on disk: before, during or just after the restart.
+    sandbox.config(&applier_config(
+        &peer,
+        &sandbox,
+        &units,
+        &[(conf.clone(), "v = 2\n")],
+    ));
+    let mut child = std::process::Command::new(tend_e2e::tend_bin())
+        .args(["reconcile", "unit-applier", "-c"])
+        .arg(sandbox.path("tend.toml"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(WITHIN, "the new file written", || {
+        std::fs::read_to_string(&conf).is_ok_and(|c| c == "v = 2\n")
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    // Started again, it finishes what was pending: one restart in all.
+    let out = sandbox.tend(&["reconcile", "unit-applier"]);
+    assert!(out.success, "{}{}", out.stdout, out.stderr);
+    peer.wait_for_unit("tend-k.service", "ActiveState", "active", WITHIN);
+    wait_until(WITHIN, "the pending restart", || starts(&count) >= 2);
+    let again = sandbox.tend(&["reconcile", "unit-applier"]);
+    assert!(again.success, "{}", again.stdout);
+    assert_eq!(
+        starts(&count),
+        2,
+        "exactly one restart: {}{}",
+        out.stdout,
+        again.stdout
+    );
+}

@@ -42,7 +42,7 @@ ours() {
   local pid=$1 arg line
   local -a args
   [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-  mapfile -d '' args <"/proc/$pid/cmdline" 2>/dev/null || return 1
+  mapfile -d '' args 2>/dev/null <"/proc/$pid/cmdline" || return 1
   for arg in "${args[@]}"; do
     case $arg in "$dir" | *"$dir/"*) return 0 ;; esac
   done
@@ -276,7 +276,7 @@ stop)
   left=$(leftovers)
   if [ -n "$left" ]; then
     echo "systemd peer: processes left behind:" >&2
-    for pid in $left; do echo "  $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" >&2; done
+    for pid in $left; do echo "  $pid: $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" >&2; done
     failed=1
   fi
   exit $failed
