@@ -261,12 +261,77 @@ impl Drop for DemoRegistry {
     }
 }
 
+/// The demo's systemd (tests/peers/systemd.sh), stopped on drop.
+struct DemoSystemd(PathBuf);
+
+impl DemoSystemd {
+    fn start(dir: &Path) -> Result<Self> {
+        let output = Command::new(root().join("tests/peers/systemd.sh"))
+            .arg("start")
+            .arg(dir)
+            .output()?;
+        if !output.status.success() {
+            bail!(
+                "the demo's systemd did not start: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(DemoSystemd(dir.to_path_buf()))
+    }
+
+    /// `busctl` on the demo's bus.
+    fn busctl(&self, args: &[&str]) -> Result<String> {
+        let address = format!(
+            "unix:path={}",
+            self.0.join("run/dbus/system_bus_socket").display()
+        );
+        let output = Command::new("busctl")
+            .arg(format!("--address={address}"))
+            .args(args)
+            .output()?;
+        if !output.status.success() {
+            bail!(
+                "busctl {args:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+    }
+}
+
+impl Drop for DemoSystemd {
+    fn drop(&mut self) {
+        let _ = Command::new(root().join("tests/peers/systemd.sh"))
+            .arg("stop")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Wait for `done` (at most `within`), giving up early when tend exits.
+fn wait_for(
+    daemon: &mut std::process::Child,
+    within: Duration,
+    done: impl Fn() -> bool,
+) -> Result<bool> {
+    let deadline = Instant::now() + within;
+    while !done() {
+        if Instant::now() > deadline || daemon.try_wait()?.is_some() {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(true)
+}
+
 fn demo() -> Result<()> {
     ensure_debian_packages()?;
     plugins()?;
     let tend = build_tend()?;
     let config = root().join("examples/quickstart/tend.toml");
     let work = Path::new("/tmp/tend-quickstart");
+    // A systemd left running by an interrupted demo goes first.
+    drop(DemoSystemd(work.join("systemd")));
     let _ = std::fs::remove_dir_all(work);
     std::fs::create_dir_all(work.join("certs.d/quay.io"))?;
     std::fs::write(
@@ -278,13 +343,15 @@ fn demo() -> Result<()> {
         "starting a real OCI registry on 127.0.0.1:{QUICKSTART_REGISTRY_PORT} as a stand-in registry cache"
     ));
     let registry = DemoRegistry::start(QUICKSTART_REGISTRY_PORT)?;
+    step("starting a real systemd in private namespaces, on its own bus (not this machine's)");
+    let systemd = DemoSystemd::start(&work.join("systemd"))?;
 
     step("tend check: the config is valid and every plugin compiles");
     run(Command::new(&tend).args(["check", "-c"]).arg(&config))?;
     step("tend plan: what tend would change (a dry run: nothing is written)");
     run(Command::new(&tend).args(["plan", "-c"]).arg(&config))?;
 
-    step("tend run: the daemon, until docker.io's mirror is in place");
+    step("tend run: the daemon, until docker.io's mirror and demo-web.service are in place");
     let log_path = root().join("target/demo/tend.log");
     let mut daemon = Command::new(&tend)
         .args(["run", "-c"])
@@ -292,14 +359,48 @@ fn demo() -> Result<()> {
         .stderr(std::fs::File::create(&log_path)?)
         .spawn()?;
     let hosts = work.join("certs.d/docker.io/hosts.toml");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !hosts.exists() && Instant::now() < deadline && daemon.try_wait()?.is_none() {
-        std::thread::sleep(Duration::from_millis(50));
+    let starts_file = work.join("demo-web.starts");
+    let starts = || std::fs::read_to_string(&starts_file).map_or(0, |t| t.lines().count());
+    let active = || {
+        systemd
+            .busctl(&[
+                "call",
+                "org.freedesktop.systemd1",
+                "/org/freedesktop/systemd1/unit/demo_2dweb_2eservice",
+                "org.freedesktop.DBus.Properties",
+                "Get",
+                "ss",
+                "org.freedesktop.systemd1.Unit",
+                "ActiveState",
+            ])
+            .is_ok_and(|s| s.contains("\"active\""))
+    };
+    let applied = wait_for(&mut daemon, Duration::from_secs(120), || {
+        hosts.exists() && active()
+    })?;
+    let mut doctored = false;
+    if applied {
+        step("killing demo-web.service: unit-doctor hears it fail and restarts it");
+        systemd.busctl(&[
+            "call",
+            "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1",
+            "org.freedesktop.systemd1.Manager",
+            "KillUnit",
+            "ssi",
+            "demo-web.service",
+            "all",
+            "9",
+        ])?;
+        doctored = wait_for(&mut daemon, Duration::from_secs(30), || {
+            starts() >= 2 && active()
+        })?;
     }
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     run(Command::new("kill").args(["-TERM", &daemon.id().to_string()]))?;
     let status = daemon.wait()?;
     drop(registry);
+    drop(systemd);
 
     step("what happened");
     eprintln!("tend log ({}):\n{log}", log_path.display());
@@ -325,6 +426,27 @@ fn demo() -> Result<()> {
             .last()
             .unwrap_or("")
     );
+    eprintln!(
+        "unit-applier: wrote {} and demo-web.service, reloaded systemd and started it: {}",
+        work.join("etc/demo.conf").display(),
+        if applied {
+            "active"
+        } else {
+            "NOT active (see the log)"
+        }
+    );
+    eprintln!(
+        "unit-doctor: demo-web.service was killed and restarted at once (starts: {}): {}",
+        starts(),
+        if doctored {
+            "ok"
+        } else {
+            "NOT restarted (see the log)"
+        }
+    );
+    if !applied || !doctored {
+        bail!("the systemd part of the demo did not complete; see the log above");
+    }
     eprintln!(
         "tend stopped on SIGTERM with {status}. Files are under {}; the config is {}",
         work.display(),
