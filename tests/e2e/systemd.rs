@@ -108,8 +108,9 @@ fn unit_applier_restarts_only_what_changed_and_removes_only_what_it_created() {
     reconcile();
     peer.wait_for_unit("tend-b.service", "ActiveState", "inactive", WITHIN);
     assert!(!peer.units_dir().join("tend-b.service").exists());
-    // The operator's unit is untouched.
+    // The operator's unit is untouched, and enabling never wrote into the host's /etc.
     assert!(peer.units_dir().join("tend-manual.service").exists());
+    assert!(!Path::new("/etc/systemd/system/exp.target.wants/tend-a.service").exists());
     assert_eq!(starts(&sandbox.path("manual.count")), 0);
 }
 

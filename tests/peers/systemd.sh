@@ -130,7 +130,7 @@ start)
   rm -rf "$dir/run" "$dir/console.log"
   # Manager defaults: /run/systemd/system.conf.d is read at boot and on daemon-reload.
   # No journald runs: units' stdout/stderr go to the console, which is console.log.
-  mkdir -p "$dir/run/systemd/system.conf.d" "$dir/empty"
+  mkdir -p "$dir/run/systemd/system.conf.d" "$dir/empty" "$dir/etc-systemd"
   printf '%s\n' "[Manager]" "LogColor=no" "ShowStatus=no" "DefaultStandardOutput=tty" \
     "DefaultStandardError=inherit" "DefaultTimeoutStopSec=10s" \
     >"$dir/run/systemd/system.conf.d/50-tend-peer.conf"
@@ -204,6 +204,9 @@ ns) # Internal: in script's pty, as the caller of unshare.
 
 inner) # Internal: PID 1 of the new namespaces; becomes systemd.
   mount --bind "$dir/run" /run # the manager's /run is DIR/run on the host
+  # Enabling a unit writes links into /etc/systemd/system: the peer's own copy, so a
+  # test never leaves links in the host's.
+  mount --bind "$dir/etc-systemd" /etc/systemd/system
   # Only the cgroup2 hierarchy, rooted at the peer's cgroup (the host's hybrid v1
   # hierarchies are unmounted here, in this mount namespace only).
   umount -R /sys/fs/cgroup
