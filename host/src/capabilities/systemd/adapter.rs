@@ -26,6 +26,19 @@ pub struct PluginSystemd {
     pub(super) call: Arc<Call>,
 }
 
+/// Unit names or patterns one call may pass: matching is host CPU time that
+/// the plugin's deadline cannot interrupt, so it is bounded.
+const MAX_NAMES: usize = 256;
+
+fn bounded(what: &str, names: &[impl AsRef<str>]) -> Result<(), CapError> {
+    if names.len() > MAX_NAMES || names.iter().any(|n| n.as_ref().len() > 256) {
+        return Err(CapError::Invalid(format!(
+            "{what}: at most {MAX_NAMES} names of at most 256 bytes per call; split the call"
+        )));
+    }
+    Ok(())
+}
+
 const MUTATIONS: [&str; 9] = [
     "start",
     "stop",
@@ -92,6 +105,7 @@ impl PluginSystemd {
     }
 
     pub async fn list_units(&self, patterns: &[String]) -> Result<Vec<UnitStatus>, CapError> {
+        bounded("list-units", patterns)?;
         let units = self.backend.list_units().await?;
         Ok(units
             .into_iter()
@@ -131,6 +145,7 @@ impl PluginSystemd {
     }
 
     pub async fn unit_files(&self, operation: Operation, units: Vec<String>) -> Result<(), CapError> {
+        bounded(operation.name(), &units)?;
         for unit in &units {
             check(&self.grant, &self.call.plugin, unit, Some(operation))?;
         }
@@ -196,6 +211,17 @@ mod tests {
         fake.job_result("tend-a.service", JobResult::Failed);
         assert_eq!(real.job(Operation::Restart, JobKind::Restart, "tend-a.service").await.unwrap(), JobResult::Failed);
         assert_eq!(real.call.gate.mutations()[0].result, "job failed");
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_patterns_or_units_is_refused_before_any_matching() {
+        let (systemd, fake) = systemd(&["enable"], false);
+        let many: Vec<String> = (0..1000).map(|i| format!("tend-{i}.service")).collect();
+        let err = systemd.list_units(&many).await.unwrap_err();
+        assert_eq!(err.kind(), "invalid");
+        let err = systemd.unit_files(Operation::Enable, many).await.unwrap_err();
+        assert!(err.to_string().contains("split the call"), "{err}");
+        assert!(fake.actions().is_empty());
     }
 
     #[tokio::test]

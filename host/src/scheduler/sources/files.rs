@@ -19,10 +19,6 @@ pub struct FileSource {
 }
 
 impl TriggerSource for FileSource {
-    fn kind(&self) -> &'static str {
-        trigger::FILE
-    }
-
     fn update(&mut self, config: &Config, triggers: &Triggers) {
         let paths: Vec<(String, PathBuf)> = config
             .enabled_plugins()

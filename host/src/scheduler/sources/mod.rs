@@ -14,8 +14,6 @@ use crate::capabilities::Backends;
 use crate::config::Config;
 
 pub trait TriggerSource: Send {
-    /// The trigger kind it sends (a constant of [`super::trigger`]).
-    fn kind(&self) -> &'static str;
     /// Watch what the enabled plugins of `config` ask for, replacing what was
     /// watched before; changes are sent through `triggers`.
     fn update(&mut self, config: &Config, triggers: &Triggers);

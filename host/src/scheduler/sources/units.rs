@@ -42,10 +42,6 @@ fn watched(config: &Config) -> Vec<(String, SystemdGrant)> {
 }
 
 impl TriggerSource for UnitSource {
-    fn kind(&self) -> &'static str {
-        trigger::UNIT
-    }
-
     fn update(&mut self, config: &Config, triggers: &Triggers) {
         if let Some(task) = self.task.take() {
             task.abort();
