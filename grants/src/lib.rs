@@ -9,13 +9,16 @@
 //! - [`files::is_own_proc`]: whether a path names Tend's own `/proc` entry.
 //! - [`http::check_url`]: whether a request URL matches an http grant.
 //! - [`systemd::SystemdGrant::check`]: whether a unit and an operation are granted.
+//! - [`cri::CriGrant::check_pull`]: whether an image (written out in full) may be pulled.
 //! - [`conformance::cases`]: a table of decisions both implementations must agree on.
 //!
 //! The crate builds for `wasm32-wasip2` as well as natively.
 
 pub mod conformance;
+pub mod cri;
 pub mod files;
 pub mod http;
+pub mod metrics;
 pub mod systemd;
 
 /// Why a grant check refused a call; maps onto the WIT error cases of the

@@ -90,7 +90,13 @@ impl Host for WasmHost {
     fn http(&self) -> &dyn crate::Http {
         &crate::http::wasm::WasmHttp
     }
+    fn metrics(&self) -> &dyn crate::Metrics {
+        &crate::metrics::wasm::WasmMetrics
+    }
     fn systemd(&self) -> &dyn crate::Systemd {
         &crate::systemd::wasm::WasmSystemd
+    }
+    fn cri(&self) -> &dyn crate::Cri {
+        &crate::cri::wasm::WasmCri
     }
 }

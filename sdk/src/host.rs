@@ -2,7 +2,7 @@
 //! return by default. Each capability (its trait, wasm glue and fake) lives in
 //! its own module: `log`, `state`, `files`, `http`.
 
-use crate::{Error, Files, Http, Level, State, Systemd};
+use crate::{Cri, Error, Files, Http, Level, Metrics, State, Systemd};
 
 /// What a reconcile can reach. Whether a call succeeds depends on the
 /// operator's grants: an ungranted call returns `denied`, with a message naming
@@ -33,6 +33,14 @@ pub trait Host {
     }
     /// systemd units within the granted patterns and operations.
     fn systemd(&self) -> &dyn Systemd {
+        &NotProvided
+    }
+    /// The container runtime over CRI, within the granted reads, operations and images.
+    fn cri(&self) -> &dyn Cri {
+        &NotProvided
+    }
+    /// Counters and gauges for the host's `/metrics` (always granted).
+    fn metrics(&self) -> &dyn Metrics {
         &NotProvided
     }
 }
@@ -78,6 +86,10 @@ mod tests {
         assert!(
             matches!(&err, Error::Denied(m) if m.starts_with("http is not provided by this host")),
             "{err}"
+        );
+        assert_eq!(
+            host.metrics().gauge_set("up", &[], 1.0).unwrap_err().kind(),
+            "denied"
         );
     }
 }

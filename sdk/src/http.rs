@@ -42,6 +42,15 @@ pub struct Response {
 /// Outbound HTTP to the URL patterns granted to the plugin.
 pub trait Http {
     fn send(&self, request: &Request) -> Result<Response>;
+
+    /// Send every request, each exactly as [`Http::send`] would, and return
+    /// their results in the same order. The wasm host sends them concurrently
+    /// (32 at a time), so five probes with a 2 s timeout take 2 s,
+    /// not 10. The default sends one after another, so implementations written
+    /// before this method keep compiling.
+    fn send_all(&self, requests: &[Request]) -> Vec<Result<Response>> {
+        requests.iter().map(|request| self.send(request)).collect()
+    }
 }
 
 impl Http for NotProvided {
@@ -56,28 +65,49 @@ pub(crate) mod wasm {
     use super::{Request, Response};
     use crate::__wasm::from_wit_error;
     use crate::Result;
-    use crate::bindings::tend::plugin::http;
+    use crate::bindings::tend::plugin::{http, types};
 
     pub(crate) struct WasmHttp;
 
+    /// The most requests one host `send-all` call takes (`wit/http.wit`);
+    /// more go in successive batches of this size.
+    const SEND_ALL_MAX: usize = 32;
+
+    fn to_wit(request: &Request) -> http::Request {
+        http::Request {
+            method: request.method.clone(),
+            url: request.url.clone(),
+            headers: request.headers.clone(),
+            body: request.body.clone(),
+            timeout_ms: request
+                .timeout
+                .map(|t| t.as_millis().min(u32::MAX as u128) as u32),
+        }
+    }
+
+    fn from_wit(result: std::result::Result<http::Response, types::Error>) -> Result<Response> {
+        result
+            .map(|r| Response {
+                status: r.status,
+                headers: r.headers,
+                body: r.body,
+            })
+            .map_err(from_wit_error)
+    }
+
     impl crate::Http for WasmHttp {
         fn send(&self, request: &Request) -> Result<Response> {
-            let req = http::Request {
-                method: request.method.clone(),
-                url: request.url.clone(),
-                headers: request.headers.clone(),
-                body: request.body.clone(),
-                timeout_ms: request
-                    .timeout
-                    .map(|t| t.as_millis().min(u32::MAX as u128) as u32),
-            };
-            http::send(&req)
-                .map(|r| Response {
-                    status: r.status,
-                    headers: r.headers,
-                    body: r.body,
+            from_wit(http::send(&to_wit(request)))
+        }
+
+        fn send_all(&self, requests: &[Request]) -> Vec<Result<Response>> {
+            requests
+                .chunks(SEND_ALL_MAX)
+                .flat_map(|batch| {
+                    let batch: Vec<http::Request> = batch.iter().map(to_wit).collect();
+                    http::send_all(&batch).into_iter().map(from_wit)
                 })
-                .map_err(from_wit_error)
+                .collect()
         }
     }
 }
@@ -86,12 +116,14 @@ pub(crate) mod wasm {
 /// [`FakeHttp::grant`] matches is refused with the host's message (no grant at
 /// all refuses everything) and not sent; a granted request is answered per
 /// method and URL, and anything unscripted is `unavailable`, like a connection
-/// refused. Records every request it sent.
+/// refused. Records every request it sent, and the size of each
+/// [`Http::send_all`] batch (whose requests it answers one by one, as `send`).
 pub struct FakeHttp {
     plugin: String,
     grants: RefCell<Vec<UrlPattern>>,
     responses: RefCell<HashMap<(String, String), Result<Response>>>,
     sent: RefCell<Vec<Request>>,
+    batches: RefCell<Vec<usize>>,
 }
 
 impl Default for FakeHttp {
@@ -109,6 +141,7 @@ impl FakeHttp {
             grants: RefCell::default(),
             responses: RefCell::default(),
             sent: RefCell::default(),
+            batches: RefCell::default(),
         }
     }
 
@@ -147,6 +180,12 @@ impl FakeHttp {
     pub fn sent(&self) -> Vec<Request> {
         self.sent.borrow().clone()
     }
+
+    /// How many requests each [`Http::send_all`] call carried, in order: a
+    /// plugin that probes concurrently shows one batch per reconcile.
+    pub fn batches(&self) -> Vec<usize> {
+        self.batches.borrow().clone()
+    }
 }
 
 impl Http for FakeHttp {
@@ -166,6 +205,11 @@ impl Http for FakeHttp {
                     request.method, request.url
                 )))
             })
+    }
+
+    fn send_all(&self, requests: &[Request]) -> Vec<Result<Response>> {
+        self.batches.borrow_mut().push(requests.len());
+        requests.iter().map(|request| self.send(request)).collect()
     }
 }
 
@@ -211,6 +255,38 @@ mod tests {
         let err = http.send(&Request::get("http://x/")).unwrap_err();
         assert_eq!(err.kind(), "unavailable");
         assert_eq!(http.sent().len(), 1);
+    }
+
+    #[test]
+    fn send_all_answers_each_request_as_send_in_order() {
+        let http = FakeHttp::new("mirror-gate");
+        http.grant("http://127.0.0.1:*/*")
+            .status("http://127.0.0.1:5000/v2/", 200);
+        let requests = [
+            Request::get("http://127.0.0.1:5001/v2/"),
+            Request::get("http://10.0.0.1:5000/v2/"),
+            Request::get("http://127.0.0.1:5000/v2/"),
+        ];
+        let results = http.send_all(&requests);
+        let kinds: Vec<&str> = results
+            .iter()
+            .map(|r| r.as_ref().map_or_else(Error::kind, |_| "ok"))
+            .collect();
+        assert_eq!(kinds, ["unavailable", "denied", "ok"]);
+        assert_eq!(http.sent(), [requests[0].clone(), requests[2].clone()]);
+        assert_eq!(http.batches(), [3]);
+    }
+
+    /// An implementation written before `send_all` gets it, sequentially.
+    #[test]
+    fn send_all_defaults_to_sending_one_after_another() {
+        let results = NotProvided.send_all(&[Request::get("http://x/"), Request::get("http://y/")]);
+        assert_eq!(results.len(), 2);
+        assert!(
+            results
+                .iter()
+                .all(|r| r.as_ref().unwrap_err().kind() == "denied")
+        );
     }
 
     #[test]

@@ -22,19 +22,26 @@
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
 pub mod __wasm;
+mod cri;
 mod files;
 mod host;
 mod http;
 mod log;
+mod metrics;
 mod state;
 mod systemd;
 pub mod testing;
 mod types;
 
+pub use cri::{
+    Container, ContainerState, Cri, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxState,
+    SandboxStatus,
+};
 pub use files::{DirEntry, FileKind, Files, Metadata};
 pub use host::{Host, NotProvided};
 pub use http::{Http, Request, Response};
 pub use log::Level;
+pub use metrics::Metrics;
 pub use state::State;
 pub use systemd::{JobResult, Systemd, UnitStatus};
 pub use types::{Context, Error, Health, Outcome, PluginInfo, Result, Trigger};

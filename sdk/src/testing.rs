@@ -14,13 +14,15 @@
 //! assert_eq!(denied.message(), "no files grant covers /etc/hosts: add { path = \"/etc\" } to [plugins.mirror-gate.grants] files");
 //! ```
 
+pub use crate::cri::FakeCri;
 pub use crate::files::FakeFiles;
 pub use crate::http::FakeHttp;
+pub use crate::metrics::FakeMetrics;
 pub use crate::state::FakeState;
 pub use crate::systemd::FakeSystemd;
 
 use crate::log::FakeLog;
-use crate::{Files, Host, Http, Level, State, Systemd};
+use crate::{Cri, Files, Host, Http, Level, Metrics, State, Systemd};
 
 /// A [`Host`] whose capabilities are the public fakes, for one plugin: its name
 /// appears in denial messages, as `[plugins.NAME.grants]`.
@@ -28,7 +30,9 @@ pub struct FakeHost {
     pub state: FakeState,
     pub files: FakeFiles,
     pub http: FakeHttp,
+    pub metrics: FakeMetrics,
     pub systemd: FakeSystemd,
+    pub cri: FakeCri,
     plugin: String,
     log: FakeLog,
 }
@@ -51,7 +55,9 @@ impl FakeHost {
             state: FakeState::default(),
             files: FakeFiles::new(plugin),
             http: FakeHttp::new(plugin),
+            metrics: FakeMetrics::new(plugin),
             systemd: FakeSystemd::new(plugin),
+            cri: FakeCri::new(plugin),
             plugin: plugin.to_string(),
             log: FakeLog::default(),
         }
@@ -81,8 +87,14 @@ impl Host for FakeHost {
     fn http(&self) -> &dyn Http {
         &self.http
     }
+    fn metrics(&self) -> &dyn Metrics {
+        &self.metrics
+    }
     fn systemd(&self) -> &dyn Systemd {
         &self.systemd
+    }
+    fn cri(&self) -> &dyn Cri {
+        &self.cri
     }
 }
 

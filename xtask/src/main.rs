@@ -12,6 +12,8 @@ const RUST_PLUGINS: &[(&str, &str)] = &[
     ("mirror-gate", "mirror-gate"),
     ("unit-doctor", "unit-doctor"),
     ("unit-applier", "unit-applier"),
+    ("ipam-sweeper", "ipam-sweeper"),
+    ("pull-guard", "pull-guard"),
     ("chaos", "chaos"),
 ];
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
@@ -27,6 +29,19 @@ const DEBIAN: &[(&str, &str)] = &[
     ("dbus-daemon", "dbus"),
     ("unshare", "util-linux"),
     ("script", "bsdutils"),
+    // The CRI client in tests/src/lib.rs: the k8s-cri build runs protoc.
+    ("protoc", "protobuf-compiler"),
+    // tests/peers/containerd.sh: a real containerd (CRI), a registry, a stalling
+    // proxy, images built here (a static pause with gcc, a static busybox).
+    ("containerd", "containerd"),
+    ("ctr", "containerd"),
+    ("runc", "runc"),
+    ("skopeo", "skopeo"),
+    ("gcc", "gcc"),
+    ("busybox", "busybox-static"),
+    ("python3", "python3"),
+    // SynDrop in tests/src/lib.rs: a cache port that drops SYNs.
+    ("iptables", "iptables"),
 ];
 const QUICKSTART_REGISTRY_PORT: u16 = 5055;
 

@@ -8,6 +8,7 @@ use crate::wit::types;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// How often a reconcile called one capability operation with one result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +30,8 @@ pub struct Call {
     counts: Mutex<BTreeMap<CountKey, u64>>,
     /// Bytes handed to the plugin by reads so far.
     read_bytes: AtomicU64,
+    /// When the reconcile's deadline ([`Limits::timeout`]) started counting.
+    started: Instant,
 }
 
 impl Call {
@@ -40,7 +43,14 @@ impl Call {
             gate,
             counts: Mutex::default(),
             read_bytes: AtomicU64::new(0),
+            started: Instant::now(),
         })
+    }
+
+    /// What is left of the reconcile's deadline: a host call that needs longer
+    /// (a long pull) is refused up front instead of being cut off.
+    pub fn remaining(&self) -> Duration {
+        self.limits.timeout.saturating_sub(self.started.elapsed())
     }
 
     /// Spend `bytes` of the reconcile's read allowance.

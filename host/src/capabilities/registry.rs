@@ -18,6 +18,8 @@ macro_rules! capability_list {
             files: $crate::capabilities::files::PluginFiles,
             http: $crate::capabilities::http::PluginHttp,
             systemd: $crate::capabilities::systemd::PluginSystemd,
+            cri: $crate::capabilities::cri::PluginCri,
+            metrics: $crate::capabilities::metrics::PluginMetrics,
         }
     };
 }
@@ -125,13 +127,15 @@ mod tests {
             "http.send",
             "systemd.restart",
             "systemd.daemon-reload",
+            "cri.remove-pod-sandbox",
+            "cri.pull-image",
         ] {
             assert!(operations.iter().any(|o| o == expected), "{operations:?}");
         }
         assert!(
             !operations
                 .iter()
-                .any(|o| o.starts_with("state.") || o == "files.read")
+                .any(|o| o.starts_with("state.") || o.starts_with("metrics.") || o == "files.read")
         );
     }
 }

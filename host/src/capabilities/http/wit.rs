@@ -13,8 +13,11 @@ pub fn add_to_linker<T: Send + 'static>(
     http::add_to_linker::<T, HasSelf<PluginHttp>>(linker, get)
 }
 
-impl http::Host for PluginHttp {
-    async fn send(&mut self, req: http::Request) -> Result<http::Response, types::Error> {
+/// Requests one `send-all` may carry: each is a connection the host holds open.
+const MAX_CONCURRENT: usize = 32;
+
+impl PluginHttp {
+    async fn counted_send(&self, req: http::Request) -> Result<http::Response, types::Error> {
         let timeout = req.timeout_ms.map(|ms| Duration::from_millis(ms.into()));
         let request = HttpRequest {
             method: req.method,
@@ -22,12 +25,30 @@ impl http::Host for PluginHttp {
             headers: req.headers,
             body: req.body,
         };
-        let result = PluginHttp::send(self, request, timeout).await;
+        let result = self.send(request, timeout).await;
         let response = self.call.counted("http", "send", result)?;
         Ok(http::Response {
             status: response.status,
             headers: response.headers,
             body: response.body,
         })
+    }
+}
+
+impl http::Host for PluginHttp {
+    async fn send(&mut self, req: http::Request) -> Result<http::Response, types::Error> {
+        self.counted_send(req).await
+    }
+
+    async fn send_all(&mut self, reqs: Vec<http::Request>) -> Vec<Result<http::Response, types::Error>> {
+        if reqs.len() > MAX_CONCURRENT {
+            let refused = format!(
+                "send-all takes at most {MAX_CONCURRENT} requests, got {}: split the call",
+                reqs.len()
+            );
+            return reqs.iter().map(|_| Err(types::Error::Invalid(refused.clone()))).collect();
+        }
+        let this = &*self;
+        futures_util::future::join_all(reqs.into_iter().map(|req| this.counted_send(req))).await
     }
 }

@@ -1,0 +1,318 @@
+//! What a plugin's CRI grant allows: pure, so every rule is tested without a
+//! runtime.
+//!
+//! `cri = { read = true, operations = ["remove-pod-sandbox", "pull-image"],
+//! images = ["docker.io/library/*"] }`: `read` allows version, listings and
+//! status; each mutating operation must be listed; `pull-image` also needs the
+//! image, written out in full by [`normalize_image`], to match an `images`
+//! pattern, where `*` matches within one path component (it never crosses `/`).
+
+use crate::Refusal;
+use serde::{Deserialize, Deserializer, de::Error as _};
+
+/// A mutating CRI operation, as a grant and a budget name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Operation {
+    StopPodSandbox,
+    RemovePodSandbox,
+    PullImage,
+}
+
+impl Operation {
+    pub const ALL: [Operation; 3] = [
+        Operation::StopPodSandbox,
+        Operation::RemovePodSandbox,
+        Operation::PullImage,
+    ];
+
+    /// The name in grants, budgets and the journal: "remove-pod-sandbox".
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::StopPodSandbox => "stop-pod-sandbox",
+            Operation::RemovePodSandbox => "remove-pod-sandbox",
+            Operation::PullImage => "pull-image",
+        }
+    }
+}
+
+/// The longest image reference accepted.
+pub const MAX_IMAGE_REFERENCE: usize = 512;
+
+/// An image pattern: a full reference ("docker.io/library/nginx:1.25") where
+/// `*` stands for any run of characters other than `/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImagePattern(pub String);
+
+impl<'de> Deserialize<'de> for ImagePattern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let plain = text.replace('*', "x");
+        match normalize_image(&plain) {
+            Ok(full) if full == plain || full == format!("{plain}:latest") => {
+                Ok(ImagePattern(text))
+            }
+            _ => Err(D::Error::custom(format!(
+                "invalid image pattern {text:?}: expected a full reference with `*` wildcards, for example \"docker.io/library/*\" or \"registry.k8s.io/pause:*\""
+            ))),
+        }
+    }
+}
+
+impl ImagePattern {
+    /// Whether the pattern matches all of the full reference `image`.
+    pub fn matches(&self, image: &str) -> bool {
+        let (p, t) = (self.0.as_bytes(), image.as_bytes());
+        // One backtrack point, and `*` never crosses `/`: linear, never exponential.
+        let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+        while ti < t.len() {
+            if pi < p.len() && p[pi] != b'*' && p[pi] == t[ti] {
+                pi += 1;
+                ti += 1;
+            } else if pi < p.len() && p[pi] == b'*' {
+                star = Some(pi);
+                mark = ti;
+                pi += 1;
+            } else if let Some(s) = star.filter(|_| t[mark] != b'/') {
+                pi = s + 1;
+                mark += 1;
+                ti = mark;
+            } else {
+                return false;
+            }
+        }
+        p[pi..].iter().all(|&c| c == b'*')
+    }
+}
+
+/// `[plugins.<name>.grants] cri`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CriGrant {
+    /// Version, listings and status.
+    #[serde(default)]
+    pub read: bool,
+    #[serde(default)]
+    pub operations: Vec<Operation>,
+    /// What `pull-image` may pull.
+    #[serde(default)]
+    pub images: Vec<ImagePattern>,
+}
+
+/// The reference as the runtime resolves it: "nginx" is
+/// "docker.io/library/nginx:latest", "quay.io/x/y" is "quay.io/x/y:latest".
+/// Grants are checked against this form, so a short name cannot slip past a
+/// pattern, and this form is what is pulled.
+pub fn normalize_image(image: &str) -> Result<String, Refusal> {
+    let invalid = || {
+        Refusal::Invalid(format!(
+            "{:?} is not an image reference: expected for example \"docker.io/library/busybox:1.36\"",
+            crate::shown(image)
+        ))
+    };
+    let allowed =
+        |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | ':' | '@');
+    if image.is_empty() || image.len() > MAX_IMAGE_REFERENCE || !image.chars().all(allowed) {
+        return Err(invalid());
+    }
+    let (name, digest) = match image.split_once('@') {
+        Some((name, digest)) if digest.starts_with("sha256:") && digest.len() == 71 => {
+            (name, Some(digest))
+        }
+        Some(_) => return Err(invalid()),
+        None => (image, None),
+    };
+    // A tag is the part after the last ':' when it has no '/' (else it is a port).
+    let (repository, tag) = match name.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo, Some(tag)),
+        _ => (name, None),
+    };
+    let components: Vec<&str> = repository.split('/').collect();
+    if components
+        .iter()
+        .any(|c| c.is_empty() || c.starts_with('.') || c.contains(".."))
+        || tag == Some("")
+    {
+        return Err(invalid());
+    }
+    let has_registry = components.len() > 1
+        && (components[0].contains(['.', ':']) || components[0] == "localhost");
+    let repository = match (has_registry, components.len()) {
+        (true, _) => repository.to_string(),
+        (false, 1) => format!("docker.io/library/{repository}"),
+        (false, _) => format!("docker.io/{repository}"),
+    };
+    if repository
+        .split('/')
+        .skip(1)
+        .any(|c| c.chars().any(|ch| ch.is_ascii_uppercase() || ch == ':'))
+    {
+        return Err(invalid());
+    }
+    Ok(match (tag, digest) {
+        (_, Some(digest)) => format!(
+            "{repository}{}@{digest}",
+            tag.map(|t| format!(":{t}")).unwrap_or_default()
+        ),
+        (Some(tag), None) => format!("{repository}:{tag}"),
+        (None, None) => format!("{repository}:latest"),
+    })
+}
+
+impl CriGrant {
+    fn table(plugin: &str) -> String {
+        format!("[plugins.{plugin}.grants] cri")
+    }
+
+    /// May `plugin` read from the runtime (`what`, for the message)?
+    pub fn check_read(&self, plugin: &str, what: &str) -> Result<(), Refusal> {
+        if self.read {
+            return Ok(());
+        }
+        Err(Refusal::Denied(format!(
+            "cri {what} is not granted: set read = true in {}",
+            Self::table(plugin)
+        )))
+    }
+
+    /// May `plugin` perform `operation` (on `what`, for the message)?
+    pub fn check_operation(
+        &self,
+        plugin: &str,
+        operation: Operation,
+        what: &str,
+    ) -> Result<(), Refusal> {
+        if self.operations.contains(&operation) {
+            return Ok(());
+        }
+        Err(Refusal::Denied(format!(
+            "cri {} of {} is not granted: add \"{}\" to operations in {}",
+            operation.name(),
+            crate::shown(what),
+            operation.name(),
+            Self::table(plugin)
+        )))
+    }
+
+    /// May `plugin` pull `image`? Returns the full reference to pull.
+    pub fn check_pull(&self, plugin: &str, image: &str) -> Result<String, Refusal> {
+        let full = normalize_image(image)?;
+        self.check_operation(plugin, Operation::PullImage, &full)?;
+        if self.images.iter().any(|p| p.matches(&full)) {
+            return Ok(full);
+        }
+        Err(Refusal::Denied(format!(
+            "no cri images pattern covers {full}: add \"{full}\" (or a pattern such as \"{}\") to images in {}",
+            pattern_for(&full),
+            Self::table(plugin)
+        )))
+    }
+}
+
+/// The image's repository with any tag: "docker.io/library/nginx:*".
+fn pattern_for(full: &str) -> String {
+    let name = full.split('@').next().unwrap_or(full);
+    match name.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => format!("{repo}:*"),
+        _ => format!("{name}:*"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(text: &str) -> ImagePattern {
+        serde_json::from_str(&format!("{text:?}")).unwrap()
+    }
+
+    #[test]
+    fn short_names_are_written_out_as_the_runtime_resolves_them() {
+        for (short, full) in [
+            ("busybox", "docker.io/library/busybox:latest"),
+            ("busybox:1.36", "docker.io/library/busybox:1.36"),
+            ("bitnami/redis", "docker.io/bitnami/redis:latest"),
+            ("127.0.0.1:5000/exp/big:v1", "127.0.0.1:5000/exp/big:v1"),
+            ("localhost/exp/pause:v1", "localhost/exp/pause:v1"),
+            ("127.0.0.1:5000/exp/big", "127.0.0.1:5000/exp/big:latest"),
+        ] {
+            assert_eq!(normalize_image(short).unwrap(), full);
+        }
+        let digest = format!("quay.io/a/b@sha256:{}", "0".repeat(64));
+        assert_eq!(normalize_image(&digest).unwrap(), digest);
+        for bad in [
+            "",
+            "a b",
+            "../x",
+            "docker.io/../x",
+            "x:",
+            "docker.io/Library/x",
+            "x@md5:1",
+            "a//b",
+        ] {
+            assert_eq!(normalize_image(bad).unwrap_err().kind(), "invalid", "{bad}");
+        }
+        assert!(
+            normalize_image(&"a".repeat(600))
+                .unwrap_err()
+                .message()
+                .contains('…')
+        );
+    }
+
+    #[test]
+    fn stars_stay_within_one_path_component() {
+        let p = pattern("docker.io/library/*");
+        assert!(p.matches("docker.io/library/nginx:1.25"));
+        assert!(!p.matches("docker.io/library/evil/nginx:1"));
+        assert!(!p.matches("docker.io/libraryx/nginx:1"));
+        assert!(pattern("registry.k8s.io/pause:*").matches("registry.k8s.io/pause:3.9"));
+        assert!(!pattern("registry.k8s.io/pause:*").matches("registry.k8s.io/pause:3.9/x"));
+        assert!(pattern("127.0.0.1:*/exp/*").matches("127.0.0.1:5000/exp/big:v1"));
+    }
+
+    #[test]
+    fn patterns_must_be_written_out() {
+        for bad in ["nginx", "library/*", "docker.io/library/*@", "a b/*"] {
+            assert!(
+                serde_json::from_str::<ImagePattern>(&format!("{bad:?}")).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn reads_operations_and_images_are_each_granted() {
+        let grant = CriGrant {
+            read: false,
+            operations: vec![Operation::PullImage],
+            images: vec![pattern("docker.io/library/*")],
+        };
+        let err = grant.check_read("p", "list-pod-sandboxes").unwrap_err();
+        assert_eq!(
+            err.message(),
+            "cri list-pod-sandboxes is not granted: set read = true in [plugins.p.grants] cri"
+        );
+        let err = grant
+            .check_operation("p", Operation::RemovePodSandbox, "abc")
+            .unwrap_err();
+        assert!(
+            err.message()
+                .contains("add \"remove-pod-sandbox\" to operations"),
+            "{err}"
+        );
+        assert_eq!(
+            grant.check_pull("p", "busybox").unwrap(),
+            "docker.io/library/busybox:latest"
+        );
+        let err = grant.check_pull("p", "quay.io/evil/x:1").unwrap_err();
+        assert_eq!(
+            err.message(),
+            "no cri images pattern covers quay.io/evil/x:1: add \"quay.io/evil/x:1\" (or a pattern such as \"quay.io/evil/x:*\") to images in [plugins.p.grants] cri"
+        );
+        assert!(
+            CriGrant::default().check_pull("p", "busybox").is_err(),
+            "deny by default"
+        );
+    }
+}

@@ -1,0 +1,338 @@
+//! The `cri` adapter of one reconcile: reads need the `read` grant, each
+//! mutation its operation (pulls also an image pattern), and every mutation
+//! passes the gate. A pull's own deadline must fit in the reconcile's.
+
+use super::backend::{Container, CriBackend, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxStatus};
+use super::fake::FakeCri;
+use super::grants::{CriGrant, Operation, check_operation, check_pull, check_read};
+use super::real::RealCri;
+use crate::capabilities::call::Call;
+use crate::capabilities::capability::{BackendEnv, Capability};
+use crate::capabilities::error::CapError;
+use crate::capabilities::gate::{Admission, Intent, Permit};
+use serde::{Deserialize, Deserializer, de::Error as _};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `[host.cri]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CriSettings {
+    /// "unix:///run/containerd/containerd.sock" (the default).
+    pub endpoint: Option<UnixEndpoint>,
+}
+
+/// A `unix://` endpoint: the absolute path of the runtime's socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnixEndpoint(pub PathBuf);
+
+impl<'de> Deserialize<'de> for UnixEndpoint {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        match text.strip_prefix("unix://") {
+            Some(path) if path.starts_with('/') => Ok(UnixEndpoint(PathBuf::from(path))),
+            _ => Err(D::Error::custom(format!(
+                "invalid CRI endpoint {text:?}: expected unix:// and an absolute socket path, for example \"unix:///run/containerd/containerd.sock\""
+            ))),
+        }
+    }
+}
+
+const DEFAULT_SOCKET: &str = "/run/containerd/containerd.sock";
+
+/// Time a plugin keeps, after its pull's deadline, to report before the reconcile's.
+const PULL_MARGIN: Duration = Duration::from_secs(1);
+
+/// Labels one listing may filter on, and the longest id or label accepted:
+/// what a plugin sends the runtime is bounded like everything else.
+const MAX_FILTER_LABELS: usize = 64;
+const MAX_TEXT: usize = 256;
+
+fn bounded_text(what: &str, text: &str) -> Result<(), CapError> {
+    if text.is_empty() || text.len() > MAX_TEXT || text.chars().any(char::is_control) {
+        return Err(CapError::Invalid(format!(
+            "cri {what}: expected 1 to {MAX_TEXT} bytes without control characters, got {:?}",
+            crate::text::inert(&text.chars().take(64).collect::<String>())
+        )));
+    }
+    Ok(())
+}
+
+pub struct PluginCri {
+    backend: Arc<dyn CriBackend>,
+    grant: CriGrant,
+    pub(super) call: Arc<Call>,
+}
+
+impl Capability for PluginCri {
+    const NAME: &'static str = "cri";
+    const MUTATIONS: &'static [&'static str] = &["stop-pod-sandbox", "remove-pod-sandbox", "pull-image"];
+    type Grant = CriGrant;
+    type Settings = CriSettings;
+    type Backend = dyn CriBackend;
+    type Fake = FakeCri;
+
+    fn describe_grant(grant: &CriGrant) -> Vec<String> {
+        if !grant.read && grant.operations.is_empty() {
+            return vec![];
+        }
+        let operations: Vec<&str> = grant.operations.iter().map(|o| o.name()).collect();
+        let images: Vec<&str> = grant.images.iter().map(|p| p.0.as_str()).collect();
+        vec![format!(
+            "{}operations: {}{}",
+            if grant.read { "read; " } else { "" },
+            if operations.is_empty() { "none".to_string() } else { operations.join(", ") },
+            if images.is_empty() { String::new() } else { format!("; images {}", images.join(", ")) }
+        )]
+    }
+
+    fn real(settings: &CriSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn CriBackend>> {
+        let socket = settings.endpoint.clone().map_or_else(|| PathBuf::from(DEFAULT_SOCKET), |e| e.0);
+        Ok(Arc::new(RealCri::new(socket)))
+    }
+
+    fn fake() -> (Arc<dyn CriBackend>, Arc<FakeCri>) {
+        let fake = Arc::new(FakeCri::default());
+        (fake.clone(), fake)
+    }
+
+    fn for_call(backend: &Arc<dyn CriBackend>, grant: &CriGrant, call: &Arc<Call>) -> Self {
+        PluginCri {
+            backend: backend.clone(),
+            grant: grant.clone(),
+            call: call.clone(),
+        }
+    }
+
+    fn add_to_linker<T: Send + 'static>(
+        linker: &mut wasmtime::component::Linker<T>,
+        get: fn(&mut T) -> &mut Self,
+    ) -> wasmtime::Result<()> {
+        super::wit::add_to_linker(linker, get)
+    }
+}
+
+impl PluginCri {
+    fn read(&self, what: &str) -> Result<(), CapError> {
+        check_read(&self.grant, &self.call.plugin, what)
+    }
+
+    pub async fn version(&self) -> Result<RuntimeVersion, CapError> {
+        self.read("version")?;
+        self.backend.version().await
+    }
+
+    pub async fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandbox>, CapError> {
+        self.read("list-pod-sandboxes")?;
+        if filter.labels.len() > MAX_FILTER_LABELS {
+            return Err(CapError::Invalid(format!(
+                "cri list-pod-sandboxes: at most {MAX_FILTER_LABELS} labels in a filter"
+            )));
+        }
+        for (key, value) in &filter.labels {
+            bounded_text("label", key)?;
+            if !value.is_empty() {
+                bounded_text("label value", value)?;
+            }
+        }
+        if let Some(id) = &filter.id {
+            bounded_text("sandbox id", id)?;
+        }
+        self.backend.list_pod_sandboxes(filter).await
+    }
+
+    pub async fn pod_sandbox_status(&self, id: &str) -> Result<SandboxStatus, CapError> {
+        self.read("pod-sandbox-status")?;
+        bounded_text("sandbox id", id)?;
+        self.backend.pod_sandbox_status(id).await
+    }
+
+    pub async fn list_containers(&self, pod_sandbox_id: Option<&str>) -> Result<Vec<Container>, CapError> {
+        self.read("list-containers")?;
+        if let Some(id) = pod_sandbox_id {
+            bounded_text("sandbox id", id)?;
+        }
+        self.backend.list_containers(pod_sandbox_id).await
+    }
+
+    pub async fn list_images(&self) -> Result<Vec<Image>, CapError> {
+        self.read("list-images")?;
+        self.backend.list_images().await
+    }
+
+    pub async fn image_status(&self, image: &str) -> Result<Option<Image>, CapError> {
+        self.read("image-status")?;
+        let full = tend_grants::cri::normalize_image(image)?;
+        self.backend.image_status(&full).await
+    }
+
+    /// Pass a mutation of `target` through the gate; None in a dry run.
+    async fn admit(&self, operation: Operation, target: String, detail: String) -> Result<Option<Permit>, CapError> {
+        let intent = Intent {
+            capability: "cri",
+            operation: operation.name(),
+            target,
+            detail,
+            diff: None,
+        };
+        Ok(match self.call.gate.admit(intent).await? {
+            Admission::Planned => None,
+            Admission::Go(permit) => Some(permit),
+        })
+    }
+
+    pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CapError> {
+        bounded_text("sandbox id", id)?;
+        check_operation(&self.grant, &self.call.plugin, Operation::StopPodSandbox, id)?;
+        match self.admit(Operation::StopPodSandbox, id.to_string(), String::new()).await? {
+            None => Ok(()),
+            Some(permit) => self.backend.stop_pod_sandbox(permit, id).await,
+        }
+    }
+
+    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CapError> {
+        bounded_text("sandbox id", id)?;
+        check_operation(&self.grant, &self.call.plugin, Operation::RemovePodSandbox, id)?;
+        match self.admit(Operation::RemovePodSandbox, id.to_string(), String::new()).await? {
+            None => Ok(()),
+            Some(permit) => self.backend.remove_pod_sandbox(permit, id).await,
+        }
+    }
+
+    /// Pull `image` within `timeout`, which must leave [`PULL_MARGIN`] of the
+    /// reconcile's deadline: a pull the reconcile would cut off is refused
+    /// up front, naming the limit to raise.
+    pub async fn pull_image(&self, image: &str, timeout: Duration) -> Result<String, CapError> {
+        let full = check_pull(&self.grant, &self.call.plugin, image)?;
+        let left = self.call.remaining().saturating_sub(PULL_MARGIN);
+        if timeout.is_zero() || timeout > left {
+            return Err(CapError::Invalid(format!(
+                "cri pull-image of {full} with a timeout of {} does not fit in what is left of this reconcile's deadline ({}): raise [plugins.{}.limits] timeout above the pull's timeout",
+                humantime::format_duration(timeout),
+                humantime::format_duration(Duration::from_secs(left.as_secs())),
+                self.call.plugin
+            )));
+        }
+        let detail = format!("timeout {}", humantime::format_duration(timeout));
+        match self.admit(Operation::PullImage, full.clone(), detail).await? {
+            None => Ok(full),
+            Some(permit) => self.backend.pull_image(permit, &full, timeout).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::cri::SandboxState;
+    use crate::capabilities::limits::Limits;
+    use crate::capabilities::testing::call_with_limits;
+
+    fn cri(grant: &str, dry_run: bool, timeout: Duration) -> (PluginCri, Arc<FakeCri>) {
+        let (backend, fake) = PluginCri::fake();
+        let grant: CriGrant = toml::from_str(grant).unwrap();
+        let limits = Limits {
+            timeout,
+            ..Limits::default()
+        };
+        (PluginCri::for_call(&backend, &grant, &call_with_limits("sweeper", dry_run, limits)), fake)
+    }
+
+    const FULL: &str = "read = true\noperations = [\"stop-pod-sandbox\", \"remove-pod-sandbox\", \"pull-image\"]\nimages = [\"docker.io/library/*\"]";
+
+    #[tokio::test]
+    async fn reads_need_the_read_grant() {
+        let (cri, fake) = cri("operations = [\"pull-image\"]", false, Duration::from_secs(30));
+        fake.add_sandbox("a", "uid-1", 0, SandboxState::Ready);
+        let err = cri.list_pod_sandboxes(&SandboxFilter::default()).await.unwrap_err();
+        assert!(err.to_string().contains("set read = true in [plugins.sweeper.grants] cri"), "{err}");
+        let (cri, fake) = cri_full(false);
+        fake.add_sandbox("a", "uid-1", 0, SandboxState::Ready);
+        fake.add_sandbox("b", "uid-1", 1, SandboxState::NotReady);
+        let ready = SandboxFilter {
+            state: Some(SandboxState::Ready),
+            ..SandboxFilter::default()
+        };
+        let listed = cri.list_pod_sandboxes(&ready).await.unwrap();
+        assert_eq!(listed.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["a"]);
+    }
+
+    fn cri_full(dry_run: bool) -> (PluginCri, Arc<FakeCri>) {
+        cri(FULL, dry_run, Duration::from_secs(30))
+    }
+
+    #[tokio::test]
+    async fn mutations_pass_the_gate_and_ungranted_ones_never_reach_the_runtime() {
+        let (cri, fake) = cri("read = true\noperations = [\"stop-pod-sandbox\"]", false, Duration::from_secs(30));
+        fake.add_sandbox("a", "uid-1", 0, SandboxState::Ready);
+        cri.stop_pod_sandbox("a").await.unwrap();
+        let err = cri.remove_pod_sandbox("a").await.unwrap_err();
+        assert!(err.to_string().contains("add \"remove-pod-sandbox\" to operations"), "{err}");
+        let err = cri.pull_image("busybox", Duration::from_secs(5)).await.unwrap_err();
+        assert_eq!(err.kind(), "denied");
+        assert_eq!(fake.actions(), ["StopPodSandbox a"]);
+        assert_eq!(cri.call.gate.mutations()[0].describe(), "did cri.stop-pod-sandbox a");
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_plans_removals_and_pulls() {
+        let (cri, fake) = cri_full(true);
+        fake.add_sandbox("a", "uid-1", 0, SandboxState::NotReady);
+        cri.remove_pod_sandbox("a").await.unwrap();
+        assert_eq!(cri.pull_image("busybox:1.36", Duration::from_secs(5)).await.unwrap(), "docker.io/library/busybox:1.36");
+        assert!(fake.actions().is_empty());
+        let planned: Vec<String> = cri.call.gate.mutations().iter().map(|m| m.describe()).collect();
+        assert_eq!(planned.len(), 2);
+        assert!(cri.call.gate.mutations().iter().all(|m| m.dry_run));
+    }
+
+    #[tokio::test]
+    async fn pulls_are_checked_against_images_in_their_full_form() {
+        let (cri, fake) = cri_full(false);
+        assert_eq!(cri.pull_image("busybox", Duration::from_secs(5)).await.unwrap(), "sha256:docker.io/library/busybox:latest");
+        let err = cri.pull_image("docker.io/evil/busybox", Duration::from_secs(5)).await.unwrap_err();
+        assert!(err.to_string().contains("add \"docker.io/evil/busybox:latest\""), "{err}");
+        let err = cri.pull_image("docker.io/library/../x", Duration::from_secs(5)).await.unwrap_err();
+        assert_eq!(err.kind(), "invalid");
+        assert_eq!(fake.actions(), ["PullImage docker.io/library/busybox:latest"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pull_must_fit_the_reconcile_and_is_cut_at_its_own_deadline() {
+        let (cri, fake) = cri(FULL, false, Duration::from_secs(30));
+        let err = cri.pull_image("busybox", Duration::from_secs(60)).await.unwrap_err();
+        assert!(err.to_string().contains("raise [plugins.sweeper.limits] timeout"), "{err}");
+        fake.pulls_take(Duration::from_secs(3600));
+        let err = cri.pull_image("busybox", Duration::from_secs(10)).await.unwrap_err();
+        assert_eq!(err.kind(), "timeout");
+        let journaled = &cri.call.gate.mutations()[0];
+        assert!(journaled.result.starts_with("timeout"), "{}", journaled.result);
+        assert!(fake.actions().is_empty());
+    }
+
+    #[tokio::test]
+    async fn oversized_or_control_character_input_is_refused_before_the_runtime() {
+        let (cri, fake) = cri_full(false);
+        let err = cri.stop_pod_sandbox(&"x".repeat(300)).await.unwrap_err();
+        assert_eq!(err.kind(), "invalid");
+        let err = cri.pod_sandbox_status("a\nb").await.unwrap_err();
+        assert_eq!(err.kind(), "invalid");
+        let many = SandboxFilter {
+            labels: (0..100).map(|i| (format!("k{i}"), "v".into())).collect(),
+            ..SandboxFilter::default()
+        };
+        assert_eq!(cri.list_pod_sandboxes(&many).await.unwrap_err().kind(), "invalid");
+        assert!(fake.actions().is_empty());
+    }
+
+    #[test]
+    fn endpoints_are_unix_sockets_with_absolute_paths() {
+        let ok: CriSettings = toml::from_str("endpoint = \"unix:///run/x.sock\"").unwrap();
+        assert_eq!(ok.endpoint.unwrap().0, PathBuf::from("/run/x.sock"));
+        for bad in ["tcp://127.0.0.1:1", "unix://run/x.sock", "/run/x.sock"] {
+            let err = toml::from_str::<CriSettings>(&format!("endpoint = {bad:?}")).unwrap_err();
+            assert!(err.to_string().contains("expected unix://"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! What a plugin's CRI grant allows: the pure rules live in `tend-grants`
+//! (shared with the SDK's fake); here they meet the host's error type.
+
+use crate::capabilities::error::CapError;
+pub use tend_grants::cri::{CriGrant, Operation};
+
+/// May `plugin` read (`what`, for the message)?
+pub fn check_read(grant: &CriGrant, plugin: &str, what: &str) -> Result<(), CapError> {
+    Ok(grant.check_read(plugin, what)?)
+}
+
+/// May `plugin` perform `operation` on sandbox `id`?
+pub fn check_operation(grant: &CriGrant, plugin: &str, operation: Operation, id: &str) -> Result<(), CapError> {
+    Ok(grant.check_operation(plugin, operation, id)?)
+}
+
+/// May `plugin` pull `image`? The full reference to pull.
+pub fn check_pull(grant: &CriGrant, plugin: &str, image: &str) -> Result<String, CapError> {
+    Ok(grant.check_pull(plugin, image)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_become_capability_errors() {
+        let grant: CriGrant = toml::from_str("read = true\noperations = [\"pull-image\"]\nimages = [\"docker.io/library/*\"]").unwrap();
+        assert!(check_read(&grant, "p", "version").is_ok());
+        assert_eq!(check_operation(&grant, "p", Operation::StopPodSandbox, "abc").unwrap_err().kind(), "denied");
+        assert_eq!(check_pull(&grant, "p", "busybox").unwrap(), "docker.io/library/busybox:latest");
+        assert_eq!(check_pull(&grant, "p", "a b").unwrap_err().kind(), "invalid");
+    }
+}

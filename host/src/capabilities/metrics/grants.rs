@@ -1,0 +1,21 @@
+//! Metrics are always granted; what a plugin may record is the shape of a
+//! series (`tend-grants`, shared with the SDK's fake) and how many it has.
+
+use crate::capabilities::error::CapError;
+use tend_grants::metrics::check_series;
+
+/// Is this a series a plugin may record?
+pub fn check(name: &str, labels: &[(String, String)], value: f64) -> Result<(), CapError> {
+    Ok(check_series(name, labels, value)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_series_are_invalid() {
+        assert!(check("up", &[], 1.0).is_ok());
+        assert_eq!(check("Up", &[], 1.0).unwrap_err().kind(), "invalid");
+    }
+}
