@@ -6,6 +6,10 @@
 //! pattern compares addresses, a DNS pattern compares names, and the two never
 //! meet.
 
+/// The most requests one `send-all` carries: each is a connection the host
+/// holds open at once.
+pub const MAX_SEND_ALL: usize = 32;
+
 use crate::{Refusal, shown};
 use serde::{Deserialize, Deserializer, de::Error as _};
 use std::fmt;

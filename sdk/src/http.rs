@@ -71,7 +71,7 @@ pub(crate) mod wasm {
 
     /// The most requests one host `send-all` call takes (`wit/http.wit`);
     /// more go in successive batches of this size.
-    const SEND_ALL_MAX: usize = 32;
+    use tend_grants::http::MAX_SEND_ALL as SEND_ALL_MAX;
 
     fn to_wit(request: &Request) -> http::Request {
         http::Request {

@@ -22,6 +22,7 @@
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
 pub mod __wasm;
+mod clock;
 mod cri;
 mod files;
 mod host;
@@ -33,6 +34,7 @@ mod systemd;
 pub mod testing;
 mod types;
 
+pub use clock::{human_duration, wall_clock_ms};
 pub use cri::{
     Container, ContainerState, Cri, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxState,
     SandboxStatus,

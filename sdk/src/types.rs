@@ -46,10 +46,20 @@ impl Context {
         }
     }
 
-    /// The plugin config deserialized into `T`; an `invalid` error names the field.
+    /// The plugin config deserialized into `T`; an `invalid` error names the
+    /// key that is wrong ("[plugins.NAME.config] caches[1].endpoint: ...").
     pub fn config<T: DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_str(&self.config)
-            .map_err(|e| Error::Invalid(format!("[plugins.{}.config]: {e}", self.plugin)))
+        // Through a JSON value: its errors carry no line and column of a text
+        // the operator never saw, only the path of the key.
+        let json: serde_json::Value = serde_json::from_str(&self.config)
+            .map_err(|e| self.invalid_config(".", &e.to_string()))?;
+        serde_path_to_error::deserialize(json)
+            .map_err(|e| self.invalid_config(&e.path().to_string(), &e.inner().to_string()))
+    }
+
+    /// The `invalid` error of a config value the plugin checked itself.
+    pub fn invalid_config(&self, key: &str, why: &str) -> Error {
+        Error::Invalid(format!("[plugins.{}.config] {key}: {why}", self.plugin))
     }
 
     pub fn triggered_by(&self, kind: &str) -> bool {

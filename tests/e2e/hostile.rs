@@ -443,3 +443,118 @@ fn tends_own_proc_entries_and_inner_read_only_grants_hold() {
     );
     assert!(!outer.join("ro/x").exists());
 }
+
+#[test]
+fn metric_series_are_bounded_per_plugin_and_carry_the_plugins_own_name() {
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    sandbox.add_plugin("chaos", "chaos").config_with_host(
+        &format!("listen = \"127.0.0.1:{port}\""),
+        "[plugins.chaos]\n[plugins.chaos.config]\nmode = \"metrics-flood\"\ncount = 100000\n",
+    );
+    let daemon = sandbox.daemon();
+    wait_for_plugin(port, "chaos", "the flood", |p| {
+        p["last"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("then budget-exhausted"))
+    });
+    let status = plugin_status(port, "chaos");
+    assert!(
+        status["last"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("recorded 64 series, then budget-exhausted"),
+        "{status}"
+    );
+    let (_, metrics) = tend_e2e::http_get(port, "/metrics").unwrap();
+    let series = metrics
+        .lines()
+        .filter(|l| l.starts_with("tend_plugin_flood{plugin=\"chaos\",series="))
+        .count();
+    assert_eq!(series, 64, "{metrics}");
+    assert!(daemon.terminate(Duration::from_secs(10)));
+}
+
+#[test]
+fn one_send_all_cannot_open_more_than_32_connections() {
+    let registry = Registry::start();
+    let sandbox = Sandbox::new();
+    let url = format!("http://127.0.0.1:{}/v2/", registry.port);
+    let send_all = |count: usize| {
+        chaos(
+            &sandbox,
+            &format!("http = [\"http://127.0.0.1:{}/*\"]", registry.port),
+            "",
+            &format!("mode = \"send-all\"\nurl = \"{url}\"\ncount = {count}"),
+        );
+        sandbox.tend(&["reconcile", "chaos"]).stdout
+    };
+    let within = send_all(32);
+    assert!(within.contains("32 answered, 0 failed"), "{within}");
+    let over = send_all(33);
+    assert!(
+        over.contains("0 answered, 33 failed: invalid: send-all takes at most 32 requests, got 33: split the call"),
+        "{over}"
+    );
+}
+
+#[test]
+fn cri_grants_hold_before_the_runtime_is_reached() {
+    let sandbox = Sandbox::new();
+    // Nothing listens here: a call that got past the grants would say unavailable.
+    let socket = sandbox.path("no-runtime.sock");
+    let pull = |grant: &str, limits: &str, image: &str, timeout_ms: u64| {
+        sandbox.add_plugin("chaos", "chaos").config_with_host(
+            &format!("[host.cri]\nendpoint = \"unix://{}\"", socket.display()),
+            &format!(
+                "[plugins.chaos]\n[plugins.chaos.grants]\n{grant}\n[plugins.chaos.limits]\n{limits}\n[plugins.chaos.config]\nmode = \"pull\"\nimage = \"{image}\"\ntimeout-ms = {timeout_ms}\n"
+            ),
+        );
+        sandbox.tend(&["reconcile", "chaos"]).stdout
+    };
+    let granted =
+        "cri = { read = true, operations = [\"pull-image\"], images = [\"docker.io/library/*\"] }";
+    let out = pull("", "", "busybox", 1000);
+    assert!(
+        out.contains("list: denied: cri list-pod-sandboxes is not granted: set read = true in [plugins.chaos.grants] cri"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "pull: denied: cri pull-image of docker.io/library/busybox:latest is not granted"
+        ),
+        "{out}"
+    );
+    // A path component more than the pattern says, a climb, a short name for
+    // another registry: each refused before the socket is tried.
+    let out = pull(granted, "", "docker.io/library/evil/busybox", 1000);
+    assert!(
+        out.contains(
+            "pull: denied: no cri images pattern covers docker.io/library/evil/busybox:latest"
+        ),
+        "{out}"
+    );
+    let out = pull(granted, "", "docker.io/library/../x", 1000);
+    assert!(out.contains("pull: invalid:"), "{out}");
+    let out = pull(granted, "", "quay.io/busybox", 1000);
+    assert!(
+        out.contains("pull: denied: no cri images pattern covers quay.io/busybox:latest"),
+        "{out}"
+    );
+    // A pull longer than the reconcile's deadline is refused up front.
+    let out = pull(granted, "timeout = \"5s\"", "busybox", 60_000);
+    assert!(
+        out.contains("raise [plugins.chaos.limits] timeout above the pull's timeout"),
+        "{out}"
+    );
+    // Granted calls do reach for the runtime, and say where it was looked for.
+    let out = pull(granted, "", "busybox", 1000);
+    assert!(
+        out.contains(&format!(
+            "list: unavailable: the container runtime at unix://{}",
+            socket.display()
+        )),
+        "{out}"
+    );
+    assert!(out.contains("pull: unavailable"), "{out}");
+}

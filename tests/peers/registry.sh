@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # A real OCI registry (distribution 2.8, Debian package docker-registry) on loopback.
-#   registry.sh start DIR PORT   start it, PID in DIR/registry.pid; returns once GET /v2/ answers 200
+#   registry.sh start DIR PORT [REMOTEURL]
+#                                start it, PID in DIR/registry.pid; returns once GET /v2/ answers 200.
+#                                With REMOTEURL (say http://127.0.0.1:5000): a pull-through cache
+#                                of that registry (distribution's proxy mode; read-only)
 #   registry.sh stop DIR         stop the registry whose PID is in DIR/registry.pid
+# Its access log (every request, with its query string) and warnings: DIR/registry.log.
 # Needs: docker-registry, curl (cargo xtask installs them).
 set -euo pipefail
-cmd=${1:?usage: registry.sh start DIR PORT | stop DIR}
-dir=${2:?usage: registry.sh start DIR PORT | stop DIR}
+cmd=${1:?usage: registry.sh start DIR PORT [REMOTEURL] | stop DIR}
+dir=${2:?usage: registry.sh start DIR PORT [REMOTEURL] | stop DIR}
 pidfile=$dir/registry.pid
 
 case $cmd in
 start)
-  port=${3:?usage: registry.sh start DIR PORT}
+  port=${3:?usage: registry.sh start DIR PORT [REMOTEURL]}
+  remoteurl=${4:-}
   command -v docker-registry >/dev/null || { echo "docker-registry is not installed: apt-get install docker-registry" >&2; exit 1; }
   mkdir -p "$dir/data"
   # Not Debian's default config: that one requires htpasswd auth.
@@ -24,6 +29,9 @@ storage:
 http:
   addr: 127.0.0.1:$port
 CONFIG
+  if [ -n "$remoteurl" ]; then
+    printf 'proxy:\n  remoteurl: %s\n' "$remoteurl" >>"$dir/config.yml"
+  fi
   docker-registry serve "$dir/config.yml" >"$dir/registry.log" 2>&1 &
   echo $! >"$pidfile"
   for _ in $(seq 1 100); do
@@ -48,7 +56,7 @@ stop)
   rm -f "$pidfile"
   ;;
 *)
-  echo "usage: registry.sh start DIR PORT | stop DIR" >&2
+  echo "usage: registry.sh start DIR PORT [REMOTEURL] | stop DIR" >&2
   exit 2
   ;;
 esac

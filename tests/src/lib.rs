@@ -1319,3 +1319,113 @@ fn remove_stale_syn_drops() {
         let _ = iptables(&["-D", "INPUT"], &rule);
     }
 }
+
+// ---------------------------------------------------------------------------
+// mirror-gate against containerd's CRI (tests/e2e/cri_mirror.rs): a
+// pull-through cache.
+// ---------------------------------------------------------------------------
+
+impl Registry {
+    /// A pull-through cache of `remote` (`http://127.0.0.1:PORT`): distribution's
+    /// proxy mode, as a node's registry cache runs. It answers `GET /v2/` by itself
+    /// and fetches from `remote` what it is asked for; its [`Registry::log`] shows
+    /// every request (with containerd's `?ns=docker.io` for a mirrored docker.io).
+    pub fn start_pull_through(remote: &str) -> Registry {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let status = Command::new(workspace_root().join("tests/peers/registry.sh"))
+            .args([
+                "start",
+                dir.path().to_str().unwrap(),
+                &port.to_string(),
+                remote,
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success(), "the pull-through cache did not start");
+        Registry { port, dir }
+    }
+}
+
+/// Makes a port on loopback drop every incoming TCP packet (iptables, INPUT,
+/// `-i lo`), not only SYNs: a host gone dark, whose established connections
+/// go silent too (a client's pooled keep-alive connection included) while new
+/// connects time out. Undone like [`drop_syns`]: [`SynDrop::accept_syns`] or
+/// drop. Needs root.
+pub fn drop_packets(port: u16) -> SynDrop {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    remove_stale_syn_drops();
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    // The same tag as drop_syns' rules: removed the same way if this process dies.
+    let comment = format!("{SYN_DROP_TAG}{}:{port}:all{n}", std::process::id());
+    let rule = [
+        "-i",
+        "lo",
+        "-p",
+        "tcp",
+        "--dport",
+        &port.to_string(),
+        "-m",
+        "comment",
+        "--comment",
+        &comment,
+        "-j",
+        "DROP",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    let output = iptables(&["-I", "INPUT"], &rule);
+    assert!(
+        output.status.success(),
+        "iptables -I INPUT {rule:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    SynDrop {
+        port,
+        rule: Some(rule),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The CRI plugins, ipam-sweeper and pull-guard (tests/e2e/cri_plugins.rs):
+// a plugin's /status entry in detail, the journal lines as written.
+// ---------------------------------------------------------------------------
+
+/// `/status/NAME` of a daemon as JSON: the plugin's schedule (`running`,
+/// `next_run`, `requeue`), its grants, its last outcome.
+pub fn plugin_detail(port: u16, name: &str) -> serde_json::Value {
+    let mut body = String::new();
+    wait_until(
+        Duration::from_secs(30),
+        &format!("/status/{name} to answer"),
+        || match http_get(port, &format!("/status/{name}")) {
+            Ok((200, b)) => {
+                body = b;
+                true
+            }
+            _ => false,
+        },
+    );
+    serde_json::from_str(&body).unwrap()
+}
+
+/// Every line of `plugin`'s journal file as tend wrote it: an intent and its
+/// result are separate lines (same `id`, each with its own `time_ms`), where
+/// [`journal`] pairs them into one entry.
+pub fn journal_lines(sandbox: &Sandbox, plugin: &str) -> Vec<serde_json::Value> {
+    let path = sandbox.path(&format!("state/journal/{plugin}.jsonl"));
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Milliseconds since the epoch of an RFC 3339 time as tend writes it.
+pub fn epoch_ms(rfc3339: &str) -> u64 {
+    humantime::parse_rfc3339(rfc3339)
+        .unwrap_or_else(|e| panic!("{rfc3339:?} is not an RFC 3339 time: {e}"))
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}

@@ -323,6 +323,112 @@ impl Drop for DemoSystemd {
     }
 }
 
+/// The ports of the demo containerd's registry (holding `exp/big:v1`) and of its
+/// stalling proxy, as examples/quickstart/tend.toml names them.
+const QUICKSTART_CRI_REGISTRY_PORT: u16 = 5057;
+const QUICKSTART_CRI_STALL_PORT: u16 = 5058;
+/// The image pull-guard pre-pulls in the demo.
+const QUICKSTART_IMAGE: &str = "127.0.0.1:5057/exp/big:v1";
+/// The pod sandbox a leaked IP names: no runtime has it.
+const LEAKED_SANDBOX: &str = "4f1c2a9b8d3e7f60a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2";
+
+/// The demo's containerd (tests/peers/containerd.sh): containerd 1.6 with its CRI
+/// on a private socket and a registry holding `exp/big:v1`, stopped on drop.
+struct DemoContainerd(PathBuf);
+
+impl DemoContainerd {
+    fn start(dir: &Path, endpoint: &str) -> Result<Self> {
+        for port in [QUICKSTART_CRI_REGISTRY_PORT, QUICKSTART_CRI_STALL_PORT] {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                bail!(
+                    "127.0.0.1:{port} is in use; the demo's containerd peer needs it (examples/quickstart/tend.toml pulls from 127.0.0.1:{QUICKSTART_CRI_REGISTRY_PORT}): free the port and try again"
+                );
+            }
+        }
+        let output = Command::new(root().join("tests/peers/containerd.sh"))
+            .arg("start")
+            .arg(dir)
+            .args([
+                QUICKSTART_CRI_REGISTRY_PORT.to_string(),
+                QUICKSTART_CRI_STALL_PORT.to_string(),
+            ])
+            // The built images are kept across runs, as the tests keep them.
+            .env("IMAGE_CACHE", root().join("target/cri-peer-images"))
+            .stderr(Stdio::inherit())
+            .output()?;
+        // From here on, whatever started is stopped on drop.
+        let peer = DemoContainerd(dir.to_path_buf());
+        if !output.status.success() {
+            bail!("the demo's containerd did not start (see above)");
+        }
+        let printed = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        if printed != endpoint {
+            bail!(
+                "the demo's containerd listens on {printed}, not on {endpoint} as examples/quickstart/tend.toml expects"
+            );
+        }
+        Ok(peer)
+    }
+
+    /// Stop a containerd an interrupted demo left in `dir` (if any).
+    fn stop_leftover(dir: &Path) -> Result<()> {
+        if dir.exists() {
+            run(Command::new(root().join("tests/peers/containerd.sh"))
+                .arg("stop")
+                .arg(dir))
+            .context("a containerd left by an earlier demo could not be stopped")?;
+        }
+        Ok(())
+    }
+
+    /// Whether the CRI's namespace holds `image` (asked with `ctr`, not over CRI).
+    fn has_image(&self, image: &str) -> bool {
+        Command::new("ctr")
+            .arg("-a")
+            .arg(self.0.join("containerd.sock"))
+            .args(["-n", "k8s.io", "images", "ls", "-q"])
+            .output()
+            .is_ok_and(|o| {
+                o.status.success()
+                    && String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .any(|l| l == image)
+            })
+    }
+}
+
+impl Drop for DemoContainerd {
+    fn drop(&mut self) {
+        let _ = Command::new(root().join("tests/peers/containerd.sh"))
+            .arg("stop")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// The outcomes `plugin` reported in tend's log `log`, oldest first ("health:
+/// message"): the daemon logs each reconcile's message with its health after it.
+fn outcomes(log: &str, plugin: &str) -> Vec<String> {
+    let (span, last_field) = (
+        format!("{{plugin={plugin} "),
+        format!("{{plugin={plugin}}}"),
+    );
+    log.lines()
+        .filter(|line| line.contains(&span) || line.contains(&last_field))
+        .filter_map(|line| {
+            let (_, rest) = line.split_once("tend::daemon::runner: ")?;
+            if let Some((message, fields)) = rest.rsplit_once(" health=") {
+                let health = fields.split(' ').next().unwrap_or("").trim_matches('"');
+                return Some(format!("{health}: {message}"));
+            }
+            let (failure, _) = rest
+                .strip_prefix("reconcile failed: ")?
+                .rsplit_once(" elapsed_ms=")?;
+            Some(format!("failed: {failure}"))
+        })
+        .collect()
+}
+
 /// Wait for `done` (at most `within`), giving up early when tend exits.
 fn wait_for(
     daemon: &mut std::process::Child,
@@ -345,8 +451,10 @@ fn demo() -> Result<()> {
     let tend = build_tend()?;
     let config = root().join("examples/quickstart/tend.toml");
     let work = Path::new("/tmp/tend-quickstart");
-    // A systemd left running by an interrupted demo goes first.
+    // A systemd or containerd left running by an interrupted demo goes first
+    // (and nothing is removed while the containerd's mounts may remain).
     drop(DemoSystemd(work.join("systemd")));
+    DemoContainerd::stop_leftover(&work.join("containerd"))?;
     let _ = std::fs::remove_dir_all(work);
     std::fs::create_dir_all(work.join("certs.d/quay.io"))?;
     std::fs::write(
@@ -360,13 +468,47 @@ fn demo() -> Result<()> {
     let registry = DemoRegistry::start(QUICKSTART_REGISTRY_PORT)?;
     step("starting a real systemd in private namespaces, on its own bus (not this machine's)");
     let systemd = DemoSystemd::start(&work.join("systemd"))?;
+    step(&format!(
+        "starting a real containerd 1.6 (its CRI on a private socket, not this machine's) and a registry on 127.0.0.1:{QUICKSTART_CRI_REGISTRY_PORT} holding exp/big:v1"
+    ));
+    let containerd_dir = work.join("containerd");
+    let containerd = DemoContainerd::start(
+        &containerd_dir,
+        &format!(
+            "unix://{}",
+            containerd_dir.join("containerd.sock").display()
+        ),
+    )?;
+
+    // host-local's files for one network, and one allocation nobody holds.
+    let network = work.join("cni/networks/demo-net");
+    std::fs::create_dir_all(&network)?;
+    std::fs::write(network.join("lock"), "")?;
+    std::fs::write(network.join("last_reserved_ip.0"), "10.88.0.7")?;
+    let leaked = network.join("10.88.0.7");
+    std::fs::write(&leaked, format!("{LEAKED_SANDBOX}\r\neth0"))?;
+    let bookkeeping = || {
+        ["lock", "last_reserved_ip.0"].map(|name| {
+            let path = network.join(name);
+            let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+            (std::fs::read(&path).ok(), modified)
+        })
+    };
+    let bookkeeping_before = bookkeeping();
+    step(&format!(
+        "leaked an IP: {} names sandbox {}, which containerd does not have; it stands for a pod whose CNI DEL never ran",
+        leaked.display(),
+        &LEAKED_SANDBOX[..12]
+    ));
 
     step("tend check: the config is valid and every plugin compiles");
     run(Command::new(&tend).args(["check", "-c"]).arg(&config))?;
     step("tend plan: what tend would change (a dry run: nothing is written)");
     run(Command::new(&tend).args(["plan", "-c"]).arg(&config))?;
 
-    step("tend run: the daemon, until docker.io's mirror and demo-web.service are in place");
+    step(
+        "tend run: the daemon, until docker.io's mirror and demo-web.service are in place, the leaked IP is released and the image pre-pulled",
+    );
     let log_path = root().join("target/demo/tend.log");
     let mut daemon = Command::new(&tend)
         .args(["run", "-c"])
@@ -411,11 +553,31 @@ fn demo() -> Result<()> {
             starts() >= 2 && active()
         })?;
     }
+    step(&format!(
+        "waiting for ipam-sweeper to release {} after its grace and pull-guard to pre-pull {QUICKSTART_IMAGE}",
+        leaked.display()
+    ));
+    let pull_outcome = || {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        outcomes(&log, "pull-guard").pop()
+    };
+    let pull_reported = || {
+        pull_outcome().is_some_and(|m| {
+            m.contains(&format!("{QUICKSTART_IMAGE} pulled in"))
+                || m.contains(&format!("{QUICKSTART_IMAGE} present"))
+        })
+    };
+    wait_for(&mut daemon, Duration::from_secs(90), || {
+        !leaked.exists() && pull_reported()
+    })?;
+    let swept = !leaked.exists();
+    let pulled = pull_reported() && containerd.has_image(QUICKSTART_IMAGE);
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     run(Command::new("kill").args(["-TERM", &daemon.id().to_string()]))?;
     let status = daemon.wait()?;
     drop(registry);
     drop(systemd);
+    drop(containerd);
 
     step("what happened");
     eprintln!("tend log ({}):\n{log}", log_path.display());
@@ -459,8 +621,44 @@ fn demo() -> Result<()> {
             "NOT restarted (see the log)"
         }
     );
+    let sweeps = outcomes(&log, "ipam-sweeper");
+    let first_sweep = sweeps.first().map_or("none", String::as_str);
+    let releasing_sweep = sweeps
+        .iter()
+        .find(|m| m.contains("released "))
+        .map_or("none", String::as_str);
+    eprintln!(
+        "ipam-sweeper: {}\n  first pass: {first_sweep}\n  the pass after the grace: {releasing_sweep}",
+        if swept {
+            format!("released the leaked {} after its grace", leaked.display())
+        } else {
+            format!("{} NOT released (see the log)", leaked.display())
+        }
+    );
+    eprintln!(
+        "ipam-sweeper: host-local's lock and last_reserved_ip.0 are {}",
+        if bookkeeping() == bookkeeping_before {
+            "untouched"
+        } else {
+            "CHANGED (unexpected!)"
+        }
+    );
+    eprintln!(
+        "pull-guard: {QUICKSTART_IMAGE} {}; its outcome: {}",
+        if pulled {
+            "is in containerd's k8s.io namespace"
+        } else {
+            "NOT pulled (see the log)"
+        },
+        outcomes(&log, "pull-guard")
+            .pop()
+            .unwrap_or_else(|| "none".into())
+    );
     if !applied || !doctored {
         bail!("the systemd part of the demo did not complete; see the log above");
+    }
+    if !swept || !pulled || bookkeeping() != bookkeeping_before {
+        bail!("the containerd part of the demo did not complete; see the log above");
     }
     eprintln!(
         "tend stopped on SIGTERM with {status}. Files are under {}; the config is {}",

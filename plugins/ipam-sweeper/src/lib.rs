@@ -58,7 +58,7 @@ mod sweep;
 
 use serde::Deserialize;
 use std::net::IpAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use sweep::{Allocation, Orphaned, Orphans};
 use tend_sdk::{
     Context, Error, FileKind, Host, Outcome, Plugin, PluginInfo, Result, SandboxFilter,
@@ -101,15 +101,8 @@ fn default_notready_max_age() -> Duration {
 impl Config {
     /// The plugin's config; an `invalid` error names the key that is wrong.
     fn load(ctx: &Context) -> Result<Config> {
-        let invalid = |key: &str, why: &str| {
-            Error::Invalid(format!("[plugins.{}.config] {key}: {why}", ctx.plugin))
-        };
-        // Through a JSON value: its errors carry no line and column of a
-        // text the operator never saw.
-        let json: serde_json::Value =
-            serde_json::from_str(&ctx.config).map_err(|e| invalid(".", &e.to_string()))?;
-        let config: Config = serde_path_to_error::deserialize(json)
-            .map_err(|e| invalid(&e.path().to_string(), &e.inner().to_string()))?;
+        let invalid = |key: &str, why: &str| ctx.invalid_config(key, why);
+        let config: Config = ctx.config()?;
         if !config.networks_dir.starts_with('/') {
             return Err(invalid(
                 "networks-dir",
@@ -155,10 +148,7 @@ impl Plugin for IpamSweeper {
     }
 
     fn reconcile(ctx: &Context, host: &dyn Host) -> Result<Outcome> {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        run(ctx, host, now_ms)
+        run(ctx, host, tend_sdk::wall_clock_ms())
     }
 }
 
@@ -451,7 +441,7 @@ fn shown(items: &[String]) -> String {
 
 /// A duration for operators, rounded up to the second: "4m 12s".
 fn human(ms: u64) -> String {
-    humantime::format_duration(Duration::from_secs(ms.div_ceil(1000))).to_string()
+    tend_sdk::human_duration(Duration::from_millis(ms))
 }
 
 tend_sdk::export_plugin!(IpamSweeper);

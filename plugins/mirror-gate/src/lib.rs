@@ -21,7 +21,7 @@ mod hosts;
 use health::{Action, Probe, Standing, Thresholds};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tend_sdk::{Context, Error, Health, Host, Level, Outcome, Plugin, PluginInfo, Request, Result};
 
 /// State key prefix: one [`Written`] per upstream whose hosts.toml this plugin
@@ -126,18 +126,8 @@ impl Plugin for MirrorGate {
     }
 
     fn reconcile(ctx: &Context, host: &dyn Host) -> Result<Outcome> {
-        reconcile_at(ctx, host, wall_clock_ms())
+        reconcile_at(ctx, host, tend_sdk::wall_clock_ms())
     }
-}
-
-/// Milliseconds since the Unix epoch. The SDK has no clock capability: WASI's
-/// wall clock, which `SystemTime` reads on wasm32-wasip2, serves (as for
-/// unit-doctor); a wall clock because the timers outlive the process in `state`.
-fn wall_clock_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 /// One reconcile at `now` (milliseconds since the Unix epoch):

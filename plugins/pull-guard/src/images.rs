@@ -64,6 +64,8 @@ pub(crate) enum Status {
     Unchecked(String),
     /// Left for the next reconcile: this one has too little time left.
     Deferred,
+    /// A dry run: the pull is in the plan, not done.
+    WouldPull,
 }
 
 impl Status {
@@ -84,6 +86,7 @@ impl Status {
             Status::Skipped { after } => format!("{image} not tried ({after} was refused)"),
             Status::Unchecked(reason) => format!("{image} not checked: {reason}"),
             Status::Deferred => format!("{image} left for the next reconcile (deadline near)"),
+            Status::WouldPull => format!("{image} would be pulled"),
         }
     }
 }
@@ -97,6 +100,7 @@ pub(crate) fn pre_pull(
     pacing: &Pacing,
     previous: &Failures,
     now_ms: &dyn Fn() -> u64,
+    dry_run: bool,
 ) -> (Vec<(String, Status)>, Failures) {
     let mut failures: Failures = previous
         .iter()
@@ -130,6 +134,7 @@ pub(crate) fn pre_pull(
                     let result = host.cri().pull_image(image, pacing.timeout);
                     let finished_ms = now_ms();
                     match result {
+                        Ok(_) if dry_run => Status::WouldPull,
                         Ok(_) => {
                             failures.remove(image);
                             let took = finished_ms.saturating_sub(started_ms);

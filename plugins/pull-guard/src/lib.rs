@@ -57,8 +57,8 @@ mod runtime;
 use images::{Failures, Pacing, Status};
 use runtime::{Edit, Support};
 use serde::Deserialize;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tend_sdk::{Context, Error, Health, Host, JobResult, Outcome, Plugin, PluginInfo, Result};
+use std::time::Duration;
+use tend_sdk::{Context, Health, Host, JobResult, Outcome, Plugin, PluginInfo, Result};
 
 /// State key: present while the runtime owes a restart for a raised deadline.
 const RESTART_PENDING: &str = "restart-pending";
@@ -131,15 +131,8 @@ fn default_pull_timeout() -> Duration {
 impl Config {
     /// The plugin's config; an `invalid` error names the key that is wrong.
     fn load(ctx: &Context) -> Result<Config> {
-        let invalid = |key: &str, why: &str| {
-            Error::Invalid(format!("[plugins.{}.config] {key}: {why}", ctx.plugin))
-        };
-        // Through a JSON value: its errors carry no line and column of a
-        // text the operator never saw.
-        let json: serde_json::Value =
-            serde_json::from_str(&ctx.config).map_err(|e| invalid(".", &e.to_string()))?;
-        let config: Config = serde_path_to_error::deserialize(json)
-            .map_err(|e| invalid(&e.path().to_string(), &e.inner().to_string()))?;
+        let invalid = |key: &str, why: &str| ctx.invalid_config(key, why);
+        let config: Config = ctx.config()?;
         if config.progress_timeout < Duration::from_secs(1) {
             return Err(invalid("progress-timeout", "must be at least 1s"));
         }
@@ -209,14 +202,8 @@ impl Plugin for PullGuard {
     }
 
     fn reconcile(ctx: &Context, host: &dyn Host) -> Result<Outcome> {
-        run(ctx, host, &wall_clock_ms)
+        run(ctx, host, &tend_sdk::wall_clock_ms)
     }
-}
-
-fn wall_clock_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// One reconcile; `now_ms` reads the wall clock (milliseconds since the epoch).
@@ -224,7 +211,7 @@ pub fn run(ctx: &Context, host: &dyn Host, now_ms: &dyn Fn() -> u64) -> Result<O
     let config = Config::load(ctx)?;
     let mut parts = vec![progress_deadline(ctx, host, &config)];
     if !config.images.is_empty() {
-        parts.push(pre_pulls(host, &config, now_ms)?);
+        parts.push(pre_pulls(ctx, host, &config, now_ms)?);
     }
     Ok(Part::combine(parts))
 }
@@ -336,14 +323,26 @@ fn ensure_progress_deadline(ctx: &Context, host: &dyn Host, config: &Config) -> 
 }
 
 /// Part (b): the listed images, pulled when absent.
-fn pre_pulls(host: &dyn Host, config: &Config, now_ms: &dyn Fn() -> u64) -> Result<Part> {
+fn pre_pulls(
+    ctx: &Context,
+    host: &dyn Host,
+    config: &Config,
+    now_ms: &dyn Fn() -> u64,
+) -> Result<Part> {
     let pacing = Pacing {
         timeout: config.pull_timeout,
         initial_backoff: config.retry_backoff.initial,
         max_backoff: config.retry_backoff.max,
     };
     let previous: Failures = host.state().get_json(FAILURES)?.unwrap_or_default();
-    let (statuses, failures) = images::pre_pull(host, &config.images, &pacing, &previous, now_ms);
+    let (statuses, failures) = images::pre_pull(
+        host,
+        &config.images,
+        &pacing,
+        &previous,
+        now_ms,
+        ctx.dry_run,
+    );
     if failures != previous {
         if failures.is_empty() {
             host.state().delete(FAILURES)?;
@@ -356,7 +355,7 @@ fn pre_pulls(host: &dyn Host, config: &Config, now_ms: &dyn Fn() -> u64) -> Resu
     for (image, status) in &statuses {
         described.push(status.describe(image));
         let (health, requeue) = match status {
-            Status::Present | Status::Pulled { .. } => (Health::Healthy, None),
+            Status::Present | Status::Pulled { .. } | Status::WouldPull => (Health::Healthy, None),
             // The next reconcile has a whole deadline: ask for it at once.
             Status::Deferred => (Health::Progressing, Some(Duration::from_secs(1))),
             Status::Failed { next_try_in, .. } => (Health::Degraded, Some(*next_try_in)),
@@ -382,7 +381,7 @@ fn worse(a: Health, b: Health) -> Health {
 
 /// A duration for operators, rounded up to the second: "4m 12s".
 fn human(duration: Duration) -> String {
-    humantime::format_duration(Duration::from_secs(seconds_up(duration))).to_string()
+    tend_sdk::human_duration(duration)
 }
 
 /// Whole seconds, rounded up.

@@ -2,8 +2,8 @@
 //! unit in FakeSystemd, the runtime and its images in FakeCri.
 
 use super::*;
-use tend_sdk::State;
 use tend_sdk::testing::FakeHost;
+use tend_sdk::{Error, State};
 
 const CONFIG: &str = "/etc/containerd/config.toml";
 const UNIT: &str = "containerd.service";
@@ -367,6 +367,22 @@ fn a_dry_run_says_what_it_would_do() {
     assert_eq!(
         outcome.message,
         "would raise image_pull_progress_timeout from 1m0s to 10m0s in /etc/containerd/config.toml; would restart containerd.service"
+    );
+}
+
+#[test]
+fn a_dry_run_plans_pulls_without_claiming_them() {
+    let host = host();
+    host.cri.set_version("containerd", "1.6.20");
+    let mut ctx = context(r#"{"images": ["busybox:1.36"]}"#);
+    ctx.dry_run = true;
+    let outcome = run_at(&ctx, &host, T0);
+    assert!(
+        outcome
+            .message
+            .ends_with("images: busybox:1.36 would be pulled"),
+        "{}",
+        outcome.message
     );
 }
 

@@ -54,11 +54,7 @@ impl Plugin for UnitApplier {
     }
 
     fn reconcile(ctx: &Context, host: &dyn Host) -> Result<Outcome> {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or_default();
-        run(ctx, host, now_ms)
+        run(ctx, host, tend_sdk::wall_clock_ms())
     }
 }
 

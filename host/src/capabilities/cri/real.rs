@@ -77,10 +77,13 @@ impl RealCri {
     }
 }
 
-/// `request` with a deadline the runtime sees (grpc-timeout) and we enforce.
+/// `request` with a deadline the runtime sees (grpc-timeout). [`within`]
+/// enforces it, a moment earlier, so the error says which deadline passed
+/// (tonic's own would read "Timeout expired"); the dropped call cancels the
+/// work in the runtime.
 fn timed<T>(message: T, timeout: Duration) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
-    request.set_timeout(timeout);
+    request.set_timeout(timeout + Duration::from_millis(500));
     request
 }
 

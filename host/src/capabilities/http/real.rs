@@ -1,5 +1,8 @@
 //! Real HTTP through reqwest: no redirects, no proxies from the environment
-//! (probes must reach the named endpoint), bounded bodies.
+//! (probes must reach the named endpoint), bounded bodies, and a new
+//! connection for every request: a probe answers "can a client connect now?",
+//! and a kept-alive connection would keep answering for a cache that drops
+//! every new connection (containerd's pulls open new ones).
 
 use super::backend::{
     HttpBackend, HttpRequest, HttpResponse, MAX_BODY, is_safe, not_a_probe, sent_outcome,
@@ -17,6 +20,7 @@ impl RealHttp {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
+            .pool_max_idle_per_host(0)
             .user_agent(concat!("tend/", env!("CARGO_PKG_VERSION")))
             .build()?;
         Ok(RealHttp { client })

@@ -13,8 +13,7 @@ pub fn add_to_linker<T: Send + 'static>(
     http::add_to_linker::<T, HasSelf<PluginHttp>>(linker, get)
 }
 
-/// Requests one `send-all` may carry: each is a connection the host holds open.
-const MAX_CONCURRENT: usize = 32;
+use tend_grants::http::MAX_SEND_ALL;
 
 impl PluginHttp {
     async fn counted_send(&self, req: http::Request) -> Result<http::Response, types::Error> {
@@ -41,9 +40,9 @@ impl http::Host for PluginHttp {
     }
 
     async fn send_all(&mut self, reqs: Vec<http::Request>) -> Vec<Result<http::Response, types::Error>> {
-        if reqs.len() > MAX_CONCURRENT {
+        if reqs.len() > MAX_SEND_ALL {
             let refused = format!(
-                "send-all takes at most {MAX_CONCURRENT} requests, got {}: split the call",
+                "send-all takes at most {MAX_SEND_ALL} requests, got {}: split the call",
                 reqs.len()
             );
             return reqs.iter().map(|_| Err(types::Error::Invalid(refused.clone()))).collect();

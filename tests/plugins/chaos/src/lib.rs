@@ -86,6 +86,22 @@ enum Mode {
         url: String,
         timeout_ms: u64,
     },
+    /// Record `count` distinct gauge series.
+    MetricsFlood {
+        count: u32,
+    },
+    /// `count` GETs of `url` in one host `send-all` call (the raw import:
+    /// the SDK would split it into batches the host accepts).
+    SendAll {
+        url: String,
+        count: usize,
+    },
+    /// List pod sandboxes, then pull `image`.
+    #[serde(rename_all = "kebab-case")]
+    Pull {
+        image: String,
+        timeout_ms: u64,
+    },
 }
 
 /// Which build this is: "v1", or "v2" with the `v2` feature.
@@ -217,8 +233,77 @@ impl Plugin for Chaos {
                 let response = host.http().send(&request)?;
                 Ok(Outcome::healthy(format!("posted: {}", response.status)))
             }
+            Mode::MetricsFlood { count } => {
+                let mut recorded = 0;
+                for i in 0..count {
+                    let series = i.to_string();
+                    match host
+                        .metrics()
+                        .gauge_set("flood", &[("series", &series)], 1.0)
+                    {
+                        Ok(()) => recorded += 1,
+                        Err(e) => {
+                            return Ok(Outcome::healthy(format!(
+                                "recorded {recorded} series, then {e}"
+                            )));
+                        }
+                    }
+                }
+                Ok(Outcome::healthy(format!("recorded {recorded} series")))
+            }
+            Mode::SendAll { url, count } => {
+                let results = raw_send_all(&url, count);
+                let failed: Vec<&String> =
+                    results.iter().filter_map(|r| r.as_ref().err()).collect();
+                Ok(Outcome::healthy(format!(
+                    "{} answered, {} failed{}",
+                    results.len() - failed.len(),
+                    failed.len(),
+                    failed.first().map(|e| format!(": {e}")).unwrap_or_default()
+                )))
+            }
+            Mode::Pull { image, timeout_ms } => {
+                let listed = match host.cri().list_pod_sandboxes(&Default::default()) {
+                    Ok(sandboxes) => format!("{} sandboxes", sandboxes.len()),
+                    Err(e) => format!("list: {e}"),
+                };
+                let pulled = host
+                    .cri()
+                    .pull_image(&image, std::time::Duration::from_millis(timeout_ms));
+                Ok(Outcome::healthy(match pulled {
+                    Ok(image_ref) => format!("{listed}; pulled {image_ref}"),
+                    Err(e) => format!("{listed}; pull: {e}"),
+                }))
+            }
         }
     }
+}
+
+/// `count` GETs of `url` in one call of the host's `send-all`: each result
+/// as "ok" or the error's text.
+#[cfg(target_arch = "wasm32")]
+fn raw_send_all(url: &str, count: usize) -> Vec<std::result::Result<(), String>> {
+    use tend_sdk::bindings::tend::plugin::{http, types};
+    let request = http::Request {
+        method: "GET".into(),
+        url: url.into(),
+        headers: vec![],
+        body: None,
+        timeout_ms: None,
+    };
+    let show = |e: types::Error| match e {
+        types::Error::Invalid(m) => format!("invalid: {m}"),
+        other => format!("{other:?}"),
+    };
+    http::send_all(&vec![request; count])
+        .into_iter()
+        .map(|r| r.map(drop).map_err(show))
+        .collect()
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn raw_send_all(_: &str, _: usize) -> Vec<std::result::Result<(), String>> {
+    unreachable!("chaos runs as a component")
 }
 
 tend_sdk::export_plugin!(Chaos);
