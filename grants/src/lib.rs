@@ -10,6 +10,7 @@
 //! - [`http::check_url`]: whether a request URL matches an http grant.
 //! - [`systemd::SystemdGrant::check`]: whether a unit and an operation are granted.
 //! - [`cri::CriGrant::check_pull`]: whether an image (written out in full) may be pulled.
+//! - [`kube::check`]: whether a Kubernetes API call is granted (RBAC-like rules).
 //! - [`conformance::cases`]: a table of decisions both implementations must agree on.
 //!
 //! The crate builds for `wasm32-wasip2` as well as natively.
@@ -18,6 +19,7 @@ pub mod conformance;
 pub mod cri;
 pub mod files;
 pub mod http;
+pub mod kube;
 pub mod metrics;
 pub mod systemd;
 

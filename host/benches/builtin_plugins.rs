@@ -145,8 +145,8 @@ grace = "1h"
     assert!(message.contains("200 orphaned IP(s) waiting"), "{message}");
     samples.sort();
     println!(
-        "ipam-sweeper pass, 1000 files / 200 sandboxes: first {:.1} ms, p50 {:.1} ms, max {:.1} ms (n=40)",
-        ms(samples[0].max(Duration::ZERO)),
+        "ipam-sweeper pass, 1000 files / 200 sandboxes: min {:.1} ms, p50 {:.1} ms, max {:.1} ms (n=40)",
+        ms(samples[0]),
         ms(samples[samples.len() / 2]),
         ms(samples[samples.len() - 1])
     );
