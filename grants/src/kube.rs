@@ -65,7 +65,9 @@ fn resource_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let text = String::deserialize(d)?;
     let ok = !text.is_empty()
         && text.len() <= 63
-        && text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '/');
+        && text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '/');
     if !ok {
         return Err(D::Error::custom(format!(
             "invalid resource {text:?}: expected a plural lower-case resource as RBAC writes it, for example \"nodes\" or \"pods\""
@@ -88,9 +90,18 @@ pub struct Access<'a> {
 
 impl KubeRule {
     fn names_for(&self, node: &str) -> Option<Vec<String>> {
-        self.names
-            .as_ref()
-            .map(|names| names.iter().map(|n| if n == NODE { node.to_string() } else { n.clone() }).collect())
+        self.names.as_ref().map(|names| {
+            names
+                .iter()
+                .map(|n| {
+                    if n == NODE {
+                        node.to_string()
+                    } else {
+                        n.clone()
+                    }
+                })
+                .collect()
+        })
     }
 
     fn covers(&self, node: &str, access: &Access) -> bool {
@@ -140,8 +151,14 @@ pub fn check(rules: &[KubeRule], plugin: &str, node: &str, access: &Access) -> R
     } else {
         format!("group = \"{}\", ", access.group)
     };
-    let namespaces = access.namespace.map(|ns| format!(", namespaces = [\"{ns}\"]")).unwrap_or_default();
-    let names = access.name.map(|n| format!(", names = [\"{}\"]", crate::shown(n))).unwrap_or_default();
+    let namespaces = access
+        .namespace
+        .map(|ns| format!(", namespaces = [\"{ns}\"]"))
+        .unwrap_or_default();
+    let names = access
+        .name
+        .map(|n| format!(", names = [\"{}\"]", crate::shown(n)))
+        .unwrap_or_default();
     Err(Refusal::Denied(format!(
         "no kube grant allows {}: add {{ {group}resource = \"{}\", verbs = [\"{}\"]{namespaces}{names} }} to [plugins.{plugin}.grants] kube",
         describe(access),
@@ -168,43 +185,117 @@ mod tests {
         serde_json::from_str(toml_like_json).unwrap()
     }
 
-    fn access<'a>(resource: &'a str, verb: Verb, namespace: Option<&'a str>, name: Option<&'a str>) -> Access<'a> {
-        Access { group: "", resource, verb, namespace, name }
+    fn access<'a>(
+        resource: &'a str,
+        verb: Verb,
+        namespace: Option<&'a str>,
+        name: Option<&'a str>,
+    ) -> Access<'a> {
+        Access {
+            group: "",
+            resource,
+            verb,
+            namespace,
+            name,
+        }
     }
 
     #[test]
     fn my_own_node_only() {
-        let r = rules(r#"[{"resource": "nodes", "verbs": ["get", "list", "patch"], "names": ["$NODE"]}]"#);
-        assert!(check(&r, "p", "node-1", &access("nodes", Verb::Patch, None, Some("node-1"))).is_ok());
-        let err = check(&r, "p", "node-1", &access("nodes", Verb::Patch, None, Some("node-2"))).unwrap_err();
+        let r = rules(
+            r#"[{"resource": "nodes", "verbs": ["get", "list", "patch"], "names": ["$NODE"]}]"#,
+        );
+        assert!(
+            check(
+                &r,
+                "p",
+                "node-1",
+                &access("nodes", Verb::Patch, None, Some("node-1"))
+            )
+            .is_ok()
+        );
+        let err = check(
+            &r,
+            "p",
+            "node-1",
+            &access("nodes", Verb::Patch, None, Some("node-2")),
+        )
+        .unwrap_err();
         assert_eq!(
             err.message(),
             "no kube grant allows patch nodes named node-2: add { resource = \"nodes\", verbs = [\"patch\"], names = [\"node-2\"] } to [plugins.p.grants] kube"
         );
-        assert!(check(&r, "p", "node-1", &access("nodes", Verb::Delete, None, Some("node-1"))).is_err());
+        assert!(
+            check(
+                &r,
+                "p",
+                "node-1",
+                &access("nodes", Verb::Delete, None, Some("node-1"))
+            )
+            .is_err()
+        );
         assert!(check(&r, "p", "node-1", &access("nodes", Verb::List, None, None)).is_ok());
-        assert_eq!(listable_names(&r, "node-1", &access("nodes", Verb::List, None, None)), Some(vec!["node-1".into()]));
+        assert_eq!(
+            listable_names(&r, "node-1", &access("nodes", Verb::List, None, None)),
+            Some(vec!["node-1".into()])
+        );
     }
 
     #[test]
     fn namespaces_groups_and_resources_must_all_match() {
-        let r = rules(r#"[{"group": "coordination.k8s.io", "resource": "leases", "verbs": ["get"], "namespaces": ["kube-system"]}]"#);
-        let lease = |ns| Access { group: "coordination.k8s.io", resource: "leases", verb: Verb::Get, namespace: ns, name: Some("x") };
+        let r = rules(
+            r#"[{"group": "coordination.k8s.io", "resource": "leases", "verbs": ["get"], "namespaces": ["kube-system"]}]"#,
+        );
+        let lease = |ns| Access {
+            group: "coordination.k8s.io",
+            resource: "leases",
+            verb: Verb::Get,
+            namespace: ns,
+            name: Some("x"),
+        };
         assert!(check(&r, "p", "n", &lease(Some("kube-system"))).is_ok());
         assert!(check(&r, "p", "n", &lease(Some("default"))).is_err());
         assert!(check(&r, "p", "n", &lease(None)).is_err());
-        let core = Access { group: "", ..lease(Some("kube-system")) };
-        assert!(check(&r, "p", "n", &core).is_err(), "the core group is not coordination.k8s.io");
-        assert!(check(&[], "p", "n", &lease(Some("kube-system"))).is_err(), "deny by default");
+        let core = Access {
+            group: "",
+            ..lease(Some("kube-system"))
+        };
+        assert!(
+            check(&r, "p", "n", &core).is_err(),
+            "the core group is not coordination.k8s.io"
+        );
+        assert!(
+            check(&[], "p", "n", &lease(Some("kube-system"))).is_err(),
+            "deny by default"
+        );
         let list = rules(r#"[{"resource": "pods", "verbs": ["list"], "namespaces": ["a"]}]"#);
-        assert!(check(&list, "p", "n", &access("pods", Verb::List, None, None)).is_err(), "all namespaces need a rule for all");
-        assert_eq!(listable_names(&list, "n", &access("pods", Verb::List, Some("a"), None)), None);
+        assert!(
+            check(&list, "p", "n", &access("pods", Verb::List, None, None)).is_err(),
+            "all namespaces need a rule for all"
+        );
+        assert_eq!(
+            listable_names(&list, "n", &access("pods", Verb::List, Some("a"), None)),
+            None
+        );
     }
 
     #[test]
     fn rules_parse_strictly() {
-        assert!(serde_json::from_str::<Vec<KubeRule>>(r#"[{"resource": "Nodes", "verbs": ["get"]}]"#).is_err());
-        assert!(serde_json::from_str::<Vec<KubeRule>>(r#"[{"resource": "nodes", "verbs": ["escalate"]}]"#).is_err());
-        assert!(serde_json::from_str::<Vec<KubeRule>>(r#"[{"resource": "nodes", "verbs": ["get"], "nmes": []}]"#).is_err());
+        assert!(
+            serde_json::from_str::<Vec<KubeRule>>(r#"[{"resource": "Nodes", "verbs": ["get"]}]"#)
+                .is_err()
+        );
+        assert!(
+            serde_json::from_str::<Vec<KubeRule>>(
+                r#"[{"resource": "nodes", "verbs": ["escalate"]}]"#
+            )
+            .is_err()
+        );
+        assert!(
+            serde_json::from_str::<Vec<KubeRule>>(
+                r#"[{"resource": "nodes", "verbs": ["get"], "nmes": []}]"#
+            )
+            .is_err()
+        );
     }
 }

@@ -11,6 +11,7 @@
 //! - [`systemd::SystemdGrant::check`]: whether a unit and an operation are granted.
 //! - [`cri::CriGrant::check_pull`]: whether an image (written out in full) may be pulled.
 //! - [`kube::check`]: whether a Kubernetes API call is granted (RBAC-like rules).
+//! - [`rbac::render`]: the Kubernetes RBAC objects a scope's kube grants need (`tend rbac`).
 //! - [`conformance::cases`]: a table of decisions both implementations must agree on.
 //!
 //! The crate builds for `wasm32-wasip2` as well as natively.
@@ -21,6 +22,7 @@ pub mod files;
 pub mod http;
 pub mod kube;
 pub mod metrics;
+pub mod rbac;
 pub mod systemd;
 
 /// Why a grant check refused a call; maps onto the WIT error cases of the

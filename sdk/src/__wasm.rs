@@ -99,4 +99,7 @@ impl Host for WasmHost {
     fn cri(&self) -> &dyn crate::Cri {
         &crate::cri::wasm::WasmCri
     }
+    fn kube(&self) -> &dyn crate::Kube {
+        &crate::kube::wasm::WasmKube
+    }
 }

@@ -2,7 +2,7 @@
 //! return by default. Each capability (its trait, wasm glue and fake) lives in
 //! its own module: `log`, `state`, `files`, `http`.
 
-use crate::{Cri, Error, Files, Http, Level, Metrics, State, Systemd};
+use crate::{Cri, Error, Files, Http, Kube, Level, Metrics, State, Systemd};
 
 /// What a reconcile can reach. Whether a call succeeds depends on the
 /// operator's grants: an ungranted call returns `denied`, with a message naming
@@ -41,6 +41,10 @@ pub trait Host {
     }
     /// Counters and gauges for the host's `/metrics` (always granted).
     fn metrics(&self) -> &dyn Metrics {
+        &NotProvided
+    }
+    /// The Kubernetes API, within the granted RBAC-like rules.
+    fn kube(&self) -> &dyn Kube {
         &NotProvided
     }
 }

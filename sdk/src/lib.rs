@@ -27,6 +27,7 @@ mod cri;
 mod files;
 mod host;
 mod http;
+mod kube;
 mod log;
 mod metrics;
 mod state;
@@ -42,6 +43,7 @@ pub use cri::{
 pub use files::{DirEntry, FileKind, Files, Metadata};
 pub use host::{Host, NotProvided};
 pub use http::{Http, Request, Response};
+pub use kube::{EventType, Kube, ListParams, ObjectKey, ObjectList, PatchType};
 pub use log::Level;
 pub use metrics::Metrics;
 pub use state::State;

@@ -17,12 +17,13 @@
 pub use crate::cri::FakeCri;
 pub use crate::files::FakeFiles;
 pub use crate::http::FakeHttp;
+pub use crate::kube::{FakeKube, IntoKubeRules, RecordedEvent, RecordedPatch, merge_patch};
 pub use crate::metrics::FakeMetrics;
 pub use crate::state::FakeState;
 pub use crate::systemd::FakeSystemd;
 
 use crate::log::FakeLog;
-use crate::{Cri, Files, Host, Http, Level, Metrics, State, Systemd};
+use crate::{Cri, Files, Host, Http, Kube, Level, Metrics, State, Systemd};
 
 /// A [`Host`] whose capabilities are the public fakes, for one plugin: its name
 /// appears in denial messages, as `[plugins.NAME.grants]`.
@@ -33,6 +34,7 @@ pub struct FakeHost {
     pub metrics: FakeMetrics,
     pub systemd: FakeSystemd,
     pub cri: FakeCri,
+    pub kube: FakeKube,
     plugin: String,
     log: FakeLog,
 }
@@ -58,6 +60,7 @@ impl FakeHost {
             metrics: FakeMetrics::new(plugin),
             systemd: FakeSystemd::new(plugin),
             cri: FakeCri::new(plugin),
+            kube: FakeKube::new(plugin),
             plugin: plugin.to_string(),
             log: FakeLog::default(),
         }
@@ -95,6 +98,9 @@ impl Host for FakeHost {
     }
     fn cri(&self) -> &dyn Cri {
         &self.cri
+    }
+    fn kube(&self) -> &dyn Kube {
+        &self.kube
     }
 }
 

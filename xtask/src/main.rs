@@ -17,6 +17,15 @@ const RUST_PLUGINS: &[(&str, &str)] = &[
     ("chaos", "chaos"),
 ];
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+/// Everything target/venv holds: componentize-py builds the Python plugins; the
+/// fake Kubernetes API server (tests/peers/kube-apiserver.py) runs on aiohttp,
+/// jsonpatch and PyYAML.
+const VENV_PACKAGES: &[&str] = &[
+    COMPONENTIZE_PY,
+    "aiohttp==3.14.5",
+    "jsonpatch==1.47",
+    "PyYAML==6.0.3",
+];
 /// Debian packages the tests and the demo need: (command, package).
 const DEBIAN: &[(&str, &str)] = &[
     ("docker-registry", "docker-registry"),
@@ -146,17 +155,26 @@ fn ensure_debian_packages() -> Result<()> {
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
-/// componentize-py in a venv under target/, installed on first use.
+/// componentize-py in a venv under target/ with the rest of VENV_PACKAGES,
+/// installed on first use and again whenever the list changes.
 fn componentize_py() -> Result<PathBuf> {
     let venv = root().join("target/venv");
     let bin = venv.join("bin/componentize-py");
-    if !bin.exists() {
+    let stamp = venv.join("tend-packages.txt");
+    let wanted = VENV_PACKAGES.join("\n");
+    if !bin.exists() || std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
         step(&format!(
-            "installing {COMPONENTIZE_PY} into {}",
+            "installing {} into {}",
+            VENV_PACKAGES.join(" "),
             venv.display()
         ));
-        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-        run(Command::new(venv.join("bin/pip")).args(["install", "-q", COMPONENTIZE_PY]))?;
+        if !venv.join("bin/pip").exists() {
+            run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        }
+        run(Command::new(venv.join("bin/pip"))
+            .args(["install", "-q"])
+            .args(VENV_PACKAGES))?;
+        std::fs::write(&stamp, &wanted)?;
     }
     Ok(bin)
 }
@@ -239,6 +257,8 @@ fn build_tend() -> Result<PathBuf> {
 
 fn test() -> Result<()> {
     ensure_debian_packages()?;
+    // The venv also serves the end-to-end tests (the fake Kubernetes API server).
+    componentize_py()?;
     plugins()?;
     let tend = build_tend()?;
     step("running every test (unit and end-to-end)");

@@ -13,6 +13,8 @@ use wasmtime::component::Linker;
 /// What a real backend may need from the host to start.
 pub struct BackendEnv<'a> {
     pub state_dir: &'a Path,
+    /// What `$NODE` in a kube grant stands for.
+    pub node_name: &'a str,
 }
 
 pub trait Capability: Sized + Send + 'static {

@@ -20,6 +20,7 @@ macro_rules! capability_list {
             systemd: $crate::capabilities::systemd::PluginSystemd,
             cri: $crate::capabilities::cri::PluginCri,
             metrics: $crate::capabilities::metrics::PluginMetrics,
+            kube: $crate::capabilities::kube::PluginKube,
         }
     };
 }
@@ -129,6 +130,8 @@ mod tests {
             "systemd.daemon-reload",
             "cri.remove-pod-sandbox",
             "cri.pull-image",
+            "kube.delete",
+            "kube.emit-event",
         ] {
             assert!(operations.iter().any(|o| o == expected), "{operations:?}");
         }

@@ -22,10 +22,17 @@ impl Services {
     /// under `state_dir`.
     pub fn real(
         state_dir: &Path,
+        node_name: &str,
         settings: &Settings,
         rules: Vec<BudgetRule>,
     ) -> anyhow::Result<Self> {
-        let backends = Backends::real(settings, &BackendEnv { state_dir })?;
+        let backends = Backends::real(
+            settings,
+            &BackendEnv {
+                state_dir,
+                node_name,
+            },
+        )?;
         let journal = Arc::new(Journal::open(state_dir)?);
         let budgets = Arc::new(Budgets::new(rules, backends.state.clone()));
         Ok(Services {

@@ -3,6 +3,7 @@
 mod journal;
 mod node;
 mod once;
+mod rbac;
 mod report;
 mod status;
 mod validate;
@@ -82,6 +83,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the Kubernetes RBAC the config's kube grants need (and the
+    /// leader-election Lease and Events), per scope, as YAML.
+    Rbac {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
     /// Look at plugin components.
     Plugins {
         #[command(subcommand)]
@@ -123,6 +130,7 @@ pub fn main() -> ExitCode {
             Command::Check { config } => validate::check(&config).await,
             Command::Plan { name, config } => once::plan(&config, name.as_deref()).await,
             Command::Reconcile { name, config } => once::reconcile(&config, &name).await,
+            Command::Rbac { config } => rbac::print(&config),
             Command::Plugins {
                 command: PluginsCommand::Inspect { file },
             } => validate::inspect(&file).await,

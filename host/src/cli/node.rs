@@ -24,6 +24,7 @@ impl Node {
         let runtime = Arc::new(Runtime::new(Some(&config.host.cache_dir))?);
         let services = Services::real(
             &config.host.state_dir,
+            &config.host.node_name,
             &config.host.capabilities,
             config.host.budgets.clone(),
         )?;

@@ -43,6 +43,45 @@ pub struct HostConfig {
     pub budgets: Vec<BudgetRule>,
     /// `[host.<capability>]`: how each capability's backend is reached.
     pub capabilities: Settings,
+    /// `[host.leader-election]`: the Lease whose holder runs cluster-scope plugins.
+    pub leader_election: Option<LeaderElection>,
+}
+
+/// Where a plugin runs: on every node, or only on the holder of the cluster's Lease.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scope {
+    #[default]
+    Node,
+    Cluster,
+}
+
+/// `[host.leader-election]`, as client-go's leader election takes it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LeaderElection {
+    pub namespace: String,
+    pub name: String,
+    /// How long a Lease holds without renewal before another host may take it.
+    #[serde(default = "default_lease_duration", with = "values::duration")]
+    pub lease_duration: Duration,
+    /// A holder that has not renewed for this long stops its cluster-scope
+    /// plugins: shorter than lease-duration, so two holders never act at once.
+    #[serde(default = "default_renew_deadline", with = "values::duration")]
+    pub renew_deadline: Duration,
+    /// How often to try to acquire or renew.
+    #[serde(default = "default_retry_period", with = "values::duration")]
+    pub retry_period: Duration,
+}
+
+fn default_lease_duration() -> Duration {
+    Duration::from_secs(15)
+}
+fn default_renew_deadline() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_retry_period() -> Duration {
+    Duration::from_secs(2)
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -56,6 +95,7 @@ pub struct PluginConfig {
     pub watch: Vec<PathBuf>,
     pub grants: Grants,
     pub limits: Limits,
+    pub scope: Scope,
     /// `[plugins.<name>.config]` as JSON text, handed to the plugin.
     pub config_json: String,
 }
@@ -102,6 +142,7 @@ macro_rules! raw_host {
             cache_max_size: Option<ByteSize>,
             #[serde(default)]
             budgets: BTreeMap<Spanned<String>, RawBudget>,
+            leader_election: Option<Spanned<LeaderElection>>,
             $( #[serde(default)] $name: <$cap as Capability>::Settings, )*
         }
 
@@ -139,6 +180,7 @@ struct RawPlugin {
     grants: Grants,
     #[serde(default)]
     limits: Limits,
+    scope: Option<Spanned<Scope>>,
     #[serde(default)]
     config: toml::Table,
 }
@@ -173,6 +215,15 @@ impl Config {
         let base = absolute_parent(path);
         let budgets = budget_rules(&raw.host.budgets, &at)?;
         let capabilities = raw.host.capability_settings();
+        if let Some(election) = &raw.host.leader_election {
+            let e = election.get_ref();
+            if e.renew_deadline >= e.lease_duration || e.retry_period >= e.renew_deadline {
+                return Err(at(
+                    Some(election.span()),
+                    "expected retry-period < renew-deadline < lease-duration (a holder must give up before its Lease can expire)".into(),
+                ));
+            }
+        }
         let host = HostConfig {
             plugins_dir: base.join(&raw.host.plugins_dir),
             cache_dir: base.join(
@@ -187,6 +238,7 @@ impl Config {
             cache_max_size: raw.host.cache_max_size.unwrap_or(ByteSize(1 << 30)),
             budgets,
             capabilities,
+            leader_election: raw.host.leader_election.map(Spanned::into_inner),
         };
         let mut plugins = BTreeMap::new();
         for (name, plugin) in raw.plugins {
@@ -215,6 +267,15 @@ impl Config {
                     ));
                 }
             }
+            if let Some(scope) = &plugin.scope
+                && *scope.get_ref() == Scope::Cluster
+                && host.leader_election.is_none()
+            {
+                return Err(at(
+                    Some(scope.span()),
+                    "scope = \"cluster\" runs the plugin only on the holder of a Lease: add [host.leader-election] with namespace and name".into(),
+                ));
+            }
             let name = name.into_inner();
             let file = plugin
                 .file
@@ -232,6 +293,7 @@ impl Config {
                     watch: plugin.watch.into_iter().map(Spanned::into_inner).collect(),
                     grants: plugin.grants,
                     limits: plugin.limits,
+                    scope: plugin.scope.map(Spanned::into_inner).unwrap_or_default(),
                     config_json,
                 },
             );

@@ -206,12 +206,42 @@ fn capability_settings_and_grants_are_checked_per_capability() {
         err.contains("this capability is always granted to every plugin: remove this key"),
         "{err}"
     );
-    let unknown = format!("{HOST}[plugins.a.grants]\nkube = []\n");
+    let unknown = format!("{HOST}[plugins.a.grants]\ncloud = []\n");
     let err = error_of(&unknown);
     assert!(
         err.contains(
-            "unknown field `kube`, expected one of `log`, `state`, `files`, `http`, `systemd`"
+            "unknown field `cloud`, expected one of `log`, `state`, `files`, `http`, `systemd`, `cri`, `metrics`, `kube`"
         ),
+        "{err}"
+    );
+}
+
+#[test]
+fn cluster_scope_needs_a_lease_that_lapses_after_its_holder_gives_up() {
+    let cluster = format!("{HOST}[plugins.a]\nscope = \"cluster\"\n");
+    let err = error_of(&cluster);
+    assert!(
+        err.contains("add [host.leader-election] with namespace and name"),
+        "{err}"
+    );
+    let election = |durations: &str| {
+        HOST.replace("[host]\n", &format!("[host.leader-election]\nnamespace = \"tend-system\"\nname = \"tend\"\n{durations}\n[host]\n"))
+    };
+    let ok = parse(&format!(
+        "{}[plugins.a]\nscope = \"cluster\"\n",
+        election("")
+    ))
+    .unwrap();
+    assert_eq!(ok.plugins["a"].scope, crate::config::Scope::Cluster);
+    assert_eq!(
+        ok.host.leader_election.unwrap().renew_deadline,
+        std::time::Duration::from_secs(10)
+    );
+    let err = error_of(&election(
+        "lease-duration = \"5s\"\nrenew-deadline = \"10s\"",
+    ));
+    assert!(
+        err.contains("retry-period < renew-deadline < lease-duration"),
         "{err}"
     );
 }

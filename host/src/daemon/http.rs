@@ -93,6 +93,9 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>
             let mut text = shared.metrics.render(&table);
             let configured = |plugin: &str| table.plugins.contains_key(plugin);
             text.push_str(&shared.services.backends.metrics.render(&configured));
+            text.push_str(&crate::capabilities::kube::render_metrics(
+                &*shared.services.backends.kube,
+            ));
             respond(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
         "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n".into()),

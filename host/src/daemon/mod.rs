@@ -4,6 +4,7 @@
 //! diff), and SIGTERM/SIGINT (reconciles in flight finish, then exit 0).
 
 mod http;
+mod leader;
 mod metrics;
 mod plan;
 mod runner;
@@ -56,6 +57,8 @@ pub struct Shared {
     waits_on: RwLock<std::collections::HashMap<String, Vec<String>>>,
     /// Held while `/plan` runs: one plan at a time.
     planning: tokio::sync::Mutex<()>,
+    /// Whether this host leads (runs cluster-scope plugins).
+    leadership: tokio::sync::watch::Receiver<leader::Leadership>,
 }
 
 enum Event {
@@ -69,11 +72,14 @@ enum Event {
 
 pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config_path = std::path::absolute(config_path)?;
+    let config_seen = config_identity(&config_path);
     let config = Config::load(&config_path)?;
     let runtime = Arc::new(Runtime::new(Some(&config.host.cache_dir))?);
+    let (leading, leadership) = tokio::sync::watch::channel(leader::Leadership::default());
     let shared = Arc::new(Shared {
         services: Services::real(
             &config.host.state_dir,
+            &config.host.node_name,
             &config.host.capabilities,
             config.host.budgets.clone(),
         )?,
@@ -96,6 +102,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         planning: tokio::sync::Mutex::const_new(()),
         runtime: runtime.clone(),
         triggers: Triggers::default(),
+        leadership,
     });
     tracing::info!(
         config = %config_path.display(),
@@ -113,7 +120,13 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let runner = Arc::new(runner::DaemonRunner {
         shared: shared.clone(),
     });
-    let trigger_sources = sources::all(&shared.services.backends);
+    let mut trigger_sources = sources::all(&shared.services.backends);
+    // Unique per process: two replicas may share a node.
+    let identity = format!("{}/{}", config.host.node_name, std::process::id());
+    let kubeconfig = config.host.capabilities.kube.kubeconfig.clone();
+    trigger_sources.push(Box::new(leader::LeaderSource::new(
+        identity, kubeconfig, leading,
+    )));
     let mut supervisor = Supervisor {
         scheduler: Scheduler::with_triggers(runner, shared.triggers.clone()),
         shared,
@@ -123,6 +136,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         dirty: HashSet::new(),
         dir_watch: None,
         sources: trigger_sources,
+        config_seen,
     };
     supervisor.start();
     let _watchdog = sd_notify::spawn_watchdog();
@@ -141,6 +155,27 @@ struct Supervisor {
     dirty: HashSet<PathBuf>,
     dir_watch: Option<Watch>,
     sources: Vec<Box<dyn TriggerSource>>,
+    /// What the config path led to when it was last read (see [`config_identity`]).
+    config_seen: Option<ConfigIdentity>,
+}
+
+/// The file the config path resolves to, through any symlinks, and its
+/// identity. A ConfigMap volume's `tend.toml` is a link to `..data/tend.toml`
+/// and kubelet updates it by renaming a new `..data` link over the old one:
+/// `tend.toml` itself never changes, only the file it leads to.
+type ConfigIdentity = (PathBuf, u64, u64, Option<std::time::SystemTime>, u64);
+
+fn config_identity(path: &Path) -> Option<ConfigIdentity> {
+    use std::os::unix::fs::MetadataExt;
+    let target = std::fs::canonicalize(path).ok()?;
+    let meta = std::fs::metadata(&target).ok()?;
+    Some((
+        target,
+        meta.dev(),
+        meta.ino(),
+        meta.modified().ok(),
+        meta.len(),
+    ))
 }
 
 impl Supervisor {
@@ -225,7 +260,11 @@ impl Supervisor {
     }
 
     fn changed(&mut self, paths: BTreeSet<PathBuf>) {
-        if paths.contains(&self.shared.config_path) {
+        let config = &self.shared.config_path;
+        // The config file itself, or something beside it (a `..data` link swap)
+        // that changed what the config path leads to.
+        let beside = paths.iter().any(|p| p.parent() == config.parent());
+        if paths.contains(config) || (beside && config_identity(config) != self.config_seen) {
             self.reload_config("config file changed");
         }
         let in_use: BTreeSet<PathBuf> = self
@@ -442,6 +481,7 @@ impl Supervisor {
 
     /// Validate the config file; apply it as a diff, or keep the last good one.
     fn reload_config(&mut self, why: &str) {
+        self.config_seen = config_identity(&self.shared.config_path);
         let shared = self.shared.clone();
         let metrics = &shared.metrics;
         let new = match Config::load(&self.shared.config_path) {

@@ -5,6 +5,7 @@
 use super::Shared;
 use super::table::{LastRun, Lifecycle};
 use crate::capabilities::Mutation;
+use crate::config::Scope;
 use crate::journal::Entry;
 use crate::runtime::{CallRequest, Failure};
 use crate::scheduler::{RunFuture, RunResult, Runner, Trigger};
@@ -62,7 +63,25 @@ impl Runner for DaemonRunner {
                     node_name: &node_name,
                     dry_run,
                 };
-                let report = shared.runtime.reconcile(&plugin, &config, request).await;
+                let cluster = config.scope == Scope::Cluster;
+                if cluster && !shared.leadership.borrow().leading {
+                    tracing::debug!("not leading: cluster-scope plugin not run here");
+                    return RunResult {
+                        ok: true,
+                        requeue_after: None,
+                    };
+                }
+                let mut leadership = shared.leadership.clone();
+                let lost = async {
+                    let _ = leadership.wait_for(|l| !l.leading).await;
+                };
+                let report = tokio::select! {
+                    report = shared.runtime.reconcile(&plugin, &config, request) => report,
+                    () = lost, if cluster => {
+                        tracing::warn!("stopped a cluster-scope reconcile in flight: this host stopped leading");
+                        return RunResult { ok: false, requeue_after: None };
+                    }
+                };
 
                 let (time, time_ms) = Entry::now();
                 for mutation in &report.mutations {

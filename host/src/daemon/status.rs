@@ -23,6 +23,7 @@ pub async fn overview(shared: &Shared) -> String {
         "ready": table.is_ready(),
         "plugins": table.status(),
         "budgets": budgets,
+        "leader": *shared.leadership.borrow(),
     }))
     .expect("status serializes")
 }

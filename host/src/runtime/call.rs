@@ -233,6 +233,7 @@ impl Runtime {
             watch: vec![],
             grants: Default::default(),
             limits: Default::default(),
+            scope: Default::default(),
             config_json: "{}".into(),
         };
         let caller = Caller {

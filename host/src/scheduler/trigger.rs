@@ -11,6 +11,12 @@ pub const REQUEUE: &str = "requeue";
 pub const FILE: &str = "file";
 /// One of its granted, watched units changed active state; the subject is the unit.
 pub const UNIT: &str = "unit";
+/// An object it watches (a kube grant with the `watch` verb) was added,
+/// changed or deleted; the subject is "<resource>/<namespace>/<name>" (no
+/// namespace part for cluster-scoped objects).
+pub const KUBE: &str = "kube";
+/// This host started leading (holds the cluster's Lease): cluster-scope plugins run.
+pub const LEADER: &str = "leader";
 /// A new version of its component was swapped in.
 pub const RELOAD: &str = "reload";
 /// Its settings changed in the config.

@@ -1,12 +1,14 @@
 //! Trigger sources: what reconciles a plugin when something outside the
 //! scheduler changes. Each capability that can notice changes provides one
-//! (file changes today; systemd unit state and Kubernetes watches next); the
+//! (file changes, systemd unit state, Kubernetes watches); the
 //! supervisor starts them all and hands each the config after every reload.
 
 mod files;
+mod kube;
 mod units;
 
 pub use files::{FileSource, is_atomic_write_temp};
+pub use kube::KubeSource;
 pub use units::UnitSource;
 
 use super::Triggers;
@@ -26,5 +28,6 @@ pub fn all(backends: &Backends) -> Vec<Box<dyn TriggerSource>> {
     vec![
         Box::new(FileSource::default()),
         Box::new(UnitSource::new(backends.systemd.clone())),
+        Box::new(KubeSource::new(backends.kube.clone())),
     ]
 }

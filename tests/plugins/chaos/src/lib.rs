@@ -26,9 +26,22 @@
 //! - `{"mode": "log-flood", "lines": N, "text": T}`: N log lines of text T.
 //! - `{"mode": "log", "message": M}`: one log line (newlines and escapes included).
 //! - `{"mode": "requeue", "ms": N}`: healthy, asking to run again after N ms.
+//!
+//! Kubernetes modes (tests/e2e of the `kube` capability):
+//! - `{"mode": "kube-label", "node": N, "key": K, "value": V}`: merge-patches
+//!   Node N's label K=V, then emits a Normal Event "LabelApplied" on N; healthy
+//!   "labeled N K=V", or degraded with the first error's text.
+//! - `{"mode": "kube-list", "api-version": A, "kind": K, "namespace": NS?,
+//!   "label-selector": S?}`: one list; healthy "listed N K: a, b" (names
+//!   sorted), or degraded with the error's text.
+//! - `{"mode": "kube-watch"}`: calls nothing; healthy "triggers: kind:subject, ..."
+//!   (a trigger without a subject is its kind alone).
 
 use serde::Deserialize;
-use tend_sdk::{Context, Error, Host, Outcome, Plugin, PluginInfo, Request, Result};
+use tend_sdk::{
+    Context, Error, EventType, Host, ListParams, ObjectKey, Outcome, PatchType, Plugin, PluginInfo,
+    Request, Result,
+};
 
 #[derive(Deserialize)]
 #[serde(tag = "mode", rename_all = "kebab-case")]
@@ -102,6 +115,24 @@ enum Mode {
         image: String,
         timeout_ms: u64,
     },
+    /// Label a Node (merge patch), then emit an Event about it.
+    KubeLabel {
+        node: String,
+        key: String,
+        value: String,
+    },
+    /// List objects of one kind.
+    #[serde(rename_all = "kebab-case")]
+    KubeList {
+        api_version: String,
+        kind: String,
+        #[serde(default)]
+        namespace: Option<String>,
+        #[serde(default)]
+        label_selector: Option<String>,
+    },
+    /// Report the triggers of this reconcile.
+    KubeWatch,
 }
 
 /// Which build this is: "v1", or "v2" with the `v2` feature.
@@ -275,8 +306,67 @@ impl Plugin for Chaos {
                     Err(e) => format!("{listed}; pull: {e}"),
                 }))
             }
+            Mode::KubeLabel { node, key, value } => {
+                Ok(match kube_label(host, &node, &key, &value) {
+                    Ok(()) => Outcome::healthy(format!("labeled {node} {key}={value}")),
+                    Err(e) => Outcome::degraded(e.to_string()),
+                })
+            }
+            Mode::KubeList {
+                api_version,
+                kind,
+                namespace,
+                label_selector,
+            } => {
+                let params = ListParams {
+                    label_selector,
+                    ..ListParams::default()
+                };
+                let listed = host
+                    .kube()
+                    .list(&api_version, &kind, namespace.as_deref(), &params);
+                Ok(match listed {
+                    Ok(list) => {
+                        let mut names = list.names();
+                        names.sort_unstable();
+                        Outcome::healthy(format!(
+                            "listed {} {kind}: {}",
+                            names.len(),
+                            names.join(", ")
+                        ))
+                    }
+                    Err(e) => Outcome::degraded(e.to_string()),
+                })
+            }
+            Mode::KubeWatch => {
+                let triggers: Vec<String> = ctx
+                    .triggers
+                    .iter()
+                    .map(|t| match &t.subject {
+                        Some(subject) => format!("{}:{subject}", t.kind),
+                        None => t.kind.clone(),
+                    })
+                    .collect();
+                Ok(Outcome::healthy(format!(
+                    "triggers: {}",
+                    triggers.join(", ")
+                )))
+            }
         }
     }
+}
+
+/// Set label `key`=`value` on Node `node` and say so in an Event.
+fn kube_label(host: &dyn Host, node: &str, key: &str, value: &str) -> Result<()> {
+    let node_key = ObjectKey::cluster("v1", "Node", node);
+    let patch = serde_json::json!({ "metadata": { "labels": { key: value } } });
+    host.kube().patch(&node_key, PatchType::Merge, &patch)?;
+    host.kube().emit_event(
+        &node_key,
+        EventType::Normal,
+        "LabelApplied",
+        &format!("set {key}={value}"),
+    )
 }
 
 /// `count` GETs of `url` in one call of the host's `send-all`: each result
@@ -307,3 +397,63 @@ fn raw_send_all(_: &str, _: usize) -> Vec<std::result::Result<(), String>> {
 }
 
 tend_sdk::export_plugin!(Chaos);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tend_sdk::testing::FakeHost;
+    use tend_sdk::{Health, Trigger};
+
+    fn run(host: &FakeHost, config: serde_json::Value) -> Outcome {
+        let mut ctx = Context::new("chaos", &config.to_string());
+        ctx.node_name = "node-1".into();
+        Chaos::reconcile(&ctx, host).unwrap()
+    }
+
+    #[test]
+    fn kube_modes_report_what_they_did() {
+        let host = FakeHost::named("chaos");
+        for name in ["node-1", "node-2"] {
+            host.kube
+                .put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}));
+        }
+        host.kube.grant(
+            r#"{ resource = "nodes", verbs = ["get", "list", "patch"], names = ["$NODE"] }"#,
+        );
+        let label = json!({"mode": "kube-label", "node": "node-1", "key": "a", "value": "b"});
+        assert_eq!(run(&host, label).message, "labeled node-1 a=b");
+        assert_eq!(
+            host.kube.actions(),
+            [
+                "patch nodes/node-1 merge",
+                "event nodes/node-1 LabelApplied: set a=b"
+            ]
+        );
+        let other = json!({"mode": "kube-label", "node": "node-2", "key": "a", "value": "b"});
+        let outcome = run(&host, other);
+        assert_eq!(outcome.health, Health::Degraded);
+        assert!(
+            outcome
+                .message
+                .starts_with("denied: no kube grant allows patch nodes named node-2"),
+            "{}",
+            outcome.message
+        );
+        let list = json!({"mode": "kube-list", "api-version": "v1", "kind": "Node"});
+        assert_eq!(run(&host, list).message, "listed 1 Node: node-1");
+
+        let mut ctx = Context::new("chaos", r#"{"mode": "kube-watch"}"#);
+        ctx.triggers = vec![
+            Trigger::new("startup"),
+            Trigger {
+                kind: "kube".into(),
+                subject: Some("pods/default/web".into()),
+            },
+        ];
+        assert_eq!(
+            Chaos::reconcile(&ctx, &host).unwrap().message,
+            "triggers: startup, kube:pods/default/web"
+        );
+    }
+}

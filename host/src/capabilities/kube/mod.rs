@@ -1,0 +1,17 @@
+//! `tend:plugin/kube`: the Kubernetes API, confined to the plugin's RBAC-like
+//! rules, reads served from a shared watch cache, every mutation through the
+//! gate.
+
+mod adapter;
+mod backend;
+mod cache;
+mod fake;
+mod grants;
+mod real;
+mod wit;
+
+pub use adapter::{KubeSettings, PluginKube};
+pub use backend::{Change, KubeBackend, ListQuery, ObjectList, PatchKind, ResourceInfo, render_metrics};
+pub use fake::FakeKube;
+pub use grants::{KubeRule, Verb};
+pub use real::{RealKube, connect, map_error};

@@ -1,0 +1,562 @@
+//! Leader election for cluster-scope plugins, on a coordination.k8s.io Lease,
+//! the way client-go does it: the holder renews every `retry-period`; another
+//! host takes the Lease once it has seen the same record unchanged for
+//! `lease-duration` (its own clock, so clock skew does not matter); a holder
+//! that has not renewed for `renew-deadline` (< lease-duration) stops leading
+//! at once, so its cluster plugins stop before anyone else may start them.
+//!
+//! It runs as a trigger source: on becoming the leader it reconciles every
+//! cluster-scope plugin (trigger "leader"); the runner asks [`Leadership`]
+//! before each reconcile of one and cuts a reconcile in flight when
+//! leadership is lost.
+
+use crate::capabilities::CapError;
+use crate::capabilities::kube::{connect, map_error};
+use crate::config::{Config, LeaderElection, Scope};
+use crate::scheduler::sources::TriggerSource;
+use crate::scheduler::{Trigger, Triggers, trigger};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, PostParams};
+use std::sync::Arc;
+use tokio::sync::watch;
+use tokio::time::{Duration, Instant};
+
+/// Who leads, as `/status` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Leadership {
+    /// This host holds the Lease and renewed it within the renew deadline.
+    pub leading: bool,
+    /// This host's identity in the Lease.
+    pub identity: String,
+    /// "<namespace>/<name>".
+    pub lease: String,
+    /// The holder as last seen.
+    pub holder: Option<String>,
+    /// Why this host is not leading, or stopped leading.
+    pub note: String,
+}
+
+/// The parts of a Lease the election reads and writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRecord {
+    pub holder: String,
+    pub duration: Duration,
+    /// The holder's last renewal as written (compared, never trusted as time).
+    pub renewed: String,
+    pub transitions: i32,
+    pub resource_version: String,
+}
+
+#[async_trait::async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    async fn get(&self) -> Result<Option<LeaseRecord>, CapError>;
+    async fn create(&self, record: &LeaseRecord) -> Result<(), CapError>;
+    /// Replace the Lease if it is still at `record.resource_version` (else `conflict`).
+    async fn replace(&self, record: &LeaseRecord) -> Result<(), CapError>;
+}
+
+/// What the election does next, from what it saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Create,
+    Renew,
+    /// The holder let it lapse (or none holds it): take it.
+    Take,
+    /// Someone else holds it.
+    Follow(String),
+}
+
+/// The pure rule: `seen` is the record and when this host first saw it unchanged.
+pub fn decide(me: &str, seen: Option<&(LeaseRecord, Instant)>, now: Instant) -> Step {
+    match seen {
+        None => Step::Create,
+        Some((record, _)) if record.holder == me => Step::Renew,
+        Some((record, _)) if record.holder.is_empty() => Step::Take,
+        Some((record, since)) if now.duration_since(*since) >= record.duration => Step::Take,
+        Some((record, _)) => Step::Follow(record.holder.clone()),
+    }
+}
+
+pub struct Elector {
+    me: String,
+    settings: LeaderElection,
+    store: Arc<dyn LeaseStore>,
+    seen: Option<(LeaseRecord, Instant)>,
+    renewed_at: Option<Instant>,
+    pub state: Leadership,
+}
+
+fn micro_now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+impl Elector {
+    pub fn new(me: String, settings: LeaderElection, store: Arc<dyn LeaseStore>) -> Self {
+        let state = Leadership {
+            identity: me.clone(),
+            lease: format!("{}/{}", settings.namespace, settings.name),
+            note: "not elected yet".into(),
+            ..Leadership::default()
+        };
+        Elector {
+            me,
+            settings,
+            store,
+            seen: None,
+            renewed_at: None,
+            state,
+        }
+    }
+
+    /// Give up leading once the last renewal is `renew-deadline` old.
+    fn check_deadline(&mut self, now: Instant) {
+        if self.state.leading
+            && self
+                .renewed_at
+                .is_some_and(|at| now.duration_since(at) >= self.settings.renew_deadline)
+        {
+            self.state.leading = false;
+            self.state.note = format!(
+                "stopped leading: could not renew the Lease for {:?} (renew-deadline)",
+                self.settings.renew_deadline
+            );
+            tracing::warn!(lease = %self.state.lease, "{}", self.state.note);
+        }
+    }
+
+    /// One round: read the Lease, then create, renew, take or follow. Every
+    /// call is bounded by the retry period, so a silent API server cannot
+    /// hold the round past the renew deadline.
+    pub async fn round(&mut self) {
+        let bound = self.settings.retry_period;
+        let read = tokio::time::timeout(bound, self.store.get()).await;
+        let now = Instant::now();
+        let record = match read {
+            Ok(Ok(record)) => record,
+            Ok(Err(e)) => return self.failed(now, &e.to_string()),
+            Err(_) => return self.failed(now, "the API server did not answer"),
+        };
+        self.seen = match (record, self.seen.take()) {
+            (None, _) => None,
+            (Some(record), Some((old, since))) if old == record => Some((old, since)),
+            (Some(record), _) => Some((record, now)),
+        };
+        self.state.holder = self
+            .seen
+            .as_ref()
+            .map(|(r, _)| r.holder.clone())
+            .filter(|h| !h.is_empty());
+        let step = decide(&self.me, self.seen.as_ref(), now);
+        let mine = |transitions: i32, resource_version: String| LeaseRecord {
+            holder: self.me.clone(),
+            duration: self.settings.lease_duration,
+            renewed: micro_now(),
+            transitions,
+            resource_version,
+        };
+        let write = match &step {
+            Step::Follow(holder) => {
+                self.state.note = format!("following {holder}");
+                return self.check_deadline(now);
+            }
+            Step::Create => {
+                let record = mine(0, String::new());
+                tokio::time::timeout(bound, self.store.create(&record)).await
+            }
+            Step::Renew | Step::Take => {
+                let (old, _) = self.seen.as_ref().expect("a record was seen");
+                let transitions = old.transitions + i32::from(step == Step::Take);
+                let record = mine(transitions, old.resource_version.clone());
+                tokio::time::timeout(bound, self.store.replace(&record)).await
+            }
+        };
+        match write {
+            Ok(Ok(())) => {
+                if !self.state.leading {
+                    tracing::info!(lease = %self.state.lease, identity = %self.me, "leading: cluster-scope plugins run here");
+                }
+                self.state.leading = true;
+                self.state.holder = Some(self.me.clone());
+                self.state.note = "leading".into();
+                self.renewed_at = Some(now);
+            }
+            Ok(Err(e)) => self.failed(now, &e.to_string()),
+            Err(_) => self.failed(now, "the API server did not answer"),
+        }
+    }
+
+    fn failed(&mut self, now: Instant, why: &str) {
+        // Keep saying why leading stopped while the API stays unreachable.
+        if !self.state.leading && !self.state.note.starts_with("stopped leading") {
+            self.state.note = format!("not leading: {why}");
+        }
+        self.check_deadline(now);
+    }
+}
+
+/// The Lease through the Kubernetes API.
+pub struct KubeLeases {
+    settings: LeaderElection,
+    kubeconfig: Option<std::path::PathBuf>,
+    client: tokio::sync::OnceCell<kube::Client>,
+}
+
+impl KubeLeases {
+    pub fn new(settings: LeaderElection, kubeconfig: Option<std::path::PathBuf>) -> Self {
+        KubeLeases {
+            settings,
+            kubeconfig,
+            client: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    async fn api(&self) -> Result<Api<Lease>, CapError> {
+        let client = self
+            .client
+            .get_or_try_init(|| connect(self.kubeconfig.as_deref()))
+            .await?;
+        Ok(Api::namespaced(client.clone(), &self.settings.namespace))
+    }
+
+    fn lease(&self, record: &LeaseRecord) -> Result<Lease, CapError> {
+        let renewed: k8s_openapi::jiff::Timestamp = record
+            .renewed
+            .parse()
+            .map_err(|e| CapError::Other(format!("renew time: {e}")))?;
+        Ok(Lease {
+            metadata: ObjectMeta {
+                name: Some(self.settings.name.clone()),
+                namespace: Some(self.settings.namespace.clone()),
+                resource_version: Some(record.resource_version.clone()).filter(|v| !v.is_empty()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(record.holder.clone()),
+                lease_duration_seconds: Some(record.duration.as_secs() as i32),
+                renew_time: Some(MicroTime(renewed)),
+                acquire_time: Some(MicroTime(renewed)),
+                lease_transitions: Some(record.transitions),
+                ..LeaseSpec::default()
+            }),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for KubeLeases {
+    async fn get(&self) -> Result<Option<LeaseRecord>, CapError> {
+        let lease = self
+            .api()
+            .await?
+            .get_opt(&self.settings.name)
+            .await
+            .map_err(|e| map_error("get lease", e))?;
+        Ok(lease.map(|lease| {
+            let spec = lease.spec.unwrap_or_default();
+            LeaseRecord {
+                holder: spec.holder_identity.unwrap_or_default(),
+                duration: Duration::from_secs(
+                    spec.lease_duration_seconds.unwrap_or(0).max(0) as u64
+                ),
+                renewed: spec.renew_time.map(|t| t.0.to_string()).unwrap_or_default(),
+                transitions: spec.lease_transitions.unwrap_or(0),
+                resource_version: lease.metadata.resource_version.unwrap_or_default(),
+            }
+        }))
+    }
+
+    async fn create(&self, record: &LeaseRecord) -> Result<(), CapError> {
+        let lease = self.lease(record)?;
+        self.api()
+            .await?
+            .create(&PostParams::default(), &lease)
+            .await
+            .map(drop)
+            .map_err(|e| map_error("create lease", e))
+    }
+
+    async fn replace(&self, record: &LeaseRecord) -> Result<(), CapError> {
+        let lease = self.lease(record)?;
+        self.api()
+            .await?
+            .replace(&self.settings.name, &PostParams::default(), &lease)
+            .await
+            .map(drop)
+            .map_err(|e| map_error("replace lease", e))
+    }
+}
+
+/// The election as a trigger source: it runs while the config has
+/// `[host.leader-election]`, publishes [`Leadership`], and reconciles the
+/// cluster-scope plugins when this host starts leading.
+pub struct LeaderSource {
+    identity: String,
+    kubeconfig: Option<std::path::PathBuf>,
+    state: watch::Sender<Leadership>,
+    running: Option<(LeaderElection, tokio::task::JoinHandle<()>)>,
+    cluster_plugins: watch::Sender<Vec<String>>,
+}
+
+impl LeaderSource {
+    pub fn new(
+        identity: String,
+        kubeconfig: Option<std::path::PathBuf>,
+        state: watch::Sender<Leadership>,
+    ) -> Self {
+        LeaderSource {
+            identity,
+            kubeconfig,
+            state,
+            running: None,
+            cluster_plugins: watch::channel(Vec::new()).0,
+        }
+    }
+}
+
+impl Drop for LeaderSource {
+    fn drop(&mut self) {
+        if let Some((_, task)) = self.running.take() {
+            task.abort();
+        }
+    }
+}
+
+fn cluster_plugins(config: &Config) -> Vec<String> {
+    config
+        .enabled_plugins()
+        .filter(|p| p.scope == Scope::Cluster)
+        .map(|p| p.name.clone())
+        .collect()
+}
+
+impl TriggerSource for LeaderSource {
+    fn update(&mut self, config: &Config, triggers: &Triggers) {
+        self.cluster_plugins.send_replace(cluster_plugins(config));
+        let wanted = config.host.leader_election.clone();
+        if self.running.as_ref().map(|(s, _)| s) == wanted.as_ref() {
+            return;
+        }
+        if let Some((_, task)) = self.running.take() {
+            task.abort();
+            self.state.send_replace(Leadership::default());
+        }
+        let Some(settings) = wanted else { return };
+        let store = Arc::new(KubeLeases::new(settings.clone(), self.kubeconfig.clone()));
+        let mut elector = Elector::new(self.identity.clone(), settings.clone(), store);
+        let (state, triggers, plugins) = (
+            self.state.clone(),
+            triggers.clone(),
+            self.cluster_plugins.subscribe(),
+        );
+        let period = settings.retry_period;
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let was_leading = elector.state.leading;
+                elector.round().await;
+                state.send_replace(elector.state.clone());
+                if elector.state.leading && !was_leading {
+                    for plugin in plugins.borrow().iter() {
+                        triggers.send(plugin, Trigger::new(trigger::LEADER));
+                    }
+                }
+            }
+        });
+        self.running = Some((settings, task));
+    }
+
+    fn waits_on(&self, config: &Config, plugin: &str) -> Vec<String> {
+        match (&config.host.leader_election, config.plugins.get(plugin)) {
+            (Some(e), Some(p)) if p.scope == Scope::Cluster => {
+                vec![format!(
+                    "holding the Lease {}/{} (cluster scope)",
+                    e.namespace, e.name
+                )]
+            }
+            _ => vec![],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// One Lease shared by several electors; each elector's view can go silent.
+    #[derive(Default)]
+    struct Shared {
+        lease: Mutex<Option<LeaseRecord>>,
+        version: Mutex<u64>,
+    }
+
+    struct View {
+        shared: Arc<Shared>,
+        silent: AtomicBool,
+    }
+
+    impl View {
+        async fn answer(&self) {
+            if self.silent.load(Ordering::Relaxed) {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl LeaseStore for View {
+        async fn get(&self) -> Result<Option<LeaseRecord>, CapError> {
+            self.answer().await;
+            Ok(self.shared.lease.lock().unwrap().clone())
+        }
+        async fn create(&self, record: &LeaseRecord) -> Result<(), CapError> {
+            self.answer().await;
+            let mut lease = self.shared.lease.lock().unwrap();
+            if lease.is_some() {
+                return Err(CapError::Conflict("exists".into()));
+            }
+            let mut version = self.shared.version.lock().unwrap();
+            *version += 1;
+            *lease = Some(LeaseRecord {
+                resource_version: version.to_string(),
+                ..record.clone()
+            });
+            Ok(())
+        }
+        async fn replace(&self, record: &LeaseRecord) -> Result<(), CapError> {
+            self.answer().await;
+            let mut lease = self.shared.lease.lock().unwrap();
+            if lease.as_ref().map(|l| &l.resource_version) != Some(&record.resource_version) {
+                return Err(CapError::Conflict("the object has been modified".into()));
+            }
+            let mut version = self.shared.version.lock().unwrap();
+            *version += 1;
+            *lease = Some(LeaseRecord {
+                resource_version: version.to_string(),
+                ..record.clone()
+            });
+            Ok(())
+        }
+    }
+
+    fn settings() -> LeaderElection {
+        LeaderElection {
+            namespace: "tend-system".into(),
+            name: "tend".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    fn elector(name: &str, shared: &Arc<Shared>) -> (Elector, Arc<View>) {
+        let view = Arc::new(View {
+            shared: shared.clone(),
+            silent: AtomicBool::new(false),
+        });
+        (Elector::new(name.into(), settings(), view.clone()), view)
+    }
+
+    async fn rounds(electors: &mut [&mut Elector], seconds: u64) -> Vec<(Duration, Vec<bool>)> {
+        let start = Instant::now();
+        let mut log = Vec::new();
+        while start.elapsed() < Duration::from_secs(seconds) {
+            for e in electors.iter_mut() {
+                e.round().await;
+            }
+            log.push((
+                start.elapsed(),
+                electors.iter().map(|e| e.state.leading).collect(),
+            ));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        log
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_leader_and_a_takeover_after_the_lease_lapses() {
+        let shared = Arc::new(Shared::default());
+        let (mut a, _) = elector("a", &shared);
+        let (mut b, _) = elector("b", &shared);
+        let log = rounds(&mut [&mut a, &mut b], 30).await;
+        assert!(log.iter().all(|(_, l)| l == &[true, false]), "{log:?}");
+        assert_eq!(b.state.note, "following a");
+        // a dies (stops renewing): b takes over once it has seen a's last
+        // renewal (at most one retry period before) unchanged for 15 s.
+        let log = rounds(&mut [&mut b], 30).await;
+        let took = log.iter().find(|(_, l)| l[0]).map(|(t, _)| *t).unwrap();
+        assert!(
+            took >= Duration::from_secs(13) && took <= Duration::from_secs(17),
+            "took over {took:?} after a died"
+        );
+        assert_eq!(
+            shared.lease.lock().unwrap().as_ref().unwrap().transitions,
+            1
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_cannot_renew_stops_before_anyone_else_may_start() {
+        let shared = Arc::new(Shared::default());
+        let (mut a, a_view) = elector("a", &shared);
+        let (mut b, _) = elector("b", &shared);
+        rounds(&mut [&mut a, &mut b], 6).await;
+        assert!(a.state.leading);
+        a_view.silent.store(true, Ordering::Relaxed);
+        let cut = Instant::now();
+        let mut a_stopped = None;
+        let mut b_started = None;
+        while b_started.is_none() {
+            a.round().await;
+            b.round().await;
+            if !a.state.leading && a_stopped.is_none() {
+                a_stopped = Some(cut.elapsed());
+            }
+            if b.state.leading {
+                b_started = Some(cut.elapsed());
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let (stopped, started) = (a_stopped.unwrap(), b_started.unwrap());
+        assert!(
+            stopped <= Duration::from_secs(12),
+            "a stopped after {stopped:?}"
+        );
+        assert!(
+            stopped < started,
+            "a stopped at {stopped:?}, b started at {started:?}"
+        );
+        assert!(a.state.note.contains("could not renew"), "{}", a.state.note);
+    }
+
+    #[test]
+    fn the_rule() {
+        let now = Instant::now();
+        let record = |holder: &str| LeaseRecord {
+            holder: holder.into(),
+            duration: Duration::from_secs(15),
+            renewed: String::new(),
+            transitions: 0,
+            resource_version: "1".into(),
+        };
+        assert_eq!(decide("a", None, now), Step::Create);
+        assert_eq!(decide("a", Some(&(record("a"), now)), now), Step::Renew);
+        assert_eq!(decide("a", Some(&(record(""), now)), now), Step::Take);
+        assert_eq!(
+            decide("a", Some(&(record("b"), now)), now),
+            Step::Follow("b".into())
+        );
+        assert_eq!(
+            decide(
+                "a",
+                Some(&(record("b"), now)),
+                now + Duration::from_secs(15)
+            ),
+            Step::Take
+        );
+    }
+}

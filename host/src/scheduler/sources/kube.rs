@@ -1,0 +1,156 @@
+//! Kubernetes watch triggers: a plugin with a kube rule carrying the `watch`
+//! verb is reconciled when a covered object is added, changed or deleted.
+//! Plugins watching the same (resource, namespace, label selector) share one
+//! subscription to the shared watch cache, so ten plugins watching Nodes cost
+//! the API server one watch.
+
+use super::TriggerSource;
+use crate::capabilities::kube::{Change, KubeBackend, KubeRule, Verb};
+use crate::config::Config;
+use crate::scheduler::{Trigger, Triggers, trigger};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tend_grants::kube::{Access, check};
+
+pub struct KubeSource {
+    backend: Arc<dyn KubeBackend>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl KubeSource {
+    pub fn new(backend: Arc<dyn KubeBackend>) -> Self {
+        KubeSource {
+            backend,
+            tasks: Vec::new(),
+        }
+    }
+}
+
+impl Drop for KubeSource {
+    fn drop(&mut self) {
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// One shared subscription: group, resource, namespace, label selector.
+type WatchKey = (String, String, Option<String>, Option<String>);
+
+/// Every watch the enabled plugins ask for, with who asked and their rules.
+fn watched(config: &Config) -> BTreeMap<WatchKey, Vec<(String, Vec<KubeRule>)>> {
+    let mut watches: BTreeMap<WatchKey, Vec<(String, Vec<KubeRule>)>> = BTreeMap::new();
+    for plugin in config.enabled_plugins() {
+        for rule in plugin
+            .grants
+            .kube
+            .iter()
+            .filter(|r| r.verbs.contains(&Verb::Watch))
+        {
+            let namespaces: Vec<Option<String>> = match &rule.namespaces {
+                Some(list) => list.iter().cloned().map(Some).collect(),
+                None => vec![None],
+            };
+            for namespace in namespaces {
+                let key = (
+                    rule.group.clone(),
+                    rule.resource.clone(),
+                    namespace,
+                    rule.label_selector.clone(),
+                );
+                let watchers = watches.entry(key).or_default();
+                if !watchers.iter().any(|(name, _)| *name == plugin.name) {
+                    watchers.push((plugin.name.clone(), plugin.grants.kube.clone()));
+                }
+            }
+        }
+    }
+    watches
+}
+
+/// "nodes/node-1", "pods/default/web-0".
+fn subject(change: &Change) -> String {
+    match &change.namespace {
+        Some(ns) => format!("{}/{ns}/{}", change.resource, change.name),
+        None => format!("{}/{}", change.resource, change.name),
+    }
+}
+
+/// Whether `rules` let the plugin watch the changed object (its names, `$NODE`).
+fn covers(rules: &[KubeRule], node: &str, change: &Change) -> bool {
+    let access = Access {
+        group: &change.group,
+        resource: &change.resource,
+        verb: Verb::Get,
+        namespace: change.namespace.as_deref(),
+        name: Some(&change.name),
+    };
+    let watch = Access {
+        verb: Verb::Watch,
+        ..access
+    };
+    check(rules, "", node, &watch).is_ok()
+}
+
+impl TriggerSource for KubeSource {
+    fn update(&mut self, config: &Config, triggers: &Triggers) {
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+        for ((group, resource, namespace, labels), watchers) in watched(config) {
+            let (backend, triggers) = (self.backend.clone(), triggers.clone());
+            self.tasks.push(tokio::spawn(async move {
+                let mut backoff = Duration::from_millis(500);
+                loop {
+                    let subscribed = async {
+                        let info = backend.resource(&group, &resource).await?;
+                        backend.watch(&info, namespace.as_deref(), labels.as_deref()).await
+                    }
+                    .await;
+                    match subscribed {
+                        Ok(mut changes) => {
+                            backoff = Duration::from_millis(500);
+                            loop {
+                                match changes.recv().await {
+                                    Ok(mut change) => {
+                                        change.group = group.clone();
+                                        for (plugin, rules) in &watchers {
+                                            if covers(rules, backend.node_name(), &change) {
+                                                triggers.send(plugin, Trigger::with_subject(trigger::KUBE, subject(&change)));
+                                            }
+                                        }
+                                    }
+                                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                                        tracing::warn!(%resource, "kube watch trigger missed {missed} changes");
+                                    }
+                                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                                }
+                            }
+                        }
+                        Err(e) => tracing::warn!(%resource, "cannot watch {resource}: {e}; retrying in {backoff:?}"),
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                }
+            }));
+        }
+    }
+
+    fn waits_on(&self, config: &Config, plugin: &str) -> Vec<String> {
+        watched(config)
+            .into_iter()
+            .filter(|(_, watchers)| watchers.iter().any(|(name, _)| name == plugin))
+            .map(|((group, resource, namespace, labels), _)| {
+                let group = if group.is_empty() {
+                    String::new()
+                } else {
+                    format!(".{group}")
+                };
+                let namespace = namespace.map(|ns| format!(" in {ns}")).unwrap_or_default();
+                let labels = labels.map(|l| format!(" ({l})")).unwrap_or_default();
+                format!("changes of {resource}{group}{namespace}{labels}")
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,1587 @@
+//! The fake Kubernetes API server (tests/peers/kube-apiserver.py) is faithful
+//! enough for real clients: real kubectl (the oldest and the newest this
+//! machine has, 1.28 and 1.33) gets, lists, applies (client- and server-side),
+//! patches, deletes, watches and waits against it, and raw HTTP checks what
+//! kubectl hides (Status reasons, 410 after compaction, bookmarks, paging).
+//! Every wait is on a condition with a deadline.
+
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tend_e2e::{KubeApi, KubeWatch, Kubectl, wait_until, workspace_root};
+
+/// The kubectl versions every kubectl test runs with.
+const KUBECTLS: [&str; 2] = ["1.28", "1.33"];
+const WITHIN: Duration = Duration::from_secs(20);
+
+/// Run `test` once per kubectl version, each against a fresh server.
+fn each_kubectl(test: impl Fn(&KubeApi, &Kubectl)) {
+    for version in KUBECTLS {
+        let api = KubeApi::start();
+        let kubectl = Kubectl::version(version, &api);
+        eprintln!("--- kubectl {version} against {}", api.url());
+        test(&api, &kubectl);
+    }
+}
+
+fn rv(obj: &Value) -> u64 {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no resourceVersion in {obj}"))
+        .parse()
+        .unwrap()
+}
+
+fn names(list: &Value) -> Vec<String> {
+    let mut names: Vec<String> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Whether a process is running (a zombie is not: it is only waiting to be reaped).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(") ")
+                .map(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+        })
+        .unwrap_or(false)
+}
+
+/// PIDs of running processes whose command line mentions `needle`.
+fn processes_naming(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(needle) && running(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn configmap(name: &str, data: &[(&str, &str)]) -> String {
+    let data: String = data
+        .iter()
+        .map(|(k, v)| format!("  {k}: \"{v}\"\n"))
+        .collect();
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n{data}")
+}
+
+fn deployment(replicas: u32, track: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {{app: web, track: {track}}}
+spec:
+  replicas: {replicas}
+  selector:
+    matchLabels: {{app: web}}
+  template:
+    metadata:
+      labels: {{app: web}}
+    spec:
+      containers:
+      - name: app
+        image: busybox:1.36
+"
+    )
+}
+
+const POD: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+  labels: {app: p}
+spec:
+  containers:
+  - name: c
+    image: busybox:1.36
+";
+
+const LEASE: &str = "apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: leader
+  namespace: kube-system
+spec:
+  holderIdentity: node-a
+  leaseDurationSeconds: 15
+  renewTime: \"2026-01-01T00:00:00.000000Z\"
+";
+
+#[test]
+fn starts_fast_and_stops_by_pid_leaving_nothing_behind() {
+    let started = Instant::now();
+    let mut api = KubeApi::start();
+    let took = started.elapsed();
+    eprintln!("the fake API server answered GET /version {took:?} after spawn");
+    assert!(took < Duration::from_secs(5), "slow start: {took:?}");
+    let (pid, port, dir) = (api.pid(), api.port(), api.dir().to_path_buf());
+    assert!(running(pid));
+    assert_eq!(
+        read(&dir.join("kube-apiserver.pid")).trim(),
+        pid.to_string()
+    );
+    assert_eq!(processes_naming(dir.to_str().unwrap()), vec![pid]);
+    // An open watch does not hold the server up.
+    let mut watch = api.watch("/api/v1/nodes?watch=1");
+    wait_until(WITHIN, "the watch to be open", || {
+        api.open_watches("nodes") == 1
+    });
+    let stopping = Instant::now();
+    assert!(api.stop(), "the server did not exit on SIGTERM");
+    eprintln!("stopped in {:?}", stopping.elapsed());
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "PID {pid} remains"
+    );
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    assert!(watch.next(Duration::from_secs(5)).is_none());
+    assert!(!dir.join("kube-apiserver.pid").exists() && !dir.join("port").exists());
+    assert!(processes_naming(dir.to_str().unwrap()).is_empty());
+
+    // The script (for people and demos) starts and stops it the same way.
+    let script = workspace_root().join("tests/peers/kube-apiserver.sh");
+    let sdir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let output = std::process::Command::new(&script)
+        .arg("start")
+        .arg(sdir.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    eprintln!("kube-apiserver.sh start took {:?}", started.elapsed());
+    let url = String::from_utf8(output.stdout).unwrap().trim().to_string();
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let pid: u32 = read(&sdir.path().join("kube-apiserver.pid"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(running(pid));
+    let (status, body) = tend_e2e::http_get(port, "/version").unwrap();
+    assert_eq!(status, 200);
+    assert!(body.contains("gitVersion"));
+    let status = std::process::Command::new(&script)
+        .arg("stop")
+        .arg(sdir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(!running(pid), "PID {pid} still runs after stop");
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    assert!(processes_naming(sdir.path().to_str().unwrap()).is_empty());
+}
+
+#[test]
+fn kubectl_gets_and_lists_json_with_label_and_field_selectors() {
+    each_kubectl(|api, k| {
+        for (name, tier) in [
+            ("a", Some("front")),
+            ("b", Some("back")),
+            ("c", Some("front")),
+            ("d", None),
+        ] {
+            k.ok(&["create", "configmap", name, "--from-literal=k=v"]);
+            if let Some(tier) = tier {
+                k.ok(&["label", "configmap", name, &format!("tier={tier}")]);
+            }
+        }
+        let list = k.json(&["get", "configmaps"]);
+        assert_eq!(names(&list), ["a", "b", "c", "d"]);
+        let items = list["items"].as_array().unwrap();
+        let mut uids = std::collections::HashSet::new();
+        let mut rvs = std::collections::HashSet::new();
+        for item in items {
+            let uid = item["metadata"]["uid"].as_str().unwrap();
+            assert_eq!(uid.len(), 36, "uid {uid}");
+            assert!(uids.insert(uid.to_string()));
+            assert!(rvs.insert(rv(item)));
+            tend_e2e::epoch_ms(item["metadata"]["creationTimestamp"].as_str().unwrap());
+            assert_eq!(item["data"]["k"], "v");
+        }
+        // The label changes came after every create: b's label RV is above a's.
+        let get = |n: &str| k.json(&["get", "configmap", n]);
+        assert!(rv(&get("b")) > rv(&get("a")));
+        assert_eq!(get("a")["metadata"]["uid"], items[0]["metadata"]["uid"]);
+        for (selector, want) in [
+            ("tier=front", vec!["a", "c"]),
+            ("tier==front", vec!["a", "c"]),
+            ("tier!=front", vec!["b", "d"]),
+            ("tier in (back,other)", vec!["b"]),
+            ("tier notin (back)", vec!["a", "c", "d"]),
+            ("tier", vec!["a", "b", "c"]),
+            ("!tier", vec!["d"]),
+            ("tier=front,tier!=back", vec!["a", "c"]),
+        ] {
+            assert_eq!(
+                names(&k.json(&["get", "configmaps", "-l", selector])),
+                want,
+                "-l {selector}"
+            );
+        }
+        assert_eq!(
+            names(&k.json(&["get", "cm", "--field-selector", "metadata.name=b"])),
+            ["b"]
+        );
+        assert_eq!(
+            names(&k.json(&["get", "cm", "--field-selector", "metadata.name!=b"])),
+            ["a", "c", "d"]
+        );
+        let out = k.run(&["get", "cm", "--field-selector", "data.k=v"]);
+        assert_eq!(out.code, Some(1));
+        assert!(
+            out.stderr.contains("field label not supported: data.k"),
+            "{}",
+            out.stderr
+        );
+        // Human output is the server's Table.
+        let table = k.ok(&["get", "configmaps", "-l", "tier=front"]);
+        assert!(
+            table.starts_with("NAME") && table.contains("DATA"),
+            "{table}"
+        );
+        assert_eq!(table.lines().count(), 3, "{table}");
+        // Raw: a typed list whose resourceVersion is the server's, and one global
+        // counter across resource types.
+        let (status, raw) = api.call("GET", "/api/v1/namespaces/default/configmaps", None);
+        assert_eq!(status, 200);
+        assert_eq!(raw["kind"], "ConfigMapList");
+        let list_rv = rv(&raw);
+        assert!(
+            raw["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|i| rv(i) <= list_rv)
+        );
+        assert_eq!(list_rv, api.resource_version());
+        k.ok(&["create", "namespace", "other"]);
+        assert_eq!(rv(&k.json(&["get", "namespace", "other"])), list_rv + 1);
+        // Namespaces scope lists; -A lists them all.
+        k.ok(&["create", "configmap", "e", "-n", "other"]);
+        assert_eq!(names(&k.json(&["get", "cm", "-n", "other"])), ["e"]);
+        assert_eq!(
+            names(&k.json(&["get", "cm", "-A"])),
+            ["a", "b", "c", "d", "e"]
+        );
+    });
+}
+
+#[test]
+fn kubectl_applies_client_side_and_server_side() {
+    each_kubectl(|api, k| {
+        let out = k.apply(&deployment(1, "v1"), &[]);
+        assert!(
+            out.stdout.contains("deployment.apps/web created"),
+            "{out:?}"
+        );
+        let first = k.json(&["get", "deployment", "web"]);
+        assert_eq!(first["metadata"]["generation"], 1);
+        assert!(
+            first["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+                .is_string()
+        );
+        // The same manifest again: nothing to patch, nothing written.
+        let out = k.apply(&deployment(1, "v1"), &[]);
+        assert!(
+            out.stdout.contains("deployment.apps/web unchanged"),
+            "{out:?}"
+        );
+        assert_eq!(rv(&k.json(&["get", "deployment", "web"])), rv(&first));
+        // A label: configured, generation unchanged (metadata is not spec).
+        let seq = api.request_seq();
+        let out = k.apply(&deployment(1, "v2"), &[]);
+        assert!(
+            out.stdout.contains("deployment.apps/web configured"),
+            "{out:?}"
+        );
+        let second = k.json(&["get", "deployment", "web"]);
+        assert_eq!(second["metadata"]["labels"]["track"], "v2");
+        assert_eq!(second["metadata"]["generation"], 1);
+        assert!(rv(&second) > rv(&first));
+        let patches: Vec<Value> = api
+            .requests_since(seq)
+            .into_iter()
+            .filter(|r| r["verb"] == "patch")
+            .collect();
+        assert_eq!(patches.len(), 1, "{patches:?}");
+        assert_eq!(
+            patches[0]["contentType"],
+            "application/strategic-merge-patch+json"
+        );
+        assert_eq!(
+            patches[0]["query"]["fieldManager"],
+            "kubectl-client-side-apply"
+        );
+        // The spec: generation 2.
+        let out = k.apply(&deployment(3, "v2"), &[]);
+        assert!(
+            out.stdout.contains("deployment.apps/web configured"),
+            "{out:?}"
+        );
+        let third = k.json(&["get", "deployment", "web"]);
+        assert_eq!(third["spec"]["replicas"], 3);
+        assert_eq!(third["metadata"]["generation"], 2);
+
+        // Server-side apply: created by an apply patch, fields owned by kubectl.
+        let seq = api.request_seq();
+        let out = k.apply(
+            &configmap("ssa", &[("k", "v"), ("x", "1")]),
+            &["--server-side"],
+        );
+        assert!(
+            out.stdout.contains("configmap/ssa serverside-applied"),
+            "{out:?}"
+        );
+        let applies: Vec<Value> = api
+            .requests_since(seq)
+            .into_iter()
+            .filter(|r| r["verb"] == "patch")
+            .collect();
+        assert_eq!(applies.len(), 1, "{applies:?}");
+        assert_eq!(applies[0]["contentType"], "application/apply-patch+yaml");
+        assert_eq!(applies[0]["query"]["fieldManager"], "kubectl");
+        assert_eq!(applies[0]["code"], 201);
+        let cm = k.json(&["get", "cm", "ssa", "--show-managed-fields"]);
+        let managed = &cm["metadata"]["managedFields"][0];
+        assert_eq!(managed["manager"], "kubectl");
+        assert_eq!(managed["operation"], "Apply");
+        assert!(
+            managed["fieldsV1"]["f:data"]["f:x"].is_object(),
+            "{managed}"
+        );
+        // The same apply: a no-op (no new resourceVersion).
+        let out = k.apply(
+            &configmap("ssa", &[("k", "v"), ("x", "1")]),
+            &["--server-side"],
+        );
+        assert!(out.success(), "{out:?}");
+        assert_eq!(rv(&k.json(&["get", "cm", "ssa"])), rv(&cm));
+        // A field the manager no longer applies, owned by nobody else, goes.
+        let out = k.apply(&configmap("ssa", &[("k", "v")]), &["--server-side"]);
+        assert!(out.success(), "{out:?}");
+        assert_eq!(k.json(&["get", "cm", "ssa"])["data"], json!({"k": "v"}));
+        // Another manager changing kubectl's field: a conflict, unless forced.
+        let other = configmap("ssa", &[("k", "theirs")]);
+        let out = k.apply(&other, &["--server-side", "--field-manager=other"]);
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr.contains("conflict with \"kubectl\"") && out.stderr.contains(".data.k"),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(k.json(&["get", "cm", "ssa"])["data"]["k"], "v");
+        let out = k.apply(
+            &other,
+            &[
+                "--server-side",
+                "--field-manager=other",
+                "--force-conflicts",
+            ],
+        );
+        assert!(out.success(), "{out:?}");
+        assert_eq!(k.json(&["get", "cm", "ssa"])["data"]["k"], "theirs");
+        // The same value from another manager is shared, not a conflict.
+        let out = k.apply(
+            &configmap("ssa", &[("k", "theirs")]),
+            &["--server-side", "--field-manager=third"],
+        );
+        assert!(out.success(), "{out:?}");
+    });
+}
+
+#[test]
+fn kubectl_patches_merge_json_and_strategic() {
+    each_kubectl(|_api, k| {
+        assert!(k.apply(&deployment(1, "v1"), &[]).success());
+        k.ok(&[
+            "patch",
+            "deployment",
+            "web",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"labels":{"patched":"merge"}}}"#,
+        ]);
+        let d = k.json(&["get", "deployment", "web"]);
+        assert_eq!(
+            d["metadata"]["labels"],
+            json!({"app": "web", "track": "v1", "patched": "merge"})
+        );
+        assert_eq!(d["metadata"]["generation"], 1);
+        k.ok(&[
+            "patch",
+            "deployment",
+            "web",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/replicas","value":5}]"#,
+        ]);
+        let d = k.json(&["get", "deployment", "web"]);
+        assert_eq!(d["spec"]["replicas"], 5);
+        assert_eq!(d["metadata"]["generation"], 2);
+        // A JSON patch whose test fails changes nothing.
+        let out = k.run(&["patch", "deployment", "web", "--type", "json", "-p", r#"[{"op":"test","path":"/spec/replicas","value":9},{"op":"replace","path":"/spec/replicas","value":9}]"#]);
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr.contains("the server rejected our request"),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(k.json(&["get", "deployment", "web"])["spec"]["replicas"], 5);
+        // Strategic merge (kubectl's default): containers merge by name...
+        let sidecar = r#"{"spec":{"template":{"spec":{"containers":[{"name":"sidecar","image":"busybox:1.37"}]}}}}"#;
+        k.ok(&["patch", "deployment", "web", "-p", sidecar]);
+        let containers = |d: &Value| -> Vec<String> {
+            d["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}={}",
+                        c["name"].as_str().unwrap(),
+                        c["image"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        };
+        let d = k.json(&["get", "deployment", "web"]);
+        assert_eq!(containers(&d), ["app=busybox:1.36", "sidecar=busybox:1.37"]);
+        // ...and an item's $patch: delete removes it.
+        k.ok(&[
+            "patch",
+            "deployment",
+            "web",
+            "-p",
+            r#"{"spec":{"template":{"spec":{"containers":[{"name":"app","$patch":"delete"}]}}}}"#,
+        ]);
+        assert_eq!(
+            containers(&k.json(&["get", "deployment", "web"])),
+            ["sidecar=busybox:1.37"]
+        );
+        // A merge patch replaces the list.
+        k.ok(&["patch", "deployment", "web", "--type", "merge", "-p", r#"{"spec":{"template":{"spec":{"containers":[{"name":"solo","image":"busybox:1"}]}}}}"#]);
+        assert_eq!(
+            containers(&k.json(&["get", "deployment", "web"])),
+            ["solo=busybox:1"]
+        );
+        // A patch that changes nothing writes nothing.
+        let before = rv(&k.json(&["get", "deployment", "web"]));
+        let out = k.ok(&[
+            "patch",
+            "deployment",
+            "web",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"replicas":5}}"#,
+        ]);
+        assert!(out.contains("(no change)"), "{out}");
+        assert_eq!(rv(&k.json(&["get", "deployment", "web"])), before);
+        // Patching what does not exist.
+        let out = k.run(&["patch", "deployment", "nope", "--type", "merge", "-p", "{}"]);
+        assert_eq!(out.code, Some(1));
+        assert!(
+            out.stderr.contains(r#"deployments.apps "nope" not found"#),
+            "{}",
+            out.stderr
+        );
+    });
+}
+
+#[test]
+fn kubectl_delete_then_not_found() {
+    each_kubectl(|api, k| {
+        k.ok(&["create", "configmap", "x"]);
+        let out = k.ok(&["delete", "configmap", "x"]);
+        assert!(out.contains(r#"configmap "x" deleted"#), "{out}");
+        let out = k.run(&["get", "configmap", "x"]);
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr
+                .contains(r#"Error from server (NotFound): configmaps "x" not found"#),
+            "{}",
+            out.stderr
+        );
+        let out = k.run(&["delete", "configmap", "x"]);
+        assert_eq!(out.code, Some(1));
+        assert!(out.stderr.contains("NotFound"), "{}", out.stderr);
+        let (status, body) = api.call("GET", "/api/v1/namespaces/default/configmaps/x", None);
+        assert_eq!(status, 404);
+        assert_eq!(body["kind"], "Status");
+        assert_eq!(body["reason"], "NotFound");
+        assert_eq!(body["code"], 404);
+        assert_eq!(
+            body["details"],
+            json!({"name": "x", "group": "", "kind": "configmaps"})
+        );
+        // A namespace's deletion takes what is in it.
+        k.ok(&["create", "namespace", "doomed"]);
+        k.ok(&["create", "configmap", "inside", "-n", "doomed"]);
+        k.ok(&["delete", "namespace", "doomed"]);
+        assert_eq!(k.run(&["get", "namespace", "doomed"]).code, Some(1));
+        let (status, _) = api.call("GET", "/api/v1/namespaces/doomed/configmaps/inside", None);
+        assert_eq!(status, 404);
+    });
+}
+
+#[test]
+fn kubectl_get_watch_prints_changes_as_they_happen() {
+    each_kubectl(|api, k| {
+        k.ok(&["create", "configmap", "w1"]);
+        let out = api.dir().join("watch.out");
+        let mut child = k.spawn(&["get", "configmaps", "--watch"], &out);
+        wait_until(WITHIN, "the initial list", || read(&out).contains("w1"));
+        wait_until(WITHIN, "kubectl's watch", || {
+            api.open_watches("configmaps") == 1
+        });
+        let lines = |name: &str| {
+            read(&out)
+                .lines()
+                .filter(|l| l.starts_with(&format!("{name} ")))
+                .count()
+        };
+        k.ok(&["create", "configmap", "w2", "--from-literal=a=1"]);
+        wait_until(WITHIN, "w2 added", || lines("w2") == 1);
+        k.ok(&[
+            "patch",
+            "configmap",
+            "w2",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"data":{"b":"2"}}"#,
+        ]);
+        wait_until(WITHIN, "w2 modified", || lines("w2") == 2);
+        assert!(
+            read(&out)
+                .lines()
+                .any(|l| l.starts_with("w2 ") && l.split_whitespace().nth(1) == Some("2")),
+            "{}",
+            read(&out)
+        );
+        k.ok(&["delete", "configmap", "w2"]);
+        wait_until(WITHIN, "w2 deleted", || lines("w2") == 3);
+        assert_eq!(lines("w1"), 1, "{}", read(&out));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "kubectl get --watch ended"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        wait_until(WITHIN, "the watch to close", || {
+            api.open_watches("configmaps") == 0
+        });
+    });
+}
+
+#[test]
+fn kubectl_waits_for_condition_jsonpath_and_delete() {
+    each_kubectl(|api, k| {
+        assert!(k.apply(POD, &[]).success());
+        let out = api.dir().join("wait.out");
+        let _ = std::fs::remove_file(&out);
+        let mut wait = k.spawn(
+            &["wait", "--for=condition=Ready", "pod/p", "--timeout=60s"],
+            &out,
+        );
+        wait_until(WITHIN, "kubectl wait to watch the pod", || {
+            api.open_watches("pods") == 1
+        });
+        assert!(wait.try_wait().unwrap().is_none(), "{}", read(&out));
+        // Status goes through the status subresource; the main resource ignores it.
+        k.ok(&[
+            "patch",
+            "pod",
+            "p",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"status":{"phase":"Running"}}"#,
+        ]);
+        assert_eq!(k.json(&["get", "pod", "p"])["status"]["phase"], "Pending");
+        k.ok(&[
+            "patch",
+            "pod",
+            "p",
+            "--subresource=status",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#,
+        ]);
+        let deadline = Instant::now() + WITHIN;
+        let status = loop {
+            if let Some(status) = wait.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kubectl wait did not return: {}",
+                read(&out)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "{}", read(&out));
+        assert!(read(&out).contains("pod/p condition met"), "{}", read(&out));
+        let pod = k.json(&["get", "pod", "p"]);
+        assert_eq!(pod["spec"]["containers"][0]["image"], "busybox:1.36");
+        assert_eq!(
+            pod["metadata"]["generation"], 1,
+            "a status write is not a spec change"
+        );
+        let out2 = k.ok(&[
+            "wait",
+            "--for=jsonpath={.status.phase}=Pending",
+            "pod/p",
+            "--timeout=10s",
+        ]);
+        assert!(out2.contains("condition met"), "{out2}");
+        let out3 = k.run(&[
+            "wait",
+            "--for=jsonpath={.status.phase}=Running",
+            "pod/p",
+            "--timeout=1s",
+        ]);
+        assert_eq!(out3.code, Some(1), "{out3:?}");
+        // wait --for=delete returns once the pod is gone.
+        let out = api.dir().join("wait-delete.out");
+        let _ = std::fs::remove_file(&out);
+        let mut wait = k.spawn(&["wait", "--for=delete", "pod/p", "--timeout=60s"], &out);
+        wait_until(WITHIN, "kubectl wait to watch the pod", || {
+            api.open_watches("pods") == 1
+        });
+        assert!(wait.try_wait().unwrap().is_none(), "{}", read(&out));
+        k.ok(&["delete", "pod", "p"]);
+        let deadline = Instant::now() + WITHIN;
+        let status = loop {
+            if let Some(status) = wait.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kubectl wait --for=delete did not return"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "{}", read(&out));
+    });
+}
+
+#[test]
+fn kubectl_leases_and_a_stale_replace_conflicts() {
+    each_kubectl(|api, k| {
+        let out = k.run_stdin(&["create", "-f", "-"], LEASE);
+        assert!(
+            out.stdout
+                .contains("lease.coordination.k8s.io/leader created"),
+            "{out:?}"
+        );
+        let table = k.ok(&["get", "leases", "-n", "kube-system"]);
+        assert!(
+            table.contains("HOLDER") && table.contains("node-a"),
+            "{table}"
+        );
+        let old = k.ok(&["get", "lease", "leader", "-n", "kube-system", "-o", "json"]);
+        let old_rv = rv(&serde_json::from_str(&old).unwrap());
+        // The holder renews...
+        k.ok(&[
+            "patch",
+            "lease",
+            "leader",
+            "-n",
+            "kube-system",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"renewTime":"2026-01-01T00:00:10.000000Z"}}"#,
+        ]);
+        // ...so a replace carrying the old resourceVersion is refused.
+        let stolen = old.replace("node-a", "node-b");
+        let out = k.run_stdin(&["replace", "-f", "-"], &stolen);
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr.contains("Conflict") && out.stderr.contains("the object has been modified"),
+            "{}",
+            out.stderr
+        );
+        let lease = k.json(&["get", "lease", "leader", "-n", "kube-system"]);
+        assert_eq!(lease["spec"]["holderIdentity"], "node-a");
+        assert!(
+            lease["metadata"].get("generation").is_none(),
+            "leases have no generation"
+        );
+        // Raw PUTs, as leader election does them.
+        let path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/leader";
+        let mut stale = lease.clone();
+        stale["metadata"]["resourceVersion"] = json!(old_rv.to_string());
+        let (status, body) = api.call("PUT", path, Some(&stale));
+        assert_eq!(
+            (status, body["reason"].as_str()),
+            (409, Some("Conflict")),
+            "{body}"
+        );
+        let mut fresh = lease.clone();
+        fresh["spec"]["holderIdentity"] = json!("node-b");
+        fresh["spec"]["leaseTransitions"] = json!(1);
+        let (status, body) = api.call("PUT", path, Some(&fresh));
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["spec"]["holderIdentity"], "node-b");
+        assert!(rv(&body) > rv(&lease));
+        // The same object again is now stale too.
+        let (status, _) = api.call("PUT", path, Some(&fresh));
+        assert_eq!(status, 409);
+        // A Lease can be created by PUT (leader election's first acquire may do that).
+        let (status, body) = api.call(
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases/fresh",
+            Some(&json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "fresh"}, "spec": {"holderIdentity": "x"}})),
+        );
+        assert_eq!(status, 201, "{body}");
+        assert_eq!(
+            k.json(&["get", "lease", "fresh"])["spec"]["holderIdentity"],
+            "x"
+        );
+    });
+}
+
+#[test]
+fn kubectl_events_in_both_apis() {
+    each_kubectl(|api, k| {
+        let v1 = "apiVersion: events.k8s.io/v1
+kind: Event
+metadata: {name: ev1, namespace: default}
+eventTime: \"2026-01-01T00:00:00.000000Z\"
+reportingController: tend.dev/agent
+reportingInstance: node-a
+action: Remediate
+reason: Restarted
+type: Normal
+note: restarted unit demo
+regarding: {kind: Node, name: node-a, apiVersion: v1}
+";
+        let core = "apiVersion: v1
+kind: Event
+metadata: {name: ev2, namespace: default}
+involvedObject: {kind: Pod, name: web, namespace: default}
+reason: Pulled
+message: pulled the image
+type: Warning
+source: {component: kubelet}
+firstTimestamp: \"2026-01-01T00:00:00Z\"
+lastTimestamp: \"2026-01-01T00:00:00Z\"
+count: 2
+";
+        let out = k.run_stdin(&["create", "-f", "-"], v1);
+        assert!(
+            out.stdout.contains("event.events.k8s.io/ev1 created"),
+            "{out:?}"
+        );
+        let out = k.run_stdin(&["create", "-f", "-"], core);
+        assert!(out.stdout.contains("event/ev2 created"), "{out:?}");
+        let table = k.ok(&["get", "events"]);
+        for want in [
+            "REASON",
+            "Restarted",
+            "node/node-a",
+            "restarted unit demo",
+            "Pulled",
+            "pod/web",
+            "pulled the image",
+            "Warning",
+        ] {
+            assert!(table.contains(want), "{want} missing: {table}");
+        }
+        // One storage, two versions: each shows the other's event in its own shape.
+        let ev1 = k.json(&["get", "events.v1.", "ev1"]);
+        assert_eq!(ev1["message"], "restarted unit demo");
+        assert_eq!(ev1["involvedObject"]["name"], "node-a");
+        assert_eq!(ev1["reportingComponent"], "tend.dev/agent");
+        let ev2 = k.json(&["get", "events.v1.events.k8s.io", "ev2"]);
+        assert_eq!(ev2["note"], "pulled the image");
+        assert_eq!(ev2["regarding"]["name"], "web");
+        assert_eq!(ev2["deprecatedCount"], 2);
+        assert_eq!(
+            names(&k.json(&[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.kind=Node"
+            ])),
+            ["ev1"]
+        );
+        assert_eq!(
+            names(&k.json(&[
+                "get",
+                "events.v1.events.k8s.io",
+                "--field-selector",
+                "regarding.name=web"
+            ])),
+            ["ev2"]
+        );
+        // events.k8s.io/v1 validates what the new API requires.
+        let (status, body) = api.call(
+            "POST",
+            "/apis/events.k8s.io/v1/namespaces/default/events",
+            Some(&json!({"metadata": {"name": "bad"}, "reason": "R", "type": "Normal"})),
+        );
+        assert_eq!(status, 422, "{body}");
+        assert_eq!(body["reason"], "Invalid");
+        let fields: Vec<&str> = body["details"]["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["field"].as_str().unwrap())
+            .collect();
+        assert!(
+            fields.contains(&"reportingController") && fields.contains(&"eventTime"),
+            "{body}"
+        );
+    });
+}
+
+#[test]
+fn kubectl_chunked_list_pages_with_limit_and_continue() {
+    each_kubectl(|api, k| {
+        for i in 1..=5 {
+            k.ok(&["create", "configmap", &format!("c{i}")]);
+        }
+        let seq = api.request_seq();
+        let table = k.ok(&["get", "configmaps", "--chunk-size=2"]);
+        for i in 1..=5 {
+            assert!(table.contains(&format!("c{i} ")), "c{i} missing: {table}");
+        }
+        let lists: Vec<Value> = api
+            .requests_since(seq)
+            .into_iter()
+            .filter(|r| r["verb"] == "list" && r["resource"] == "configmaps")
+            .collect();
+        assert_eq!(lists.len(), 3, "{lists:#?}");
+        assert!(
+            lists.iter().all(|r| r["query"]["limit"] == "2"),
+            "{lists:#?}"
+        );
+        assert!(lists[0]["query"].get("continue").is_none());
+        let tokens: Vec<&str> = lists[1..]
+            .iter()
+            .map(|r| r["query"]["continue"].as_str().unwrap())
+            .collect();
+        assert_ne!(tokens[0], tokens[1]);
+        // The pages are one snapshot: a change between them does not show.
+        let (_, page) = api.call("GET", "/api/v1/namespaces/default/configmaps?limit=2", None);
+        assert_eq!(names(&page), ["c1", "c2"]);
+        assert_eq!(page["metadata"]["remainingItemCount"], 3);
+        let token = page["metadata"]["continue"].as_str().unwrap().to_string();
+        k.ok(&["delete", "configmap", "c4"]);
+        k.ok(&["create", "configmap", "c35"]);
+        let (_, next) = api.call(
+            "GET",
+            &format!("/api/v1/namespaces/default/configmaps?limit=2&continue={token}"),
+            None,
+        );
+        assert_eq!(names(&next), ["c3", "c4"]);
+        assert_eq!(
+            next["metadata"]["resourceVersion"],
+            page["metadata"]["resourceVersion"]
+        );
+        let token = next["metadata"]["continue"].as_str().unwrap().to_string();
+        let (_, last) = api.call(
+            "GET",
+            &format!("/api/v1/namespaces/default/configmaps?limit=2&continue={token}"),
+            None,
+        );
+        assert_eq!(names(&last), ["c5"]);
+        assert!(last["metadata"].get("continue").is_none());
+    });
+}
+
+#[test]
+fn watch_and_continue_from_a_compacted_resource_version_get_410() {
+    let api = KubeApi::start();
+    let base = "/api/v1/namespaces/default/configmaps";
+    let (_, list) = api.call("GET", base, None);
+    let old = rv(&list);
+    for name in ["g1", "g2"] {
+        let (status, _) = api.call("POST", base, Some(&json!({"metadata": {"name": name}})));
+        assert_eq!(status, 201);
+    }
+    // Before compaction, a watch from `old` replays what came after it.
+    let mut watch = api.watch(&format!("{base}?watch=1&resourceVersion={old}"));
+    let event = watch.next(WITHIN).unwrap();
+    assert_eq!(
+        (
+            event["type"].as_str(),
+            event["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("g1"))
+    );
+    let (_, page) = api.call("GET", &format!("{base}?limit=1"), None);
+    let token = page["metadata"]["continue"].as_str().unwrap().to_string();
+    // A write after the page, then compaction up to now: the page's snapshot is gone.
+    let (status, _) = api.call("POST", base, Some(&json!({"metadata": {"name": "g3"}})));
+    assert_eq!(status, 201);
+    let compacted = api.compact();
+    assert_eq!(compacted, api.resource_version());
+    assert!(compacted > rv(&page));
+    // The open watch goes on after compaction...
+    let (status, _) = api.call("POST", base, Some(&json!({"metadata": {"name": "g3b"}})));
+    assert_eq!(status, 201);
+    watch.until(WITHIN, "g3b on the open watch", |e| {
+        e["object"]["metadata"]["name"] == "g3b"
+    });
+    // ...but a new one from `old` gets an ERROR event: 410 Expired.
+    let mut gone = api.watch(&format!("{base}?watch=1&resourceVersion={old}"));
+    assert_eq!(gone.status, 200);
+    let event = gone.next(WITHIN).unwrap();
+    assert_eq!(event["type"], "ERROR", "{event}");
+    assert_eq!(event["object"]["kind"], "Status");
+    assert_eq!(event["object"]["code"], 410);
+    assert_eq!(event["object"]["reason"], "Expired");
+    assert!(
+        event["object"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("too old resource version")
+    );
+    assert!(
+        gone.next(Duration::from_secs(5)).is_none(),
+        "the watch did not end"
+    );
+    // So does a list continuation from before it, and an exact list at `old`.
+    let (status, body) = api.call("GET", &format!("{base}?limit=1&continue={token}"), None);
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (410, Some("Expired")),
+        "{body}"
+    );
+    let (status, _) = api.call(
+        "GET",
+        &format!("{base}?resourceVersion={old}&resourceVersionMatch=Exact"),
+        None,
+    );
+    assert_eq!(status, 410);
+    // A watch from the compaction point works: it replays what came after it.
+    let mut fine = api.watch(&format!("{base}?watch=1&resourceVersion={compacted}"));
+    let (status, _) = api.call("POST", base, Some(&json!({"metadata": {"name": "g4"}})));
+    assert_eq!(status, 201);
+    for name in ["g3b", "g4"] {
+        let event = fine.next(WITHIN).unwrap();
+        assert_eq!(event["object"]["metadata"]["name"], name, "{event}");
+    }
+    // kubectl sees the same 410.
+    let k = Kubectl::version(KUBECTLS[1], &api);
+    let out = k.ok(&[
+        "get",
+        "--raw",
+        &format!("{base}?watch=1&resourceVersion={old}"),
+    ]);
+    assert!(out.contains(r#""code":410"#), "{out}");
+
+    // A bounded history compacts by itself.
+    let api = KubeApi::start_with(&["--history", "5"]);
+    let first = api.resource_version();
+    for i in 0..10 {
+        let (status, _) = api.call(
+            "POST",
+            base,
+            Some(&json!({"metadata": {"name": format!("h{i}")}})),
+        );
+        assert_eq!(status, 201);
+    }
+    let mut gone = api.watch(&format!("{base}?watch=1&resourceVersion={first}"));
+    assert_eq!(gone.next(WITHIN).unwrap()["object"]["code"], 410);
+    let recent = api.resource_version() - 3;
+    let mut replay = api.watch(&format!("{base}?watch=1&resourceVersion={recent}"));
+    let replayed: Vec<String> = (0..3)
+        .map(|_| {
+            replay.next(WITHIN).unwrap()["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(replayed, ["h7", "h8", "h9"]);
+}
+
+#[test]
+fn status_reasons_over_raw_http() {
+    let api = KubeApi::start();
+    let base = "/api/v1/namespaces/default/configmaps";
+    let (status, body) = api.call("POST", base, Some(&json!({"metadata": {}})));
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (422, Some("Invalid")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("metadata.name: Required value"),
+        "{body}"
+    );
+    let (status, body) = api.call(
+        "POST",
+        base,
+        Some(&json!({"metadata": {"generateName": "gen-"}})),
+    );
+    assert_eq!(status, 201, "{body}");
+    let name = body["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+    assert!(
+        body["metadata"].get("generation").is_none(),
+        "configmaps have no generation"
+    );
+    let (status, _) = api.call("POST", base, Some(&json!({"metadata": {"name": "x"}})));
+    assert_eq!(status, 201);
+    let (status, body) = api.call("POST", base, Some(&json!({"metadata": {"name": "x"}})));
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (409, Some("AlreadyExists")),
+        "{body}"
+    );
+    assert_eq!(body["message"], r#"configmaps "x" already exists"#);
+    let (status, body) = api.call(
+        "POST",
+        base,
+        Some(&json!({"metadata": {"name": "Bad_Name"}})),
+    );
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (422, Some("Invalid")),
+        "{body}"
+    );
+    let (status, body) = api.call(
+        "POST",
+        base,
+        Some(&json!({"metadata": {"name": "l", "labels": {"a": "not valid!"}}})),
+    );
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (422, Some("Invalid")),
+        "{body}"
+    );
+    let (status, body) = api.call(
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        Some(&json!({"metadata": {"name": "p"}, "spec": {}})),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["details"]["causes"][0]["field"], "spec.containers");
+    let (status, body) = api.call(
+        "POST",
+        "/api/v1/configmaps",
+        Some(&json!({"metadata": {"name": "y"}})),
+    );
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (405, Some("MethodNotAllowed")),
+        "{body}"
+    );
+    let (status, body) = api.call("GET", &format!("{base}?labelSelector=a%20in%20()"), None);
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{body}"
+    );
+    let (status, body) = api.call(
+        "POST",
+        "/api/v1/namespaces/nope/configmaps",
+        Some(&json!({"metadata": {"name": "z"}})),
+    );
+    assert_eq!(
+        (status, body["message"].as_str()),
+        (404, Some(r#"namespaces "nope" not found"#)),
+        "{body}"
+    );
+    let (status, body) = api.call(
+        "POST",
+        base,
+        Some(&json!({"metadata": {"name": "w", "namespace": "other"}})),
+    );
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{body}"
+    );
+    let (status, body) = api.call("GET", "/api/v1/widgets", None);
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (404, Some("NotFound")),
+        "{body}"
+    );
+    // PUT: optimistic concurrency; the name must match the URL.
+    let (_, x) = api.call("GET", &format!("{base}/x"), None);
+    let mut update = x.clone();
+    update["data"] = json!({"k": "1"});
+    let (status, updated) = api.call("PUT", &format!("{base}/x"), Some(&update));
+    assert_eq!(status, 200);
+    assert!(rv(&updated) > rv(&x));
+    assert_eq!(updated["metadata"]["uid"], x["metadata"]["uid"]);
+    assert_eq!(
+        updated["metadata"]["creationTimestamp"],
+        x["metadata"]["creationTimestamp"]
+    );
+    let (status, body) = api.call("PUT", &format!("{base}/x"), Some(&update));
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (409, Some("Conflict")),
+        "{body}"
+    );
+    let (status, _) = api.call("PUT", &format!("{base}/other"), Some(&updated));
+    assert_eq!(status, 400);
+    let (status, _) = api.call(
+        "PUT",
+        &format!("{base}/absent"),
+        Some(&json!({"metadata": {"name": "absent"}})),
+    );
+    assert_eq!(status, 404, "configmaps are not created by PUT");
+    // Finalizers hold a deletion until they are removed.
+    let (status, _) = api.call(
+        "POST",
+        base,
+        Some(&json!({"metadata": {"name": "held", "finalizers": ["tend.dev/keep"]}})),
+    );
+    assert_eq!(status, 201);
+    let (status, body) = api.call("DELETE", &format!("{base}/held"), None);
+    assert_eq!(status, 202, "{body}");
+    let (status, held) = api.call("GET", &format!("{base}/held"), None);
+    assert_eq!(status, 200);
+    assert!(held["metadata"]["deletionTimestamp"].is_string());
+    let (status, _) = api
+        .call_raw(
+            "PATCH",
+            &format!("{base}/held"),
+            "application/merge-patch+json",
+            r#"{"metadata":{"finalizers":null}}"#,
+            None,
+            WITHIN,
+        )
+        .unwrap();
+    assert_eq!(status, 200);
+    let (status, _) = api.call("GET", &format!("{base}/held"), None);
+    assert_eq!(status, 404);
+    // deletecollection by label.
+    for (name, group) in [("dc1", "x"), ("dc2", "x"), ("dc3", "y")] {
+        let (status, _) = api.call(
+            "POST",
+            base,
+            Some(&json!({"metadata": {"name": name, "labels": {"grp": group}}})),
+        );
+        assert_eq!(status, 201);
+    }
+    let (status, deleted) = api.call("DELETE", &format!("{base}?labelSelector=grp%3Dx"), None);
+    assert_eq!(
+        (status, deleted["kind"].as_str()),
+        (200, Some("ConfigMapList")),
+        "{deleted}"
+    );
+    assert_eq!(names(&deleted), ["dc1", "dc2"]);
+    let (_, left) = api.call("GET", &format!("{base}?labelSelector=grp"), None);
+    assert_eq!(names(&left), ["dc3"]);
+    // An unsupported patch type, and a body that is not JSON.
+    let (status, body) = api
+        .call_raw(
+            "PATCH",
+            &format!("{base}/x"),
+            "text/plain",
+            "{}",
+            None,
+            WITHIN,
+        )
+        .unwrap();
+    assert_eq!(status, 415, "{body}");
+    let (status, _) = api
+        .call_raw("POST", base, "application/json", "{not json", None, WITHIN)
+        .unwrap();
+    assert_eq!(status, 400);
+    // Discovery for kubectl and client libraries.
+    let (status, v) = api.call("GET", "/version", None);
+    assert_eq!((status, v["major"].as_str()), (200, Some("1")));
+    let (_, core) = api.call("GET", "/api/v1", None);
+    let pods = core["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "pods")
+        .unwrap();
+    assert_eq!(
+        (pods["kind"].as_str(), pods["namespaced"].as_bool()),
+        (Some("Pod"), Some(true))
+    );
+    assert_eq!(pods["shortNames"], json!(["po"]));
+    let (_, groups) = api.call("GET", "/apis", None);
+    let group_names: Vec<&str> = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    for g in ["coordination.k8s.io", "events.k8s.io", "apps"] {
+        assert!(group_names.contains(&g), "{groups}");
+    }
+    let (_, leases) = api.call("GET", "/apis/coordination.k8s.io/v1", None);
+    assert_eq!(leases["resources"][0]["kind"], "Lease");
+}
+
+#[test]
+fn watches_selectors_bookmarks_and_counts() {
+    let api = KubeApi::start_with(&["--bookmark-interval", "0.2"]);
+    let nodes = "/api/v1/nodes";
+    let mut watchers: Vec<KubeWatch> = (0..3)
+        .map(|_| {
+            api.watch_as(
+                &format!("{nodes}?watch=1&labelSelector=role%3Dworker"),
+                "tend-test/1",
+            )
+        })
+        .collect();
+    wait_until(WITHIN, "three node watches", || {
+        api.open_watches("nodes") == 3
+    });
+    let watches = api.watches();
+    let entries = watches["watches"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{watches}");
+    assert_eq!(entries[0]["count"], 3);
+    assert_eq!(entries[0]["labelSelector"], "role=worker");
+    assert_eq!(entries[0]["namespace"], "");
+    assert_eq!(entries[0]["userAgents"], json!(["tend-test/1"]));
+    // Into the selection: ADDED; out of it: DELETED; never seen: nothing.
+    let (status, _) = api.call(
+        "POST",
+        nodes,
+        Some(&json!({"metadata": {"name": "n1", "labels": {"role": "worker"}}})),
+    );
+    assert_eq!(status, 201);
+    let (status, _) = api.call(
+        "POST",
+        nodes,
+        Some(&json!({"metadata": {"name": "n2", "labels": {"role": "infra"}}})),
+    );
+    assert_eq!(status, 201);
+    let (status, _) = api
+        .call_raw(
+            "PATCH",
+            &format!("{nodes}/n1"),
+            "application/merge-patch+json",
+            r#"{"metadata":{"labels":{"role":"gone"}}}"#,
+            None,
+            WITHIN,
+        )
+        .unwrap();
+    assert_eq!(status, 200);
+    for w in &mut watchers {
+        let e = w.next(WITHIN).unwrap();
+        assert_eq!(
+            (e["type"].as_str(), e["object"]["metadata"]["name"].as_str()),
+            (Some("ADDED"), Some("n1")),
+            "{e}"
+        );
+        let e = w.next(WITHIN).unwrap();
+        assert_eq!(
+            (e["type"].as_str(), e["object"]["metadata"]["name"].as_str()),
+            (Some("DELETED"), Some("n1")),
+            "{e}"
+        );
+        assert_eq!(e["object"]["metadata"]["labels"]["role"], "gone");
+    }
+    drop(watchers);
+    wait_until(WITHIN, "the node watches to close", || {
+        api.open_watches("nodes") == 0
+    });
+    // Bookmarks carry the current resourceVersion, on the interval and on demand.
+    let mut w = api.watch(&format!(
+        "{nodes}?watch=1&allowWatchBookmarks=true&resourceVersion={}",
+        api.resource_version()
+    ));
+    let bookmark = w.until(WITHIN, "a bookmark", |e| e["type"] == "BOOKMARK");
+    assert_eq!(bookmark["object"]["kind"], "Node");
+    assert_eq!(rv(&bookmark["object"]), api.resource_version());
+    assert!(api.bookmark() >= 1);
+    // timeoutSeconds ends a watch.
+    let started = Instant::now();
+    let mut short = api.watch(&format!(
+        "{nodes}?watch=1&timeoutSeconds=1&resourceVersion={}",
+        api.resource_version()
+    ));
+    while short.next(Duration::from_secs(10)).is_some() {}
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    // sendInitialEvents: the current state, then a bookmark marking its end.
+    let mut initial = api.watch(&format!("{nodes}?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"));
+    let mut added = Vec::new();
+    let end = loop {
+        let e = initial.next(WITHIN).unwrap();
+        if e["type"] == "BOOKMARK" && !e["object"]["metadata"]["annotations"].is_null() {
+            break e;
+        }
+        if e["type"] == "ADDED" {
+            added.push(
+                e["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+    };
+    assert_eq!(added, ["n1", "n2"]);
+    assert_eq!(
+        end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    // A field-selected watch of one object.
+    let mut one = api.watch(&format!("{nodes}?watch=1&fieldSelector=metadata.name%3Dn2"));
+    assert_eq!(
+        one.next(WITHIN).unwrap()["object"]["metadata"]["name"],
+        "n2"
+    );
+    let (status, _) = api.call("DELETE", &format!("{nodes}/n1"), None);
+    assert_eq!(status, 200);
+    let (status, _) = api.call("DELETE", &format!("{nodes}/n2"), None);
+    assert_eq!(status, 200);
+    let e = one.next(WITHIN).unwrap();
+    assert_eq!(
+        (e["type"].as_str(), e["object"]["metadata"]["name"].as_str()),
+        (Some("DELETED"), Some("n2"))
+    );
+    // Counts per verb and resource, and a log with queries.
+    let requests = api.requests();
+    assert!(
+        requests["counts"]["watch"].as_u64().unwrap() >= 7,
+        "{requests}"
+    );
+    assert_eq!(requests["resources"]["nodes"]["create"], 2);
+    assert_eq!(requests["resources"]["nodes"]["patch"], 1);
+    assert_eq!(requests["resources"]["nodes"]["delete"], 2);
+    let before = requests["total"].as_u64().unwrap();
+    // Admin endpoints are not counted.
+    api.watches();
+    assert_eq!(api.requests()["total"].as_u64().unwrap(), before);
+    api.reset_requests();
+    assert_eq!(api.requests()["total"], 0);
+    // Reset: everything but the default namespaces goes; old resourceVersions expire.
+    let old = api.resource_version();
+    let (status, _) = api.call(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(&json!({"metadata": {"name": "r"}})),
+    );
+    assert_eq!(status, 201);
+    api.reset();
+    let (_, cms) = api.call("GET", "/api/v1/configmaps", None);
+    assert!(cms["items"].as_array().unwrap().is_empty());
+    let (_, nss) = api.call("GET", "/api/v1/namespaces", None);
+    assert_eq!(
+        names(&nss),
+        ["default", "kube-node-lease", "kube-public", "kube-system"]
+    );
+    let mut gone = api.watch(&format!("/api/v1/configmaps?watch=1&resourceVersion={old}"));
+    assert_eq!(gone.next(WITHIN).unwrap()["object"]["code"], 410);
+}
+
+#[test]
+fn blackhole_hangs_one_client_then_drops_its_connections() {
+    let api = KubeApi::start();
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+    let mut watch = api.watch_as(&format!("{leases}?watch=1"), "holder/1");
+    wait_until(WITHIN, "the holder's watch", || {
+        api.open_watches("leases") == 1
+    });
+    api.blackhole(60.0, Some("holder"));
+    // The holder's requests hang; everyone else is answered.
+    let started = Instant::now();
+    let hung = api.call_raw(
+        "GET",
+        leases,
+        "application/json",
+        "",
+        Some("holder/1"),
+        Duration::from_millis(500),
+    );
+    assert!(hung.is_err(), "a blackholed request was answered: {hung:?}");
+    assert!(started.elapsed() >= Duration::from_millis(450));
+    let (status, _) = api.call(
+        "POST",
+        leases,
+        Some(&json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "other"}})),
+    );
+    assert_eq!(status, 201);
+    // Nor does its open watch hear of the new lease.
+    assert!(watch.next(Duration::from_millis(500)).is_none());
+    // A request in flight when the blackhole ends sees its connection closed.
+    let port = api.port();
+    let pending = std::thread::spawn(move || {
+        tend_e2e::http_call(
+            port,
+            "GET",
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+            &[("User-Agent", "holder/1")],
+            "",
+            Duration::from_secs(30),
+        )
+    });
+    wait_until(WITHIN, "the pending request to arrive", || {
+        api.requests()["log"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["userAgent"] == "holder/1")
+            .count()
+            == 3
+    });
+    api.end_blackhole();
+    let ended = pending.join().unwrap();
+    assert!(!matches!(ended, Ok((200, _))), "{ended:?}");
+    assert!(watch.next(WITHIN).is_none(), "the watch was not closed");
+    wait_until(WITHIN, "the watch to be gone", || {
+        api.open_watches("leases") == 0
+    });
+    let (status, body) = api
+        .call_raw(
+            "GET",
+            leases,
+            "application/json",
+            "",
+            Some("holder/1"),
+            WITHIN,
+        )
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    // Everyone, for a while: then it answers again by itself.
+    api.blackhole(1.0, None);
+    let started = Instant::now();
+    let (status, _) = api
+        .call_raw(
+            "GET",
+            leases,
+            "application/json",
+            "",
+            None,
+            Duration::from_secs(10),
+        )
+        .unwrap_or((0, String::new()));
+    assert_ne!(status, 200);
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    wait_until(WITHIN, "the blackhole to end", || {
+        api.call_raw(
+            "GET",
+            leases,
+            "application/json",
+            "",
+            None,
+            Duration::from_secs(5),
+        )
+        .is_ok_and(|(s, _)| s == 200)
+    });
+}
+
+#[test]
+fn kubectl_cordons_and_drains_a_node() {
+    let node = "apiVersion: v1
+kind: Node
+metadata:
+  name: node-a
+  labels: {node-role.kubernetes.io/worker: \"\"}
+status:
+  conditions: [{type: Ready, status: \"True\"}]
+  nodeInfo: {kubeletVersion: v1.33.0}
+";
+    let pod = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  nodeName: node-a\n  containers: [{{name: c, image: busybox}}]\n"
+        )
+    };
+    each_kubectl(|api, k| {
+        assert!(k.apply(node, &[]).success());
+        let table = k.ok(&["get", "nodes"]);
+        assert!(table.contains("node-a   Ready    worker"), "{table}");
+        k.ok(&["cordon", "node-a"]);
+        assert_eq!(
+            k.json(&["get", "node", "node-a"])["spec"]["unschedulable"],
+            true
+        );
+        assert!(k.ok(&["get", "nodes"]).contains("Ready,SchedulingDisabled"));
+        assert_eq!(
+            names(&k.json(&[
+                "get",
+                "nodes",
+                "--field-selector",
+                "spec.unschedulable=true"
+            ])),
+            ["node-a"]
+        );
+        // A pod bound to a node is deleted gracefully: it stays, terminating, until
+        // a deletion with no grace (the kubelet's; no kubelet runs here).
+        assert!(k.apply(&pod("slow"), &[]).success());
+        let path = "/api/v1/namespaces/default/pods/slow";
+        let (status, body) = api.call("DELETE", path, None);
+        assert_eq!(status, 202, "{body}");
+        assert_eq!(body["metadata"]["deletionGracePeriodSeconds"], 30);
+        assert!(k.ok(&["get", "pods"]).contains("Terminating"));
+        let (status, _) = api.call("DELETE", &format!("{path}?gracePeriodSeconds=0"), None);
+        assert_eq!(status, 200);
+        assert_eq!(api.call("GET", path, None).0, 404);
+        // Drain evicts what runs on the node (pods/eviction; kubectl 1.33 sends it as protobuf).
+        assert!(k.apply(&pod("bound"), &[]).success());
+        let seq = api.request_seq();
+        let out = k.run(&[
+            "drain",
+            "node-a",
+            "--force",
+            "--grace-period=0",
+            "--timeout=30s",
+        ]);
+        assert!(out.success(), "{out:?}");
+        assert!(out.stdout.contains("pod/bound evicted"), "{out:?}");
+        let evictions: Vec<Value> = api
+            .requests_since(seq)
+            .into_iter()
+            .filter(|r| r["resource"] == "pods/eviction")
+            .collect();
+        assert_eq!(evictions.len(), 1, "{evictions:?}");
+        assert_eq!(evictions[0]["code"], 201);
+        assert!(
+            api.requests_since(seq)
+                .iter()
+                .any(|r| r["verb"] == "list"
+                    && r["query"]["fieldSelector"] == "spec.nodeName=node-a"),
+            "drain did not list the node's pods"
+        );
+        assert_eq!(
+            api.call("GET", "/api/v1/namespaces/default/pods/bound", None)
+                .0,
+            404
+        );
+        k.ok(&["uncordon", "node-a"]);
+        assert!(
+            k.json(&["get", "node", "node-a"])["spec"]
+                .get("unschedulable")
+                .is_none()
+        );
+    });
+}
