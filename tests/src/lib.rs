@@ -2139,3 +2139,40 @@ impl Sandbox {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// The kube capability end to end (tests/e2e/kube.rs): a config naming its
+// node, and one value of a daemon's /metrics.
+// ---------------------------------------------------------------------------
+
+impl Sandbox {
+    /// Write tend.toml as [`Sandbox::config_with_host`] does, but with `node`
+    /// as `[host] node-name` (what `$NODE` in a kube grant stands for).
+    pub fn config_on_node(&self, node: &str, host: &str, plugins: &str) -> &Self {
+        let text = format!(
+            "[host]\nplugins-dir = \"plugins\"\nstate-dir = \"state\"\ncache-dir = \"{}\"\nnode-name = \"{node}\"\n{host}\n{plugins}",
+            workspace_root().join("target/e2e-cache").display()
+        );
+        let tmp = self.path(".tend.toml.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(tmp, self.path("tend.toml")).unwrap();
+        self
+    }
+}
+
+/// The value of metric `name` on a daemon's `/metrics` (summed over its label
+/// sets); None when absent.
+pub fn metric(port: u16, name: &str) -> Option<f64> {
+    let (status, body) = http_get(port, "/metrics").ok()?;
+    assert_eq!(status, 200, "/metrics: {body}");
+    let values: Vec<f64> = body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
