@@ -37,7 +37,10 @@ fn rss_kib() -> u64 {
 fn start_fake(dir: &Path) -> Fake {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let python = root.join("target/venv/bin/python");
-    assert!(python.exists(), "run `cargo xtask test` first: it makes the venv with the fake's packages");
+    assert!(
+        python.exists(),
+        "run `cargo xtask test` first: it makes the venv with the fake's packages"
+    );
     let child = Command::new(python)
         .arg(root.join("tests/peers/kube-apiserver.py"))
         .args(["0", "--state-dir"])
@@ -47,7 +50,10 @@ fn start_fake(dir: &Path) -> Fake {
         .unwrap();
     let started = Instant::now();
     while !dir.join("kubeconfig").exists() || !dir.join("port").exists() {
-        assert!(started.elapsed() < Duration::from_secs(20), "the fake did not start");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the fake did not start"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     Fake(child)
@@ -57,9 +63,13 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let _fake = start_fake(dir.path());
     let kubeconfig = dir.path().join("kubeconfig");
-    let tokio = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     tokio.block_on(async {
-        let client = tend::capabilities::kube::connect(Some(&kubeconfig)).await.unwrap();
+        let client = tend::capabilities::kube::connect(Some(&kubeconfig), "tend-bench").await.unwrap();
         let nodes: Api<Node> = Api::all(client);
         let created = Instant::now();
         for i in 0..NODES {

@@ -653,3 +653,78 @@ fn tend_rbac_prints_the_deploy_examples() {
         );
     }
 }
+
+/// kube-rs's watcher behind the shared cache survives a 410: the fake keeps
+/// only 5 events, tend's watch goes silent while 20 changes happen, then is
+/// cut; resuming from its old resourceVersion gets 410 Expired, the reflector
+/// lists again, and the next deletion still reconciles the plugin.
+#[test]
+fn the_watch_cache_survives_410_gone_and_triggers_again() {
+    let api = KubeApi::start_with(&["--history", "5"]);
+    let port = free_port();
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("chaos", "pod-watcher");
+    sandbox.config_on_node(
+        "node-1",
+        &kube_host(&api, Some(port)),
+        &chaos(
+            "pod-watcher",
+            "",
+            Some(r#"[{ resource = "pods", namespaces = ["default"], verbs = ["list", "watch"] }]"#),
+            "mode = \"kube-watch\"",
+        ),
+    );
+    let _daemon = sandbox.daemon();
+    tend_e2e::wait_for_plugin(port, "pod-watcher", "its startup reconcile", |p| {
+        p["reconciles"] == 1
+    });
+    wait_until(WITHIN, "tend's watch on pods", || {
+        api.open_watches("pods") == 1
+    });
+
+    let seq = api.request_seq();
+    api.blackhole(30.0, Some("tend/"));
+    for i in 0..20 {
+        let (code, body) = call(
+            &api,
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            Some(&pod(&format!("quiet-{i}"))),
+        );
+        assert_eq!(code, 201, "{body}");
+    }
+    api.compact();
+    api.end_blackhole();
+    // Told its resourceVersion is gone (410 Expired), the reflector lists again.
+    wait_until(WITHIN, "tend to list pods again after the 410", || {
+        api.requests_since(seq).iter().any(|r| {
+            r["verb"] == "list"
+                && r["userAgent"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("tend/"))
+        })
+    });
+    wait_until(WITHIN, "tend's watch on pods again", || {
+        api.open_watches("pods") == 1
+    });
+
+    let before = reconciles(port, "pod-watcher");
+    let (code, body) = call(
+        &api,
+        "DELETE",
+        "/api/v1/namespaces/default/pods/quiet-7",
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    tend_e2e::wait_for_plugin(
+        port,
+        "pod-watcher",
+        "the reconcile of the deletion after the 410",
+        |p| {
+            p["reconciles"].as_u64().unwrap() > before
+                && p["last"]["triggers"]
+                    .as_array()
+                    .is_some_and(|t| t.iter().any(|t| t == "kube:pods/default/quiet-7"))
+        },
+    );
+}

@@ -11,7 +11,7 @@
 //! leadership is lost.
 
 use crate::capabilities::CapError;
-use crate::capabilities::kube::{connect, map_error};
+use crate::capabilities::kube::{connect, map_error, user_agent};
 use crate::config::{Config, LeaderElection, Scope};
 use crate::scheduler::sources::TriggerSource;
 use crate::scheduler::{Trigger, Triggers, trigger};
@@ -198,23 +198,30 @@ impl Elector {
 /// The Lease through the Kubernetes API.
 pub struct KubeLeases {
     settings: LeaderElection,
+    identity: String,
     kubeconfig: Option<std::path::PathBuf>,
     client: tokio::sync::OnceCell<kube::Client>,
 }
 
 impl KubeLeases {
-    pub fn new(settings: LeaderElection, kubeconfig: Option<std::path::PathBuf>) -> Self {
+    pub fn new(
+        settings: LeaderElection,
+        identity: String,
+        kubeconfig: Option<std::path::PathBuf>,
+    ) -> Self {
         KubeLeases {
             settings,
+            identity,
             kubeconfig,
             client: tokio::sync::OnceCell::new(),
         }
     }
 
     async fn api(&self) -> Result<Api<Lease>, CapError> {
+        let agent = user_agent(&self.identity);
         let client = self
             .client
-            .get_or_try_init(|| connect(self.kubeconfig.as_deref()))
+            .get_or_try_init(|| connect(self.kubeconfig.as_deref(), &agent))
             .await?;
         Ok(Api::namespaced(client.clone(), &self.settings.namespace))
     }
@@ -342,7 +349,11 @@ impl TriggerSource for LeaderSource {
             self.state.send_replace(Leadership::default());
         }
         let Some(settings) = wanted else { return };
-        let store = Arc::new(KubeLeases::new(settings.clone(), self.kubeconfig.clone()));
+        let store = Arc::new(KubeLeases::new(
+            settings.clone(),
+            self.identity.clone(),
+            self.kubeconfig.clone(),
+        ));
         let mut elector = Elector::new(self.identity.clone(), settings.clone(), store);
         let (state, triggers, plugins) = (
             self.state.clone(),

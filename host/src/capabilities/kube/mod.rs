@@ -14,4 +14,4 @@ pub use adapter::{KubeSettings, PluginKube};
 pub use backend::{Change, KubeBackend, ListQuery, ObjectList, PatchKind, ResourceInfo, render_metrics};
 pub use fake::FakeKube;
 pub use grants::{KubeRule, Verb};
-pub use real::{RealKube, connect, map_error};
+pub use real::{RealKube, connect, map_error, user_agent};

@@ -37,7 +37,8 @@ impl RealKube {
     }
 
     async fn client(&self) -> Result<kube::Client, CapError> {
-        self.client.get_or_try_init(|| connect(self.kubeconfig.as_deref())).await.cloned()
+        let agent = user_agent(&self.node);
+        self.client.get_or_try_init(|| connect(self.kubeconfig.as_deref(), &agent)).await.cloned()
     }
 
     fn counted(&self) {
@@ -61,9 +62,10 @@ impl RealKube {
 }
 
 /// A client: `kubeconfig` (`[host.kube] kubeconfig`), else in-cluster, else
-/// `KUBECONFIG` (or ~/.kube/config).
-pub async fn connect(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, CapError> {
-    let config = match kubeconfig {
+/// `KUBECONFIG` (or ~/.kube/config). `agent` says who calls in the API
+/// server's audit log ("tend/0.1.0 (node-1)").
+pub async fn connect(kubeconfig: Option<&std::path::Path>, agent: &str) -> Result<kube::Client, CapError> {
+    let mut config = match kubeconfig {
         Some(path) => {
             let unreadable = |e: &dyn std::fmt::Display| CapError::Unavailable(format!("[host.kube] kubeconfig {}: {e}", path.display()));
             let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| unreadable(&e))?;
@@ -80,7 +82,15 @@ pub async fn connect(kubeconfig: Option<&std::path::Path>) -> Result<kube::Clien
             })?,
         },
     };
+    if let Ok(agent) = http::HeaderValue::from_str(agent) {
+        config.headers.push((http::header::USER_AGENT, agent));
+    }
     kube::Client::try_from(config).map_err(|e| CapError::Unavailable(format!("kube client: {e}")))
+}
+
+/// The User-Agent of this host's requests.
+pub fn user_agent(node: &str) -> String {
+    format!("tend/{} ({node})", env!("CARGO_PKG_VERSION"))
 }
 
 /// kube's error as the one error variant, with the API's own reason.
