@@ -190,7 +190,16 @@ impl PluginKube {
             name: None,
         };
         let names = listable_names(&self.rules, self.backend.node_name(), &access);
-        let mut list = self.backend.list(&info, namespace.as_deref(), query).await?;
+        // A plugin allowed one object (its own Node) reads only that object:
+        // at fleet scale, a cache of every Node on every node is what hurts.
+        let only = match (&names, &query.field_selector) {
+            (Some(names), None) if names.len() == 1 => Some(ListQuery {
+                field_selector: Some(format!("metadata.name={}", names[0])),
+                ..query.clone()
+            }),
+            _ => None,
+        };
+        let mut list = self.backend.list(&info, namespace.as_deref(), only.as_ref().unwrap_or(query)).await?;
         if let Some(names) = names {
             list.items.retain(|o| o["metadata"]["name"].as_str().is_some_and(|n| names.iter().any(|a| a == n)));
         }

@@ -36,10 +36,10 @@ pub struct ListQuery {
 }
 
 impl ListQuery {
-    /// A paged or field-selected list goes to the API server; others can be
-    /// served from a watch cache.
+    /// A paged list goes to the API server; others can be served from a
+    /// watch cache.
     pub fn cacheable(&self) -> bool {
-        self.limit.is_none() && self.continue_token.is_none() && self.field_selector.is_none()
+        self.limit.is_none() && self.continue_token.is_none()
     }
 }
 
@@ -108,13 +108,14 @@ pub trait KubeBackend: Send + Sync + 'static {
     /// Record an Event about `object` (its JSON, for its uid and reference),
     /// raising the count of an identical recent one.
     async fn emit_event(&self, permit: Permit, r: &ResourceInfo, object: &Value, note: &EventNote) -> Result<(), CapError>;
-    /// Changes of `r` (in `namespace`, matching `labels`), from the shared watch
-    /// cache; the cache lives while a receiver does.
+    /// Changes of `r` (in `namespace`, matching `labels` and `fields`), from
+    /// the shared watch cache; the cache lives while a receiver does.
     async fn watch(
         &self,
         r: &ResourceInfo,
         namespace: Option<&str>,
         labels: Option<&str>,
+        fields: Option<&str>,
     ) -> Result<tokio::sync::broadcast::Receiver<Change>, CapError>;
     /// Requests made to the API server for plugin calls (watches not counted).
     fn requests(&self) -> u64;

@@ -17,6 +17,9 @@ use tokio::sync::broadcast;
 
 /// A cache no trigger needs is stopped this long after its last read.
 pub const IDLE: Duration = Duration::from_secs(300);
+/// At most this many reflectors (watches on the API server) at once: a
+/// plugin listing with ever new selectors gets direct reads beyond it.
+pub const MAX_CACHES: usize = 64;
 /// How long a first read waits for the initial list.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -25,6 +28,8 @@ pub struct CacheKey {
     pub resource: ResourceInfo,
     pub namespace: Option<String>,
     pub labels: Option<String>,
+    /// "metadata.name=node-1": a plugin allowed one object watches only it.
+    pub fields: Option<String>,
 }
 
 struct Entry {
@@ -64,8 +69,9 @@ fn api_resource(r: &ResourceInfo) -> ApiResource {
 }
 
 impl WatchCache {
-    /// The entry for `key`, started if absent; idle entries are dropped first.
-    fn entry<T>(&self, client: &kube::Client, key: &CacheKey, with: impl FnOnce(&mut Entry) -> T) -> T {
+    /// The entry for `key`, started if absent (None when [`MAX_CACHES`] run);
+    /// idle entries are dropped first.
+    fn entry<T>(&self, client: &kube::Client, key: &CacheKey, with: impl FnOnce(&mut Entry) -> T) -> Option<T> {
         self.sweeper.get_or_init(|| {
             // Also when nobody calls: a cache whose last watcher left stops within IDLE + a minute.
             let entries = Arc::downgrade(&self.entries);
@@ -80,16 +86,21 @@ impl WatchCache {
         });
         let mut entries = self.entries.lock().unwrap();
         sweep(&mut entries);
-        let entry = entries.entry(key.clone()).or_insert_with(|| start(client, key));
-        with(entry)
+        if !entries.contains_key(key) && entries.len() >= MAX_CACHES {
+            return None;
+        }
+        Some(with(entries.entry(key.clone()).or_insert_with(|| start(client, key))))
     }
 
-    /// The objects of `key`, once its initial list has arrived.
-    pub async fn list(&self, client: &kube::Client, key: &CacheKey) -> Result<Vec<serde_json::Value>, CapError> {
-        let store = self.entry(client, key, |e| {
+    /// The objects of `key`, once its initial list has arrived; None when no
+    /// more caches may start (read from the API server instead).
+    pub async fn list(&self, client: &kube::Client, key: &CacheKey) -> Result<Option<Vec<serde_json::Value>>, CapError> {
+        let Some(store) = self.entry(client, key, |e| {
             e.last_read = Instant::now();
             e.store.clone()
-        });
+        }) else {
+            return Ok(None);
+        };
         tokio::time::timeout(READY_TIMEOUT, store.wait_until_ready())
             .await
             .map_err(|_| {
@@ -103,12 +114,15 @@ impl WatchCache {
             .state()
             .iter()
             .map(|o| serde_json::to_value(o.as_ref()).map_err(|e| CapError::Other(e.to_string())))
-            .collect()
+            .collect::<Result<_, _>>()
+            .map(Some)
     }
 
     /// Changes of `key`'s objects, for triggers.
-    pub fn subscribe(&self, client: &kube::Client, key: &CacheKey) -> broadcast::Receiver<Change> {
-        self.entry(client, key, |e| e.changes.subscribe())
+    pub fn subscribe(&self, client: &kube::Client, key: &CacheKey) -> Result<broadcast::Receiver<Change>, CapError> {
+        self.entry(client, key, |e| e.changes.subscribe()).ok_or_else(|| {
+            CapError::BudgetExhausted(format!("{MAX_CACHES} watch caches already run: watch fewer resources or selectors"))
+        })
     }
 
     /// How many reflectors run (one watch on the API server each).
@@ -126,6 +140,9 @@ fn start(client: &kube::Client, key: &CacheKey) -> Entry {
     let mut config = watcher::Config::default();
     if let Some(labels) = &key.labels {
         config = config.labels(labels);
+    }
+    if let Some(fields) = &key.fields {
+        config = config.fields(fields);
     }
     let writer = reflector::store::Writer::new(ar);
     let store = writer.as_reader();
@@ -159,5 +176,44 @@ fn start(client: &kube::Client, key: &CacheKey) -> Entry {
         changes,
         task,
         last_read: Instant::now(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(labels: usize) -> CacheKey {
+        CacheKey {
+            resource: ResourceInfo {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "Pod".into(),
+                plural: "pods".into(),
+                namespaced: true,
+            },
+            namespace: Some("default".into()),
+            labels: Some(format!("app=a{labels}")),
+            fields: None,
+        }
+    }
+
+    /// A plugin asking with ever new selectors cannot open unbounded watches.
+    #[tokio::test]
+    async fn at_most_max_caches_reflectors_run() {
+        // Nothing answers there: the reflectors retry quietly, which is enough here.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let cache = WatchCache::default();
+        let mut held = Vec::new();
+        for i in 0..MAX_CACHES {
+            held.push(cache.subscribe(&client, &key(i)).unwrap());
+        }
+        let err = cache.subscribe(&client, &key(MAX_CACHES)).unwrap_err();
+        assert_eq!(err.kind(), "budget-exhausted");
+        assert!(cache.list(&client, &key(MAX_CACHES)).await.unwrap().is_none(), "served from the API instead");
+        assert_eq!(cache.running(), MAX_CACHES);
+        // An existing cache is still shared.
+        assert!(cache.subscribe(&client, &key(0)).is_ok());
     }
 }

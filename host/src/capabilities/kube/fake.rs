@@ -190,7 +190,13 @@ impl KubeBackend for FakeKube {
         result
     }
 
-    async fn watch(&self, _: &ResourceInfo, _: Option<&str>, _: Option<&str>) -> Result<broadcast::Receiver<Change>, CapError> {
+    async fn watch(
+        &self,
+        _: &ResourceInfo,
+        _: Option<&str>,
+        _: Option<&str>,
+        _: Option<&str>,
+    ) -> Result<broadcast::Receiver<Change>, CapError> {
         Ok(self.changes.subscribe())
     }
 

@@ -187,14 +187,16 @@ impl KubeBackend for RealKube {
                 resource: r.clone(),
                 namespace: namespace.map(str::to_string),
                 labels: query.label_selector.clone(),
+                fields: query.field_selector.clone(),
             };
             let client = self.client().await?;
-            let items = self.cache.list(&client, &key).await?;
-            return Ok(ObjectList {
-                items,
-                continue_token: None,
-                resource_version: String::new(),
-            });
+            if let Some(items) = self.cache.list(&client, &key).await? {
+                return Ok(ObjectList {
+                    items,
+                    continue_token: None,
+                    resource_version: String::new(),
+                });
+            }
         }
         let api = self.api(r, namespace).await?;
         let mut params = ListParams::default();
@@ -336,14 +338,16 @@ impl KubeBackend for RealKube {
         r: &ResourceInfo,
         namespace: Option<&str>,
         labels: Option<&str>,
+        fields: Option<&str>,
     ) -> Result<tokio::sync::broadcast::Receiver<Change>, CapError> {
         let client = self.client().await?;
         let key = CacheKey {
             resource: r.clone(),
             namespace: namespace.map(str::to_string),
             labels: labels.map(str::to_string),
+            fields: fields.map(str::to_string),
         };
-        Ok(self.cache.subscribe(&client, &key))
+        self.cache.subscribe(&client, &key)
     }
 
     fn requests(&self) -> u64 {

@@ -11,7 +11,7 @@ use crate::scheduler::{Trigger, Triggers, trigger};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tend_grants::kube::{Access, check};
+use tend_grants::kube::{Access, NODE, check};
 
 pub struct KubeSource {
     backend: Arc<dyn KubeBackend>,
@@ -35,11 +35,19 @@ impl Drop for KubeSource {
     }
 }
 
-/// One shared subscription: group, resource, namespace, label selector.
-type WatchKey = (String, String, Option<String>, Option<String>);
+/// One shared subscription: group, resource, namespace, label selector,
+/// field selector.
+type WatchKey = (
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
 
 /// Every watch the enabled plugins ask for, with who asked and their rules.
 fn watched(config: &Config) -> BTreeMap<WatchKey, Vec<(String, Vec<KubeRule>)>> {
+    let node = &config.host.node_name;
     let mut watches: BTreeMap<WatchKey, Vec<(String, Vec<KubeRule>)>> = BTreeMap::new();
     for plugin in config.enabled_plugins() {
         for rule in plugin
@@ -52,12 +60,21 @@ fn watched(config: &Config) -> BTreeMap<WatchKey, Vec<(String, Vec<KubeRule>)>> 
                 Some(list) => list.iter().cloned().map(Some).collect(),
                 None => vec![None],
             };
+            // A rule for one name (its own Node) watches only that object.
+            let fields = match rule.names.as_deref() {
+                Some([name]) => Some(format!(
+                    "metadata.name={}",
+                    if name == NODE { node } else { name }
+                )),
+                _ => None,
+            };
             for namespace in namespaces {
                 let key = (
                     rule.group.clone(),
                     rule.resource.clone(),
                     namespace,
                     rule.label_selector.clone(),
+                    fields.clone(),
                 );
                 let watchers = watches.entry(key).or_default();
                 if !watchers.iter().any(|(name, _)| *name == plugin.name) {
@@ -79,16 +96,12 @@ fn subject(change: &Change) -> String {
 
 /// Whether `rules` let the plugin watch the changed object (its names, `$NODE`).
 fn covers(rules: &[KubeRule], node: &str, change: &Change) -> bool {
-    let access = Access {
+    let watch = Access {
         group: &change.group,
         resource: &change.resource,
-        verb: Verb::Get,
+        verb: Verb::Watch,
         namespace: change.namespace.as_deref(),
         name: Some(&change.name),
-    };
-    let watch = Access {
-        verb: Verb::Watch,
-        ..access
     };
     check(rules, "", node, &watch).is_ok()
 }
@@ -98,14 +111,14 @@ impl TriggerSource for KubeSource {
         for task in self.tasks.drain(..) {
             task.abort();
         }
-        for ((group, resource, namespace, labels), watchers) in watched(config) {
+        for ((group, resource, namespace, labels, fields), watchers) in watched(config) {
             let (backend, triggers) = (self.backend.clone(), triggers.clone());
             self.tasks.push(tokio::spawn(async move {
                 let mut backoff = Duration::from_millis(500);
                 loop {
                     let subscribed = async {
                         let info = backend.resource(&group, &resource).await?;
-                        backend.watch(&info, namespace.as_deref(), labels.as_deref()).await
+                        backend.watch(&info, namespace.as_deref(), labels.as_deref(), fields.as_deref()).await
                     }
                     .await;
                     match subscribed {
@@ -141,14 +154,18 @@ impl TriggerSource for KubeSource {
         watched(config)
             .into_iter()
             .filter(|(_, watchers)| watchers.iter().any(|(name, _)| name == plugin))
-            .map(|((group, resource, namespace, labels), _)| {
+            .map(|((group, resource, namespace, labels, fields), _)| {
                 let group = if group.is_empty() {
                     String::new()
                 } else {
                     format!(".{group}")
                 };
                 let namespace = namespace.map(|ns| format!(" in {ns}")).unwrap_or_default();
-                let labels = labels.map(|l| format!(" ({l})")).unwrap_or_default();
+                let labels: String = [labels, fields]
+                    .into_iter()
+                    .flatten()
+                    .map(|l| format!(" ({l})"))
+                    .collect();
                 format!("changes of {resource}{group}{namespace}{labels}")
             })
             .collect()
