@@ -59,6 +59,10 @@ pub struct KubeRule {
     /// Narrows the `watch` trigger (and its shared cache) to matching objects.
     #[serde(default)]
     pub label_selector: Option<String>,
+    /// Narrows the `watch` trigger likewise; `$NODE` is the host's node name,
+    /// so `"spec.nodeName=$NODE"` watches the Pods of this node only.
+    #[serde(default)]
+    pub field_selector: Option<String>,
 }
 
 fn resource_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {

@@ -60,13 +60,19 @@ fn watched(config: &Config) -> BTreeMap<WatchKey, Vec<(String, Vec<KubeRule>)>> 
                 Some(list) => list.iter().cloned().map(Some).collect(),
                 None => vec![None],
             };
-            // A rule for one name (its own Node) watches only that object.
-            let fields = match rule.names.as_deref() {
+            // A rule for one name (its own Node) watches only that object;
+            // `$NODE` in a field selector is this node.
+            let by_name = match rule.names.as_deref() {
                 Some([name]) => Some(format!(
                     "metadata.name={}",
                     if name == NODE { node } else { name }
                 )),
                 _ => None,
+            };
+            let by_field = rule.field_selector.as_ref().map(|f| f.replace(NODE, node));
+            let fields = match (by_field, by_name) {
+                (Some(a), Some(b)) => Some(format!("{a},{b}")),
+                (a, b) => a.or(b),
             };
             for namespace in namespaces {
                 let key = (
@@ -169,5 +175,39 @@ impl TriggerSource for KubeSource {
                 format!("changes of {resource}{group}{namespace}{labels}")
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugins_share_watches_and_single_names_and_node_fields_narrow_them() {
+        let mut text = String::from(
+            "[host]\nplugins-dir = \"p\"\nstate-dir = \"s\"\nnode-name = \"node-1\"\n",
+        );
+        for plugin in ["a", "b"] {
+            text += &format!(
+                "[plugins.{plugin}.grants]\nkube = [{{ resource = \"nodes\", verbs = [\"watch\"] }}]\n"
+            );
+        }
+        text += "[plugins.c.grants]\nkube = [{ resource = \"nodes\", verbs = [\"watch\"], names = [\"$NODE\"] },\n  { resource = \"pods\", verbs = [\"watch\"], field-selector = \"spec.nodeName=$NODE\" }]\n";
+        let config = Config::parse(std::path::Path::new("/t/tend.toml"), &text).unwrap();
+        let watches = watched(&config);
+        let keys: Vec<(&str, Option<&str>, usize)> = watches
+            .iter()
+            .map(|((_, resource, _, _, fields), who)| {
+                (resource.as_str(), fields.as_deref(), who.len())
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("nodes", None, 2),
+                ("nodes", Some("metadata.name=node-1"), 1),
+                ("pods", Some("spec.nodeName=node-1"), 1)
+            ]
+        );
     }
 }
