@@ -113,7 +113,7 @@ fn main() {
             reads[10].as_secs_f64() * 1e3
         );
 
-        let mut changes = backend.watch(&info, None, None).await.unwrap();
+        let mut changes = backend.watch(&info, None, None, None).await.unwrap();
         let mut latencies = Vec::new();
         for i in 0..50 {
             let patch = json!({"metadata": {"labels": {"tend.dev/round": i.to_string()}}});

@@ -3,7 +3,7 @@
 //! are bounded, lists are cut to the names granted, every mutation passes the
 //! gate.
 
-use super::backend::{EventNote, KubeBackend, ListQuery, ObjectList, PatchKind, ResourceInfo};
+use super::backend::{EventNote, KubeBackend, ListQuery, ObjectList, PatchBody, PatchKind, ResourceInfo};
 use super::fake::FakeKube;
 use super::grants::{Access, KubeRule, Verb, allow, listable_names};
 use super::real::RealKube;
@@ -242,7 +242,7 @@ impl PluginKube {
                 let manager = format!("tend-{}", self.call.plugin);
                 let patched = self
                     .backend
-                    .patch(permit, &info, key.namespace.as_deref(), &key.name, kind, patch, &manager)
+                    .patch(permit, &info, key.namespace.as_deref(), &key.name, PatchBody { kind, body: patch, manager })
                     .await?;
                 shown(&patched)
             }

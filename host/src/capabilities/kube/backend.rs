@@ -67,6 +67,15 @@ impl PatchKind {
     }
 }
 
+/// A patch as the plugin sent it, with the field manager for server-side apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PatchBody {
+    pub kind: PatchKind,
+    pub body: Value,
+    /// "tend-<plugin>".
+    pub manager: String,
+}
+
 /// An object of a watched resource was added, changed or deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -100,9 +109,7 @@ pub trait KubeBackend: Send + Sync + 'static {
         r: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
-        kind: PatchKind,
-        patch: Value,
-        manager: &str,
+        patch: PatchBody,
     ) -> Result<Value, CapError>;
     async fn delete(&self, permit: Permit, r: &ResourceInfo, namespace: Option<&str>, name: &str) -> Result<(), CapError>;
     /// Record an Event about `object` (its JSON, for its uid and reference),

@@ -1,7 +1,7 @@
 //! An in-memory Kubernetes API for tests: a discovery table, objects by
 //! resource, namespace and name, recorded actions, injectable failures.
 
-use super::backend::{Change, EventNote, KubeBackend, ListQuery, ObjectList, PatchKind, ResourceInfo};
+use super::backend::{Change, EventNote, KubeBackend, ListQuery, ObjectList, PatchBody, PatchKind, ResourceInfo};
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
 use serde_json::Value;
@@ -152,17 +152,15 @@ impl KubeBackend for FakeKube {
         r: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
-        kind: PatchKind,
-        patch: Value,
-        _: &str,
+        patch: PatchBody,
     ) -> Result<Value, CapError> {
-        let result = self.act(format!("patch {}/{name} {}", r.plural, kind.name())).and_then(|()| {
+        let result = self.act(format!("patch {}/{name} {}", r.plural, patch.kind.name())).and_then(|()| {
             let mut objects = self.objects.lock().unwrap();
             let object = objects
                 .get_mut(&Self::key(r, namespace, name))
                 .ok_or_else(|| CapError::NotFound(format!("patch {}/{name}: not found (NotFound)", r.plural)))?;
-            if kind == PatchKind::Merge {
-                json_patch::merge(object, &patch);
+            if patch.kind == PatchKind::Merge {
+                json_patch::merge(object, &patch.body);
             }
             Ok(object.clone())
         });

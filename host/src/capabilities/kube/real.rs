@@ -1,7 +1,7 @@
 //! The Kubernetes API through kube-rs: one client, discovery cached per kind,
 //! reads of cacheable lists from the shared watch cache, counted requests.
 
-use super::backend::{Change, EventNote, KubeBackend, ListQuery, ObjectList, PatchKind, ResourceInfo};
+use super::backend::{Change, EventNote, KubeBackend, ListQuery, ObjectList, PatchBody, PatchKind, ResourceInfo};
 use super::cache::{CacheKey, WatchCache};
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
@@ -199,11 +199,13 @@ impl KubeBackend for RealKube {
             }
         }
         let api = self.api(r, namespace).await?;
-        let mut params = ListParams::default();
-        params.label_selector = query.label_selector.clone();
-        params.field_selector = query.field_selector.clone();
-        params.limit = query.limit;
-        params.continue_token = query.continue_token.clone();
+        let params = ListParams {
+            label_selector: query.label_selector.clone(),
+            field_selector: query.field_selector.clone(),
+            limit: query.limit,
+            continue_token: query.continue_token.clone(),
+            ..ListParams::default()
+        };
         self.counted();
         let list = api.list(&params).await.map_err(|e| map_error(&format!("list {}", r.plural), e))?;
         Ok(ObjectList {
@@ -234,17 +236,15 @@ impl KubeBackend for RealKube {
         r: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
-        kind: PatchKind,
-        patch: Value,
-        manager: &str,
+        patch: PatchBody,
     ) -> Result<Value, CapError> {
         let result = async {
             let api = self.api(r, namespace).await?;
-            let (params, patch) = match kind {
-                PatchKind::Merge => (PatchParams::default(), Patch::Merge(patch)),
-                PatchKind::Apply => (PatchParams::apply(manager), Patch::Apply(patch)),
+            let (params, patch) = match patch.kind {
+                PatchKind::Merge => (PatchParams::default(), Patch::Merge(patch.body)),
+                PatchKind::Apply => (PatchParams::apply(&patch.manager), Patch::Apply(patch.body)),
                 PatchKind::Json => {
-                    let operations: json_patch::Patch = serde_json::from_value(patch)
+                    let operations: json_patch::Patch = serde_json::from_value(patch.body)
                         .map_err(|e| CapError::Invalid(format!("not a JSON patch: {e}")))?;
                     (PatchParams::default(), Patch::Json(operations))
                 }
