@@ -260,11 +260,16 @@ fn test() -> Result<()> {
     // The venv also serves the end-to-end tests (the fake Kubernetes API server).
     componentize_py()?;
     plugins()?;
-    let tend = build_tend()?;
+    // tend and every test in one build: the binary then has the features the
+    // tests unify (dev-dependencies), so `cargo test` compiles nothing again.
+    // `cargo build -p tend` alone would build tokio and all that depends on
+    // it a second time, with other features.
+    step("building tend and every test");
+    run(cargo().args(["build", "--bins", "--tests"]))?;
     step("running every test (unit and end-to-end)");
     run(cargo()
         .args(["test", "--no-fail-fast"])
-        .env("TEND_BIN", tend))
+        .env("TEND_BIN", root().join("target/debug/tend")))
 }
 
 /// A local registry started with the project's peer script, stopped on drop.
