@@ -3,7 +3,7 @@
 //! are bounded, lists are cut to the names granted, every mutation passes the
 //! gate.
 
-use super::backend::{EventNote, KubeBackend, ListQuery, ObjectList, PatchBody, PatchKind, ResourceInfo};
+use super::backend::{EventNote, KubeBackend, ListQuery, PatchBody, PatchKind, ResourceInfo};
 use super::fake::FakeKube;
 use super::grants::{Access, KubeRule, Verb, allow, listable_names};
 use super::real::RealKube;
@@ -38,6 +38,13 @@ pub struct ObjectKey {
     pub kind: String,
     pub namespace: Option<String>,
     pub name: String,
+}
+
+/// A list as the plugin receives it: each object as JSON text.
+pub struct ListedText {
+    pub items: Vec<String>,
+    pub continue_token: Option<String>,
+    pub resource_version: String,
 }
 
 pub struct PluginKube {
@@ -176,7 +183,9 @@ impl PluginKube {
         Ok(object)
     }
 
-    pub async fn list(&self, api_version: &str, kind: &str, namespace: Option<&str>, query: &ListQuery) -> Result<ObjectList, CapError> {
+    /// The objects as JSON text, each serialized once (for the read
+    /// allowance and for the plugin).
+    pub async fn list(&self, api_version: &str, kind: &str, namespace: Option<&str>, query: &ListQuery) -> Result<ListedText, CapError> {
         for selector in [&query.label_selector, &query.field_selector, &query.continue_token].into_iter().flatten() {
             bounded("selector", selector, 4096)?;
         }
@@ -203,9 +212,13 @@ impl PluginKube {
         if let Some(names) = names {
             list.items.retain(|o| o["metadata"]["name"].as_str().is_some_and(|n| names.iter().any(|a| a == n)));
         }
-        let bytes: usize = list.items.iter().map(|o| o.to_string().len()).sum();
-        self.call.spend_read("kube list", bytes as u64)?;
-        Ok(list)
+        let items: Vec<String> = list.items.iter().map(Value::to_string).collect();
+        self.call.spend_read("kube list", items.iter().map(String::len).sum::<usize>() as u64)?;
+        Ok(ListedText {
+            items,
+            continue_token: list.continue_token,
+            resource_version: list.resource_version,
+        })
     }
 
     pub async fn create(&self, api_version: &str, kind: &str, namespace: Option<&str>, object: &str) -> Result<String, CapError> {

@@ -42,7 +42,7 @@ impl kube::Host for PluginKube {
         let result = PluginKube::list(self, &api_version, &kind, namespace.as_deref(), &query).await;
         let list = self.call.counted("kube", "list", result)?;
         Ok(kube::ObjectList {
-            items: list.items.iter().map(|o| o.to_string()).collect(),
+            items: list.items,
             continue_token: list.continue_token,
             resource_version: list.resource_version,
         })
