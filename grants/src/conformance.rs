@@ -1,14 +1,22 @@
 //! Grant decisions every implementation of the capabilities must agree on: the
 //! host and the SDK's fakes each run [`cases`] and compare their answers.
 //!
-//! Only decisions made by [`resolve`](crate::files::resolve) and
-//! [`check_url`](crate::http::check_url) are listed; rules the capability
-//! adapters add on top (a granted root cannot be written or removed, methods
-//! are upper-cased before the check) are tested where they live.
+//! Every capability is covered: files, http, systemd, cri, kube (against the
+//! objects of [`kube_objects`]), metrics and state, each with the grant
+//! decisions of its rules module and the input bounds
+//! ([`crate::systemd::check_names`], [`crate::kube::check_size`],
+//! [`crate::cri::check_filter_labels`], [`crate::files::file_mode`],
+//! [`crate::state`]) both sides call. Rules the capability adapters add on
+//! top (a granted root cannot be written or removed, methods are upper-cased
+//! before the check) are tested where they live.
 
 use crate::Refusal;
+use crate::cri::{CriGrant, MAX_FILTER_LABELS, MAX_LABEL_TEXT, Operation as CriOperation};
 use crate::files::{FileGrant, OWN_PROC};
 use crate::http::UrlPattern;
+use crate::kube::{KubeRule, MAX_BODY, MAX_NOTE, MAX_REASON, OWN_LEASE, PatchShape};
+use crate::systemd::{MAX_NAME_LEN, MAX_NAMES, SystemdGrant};
+use serde_json::{Value, json};
 
 /// The plugin name the expected messages use.
 pub const PLUGIN: &str = "conformance";
@@ -26,12 +34,72 @@ pub enum Op {
         method: String,
         url: String,
     },
+    /// A write of this path with these mode bits.
+    WriteMode(String, u32),
+    /// A Kubernetes API call, against the objects of [`kube_objects`].
+    Kube(KubeOp),
+    /// A systemd call, on a host without units.
+    Systemd(SystemdCall),
+    /// A CRI sandbox removal, on a runtime without sandboxes.
+    CriRemove(String),
+    /// A CRI sandbox listing filtered on these labels.
+    CriList(Vec<(String, String)>),
+    /// A state write of `len` bytes under `key` (state is always granted).
+    StateSet {
+        key: String,
+        len: usize,
+    },
+    /// A metric series of this name, value 1 (metrics are always granted).
+    Metric {
+        counter: bool,
+        name: String,
+    },
+}
+
+/// One Kubernetes API call of a plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeOp {
+    pub call: KubeCall,
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    /// The object's name (unused by lists; a create's body names its own).
+    pub name: String,
+}
+
+/// One systemd call of a plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SystemdCall {
+    Status(String),
+    ListUnits(Vec<String>),
+    Restart(String),
+    Enable(Vec<String>),
+    DaemonReload,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeCall {
+    Get,
+    /// A list with the plugin's own selectors.
+    List {
+        labels: Option<String>,
+        fields: Option<String>,
+    },
+    /// A create of this JSON body.
+    Create(String),
+    Patch(PatchShape, String),
+    Delete,
+    /// A Normal Event about the object.
+    Event {
+        reason: String,
+        message: String,
+    },
 }
 
 impl Op {
     /// Whether the grant check is the one for mutations (`write = true`).
     pub fn writes(&self) -> bool {
-        matches!(self, Op::Write(_) | Op::Remove(_))
+        matches!(self, Op::Write(_) | Op::WriteMode(..) | Op::Remove(_))
     }
 }
 
@@ -43,6 +111,8 @@ pub enum Expect {
     Allowed,
     /// Refused with exactly this error and message.
     Refused(Refusal),
+    /// A list returned objects of these names, sorted.
+    Listed(Vec<String>),
 }
 
 /// Grants of plugin [`PLUGIN`], one operation, and the decision.
@@ -50,8 +120,24 @@ pub enum Expect {
 pub struct Case {
     pub files: Vec<FileGrant>,
     pub http: Vec<UrlPattern>,
+    pub kube: Vec<KubeRule>,
+    pub systemd: SystemdGrant,
+    pub cri: CriGrant,
     pub op: Op,
     pub expect: Expect,
+}
+
+/// A case with no grant at all.
+fn ungranted(op: Op, expect: Expect) -> Case {
+    Case {
+        files: Vec::new(),
+        http: Vec::new(),
+        kube: Vec::new(),
+        systemd: SystemdGrant::default(),
+        cri: CriGrant::default(),
+        op,
+        expect,
+    }
 }
 
 /// `/etc` read-only, `/etc/containerd/certs.d` writable.
@@ -77,21 +163,18 @@ fn patterns(patterns: &[&str]) -> Vec<UrlPattern> {
 fn file(files: Vec<FileGrant>, op: Op, expect: Expect) -> Case {
     Case {
         files,
-        http: Vec::new(),
-        op,
-        expect,
+        ..ungranted(op, expect)
     }
 }
 
 fn send(http: &[&str], method: &str, url: &str, expect: Expect) -> Case {
+    let op = Op::Send {
+        method: method.into(),
+        url: url.into(),
+    };
     Case {
-        files: Vec::new(),
         http: patterns(http),
-        op: Op::Send {
-            method: method.into(),
-            url: url.into(),
-        },
-        expect,
+        ..ungranted(op, expect)
     }
 }
 
@@ -196,6 +279,21 @@ pub fn cases() -> Vec<Case> {
             Op::Stat(p("/etc/\0x")),
             invalid(
                 "\"/etc/\\0x\": files are addressed by absolute path, for example \"/etc/containerd/certs.d/docker.io/hosts.toml\"",
+            ),
+        ),
+        // files: control characters (a name that would forge a log line)
+        file(
+            etc(),
+            Op::Write(p("/etc/containerd/certs.d/x\nINFO forged")),
+            invalid(
+                "\"/etc/containerd/certs.d/x\\nINFO forged\": a path component contains the control character U+000A; name files without control characters",
+            ),
+        ),
+        file(
+            etc(),
+            Op::Read(p("/etc/\u{1b}]0;title\u{7}")),
+            invalid(
+                "\"/etc/\\u{1b}]0;title\\u{7}\": a path component contains the control character U+001B; name files without control characters",
             ),
         ),
         // files: the innermost grant decides writes too
@@ -359,12 +457,558 @@ pub fn cases() -> Vec<Case> {
             invalid("GET file:///etc/passwd: only http and https URLs are supported"),
         ),
     ]
+    .into_iter()
+    .chain(kube_cases())
+    .chain(node_cases())
+    .chain(bound_cases())
+    .chain(systemd_cases())
+    .chain(cri_cases())
+    .collect()
+}
+
+/// Input bounds: file modes, kube bodies and Events, state keys and values.
+fn bound_cases() -> Vec<Case> {
+    use Expect::Allowed;
+    let own_node = r#"[{"resource": "nodes", "verbs": ["get", "create", "patch"]}]"#;
+    let node = ("v1", "Node", None, "node-1");
+    // Compact JSON: the host bounds the text, the SDK the JSON it serializes.
+    let body = |len: usize| {
+        let wrapper = r#"{"metadata":{"labels":{"a":""}}}"#;
+        let filler = "x".repeat(len - wrapper.len());
+        format!(r#"{{"metadata":{{"labels":{{"a":"{filler}"}}}}}}"#)
+    };
+    let event = |reason: &str, message: &str| KubeCall::Event {
+        reason: reason.into(),
+        message: message.into(),
+    };
+    let state = |key: &str, len| {
+        ungranted(
+            Op::StateSet {
+                key: key.into(),
+                len,
+            },
+            Allowed,
+        )
+    };
+    let long_key = "k".repeat(crate::state::MAX_KEY + 1);
+    let writable = "/etc/containerd/certs.d/docker.io/hosts.toml";
+    vec![
+        // files: plain permission bits only
+        file(etc(), Op::WriteMode(writable.into(), 0o755), Allowed),
+        file(
+            etc(),
+            Op::WriteMode(writable.into(), 0o4755),
+            invalid(&format!(
+                "{writable}: mode 4755 has bits beyond 0o777 (setuid, setgid, sticky or file type); plugins write plain permission bits only"
+            )),
+        ),
+        file(
+            etc(),
+            Op::WriteMode(writable.into(), 0o1777),
+            invalid(&format!(
+                "{writable}: mode 1777 has bits beyond 0o777 (setuid, setgid, sticky or file type); plugins write plain permission bits only"
+            )),
+        ),
+        // ...after the grant
+        file(
+            etc(),
+            Op::WriteMode("/etc/hosts".into(), 0o4755),
+            denied(
+                "/etc/hosts is granted read-only by { path = \"/etc\" }: set write = true on that grant in [plugins.conformance.grants] files",
+            ),
+        ),
+        // kube: bodies and Events
+        kube(
+            own_node,
+            KubeCall::Patch(PatchShape::Merge, body(MAX_BODY)),
+            node,
+            Allowed,
+        ),
+        kube(
+            own_node,
+            KubeCall::Patch(PatchShape::Merge, body(MAX_BODY + 1)),
+            node,
+            invalid("kube patch: 1048577 bytes, at most 1048576"),
+        ),
+        kube(
+            own_node,
+            event("LabelsApplied", &"m".repeat(MAX_NOTE)),
+            node,
+            Allowed,
+        ),
+        kube(
+            own_node,
+            event(&"R".repeat(MAX_REASON + 1), "m"),
+            node,
+            invalid("kube event reason: 129 bytes, at most 128"),
+        ),
+        kube(
+            own_node,
+            event("LabelsApplied", &"m".repeat(MAX_NOTE + 1)),
+            node,
+            invalid("kube event message: 1025 bytes, at most 1024"),
+        ),
+        kube(
+            own_node,
+            event("labels applied", "m"),
+            node,
+            invalid(
+                "kube event reason \"labels applied\": expected a CamelCase word such as \"LabelsApplied\"",
+            ),
+        ),
+        // state: keys and values
+        state("k", crate::state::MAX_VALUE),
+        Case {
+            expect: invalid(
+                "state keys must be 1 to 512 bytes long, not 0; use a shorter key (a hash of a long one)",
+            ),
+            ..state("", 1)
+        },
+        Case {
+            expect: invalid(
+                "state keys must be 1 to 512 bytes long, not 513; use a shorter key (a hash of a long one)",
+            ),
+            ..state(&long_key, 1)
+        },
+        Case {
+            expect: invalid(
+                "state value for \"k\" is 1048577 bytes; at most 1048576 are allowed: store less, or split it over several keys",
+            ),
+            ..state("k", crate::state::MAX_VALUE + 1)
+        },
+    ]
+}
+
+/// systemd: units and operations, names per call.
+fn systemd_cases() -> Vec<Case> {
+    use Expect::Allowed;
+    let grant: SystemdGrant = serde_json::from_value(json!({
+        "units": ["kubelet.service", "tend-*.service"],
+        "operations": ["restart"],
+    }))
+    .expect("valid systemd grant");
+    let case = |call, expect| Case {
+        systemd: grant.clone(),
+        ..ungranted(Op::Systemd(call), expect)
+    };
+    let names = |n: usize, len: usize| vec!["u".repeat(len); n];
+    let too_many = |what: &str| {
+        invalid(&format!(
+            "{what}: at most {MAX_NAMES} names of at most {MAX_NAME_LEN} bytes per call; split the call"
+        ))
+    };
+    let uncovered = |unit: &str| {
+        denied(&format!(
+            "no systemd grant covers unit {unit}: add \"{unit}\" to units in [plugins.conformance.grants] systemd"
+        ))
+    };
+    vec![
+        case(SystemdCall::Status("kubelet.service".into()), Allowed),
+        case(SystemdCall::Status("tend-a.service".into()), Allowed),
+        case(SystemdCall::Restart("kubelet.service".into()), Allowed),
+        case(
+            SystemdCall::Status("containerd.service".into()),
+            uncovered("containerd.service"),
+        ),
+        case(
+            SystemdCall::Restart("tend-.socket".into()),
+            uncovered("tend-.socket"),
+        ),
+        case(
+            SystemdCall::Enable(vec!["kubelet.service".into()]),
+            denied(
+                "systemd enable of kubelet.service is not granted: add \"enable\" to operations in [plugins.conformance.grants] systemd",
+            ),
+        ),
+        case(
+            SystemdCall::DaemonReload,
+            denied(
+                "systemd daemon-reload of the unit files is not granted: add \"daemon-reload\" to operations in [plugins.conformance.grants] systemd",
+            ),
+        ),
+        case(
+            SystemdCall::Status("../../etc/passwd".into()),
+            invalid(
+                "\"../../etc/passwd\" is not a unit name: expected for example \"kubelet.service\"",
+            ),
+        ),
+        case(SystemdCall::ListUnits(vec!["*.service".into()]), Allowed),
+        case(
+            SystemdCall::ListUnits(names(MAX_NAMES, MAX_NAME_LEN)),
+            Allowed,
+        ),
+        case(
+            SystemdCall::ListUnits(names(MAX_NAMES + 1, 1)),
+            too_many("list-units"),
+        ),
+        case(
+            SystemdCall::ListUnits(names(1, MAX_NAME_LEN + 1)),
+            too_many("list-units"),
+        ),
+        case(
+            SystemdCall::Enable(names(MAX_NAMES + 1, 1)),
+            too_many("enable"),
+        ),
+    ]
+}
+
+/// cri: reads need `read = true`; label filters are bounded.
+fn cri_cases() -> Vec<Case> {
+    use Expect::Allowed;
+    let reader = CriGrant {
+        read: true,
+        ..CriGrant::default()
+    };
+    let list = |grant: &CriGrant, labels: Vec<(String, String)>, expect| Case {
+        cri: grant.clone(),
+        ..ungranted(Op::CriList(labels), expect)
+    };
+    let label = |k: &str, v: &str| (k.to_string(), v.to_string());
+    let text = |what: &str, shown: &str| {
+        invalid(&format!(
+            "cri {what}: expected 1 to {MAX_LABEL_TEXT} bytes without control characters, got {shown:?}"
+        ))
+    };
+    let long = "v".repeat(MAX_LABEL_TEXT + 1);
+    vec![
+        list(
+            &reader,
+            vec![label("io.kubernetes.pod.namespace", "default")],
+            Allowed,
+        ),
+        list(
+            &CriGrant::default(),
+            vec![],
+            denied(
+                "cri list-pod-sandboxes is not granted: set read = true in [plugins.conformance.grants] cri",
+            ),
+        ),
+        list(&reader, vec![label("k", ""); MAX_FILTER_LABELS], Allowed),
+        list(
+            &reader,
+            vec![label("k", "v"); MAX_FILTER_LABELS + 1],
+            invalid(
+                "cri list-pod-sandboxes: at most 64 labels in a filter; filter on fewer and match the rest in the plugin",
+            ),
+        ),
+        list(
+            &reader,
+            vec![label("k", &long)],
+            text("label value", &long[..64]),
+        ),
+        list(&reader, vec![label("", "v")], text("label", "")),
+        list(&reader, vec![label("a\nb", "v")], text("label", "a\nb")),
+        Case {
+            cri: CriGrant::default(),
+            ..ungranted(
+                Op::CriRemove(crate::ident::CRI_ID.example.into()),
+                denied(&format!(
+                    "cri remove-pod-sandbox of {} is not granted: add \"remove-pod-sandbox\" to operations in [plugins.conformance.grants] cri",
+                    crate::ident::CRI_ID.example
+                )),
+            )
+        },
+    ]
+}
+
+/// The election Lease both implementations are told is Tend's own
+/// (namespace, name).
+pub const KUBE_OWN_LEASE: (&str, &str) = ("tend-system", "tend-cluster");
+
+/// The objects the kube cases run against (node name "node-1"): two Nodes;
+/// Pods `web` (node-1, tend=yes), `other` (node-2, tend=yes) and `bare`
+/// (node-1, no labels) in "default"; the election Lease and another Lease.
+pub fn kube_objects() -> Vec<Value> {
+    let pod = |name: &str, node: &str, labels: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "default", "labels": labels},
+               "spec": {"nodeName": node}})
+    };
+    let lease = |name: &str| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": name, "namespace": KUBE_OWN_LEASE.0},
+               "spec": {"holderIdentity": "tend-0"}})
+    };
+    vec![
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}}),
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-2"}}),
+        pod("web", "node-1", json!({"tend": "yes"})),
+        pod("other", "node-2", json!({"tend": "yes"})),
+        pod("bare", "node-1", json!({})),
+        lease(KUBE_OWN_LEASE.1),
+        lease("mine"),
+    ]
+}
+
+fn kube(
+    rules: &str,
+    call: KubeCall,
+    key: (&str, &str, Option<&str>, &str),
+    expect: Expect,
+) -> Case {
+    let (api_version, kind, namespace, name) = key;
+    let op = Op::Kube(KubeOp {
+        call,
+        api_version: api_version.into(),
+        kind: kind.into(),
+        namespace: namespace.map(str::to_string),
+        name: name.into(),
+    });
+    Case {
+        kube: serde_json::from_str(rules).expect("valid kube rules"),
+        ..ungranted(op, expect)
+    }
+}
+
+fn listed(names: &[&str]) -> Expect {
+    Expect::Listed(names.iter().map(|n| n.to_string()).collect())
+}
+
+/// The kube part of the table: path parts, the own Lease, selectors, one
+/// name, `fields`.
+/// CRI ids and metric names: shapes both implementations refuse alike.
+fn node_cases() -> Vec<Case> {
+    let remover = CriGrant {
+        operations: vec![CriOperation::RemovePodSandbox],
+        ..CriGrant::default()
+    };
+    let case = |op, expect| Case {
+        cri: remover.clone(),
+        ..ungranted(op, expect)
+    };
+    let id = crate::ident::CRI_ID.example;
+    let short_id = invalid(&format!(
+        "cri sandbox id \"{}\": expected {}, for example \"{id}\"",
+        &id[..12],
+        crate::ident::CRI_ID.description
+    ));
+    let metric = |counter, name: &str| Op::Metric {
+        counter,
+        name: name.into(),
+    };
+    let host_family = |name: &str, family: &str| {
+        invalid(&format!(
+            "metric \"{name}\": it would be exported as {family}, a family of the host itself; choose another name"
+        ))
+    };
+    vec![
+        case(Op::CriRemove(id.into()), Expect::Allowed),
+        case(Op::CriRemove(id[..12].into()), short_id),
+        case(metric(false, "cache_withdrawn"), Expect::Allowed),
+        case(metric(true, "cache_withdrawn_seconds"), Expect::Allowed),
+        case(
+            metric(false, "state"),
+            host_family("state", "tend_plugin_state"),
+        ),
+        case(
+            metric(false, "last_success_timestamp_seconds"),
+            host_family(
+                "last_success_timestamp_seconds",
+                "tend_plugin_last_success_timestamp_seconds",
+            ),
+        ),
+        case(
+            metric(true, "load_errors"),
+            host_family("load_errors", "tend_plugin_load_errors_total"),
+        ),
+        case(
+            metric(false, "x_count"),
+            invalid(
+                "metric \"x_count\": `_count` names are for histograms and summaries; choose another suffix",
+            ),
+        ),
+    ]
+}
+
+fn kube_cases() -> Vec<Case> {
+    use Expect::Allowed;
+    let pods = r#"[{"resource": "pods", "verbs": ["get", "list", "create", "patch", "delete"], "namespaces": ["default"]}]"#;
+    let pod = |name| ("v1", "Pod", Some("default"), name);
+    let on_node = r#"[{"resource": "pods", "verbs": ["list", "get"], "field-selector": "spec.nodeName=$NODE"}]"#;
+    let labelled = r#"[{"resource": "pods", "verbs": ["list", "get", "create", "delete"], "label-selector": "tend=yes"}]"#;
+    let own_node = r#"[{"resource": "nodes", "verbs": ["list", "get", "patch"], "names": ["$NODE"],
+                        "fields": ["metadata.labels", "metadata.annotations", "status.conditions"]}]"#;
+    let node = ("v1", "Node", None, "node-1");
+    let leases = r#"[{"group": "coordination.k8s.io", "resource": "leases", "verbs": ["get", "create", "patch", "delete"]}]"#;
+    let lease = |name| {
+        (
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some(KUBE_OWN_LEASE.0),
+            name,
+        )
+    };
+    let merge = |body: &str| KubeCall::Patch(PatchShape::Merge, body.into());
+    let name_shape = "expected a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 bytes), for example \"node-1\"";
+    let namespace_shape = "expected a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63 bytes), for example \"kube-system\"";
+    let list = KubeCall::List {
+        labels: None,
+        fields: None,
+    };
+    vec![
+        // path parts: a subresource, another resource, a query, each refused before the grant
+        kube(pods, merge("{}"), pod("web/status"), invalid(&format!("kube name \"web/status\": {name_shape}"))),
+        kube(
+            pods,
+            KubeCall::Get,
+            ("v1", "ConfigMap", Some("kube-system/secrets/db?x="), "x"),
+            invalid(&format!("kube namespace \"kube-system/secrets/db?x=\": {namespace_shape}")),
+        ),
+        kube(
+            pods,
+            KubeCall::Create(r#"{"metadata": {"name": "web"}}"#.into()),
+            ("policy/v1", "Eviction", Some("default/pods/web/eviction"), ""),
+            invalid(&format!("kube namespace \"default/pods/web/eviction\": {namespace_shape}")),
+        ),
+        kube(
+            pods,
+            merge("{}"),
+            pod("web?fieldManager=x&force=true"),
+            invalid(&format!("kube name \"web?fieldManager=x&force=true\": {name_shape}")),
+        ),
+        kube(pods, KubeCall::Delete, pod(".."), invalid(&format!("kube name \"..\": {name_shape}"))),
+        kube(
+            pods,
+            KubeCall::Get,
+            ("v1/../../api/v1/secrets", "Pod", Some("default"), "web"),
+            invalid("kube api-version \"v1/../../api/v1/secrets\": expected \"v1\" or \"<group>/<version>\" such as \"coordination.k8s.io/v1\" (the group a DNS-1123 subdomain, the version such as v1 or v1beta1)"),
+        ),
+        kube(
+            pods,
+            KubeCall::Create(r#"{"metadata": {"name": "x", "namespace": "kube-system"}}"#.into()),
+            pod(""),
+            invalid("kube create: metadata.namespace \"kube-system\" does not match the namespace of the call (default); name the same namespace in both, or leave it out of the object"),
+        ),
+        kube(pods, KubeCall::Get, pod("web"), Allowed),
+        // Tend's own election Lease, whatever the grant
+        kube(
+            leases,
+            merge(r#"{"spec": {"holderIdentity": "evil"}}"#),
+            lease(KUBE_OWN_LEASE.1),
+            denied(&format!("patch leases.coordination.k8s.io in namespace tend-system named tend-cluster: {OWN_LEASE}")),
+        ),
+        kube(
+            leases,
+            KubeCall::Delete,
+            lease(KUBE_OWN_LEASE.1),
+            denied(&format!("delete leases.coordination.k8s.io in namespace tend-system named tend-cluster: {OWN_LEASE}")),
+        ),
+        kube(
+            leases,
+            KubeCall::Create(r#"{"metadata": {"name": "tend-cluster"}}"#.into()),
+            lease(""),
+            denied(&format!("create leases.coordination.k8s.io in namespace tend-system named tend-cluster: {OWN_LEASE}")),
+        ),
+        kube(leases, KubeCall::Get, lease(KUBE_OWN_LEASE.1), Allowed),
+        kube(leases, merge(r#"{"spec": {"holderIdentity": "me"}}"#), lease("mine"), Allowed),
+        // selectors are part of the grant
+        kube(on_node, list.clone(), pod(""), listed(&["bare", "web"])),
+        kube(
+            on_node,
+            KubeCall::Get,
+            pod("other"),
+            denied("get pods in namespace default named other: the object is outside the grant's selectors ({ resource = \"pods\", field-selector = \"spec.nodeName=$NODE\" }); label the object to match, or widen the selectors in [plugins.conformance.grants] kube"),
+        ),
+        kube(labelled, list.clone(), pod(""), listed(&["other", "web"])),
+        kube(
+            labelled,
+            KubeCall::Get,
+            pod("bare"),
+            denied("get pods in namespace default named bare: the object is outside the grant's selectors ({ resource = \"pods\", label-selector = \"tend=yes\" }); label the object to match, or widen the selectors in [plugins.conformance.grants] kube"),
+        ),
+        kube(
+            labelled,
+            KubeCall::Delete,
+            pod("bare"),
+            denied("delete pods in namespace default named bare: the object is outside the grant's selectors ({ resource = \"pods\", label-selector = \"tend=yes\" }); label the object to match, or widen the selectors in [plugins.conformance.grants] kube"),
+        ),
+        kube(
+            labelled,
+            KubeCall::Create(r#"{"metadata": {"name": "new"}}"#.into()),
+            pod(""),
+            denied("create pods in namespace default named new: the object is outside the grant's selectors ({ resource = \"pods\", label-selector = \"tend=yes\" }); label the object to match, or widen the selectors in [plugins.conformance.grants] kube"),
+        ),
+        kube(
+            labelled,
+            KubeCall::Create(r#"{"metadata": {"name": "new", "labels": {"tend": "yes"}}}"#.into()),
+            pod(""),
+            Allowed,
+        ),
+        kube(
+            labelled,
+            KubeCall::List { labels: Some("a b".into()), fields: None },
+            pod(""),
+            invalid("kube label selector \"a b\": cannot parse \"a b\"; expected key=value, key!=value, key in (a,b), key notin (a,b), key or !key"),
+        ),
+        // one name: a plugin's field selector is ANDed, never replaces it
+        kube(
+            own_node,
+            KubeCall::List { labels: None, fields: Some("metadata.name!=x".into()) },
+            ("v1", "Node", None, ""),
+            listed(&["node-1"]),
+        ),
+        // fields narrow patch
+        kube(own_node, merge(r#"{"metadata": {"labels": {"a": "b"}}}"#), node, Allowed),
+        kube(
+            own_node,
+            merge(r#"{"spec": {"unschedulable": true}}"#),
+            node,
+            denied("patch nodes named node-1: the patch touches \"spec.unschedulable\", outside the fields of { resource = \"nodes\", fields = [\"metadata.labels\", \"metadata.annotations\", \"status.conditions\"] }; add that path to the rule's fields in [plugins.conformance.grants] kube"),
+        ),
+        kube(
+            own_node,
+            KubeCall::Patch(PatchShape::Json, r#"[{"op": "add", "path": "/spec/taints/-", "value": {"key": "x", "effect": "NoExecute"}}]"#.into()),
+            node,
+            denied("patch nodes named node-1: the patch touches \"spec.taints.-\", outside the fields of { resource = \"nodes\", fields = [\"metadata.labels\", \"metadata.annotations\", \"status.conditions\"] }; add that path to the rule's fields in [plugins.conformance.grants] kube"),
+        ),
+        kube(
+            own_node,
+            KubeCall::Patch(PatchShape::Apply, r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}, "spec": {"unschedulable": true}}"#.into()),
+            node,
+            denied("patch nodes named node-1: the patch touches \"spec.unschedulable\", outside the fields of { resource = \"nodes\", fields = [\"metadata.labels\", \"metadata.annotations\", \"status.conditions\"] }; add that path to the rule's fields in [plugins.conformance.grants] kube"),
+        ),
+    ]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{files::resolve, http::check_url};
+
+    /// Every capability has cases, refusals among them.
+    #[test]
+    fn the_table_covers_every_capability() {
+        let capability = |op: &Op| match op {
+            Op::Read(_)
+            | Op::Write(_)
+            | Op::WriteMode(..)
+            | Op::Remove(_)
+            | Op::List(_)
+            | Op::Stat(_) => "files",
+            Op::Send { .. } => "http",
+            Op::Kube(_) => "kube",
+            Op::Systemd(_) => "systemd",
+            Op::CriRemove(_) | Op::CriList(_) => "cri",
+            Op::Metric { .. } => "metrics",
+            Op::StateSet { .. } => "state",
+        };
+        let mut counts = std::collections::BTreeMap::<&str, (usize, usize)>::new();
+        for case in cases() {
+            let count = counts.entry(capability(&case.op)).or_default();
+            count.0 += 1;
+            count.1 += usize::from(matches!(case.expect, Expect::Refused(_)));
+        }
+        println!("cases (all, refused): {counts:?}");
+        for name in [
+            "files", "http", "kube", "systemd", "cri", "metrics", "state",
+        ] {
+            let (all, refused) = counts.get(name).copied().unwrap_or_default();
+            assert!(
+                all >= 4 && refused >= 3,
+                "{name}: {all} cases, {refused} refusals"
+            );
+        }
+    }
 
     /// The table agrees with the functions it describes.
     #[test]
@@ -378,6 +1022,25 @@ mod tests {
                 | Op::List(path)
                 | Op::Stat(path) => {
                     resolve(&case.files, PLUGIN, path, case.op.writes()).map(|_| ())
+                }
+                Op::WriteMode(path, mode) => resolve(&case.files, PLUGIN, path, true)
+                    .and_then(|_| crate::files::file_mode(path, Some(*mode)).map(drop)),
+                // Kube decisions need objects, systemd and cri calls a host:
+                // the host and the SDK's fake run them.
+                Op::Kube(_) | Op::Systemd(_) | Op::CriList(_) => continue,
+                Op::CriRemove(id) => crate::cri::check_id("sandbox id", id).and_then(|()| {
+                    case.cri
+                        .check_operation(PLUGIN, CriOperation::RemovePodSandbox, id)
+                }),
+                Op::StateSet { key, len } => crate::state::check_key(key)
+                    .and_then(|()| crate::state::check_value(key, &vec![0; *len])),
+                Op::Metric { counter, name } => {
+                    let kind = if *counter {
+                        crate::metrics::Kind::Counter
+                    } else {
+                        crate::metrics::Kind::Gauge
+                    };
+                    crate::metrics::check_series(kind, name, &[], 1.0)
                 }
             };
             let got = match decision {

@@ -6,6 +6,12 @@
 //! status; each mutating operation must be listed; `pull-image` also needs the
 //! image, written out in full by [`normalize_image`], to match an `images`
 //! pattern, where `*` matches within one path component (it never crosses `/`).
+//!
+//! Sandboxes are named by their full id only ([`check_id`]: the runtime would
+//! resolve a prefix to whatever sandbox it names); the host then resolves the
+//! sandbox, and [`CriGrant::check_sandbox`] holds a stop or removal to the
+//! grant's `namespaces` and `states` (`states = ["notready"]`: "remove
+//! orphans" never means "remove anything").
 
 use crate::Refusal;
 use serde::{Deserialize, Deserializer, de::Error as _};
@@ -34,6 +40,52 @@ impl Operation {
             Operation::PullImage => "pull-image",
         }
     }
+}
+
+/// The state of a pod sandbox, as a grant's `states` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxState {
+    Ready,
+    NotReady,
+}
+
+impl SandboxState {
+    /// "ready" or "notready", as in grants.
+    pub fn name(self) -> &'static str {
+        match self {
+            SandboxState::Ready => "ready",
+            SandboxState::NotReady => "notready",
+        }
+    }
+}
+
+/// A sandbox a stop or removal is about, as the runtime reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxRef<'a> {
+    /// The full id.
+    pub id: &'a str,
+    pub namespace: &'a str,
+    pub pod_name: &'a str,
+    pub state: SandboxState,
+}
+
+impl SandboxRef<'_> {
+    /// "kube-system/coredns-xyz (sandbox <full id>)": the journal's target,
+    /// so budgets and the journal see the pod, not only an id.
+    pub fn target(&self) -> String {
+        format!(
+            "{}/{} (sandbox {})",
+            crate::shown(self.namespace),
+            crate::shown(self.pod_name),
+            self.id
+        )
+    }
+}
+
+/// `what` ("sandbox id", "container id") is a full CRI id; else `invalid`.
+pub fn check_id(what: &str, id: &str) -> Result<(), Refusal> {
+    crate::ident::check(&format!("cri {what}"), id, &crate::ident::CRI_ID)
 }
 
 /// The longest image reference accepted.
@@ -97,6 +149,12 @@ pub struct CriGrant {
     /// What `pull-image` may pull.
     #[serde(default)]
     pub images: Vec<ImagePattern>,
+    /// Namespaces whose sandboxes may be stopped or removed; all when empty.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// States a sandbox may be in to be stopped or removed; any when empty.
+    #[serde(default)]
+    pub states: Vec<SandboxState>,
 }
 
 /// The reference as the runtime resolves it: "nginx" is
@@ -194,6 +252,43 @@ impl CriGrant {
         )))
     }
 
+    /// May `plugin` perform `operation` (stop or remove) on `sandbox`, as
+    /// resolved by the runtime: the operation, then the grant's `namespaces`
+    /// and `states`.
+    pub fn check_sandbox(
+        &self,
+        plugin: &str,
+        operation: Operation,
+        sandbox: &SandboxRef<'_>,
+    ) -> Result<(), Refusal> {
+        self.check_operation(plugin, operation, &sandbox.target())?;
+        let refused = |key: &str, value: &str, what: String| {
+            Err(Refusal::Denied(format!(
+                "cri {} of {} is not granted: the sandbox is {what}, outside {key} = {:?}: add \"{value}\" to {key} in {}",
+                operation.name(),
+                sandbox.target(),
+                match key {
+                    "namespaces" => self.namespaces.clone(),
+                    _ => self.states.iter().map(|s| s.name().to_string()).collect(),
+                },
+                Self::table(plugin)
+            )))
+        };
+        if !self.namespaces.is_empty() && !self.namespaces.iter().any(|n| n == sandbox.namespace) {
+            let namespace = crate::shown(sandbox.namespace);
+            return refused(
+                "namespaces",
+                &namespace,
+                format!("in namespace {namespace}"),
+            );
+        }
+        if !self.states.is_empty() && !self.states.contains(&sandbox.state) {
+            let state = sandbox.state.name();
+            return refused("states", state, state.to_uppercase());
+        }
+        Ok(())
+    }
+
     /// May `plugin` pull `image`? Returns the full reference to pull.
     pub fn check_pull(&self, plugin: &str, image: &str) -> Result<String, Refusal> {
         let full = normalize_image(image)?;
@@ -216,6 +311,38 @@ fn pattern_for(full: &str) -> String {
         Some((repo, tag)) if !tag.contains('/') => format!("{repo}:*"),
         _ => format!("{name}:*"),
     }
+}
+
+/// Labels one sandbox listing may filter on, and the longest label key or
+/// value: what a plugin sends the runtime is bounded like everything else.
+pub const MAX_FILTER_LABELS: usize = 64;
+pub const MAX_LABEL_TEXT: usize = 256;
+
+/// The labels of a `list-pod-sandboxes` filter: at most
+/// [`MAX_FILTER_LABELS`], keys (and values, when set) 1 to
+/// [`MAX_LABEL_TEXT`] bytes without control characters.
+pub fn check_filter_labels(labels: &[(String, String)]) -> Result<(), Refusal> {
+    if labels.len() > MAX_FILTER_LABELS {
+        return Err(Refusal::Invalid(format!(
+            "cri list-pod-sandboxes: at most {MAX_FILTER_LABELS} labels in a filter; filter on fewer and match the rest in the plugin"
+        )));
+    }
+    let text = |what: &str, text: &str| {
+        if text.is_empty() || text.len() > MAX_LABEL_TEXT || text.chars().any(char::is_control) {
+            let start: String = text.chars().take(64).collect();
+            return Err(Refusal::Invalid(format!(
+                "cri {what}: expected 1 to {MAX_LABEL_TEXT} bytes without control characters, got {start:?}"
+            )));
+        }
+        Ok(())
+    };
+    for (key, value) in labels {
+        text("label", key)?;
+        if !value.is_empty() {
+            text("label value", value)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -287,6 +414,7 @@ mod tests {
             read: false,
             operations: vec![Operation::PullImage],
             images: vec![pattern("docker.io/library/*")],
+            ..CriGrant::default()
         };
         let err = grant.check_read("p", "list-pod-sandboxes").unwrap_err();
         assert_eq!(
@@ -314,5 +442,106 @@ mod tests {
             CriGrant::default().check_pull("p", "busybox").is_err(),
             "deny by default"
         );
+    }
+
+    const ID: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+    #[test]
+    fn sandbox_ids_are_full_ids() {
+        assert!(check_id("sandbox id", ID).is_ok());
+        let err = check_id("sandbox id", &ID[..12]).unwrap_err();
+        assert_eq!(err.kind(), "invalid");
+        assert!(
+            err.message()
+                .starts_with("cri sandbox id \"9f86d081884c\": expected the full id"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn stops_and_removals_are_held_to_namespaces_and_states() {
+        let grant: CriGrant = serde_json::from_str(
+            r#"{"operations": ["remove-pod-sandbox"], "namespaces": ["default"], "states": ["notready"]}"#,
+        )
+        .unwrap();
+        let sandbox = |namespace, state| SandboxRef {
+            id: ID,
+            namespace,
+            pod_name: "web-0",
+            state,
+        };
+        let orphan = sandbox("default", SandboxState::NotReady);
+        assert_eq!(orphan.target(), format!("default/web-0 (sandbox {ID})"));
+        assert!(
+            grant
+                .check_sandbox("p", Operation::RemovePodSandbox, &orphan)
+                .is_ok()
+        );
+        let err = grant
+            .check_sandbox(
+                "p",
+                Operation::RemovePodSandbox,
+                &sandbox("kube-system", SandboxState::NotReady),
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.message(),
+            format!(
+                "cri remove-pod-sandbox of kube-system/web-0 (sandbox {ID}) is not granted: the sandbox is in namespace kube-system, outside namespaces = [\"default\"]: add \"kube-system\" to namespaces in [plugins.p.grants] cri"
+            )
+        );
+        let err = grant
+            .check_sandbox(
+                "p",
+                Operation::RemovePodSandbox,
+                &sandbox("default", SandboxState::Ready),
+            )
+            .unwrap_err();
+        assert!(
+            err.message()
+                .ends_with("the sandbox is READY, outside states = [\"notready\"]: add \"ready\" to states in [plugins.p.grants] cri"),
+            "{err}"
+        );
+        let err = grant
+            .check_sandbox("p", Operation::StopPodSandbox, &orphan)
+            .unwrap_err();
+        assert!(
+            err.message()
+                .contains("add \"stop-pod-sandbox\" to operations"),
+            "{err}"
+        );
+        let unscoped: CriGrant =
+            serde_json::from_str(r#"{"operations": ["stop-pod-sandbox"]}"#).unwrap();
+        assert!(
+            unscoped
+                .check_sandbox(
+                    "p",
+                    Operation::StopPodSandbox,
+                    &sandbox("kube-system", SandboxState::Ready)
+                )
+                .is_ok(),
+            "no namespaces or states: any"
+        );
+        assert!(serde_json::from_str::<CriGrant>(r#"{"states": ["stopped"]}"#).is_err());
+    }
+
+    #[test]
+    fn filter_labels_are_bounded() {
+        let label = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert!(check_filter_labels(&vec![label("k", ""); MAX_FILTER_LABELS]).is_ok());
+        assert!(check_filter_labels(&vec![label("k", "v"); MAX_FILTER_LABELS + 1]).is_err());
+        assert!(check_filter_labels(&[label(&"k".repeat(MAX_LABEL_TEXT), "v")]).is_ok());
+        let err = check_filter_labels(&[label("k", &"v".repeat(MAX_LABEL_TEXT + 1))]).unwrap_err();
+        assert!(
+            err.message()
+                .starts_with("cri label value: expected 1 to 256 bytes"),
+            "{err}"
+        );
+        let err = check_filter_labels(&[label("a\nb", "")]).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "cri label: expected 1 to 256 bytes without control characters, got \"a\\nb\""
+        );
+        assert!(check_filter_labels(&[label("", "v")]).is_err());
     }
 }

@@ -68,7 +68,8 @@ pub struct Resolved {
 /// its subtree read-only (grants of the very same path are writable when one
 /// of them is). No grant at all denies everything.
 ///
-/// Refused whatever the grants: a relative path, `..`, NUL, a path longer than
+/// Refused whatever the grants: a relative path, `..`, NUL or any other control
+/// character (U+0000..U+001F, U+007F..U+009F), a path longer than
 /// [`MAX_PATH_LEN`] or with a component longer than [`MAX_COMPONENT_LEN`]
 /// (invalid), and `/proc/self`, `/proc/thread-self` and anything under them
 /// (denied). The host also refuses its own `/proc/<pid>` with [`is_own_proc`].
@@ -161,6 +162,16 @@ fn normalize(path: &str) -> Result<PathBuf, Refusal> {
             "{path:?}: files are addressed by absolute path, for example \"/etc/containerd/certs.d/docker.io/hosts.toml\""
         )));
     }
+    // A name with a newline or an escape sequence would forge log lines and
+    // drive terminals wherever it is shown (a file watch's trigger subject):
+    // such a file can be neither named nor created through a grant.
+    if let Some(control) = path.chars().find(|c| c.is_control()) {
+        return Err(Refusal::Invalid(format!(
+            "{:?}: a path component contains the control character U+{:04X}; name files without control characters",
+            shown(path),
+            control as u32
+        )));
+    }
     let mut normalized = PathBuf::from("/");
     for component in Path::new(path).components() {
         match component {
@@ -190,6 +201,23 @@ fn not_covered(plugin: &str, path: &str, normalized: &Path, write: bool) -> Refu
         "no files grant covers {path}: add {{ path = \"{}\"{write} }} to [plugins.{plugin}.grants] files",
         suggestion.display()
     ))
+}
+
+/// The mode of a write that names none.
+pub const DEFAULT_MODE: u32 = 0o644;
+
+/// The permission bits of a write ([`DEFAULT_MODE`] when it names none):
+/// setuid, setgid and sticky are refused, so a plugin under a root-owned
+/// Tend can never plant a setuid binary.
+pub fn file_mode(path: &str, mode: Option<u32>) -> Result<u32, Refusal> {
+    let mode = mode.unwrap_or(DEFAULT_MODE);
+    if mode & !0o777 != 0 {
+        return Err(Refusal::Invalid(format!(
+            "{}: mode {mode:o} has bits beyond 0o777 (setuid, setgid, sticky or file type); plugins write plain permission bits only",
+            shown(path)
+        )));
+    }
+    Ok(mode)
 }
 
 #[cfg(test)]
@@ -244,6 +272,29 @@ mod tests {
             let err = resolve(&grants(), "p", path, false).unwrap_err();
             assert!(matches!(err, Refusal::Invalid(_)), "{path:?}: {err}");
         }
+    }
+
+    #[test]
+    fn control_characters_in_a_path_are_invalid_naming_the_character() {
+        let grants = [FileGrant::new("/d", true).unwrap()];
+        for (path, named) in [
+            ("/d/a\nforged", "U+000A"),
+            ("/d/\u{1b}]0;title\u{7}", "U+001B"),
+            ("/d/x\ry", "U+000D"),
+            ("/d/tab\there", "U+0009"),
+            ("/d/\u{9b}31m", "U+009B"),
+            ("/d/del\u{7f}", "U+007F"),
+        ] {
+            for write in [false, true] {
+                let err = resolve(&grants, "p", path, write).unwrap_err();
+                let Refusal::Invalid(message) = err else {
+                    panic!("{path:?}: {err}")
+                };
+                assert!(message.contains(named), "{message}");
+                assert!(!message.chars().any(char::is_control), "{message:?}");
+            }
+        }
+        assert!(resolve(&grants, "p", "/d/ünïcode name", true).is_ok());
     }
 
     #[test]
@@ -417,5 +468,16 @@ mod tests {
             serde_json::from_str::<FileGrant>(r#"{"path": "etc", "write": true}"#).unwrap_err();
         assert!(err.to_string().contains("must be absolute"), "{err}");
         assert!(serde_json::from_str::<FileGrant>(r#"{"path": "/etc", "rw": true}"#).is_err());
+    }
+
+    #[test]
+    fn modes_are_plain_permission_bits() {
+        assert_eq!(file_mode("/etc/a", None), Ok(0o644));
+        assert_eq!(file_mode("/etc/a", Some(0o777)), Ok(0o777));
+        assert_eq!(
+            file_mode("/etc/a", Some(0o4755)).unwrap_err().message(),
+            "/etc/a: mode 4755 has bits beyond 0o777 (setuid, setgid, sticky or file type); plugins write plain permission bits only"
+        );
+        assert!(file_mode("/etc/a", Some(0o1000)).is_err());
     }
 }

@@ -10,8 +10,12 @@
 //! - [`http::check_url`]: whether a request URL matches an http grant.
 //! - [`systemd::SystemdGrant::check`]: whether a unit and an operation are granted.
 //! - [`cri::CriGrant::check_pull`]: whether an image (written out in full) may be pulled.
+//! - [`ident::check`]: whether an identifier a plugin puts into a URL path has its shape.
 //! - [`kube::check`]: whether a Kubernetes API call is granted (RBAC-like rules).
-//! - [`rbac::render`]: the Kubernetes RBAC objects a scope's kube grants need (`tend rbac`).
+//! - Input bounds both sides enforce: [`systemd::check_names`],
+//!   [`kube::check_size`], [`kube::check_event`], [`cri::check_filter_labels`],
+//!   [`files::file_mode`].
+//! - [`state::check_key`], [`state::check_value`]: the sizes of a plugin's state.
 //! - [`conformance::cases`]: a table of decisions both implementations must agree on.
 //!
 //! The crate builds for `wasm32-wasip2` as well as natively.
@@ -20,9 +24,10 @@ pub mod conformance;
 pub mod cri;
 pub mod files;
 pub mod http;
+pub mod ident;
 pub mod kube;
 pub mod metrics;
-pub mod rbac;
+pub mod state;
 pub mod systemd;
 
 /// Why a grant check refused a call; maps onto the WIT error cases of the

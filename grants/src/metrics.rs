@@ -2,6 +2,13 @@
 //! checked the same way by the host and the SDK's fake. Always granted, so the
 //! only refusals are `invalid` (a malformed name or label) and the per-plugin
 //! series limit, which the host enforces.
+//!
+//! A plugin's series are exported as the family [`family`] names,
+//! `tend_plugin_<name>` (gauges) or `tend_plugin_<name>_total` (counters). The
+//! host declares families under the same prefix (`tend_plugin_state`, ...), and
+//! a family declared twice makes Prometheus reject the whole scrape, so a name
+//! whose family would be one of [`HOST_FAMILIES`] is refused, as are the
+//! suffixes histograms and summaries own (`_bucket`, `_count`, `_sum`).
 
 use crate::Refusal;
 
@@ -11,6 +18,33 @@ pub const MAX_NAME: usize = 64;
 pub const MAX_LABELS: usize = 4;
 pub const MAX_LABEL_VALUE: usize = 128;
 
+/// What a series is: a counter only grows and is exported with `_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// The host's own families that plugin families could be mistaken for: every
+/// family the host declares under `tend_plugin_` (a host test checks this
+/// list against its registry, so a new host family cannot be forgotten).
+pub const HOST_FAMILIES: [&str; 3] = [
+    "tend_plugin_state",
+    "tend_plugin_last_success_timestamp_seconds",
+    "tend_plugin_load_errors_total",
+];
+
+/// Name endings that belong to histogram and summary series.
+const RESERVED_SUFFIXES: [&str; 3] = ["_bucket", "_count", "_sum"];
+
+/// The family a series of `kind` named `name` is exported as.
+pub fn family(kind: Kind, name: &str) -> String {
+    match kind {
+        Kind::Counter => format!("tend_plugin_{name}_total"),
+        Kind::Gauge => format!("tend_plugin_{name}"),
+    }
+}
+
 fn is_identifier(text: &str) -> bool {
     let mut chars = text.chars();
     matches!(chars.next(), Some('a'..='z'))
@@ -18,9 +52,17 @@ fn is_identifier(text: &str) -> bool {
         && text.len() <= MAX_NAME
 }
 
-/// Whether `name` and `labels` make a valid series: `[a-z][a-z0-9_]*` names
-/// (not "plugin", which the host sets), distinct label names, printable values.
-pub fn check_series(name: &str, labels: &[(String, String)], value: f64) -> Result<(), Refusal> {
+/// Whether `name` and `labels` make a valid series of `kind`: a
+/// `[a-z][a-z0-9_]*` name whose family is not the host's and that ends in
+/// none of `_total` (gauges; counters get it), `_bucket`, `_count`, `_sum`;
+/// label names of the same shape (not "plugin", which the host sets),
+/// distinct; printable values; a finite value, not negative for a counter.
+pub fn check_series(
+    kind: Kind,
+    name: &str,
+    labels: &[(String, String)],
+    value: f64,
+) -> Result<(), Refusal> {
     let invalid = |why: String| {
         Err(Refusal::Invalid(format!(
             "metric {:?}: {why}",
@@ -32,8 +74,25 @@ pub fn check_series(name: &str, labels: &[(String, String)], value: f64) -> Resu
             "a name is [a-z][a-z0-9_]*, at most {MAX_NAME} bytes"
         ));
     }
+    if let Some(suffix) = RESERVED_SUFFIXES.iter().find(|s| name.ends_with(*s)) {
+        return invalid(format!(
+            "`{suffix}` names are for histograms and summaries; choose another suffix"
+        ));
+    }
+    if kind == Kind::Gauge && name.ends_with("_total") {
+        return invalid("`_total` names are for counters; drop the suffix".into());
+    }
+    let exported = family(kind, name);
+    if HOST_FAMILIES.contains(&exported.as_str()) {
+        return invalid(format!(
+            "it would be exported as {exported}, a family of the host itself; choose another name"
+        ));
+    }
     if !value.is_finite() {
         return invalid("the value must be a finite number".into());
+    }
+    if kind == Kind::Counter && value < 0.0 {
+        return invalid("a counter only grows; use a gauge".into());
     }
     if labels.len() > MAX_LABELS {
         return invalid(format!("at most {MAX_LABELS} labels"));
@@ -72,6 +131,7 @@ mod tests {
     fn names_labels_and_values_are_checked() {
         assert!(
             check_series(
+                Kind::Counter,
                 "cache_withdrawn_seconds",
                 &labels(&[("cache", "http://a:5000")]),
                 1.5
@@ -92,11 +152,41 @@ mod tests {
             ("ok", labels(&[]), f64::NAN),
         ] {
             assert_eq!(
-                check_series(name, &l, v).unwrap_err().kind(),
+                check_series(Kind::Gauge, name, &l, v).unwrap_err().kind(),
                 "invalid",
                 "{name} {l:?}"
             );
         }
-        assert!(check_series(&"a".repeat(65), &[], 1.0).is_err());
+        assert!(check_series(Kind::Gauge, &"a".repeat(65), &[], 1.0).is_err());
+    }
+
+    #[test]
+    fn names_of_host_families_and_other_kinds_suffixes_are_refused() {
+        for (kind, name) in [
+            (Kind::Gauge, "state"),
+            (Kind::Gauge, "last_success_timestamp_seconds"),
+            (Kind::Counter, "load_errors"),
+            (Kind::Gauge, "load_errors_total"),
+            (Kind::Gauge, "x_bucket"),
+            (Kind::Counter, "x_count"),
+            (Kind::Gauge, "x_sum"),
+        ] {
+            let err = check_series(kind, name, &[], 1.0).unwrap_err();
+            assert_eq!(err.kind(), "invalid", "{name}");
+        }
+        let err = check_series(Kind::Gauge, "state", &[], 1.0).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "metric \"state\": it would be exported as tend_plugin_state, a family of the host itself; choose another name"
+        );
+        let err = check_series(Kind::Counter, "pulls", &[], -1.0).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "metric \"pulls\": a counter only grows; use a gauge"
+        );
+        assert!(check_series(Kind::Counter, "state", &[], 1.0).is_ok());
+        assert!(check_series(Kind::Gauge, "load_errors", &[], 1.0).is_ok());
+        assert_eq!(family(Kind::Counter, "pulls"), "tend_plugin_pulls_total");
+        assert_eq!(family(Kind::Gauge, "up"), "tend_plugin_up");
     }
 }

@@ -4,6 +4,11 @@
 //! `systemd = { units = ["kubelet.service", "tend-*.service"], operations =
 //! ["restart", "daemon-reload"], watch = true }`: reads (status, list) need a
 //! unit pattern; each mutating operation must also be listed.
+//!
+//! Enabling or disabling a unit file makes or removes links its `[Install]`
+//! section chooses (`WantedBy=`, `Alias=`, `Also=`): [`SystemdGrant::check_links`]
+//! holds every link systemd reports (or would remove) to the grant too, by the
+//! unit each link names.
 
 use crate::Refusal;
 use serde::{Deserialize, Deserializer, de::Error as _};
@@ -109,6 +114,24 @@ pub fn wildcard_match(pattern: &str, text: &str) -> bool {
     p[pi..].iter().all(|&c| c == '*')
 }
 
+/// The unit a link made or removed by enable or disable names: the link's
+/// file name ("/etc/systemd/system/multi-user.target.wants/kubelet.service"
+/// names kubelet.service, an `Alias=` link its alias).
+pub fn linked_unit(link: &str) -> &str {
+    link.rsplit('/').next().unwrap_or(link)
+}
+
+/// The unit a dependency link attaches to, and how strongly: a link in
+/// "/etc/systemd/system/kubelet.service.requires/" makes kubelet.service
+/// require the linked unit (`RequiredBy=` in its `[Install]`), so stopping
+/// the linked unit stops kubelet. None for an `Alias=` link.
+pub fn link_owner(link: &str) -> Option<(&str, &'static str)> {
+    let dir = link.rsplit('/').nth(1)?;
+    [".wants", ".requires", ".upholds"]
+        .into_iter()
+        .find_map(|kind| dir.strip_suffix(kind).map(|owner| (owner, kind)))
+}
+
 impl SystemdGrant {
     pub fn covers(&self, unit: &str) -> bool {
         self.units.iter().any(|p| wildcard_match(&p.0, unit))
@@ -135,6 +158,63 @@ impl SystemdGrant {
         self.check_operation(plugin, unit, operation)
     }
 
+    /// May `plugin`'s `operation` (enable or disable) of `units` make or
+    /// remove `links` (paths, as systemd reports them)? Each link's unit
+    /// ([`linked_unit`]) must be covered by the grant; the refusal names the
+    /// first one that is not, and the grant to add.
+    pub fn check_links<'a>(
+        &self,
+        plugin: &str,
+        operation: Operation,
+        units: &[String],
+        links: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), Refusal> {
+        for link in links {
+            let unit = linked_unit(link);
+            // A dependency of a unit the grant does not cover ties that unit
+            // to this one: `RequiredBy=kubelet.service` makes a granted stop
+            // stop kubelet too. Only a target may merely want a granted unit
+            // (`WantedBy=multi-user.target`, the ordinary install).
+            if let Some((owner, kind)) = link_owner(link)
+                && !self.covers(owner)
+                && !(kind == ".wants" && owner.ends_with(".target"))
+            {
+                return Err(Refusal::Denied(format!(
+                    "systemd {} of {} would {} {link}, a dependency of {} ({}By= in the [Install] section), which no systemd grant covers: only targets may want a granted unit; add \"{}\" to units in [plugins.{plugin}.grants] systemd if the plugin should manage it",
+                    operation.name(),
+                    crate::shown(&units.join(" ")),
+                    if operation == Operation::Disable {
+                        "remove"
+                    } else {
+                        "link"
+                    },
+                    crate::shown(owner),
+                    match kind {
+                        ".wants" => "Wanted",
+                        ".requires" => "Required",
+                        _ => "Upheld",
+                    },
+                    crate::shown(owner),
+                )));
+            }
+            if !self.covers(unit) {
+                return Err(Refusal::Denied(format!(
+                    "systemd {} of {} would {} {link}, unit {}, which no systemd grant covers (the [Install] section names it: WantedBy=, Alias= or Also=): add \"{}\" to units in [plugins.{plugin}.grants] systemd",
+                    operation.name(),
+                    crate::shown(&units.join(" ")),
+                    if operation == Operation::Disable {
+                        "remove"
+                    } else {
+                        "link"
+                    },
+                    crate::shown(unit),
+                    crate::shown(unit),
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// May `plugin` perform `operation` (on `what`, for the message)?
     pub fn check_operation(
         &self,
@@ -151,6 +231,23 @@ impl SystemdGrant {
             _ => Ok(()),
         }
     }
+}
+
+/// Unit names or patterns one call may pass: matching them is host CPU time
+/// the plugin's deadline cannot interrupt, so it is bounded.
+pub const MAX_NAMES: usize = 256;
+/// Bytes of each name or pattern (systemd's own unit names stop at 255).
+pub const MAX_NAME_LEN: usize = 256;
+
+/// The bound on the names of one call (`list-units`, `enable`, `disable`),
+/// checked before any grant: `what` names the call.
+pub fn check_names(what: &str, names: &[impl AsRef<str>]) -> Result<(), Refusal> {
+    if names.len() > MAX_NAMES || names.iter().any(|n| n.as_ref().len() > MAX_NAME_LEN) {
+        return Err(Refusal::Invalid(format!(
+            "{what}: at most {MAX_NAMES} names of at most {MAX_NAME_LEN} bytes per call; split the call"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -211,6 +308,80 @@ mod tests {
     }
 
     #[test]
+    fn every_link_of_an_enable_or_disable_names_a_granted_unit() {
+        let g = grant(&["tend-*.service", "peer.target"], &[Operation::Enable]);
+        let units = vec!["tend-a.service".to_string()];
+        let own = "/etc/systemd/system/peer.target.wants/tend-a.service";
+        assert_eq!(linked_unit(own), "tend-a.service");
+        assert!(g.check_links("p", Operation::Enable, &units, [own]).is_ok());
+        let err = g
+            .check_links(
+                "p",
+                Operation::Enable,
+                &units,
+                [own, "/etc/systemd/system/kubelet.service"],
+            )
+            .unwrap_err();
+        assert_eq!(err.kind(), "denied");
+        assert_eq!(
+            err.message(),
+            "systemd enable of tend-a.service would link /etc/systemd/system/kubelet.service, unit kubelet.service, which no systemd grant covers (the [Install] section names it: WantedBy=, Alias= or Also=): add \"kubelet.service\" to units in [plugins.p.grants] systemd"
+        );
+        let err = g
+            .check_links(
+                "p",
+                Operation::Disable,
+                &units,
+                ["/etc/systemd/system/peer.target.wants/victim.service"],
+            )
+            .unwrap_err();
+        assert!(err.message().contains("would remove /etc/systemd/system/peer.target.wants/victim.service, unit victim.service"), "{err}");
+    }
+
+    #[test]
+    fn a_granted_unit_cannot_become_a_dependency_of_an_ungranted_one() {
+        let g = grant(&["tend-*.service"], &[Operation::Enable]);
+        let units = vec!["tend-a.service".to_string()];
+        let ordinary = "/etc/systemd/system/multi-user.target.wants/tend-a.service";
+        assert_eq!(link_owner(ordinary), Some(("multi-user.target", ".wants")));
+        assert!(
+            g.check_links("p", Operation::Enable, &units, [ordinary])
+                .is_ok()
+        );
+        let sibling = "/etc/systemd/system/tend-b.service.requires/tend-a.service";
+        assert!(
+            g.check_links("p", Operation::Enable, &units, [sibling])
+                .is_ok()
+        );
+        for link in [
+            "/etc/systemd/system/kubelet.service.requires/tend-a.service",
+            "/etc/systemd/system/kubelet.service.upholds/tend-a.service",
+            "/etc/systemd/system/kubelet.service.wants/tend-a.service",
+            "/etc/systemd/system/kubelet.socket.requires/tend-a.service",
+        ] {
+            let err = g
+                .check_links("p", Operation::Enable, &units, [link])
+                .unwrap_err();
+            assert_eq!(err.kind(), "denied", "{link}");
+            assert!(err.message().contains("a dependency of kubelet."), "{err}");
+        }
+        let err = g
+            .check_links(
+                "p",
+                Operation::Disable,
+                &units,
+                ["/etc/systemd/system/kubelet.service.requires/tend-a.service"],
+            )
+            .unwrap_err();
+        assert!(
+            err.message()
+                .starts_with("systemd disable of tend-a.service would remove"),
+            "{err}"
+        );
+        assert_eq!(link_owner("/etc/systemd/system/tend-alias.service"), None);
+    }
+
+    #[test]
     fn grants_parse_strictly() {
         let ok: SystemdGrant = serde_json::from_str(
             r#"{"units": ["a-*.service"], "operations": ["daemon-reload"], "watch": true}"#,
@@ -225,5 +396,17 @@ mod tests {
             err.contains("daemon-reload"),
             "lists the known operations: {err}"
         );
+    }
+
+    #[test]
+    fn names_per_call_are_bounded_in_count_and_length() {
+        let long = "a".repeat(MAX_NAME_LEN);
+        assert!(check_names("enable", &vec![long.as_str(); MAX_NAMES]).is_ok());
+        let err = check_names("enable", &vec!["a"; MAX_NAMES + 1]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid: enable: at most 256 names of at most 256 bytes per call; split the call"
+        );
+        assert!(check_names("list-units", &[format!("{long}x")]).is_err());
     }
 }

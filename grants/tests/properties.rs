@@ -182,3 +182,24 @@ proptest! {
         let _ = UrlPattern::parse(&format!("http://{text}"));
     }
 }
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// No text with a URL separator, query, fragment, escape or control
+    /// character ever passes as a Kubernetes name, namespace or kind.
+    #[test]
+    fn no_path_escape_passes_the_identifier_check(
+        head in "[a-z0-9.-]{0,20}",
+        bad in prop_oneof![Just('/'), Just('?'), Just('#'), Just('%'), Just('\\'), (0u8..0x20).prop_map(char::from), Just('\u{7f}')],
+        tail in "[a-z0-9.-]{0,20}",
+    ) {
+        use tend_grants::ident::{KUBE_KIND, KUBE_NAME, KUBE_NAMESPACE, check};
+        let text = format!("{head}{bad}{tail}");
+        for shape in [&KUBE_NAME, &KUBE_NAMESPACE, &KUBE_KIND] {
+            let refused = check("x", &text, shape);
+            prop_assert!(matches!(refused, Err(Refusal::Invalid(_))), "{text:?} passed");
+        }
+        prop_assert!(tend_grants::kube::check_key("v1", "Pod", Some("default"), Some(&text)).is_err());
+    }
+}

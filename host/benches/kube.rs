@@ -15,7 +15,7 @@ use serde_json::json;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-use tend::capabilities::kube::{KubeBackend, ListQuery, RealKube};
+use tend::capabilities::kube::{KubeBackend, KubeSettings, ListQuery, RealKube};
 
 const NODES: usize = 5000;
 
@@ -83,7 +83,11 @@ fn main() {
         }
         println!("created {NODES} Nodes in {:.1} s", created.elapsed().as_secs_f64());
 
-        let backend = RealKube::new(Some(kubeconfig.clone()), "node-00000");
+        let settings = KubeSettings {
+            kubeconfig: Some(kubeconfig.clone()),
+            ..KubeSettings::default()
+        };
+        let backend = RealKube::new(&settings, "node-00000");
         let info = backend.resolve("v1", "Node").await.unwrap();
         let before = rss_kib();
         let first = Instant::now();

@@ -6,7 +6,13 @@
 //! *result* after; a reader pairs them by id, and an intent without a result
 //! (the reconcile was cut off, or Tend crashed) reads as interrupted. After a
 //! crash the reader skips a torn last line; everything before it is intact.
+//!
+//! Plans (dry-run entries: `tend plan`, `dry-run = true`) go to a journal of
+//! their own, `<state-dir>/journal/plans/<plugin>.jsonl`, rotated at
+//! [`PLAN_MAX_BYTES`]: however many plans run, they never rotate a plugin's
+//! real history away. `tend journal` reads both.
 
+use crate::capabilities::gate::{Caller, Intent};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -17,8 +23,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Size at which a plugin's journal is rotated.
 pub const MAX_BYTES: u64 = 4 << 20;
+/// Size at which a plugin's plan journal is rotated.
+pub const PLAN_MAX_BYTES: u64 = 1 << 20;
 /// Rotated files kept per plugin (`<plugin>.jsonl.1` is the newest of them).
 pub const KEEP: usize = 2;
+/// The folder of the plan journals, inside the journal folder.
+const PLANS: &str = "plans";
 /// The single journal file of Tend before per-plugin files; still read.
 const LEGACY: &str = "journal.jsonl";
 
@@ -67,34 +77,28 @@ pub struct Entry {
 }
 
 impl Entry {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        id: String,
+    /// The line recording `intent` of `caller` at `phase`, stamped now.
+    pub fn for_intent(
+        caller: &Caller,
+        intent: &Intent,
+        id: &str,
         phase: Phase,
-        plugin: String,
-        digest: String,
-        triggers: Vec<String>,
-        capability: String,
-        operation: String,
-        target: String,
-        detail: String,
-        dry_run: bool,
         result: String,
     ) -> Entry {
         let (time, time_ms) = Entry::now();
         Entry {
-            id,
+            id: id.to_string(),
             phase,
             time,
             time_ms,
-            plugin,
-            digest,
-            triggers,
-            capability,
-            operation,
-            target,
-            detail,
-            dry_run,
+            plugin: caller.plugin.clone(),
+            digest: caller.digest.clone(),
+            triggers: caller.triggers.clone(),
+            capability: intent.capability.to_string(),
+            operation: intent.operation.to_string(),
+            target: intent.target.clone(),
+            detail: intent.detail.clone(),
+            dry_run: caller.dry_run,
             result,
         }
     }
@@ -112,21 +116,32 @@ impl Entry {
 pub struct Journal {
     dir: PathBuf,
     max_bytes: u64,
-    /// Open files by plugin, appended to under this lock.
-    files: Mutex<HashMap<String, File>>,
+    plan_max_bytes: u64,
+    /// Open files by path, appended to under this lock.
+    files: Mutex<HashMap<PathBuf, File>>,
 }
 
 impl Journal {
     pub fn open(state_dir: &Path) -> io::Result<Journal> {
-        Self::with_limit(state_dir, MAX_BYTES)
+        Self::with_limits(state_dir, MAX_BYTES, PLAN_MAX_BYTES)
     }
 
     pub fn with_limit(state_dir: &Path, max_bytes: u64) -> io::Result<Journal> {
+        Self::with_limits(state_dir, max_bytes, PLAN_MAX_BYTES)
+    }
+
+    /// A journal rotating real history at `max_bytes` and plans at `plan_max_bytes`.
+    pub fn with_limits(
+        state_dir: &Path,
+        max_bytes: u64,
+        plan_max_bytes: u64,
+    ) -> io::Result<Journal> {
         let dir = state_dir.join("journal");
-        std::fs::create_dir_all(&dir)?;
+        std::fs::create_dir_all(dir.join(PLANS))?;
         Ok(Journal {
             dir,
             max_bytes,
+            plan_max_bytes,
             files: Mutex::default(),
         })
     }
@@ -142,22 +157,38 @@ impl Journal {
         line
     }
 
-    /// Append `entries` (all of one plugin) to that plugin's file, fsynced when
-    /// `durable`; rotates that file first when it would grow past the limit.
+    /// Append `entries` (all of one plugin) to that plugin's file (plans to its
+    /// plan file), fsynced when `durable`; rotates a file first when it would
+    /// grow past its limit.
     pub fn append(&self, entries: &[Entry], durable: bool) -> io::Result<()> {
-        let Some(first) = entries.first() else {
-            return Ok(());
-        };
-        let plugin = first.plugin.clone();
-        let text: String = entries.iter().map(Journal::line).collect();
-        let current = self.dir.join(format!("{plugin}.jsonl"));
+        let (plans, real): (Vec<&Entry>, Vec<&Entry>) = entries.iter().partition(|e| e.dry_run);
+        if let Some(first) = real.first() {
+            self.append_to(&self.dir, self.max_bytes, &first.plugin, &real, durable)?;
+        }
+        if let Some(first) = plans.first() {
+            let dir = self.dir.join(PLANS);
+            self.append_to(&dir, self.plan_max_bytes, &first.plugin, &plans, durable)?;
+        }
+        Ok(())
+    }
+
+    fn append_to(
+        &self,
+        dir: &Path,
+        max_bytes: u64,
+        plugin: &str,
+        entries: &[&Entry],
+        durable: bool,
+    ) -> io::Result<()> {
+        let text: String = entries.iter().map(|e| Journal::line(e)).collect();
+        let current = dir.join(format!("{plugin}.jsonl"));
         let mut files = self.files.lock().unwrap();
         let size = std::fs::metadata(&current).map_or(0, |m| m.len());
-        if size > 0 && size + text.len() as u64 > self.max_bytes {
-            files.remove(&plugin);
-            rotate(&self.dir, &plugin)?;
+        if size > 0 && size + text.len() as u64 > max_bytes {
+            files.remove(&current);
+            rotate(dir, plugin)?;
         }
-        if !files.contains_key(&plugin) {
+        if !files.contains_key(&current) {
             let created = !current.exists();
             let mut opened = OpenOptions::new()
                 .create(true)
@@ -171,11 +202,11 @@ impl Journal {
             // A new file's name must be durable too, or an fsynced intent in it
             // could vanish with the directory entry at a power loss.
             if created {
-                File::open(&self.dir)?.sync_all()?;
+                File::open(dir)?.sync_all()?;
             }
-            files.insert(plugin.clone(), opened);
+            files.insert(current.clone(), opened);
         }
-        let handle = files.get_mut(&plugin).expect("opened above");
+        let handle = files.get_mut(&current).expect("opened above");
         handle.write_all(text.as_bytes())?;
         if durable {
             handle.sync_data()?;
@@ -185,10 +216,14 @@ impl Journal {
 
     /// Make everything appended so far for `plugin` durable.
     pub fn sync(&self, plugin: &str) -> io::Result<()> {
-        match self.files.lock().unwrap().get(plugin) {
-            Some(file) => file.sync_data(),
-            None => Ok(()),
+        let files = self.files.lock().unwrap();
+        let name = format!("{plugin}.jsonl");
+        for path in [self.dir.join(&name), self.dir.join(PLANS).join(&name)] {
+            if let Some(file) = files.get(&path) {
+                file.sync_data()?;
+            }
         }
+        Ok(())
     }
 }
 
@@ -215,35 +250,45 @@ fn rotate(dir: &Path, plugin: &str) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Every journal file, oldest rotation first within each plugin; the legacy
-/// single file first.
-fn journal_files(dir: &Path, plugin: Option<&str>) -> io::Result<Vec<PathBuf>> {
-    let mut plugins: Vec<String> = match std::fs::read_dir(dir) {
-        Ok(entries) => entries
+/// The plugins with a current journal file in `dir`.
+fn plugins_in(dir: &Path) -> io::Result<Vec<String>> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => Ok(entries
             .filter_map(|e| e.ok())
             .filter_map(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let plugin = name.strip_suffix(".jsonl")?;
                 (plugin != "journal").then(|| plugin.to_string())
             })
-            .collect(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(e),
-    };
+            .collect()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(vec![]),
+        Err(e) => Err(e),
+    }
+}
+
+/// Every journal file, oldest rotation first within each plugin (real
+/// history, then plans); the legacy single file first.
+fn journal_files(dir: &Path, plugin: Option<&str>) -> io::Result<Vec<PathBuf>> {
+    let plans = dir.join(PLANS);
+    let mut plugins = plugins_in(dir)?;
+    plugins.extend(plugins_in(&plans)?);
     plugins.retain(|p| plugin.is_none_or(|wanted| wanted == p));
     plugins.sort();
+    plugins.dedup();
     let mut files: Vec<PathBuf> = (1..=4)
         .rev()
         .map(|n| dir.join(format!("{LEGACY}.{n}")))
         .chain([dir.join(LEGACY)])
         .collect();
     for plugin in plugins {
-        files.extend(
-            (1..=KEEP)
-                .rev()
-                .map(|n| dir.join(format!("{plugin}.jsonl.{n}"))),
-        );
-        files.push(dir.join(format!("{plugin}.jsonl")));
+        for dir in [dir, plans.as_path()] {
+            files.extend(
+                (1..=KEEP)
+                    .rev()
+                    .map(|n| dir.join(format!("{plugin}.jsonl.{n}"))),
+            );
+            files.push(dir.join(format!("{plugin}.jsonl")));
+        }
     }
     Ok(files)
 }
@@ -335,6 +380,62 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_built_from_an_intent_keeps_the_line_format() {
+        let caller = Caller {
+            plugin: "p".into(),
+            digest: "sha256:d".into(),
+            triggers: vec!["file:/etc/x".into()],
+            dry_run: false,
+        };
+        let intent = Intent {
+            capability: "files",
+            operation: "write",
+            target: "/etc/x".into(),
+            detail: "new file, 3 bytes".into(),
+            diff: Some("+abc".into()),
+        };
+        let mut entry = Entry::for_intent(&caller, &intent, "run-0", Phase::Intent, String::new());
+        let (_, now) = Entry::now();
+        assert!(now.abs_diff(entry.time_ms) < 60_000, "stamped now");
+        assert!(entry.time.ends_with('Z'), "{}", entry.time);
+        entry.time = "2025-01-02T03:04:05.678Z".into();
+        entry.time_ms = 1_735_787_045_678;
+        let line = concat!(
+            r#"{"id":"run-0","phase":"intent","time":"2025-01-02T03:04:05.678Z","#,
+            r#""time_ms":1735787045678,"plugin":"p","digest":"sha256:d","#,
+            r#""triggers":["file:/etc/x"],"capability":"files","operation":"write","#,
+            r#""target":"/etc/x","detail":"new file, 3 bytes","dry_run":false,"result":""}"#,
+            "\n"
+        );
+        assert_eq!(
+            Journal::line(&entry),
+            line,
+            "the diff is for plans, not the journal"
+        );
+    }
+
+    #[test]
+    fn lines_written_before_intents_and_per_plugin_files_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("journal")).unwrap();
+        let old = concat!(
+            r#"{"time":"2024-05-06T07:08:09.010Z","time_ms":1714979289010,"plugin":"p","#,
+            r#""digest":"sha256:d","triggers":["startup"],"capability":"files","#,
+            r#""operation":"write","target":"/etc/x","detail":"","dry_run":false,"result":"ok"}"#,
+            "\n"
+        );
+        std::fs::write(dir.path().join("journal").join(LEGACY), old).unwrap();
+        let (entries, skipped) = read(dir.path(), &Filter::default()).unwrap();
+        assert_eq!((entries.len(), skipped), (1, 0));
+        let entry = &entries[0];
+        assert_eq!((entry.phase, entry.id.as_str()), (Phase::Done, ""));
+        assert_eq!(
+            (entry.target.as_str(), entry.result.as_str()),
+            ("/etc/x", "ok")
+        );
+    }
+
+    #[test]
     fn appends_and_filters_by_plugin_and_age() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
@@ -401,7 +502,9 @@ mod tests {
         assert_eq!(entries[0].target, "/precious");
         let total: u64 = std::fs::read_dir(dir.path().join("journal"))
             .unwrap()
-            .map(|e| e.unwrap().metadata().unwrap().len())
+            .map(|e| e.unwrap().metadata().unwrap())
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
             .sum();
         assert!(total <= 2000 * (KEEP as u64 + 1) + 2000, "bounded: {total}");
         let loud = read(
@@ -414,6 +517,35 @@ mod tests {
         .unwrap()
         .0;
         assert!(loud.len() < 500 && loud.iter().all(|e| e.plugin == "loud"));
+    }
+
+    #[test]
+    fn plans_rotate_on_their_own_and_never_evict_real_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::with_limits(dir.path(), 2000, 1000).unwrap();
+        journal.append(&[entry("p", "/real", 1)], true).unwrap();
+        for i in 0..500 {
+            let mut plan = entry("p", &format!("/planned-{i}"), 2 + i);
+            plan.phase = Phase::Planned;
+            plan.dry_run = true;
+            journal.append(&[plan], false).unwrap();
+        }
+        let (entries, _) = read(dir.path(), &Filter::default()).unwrap();
+        assert_eq!(entries[0].target, "/real", "the real entry survives");
+        let plans = entries.iter().filter(|e| e.dry_run).count();
+        assert!(plans > 0 && plans < 500, "plans shown, rotated: {plans}");
+        assert_eq!(entries.last().unwrap().target, "/planned-499");
+        let real = std::fs::read_to_string(dir.path().join("journal/p.jsonl")).unwrap();
+        assert_eq!(real.lines().count(), 1, "no plan in the real history");
+        assert!(!dir.path().join("journal/p.jsonl.1").exists());
+        let plan_bytes: u64 = std::fs::read_dir(dir.path().join("journal/plans"))
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
+        assert!(
+            plan_bytes <= 1000 * (KEEP as u64 + 1),
+            "bounded: {plan_bytes}"
+        );
     }
 
     #[test]

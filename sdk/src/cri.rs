@@ -5,7 +5,7 @@ use crate::{Error, NotProvided, Result};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tend_grants::cri::{CriGrant, Operation, normalize_image};
+use tend_grants::cri::{CriGrant, Operation, SandboxRef, check_id, normalize_image};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SandboxState {
@@ -120,13 +120,18 @@ pub struct RuntimeVersion {
 /// The container runtime, within the plugin's grant: reads need `read = true`,
 /// each mutation its operation, and a pull an `images` pattern covering the
 /// image written out in full ("busybox" is "docker.io/library/busybox:latest").
+/// Sandboxes are named by their full 64-hex id, as listed (a prefix is
+/// `invalid`); a stop or removal must also fit the grant's `namespaces` and
+/// `states`.
 pub trait Cri {
     fn version(&self) -> Result<RuntimeVersion>;
     fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandbox>>;
     fn pod_sandbox_status(&self, id: &str) -> Result<SandboxStatus>;
-    /// Stop a sandbox (its containers and network); stopping a stopped one succeeds.
+    /// Stop a sandbox (its containers and network); stopping a stopped one
+    /// succeeds, an absent one is `not-found`.
     fn stop_pod_sandbox(&self, id: &str) -> Result<()>;
-    /// Remove a sandbox and its containers; removing an absent one succeeds.
+    /// Remove a sandbox and its containers; removing an absent one succeeds
+    /// (and is no mutation).
     fn remove_pod_sandbox(&self, id: &str) -> Result<()>;
     /// Containers, all or those of one sandbox.
     fn list_containers(&self, pod_sandbox_id: Option<&str>) -> Result<Vec<Container>>;
@@ -371,6 +376,23 @@ impl FakeCri {
         self
     }
 
+    /// Hold stops and removals to sandboxes in `namespaces`, as
+    /// `namespaces = [...]` would.
+    pub fn grant_namespaces(&self, namespaces: &[&str]) -> &Self {
+        let namespaces = namespaces.iter().map(|n| n.to_string());
+        self.grant.borrow_mut().namespaces.extend(namespaces);
+        self
+    }
+
+    /// Hold stops and removals to sandboxes in `states` ("ready",
+    /// "notready"), as `states = [...]` would.
+    pub fn grant_states(&self, states: &[&str]) -> &Self {
+        let grant: CriGrant = serde_json::from_value(serde_json::json!({ "states": states }))
+            .unwrap_or_else(|e| panic!("FakeCri::grant_states: {e}"));
+        self.grant.borrow_mut().states.extend(grant.states);
+        self
+    }
+
     /// Grant pulls of images matching `patterns` ("docker.io/library/*"), as
     /// `images = [...]` would.
     pub fn grant_images(&self, patterns: &[&str]) -> &Self {
@@ -512,17 +534,33 @@ impl FakeCri {
         self.failing(call)
     }
 
-    /// Grant check, then the scripted failure, then the action is recorded.
-    fn mutate(&self, operation: Operation, id: &str) -> Result<()> {
-        self.grant
-            .borrow()
-            .check_operation(&self.plugin, operation, id)
-            .map_err(crate::types::refused)?;
+    /// As the host: the full id, the operation, the sandbox resolved and
+    /// held to the grant's namespaces and states; then the scripted failure,
+    /// then the action is recorded. False when the sandbox does not exist
+    /// (nothing is recorded).
+    fn mutate(&self, operation: Operation, id: &str) -> Result<bool> {
+        check_id("sandbox id", id).map_err(crate::types::refused)?;
+        let grant = self.grant.borrow();
+        (grant.check_operation(&self.plugin, operation, id)).map_err(crate::types::refused)?;
+        let sandboxes = self.sandboxes.borrow();
+        let Some(found) = sandboxes.iter().find(|s| s.sandbox.id == id) else {
+            return Ok(false);
+        };
+        let sandbox = SandboxRef {
+            id,
+            namespace: &found.sandbox.namespace,
+            pod_name: &found.sandbox.pod_name,
+            state: match found.sandbox.state {
+                SandboxState::Ready => tend_grants::cri::SandboxState::Ready,
+                SandboxState::NotReady => tend_grants::cri::SandboxState::NotReady,
+            },
+        };
+        (grant.check_sandbox(&self.plugin, operation, &sandbox)).map_err(crate::types::refused)?;
         self.failing(operation.name())?;
         self.actions
             .borrow_mut()
             .push(format!("{} {id}", operation.name()));
-        Ok(())
+        Ok(true)
     }
 
     fn find_image(&self, full: &str) -> Option<Image> {
@@ -541,6 +579,10 @@ impl Cri for FakeCri {
     }
     fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandbox>> {
         self.read("list-pod-sandboxes")?;
+        tend_grants::cri::check_filter_labels(&filter.labels).map_err(crate::types::refused)?;
+        if let Some(id) = &filter.id {
+            check_id("sandbox id", id).map_err(crate::types::refused)?;
+        }
         let sandboxes = self.sandboxes.borrow();
         Ok(sandboxes
             .iter()
@@ -551,22 +593,28 @@ impl Cri for FakeCri {
     }
     fn pod_sandbox_status(&self, id: &str) -> Result<SandboxStatus> {
         self.read("pod-sandbox-status")?;
+        check_id("sandbox id", id).map_err(crate::types::refused)?;
         let sandboxes = self.sandboxes.borrow();
         let found = sandboxes.iter().find(|s| s.sandbox.id == id).cloned();
         found.ok_or_else(|| Error::NotFound(format!("cri pod-sandbox-status: no sandbox {id}")))
     }
-    /// Like containerd, an absent sandbox is `not-found`.
+    /// As on the host, an absent sandbox is `not-found`.
     fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
-        self.mutate(Operation::StopPodSandbox, id)?;
+        if !self.mutate(Operation::StopPodSandbox, id)? {
+            return Err(Error::NotFound(format!(
+                "cri stop-pod-sandbox: no sandbox {id}"
+            )));
+        }
         let mut sandboxes = self.sandboxes.borrow_mut();
-        let sandbox = sandboxes.iter_mut().find(|s| s.sandbox.id == id);
-        let sandbox = sandbox
-            .ok_or_else(|| Error::NotFound(format!("cri stop-pod-sandbox: no sandbox {id}")))?;
-        sandbox.sandbox.state = SandboxState::NotReady;
+        for s in sandboxes.iter_mut().filter(|s| s.sandbox.id == id) {
+            s.sandbox.state = SandboxState::NotReady;
+        }
         Ok(())
     }
     fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
-        self.mutate(Operation::RemovePodSandbox, id)?;
+        if !self.mutate(Operation::RemovePodSandbox, id)? {
+            return Ok(());
+        }
         self.sandboxes.borrow_mut().retain(|s| s.sandbox.id != id);
         self.containers
             .borrow_mut()
@@ -575,6 +623,9 @@ impl Cri for FakeCri {
     }
     fn list_containers(&self, pod_sandbox_id: Option<&str>) -> Result<Vec<Container>> {
         self.read("list-containers")?;
+        if let Some(id) = pod_sandbox_id {
+            check_id("sandbox id", id).map_err(crate::types::refused)?;
+        }
         let containers = self.containers.borrow();
         Ok(containers
             .iter()
@@ -633,6 +684,10 @@ impl Cri for FakeCri {
 mod tests {
     use super::*;
 
+    const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const GONE: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
     fn unavailable() -> Error {
         Error::Unavailable("the container runtime did not answer".into())
     }
@@ -640,17 +695,19 @@ mod tests {
     #[test]
     fn nothing_is_granted_until_granted_with_the_hosts_messages() {
         let cri = FakeCri::new("sweeper");
-        cri.add_sandbox("a", "uid-1", 0, SandboxState::Ready);
+        cri.add_sandbox(A, "uid-1", 0, SandboxState::Ready);
         assert_eq!(
             cri.list_pod_sandboxes(&SandboxFilter::default()),
             Err(Error::Denied(
                 "cri list-pod-sandboxes is not granted: set read = true in [plugins.sweeper.grants] cri".into()
             ))
         );
-        let err = cri.remove_pod_sandbox("a").unwrap_err();
+        let err = cri.remove_pod_sandbox(A).unwrap_err();
         assert_eq!(
             err.message(),
-            "cri remove-pod-sandbox of a is not granted: add \"remove-pod-sandbox\" to operations in [plugins.sweeper.grants] cri"
+            format!(
+                "cri remove-pod-sandbox of {A} is not granted: add \"remove-pod-sandbox\" to operations in [plugins.sweeper.grants] cri"
+            )
         );
         cri.grant_operations(&["pull-image"]);
         let err = cri
@@ -675,11 +732,11 @@ mod tests {
         let cri = FakeCri::default();
         cri.grant_read()
             .grant_operations(&["remove-pod-sandbox", "stop-pod-sandbox"]);
-        cri.add_sandbox("a", "uid-1", 0, SandboxState::NotReady)
-            .add_sandbox("b", "uid-1", 1, SandboxState::Ready)
+        cri.add_sandbox(A, "uid-1", 0, SandboxState::NotReady)
+            .add_sandbox(B, "uid-1", 1, SandboxState::Ready)
             .add_container(Container {
                 id: "c".into(),
-                pod_sandbox_id: "a".into(),
+                pod_sandbox_id: A.into(),
                 ..Container::default()
             });
         let ready = SandboxFilter {
@@ -689,32 +746,64 @@ mod tests {
         let listed = cri.list_pod_sandboxes(&ready).unwrap();
         assert_eq!(
             listed.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
-            ["b"]
+            [B]
         );
-        assert_eq!(cri.list_containers(Some("a")).unwrap().len(), 1);
-        cri.remove_pod_sandbox("a").unwrap();
-        cri.remove_pod_sandbox("gone").unwrap();
+        assert_eq!(cri.list_containers(Some(A)).unwrap().len(), 1);
+        cri.remove_pod_sandbox(A).unwrap();
+        cri.remove_pod_sandbox(GONE).unwrap();
         assert_eq!(cri.list_containers(None).unwrap(), []);
-        cri.stop_pod_sandbox("b").unwrap();
+        cri.stop_pod_sandbox(B).unwrap();
         assert_eq!(
-            cri.pod_sandbox_status("b").unwrap().sandbox.state,
+            cri.pod_sandbox_status(B).unwrap().sandbox.state,
             SandboxState::NotReady
         );
-        assert_eq!(
-            cri.stop_pod_sandbox("gone").unwrap_err().kind(),
-            "not-found"
-        );
-        assert_eq!(cri.pod_sandbox_status("a").unwrap_err().kind(), "not-found");
-        assert_eq!(cri.sandbox_ids(), ["b"]);
+        assert_eq!(cri.stop_pod_sandbox(GONE).unwrap_err().kind(), "not-found");
+        assert_eq!(cri.pod_sandbox_status(A).unwrap_err().kind(), "not-found");
+        assert_eq!(cri.sandbox_ids(), [B]);
         assert_eq!(
             cri.actions(),
             [
-                "remove-pod-sandbox a",
-                "remove-pod-sandbox gone",
-                "stop-pod-sandbox b",
-                "stop-pod-sandbox gone"
-            ]
+                format!("remove-pod-sandbox {A}"),
+                format!("stop-pod-sandbox {B}")
+            ],
+            "absent sandboxes are no mutation"
         );
+    }
+
+    #[test]
+    fn prefixes_are_invalid_and_removals_keep_to_namespaces_and_states() {
+        let cri = FakeCri::new("sweeper");
+        cri.grant_read()
+            .grant_operations(&["remove-pod-sandbox", "stop-pod-sandbox"])
+            .grant_namespaces(&["default"])
+            .grant_states(&["notready"]);
+        cri.add_sandbox(A, "uid-1", 0, SandboxState::Ready)
+            .put_sandbox(PodSandbox {
+                namespace: "kube-system".into(),
+                ..PodSandbox::new(B, "uid-2", 0, SandboxState::NotReady)
+            });
+        for prefix in [&A[..10], &A[..12]] {
+            assert_eq!(cri.stop_pod_sandbox(prefix).unwrap_err().kind(), "invalid");
+            assert_eq!(
+                cri.pod_sandbox_status(prefix).unwrap_err().kind(),
+                "invalid"
+            );
+        }
+        let err = cri.remove_pod_sandbox(A).unwrap_err();
+        assert!(
+            err.message().ends_with(
+                "the sandbox is READY, outside states = [\"notready\"]: add \"ready\" to states in [plugins.sweeper.grants] cri"
+            ),
+            "{err}"
+        );
+        let err = cri.remove_pod_sandbox(B).unwrap_err();
+        assert!(
+            err.message()
+                .ends_with("add \"kube-system\" to namespaces in [plugins.sweeper.grants] cri"),
+            "{err}"
+        );
+        assert_eq!(cri.sandbox_ids(), [A, B]);
+        assert_eq!(cri.actions(), Vec::<String>::new());
     }
 
     #[test]

@@ -127,8 +127,6 @@ pub(crate) mod wasm {
     }
 }
 
-const DEFAULT_MODE: u32 = 0o644;
-
 /// The fake: a file tree in memory behind the host's grant rules. Like the
 /// host, it denies every path no [`FakeFiles::grant`] covers (no grant at all
 /// denies everything), denies writes under read-only grants, and refuses to
@@ -179,7 +177,7 @@ impl FakeFiles {
         self.add_parents(&path);
         self.files
             .borrow_mut()
-            .insert(path, (contents.to_vec(), DEFAULT_MODE));
+            .insert(path, (contents.to_vec(), tend_grants::files::DEFAULT_MODE));
         self
     }
 
@@ -244,7 +242,8 @@ impl Files for FakeFiles {
                 "{path} is a granted root directory, not a file"
             )));
         }
-        let new = (contents.to_vec(), mode.unwrap_or(DEFAULT_MODE) & 0o7777);
+        let mode = tend_grants::files::file_mode(path, mode).map_err(crate::types::refused)?;
+        let new = (contents.to_vec(), mode);
         self.add_parents(&key);
         let old = self.files.borrow_mut().insert(key, new.clone());
         Ok(old.as_ref() != Some(&new))

@@ -7,7 +7,11 @@ use crate::{Error, NotProvided, Result};
 use serde_json::{Map, Value};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use tend_grants::kube::{Access, KubeRule, Verb, check, listable_names};
+use tend_grants::kube::{
+    Access, FieldSelector, KubeRule, LabelSelector, MAX_BODY, MAX_SELECTOR, OwnLease, PatchShape,
+    Verb, check, check_event, check_key, check_object, check_own_lease, check_size, list_scope,
+    needs_object,
+};
 
 /// One object: `ObjectKey::cluster("v1", "Node", "node-1")`,
 /// `ObjectKey::namespaced("apps/v1", "Deployment", "default", "web")`.
@@ -296,12 +300,6 @@ pub(crate) mod wasm {
 /// The calls [`FakeKube::fail_call`] can make fail: the WIT function names.
 const CALLS: [&str; 6] = ["get", "list", "create", "patch", "delete", "emit-event"];
 
-/// The largest object or patch the host accepts.
-const MAX_BODY: usize = 1024 * 1024;
-/// Event reasons and messages, as the API server bounds them.
-const MAX_REASON: usize = 128;
-const MAX_NOTE: usize = 1024;
-
 /// A kind the fake's discovery knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Kind {
@@ -393,72 +391,40 @@ impl IntoKubeRules for &[KubeRule] {
 impl IntoKubeRules for &str {
     /// Panics on a rule the host would reject: a test setup error.
     fn into_kube_rules(self) -> Vec<KubeRule> {
-        let json = inline_toml_to_json(self);
-        let parsed = if json.trim_start().starts_with('[') {
-            serde_json::from_str::<Vec<KubeRule>>(&json)
-        } else {
-            serde_json::from_str::<KubeRule>(&json).map(|rule| vec![rule])
-        };
-        parsed.unwrap_or_else(|e| panic!("FakeKube::grant: {e} in {self}"))
+        parse_rules(self).unwrap_or_else(|e| panic!("FakeKube::grant: {e} in {self}"))
     }
 }
 
-/// TOML inline tables and arrays as JSON: bare keys quoted, `=` as `:`,
-/// 'literal' strings as JSON strings, comments and trailing commas dropped.
-/// JSON passes through unchanged.
-fn inline_toml_to_json(text: &str) -> String {
-    let mut out = String::new();
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => {
-                out.push('"');
-                while let Some(c) = chars.next() {
-                    out.push(c);
-                    match c {
-                        '\\' => out.extend(chars.next()),
-                        '"' => break,
-                        _ => {}
-                    }
-                }
-            }
-            '\'' => {
-                let literal: String = chars.by_ref().take_while(|c| *c != '\'').collect();
-                out.push_str(&Value::String(literal).to_string());
-            }
-            '#' => {
-                chars.by_ref().take_while(|c| *c != '\n').for_each(drop);
-            }
-            '=' => out.push(':'),
-            c if c.is_ascii_alphanumeric() || c == '_' || c == '-' => {
-                let mut word = c.to_string();
-                while let Some(&c) = chars.peek() {
-                    if !(c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-                        break;
-                    }
-                    word.push(c);
-                    chars.next();
-                }
-                let number = word.starts_with(|c: char| c.is_ascii_digit() || c == '-')
-                    && word.parse::<f64>().is_ok();
-                let literal = number || matches!(word.as_str(), "true" | "false" | "null");
-                if literal {
-                    out.push_str(&word);
-                } else {
-                    out.push_str(&Value::String(word).to_string());
-                }
-            }
-            ']' | '}' => {
-                let kept = out.trim_end().len();
-                if out[..kept].ends_with(',') {
-                    out.truncate(kept - 1);
-                }
-                out.push(c);
-            }
-            c => out.push(c),
-        }
+/// One rule or a list, as JSON or as the value of `kube = ...` in the host
+/// config (parsed by the `toml` crate, as the host parses its config).
+fn parse_rules(text: &str) -> std::result::Result<Vec<KubeRule>, String> {
+    #[derive(serde::Deserialize)]
+    struct Grants<T> {
+        kube: T,
     }
-    out
+    // TOML wants a value on the line of its key: start at the value, after
+    // any leading comments.
+    let mut value = text.trim_start();
+    while let Some(comment) = value.strip_prefix('#') {
+        value = comment
+            .split_once('\n')
+            .map_or("", |(_, rest)| rest)
+            .trim_start();
+    }
+    let many = value.starts_with('[');
+    if serde_json::from_str::<Value>(text).is_ok() {
+        return match many {
+            true => serde_json::from_str(text),
+            false => serde_json::from_str(text).map(|rule| vec![rule]),
+        }
+        .map_err(|e| e.to_string());
+    }
+    let document = format!("kube = {value}");
+    match many {
+        true => toml::from_str::<Grants<Vec<KubeRule>>>(&document).map(|g| g.kube),
+        false => toml::from_str::<Grants<KubeRule>>(&document).map(|g| vec![g.kube]),
+    }
+    .map_err(|e| e.to_string())
 }
 
 /// The fake: an in-memory API server behind the host's grant rules and
@@ -472,9 +438,12 @@ fn inline_toml_to_json(text: &str) -> String {
 ///   [`FakeKube::set_node_name`].
 /// - Lists are cut to the names the rules allow, filtered by label and field
 ///   selectors, paged with `limit`.
-/// - Merge patches are applied (RFC 7386); JSON patches and server-side
-///   applies are recorded ([`FakeKube::patches`]) and leave the object as it
-///   was: `put` the expected result to go on.
+/// - Patches are applied and recorded ([`FakeKube::patches`]): merge patches
+///   by RFC 7386, JSON patches by RFC 6902 (one that does not apply is
+///   `invalid` and changes nothing, as the API server answers 422), and
+///   server-side applies as a merge patch: the fake keeps no field managers,
+///   so lists are replaced, not merged by key, and an apply never creates the
+///   object. `put` the expected result where that differs.
 /// - Every mutation is recorded ([`FakeKube::actions`]: "patch
 ///   nodes/node-1 merge", "delete pods/default/web", "event nodes/node-1
 ///   LabelApplied: ..."), Events aggregated in [`FakeKube::events`].
@@ -484,6 +453,7 @@ pub struct FakeKube {
     plugin: String,
     node: RefCell<String>,
     rules: RefCell<Vec<KubeRule>>,
+    own_lease: RefCell<Option<OwnLease>>,
     kinds: RefCell<Vec<Kind>>,
     objects: RefCell<BTreeMap<Slot, Value>>,
     resource_version: Cell<u64>,
@@ -507,6 +477,7 @@ impl FakeKube {
             plugin: plugin.to_string(),
             node: RefCell::new("node-1".to_string()),
             rules: RefCell::default(),
+            own_lease: RefCell::default(),
             kinds: RefCell::new(vec![
                 Kind::new("v1", "Node", "nodes", false),
                 Kind::new("v1", "Namespace", "namespaces", false),
@@ -541,6 +512,17 @@ impl FakeKube {
 
     pub fn node_name(&self) -> String {
         self.node.borrow().clone()
+    }
+
+    /// Make the Lease `namespace`/`name` Tend's own election Lease, as the
+    /// host's `[host.leader-election]` does: creating, patching or deleting
+    /// it is denied whatever the grant says.
+    pub fn set_own_lease(&self, namespace: &str, name: &str) -> &Self {
+        *self.own_lease.borrow_mut() = Some(OwnLease {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        });
+        self
     }
 
     /// Teach discovery a kind: `add_kind("apps/v1", "Deployment", "deployments", true)`.
@@ -671,20 +653,12 @@ impl FakeKube {
         object
     }
 
-    /// The host's bounds on what a plugin sends.
+    /// The host's bounds on what a plugin sends (the rules crate's).
     fn bounded(what: &str, text: &str, max: usize) -> Result<()> {
-        if text.len() > max {
-            return Err(Error::Invalid(format!(
-                "kube {what}: {} bytes, at most {max}",
-                text.len()
-            )));
-        }
-        Ok(())
+        check_size(what, text, max).map_err(crate::types::refused)
     }
 
     fn resolve(&self, api_version: &str, kind: &str) -> Result<Kind> {
-        Self::bounded("api-version", api_version, 253)?;
-        Self::bounded("kind", kind, 253)?;
         let kinds = self.kinds.borrow();
         let found = kinds
             .iter()
@@ -696,13 +670,16 @@ impl FakeKube {
         })
     }
 
-    /// The kind resolved and the namespace it takes, as the host decides.
+    /// The kind resolved and the namespace it takes, as the host decides:
+    /// every name the call puts into a URL is checked for its shape first.
     fn scoped(
         &self,
         api_version: &str,
         kind: &str,
         namespace: Option<&str>,
+        name: Option<&str>,
     ) -> Result<(Kind, Option<String>)> {
+        check_key(api_version, kind, namespace, name).map_err(crate::types::refused)?;
         let info = self.resolve(api_version, kind)?;
         match (info.namespaced, namespace) {
             (false, Some(ns)) => Err(Error::Invalid(format!(
@@ -713,42 +690,74 @@ impl FakeKube {
         }
     }
 
-    fn allow(
-        &self,
-        kind: &Kind,
+    fn access<'a>(
+        kind: &'a Kind,
         verb: Verb,
-        namespace: Option<&str>,
-        name: Option<&str>,
-    ) -> Result<()> {
-        let access = Access {
+        namespace: Option<&'a str>,
+        name: Option<&'a str>,
+    ) -> Access<'a> {
+        Access {
             group: &kind.group,
             resource: &kind.plural,
             verb,
             namespace,
             name,
-        };
-        check(
-            &self.rules.borrow(),
-            &self.plugin,
-            &self.node.borrow(),
-            &access,
-        )
-        .map_err(crate::types::refused)
+        }
     }
 
-    /// Resolve a key and check `verb` on it, as the host does.
+    /// Resolve a key and check `verb` on it by name, as the host does (Tend's
+    /// own election Lease first).
     fn named(&self, key: &ObjectKey, verb: Verb) -> Result<(Kind, Option<String>)> {
-        let (kind, namespace) =
-            self.scoped(&key.api_version, &key.kind, key.namespace.as_deref())?;
-        Self::bounded("name", &key.name, 253)?;
+        let (kind, namespace) = self.scoped(
+            &key.api_version,
+            &key.kind,
+            key.namespace.as_deref(),
+            Some(&key.name),
+        )?;
         if kind.namespaced && namespace.is_none() {
             return Err(Error::Invalid(format!(
                 "{} is namespaced: name its namespace",
                 kind.kind
             )));
         }
-        self.allow(&kind, verb, namespace.as_deref(), Some(&key.name))?;
+        let access = Self::access(&kind, verb, namespace.as_deref(), Some(&key.name));
+        check_own_lease(self.own_lease.borrow().as_ref(), &access)
+            .map_err(crate::types::refused)?;
+        check(
+            &self.rules.borrow(),
+            &self.plugin,
+            &self.node.borrow(),
+            &access,
+        )
+        .map_err(crate::types::refused)?;
         Ok((kind, namespace))
+    }
+
+    /// The object-level check, as the host makes it: selectors on the
+    /// object (the stored one when `object` is None and only rules with
+    /// selectors allow the call), `fields` on a patch.
+    fn object_allowed(
+        &self,
+        kind: &Kind,
+        namespace: Option<&str>,
+        name: &str,
+        verb: Verb,
+        object: Option<&Value>,
+        patch: Option<(PatchShape, &Value)>,
+    ) -> Result<()> {
+        let access = Self::access(kind, verb, namespace, Some(name));
+        let rules = self.rules.borrow();
+        let node = self.node.borrow();
+        let stored;
+        let object = match object {
+            None if needs_object(&rules, &node, &access) => {
+                stored = self.stored("get", kind, namespace, name)?;
+                Some(&stored)
+            }
+            object => object,
+        };
+        check_object(&rules, &self.plugin, &node, &access, object, patch)
+            .map_err(crate::types::refused)
     }
 
     /// A scripted failure of `call`, if any.
@@ -786,7 +795,16 @@ impl Kube for FakeKube {
     fn get(&self, key: &ObjectKey) -> Result<Value> {
         let (kind, namespace) = self.named(key, Verb::Get)?;
         self.failing("get")?;
-        self.stored("get", &kind, namespace.as_deref(), &key.name)
+        let object = self.stored("get", &kind, namespace.as_deref(), &key.name)?;
+        self.object_allowed(
+            &kind,
+            namespace.as_deref(),
+            &key.name,
+            Verb::Get,
+            Some(&object),
+            None,
+        )?;
+        Ok(object)
     }
 
     fn list(
@@ -802,41 +820,36 @@ impl Kube for FakeKube {
             &params.continue_token,
         ];
         for selector in selectors.into_iter().flatten() {
-            Self::bounded("selector", selector, 4096)?;
+            Self::bounded("selector", selector, MAX_SELECTOR)?;
         }
-        let (kind, namespace) = self.scoped(api_version, kind, namespace)?;
-        self.allow(&kind, Verb::List, namespace.as_deref(), None)?;
-        let access = Access {
-            group: &kind.group,
-            resource: &kind.plural,
-            verb: Verb::List,
-            namespace: namespace.as_deref(),
-            name: None,
-        };
-        let names = listable_names(&self.rules.borrow(), &self.node.borrow(), &access);
+        let (kind, namespace) = self.scoped(api_version, kind, namespace, None)?;
+        let access = Self::access(&kind, Verb::List, namespace.as_deref(), None);
+        let scope = list_scope(
+            &self.rules.borrow(),
+            &self.plugin,
+            &self.node.borrow(),
+            &access,
+            params.label_selector.as_deref(),
+            params.field_selector.as_deref(),
+        )
+        .map_err(crate::types::refused)?;
         self.failing("list")?;
-        let labels = params
-            .label_selector
-            .as_deref()
-            .map(LabelSelector::parse)
-            .transpose()?;
-        let fields = params
-            .field_selector
-            .as_deref()
-            .map(FieldSelector::parse)
-            .transpose()?;
+        // What the API server does with the selectors sent (the rule's ANDed
+        // with the plugin's); they parsed in `list_scope`.
+        let labels = LabelSelector::parse(scope.label_selector.as_deref().unwrap_or_default())
+            .map_err(Error::Invalid)?;
+        let fields = FieldSelector::parse(scope.field_selector.as_deref().unwrap_or_default())
+            .map_err(Error::Invalid)?;
         let objects = self.objects.borrow();
         let matching: Vec<Value> = objects
             .iter()
-            .filter(|((group, plural, ns, name), _)| {
+            .filter(|((group, plural, ns, _), _)| {
                 *group == kind.group
                     && *plural == kind.plural
                     && (namespace.is_none() || ns.as_deref() == namespace.as_deref())
-                    && names.as_ref().is_none_or(|allowed| allowed.contains(name))
             })
             .map(|(_, object)| object)
-            .filter(|o| labels.as_ref().is_none_or(|s| s.matches(o)))
-            .filter(|o| fields.as_ref().is_none_or(|s| s.matches(o)))
+            .filter(|o| labels.matches(o) && fields.matches(o) && scope.admits(o))
             .cloned()
             .collect();
         let start = match &params.continue_token {
@@ -867,7 +880,6 @@ impl Kube for FakeKube {
         object: &Value,
     ) -> Result<Value> {
         Self::bounded("create", &object.to_string(), MAX_BODY)?;
-        let (info, namespace) = self.scoped(api_version, kind, namespace)?;
         let name = object["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -877,6 +889,24 @@ impl Kube for FakeKube {
                 "kube create: the object needs metadata.name".into(),
             ));
         }
+        let (info, namespace) = self.scoped(api_version, kind, namespace, Some(&name))?;
+        let mut object = object.clone();
+        match (&object["metadata"]["namespace"], &namespace) {
+            (Value::Null, _) => {}
+            (Value::String(inside), Some(ns)) if inside == ns => {}
+            (inside, _) => {
+                return Err(Error::Invalid(format!(
+                    "kube create: metadata.namespace {} does not match the namespace of the call ({}); name the same namespace in both, or leave it out of the object",
+                    inert(&inside.to_string()),
+                    namespace
+                        .as_deref()
+                        .unwrap_or("none: the kind is cluster-scoped")
+                )));
+            }
+        }
+        if let (Some(ns), Some(meta)) = (&namespace, object["metadata"].as_object_mut()) {
+            meta.insert("namespace".into(), ns.clone().into());
+        }
         let key = ObjectKey {
             api_version: api_version.to_string(),
             kind: kind.to_string(),
@@ -884,14 +914,15 @@ impl Kube for FakeKube {
             name: name.clone(),
         };
         self.named(&key, Verb::Create)?;
+        self.object_allowed(
+            &info,
+            namespace.as_deref(),
+            &name,
+            Verb::Create,
+            Some(&object),
+            None,
+        )?;
         self.failing("create")?;
-        let other = object["metadata"]["namespace"].as_str();
-        if other.is_some_and(|other| namespace.as_deref() != Some(other)) {
-            return Err(Error::Invalid(format!(
-                "create {}: the namespace of the provided object does not match the namespace sent on the request (BadRequest)",
-                info.plural
-            )));
-        }
         if self
             .stored("create", &info, namespace.as_deref(), &name)
             .is_ok()
@@ -903,12 +934,25 @@ impl Kube for FakeKube {
         }
         let target = info.target(namespace.as_deref(), &name);
         self.actions.borrow_mut().push(format!("create {target}"));
-        Ok(self.store(&info, namespace.as_deref(), &name, object.clone()))
+        Ok(self.store(&info, namespace.as_deref(), &name, object))
     }
 
     fn patch(&self, key: &ObjectKey, patch_type: PatchType, patch: &Value) -> Result<Value> {
         Self::bounded("patch", &patch.to_string(), MAX_BODY)?;
         let (kind, namespace) = self.named(key, Verb::Patch)?;
+        let shape = match patch_type {
+            PatchType::Merge => PatchShape::Merge,
+            PatchType::Json => PatchShape::Json,
+            PatchType::Apply => PatchShape::Apply,
+        };
+        self.object_allowed(
+            &kind,
+            namespace.as_deref(),
+            &key.name,
+            Verb::Patch,
+            None,
+            Some((shape, patch)),
+        )?;
         self.failing("patch")?;
         if patch_type == PatchType::Json && !patch.is_array() {
             return Err(Error::Invalid(
@@ -916,6 +960,14 @@ impl Kube for FakeKube {
             ));
         }
         let target = kind.target(namespace.as_deref(), &key.name);
+        let patched = match self.stored("patch", &kind, namespace.as_deref(), &key.name) {
+            Ok(mut object) => {
+                apply_patch(&mut object, patch_type, patch)
+                    .map_err(|e| Error::Invalid(format!("kube patch {target}: {e}")))?;
+                Ok(object)
+            }
+            Err(e) => Err(e),
+        };
         self.actions
             .borrow_mut()
             .push(format!("patch {target} {}", patch_type.name()));
@@ -927,16 +979,19 @@ impl Kube for FakeKube {
             patch_type,
             patch: patch.clone(),
         });
-        let mut object = self.stored("patch", &kind, namespace.as_deref(), &key.name)?;
-        if patch_type != PatchType::Merge {
-            return Ok(object);
-        }
-        merge_patch(&mut object, patch);
-        Ok(self.store(&kind, namespace.as_deref(), &key.name, object))
+        Ok(self.store(&kind, namespace.as_deref(), &key.name, patched?))
     }
 
     fn delete(&self, key: &ObjectKey) -> Result<()> {
         let (kind, namespace) = self.named(key, Verb::Delete)?;
+        self.object_allowed(
+            &kind,
+            namespace.as_deref(),
+            &key.name,
+            Verb::Delete,
+            None,
+            None,
+        )?;
         self.failing("delete")?;
         let target = kind.target(namespace.as_deref(), &key.name);
         self.actions.borrow_mut().push(format!("delete {target}"));
@@ -953,17 +1008,18 @@ impl Kube for FakeKube {
         reason: &str,
         message: &str,
     ) -> Result<()> {
-        Self::bounded("event reason", reason, MAX_REASON)?;
-        Self::bounded("event message", message, MAX_NOTE)?;
-        if reason.is_empty() || !reason.chars().all(|c| c.is_ascii_alphanumeric()) {
-            return Err(Error::Invalid(format!(
-                "kube event reason {:?}: expected a CamelCase word such as \"LabelsApplied\"",
-                inert(reason)
-            )));
-        }
+        check_event(reason, message).map_err(crate::types::refused)?;
         let (kind, namespace) = self.named(regarding, Verb::Get)?;
         self.failing("emit-event")?;
-        self.stored("get", &kind, namespace.as_deref(), &regarding.name)?;
+        let object = self.stored("get", &kind, namespace.as_deref(), &regarding.name)?;
+        self.object_allowed(
+            &kind,
+            namespace.as_deref(),
+            &regarding.name,
+            Verb::Get,
+            Some(&object),
+            None,
+        )?;
         let message = inert(message);
         let target = kind.target(namespace.as_deref(), &regarding.name);
         self.actions
@@ -992,6 +1048,26 @@ impl Kube for FakeKube {
         }
         Ok(())
     }
+}
+
+/// `patch` applied to `object` as the API server would: a merge patch (RFC
+/// 7386), a JSON patch (RFC 6902, all or nothing) or a server-side apply,
+/// which without field managers is a merge. The error says why a JSON patch
+/// does not apply.
+fn apply_patch(object: &mut Value, patch_type: PatchType, patch: &Value) -> Result<(), String> {
+    match patch_type {
+        PatchType::Merge | PatchType::Apply => merge_patch(object, patch),
+        PatchType::Json => {
+            let operations: json_patch::Patch =
+                serde_json::from_value(patch.clone()).map_err(|e| {
+                    format!("not a JSON patch ({e}); send a list of RFC 6902 operations")
+                })?;
+            json_patch::patch(object, &operations).map_err(|e| {
+                format!("the JSON patch does not apply ({e}); patch paths that exist, or `add` their parents first")
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// RFC 7386: apply the JSON merge patch `patch` to `target`.
@@ -1025,137 +1101,6 @@ fn inert(text: &str) -> String {
             c => c.to_string(),
         })
         .collect()
-}
-
-/// One requirement of a label selector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Requirement {
-    Exists(String),
-    Absent(String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-}
-
-/// A label selector as the API server reads it: "app=web,tier!=db",
-/// "env in (a,b)", "env notin (c)", "gpu", "!gpu".
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct LabelSelector(Vec<Requirement>);
-
-impl LabelSelector {
-    fn parse(text: &str) -> Result<Self> {
-        let invalid = |part: &str| {
-            Error::Invalid(format!(
-                "unable to parse requirement {part:?} of label selector {text:?} (BadRequest)"
-            ))
-        };
-        let mut parts = Vec::new();
-        let (mut depth, mut start) = (0, 0);
-        for (i, c) in text.char_indices() {
-            match c {
-                '(' => depth += 1,
-                ')' => depth -= 1,
-                ',' if depth == 0 => {
-                    parts.push(&text[start..i]);
-                    start = i + 1;
-                }
-                _ => {}
-            }
-        }
-        parts.push(&text[start..]);
-        let mut requirements = Vec::new();
-        for part in parts.into_iter().map(str::trim).filter(|p| !p.is_empty()) {
-            let valid_key = |key: &str| {
-                !key.is_empty()
-                    && key
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-            };
-            let set = |rest: &str| -> Option<Vec<String>> {
-                let inner = rest.trim().strip_prefix('(')?.strip_suffix(')')?;
-                Some(inner.split(',').map(|v| v.trim().to_string()).collect())
-            };
-            let requirement = if let Some(key) = part.strip_prefix('!') {
-                Requirement::Absent(key.trim().to_string())
-            } else if let Some((key, value)) = part.split_once("!=") {
-                Requirement::NotIn(key.trim().to_string(), vec![value.trim().to_string()])
-            } else if let Some((key, value)) =
-                part.split_once("==").or_else(|| part.split_once('='))
-            {
-                Requirement::In(key.trim().to_string(), vec![value.trim().to_string()])
-            } else if let Some((key, rest)) = part.split_once(" notin ") {
-                Requirement::NotIn(
-                    key.trim().to_string(),
-                    set(rest).ok_or_else(|| invalid(part))?,
-                )
-            } else if let Some((key, rest)) = part.split_once(" in ") {
-                Requirement::In(
-                    key.trim().to_string(),
-                    set(rest).ok_or_else(|| invalid(part))?,
-                )
-            } else {
-                Requirement::Exists(part.to_string())
-            };
-            let key = match &requirement {
-                Requirement::Exists(k)
-                | Requirement::Absent(k)
-                | Requirement::In(k, _)
-                | Requirement::NotIn(k, _) => k,
-            };
-            if !valid_key(key) {
-                return Err(invalid(part));
-            }
-            requirements.push(requirement);
-        }
-        Ok(LabelSelector(requirements))
-    }
-
-    fn matches(&self, object: &Value) -> bool {
-        let labels = &object["metadata"]["labels"];
-        let label = |key: &str| labels[key].as_str();
-        self.0.iter().all(|r| match r {
-            Requirement::Exists(k) => label(k).is_some(),
-            Requirement::Absent(k) => label(k).is_none(),
-            Requirement::In(k, values) => label(k).is_some_and(|v| values.iter().any(|a| a == v)),
-            Requirement::NotIn(k, values) => label(k).is_none_or(|v| values.iter().all(|a| a != v)),
-        })
-    }
-}
-
-/// A field selector: "spec.nodeName=node-1,metadata.namespace!=kube-system",
-/// any dotted path of the object compared as text (absent: "").
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FieldSelector(Vec<(Vec<String>, bool, String)>);
-
-impl FieldSelector {
-    fn parse(text: &str) -> Result<Self> {
-        let mut terms = Vec::new();
-        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (path, equal, value) = if let Some((p, v)) = part.split_once("!=") {
-                (p, false, v)
-            } else if let Some((p, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
-                (p, true, v)
-            } else {
-                return Err(Error::Invalid(format!(
-                    "invalid field selector {text:?}: {part:?} is not field=value (BadRequest)"
-                )));
-            };
-            let path = path.trim().split('.').map(str::to_string).collect();
-            terms.push((path, equal, value.trim().to_string()));
-        }
-        Ok(FieldSelector(terms))
-    }
-
-    fn matches(&self, object: &Value) -> bool {
-        self.0.iter().all(|(path, equal, value)| {
-            let field = path.iter().fold(object, |v, step| &v[step.as_str()]);
-            let text = match field {
-                Value::Null => String::new(),
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            (text == *value) == *equal
-        })
-    }
 }
 
 #[cfg(test)]
@@ -1314,7 +1259,7 @@ mod tests {
     }
 
     #[test]
-    fn merge_patches_follow_rfc_7386_and_other_patches_are_recorded() {
+    fn patches_apply_as_on_the_api_server_and_are_recorded() {
         let mut target = json!({"a": "b", "c": {"d": "e", "f": "g"}, "l": [1, 2]});
         merge_patch(
             &mut target,
@@ -1329,16 +1274,33 @@ mod tests {
 
         let kube = cluster();
         kube.grant(OWN_NODE);
-        let before = kube.get(&node("node-1")).unwrap();
         let json_patch = json!([{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]);
-        assert_eq!(
-            kube.patch(&node("node-1"), PatchType::Json, &json_patch)
-                .unwrap(),
-            before
-        );
-        let apply = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}});
-        kube.patch(&node("node-1"), PatchType::Apply, &apply)
+        let patched = kube
+            .patch(&node("node-1"), PatchType::Json, &json_patch)
             .unwrap();
+        assert_eq!(patched["metadata"]["labels"], json!({"a": "b"}));
+        assert_eq!(kube.get(&node("node-1")).unwrap(), patched);
+        // A JSON patch that does not apply changes nothing, as a 422 would.
+        let missing = json!([
+            {"op": "add", "path": "/metadata/labels/c", "value": "d"},
+            {"op": "remove", "path": "/metadata/annotations/x"}
+        ]);
+        let err = kube
+            .patch(&node("node-1"), PatchType::Json, &missing)
+            .unwrap_err();
+        assert_eq!(err.kind(), "invalid");
+        assert!(
+            err.message()
+                .starts_with("kube patch nodes/node-1: the JSON patch does not apply"),
+            "{err}"
+        );
+        assert_eq!(kube.get(&node("node-1")).unwrap(), patched);
+        // A server-side apply merges.
+        let apply = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1", "labels": {"e": "f"}}});
+        let applied = kube
+            .patch(&node("node-1"), PatchType::Apply, &apply)
+            .unwrap();
+        assert_eq!(applied["metadata"]["labels"], json!({"a": "b", "e": "f"}));
         assert_eq!(
             kube.patch(&node("node-1"), PatchType::Json, &json!({}))
                 .unwrap_err()
@@ -1492,9 +1454,27 @@ mod tests {
             FakeKube::default().grant(r#"{ resource = "Nodes", verbs = ["get"] }"#);
         });
         assert!(result.is_err());
+        // TOML as in the config: literal strings, trailing commas, comments.
+        let rules = parse_rules(
+            "[\n  # nodes\n  { resource = 'nodes', verbs = ['get',], names = [\"$NODE\"] },\n]",
+        )
+        .unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].resource, "nodes");
+        assert_eq!(rules[0].verbs, [Verb::Get]);
+        // Unknown keys are refused, as the host refuses them.
+        let err = parse_rules(r#"{ resource = "nodes", verbs = ["get"], n = 1 }"#).unwrap_err();
+        assert!(err.contains("unknown field `n`"), "{err}");
+        // JSON too.
         assert_eq!(
-            inline_toml_to_json(r#"{ resource = "a=b", verbs = ['get',], n = 1 }"#),
-            r#"{ "resource" : "a=b", "verbs" : ["get"], "n" : 1 }"#
+            parse_rules(r#"{"resource": "nodes", "verbs": ["get"]}"#).unwrap(),
+            rules[..1]
+                .iter()
+                .map(|r| KubeRule {
+                    names: None,
+                    ..r.clone()
+                })
+                .collect::<Vec<_>>()
         );
     }
 

@@ -1,11 +1,13 @@
 //! `tend:plugin/metrics`: counters and gauges the host exports on `/metrics`
 //! as `tend_plugin_<name>{plugin="<plugin>", <labels>}`. Always granted and
-//! bounded by the rules of [`tend_grants::metrics`].
+//! bounded by the rules of [`tend_grants::metrics`]: names whose family the
+//! host declares itself (`state`, `last_success_timestamp_seconds`, the
+//! counter `load_errors`) are `invalid`.
 
 use crate::{Error, NotProvided, Result};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use tend_grants::metrics::{MAX_SERIES, check_series};
+use tend_grants::metrics::{Kind, MAX_SERIES, check_series};
 
 /// Numbers for operators' dashboards. A series is a name plus its label
 /// values; a plugin has at most [`MAX_SERIES`] of them.
@@ -52,12 +54,6 @@ pub(crate) mod wasm {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Kind {
-    Counter,
-    Gauge,
-}
-
 /// A series: its kind, name and labels, sorted (label order does not make
 /// another series; a counter and a gauge of one name are exported apart, the
 /// counter with `_total`).
@@ -69,8 +65,9 @@ fn series(kind: Kind, name: &str, labels: &[(&str, &str)]) -> Series {
     (kind, name.to_string(), labels)
 }
 
-/// The fake: the host's rules and messages ([`check_series`], counters only
-/// grow, `_total` names only for counters, at most [`MAX_SERIES`] series),
+/// The fake: the host's rules and messages ([`check_series`]: counters only
+/// grow, `_total` names only for counters, no host family; at most
+/// [`MAX_SERIES`] series),
 /// and the values for tests to read back with [`FakeMetrics::counter`] and
 /// [`FakeMetrics::gauge`].
 pub struct FakeMetrics {
@@ -120,17 +117,7 @@ impl FakeMetrics {
         value: f64,
         update: impl FnOnce(&mut f64),
     ) -> Result<()> {
-        check_series(name, &owned(labels), value).map_err(crate::types::refused)?;
-        if kind == Kind::Counter && value < 0.0 {
-            return Err(Error::Invalid(format!(
-                "metric {name}: a counter only grows; use a gauge"
-            )));
-        }
-        if kind == Kind::Gauge && name.ends_with("_total") {
-            return Err(Error::Invalid(format!(
-                "metric {name}: `_total` names are for counters; drop the suffix"
-            )));
-        }
+        check_series(kind, name, &owned(labels), value).map_err(crate::types::refused)?;
         let key = series(kind, name, labels);
         let mut values = self.values.borrow_mut();
         if !values.contains_key(&key) && values.len() >= MAX_SERIES {
@@ -204,13 +191,15 @@ mod tests {
             metrics.gauge_set("ok", &[("plugin", "x")], 1.0),
             metrics.gauge_set("ok", &[], f64::INFINITY),
             metrics.counter_add("ok", &[], -1.0),
+            metrics.gauge_set("state", &[], 1.0),
+            metrics.counter_add("load_errors", &[], 1.0),
         ] {
             assert_eq!(result.unwrap_err().kind(), "invalid");
         }
         assert_eq!(
             metrics.gauge_set("pulls_total", &[], 1.0),
             Err(Error::Invalid(
-                "metric pulls_total: `_total` names are for counters; drop the suffix".into()
+                "metric \"pulls_total\": `_total` names are for counters; drop the suffix".into()
             ))
         );
     }

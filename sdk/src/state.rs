@@ -4,6 +4,7 @@ use crate::{NotProvided, Result};
 use serde::{Serialize, de::DeserializeOwned};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use tend_grants::state::{check_key, check_value};
 
 /// The plugin's own persistent key-value store.
 pub trait State {
@@ -71,7 +72,8 @@ pub(crate) mod wasm {
     }
 }
 
-/// The fake: an in-memory store (state needs no grant).
+/// The fake: an in-memory store (state needs no grant), with the host's
+/// bounds on keys and values.
 #[derive(Default)]
 pub struct FakeState {
     entries: RefCell<BTreeMap<String, Vec<u8>>>,
@@ -79,15 +81,19 @@ pub struct FakeState {
 
 impl State for FakeState {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        check_key(key).map_err(crate::types::refused)?;
         Ok(self.entries.borrow().get(key).cloned())
     }
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        check_key(key).map_err(crate::types::refused)?;
+        check_value(key, value).map_err(crate::types::refused)?;
         self.entries
             .borrow_mut()
             .insert(key.to_string(), value.to_vec());
         Ok(())
     }
     fn delete(&self, key: &str) -> Result<bool> {
+        check_key(key).map_err(crate::types::refused)?;
         Ok(self.entries.borrow_mut().remove(key).is_some())
     }
     fn list_keys(&self, prefix: &str) -> Result<Vec<String>> {

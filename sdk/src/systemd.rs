@@ -45,8 +45,16 @@ pub trait Systemd {
     fn reload_or_restart(&self, unit: &str) -> Result<JobResult>;
     fn try_restart(&self, unit: &str) -> Result<JobResult>;
     fn reset_failed(&self, unit: &str) -> Result<()>;
+    /// Enable unit files (never forced: an existing link is not replaced).
+    /// Every link systemd makes, by its `[Install]` section (`WantedBy=`,
+    /// `Alias=`, `Also=`), must name a granted unit: otherwise the host rolls
+    /// the enable back and answers `denied`, naming the unit to grant.
     fn enable(&self, units: &[&str]) -> Result<()>;
+    /// Disable unit files; refused (`denied`) before anything is removed when
+    /// it would remove a link naming an ungranted unit (`Also=`).
     fn disable(&self, units: &[&str]) -> Result<()>;
+    /// Reload systemd's unit files: at most once per reconcile (a second is
+    /// `budget-exhausted`), so write every unit file first.
     fn daemon_reload(&self) -> Result<()>;
 }
 
@@ -282,6 +290,8 @@ impl FakeSystemd {
     }
 
     fn unit_files(&self, operation: Operation, units: &[&str]) -> Result<()> {
+        tend_grants::systemd::check_names(operation.name(), units)
+            .map_err(crate::types::refused)?;
         for unit in units {
             self.check(unit, Some(operation))?;
         }
@@ -319,6 +329,7 @@ impl Systemd for FakeSystemd {
             }))
     }
     fn list_units(&self, patterns: &[&str]) -> Result<Vec<UnitStatus>> {
+        tend_grants::systemd::check_names("list-units", patterns).map_err(crate::types::refused)?;
         if let Some(error) = self.failure.borrow().clone() {
             return Err(error);
         }

@@ -108,7 +108,7 @@ impl Host for FakeHost {
 /// the host runs the same cases through its adapters and compares.
 pub fn decide(case: &tend_grants::conformance::Case) -> tend_grants::conformance::Expect {
     use tend_grants::Refusal;
-    use tend_grants::conformance::{Expect, Op, PLUGIN};
+    use tend_grants::conformance::{Expect, Op, PLUGIN, SystemdCall};
     let host = FakeHost::named(PLUGIN);
     for grant in &case.files {
         host.files
@@ -117,10 +117,18 @@ pub fn decide(case: &tend_grants::conformance::Case) -> tend_grants::conformance
     for pattern in &case.http {
         host.http.grant(&pattern.text);
     }
+    let units: Vec<&str> = case.systemd.units.iter().map(|u| u.0.as_str()).collect();
+    let operations: Vec<&str> = case.systemd.operations.iter().map(|o| o.name()).collect();
+    host.systemd.grant(&units, &operations);
+    grant_cri(&host.cri, &case.cri);
+    if let Op::Kube(op) = &case.op {
+        return decide_kube(&host, case, op);
+    }
     let files = host.files();
     let result = match &case.op {
         Op::Read(path) => files.read(path).map(drop),
         Op::Write(path) => files.write(path, b"x", None).map(drop),
+        Op::WriteMode(path, mode) => files.write(path, b"x", Some(*mode)).map(drop),
         Op::Remove(path) => files.remove(path).map(drop),
         Op::List(path) => files.list(path).map(drop),
         Op::Stat(path) => files.metadata(path).map(drop),
@@ -128,6 +136,123 @@ pub fn decide(case: &tend_grants::conformance::Case) -> tend_grants::conformance
             let mut request = crate::Request::get(url);
             request.method.clone_from(method);
             host.http().send(&request).map(drop)
+        }
+        Op::Kube(_) => unreachable!("decided above"),
+        Op::Systemd(call) => {
+            let systemd = host.systemd();
+            match call {
+                SystemdCall::Status(unit) => systemd.status(unit).map(drop),
+                SystemdCall::ListUnits(patterns) => {
+                    let patterns: Vec<&str> = patterns.iter().map(String::as_str).collect();
+                    systemd.list_units(&patterns).map(drop)
+                }
+                SystemdCall::Restart(unit) => systemd.restart(unit).map(drop),
+                SystemdCall::Enable(units) => {
+                    let units: Vec<&str> = units.iter().map(String::as_str).collect();
+                    systemd.enable(&units)
+                }
+                SystemdCall::DaemonReload => systemd.daemon_reload(),
+            }
+        }
+        Op::CriRemove(id) => host.cri().remove_pod_sandbox(id),
+        Op::CriList(labels) => {
+            let filter = crate::cri::SandboxFilter {
+                labels: labels.clone(),
+                ..Default::default()
+            };
+            host.cri().list_pod_sandboxes(&filter).map(drop)
+        }
+        Op::StateSet { key, len } => host.state().set(key, &vec![0; *len]),
+        Op::Metric {
+            counter: true,
+            name,
+        } => host.metrics().counter_add(name, &[], 1.0),
+        Op::Metric {
+            counter: false,
+            name,
+        } => host.metrics().gauge_set(name, &[], 1.0),
+    };
+    match result {
+        Err(crate::Error::Denied(m)) => Expect::Refused(Refusal::Denied(m)),
+        Err(crate::Error::Invalid(m)) => Expect::Refused(Refusal::Invalid(m)),
+        Ok(()) | Err(_) => Expect::Allowed,
+    }
+}
+
+/// `grant` on the CRI fake, through its public grant methods.
+fn grant_cri(cri: &FakeCri, grant: &tend_grants::cri::CriGrant) {
+    if grant.read {
+        cri.grant_read();
+    }
+    let operations: Vec<&str> = grant.operations.iter().map(|o| o.name()).collect();
+    let images: Vec<&str> = grant.images.iter().map(|i| i.0.as_str()).collect();
+    let namespaces: Vec<&str> = grant.namespaces.iter().map(String::as_str).collect();
+    let states: Vec<&str> = grant.states.iter().map(|s| s.name()).collect();
+    cri.grant_operations(&operations)
+        .grant_images(&images)
+        .grant_namespaces(&namespaces)
+        .grant_states(&states);
+}
+
+/// A kube case of the shared table, on the fake holding its objects.
+fn decide_kube(
+    host: &FakeHost,
+    case: &tend_grants::conformance::Case,
+    op: &tend_grants::conformance::KubeOp,
+) -> tend_grants::conformance::Expect {
+    use tend_grants::Refusal;
+    use tend_grants::conformance::{Expect, KUBE_OWN_LEASE, KubeCall, kube_objects};
+    use tend_grants::kube::PatchShape;
+    for object in kube_objects() {
+        host.kube.put(object);
+    }
+    host.kube.grant(case.kube.clone());
+    host.kube.set_own_lease(KUBE_OWN_LEASE.0, KUBE_OWN_LEASE.1);
+    let kube = host.kube();
+    let key = crate::ObjectKey {
+        api_version: op.api_version.clone(),
+        kind: op.kind.clone(),
+        namespace: op.namespace.clone(),
+        name: op.name.clone(),
+    };
+    let json = |text: &str| serde_json::from_str::<serde_json::Value>(text).expect("JSON body");
+    let result = match &op.call {
+        KubeCall::Get => kube.get(&key).map(drop),
+        KubeCall::List { labels, fields } => {
+            let params = crate::ListParams {
+                label_selector: labels.clone(),
+                field_selector: fields.clone(),
+                ..Default::default()
+            };
+            match kube.list(&op.api_version, &op.kind, op.namespace.as_deref(), &params) {
+                Ok(list) => {
+                    let mut names: Vec<String> =
+                        list.names().into_iter().map(str::to_string).collect();
+                    names.sort();
+                    return Expect::Listed(names);
+                }
+                Err(e) => Err(e),
+            }
+        }
+        KubeCall::Create(body) => kube
+            .create(
+                &op.api_version,
+                &op.kind,
+                op.namespace.as_deref(),
+                &json(body),
+            )
+            .map(drop),
+        KubeCall::Patch(shape, body) => {
+            let patch_type = match shape {
+                PatchShape::Merge => crate::PatchType::Merge,
+                PatchShape::Json => crate::PatchType::Json,
+                PatchShape::Apply => crate::PatchType::Apply,
+            };
+            kube.patch(&key, patch_type, &json(body)).map(drop)
+        }
+        KubeCall::Delete => kube.delete(&key),
+        KubeCall::Event { reason, message } => {
+            kube.emit_event(&key, crate::EventType::Normal, reason, message)
         }
     };
     match result {

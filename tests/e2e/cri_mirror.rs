@@ -3,7 +3,7 @@
 //! `registry.config_path` is the certs.d mirror-gate manages, a pull-through
 //! registry cache (tests/peers/registry.sh), and iptables making the cache's
 //! host go dark (every packet dropped) or refuse new connections (SYNs
-//! dropped). Needs root: skipped otherwise.
+//! dropped). Needs root, and fails without it (CI runs as root).
 //!
 //! Timings are printed (`cargo test ... -- --nocapture`) as they are measured.
 
@@ -24,16 +24,6 @@ const INTERVAL: Duration = Duration::from_secs(1);
 const SLACK: Duration = Duration::from_secs(2);
 /// containerd 1.6 dials a registry host for up to 30 s before it tries the next.
 const CONTAINERD_DIAL_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn skip_unless_root(test: &str) -> bool {
-    if is_root() {
-        return false;
-    }
-    eprintln!(
-        "skipping {test}: the containerd peer (runc, mounts, cgroups) and iptables need root"
-    );
-    true
-}
 
 /// The value of the sample of `name` whose labels include every `key="value"`.
 fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
@@ -104,11 +94,6 @@ fn when(within: Duration, what: &str, mut condition: impl FnMut() -> bool) -> In
 /// shows all of it.
 #[test]
 fn a_dead_cache_is_withdrawn_so_pulls_do_not_wait_and_returns_after_restore_after() {
-    if skip_unless_root(
-        "a_dead_cache_is_withdrawn_so_pulls_do_not_wait_and_returns_after_restore_after",
-    ) {
-        return;
-    }
     let started = Instant::now();
     let sandbox = Sandbox::new();
     let certs = sandbox.path("certs.d");
@@ -327,9 +312,6 @@ fn a_dead_cache_is_withdrawn_so_pulls_do_not_wait_and_returns_after_restore_afte
 /// one manual reconcile costs one probe timeout, not four.
 #[test]
 fn five_caches_four_dead_cost_one_probe_timeout() {
-    if skip_unless_root("five_caches_four_dead_cost_one_probe_timeout") {
-        return;
-    }
     let probe_timeout = Duration::from_millis(2000);
     let live = Registry::start();
     let dead: Vec<SynDrop> = (0..4).map(|_| drop_syns(free_port())).collect();
@@ -507,9 +489,6 @@ fn operators_hosts_toml_for_a_dead_cache_stays() {
 /// (plus one probe), whatever connection tend's HTTP client kept open.
 #[test]
 fn a_cache_dropping_syns_is_withdrawn_within_withdraw_after() {
-    if skip_unless_root("a_cache_dropping_syns_is_withdrawn_within_withdraw_after") {
-        return;
-    }
     let cache = Registry::start();
     let sandbox = Sandbox::new();
     let certs = sandbox.path("certs.d");

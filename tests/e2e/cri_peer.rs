@@ -1,19 +1,12 @@
 //! The containerd test peer itself (tests/peers/containerd.sh and the
 //! harness's `ContainerdPeer`): real pod sandboxes over CRI, real pulls from
 //! its registry, a pull that hangs behind the stalling proxy, a port that drops
-//! SYNs, and a stop that leaves nothing behind. Needs root: skipped otherwise.
+//! SYNs, and a stop that leaves nothing behind. Needs root, and
+//! fails without it (CI runs as root).
 
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 use tend_e2e::*;
-
-fn skip_unless_root(test: &str) -> bool {
-    if is_root() {
-        return false;
-    }
-    eprintln!("skipping {test}: the containerd peer (runc, mounts, cgroups, iptables) needs root");
-    true
-}
 
 fn connect(port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
     TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), timeout)
@@ -21,9 +14,6 @@ fn connect(port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
 
 #[test]
 fn sandboxes_pulls_stalls_syn_drops_and_a_clean_stop() {
-    if skip_unless_root("sandboxes_pulls_stalls_syn_drops_and_a_clean_stop") {
-        return;
-    }
     let started = Instant::now();
     let peer = ContainerdPeer::start();
     eprintln!("containerd peer started in {:?}", started.elapsed());
@@ -151,9 +141,6 @@ fn sandboxes_pulls_stalls_syn_drops_and_a_clean_stop() {
 /// reaches the registry with containerd's `?ns=docker.io`.
 #[test]
 fn two_peers_side_by_side_and_a_mirrored_docker_io_pull() {
-    if skip_unless_root("two_peers_side_by_side_and_a_mirrored_docker_io_pull") {
-        return;
-    }
     let certs = tempfile::tempdir().unwrap();
     let (one, two) = std::thread::scope(|s| {
         let one = s.spawn(ContainerdPeer::start);

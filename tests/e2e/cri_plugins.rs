@@ -2,7 +2,7 @@
 //! `pull-guard` plugins, a real containerd 1.6 with its registry and stalling
 //! proxy (tests/peers/containerd.sh, [`ContainerdPeer`]) and, for pull-guard's
 //! runtime restart, a real systemd (tests/peers/systemd.sh). Needs root
-//! (runc, mounts, cgroups, namespaces): skipped otherwise.
+//! (runc, mounts, cgroups, namespaces), and fails without it (CI runs as root).
 //!
 //! The peer's sandboxes are hostNetwork: no CNI plugin runs, so nothing
 //! allocates them IPs. The tests write host-local's allocation files
@@ -18,16 +18,6 @@ const WITHIN: Duration = Duration::from_secs(30);
 
 /// A sandbox id no runtime knows (64 hex digits, as containerd's are).
 const UNKNOWN: &str = "0badc0ffee0ddf00d0badc0ffee0ddf00d0badc0ffee0ddf00d0badc0ffee0dd";
-
-fn skip_unless_root(test: &str) -> bool {
-    if is_root() {
-        return false;
-    }
-    eprintln!(
-        "skipping {test}: the containerd and systemd peers (runc, mounts, cgroups, namespaces) need root"
-    );
-    true
-}
 
 /// One host-local network directory, `<networks-dir>/<name>/`, as host-local's
 /// disk store keeps it: one file per allocated IP, named after the IP, holding
@@ -148,11 +138,6 @@ fn removed(sandbox: &Sandbox) -> Vec<serde_json::Value> {
 
 #[test]
 fn ipam_sweeper_releases_the_ips_of_dead_and_unknown_sandboxes_after_the_grace() {
-    if skip_unless_root(
-        "ipam_sweeper_releases_the_ips_of_dead_and_unknown_sandboxes_after_the_grace",
-    ) {
-        return;
-    }
     let peer = ContainerdPeer::start();
     let sandbox = Sandbox::new();
     let port = free_port();
@@ -298,9 +283,6 @@ fn ipam_sweeper_releases_the_ips_of_dead_and_unknown_sandboxes_after_the_grace()
 
 #[test]
 fn ipam_sweeper_releases_nothing_while_the_runtime_cannot_be_listed() {
-    if skip_unless_root("ipam_sweeper_releases_nothing_while_the_runtime_cannot_be_listed") {
-        return;
-    }
     let peer = ContainerdPeer::start();
     let sandbox = Sandbox::new();
     let port = free_port();
@@ -361,9 +343,6 @@ fn ipam_sweeper_releases_nothing_while_the_runtime_cannot_be_listed() {
 
 #[test]
 fn ipam_sweeper_aborts_when_two_ready_sandboxes_share_a_pod_uid() {
-    if skip_unless_root("ipam_sweeper_aborts_when_two_ready_sandboxes_share_a_pod_uid") {
-        return;
-    }
     let peer = ContainerdPeer::start();
     let sandbox = Sandbox::new();
     let port = free_port();
@@ -418,9 +397,6 @@ fn ipam_sweeper_aborts_when_two_ready_sandboxes_share_a_pod_uid() {
 
 #[test]
 fn tend_plan_lists_the_ip_releases_without_doing_them() {
-    if skip_unless_root("tend_plan_lists_the_ip_releases_without_doing_them") {
-        return;
-    }
     let peer = ContainerdPeer::start();
     let sandbox = Sandbox::new();
     let gone = peer.run_sandbox("job", "batch", "3b2a1908-7f6e-4d5c-b4a3-928170f6e501", 0);
@@ -561,9 +537,6 @@ fn containerd_fetches(peer: &ContainerdPeer, what: &str) -> Vec<String> {
 
 #[test]
 fn ungranted_cri_calls_are_denied_and_say_what_to_grant() {
-    if skip_unless_root("ungranted_cri_calls_are_denied_and_say_what_to_grant") {
-        return;
-    }
     let peer = ContainerdPeer::start();
     let sandbox = Sandbox::new();
     let networks = sandbox.path("networks");
@@ -681,11 +654,6 @@ fn ungranted_cri_calls_are_denied_and_say_what_to_grant() {
 
 #[test]
 fn pull_guard_pre_pulls_an_absent_image_and_says_containerd_1_6_has_no_deadline_setting() {
-    if skip_unless_root(
-        "pull_guard_pre_pulls_an_absent_image_and_says_containerd_1_6_has_no_deadline_setting",
-    ) {
-        return;
-    }
     let peer = ContainerdPeer::start();
     let sandbox = Sandbox::new();
     let image = peer.big_image();
@@ -750,11 +718,6 @@ fn pull_guard_pre_pulls_an_absent_image_and_says_containerd_1_6_has_no_deadline_
 
 #[test]
 fn a_stalled_pull_is_cut_at_the_pull_timeout_and_retried_with_backoff_while_other_plugins_run() {
-    if skip_unless_root(
-        "a_stalled_pull_is_cut_at_the_pull_timeout_and_retried_with_backoff_while_other_plugins_run",
-    ) {
-        return;
-    }
     let peer = ContainerdPeer::start();
     let sandbox = Sandbox::new();
     let port = free_port();
@@ -884,9 +847,6 @@ version = 2
 
 #[test]
 fn pull_guard_raises_the_progress_deadline_and_restarts_the_runtime_once() {
-    if skip_unless_root("pull_guard_raises_the_progress_deadline_and_restarts_the_runtime_once") {
-        return;
-    }
     let peer = SystemdPeer::start();
     let sandbox = Sandbox::new();
     let port = free_port();

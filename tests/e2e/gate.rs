@@ -96,16 +96,44 @@ fn kill_9_during_a_slow_mutation_leaves_it_interrupted_after_restart() {
         entries[0]["target"],
         format!("http://127.0.0.1:{}/hook", peer.port)
     );
-    // A restarted tend keeps journaling after the cut-off entry.
-    sandbox.config("[plugins.chaos]\n[plugins.chaos.config]\nmode = \"ok\"\n");
+    // A restarted tend keeps journaling after the cut-off entry: a new
+    // mutation is journaled after it, with its result, and the cut-off entry
+    // still reads as interrupted.
+    let out_dir = sandbox.path("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let written = out_dir.join("after");
+    sandbox.config(&format!(
+        "[plugins.chaos]\n[plugins.chaos.grants]\nfiles = [{{ path = \"{}\", write = true }}]\n[plugins.chaos.config]\nmode = \"write\"\npath = \"{}\"\ncontent = \"after the cut-off\"\n",
+        out_dir.display(),
+        written.display()
+    ));
     let out = sandbox.tend(&["reconcile", "chaos"]);
     assert!(out.success, "{}{}", out.stdout, out.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&written).unwrap(),
+        "after the cut-off"
+    );
     let entries = journal(&sandbox);
+    assert_eq!(entries.len(), 2, "{entries:#?}");
     assert!(
         entries[0]["result"]
             .as_str()
             .unwrap()
-            .starts_with("interrupted")
+            .starts_with("interrupted"),
+        "{entries:#?}"
+    );
+    assert_eq!(entries[0]["operation"], "send", "{entries:#?}");
+    assert_eq!(entries[1]["capability"], "files", "{entries:#?}");
+    assert_eq!(entries[1]["operation"], "write", "{entries:#?}");
+    assert_eq!(
+        entries[1]["target"],
+        written.display().to_string(),
+        "{entries:#?}"
+    );
+    assert_eq!(entries[1]["result"], "ok", "{entries:#?}");
+    assert!(
+        entries[1]["time_ms"].as_u64() >= entries[0]["time_ms"].as_u64(),
+        "{entries:#?}"
     );
 }
 
@@ -268,8 +296,10 @@ fn a_plan_through_the_running_daemon_shows_a_diff_and_changes_nothing() {
     let plan = sandbox.tend(&["plan", "chaos"]);
     assert!(plan.success, "{}{}", plan.stdout, plan.stderr);
     assert!(
-        plan.stdout
-            .contains(&format!("by the tend daemon at 127.0.0.1:{port}")),
+        plan.stdout.contains(&format!(
+            "by the tend daemon at {}",
+            sandbox.path("state/tend.sock").display()
+        )),
         "{}",
         plan.stdout
     );

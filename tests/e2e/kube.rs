@@ -630,6 +630,106 @@ fn only_the_lease_holder_runs_cluster_plugins_and_it_steps_down_before_the_lease
     drop(daemon);
 }
 
+/// Hole 2 of issue 15, from the elector's side: a third writer (the test,
+/// standing in for a plugin with a `leases` grant) hands the Lease to the
+/// follower. The holder stops at once; the follower does not start on a
+/// record it did not write; at no poll do both lead; whoever takes the Lease
+/// once the forged record has lapsed (client-go's expiry) leads next.
+#[test]
+fn a_lease_handed_to_the_follower_by_a_third_writer_never_makes_two_leaders() {
+    let (lease_duration, retry) = (6.0, 1.0);
+    let api = KubeApi::start();
+    let a = elector(&api, "a");
+    let b = elector(&api, "b");
+    wait_until(WITHIN, "a leader", || leading(a.1) || leading(b.1));
+    let (holder, follower) = match leading(a.1) {
+        true => (a.1, b.1),
+        false => (b.1, a.1),
+    };
+    let (holder_id, follower_id) = (
+        leader(holder)["identity"].clone(),
+        leader(follower)["identity"].clone(),
+    );
+    wait_until(WITHIN, "the follower to see the holder", || {
+        leader(follower)["holder"] == holder_id
+    });
+
+    let mut forged = lease(&api);
+    forged["spec"]["holderIdentity"] = follower_id.clone();
+    forged["spec"]["renewTime"] =
+        json!(humantime::format_rfc3339_micros(SystemTime::now()).to_string());
+    let (code, body) = call(
+        &api,
+        "PUT",
+        "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/tend",
+        Some(&forged),
+    );
+    assert_eq!(code, 200, "{body}");
+    let forged_at = Instant::now();
+    let transitions = body["spec"]["leaseTransitions"].as_i64().unwrap_or(0);
+
+    // Poll both until someone has led again for 3 s.
+    let (mut holder_stopped, mut led_again, mut follower_distrusted) = (None, None, false);
+    while led_again.is_none_or(|t: f64| forged_at.elapsed().as_secs_f64() < t + 3.0) {
+        let elapsed = forged_at.elapsed().as_secs_f64();
+        assert!(
+            elapsed < 20.0,
+            "nobody led again within 20 s of the forgery"
+        );
+        let (h, f) = (leader(holder), leader(follower));
+        let (h_leads, f_leads) = (h["leading"] == true, f["leading"] == true);
+        let (h_identity, f_identity) = (&h["identity"], &f["identity"]);
+        assert!(
+            !(h_leads && f_leads),
+            "both lead {elapsed:.2}s after the forgery: {h:#} {f:#}"
+        );
+        if holder_stopped.is_none() && !h_leads {
+            holder_stopped = Some(elapsed);
+            eprintln!(
+                "the holder stopped {elapsed:.2}s after the forgery: {}",
+                h["note"]
+            );
+        }
+        if led_again.is_none() && holder_stopped.is_some() && (h_leads || f_leads) {
+            led_again = Some(elapsed);
+            let who = if h_leads { &h_identity } else { &f_identity };
+            eprintln!("{who} leads {elapsed:.2}s after the forgery");
+        }
+        if led_again.is_none() && f["note"].as_str().unwrap().contains("not written by it") {
+            follower_distrusted = true;
+        }
+    }
+    let (stopped, again) = (holder_stopped.unwrap(), led_again.unwrap());
+    assert!(
+        stopped <= retry + 0.5,
+        "the holder stopped {stopped:.2}s after the forgery"
+    );
+    assert!(
+        follower_distrusted,
+        "the follower never said it distrusts the record"
+    );
+    // Each saw the forged record within a retry period of the write, so nobody
+    // may take it before lease-duration has passed since the write.
+    assert!(
+        again >= lease_duration && again <= lease_duration + 2.0 * retry + 1.0,
+        "led again {again:.2}s after the forgery"
+    );
+    let taken = lease(&api);
+    let winner = if leading(holder) {
+        &holder_id
+    } else {
+        &follower_id
+    };
+    assert_eq!(&taken["spec"]["holderIdentity"], winner, "{taken:#}");
+    assert_eq!(
+        taken["spec"]["leaseTransitions"],
+        transitions + 1,
+        "{taken:#}"
+    );
+    drop(a);
+    drop(b);
+}
+
 #[test]
 fn tend_rbac_prints_the_deploy_examples() {
     let deploy = workspace_root().join("examples/deploy");

@@ -735,6 +735,39 @@ fn kubectl_leases_and_a_stale_replace_conflicts() {
         );
         // Raw PUTs, as leader election does them.
         let path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/leader";
+        // Leases allow no unconditional update: a PUT must carry a
+        // resourceVersion (kubectl replace fetches one; a raw client must too).
+        let mut unconditional = lease.clone();
+        unconditional["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("resourceVersion");
+        unconditional["spec"]["holderIdentity"] = json!("node-b");
+        let (status, body) = api.call("PUT", path, Some(&unconditional));
+        assert_eq!(
+            (status, body["reason"].as_str()),
+            (422, Some("Invalid")),
+            "{body}"
+        );
+        assert_eq!(
+            body["message"],
+            "Lease.coordination.k8s.io \"leader\" is invalid: metadata.resourceVersion: \
+             Invalid value: 0x0: must be specified for an update"
+        );
+        assert_eq!(
+            body["details"]["causes"][0]["field"],
+            "metadata.resourceVersion"
+        );
+        assert_eq!(
+            k.json(&["get", "lease", "leader", "-n", "kube-system"])["spec"]["holderIdentity"],
+            "node-a"
+        );
+        // Other kinds allow it (a ConfigMap here), as their strategies do.
+        let cms = "/api/v1/namespaces/kube-system/configmaps";
+        let plain = |a: &str| json!({"metadata": {"name": "plain"}, "data": {"a": a}});
+        assert_eq!(api.call("POST", cms, Some(&plain("1"))).0, 201);
+        let (status, body) = api.call("PUT", &format!("{cms}/plain"), Some(&plain("2")));
+        assert_eq!((status, &body["data"]["a"]), (200, &json!("2")), "{body}");
         let mut stale = lease.clone();
         stale["metadata"]["resourceVersion"] = json!(old_rv.to_string());
         let (status, body) = api.call("PUT", path, Some(&stale));
@@ -1584,4 +1617,391 @@ status:
                 .is_none()
         );
     });
+}
+
+/// The ServiceAccount the RBAC tests authenticate as, and its token.
+const SA_USER: &str = "system:serviceaccount:tend-system:tend-cluster";
+const SA_TOKEN: &str = "tend-cluster-token";
+
+/// RBAC for [`SA_USER`]: nodes readable and their status patchable
+/// everywhere; in kube-system one ConfigMap by name and Pod evictions; in
+/// `scratch` anything, through a wildcard ClusterRole bound by a RoleBinding
+/// to the ServiceAccounts' group of tend-system.
+const RBAC: &str = r#"apiVersion: v1
+kind: Namespace
+metadata: {name: tend-system}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: scratch}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "tend:nodes"}
+rules:
+  - apiGroups: [""]
+    resources: ["nodes"]
+    verbs: ["get", "list", "watch"]
+  - apiGroups: [""]
+    resources: ["nodes/status"]
+    verbs: ["get", "patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "tend:nodes"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "tend:nodes"}
+subjects:
+  - {kind: ServiceAccount, name: tend-cluster, namespace: tend-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: "tend:kubeadm", namespace: kube-system}
+rules:
+  - apiGroups: [""]
+    resources: ["configmaps"]
+    resourceNames: ["kubeadm-config"]
+    verbs: ["get", "list"]
+  - apiGroups: [""]
+    resources: ["pods/eviction"]
+    verbs: ["create"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: "tend:kubeadm", namespace: kube-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: "tend:kubeadm"}
+subjects:
+  - {kind: ServiceAccount, name: tend-cluster, namespace: tend-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: anything}
+rules:
+  - apiGroups: ["*"]
+    resources: ["*"]
+    verbs: ["*"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: anything, namespace: scratch}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: anything}
+subjects:
+  - {kind: Group, name: "system:serviceaccounts:tend-system"}
+"#;
+
+/// kubectl `args` as the user of `token`, over the fake's HTTPS port
+/// (kubectl sends credentials over TLS only).
+fn with_token(api: &KubeApi, token: &str, args: &[&str]) -> Vec<String> {
+    let tls_port = read(&api.dir().join("tls-port"));
+    let mut all: Vec<String> = [
+        "--server",
+        &format!("https://127.0.0.1:{}", tls_port.trim()),
+        "--certificate-authority",
+        &api.dir().join("tls.crt").display().to_string(),
+        "--token",
+        token,
+    ]
+    .map(String::from)
+    .into();
+    all.extend(args.iter().map(|a| a.to_string()));
+    all
+}
+
+/// The fake enforces the RBAC objects it holds for a ServiceAccount's token,
+/// as the real RBAC authorizer does: verbs, groups, resources and
+/// subresources, resourceNames (also for a list by metadata.name), namespaces,
+/// wildcards, Group subjects; denials are the real 403 Status; `kubectl auth
+/// can-i` asks it through SelfSubjectAccessReviews. Without credentials (the
+/// kubeconfig kubectl uses for setup) a caller is the admin.
+#[test]
+fn rbac_objects_authorize_a_service_account_token() {
+    for version in KUBECTLS {
+        let api = KubeApi::start_with(&["--tls", "--token", &format!("{SA_TOKEN}={SA_USER}")]);
+        let k = Kubectl::version(version, &api);
+        eprintln!("--- kubectl {version} against {}", api.url());
+        let out = k.apply(RBAC, &[]);
+        assert!(out.success(), "{out:?}");
+        // What `tend rbac` prints is valid RBAC here too (names like "tend-system:tend-node").
+        for scope in ["node", "cluster"] {
+            let manifest =
+                read(&workspace_root().join(format!("examples/deploy/rbac-{scope}.yaml")));
+            let out = k.apply(&manifest, &[]);
+            assert!(out.success(), "rbac-{scope}.yaml: {out:?}");
+        }
+        k.ok(&[
+            "create",
+            "-n",
+            "kube-system",
+            "configmap",
+            "kubeadm-config",
+            "--from-literal=a=1",
+        ]);
+        k.ok(&[
+            "create",
+            "-n",
+            "kube-system",
+            "configmap",
+            "other",
+            "--from-literal=a=1",
+        ]);
+        assert!(
+            k.apply("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n", &[])
+                .success()
+        );
+
+        let sa = |args: &[&str]| {
+            k.run(
+                &with_token(&api, SA_TOKEN, args)
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let allowed = |args: &[&str]| {
+            let out = sa(args);
+            assert!(out.success(), "{args:?} as the ServiceAccount: {out:?}");
+            out.stdout
+        };
+        let denied = |args: &[&str], message: &str| {
+            let out = sa(args);
+            assert_eq!(out.code, Some(1), "{args:?} as the ServiceAccount: {out:?}");
+            // "Error from server (Forbidden): MESSAGE" (or "error: failed to create ...: MESSAGE")
+            assert!(
+                out.stderr.contains(&format!(": {message}")),
+                "{args:?}: want {message:?} in {:?}",
+                out.stderr
+            );
+        };
+        let can_i = |args: &[&str]| {
+            let mut all = vec!["auth", "can-i"];
+            all.extend_from_slice(args);
+            let out = sa(&all);
+            match out.stdout.trim() {
+                "yes" => true,
+                "no" => false,
+                _ => panic!("kubectl auth can-i {args:?}: {out:?}"),
+            }
+        };
+
+        // A ClusterRoleBinding's rules, everywhere: nodes readable, not
+        // patchable; their status subresource patchable.
+        assert!(allowed(&["get", "nodes"]).contains("n1"));
+        let cannot = |verb: &str, resource: &str, group: &str, where_: &str| {
+            format!(
+                "User \"{SA_USER}\" cannot {verb} resource \"{resource}\" in API group \"{group}\" {where_}"
+            )
+        };
+        denied(
+            &["label", "node", "n1", "a=b"],
+            &format!(
+                "nodes \"n1\" is forbidden: {}",
+                cannot("patch", "nodes", "", "at the cluster scope")
+            ),
+        );
+        allowed(&[
+            "patch",
+            "node",
+            "n1",
+            "--subresource",
+            "status",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"status":{"phase":"Running"}}"#,
+        ]);
+        assert!(
+            k.json(&["get", "node", "n1"])["metadata"]["labels"]
+                .get("a")
+                .is_none()
+        );
+        assert!(can_i(&["patch", "nodes", "--subresource", "status"]));
+        assert!(!can_i(&["update", "nodes", "--subresource", "status"]));
+        assert!(!can_i(&["delete", "nodes"]));
+
+        // A RoleBinding's Role, in its namespace only, by resource name.
+        assert!(
+            allowed(&[
+                "get",
+                "configmap",
+                "kubeadm-config",
+                "-n",
+                "kube-system",
+                "-o",
+                "name"
+            ])
+            .contains("kubeadm-config")
+        );
+        denied(
+            &["get", "configmap", "other", "-n", "kube-system"],
+            &format!(
+                "configmaps \"other\" is forbidden: {}",
+                cannot("get", "configmaps", "", "in the namespace \"kube-system\"")
+            ),
+        );
+        denied(
+            &["get", "configmaps", "-n", "kube-system"],
+            &format!(
+                "configmaps is forbidden: {}",
+                cannot("list", "configmaps", "", "in the namespace \"kube-system\"")
+            ),
+        );
+        // A list narrowed to the name by a field selector is about that name.
+        let listed = allowed(&[
+            "get",
+            "configmaps",
+            "-n",
+            "kube-system",
+            "--field-selector",
+            "metadata.name=kubeadm-config",
+            "-o",
+            "name",
+        ]);
+        assert_eq!(listed.trim(), "configmap/kubeadm-config");
+        denied(
+            &["get", "configmap", "kubeadm-config", "-n", "default"],
+            &format!(
+                "configmaps \"kubeadm-config\" is forbidden: {}",
+                cannot("get", "configmaps", "", "in the namespace \"default\"")
+            ),
+        );
+        assert!(can_i(&[
+            "create",
+            "pods",
+            "--subresource",
+            "eviction",
+            "-n",
+            "kube-system"
+        ]));
+        assert!(!can_i(&[
+            "create",
+            "pods",
+            "--subresource",
+            "eviction",
+            "-n",
+            "default"
+        ]));
+        assert!(!can_i(&["create", "pods", "-n", "kube-system"]));
+
+        // A wildcard ClusterRole bound in one namespace to a Group.
+        assert!(can_i(&["delete", "deployments.apps", "-n", "scratch"]));
+        assert!(can_i(&[
+            "create",
+            "leases.coordination.k8s.io",
+            "-n",
+            "scratch"
+        ]));
+        assert!(!can_i(&[
+            "create",
+            "leases.coordination.k8s.io",
+            "-n",
+            "default"
+        ]));
+        allowed(&[
+            "create",
+            "configmap",
+            "made",
+            "-n",
+            "scratch",
+            "--from-literal=a=1",
+        ]);
+        denied(
+            &[
+                "create",
+                "configmap",
+                "made",
+                "-n",
+                "default",
+                "--from-literal=a=1",
+            ],
+            &format!(
+                "configmaps is forbidden: {}",
+                cannot("create", "configmaps", "", "in the namespace \"default\"")
+            ),
+        );
+        // Bindings are read at every request: without the RoleBinding, nothing in scratch.
+        k.ok(&["delete", "rolebinding", "anything", "-n", "scratch"]);
+        assert!(!can_i(&["create", "configmaps", "-n", "scratch"]));
+        denied(
+            &["delete", "configmap", "made", "-n", "scratch"],
+            &format!(
+                "configmaps \"made\" is forbidden: {}",
+                cannot("delete", "configmaps", "", "in the namespace \"scratch\"")
+            ),
+        );
+
+        // An unknown token is not anyone; no credentials is the admin.
+        let out = k.run(
+            &with_token(&api, "wrong", &["get", "nodes"])
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
+        assert!(out.stderr.contains("Unauthorized"), "{out:?}");
+        assert_eq!(k.ok(&["auth", "can-i", "delete", "nodes"]).trim(), "yes");
+
+        // The Status of a denial over raw HTTP, and the fake's request log.
+        let auth = format!("Bearer {SA_TOKEN}");
+        let (status, body) = tend_e2e::http_call(
+            api.port(),
+            "DELETE",
+            "/apis/coordination.k8s.io/v1/namespaces/tend-system/leases/tend-cluster",
+            &[("Authorization", &auth), ("Accept", "application/json")],
+            "",
+            WITHIN,
+        )
+        .unwrap();
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(status, 403, "{body}");
+        assert_eq!(
+            body,
+            json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": format!("leases.coordination.k8s.io \"tend-cluster\" is forbidden: {}",
+                    cannot("delete", "leases", "coordination.k8s.io", "in the namespace \"tend-system\"")),
+                "reason": "Forbidden",
+                "details": {"name": "tend-cluster", "group": "coordination.k8s.io", "kind": "leases"},
+                "code": 403,
+            })
+        );
+        // An eviction is `create` on pods/eviction: allowed in kube-system (the
+        // Pod is missing: 404), refused elsewhere.
+        let evict = |ns: &str| {
+            let body = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web", "namespace": ns}});
+            tend_e2e::http_call(
+                api.port(),
+                "POST",
+                &format!("/api/v1/namespaces/{ns}/pods/web/eviction"),
+                &[
+                    ("Authorization", &auth),
+                    ("Content-Type", "application/json"),
+                ],
+                &body.to_string(),
+                WITHIN,
+            )
+            .unwrap()
+        };
+        assert_eq!(evict("kube-system").0, 404);
+        let (status, body) = evict("default");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(status, 403, "{body}");
+        assert_eq!(
+            body["message"].as_str().unwrap(),
+            format!(
+                "pods \"web\" is forbidden: {}",
+                cannot(
+                    "create",
+                    "pods/eviction",
+                    "",
+                    "in the namespace \"default\""
+                )
+            )
+        );
+        let log = api.requests()["log"].as_array().unwrap().clone();
+        let forbidden: Vec<&Value> = log.iter().filter(|e| e["code"] == 403).collect();
+        assert!(forbidden.len() >= 7, "{forbidden:#?}");
+        assert!(
+            forbidden.iter().all(|e| e["user"] == SA_USER),
+            "{forbidden:#?}"
+        );
+        assert!(log.iter().any(|e| e["code"] == 401), "no 401 logged");
+    }
 }

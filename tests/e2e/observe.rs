@@ -307,8 +307,10 @@ fn tend_reconcile_goes_through_a_running_daemon() {
         run.stdout
     );
     assert!(
-        run.stdout
-            .contains(&format!("by the tend daemon at 127.0.0.1:{port}")),
+        run.stdout.contains(&format!(
+            "by the tend daemon at {}",
+            sandbox.path("state/tend.sock").display()
+        )),
         "{}",
         run.stdout
     );

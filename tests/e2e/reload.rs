@@ -3,7 +3,9 @@
 
 use serde_json::Value;
 use std::path::Path;
-use tend_e2e::{Sandbox, digest_of, free_port, plugin, plugin_status, wait_for_plugin};
+use tend_e2e::{
+    Daemon, Sandbox, digest_of, free_port, plugin, plugin_status, wait_for_plugin, workspace_root,
+};
 
 /// The smallest valid component: it exports nothing, so not Tend's world.
 const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0";
@@ -15,6 +17,14 @@ fn cp_in_place(bytes: &[u8], to: &Path) {
 
 fn runs(status: &Value) -> u64 {
     status["reconciles"].as_u64().unwrap_or(0)
+}
+
+fn sighup(daemon: &Daemon) {
+    let sent = std::process::Command::new("kill")
+        .args(["-HUP", &daemon.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
 }
 
 #[test]
@@ -224,11 +234,26 @@ fn config_edits_apply_live_and_a_broken_config_keeps_the_last_good_one() {
     );
     assert_eq!(plugin_status(port, "other")["state"], "failing");
 
-    // SIGHUP re-reads it too; fixing it clears the error.
-    std::process::Command::new("kill")
-        .args(["-HUP", &daemon.pid().to_string()])
-        .status()
-        .unwrap();
+    // SIGHUP re-reads it though nothing changed on disk: the error is the
+    // same, now found by the SIGHUP's read.
+    let error = || {
+        tend_e2e::status(port)["config_error"]
+            .as_str()
+            .map(str::to_string)
+    };
+    assert!(
+        error().is_some_and(|e| e.ends_with("(config file changed)")),
+        "{:?}",
+        error()
+    );
+    sighup(&daemon);
+    tend_e2e::wait_until(
+        std::time::Duration::from_secs(10),
+        "the config error found again by SIGHUP",
+        || error().is_some_and(|e| e.contains(&expected) && e.ends_with("(SIGHUP)")),
+    );
+
+    // Fixing it clears the error.
     sandbox.config_with_host(&host, &plugins(true, "ok"));
     tend_e2e::wait_until(
         std::time::Duration::from_secs(10),
@@ -250,6 +275,71 @@ fn config_edits_apply_live_and_a_broken_config_keeps_the_last_good_one() {
         "{}",
         daemon.log()
     );
+    assert!(daemon.terminate(std::time::Duration::from_secs(10)));
+}
+
+/// SIGHUP alone re-reads the config: `etc/tend.toml` is a link into `conf/`,
+/// a directory tend does not watch, so an edit there is invisible to the
+/// watcher. The edit applies on SIGHUP, and not before.
+#[test]
+fn sighup_applies_a_config_edit_the_watcher_cannot_see() {
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("chaos", "chaos");
+    let port = free_port();
+    // Absolute paths: relative ones would resolve next to the link, in etc/.
+    let config = |mode: &str| {
+        format!(
+            "[host]\nplugins-dir = \"{plugins}\"\nstate-dir = \"{state}\"\ncache-dir = \"{cache}\"\n\
+             node-name = \"e2e-node\"\nlisten = \"127.0.0.1:{port}\"\n\
+             [plugins.steady]\nfile = \"{plugins}/chaos.wasm\"\ninterval = \"100ms\"\n[plugins.steady.config]\nmode = \"ok\"\n\
+             [plugins.other]\nfile = \"{plugins}/chaos.wasm\"\ninterval = \"100ms\"\n[plugins.other.config]\nmode = \"{mode}\"\n",
+            plugins = sandbox.path("plugins").display(),
+            state = sandbox.path("state").display(),
+            cache = workspace_root().join("target/e2e-cache").display(),
+        )
+    };
+    let (etc, conf) = (sandbox.path("etc"), sandbox.path("conf"));
+    std::fs::create_dir(&etc).unwrap();
+    std::fs::create_dir(&conf).unwrap();
+    std::fs::write(conf.join("tend.toml"), config("ok")).unwrap();
+    std::os::unix::fs::symlink("../conf/tend.toml", etc.join("tend.toml")).unwrap();
+    let daemon = sandbox.daemon_for(&etc.join("tend.toml"));
+    wait_for_plugin(port, "other", "healthy", |p| {
+        p["state"] == "ready" && runs(p) >= 1
+    });
+
+    // Edit the target as an operator's tooling would (write, rename), in conf/.
+    std::fs::write(conf.join(".tend.toml.tmp"), config("fail")).unwrap();
+    std::fs::rename(conf.join(".tend.toml.tmp"), conf.join("tend.toml")).unwrap();
+    // Unseen: five reconciles of each later, nothing changed.
+    let (steady, other) = (
+        runs(&plugin_status(port, "steady")),
+        runs(&plugin_status(port, "other")),
+    );
+    wait_for_plugin(port, "steady", "five more reconciles", |p| {
+        runs(p) >= steady + 5
+    });
+    let unseen = wait_for_plugin(port, "other", "five more reconciles", |p| {
+        runs(p) >= other + 5
+    });
+    assert_eq!(unseen["state"], "ready", "{unseen:#}");
+    assert_eq!(daemon.count(&["config reloaded"]), 0, "{}", daemon.log());
+
+    // SIGHUP re-reads it: the edit applies.
+    sighup(&daemon);
+    wait_for_plugin(port, "other", "the edit applied", |p| {
+        p["state"] == "failing"
+            && p["last"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("chaos was asked to fail")
+    });
+    // The reload is logged once it is complete (after the plugin's trigger).
+    daemon.wait_for_log(
+        std::time::Duration::from_secs(10),
+        &["config reloaded (SIGHUP)"],
+    );
+    assert_eq!(daemon.count(&["config reloaded"]), 1, "{}", daemon.log());
     assert!(daemon.terminate(std::time::Duration::from_secs(10)));
 }
 

@@ -4,7 +4,9 @@
 
 use std::path::Path;
 use std::time::Duration;
-use tend_e2e::{Sandbox, SystemdPeer, free_port, journal, wait_for_plugin, wait_until};
+use tend_e2e::{
+    Sandbox, SystemdPeer, free_port, journal, plugin_status, wait_for_plugin, wait_until,
+};
 
 const WITHIN: Duration = Duration::from_secs(20);
 
@@ -179,10 +181,16 @@ fn sleeper(peer: &SystemdPeer, unit: &str, count: &Path) {
 }
 
 fn doctor(sandbox: &Sandbox, host: &str, grant: &str, check: &str) {
-    sandbox.add_plugin("unit-doctor", "unit-doctor").config_with_host(
-        host,
-        &format!("[plugins.unit-doctor]\n[plugins.unit-doctor.grants]\n{grant}\n[plugins.unit-doctor.config]\n[[plugins.unit-doctor.config.checks]]\n{check}\n"),
-    );
+    sandbox
+        .add_plugin("unit-doctor", "unit-doctor")
+        .config_with_host(host, &doctor_plugin(grant, check));
+}
+
+/// The unit-doctor's `[plugins.unit-doctor]` tables.
+fn doctor_plugin(grant: &str, check: &str) -> String {
+    format!(
+        "[plugins.unit-doctor]\n[plugins.unit-doctor.grants]\n{grant}\n[plugins.unit-doctor.config]\n[[plugins.unit-doctor.config.checks]]\n{check}\n"
+    )
 }
 
 #[test]
@@ -293,6 +301,10 @@ fn ungranted_and_over_budget_restarts_are_refused_and_plans_change_nothing() {
     assert_eq!(refused, 1);
 }
 
+/// systemd's bus goes away: the unit-doctor (which needs it) reports systemd
+/// unavailable, while another plugin (chaos `ok`, on an interval, no systemd)
+/// goes on reconciling healthy and tend answers /healthz; when the bus comes
+/// back, the doctor recovers.
 #[test]
 fn the_bus_going_away_fails_only_the_plugin_and_tend_recovers_when_it_returns() {
     let peer = SystemdPeer::start();
@@ -302,22 +314,24 @@ fn the_bus_going_away_fails_only_the_plugin_and_tend_recovers_when_it_returns() 
     sleeper(&peer, "tend-y.service", &count);
     peer.manager(&["StartUnit", "ss", "tend-y.service", "replace"]);
     peer.wait_for_unit("tend-y.service", "ActiveState", "active", WITHIN);
-    sandbox.add_plugin("chaos", "chaos");
-    doctor(
-        &sandbox,
-        &format!(
-            "listen = \"127.0.0.1:{port}\"\n[host.systemd]\nbus = \"{}\"",
-            peer.bus_address()
-        ),
-        "systemd = { units = [\"tend-*.service\"], operations = [\"restart\"] }",
-        "unit = \"tend-y.service\"\nprobe = \"active\"\nfail-after-ms = 0\nbackoff-ms = 0\nmax-restarts = 10",
-    );
+    sandbox
+        .add_plugin("chaos", "chaos")
+        .add_plugin("unit-doctor", "unit-doctor")
+        .config_with_host(
+            &format!(
+                "listen = \"127.0.0.1:{port}\"\n[host.systemd]\nbus = \"{}\"",
+                peer.bus_address()
+            ),
+            &(doctor_plugin(
+                "systemd = { units = [\"tend-*.service\"], operations = [\"restart\"] }",
+                "unit = \"tend-y.service\"\nprobe = \"active\"\nfail-after-ms = 0\nbackoff-ms = 0\nmax-restarts = 10",
+            ) + "[plugins.steady]\nfile = \"plugins/chaos.wasm\"\ninterval = \"100ms\"\n[plugins.steady.config]\nmode = \"ok\"\n"),
+        );
     let daemon = sandbox.daemon();
     wait_for_plugin(port, "unit-doctor", "healthy", |p| {
         p["last"]["health"] == "healthy"
     });
     peer.stop_bus();
-    tend_e2e::status(port);
     wait_until(
         Duration::from_secs(30),
         "an unavailable systemd reported",
@@ -329,74 +343,184 @@ fn the_bus_going_away_fails_only_the_plugin_and_tend_recovers_when_it_returns() 
                 .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("unavailable"))
         },
     );
+    wait_for_plugin(port, "unit-doctor", "unavailable in /status", |p| {
+        p["last"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("unavailable"))
+    });
+    // The bus still down, the other plugin goes on: five more healthy runs.
+    let before = plugin_status(port, "steady")["reconciles"]
+        .as_u64()
+        .unwrap();
+    let steady = wait_for_plugin(port, "steady", "five more runs without the bus", |p| {
+        p["reconciles"].as_u64() >= Some(before + 5)
+    });
+    assert_eq!(steady["last"]["health"], "healthy", "{steady:#}");
     assert!(
-        tend_e2e::http_get(port, "/healthz").is_ok(),
+        std::process::Command::new("busctl")
+            .arg(format!("--address={}", peer.bus_address()))
+            .arg("status")
+            .output()
+            .is_ok_and(|o| !o.status.success()),
+        "the bus is still down"
+    );
+    assert_eq!(
+        tend_e2e::http_get(port, "/healthz").unwrap(),
+        (200, "ok\n".to_string()),
         "tend keeps running"
     );
     peer.start_bus_again();
-    // systemd came back without the unit running: the doctor restarts it.
+    // systemd came back without the unit running: the doctor restarts it. A
+    // manual reconcile the daemon refuses (rate limit, backoff already cut
+    // short once) is no answer: ask again until one really ran.
     wait_until(Duration::from_secs(60), "recovery", || {
         std::process::Command::new(tend_e2e::tend_bin())
             .args(["reconcile", "unit-doctor", "-c"])
             .arg(sandbox.path("tend.toml"))
             .output()
-            .is_ok_and(|o| !String::from_utf8_lossy(&o.stdout).contains("unavailable"))
+            .is_ok_and(|o| {
+                o.status.success() && !String::from_utf8_lossy(&o.stdout).contains("unavailable")
+            })
     });
     peer.wait_for_unit("tend-y.service", "ActiveState", "active", WITHIN);
     assert!(daemon.terminate(Duration::from_secs(10)));
 }
 
+/// Where a kill -9 cut an apply, read from the journal once tend is dead:
+/// the unit's restart not begun, in flight (its intent without a result reads
+/// as interrupted), or done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cut {
+    /// No restart intent journaled.
+    NotBegun,
+    /// Its intent journaled, no result.
+    InFlight,
+    /// Intent and result.
+    Done,
+}
+
+/// The [`Cut`] of the apply whose journal entries start at `from`.
+fn cut(sandbox: &Sandbox, unit: &str, from: usize) -> Cut {
+    let entries = journal(sandbox);
+    let restarts: Vec<_> = entries[from..]
+        .iter()
+        .filter(|e| e["operation"] == "restart" && e["target"] == unit)
+        .collect();
+    match restarts.as_slice() {
+        [] => Cut::NotBegun,
+        [r] if r["result"] == "ok" => Cut::Done,
+        [r] if r["result"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("interrupted")) =>
+        {
+            Cut::InFlight
+        }
+        _ => panic!("not one restart of {unit} before the kill: {entries:#?}"),
+    }
+}
+
+/// Poll `condition` without pausing (a kill must land within a window of a
+/// few milliseconds) until it holds, for at most `within`.
+fn spin_until(within: Duration, what: &str, condition: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// `tend reconcile unit-applier` is killed (-9) while applying a changed
+/// config file that earns tend-k a restart: right after the file is on disk
+/// (repeated until one kill lands before the restart began), and once while
+/// the restart runs (tend-k's start takes 300 ms). Each time the journal says
+/// which window the kill hit, and tend started again finishes the apply with
+/// exactly one restart in all.
 #[test]
 fn kill_9_between_writing_files_and_restarting_units_restarts_exactly_once() {
+    const ATTEMPTS: usize = 8;
     let peer = SystemdPeer::start();
     let sandbox = Sandbox::new();
     sandbox.add_plugin("unit-applier", "unit-applier");
     std::fs::create_dir_all(sandbox.path("etc")).unwrap();
     let count = sandbox.path("k.count");
     let conf = sandbox.path("etc/k.conf").display().to_string();
-    let units = vec![("tend-k.service", oneshot(&count), vec![conf.clone()])];
-    sandbox.config(&applier_config(
-        &peer,
-        &sandbox,
-        &units,
-        &[(conf.clone(), "v = 1\n")],
-    ));
-    assert!(sandbox.tend(&["reconcile", "unit-applier"]).success);
+    // A oneshot whose start takes 300 ms: a restart stays in flight that long.
+    let unit = format!(
+        "[Unit]\nDescription=tend e2e\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStartPre=/bin/sh -c 'echo started >> {}; sleep 0.3'\nExecStart=/bin/true\n",
+        count.display()
+    );
+    let units = vec![("tend-k.service", unit, vec![conf.clone()])];
+    let declare = |version: usize| {
+        sandbox.config(&applier_config(
+            &peer,
+            &sandbox,
+            &units,
+            &[(conf.clone(), &format!("v = {version}\n"))],
+        ));
+    };
+    // Reconcile until the apply is over (a resumed restart still in
+    // transition is waited for across reconciles).
+    let finish = || {
+        wait_until(WITHIN, "the apply finished", || {
+            let out = sandbox.tend(&["reconcile", "unit-applier"]);
+            assert!(out.success, "{}{}", out.stdout, out.stderr);
+            out.stdout.contains("no changes")
+        });
+    };
+    declare(1);
+    finish();
     peer.wait_for_unit("tend-k.service", "ActiveState", "active", WITHIN);
     assert_eq!(starts(&count), 1);
 
-    // The file changes, so tend-k must restart. Kill tend the moment the new
-    // file is on disk: before, during or just after the restart.
-    sandbox.config(&applier_config(
-        &peer,
-        &sandbox,
-        &units,
-        &[(conf.clone(), "v = 2\n")],
-    ));
-    let mut child = std::process::Command::new(tend_e2e::tend_bin())
-        .args(["reconcile", "unit-applier", "-c"])
-        .arg(sandbox.path("tend.toml"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until(WITHIN, "the new file written", || {
-        std::fs::read_to_string(&conf).is_ok_and(|c| c == "v = 2\n")
-    });
-    let _ = child.kill();
-    let _ = child.wait();
-    // Started again, it finishes what was pending: one restart in all.
-    let out = sandbox.tend(&["reconcile", "unit-applier"]);
-    assert!(out.success, "{}{}", out.stdout, out.stderr);
-    peer.wait_for_unit("tend-k.service", "ActiveState", "active", WITHIN);
-    wait_until(WITHIN, "the pending restart", || starts(&count) >= 2);
-    let again = sandbox.tend(&["reconcile", "unit-applier"]);
-    assert!(again.success, "{}", again.stdout);
-    assert_eq!(
-        starts(&count),
-        2,
-        "exactly one restart: {}{}",
-        out.stdout,
-        again.stdout
+    let mut cuts = Vec::new();
+    for attempt in 1..=ATTEMPTS {
+        // The last attempt kills mid-restart; the others right after the write.
+        let mid_restart = attempt == ATTEMPTS || cuts.contains(&Cut::NotBegun);
+        let version = attempt + 1;
+        declare(version);
+        let from = journal(&sandbox).len();
+        let started = starts(&count);
+        let mut child = std::process::Command::new(tend_e2e::tend_bin())
+            .args(["reconcile", "unit-applier", "-c"])
+            .arg(sandbox.path("tend.toml"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        match mid_restart {
+            true => spin_until(WITHIN, "tend-k's restart under way", || {
+                starts(&count) > started
+            }),
+            false => spin_until(WITHIN, "the new file written", || {
+                std::fs::read_to_string(&conf).is_ok_and(|c| c == format!("v = {version}\n"))
+            }),
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let hit = cut(&sandbox, "tend-k.service", from);
+        eprintln!("attempt {attempt}: the restart was {hit:?} at the kill");
+        if mid_restart {
+            assert_eq!(hit, Cut::InFlight, "{:#?}", journal(&sandbox));
+        }
+        cuts.push(hit);
+        // Started again, it finishes what was pending: one restart in all.
+        finish();
+        peer.wait_for_unit("tend-k.service", "ActiveState", "active", WITHIN);
+        assert_eq!(
+            starts(&count),
+            started + 1,
+            "attempt {attempt}, the restart {hit:?} at the kill: exactly one restart: {:#?}",
+            &journal(&sandbox)[from..]
+        );
+        if mid_restart {
+            break;
+        }
+    }
+    assert!(
+        cuts.contains(&Cut::NotBegun) && cuts.contains(&Cut::InFlight),
+        "no kill landed between the write and the restart in {ATTEMPTS} attempts: {cuts:?}"
     );
 }

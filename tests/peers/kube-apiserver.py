@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """A faithful fake of the Kubernetes API server, served over real HTTP on loopback.
 
-    kube-apiserver.py PORT [--state-dir DIR] [--history N] [--bookmark-interval S]
+    kube-apiserver.py PORT [--state-dir DIR] [--history N] [--bookmark-interval S] [--token TOKEN=USER]...
 
 PORT 0 picks a free port. With --state-dir, the chosen port goes to DIR/port (written
 once the server listens), the PID to DIR/kube-apiserver.pid, a kubeconfig to
-DIR/kubeconfig and a request log to DIR/kube-apiserver.log.
+DIR/kubeconfig and a request log to DIR/kube-apiserver.log. With --tls it also serves
+HTTPS on DIR/tls-port, with a self-signed certificate for 127.0.0.1 in DIR/tls.crt
+(kubectl sends tokens over TLS only; kube-rs sends them over plain HTTP too).
 
 What it keeps from the real server (tested against kubectl, tests/e2e/kube_fake.rs):
 one global, monotonically increasing resourceVersion; uid, creationTimestamp,
@@ -21,7 +23,31 @@ for kubectl's server-side field validation; Events in core/v1 and events.k8s.io/
 over one storage, as the real server does; pods/eviction (kubectl drain); finalizers
 and graceful deletion of pods bound to a node; namespace deletion with its contents.
 Kinds: Namespace, Node, Pod, ConfigMap, Secret, Service, ServiceAccount, Event (v1 and
-events.k8s.io/v1), Lease (coordination.k8s.io/v1), Deployment and DaemonSet (apps/v1).
+events.k8s.io/v1), Lease (coordination.k8s.io/v1), Deployment and DaemonSet (apps/v1),
+Role, ClusterRole, RoleBinding, ClusterRoleBinding (rbac.authorization.k8s.io/v1),
+SelfSubjectAccessReview (authorization.k8s.io/v1, `kubectl auth can-i`).
+
+Leases refuse a PUT without metadata.resourceVersion (422, as their strategy does not
+allow unconditional updates) and a stale one (409 Conflict).
+
+Authentication and authorization: a request with `Authorization: Bearer TOKEN` acts as
+the user the token was registered for (--token, POST /fake/tokens), e.g.
+system:serviceaccount:NS:NAME (groups system:serviceaccounts, system:serviceaccounts:NS,
+system:authenticated); an unknown token is 401 Unauthorized; a request without
+credentials acts as the admin (test setup, kubectl with the --state-dir kubeconfig).
+Such a user is authorized by the RBAC objects in the store, as the RBAC authorizer does
+it: ClusterRoleBindings everywhere, RoleBindings in their namespace, to Role or
+ClusterRole rules matched on verb (the request's: get, list, watch, create, update,
+patch, delete, deletecollection), API group, resource (subresources such as
+pods/eviction and nodes/status, `*` and `*/sub`), resourceNames (a list or watch with
+fieldSelector metadata.name=NAME is about NAME) and namespace; a PUT or apply that
+creates also needs `create`. Every authenticated user has what the bootstrap roles
+system:discovery and system:basic-user give (discovery, OpenAPI, /version, /healthz,
+SelfSubjectAccessReviews). A denial is the real 403 Forbidden Status. Not modelled:
+other bootstrap roles (view, edit, cluster-admin: create them if needed), ClusterRole
+aggregation, escalation checks on writing RBAC objects, validation of RBAC objects beyond
+their names (roleRef immutability, rule shapes), impersonation, client certificates,
+SelfSubjectRulesReview, ServiceAccount token issuance (tokens are registered, not minted).
 
 Admin endpoints for tests (never blackholed, not counted):
   GET  /fake/requests[?since=SEQ]   request counts per verb and resource, and a log
@@ -33,8 +59,9 @@ Admin endpoints for tests (never blackholed, not counted):
   DELETE /fake/blackhole            end a blackhole now
   POST /fake/reset                  remove every object (but the default namespaces)
   GET  /fake/state                  resourceVersion, compaction point, history size
+  POST /fake/tokens  {"token": T, "user": U}  register a bearer token for user U
 
-Simplified (see the docstrings below): no authentication or authorization, no
+Simplified (see the docstrings below): authentication by registered tokens only, no
 admission beyond namespace lifecycle, no controllers (no garbage collection,
 scheduler, kubelet, Deployment controller), partial defaulting and validation (no
 OpenAPI schemas: fieldValidation=Strict checks top-level and metadata fields only),
@@ -55,6 +82,7 @@ import os
 import random
 import re
 import signal
+import ssl
 import time
 import uuid
 from collections import deque
@@ -202,7 +230,8 @@ def invalid(res, name, causes):
     text = ", ".join(f"{f}: {m}" for f, _, m in causes)
     if len(causes) > 1:
         text = "[" + text + "]"
-    return ApiError(422, "Invalid", f'{res.kind} "{name}" is invalid: {text}', {
+    kind = res.kind if not res.group else f"{res.kind}.{res.group}"
+    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {text}', {
         "name": name, "group": res.group, "kind": res.kind,
         "causes": [{"reason": r, "message": m, "field": f} for f, r, m in causes],
     })
@@ -234,11 +263,14 @@ ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "up
 class Res:
     def __init__(self, group, version, plural, kind, namespaced, *, short=(), categories=(),
                  status=False, generation=False, create_on_update=False, return_deleted=False,
-                 fields=(), field_map=None, printer="default", storage=None, verbs=ALL_VERBS):
+                 fields=(), field_map=None, printer="default", storage=None, verbs=ALL_VERBS,
+                 unconditional_update=True):
         self.group, self.version, self.plural, self.kind = group, version, plural, kind
         self.namespaced, self.short, self.categories = namespaced, list(short), list(categories)
         self.status, self.generation, self.create_on_update = status, generation, create_on_update
         self.return_deleted, self.printer, self.verbs = return_deleted, printer, list(verbs)
+        # the strategy's AllowUnconditionalUpdate: false for Leases (a PUT must carry a resourceVersion)
+        self.unconditional_update = unconditional_update
         self.fields = {"metadata.name", "metadata.namespace"} | set(fields)
         self.field_map = field_map or {}  # selector field of this version -> storage field
         self.storage = storage or f"{group}/{plural}"
@@ -275,7 +307,8 @@ RESOURCES = [
     Res("", "v1", "serviceaccounts", "ServiceAccount", True, short=["sa"], printer="serviceaccount"),
     Res("", "v1", "events", "Event", True, short=["ev"], create_on_update=True, fields=EVENT_FIELDS,
         printer="event", storage="/events"),
-    Res("coordination.k8s.io", "v1", "leases", "Lease", True, create_on_update=True, printer="lease"),
+    Res("coordination.k8s.io", "v1", "leases", "Lease", True, create_on_update=True, printer="lease",
+        unconditional_update=False),
     Res("events.k8s.io", "v1", "events", "Event", True, short=["ev"], create_on_update=True,
         fields=list(EVENT_V1_FIELD_MAP), field_map=EVENT_V1_FIELD_MAP, printer="event",
         storage="/events"),
@@ -283,6 +316,13 @@ RESOURCES = [
         status=True, generation=True, printer="deployment"),
     Res("apps", "v1", "daemonsets", "DaemonSet", True, short=["ds"], categories=["all"], status=True,
         generation=True, printer="daemonset"),
+    Res("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+    Res("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+    Res("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+    Res("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    # not stored: a create answers whether the caller may do what it describes
+    Res("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False,
+        verbs=["create"]),
 ]
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
 GROUPS = []  # [(group, [versions])], in discovery order
@@ -852,6 +892,11 @@ PB_KINDS = {
     "Eviction": {1: ("metadata", PB_META), 2: ("deleteOptions", {
         1: ("gracePeriodSeconds", "int_kept"), 2: ("preconditions", {1: ("uid", "str"), 2: ("resourceVersion", "str")}),
         4: ("propagationPolicy", "str"), 5: ("dryRun", "list_str")})},
+    "SelfSubjectAccessReview": {1: ("metadata", PB_META), 2: ("spec", {
+        1: ("resourceAttributes", {1: ("namespace", "str"), 2: ("verb", "str"), 3: ("group", "str"),
+                                   4: ("version", "str"), 5: ("resource", "str"), 6: ("subresource", "str"),
+                                   7: ("name", "str")}),
+        2: ("nonResourceAttributes", {1: ("path", "str"), 2: ("verb", "str")})})},
     "ServiceAccount": {1: ("metadata", PB_META), 2: ("secrets", ("list", PB_OBJREF)),
                        3: ("imagePullSecrets", ("list", {1: ("name", "str")})),
                        4: ("automountServiceAccountToken", "bool")},
@@ -1104,7 +1149,11 @@ def validate(res, obj, old, request_res):
     m = obj.get("metadata") or {}
     name = m.get("name", "")
     pattern = DNS_LABEL if res.kind in ("Namespace", "Service") else DNS_SUBDOMAIN
-    if name and (len(name) > (63 if pattern is DNS_LABEL else 253) or not pattern.match(name)):
+    if res.group == RBAC_GROUP:
+        # ValidateRBACName: any path segment name ("system:node", "tend-system:tend")
+        bad = [f"may not be '{name}'"] if name in (".", "..") else [f"may not contain '{c}'" for c in "/%" if c in name]
+        causes += [("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {b}') for b in bad]
+    elif name and (len(name) > (63 if pattern is DNS_LABEL else 253) or not pattern.match(name)):
         what = "RFC 1123 label" if pattern is DNS_LABEL else "RFC 1123 subdomain"
         causes.append(("metadata.name", "FieldValueInvalid",
                        f'Invalid value: "{name}": a lowercase {what} must consist of lower case alphanumeric characters, \'-\' or \'.\', and must start and end with an alphanumeric character'))
@@ -1177,6 +1226,8 @@ def validate(res, obj, old, request_res):
 
 TOP_LEVEL = {"apiVersion", "kind", "metadata", "spec", "status"}
 EXTRA_TOP = {"ConfigMap": {"data", "binaryData", "immutable"}, "Secret": {"data", "stringData", "type", "immutable"},
+             "Role": {"rules"}, "ClusterRole": {"rules", "aggregationRule"},
+             "RoleBinding": {"roleRef", "subjects"}, "ClusterRoleBinding": {"roleRef", "subjects"},
              "ServiceAccount": {"secrets", "imagePullSecrets", "automountServiceAccountToken"},
              "Event": {v for pair in EVENT_V1_PAIRS for v in pair}}
 META_FIELDS = {"name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
@@ -1547,6 +1598,102 @@ class Watcher:
             self.queue.put_nowait(("BOOKMARK", None))
 
 
+
+# ---------------------------------------------------------------------------------
+# Authentication (bearer tokens) and authorization (RBAC), as the real server's
+# token authenticator and RBAC authorizer do them: a request with a token the
+# server knows acts as that user; one without Authorization acts as the admin (test
+# setup, the kubeconfig in --state-dir); any other token is 401 Unauthorized.
+# ---------------------------------------------------------------------------------
+
+SA_PREFIX = "system:serviceaccount:"
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+class User:
+    def __init__(self, name):
+        self.name = name
+        self.groups = ["system:authenticated"]
+        if name.startswith(SA_PREFIX) and name.count(":") == 3:
+            ns = name.split(":")[2]
+            self.groups = ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"]
+
+
+# What the bootstrap roles give every authenticated user (system:discovery,
+# system:public-info-viewer and system:basic-user, bound to system:authenticated).
+BOOTSTRAP_RULES = [
+    ({"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/readyz", "/version",
+                          "/version/", "/openapi", "/openapi/*"], "verbs": ["get"]}, "system:discovery"),
+    ({"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+      "verbs": ["create"]}, "system:basic-user"),
+]
+
+
+class Attributes:
+    """authorizer.Attributes of a request: resource requests (verb, group, resource,
+    subresource, namespace, name) or non-resource ones (verb, path)."""
+
+    def __init__(self, verb, group="", resource="", subresource="", namespace="", name="", path=None):
+        self.verb, self.group, self.resource, self.subresource = verb, group, resource, subresource
+        self.namespace, self.name, self.path = namespace or "", name or "", path
+
+    def forbidden(self, user):
+        """The Status the real server answers a denial with (responsewriters.forbiddenMessage)."""
+        if self.path is not None:
+            return ApiError(403, "Forbidden", f'forbidden: User "{user.name}" cannot {self.verb} path "{self.path}"', {})
+        resource = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        where = f'in the namespace "{self.namespace}"' if self.namespace else "at the cluster scope"
+        why = f'User "{user.name}" cannot {self.verb} resource "{resource}" in API group "{self.group}" {where}'
+        gr = f"{self.resource}.{self.group}" if self.group else self.resource
+        message = f'{gr} "{self.name}" is forbidden: {why}' if self.name else f"{gr} is forbidden: {why}"
+        return ApiError(403, "Forbidden", message, {"name": self.name, "group": self.group, "kind": self.resource})
+
+
+def rule_allows(attrs, rule):
+    """rbac.RuleAllows: verbs, then API groups, resources (with subresources and "*/sub"),
+    resource names; or verbs and non-resource URLs ("*" and "prefix*")."""
+    verbs = rule.get("verbs") or []
+    if "*" not in verbs and attrs.verb not in verbs:
+        return False
+    if attrs.path is not None:
+        return any(u == "*" or u == attrs.path or (u.endswith("*") and attrs.path.startswith(u[:-1]))
+                   for u in rule.get("nonResourceURLs") or [])
+    groups = rule.get("apiGroups") or []
+    if "*" not in groups and attrs.group not in groups:
+        return False
+    combined = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
+    resources = rule.get("resources") or []
+    if not any(r == "*" or r == combined or (attrs.subresource and r == "*/" + attrs.subresource)
+               for r in resources):
+        return False
+    names = rule.get("resourceNames") or []
+    return not names or attrs.name in names
+
+
+def subject_matches(subject, user, binding_ns):
+    """rbac appliesToUser: a User by name, a Group by membership, a ServiceAccount by
+    its username (its namespace defaulting to the binding's)."""
+    kind, name = subject.get("kind"), subject.get("name")
+    if kind == "User":
+        return name == user.name
+    if kind == "Group":
+        return name in user.groups
+    if kind == "ServiceAccount":
+        ns = subject.get("namespace") or binding_ns
+        return bool(ns) and user.name == f"{SA_PREFIX}{ns}:{name}"
+    return False
+
+
+def describe_subject(subject, binding_ns):
+    if subject.get("kind") == "ServiceAccount":
+        return f'ServiceAccount "{subject.get("name")}/{subject.get("namespace") or binding_ns}"'
+    return f'{subject.get("kind")} "{subject.get("name")}"'
+
+
+def rbac_res(plural):
+    return BY_PATH[(RBAC_GROUP, "v1", plural)]
+
+
 # ---------------------------------------------------------------------------------
 # The server
 # ---------------------------------------------------------------------------------
@@ -1564,6 +1711,10 @@ class Server:
         self.reset_counts()
         self.watches_opened = 0
         self.log_file = None
+        self.tokens = {}  # bearer token -> user name
+        for pair in args.token or []:
+            token, _, user = pair.partition("=")
+            self.tokens[token] = user
 
     def reset_counts(self):
         self.counts = {}
@@ -1620,6 +1771,12 @@ class Server:
             return web.json_response(self.state())
         if path == "/fake/state" and request.method == "GET":
             return web.json_response(self.state())
+        if path == "/fake/tokens" and request.method == "POST":
+            body = await request.json()
+            if not body.get("token") or not body.get("user"):
+                return web.json_response(bad_request("token and user are required").status(), status=400)
+            self.tokens[body["token"]] = body["user"]
+            return web.json_response({"users": sorted(set(self.tokens.values()))})
         return web.json_response(path_not_found().status(), status=404)
 
     def state(self):
@@ -1648,6 +1805,110 @@ class Server:
                 s.commit(res, "DELETED", copy.deepcopy(obj), obj)
         s.compact()
 
+    # -- authentication and authorization --------------------------------------------
+
+    def authenticate(self, request):
+        """The caller: None for the admin (no Authorization header), else the User its
+        bearer token names; 401 for any other credential."""
+        header = request.headers.get("Authorization")
+        if header is None:
+            return None
+        scheme, _, token = header.partition(" ")
+        user = self.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
+        if user is None:
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        return User(user)
+
+    def rules_for(self, user, namespace):
+        """(rule, why) of every rule that applies to `user` in `namespace` ("" for the
+        cluster scope), as the RBAC authorizer visits them: the bootstrap roles of every
+        authenticated user, then ClusterRoleBindings (everywhere), then the RoleBindings
+        of the namespace (there only)."""
+        for rule, role in BOOTSTRAP_RULES:
+            yield rule, f'RBAC: allowed by ClusterRoleBinding "{role}" of ClusterRole "{role}" to Group "system:authenticated"'
+        bindings = [(b, "") for b in self.store.table(rbac_res("clusterrolebindings").storage).values()]
+        if namespace:
+            bindings += [(b, namespace) for (ns, _), b in self.store.table(rbac_res("rolebindings").storage).items()
+                         if ns == namespace]
+        for binding, ns in bindings:
+            subject = next((s for s in binding.get("subjects") or [] if subject_matches(s, user, ns)), None)
+            ref = binding.get("roleRef") or {}
+            if subject is None or ref.get("apiGroup") != RBAC_GROUP:
+                continue
+            if ref.get("kind") == "ClusterRole":
+                role = self.store.get(rbac_res("clusterroles"), None, ref.get("name"))
+            elif ref.get("kind") == "Role" and ns:
+                role = self.store.get(rbac_res("roles"), ns, ref.get("name"))
+            else:
+                role = None
+            if role is None:
+                continue
+            kind = "RoleBinding" if ns else "ClusterRoleBinding"
+            name = f"{binding['metadata']['name']}/{ns}" if ns else binding["metadata"]["name"]
+            why = f'RBAC: allowed by {kind} "{name}" of {ref["kind"]} "{ref["name"]}" to {describe_subject(subject, ns)}'
+            for rule in role.get("rules") or []:
+                yield rule, why
+
+    def allowed(self, user, attrs):
+        """Why `attrs` is allowed to `user` (None for the admin), or None when denied."""
+        if user is None:
+            return "the admin (no credentials)"
+        return next((why for rule, why in self.rules_for(user, attrs.namespace) if rule_allows(attrs, rule)), None)
+
+    def authorize(self, request, verb, res, ns, name, sub):
+        """403 Forbidden unless the caller may `verb` the resource."""
+        if res is NAMESPACES and name:
+            ns = name  # a Namespace is in itself, as RequestInfo has it
+        elif not res.namespaced:
+            ns = ""
+        attrs = Attributes(verb, res.group, res.plural, sub or "", ns, name)
+        user = request.get("user")
+        if self.allowed(user, attrs) is None:
+            raise attrs.forbidden(user)
+
+    def authorize_request(self, request, res, ns, name, sub, watch_path):
+        """RequestInfo's verb for the request, then RBAC (403 when denied). A list or watch
+        with the field selector metadata.name=NAME is about NAME (resourceNames apply)."""
+        q, m = request.query, request.method
+        if m == "GET" and (watch_path or q.get("watch") in ("1", "true", "True")):
+            verb = "watch"
+        elif m == "GET":
+            verb = "get" if name else "list"
+        elif m == "DELETE":
+            verb = "delete" if name else "deletecollection"
+        elif m in VERB_BY_METHOD:
+            verb = VERB_BY_METHOD[m]
+        else:
+            return  # 405 follows
+        if verb in ("list", "watch") and not name:
+            for term in q.get("fieldSelector", "").split(","):
+                exact = re.match(r"^\s*metadata\.name\s*==?\s*(.*?)\s*$", term)
+                if exact:
+                    name = exact.group(1)
+        self.authorize(request, verb, res, ns, name, sub)
+
+    async def access_review(self, request, res):
+        """A SelfSubjectAccessReview: may the caller do what its spec describes?"""
+        ct, review = await self.body(request, res)
+        review = self.check_body_object(res, review, None)
+        spec = review.get("spec") or {}
+        ra, nra = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
+        if bool(ra) == bool(nra):
+            raise invalid(res, "", [("spec.resourceAttributes", "FieldValueRequired",
+                                     "Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified")])
+        if ra:
+            attrs = Attributes(ra.get("verb", ""), ra.get("group", ""), ra.get("resource", ""),
+                               ra.get("subresource", ""), ra.get("namespace", ""), ra.get("name", ""))
+        else:
+            attrs = Attributes(nra.get("verb", ""), path=nra.get("path", ""))
+        why = self.allowed(request.get("user"), attrs)
+        status = {"allowed": why is not None}
+        if why:
+            status["reason"] = why
+        return web.json_response({"kind": res.kind, "apiVersion": res.group_version,
+                                  "metadata": {"creationTimestamp": None}, "spec": spec, "status": status},
+                                 status=201)
+
     # -- request plumbing ---------------------------------------------------------
 
     @web.middleware
@@ -1655,6 +1916,12 @@ class Server:
         if request.path.startswith("/fake/"):
             return await handler(request)
         entry = self.record(request)
+        try:
+            request["user"] = self.authenticate(request)
+        except ApiError as e:
+            entry["code"] = e.code
+            return web.json_response(e.status(), status=e.code)
+        entry["user"] = request["user"].name if request["user"] else None
         if self.blackholed(request):
             event = self.blackhole_event
             await event.wait()
@@ -1668,7 +1935,8 @@ class Server:
             resp = web.json_response(e.status(), status=e.code)
         entry["code"] = resp.status
         if self.log_file:
-            self.log_file.write(f"{ts()} {request.method} {request.path_qs} {resp.status} {request.headers.get('User-Agent', '')}\n")
+            user = entry["user"] or "admin"
+            self.log_file.write(f"{ts()} {request.method} {request.path_qs} {resp.status} {user} {request.headers.get('User-Agent', '')}\n")
             self.log_file.flush()
         return resp
 
@@ -1700,7 +1968,7 @@ class Server:
         self.seq += 1
         entry = {"seq": self.seq, "verb": verb, "method": request.method, "path": request.path,
                  "query": dict(request.query), "resource": resource, "userAgent": request.headers.get("User-Agent", ""),
-                 "contentType": request.headers.get("Content-Type"), "code": None}
+                 "contentType": request.headers.get("Content-Type"), "code": None, "user": None}
         if parsed:
             entry["namespace"], entry["name"] = parsed[1], parsed[2]
         self.log.append(entry)
@@ -1708,6 +1976,13 @@ class Server:
 
     async def handle(self, request):
         path = request.path
+        parsed = parse_path_soft(path)
+        if parsed:
+            self.authorize_request(request, *parsed)
+        elif request.get("user") is not None:
+            attrs = Attributes(request.method.lower(), path=path)
+            if self.allowed(request["user"], attrs) is None:
+                raise attrs.forbidden(request["user"])
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
         if path == "/version":
@@ -1722,6 +1997,10 @@ class Server:
         if not parsed:
             raise path_not_found()
         res, ns, name, sub, watch_path = parsed
+        if res.plural == "selfsubjectaccessreviews":
+            if request.method != "POST" or name:
+                raise method_not_allowed()
+            return await self.access_review(request, res)
         if sub == "eviction" and res.plural == "pods" and name and ns:
             if request.method != "POST":
                 raise method_not_allowed()
@@ -2166,7 +2445,11 @@ class Server:
             if sub or not res.create_on_update:
                 raise not_found(res, name)
             obj["metadata"].pop("resourceVersion", None)
+            self.authorize(request, "create", res, ns, name, sub)
             return self.create_obj(request, res, ns, obj, manager, dry, "Update")
+        if not res.unconditional_update and not obj["metadata"].get("resourceVersion"):
+            raise invalid(res, name, [("metadata.resourceVersion", "FieldValueInvalid",
+                                       "Invalid value: 0x0: must be specified for an update")])
         return self.write(res, cur, obj, manager, sub, dry, "Update")
 
     async def patch(self, request, res, ns, name, sub):
@@ -2313,6 +2596,7 @@ class Server:
             if sub:
                 raise not_found(res, name)
             obj = copy.deepcopy(cfg)
+            self.authorize(request, "create", res, ns, name, sub)
             return self.create_obj(request, res, ns, obj, manager, dry, "Apply", set(cfg_fields))
         if cfg["metadata"].get("resourceVersion") and cfg["metadata"]["resourceVersion"] != cur["metadata"]["resourceVersion"]:
             raise conflict(res, name)
@@ -2569,6 +2853,11 @@ async def main():
     ap.add_argument("--state-dir")
     ap.add_argument("--history", type=int, default=10000, help="watch history kept (events); older: 410")
     ap.add_argument("--bookmark-interval", type=float, default=60.0, help="seconds between watch bookmarks")
+    ap.add_argument("--tls", action="store_true",
+                    help="also serve HTTPS on a second port (DIR/tls-port; certificate DIR/tls.crt): clients "
+                         "such as kubectl send credentials over TLS only")
+    ap.add_argument("--token", action="append", metavar="TOKEN=USER",
+                    help="a bearer token and the user it authenticates (system:serviceaccount:NS:NAME); repeatable")
     args = ap.parse_args()
     server = Server(args)
     app = web.Application(middlewares=[server.middleware], client_max_size=16 * 1024 * 1024)
@@ -2579,6 +2868,22 @@ async def main():
     site = web.TCPSite(runner, args.host, args.port, reuse_address=True)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
+    if args.tls:
+        if not args.state_dir:
+            ap.error("--tls needs --state-dir (for the certificate)")
+        os.makedirs(args.state_dir, exist_ok=True)
+        cert, key = (os.path.join(args.state_dir, f) for f in ("tls.crt", "tls.key"))
+        # A self-signed certificate for 127.0.0.1 (clients trust it as their CA).
+        await (await asyncio.create_subprocess_exec(
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-days", "2", "-subj", "/CN=kube-apiserver-fake", "-addext", "subjectAltName=IP:127.0.0.1",
+            "-keyout", key, "-out", cert, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)).wait()
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(cert, key)
+        tls_site = web.TCPSite(runner, args.host, 0, ssl_context=ctx, reuse_address=True)
+        await tls_site.start()
+        with open(os.path.join(args.state_dir, "tls-port"), "w") as f:
+            f.write(f"{tls_site._server.sockets[0].getsockname()[1]}\n")
     if args.state_dir:
         os.makedirs(args.state_dir, exist_ok=True)
         server.log_file = open(os.path.join(args.state_dir, "kube-apiserver.log"), "a")

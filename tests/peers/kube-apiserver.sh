@@ -11,7 +11,7 @@
 # Its request log: DIR/kube-apiserver.log; its stderr: DIR/server.err.
 # Needs target/venv with aiohttp, jsonpatch and PyYAML (`cargo xtask test` installs them),
 # or KUBE_FAKE_PYTHON naming a python that has them. The Rust harness (KubeApi in
-# tests/src/lib.rs) starts the server itself, as its child.
+# tests/src/peers/kube.rs) starts the server itself, as its child.
 set -euo pipefail
 usage="usage: kube-apiserver.sh start DIR [PORT [ARGS...]] | stop DIR"
 cmd=${1:?$usage}

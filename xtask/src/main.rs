@@ -38,8 +38,10 @@ const DEBIAN: &[(&str, &str)] = &[
     ("dbus-daemon", "dbus"),
     ("unshare", "util-linux"),
     ("script", "bsdutils"),
-    // The CRI client in tests/src/lib.rs: the k8s-cri build runs protoc.
+    // The CRI client in tests/src/peers/containerd.rs: the k8s-cri build runs protoc.
     ("protoc", "protobuf-compiler"),
+    // The Kubernetes API fake's --tls certificate (kubectl sends tokens only over TLS).
+    ("openssl", "openssl"),
     // tests/peers/containerd.sh: a real containerd (CRI), a registry, a stalling
     // proxy, images built here (a static pause with gcc, a static busybox).
     ("containerd", "containerd"),
@@ -49,7 +51,7 @@ const DEBIAN: &[(&str, &str)] = &[
     ("gcc", "gcc"),
     ("busybox", "busybox-static"),
     ("python3", "python3"),
-    // SynDrop in tests/src/lib.rs: a cache port that drops SYNs.
+    // SynDrop in tests/src/peers/net.rs: a cache port that drops SYNs.
     ("iptables", "iptables"),
 ];
 const QUICKSTART_REGISTRY_PORT: u16 = 5055;

@@ -53,6 +53,21 @@ impl Call {
         self.limits.timeout.saturating_sub(self.started.elapsed())
     }
 
+    /// Would `bytes` more still fit in the reconcile's read allowance? For a
+    /// read that arrives in parts, checked before holding the next part; the
+    /// whole is spent once with [`Call::spend_read`].
+    pub fn check_read(&self, what: &str, bytes: u64) -> Result<(), CapError> {
+        let cap = self.limits.read_per_reconcile;
+        let total = self.read_bytes.load(Ordering::Relaxed) + bytes;
+        if total > cap.0 {
+            return Err(CapError::BudgetExhausted(format!(
+                "{what}: this reconcile would have read {total} bytes; {}",
+                raise(&self.plugin, "read-per-reconcile", cap)
+            )));
+        }
+        Ok(())
+    }
+
     /// Spend `bytes` of the reconcile's read allowance.
     pub fn spend_read(&self, what: &str, bytes: u64) -> Result<(), CapError> {
         let cap = self.limits.read_per_reconcile;

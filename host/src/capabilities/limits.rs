@@ -37,6 +37,16 @@ pub struct Limits {
     /// The shortest `requeue-after` honoured; shorter requests wait this long.
     #[serde(with = "units::duration")]
     pub min_requeue: Duration,
+    /// Kubernetes API requests per second (a token bucket kept across
+    /// reconciles; a call waits for a token, within the reconcile's deadline).
+    pub kube_qps: u32,
+    /// Requests the bucket holds: a reconcile may make this many at once.
+    pub kube_burst: u32,
+    /// Watch caches this plugin's lists may start (beyond: direct reads).
+    pub kube_caches: u32,
+    /// Bytes (serialized objects) of the watch caches this plugin started
+    /// (beyond: no new caches, direct reads).
+    pub kube_cache_bytes: ByteSize,
 }
 
 impl Default for Limits {
@@ -56,6 +66,11 @@ impl Default for Limits {
             log_lines_per_minute: 3000,
             log_bytes_per_minute: ByteSize(256 << 10),
             min_requeue: Duration::from_secs(1),
+            // client-go's defaults for a whole client, here per plugin.
+            kube_qps: 5,
+            kube_burst: 10,
+            kube_caches: 16,
+            kube_cache_bytes: ByteSize(32 << 20),
         }
     }
 }

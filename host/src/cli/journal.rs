@@ -1,5 +1,6 @@
 //! `tend journal`: every mutation plugins made (or planned), oldest first.
 
+use super::report;
 use crate::config::Config;
 use crate::journal::{self, Filter};
 use std::path::Path;
@@ -10,7 +11,7 @@ pub fn show(config_path: &Path, filter: &Filter, json: bool) -> anyhow::Result<E
     let (entries, skipped) = journal::read(&config.host.state_dir, filter)?;
     for entry in &entries {
         if json {
-            println!("{}", serde_json::to_string(entry)?);
+            report::json(&serde_json::to_string(entry)?);
         } else {
             let mutation = crate::capabilities::gate::describe(
                 entry.dry_run,
@@ -20,13 +21,13 @@ pub fn show(config_path: &Path, filter: &Filter, json: bool) -> anyhow::Result<E
                 &entry.detail,
                 &entry.result,
             );
-            println!(
+            report::line(&format!(
                 "{} {} {mutation} [{}; {}]",
                 entry.time,
                 entry.plugin,
                 entry.triggers.join(","),
                 short_digest(&entry.digest),
-            );
+            ));
         }
     }
     if skipped > 0 {

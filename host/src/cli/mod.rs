@@ -48,13 +48,15 @@ enum Command {
     },
     /// Dry-run one reconcile of NAME (or of every enabled plugin) and print what
     /// it would change, with a diff of every file; by the running daemon when
-    /// one answers on [host] listen. Changes nothing.
+    /// one answers on its control socket (<state-dir>/tend.sock). Changes nothing.
     Plan {
         name: Option<String>,
         #[arg(short, long)]
         config: PathBuf,
     },
-    /// Run one reconcile of NAME now, for real (unless the config sets dry-run).
+    /// Run one reconcile of NAME now, for real (unless the config sets dry-run);
+    /// by the running daemon when one answers on its control socket
+    /// (<state-dir>/tend.sock, mode 0600: run as tend's user).
     Reconcile {
         name: String,
         #[arg(short, long)]
@@ -142,7 +144,8 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // An error may carry a daemon's answer: plugin text, made inert.
+            eprintln!("error: {}", crate::text::inert(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

@@ -1,6 +1,7 @@
 //! `tend plan` and `tend reconcile`: one reconcile, printed. Both go through a
-//! running daemon when one answers on `[host] listen` (it holds the state
-//! store and the budgets), and otherwise run in this process.
+//! running daemon when one answers on its control socket
+//! (`<state-dir>/tend.sock`, mode 0600: it holds the state store and the
+//! budgets), and otherwise run in this process.
 
 use super::node::{Node, plugin_named};
 use super::report;
@@ -30,11 +31,9 @@ pub async fn plan(config_path: &Path, name: Option<&str>) -> anyhow::Result<Exit
         Some(name) => format!("/plan/{name}"),
         None => "/plan".to_string(),
     };
-    if let Some(addr) = config.host.listen
-        && let Some(answer) = via_daemon(addr, &path).await?
-    {
+    if let Some(answer) = via_daemon(&config.host.state_dir, &path).await? {
         let summaries = answer.as_array().cloned().unwrap_or_default();
-        let by = format!(", by the tend daemon at {addr}");
+        let by = by_daemon(&config.host.state_dir);
         for summary in &summaries {
             report::print(summary, &by);
         }
@@ -51,7 +50,7 @@ pub async fn plan(config_path: &Path, name: Option<&str>) -> anyhow::Result<Exit
         let plugin = match loaded.plugin {
             Ok(plugin) => plugin,
             Err(e) => {
-                println!("{}: FAILED to load: {e}", loaded.config.name);
+                report::line(&format!("{}: FAILED to load: {e}", loaded.config.name));
                 ok = false;
                 continue;
             }
@@ -77,10 +76,8 @@ pub async fn plan(config_path: &Path, name: Option<&str>) -> anyhow::Result<Exit
 /// One reconcile of `name` now (a dry run if the config says so).
 pub async fn reconcile(config_path: &Path, name: &str) -> anyhow::Result<ExitCode> {
     let config = Config::load(config_path)?;
-    if let Some(addr) = config.host.listen
-        && let Some(last) = via_daemon(addr, &format!("/reconcile/{name}")).await?
-    {
-        report::print(&last, &format!(", by the tend daemon at {addr}"));
+    if let Some(last) = via_daemon(&config.host.state_dir, &format!("/reconcile/{name}")).await? {
+        report::print(&last, &by_daemon(&config.host.state_dir));
         return Ok(exit(report::succeeded(&last)));
     }
     let plugin_config = plugin_named(&config, name)?.clone();
@@ -90,7 +87,7 @@ pub async fn reconcile(config_path: &Path, name: &str) -> anyhow::Result<ExitCod
     let plugin = tokio::task::spawn_blocking(move || runtime.load(&file)).await??;
     let dry_run = node.config.host.dry_run;
     if dry_run {
-        println!("(dry run: [host] dry-run = true)");
+        report::line("(dry run: [host] dry-run = true)");
     }
     let request = CallRequest {
         services: &node.services,
@@ -108,17 +105,22 @@ pub async fn reconcile(config_path: &Path, name: &str) -> anyhow::Result<ExitCod
     Ok(exit(report::succeeded(&summary)))
 }
 
-/// POST `path` to the daemon on `addr`; None when no daemon answers there.
-async fn via_daemon(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<Option<Value>> {
-    let url = format!("http://{addr}{path}");
-    let response = match reqwest::Client::new().post(&url).send().await {
-        Err(e) if e.is_connect() => return Ok(None),
-        other => other.map_err(|e| anyhow::anyhow!("tend daemon at {addr}: {e}"))?,
+/// ", by the tend daemon at /var/lib/tend/tend.sock": who made a report.
+fn by_daemon(state_dir: &Path) -> String {
+    format!(
+        ", by the tend daemon at {}",
+        crate::daemon::control::socket_path(state_dir).display()
+    )
+}
+
+/// POST `path` to the daemon of `state_dir` over its control socket; None
+/// when no daemon runs there.
+async fn via_daemon(state_dir: &Path, path: &str) -> anyhow::Result<Option<Value>> {
+    let Some((status, body)) = crate::daemon::control::post(state_dir, path).await? else {
+        return Ok(None);
     };
-    let status = response.status();
-    let body = response.text().await?;
     if !status.is_success() {
-        anyhow::bail!("tend daemon at {addr}: {}", body.trim_end());
+        anyhow::bail!("the tend daemon answered {status}: {}", body.trim_end());
     }
     Ok(Some(serde_json::from_str(&body)?))
 }

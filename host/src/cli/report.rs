@@ -1,27 +1,42 @@
-//! Reconcile reports for people: one printer for reports made in this process
-//! and those a daemon answers with (both are [`ReconcileReport::summary`] JSON).
+//! The one printer of every command that shows plugin text (`status`,
+//! `journal`, `plan`, `reconcile`): every line reaches stdout through [`line`]
+//! (control characters escaped) or [`json`] (raw controls escaped the JSON
+//! way), so no message, target or trigger a plugin chose can drive the
+//! operator's terminal. Reconcile reports are printed alike whether made in
+//! this process or answered by a daemon (both are
+//! [`ReconcileReport::summary`](crate::runtime::ReconcileReport::summary) JSON).
 
 use crate::capabilities::gate::describe;
-use crate::text::inert;
+use crate::text::{inert, inert_json};
 use serde_json::Value;
+
+/// Print one line for people, made inert.
+pub fn line(text: &str) {
+    println!("{}", inert(text));
+}
+
+/// Print JSON text (one value, possibly pretty), made inert.
+pub fn json(text: &str) {
+    println!("{}", inert_json(text));
+}
 
 /// "mirror-gate: healthy: 1 cache mirrored (12 ms)" or the failure, then one
 /// line per mutation, each planned content change as an indented diff.
 pub fn print(summary: &Value, by: &str) {
     let plugin = summary["plugin"].as_str().unwrap_or_default();
-    let message = inert(summary["message"].as_str().unwrap_or_default());
+    let message = summary["message"].as_str().unwrap_or_default();
     let took = format!(
         "{:.0} ms{by}",
         summary["elapsed_ms"].as_f64().unwrap_or(0.0)
     );
     match summary["health"].as_str() {
-        Some(health) => println!("{plugin}: {health}: {message} ({took})"),
-        None => println!("{plugin}: FAILED: {message} ({took})"),
+        Some(health) => line(&format!("{plugin}: {health}: {message} ({took})")),
+        None => line(&format!("{plugin}: FAILED: {message} ({took})")),
     }
     let mutations = summary["mutations"].as_array().cloned().unwrap_or_default();
     for m in &mutations {
         let text = |key: &str| m[key].as_str().unwrap_or_default().to_string();
-        println!(
+        line(&format!(
             "  {}",
             describe(
                 m["dry_run"].as_bool().unwrap_or(false),
@@ -31,15 +46,15 @@ pub fn print(summary: &Value, by: &str) {
                 &text("detail"),
                 &text("result"),
             )
-        );
+        ));
         if let Some(diff) = m["diff"].as_str() {
-            for line in diff.lines() {
-                println!("      {line}");
+            for diff_line in diff.lines() {
+                line(&format!("      {diff_line}"));
             }
         }
     }
     if mutations.is_empty() && summary["health"].is_string() {
-        println!("  no changes");
+        line("  no changes");
     }
 }
 

@@ -1,9 +1,15 @@
 //! `tend status`: what a running daemon reports on `[host] listen`.
 
+use super::report;
 use crate::config::Config;
 use serde_json::Value;
 use std::path::Path;
 use std::process::ExitCode;
+
+/// One line through the one printer (made inert).
+macro_rules! say {
+    ($($arg:tt)*) => { report::line(&format!($($arg)*)) };
+}
 
 /// GET `path` from the daemon of `config_path`.
 async fn fetch(config_path: &Path, path: &str) -> anyhow::Result<String> {
@@ -29,20 +35,26 @@ async fn fetch(config_path: &Path, path: &str) -> anyhow::Result<String> {
 pub async fn show(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let body = fetch(config_path, "/status").await?;
     if json {
-        println!("{body}");
+        report::json(&body);
         return Ok(ExitCode::SUCCESS);
     }
     let status: Value = serde_json::from_str(&body)?;
-    println!(
+    say!(
         "node {}  ready {}  dry-run {}",
-        status["node_name"], status["ready"], status["dry_run"]
+        status["node_name"],
+        status["ready"],
+        status["dry_run"]
     );
     if let Some(error) = status["config_error"].as_str() {
-        println!("config rejected (the last good one runs): {error}");
+        say!("config rejected (the last good one runs): {error}");
     }
-    println!(
+    say!(
         "{:<24} {:<11} {:<20} {:>6} {:>8}  last",
-        "PLUGIN", "STATE", "DIGEST", "FAILS", "RUNS"
+        "PLUGIN",
+        "STATE",
+        "DIGEST",
+        "FAILS",
+        "RUNS"
     );
     for plugin in status["plugins"].as_array().into_iter().flatten() {
         let digest = plugin["digest"].as_str().unwrap_or("-");
@@ -57,7 +69,7 @@ pub async fn show(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
                 last["message"].as_str().unwrap_or("")
             )
         };
-        println!(
+        say!(
             "{:<24} {:<11} {:<20} {:>6} {:>8}  {last}",
             plugin["name"].as_str().unwrap_or(""),
             plugin["state"].as_str().unwrap_or(""),
@@ -66,7 +78,7 @@ pub async fn show(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
             plugin["reconciles"],
         );
         if let Some(error) = plugin["load_error"].as_str() {
-            println!("{:<24} load error: {error}", "");
+            say!("{:<24} load error: {error}", "");
         }
     }
     print_budgets(&status["budgets"]);
@@ -78,7 +90,7 @@ fn print_budgets(budgets: &Value) {
         let next = budget["next_free"]
             .as_str()
             .map_or(String::new(), |at| format!(", next slot at {at}"));
-        println!(
+        say!(
             "budget {}: {} of {} per {} used{next} ({})",
             budget["name"].as_str().unwrap_or(""),
             budget["used"],
@@ -102,24 +114,21 @@ fn lines(value: &Value) -> Vec<String> {
 pub async fn show_plugin(config_path: &Path, name: &str, json: bool) -> anyhow::Result<ExitCode> {
     let body = fetch(config_path, &format!("/status/{name}")).await?;
     if json {
-        println!("{body}");
+        report::json(&body);
         return Ok(ExitCode::SUCCESS);
     }
     let p: Value = serde_json::from_str(&body)?;
-    let text = |v: &Value| {
-        v.as_str()
-            .map_or_else(|| "-".to_string(), |s| crate::text::inert(s).into_owned())
-    };
-    println!("{}: {}", name, text(&p["state"]));
-    println!("  file:     {} ({})", text(&p["file"]), text(&p["digest"]));
+    let text = |v: &Value| v.as_str().map_or_else(|| "-".to_string(), str::to_string);
+    say!("{}: {}", name, text(&p["state"]));
+    say!("  file:     {} ({})", text(&p["file"]), text(&p["digest"]));
     if let Some(error) = p["load_error"].as_str() {
-        println!("  load error: {error}");
+        say!("  load error: {error}");
     }
     let last = &p["last"];
     if last.is_null() {
-        println!("  last run: none yet");
+        say!("  last run: none yet");
     } else {
-        println!(
+        say!(
             "  last run: {} [{}]: {}: {}",
             text(&last["time"]),
             lines(&last["triggers"]).join(","),
@@ -128,14 +137,14 @@ pub async fn show_plugin(config_path: &Path, name: &str, json: bool) -> anyhow::
         );
     }
     for noted in p["recent_mutations"].as_array().into_iter().flatten() {
-        println!(
+        say!(
             "  mutation: {} {}",
             text(&noted["time"]),
             text(&noted["mutation"])
         );
     }
     for refusal in p["budget_refusals"].as_array().into_iter().flatten() {
-        println!(
+        say!(
             "  refused:  {} {}",
             text(&refusal["time"]),
             text(&refusal["mutation"])
@@ -143,9 +152,9 @@ pub async fn show_plugin(config_path: &Path, name: &str, json: bool) -> anyhow::
     }
     let schedule = &p["schedule"];
     if schedule.is_null() {
-        println!("  schedule: not scheduled (not loaded, or disabled)");
+        say!("  schedule: not scheduled (not loaded, or disabled)");
     } else {
-        println!(
+        say!(
             "  schedule: next run {}; {} failure(s) in a row{}",
             text(&schedule["next_run"]),
             schedule["failures_in_a_row"],
@@ -155,14 +164,14 @@ pub async fn show_plugin(config_path: &Path, name: &str, json: bool) -> anyhow::
         );
         let pending = lines(&schedule["pending_triggers"]);
         if !pending.is_empty() {
-            println!("  pending:  {}", pending.join(", "));
+            say!("  pending:  {}", pending.join(", "));
         }
     }
-    println!("  waits on: {}", lines(&p["waits_on"]).join("; "));
+    say!("  waits on: {}", lines(&p["waits_on"]).join("; "));
     let grants = lines(&p["grants"]);
-    println!("  grants:   {}", grants.first().map_or("-", String::as_str));
+    say!("  grants:   {}", grants.first().map_or("-", String::as_str));
     for grant in grants.iter().skip(1) {
-        println!("            {grant}");
+        say!("            {grant}");
     }
     print_budgets(&p["budgets"]);
     Ok(ExitCode::SUCCESS)

@@ -25,7 +25,7 @@ pub async fn check(config_path: &Path) -> anyhow::Result<ExitCode> {
             ),
             Err(e) => {
                 failed = true;
-                println!("error: {}: {e}", loaded.config.name);
+                super::report::line(&format!("error: {}: {e}", loaded.config.name));
             }
         }
     }
@@ -50,10 +50,11 @@ pub async fn inspect(file: &Path) -> anyhow::Result<ExitCode> {
     let info = runtime.describe(&plugin, &services).await?;
     println!("file:     {}", file.display());
     println!("digest:   {}", plugin.digest);
-    println!(
+    // The self-description is the plugin's text: through the one printer.
+    super::report::line(&format!(
         "plugin:   {} {} ({})",
         info.name, info.version, info.summary
-    );
+    ));
     println!("world:    tend:plugin/plugin@0.1.0");
     let capabilities: Vec<&str> = plugin
         .imports

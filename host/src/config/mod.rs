@@ -214,7 +214,16 @@ impl Config {
             toml::from_str(text).map_err(|e| at(e.span(), e.message().trim().to_string()))?;
         let base = absolute_parent(path);
         let budgets = budget_rules(&raw.host.budgets, &at)?;
-        let capabilities = raw.host.capability_settings();
+        let mut capabilities = raw.host.capability_settings();
+        // The election Lease is Tend's own: the kube adapter refuses plugin writes to it.
+        capabilities.kube.own_lease =
+            raw.host
+                .leader_election
+                .as_ref()
+                .map(|e| crate::capabilities::kube::OwnLease {
+                    namespace: e.get_ref().namespace.clone(),
+                    name: e.get_ref().name.clone(),
+                });
         if let Some(election) = &raw.host.leader_election {
             let e = election.get_ref();
             if e.renew_deadline >= e.lease_duration || e.retry_period >= e.renew_deadline {

@@ -1,16 +1,22 @@
-//! `[host] listen`: `/metrics` (Prometheus text), `/healthz`, `/readyz` (ready
-//! once every enabled plugin has loaded or failed to load), `/status` and
-//! `/status/NAME` (JSON), `POST /reconcile/NAME` and `POST /plan[/NAME]`.
+//! `[host] listen`: read-only endpoints only: `/metrics` (Prometheus text),
+//! `/healthz`, `/readyz` (ready once every enabled plugin has loaded or failed
+//! to load), `/status` and `/status/NAME` (JSON). Commands that act
+//! (`reconcile`, `plan`) go over the control socket ([`super::control`]); a
+//! POST here answers 405 saying so. Connections are bounded ([`super::listen`]).
 
 use super::Shared;
-use crate::scheduler::{Trigger, trigger};
+use super::listen::{self, Route, respond};
 use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{Method, Request, Response, StatusCode, body::Incoming, service::service_fn};
-use hyper_util::rt::TokioIo;
+use hyper::{Method, Request, Response, StatusCode, body::Incoming};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The longest a connection to the HTTP port lives (one request, keep-alive off).
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 
 pub async fn serve(
     addr: SocketAddr,
@@ -19,61 +25,24 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} ([host] listen)"))?;
-    tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /status[/NAME], POST /reconcile/NAME, POST /plan[/NAME]");
-    Ok(tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let shared = shared.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |req| {
-                    let shared = shared.clone();
-                    async move { Ok::<_, std::convert::Infallible>(route(&shared, &req).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    }))
-}
-
-fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
-    Response::builder()
-        .status(status)
-        .header("content-type", content_type)
-        .body(Full::new(Bytes::from(body)))
-        .expect("a valid response")
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz, /status[/NAME] (read-only)");
+    let route: Route = Arc::new(move |req| {
+        let shared = shared.clone();
+        Box::pin(async move { route(&shared, &req).await })
+    });
+    Ok(tokio::spawn(listen::serve(
+        listener,
+        format!("[host] listen {addr}"),
+        route,
+        Some(CONNECTION_LIFETIME),
+    )))
 }
 
 async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path();
-    if req.method() == Method::POST {
-        if let Some(name) = path.strip_prefix("/reconcile/") {
-            return reconcile_now(shared, name).await;
-        }
-        let plan = match path {
-            "/plan" => Some(None),
-            _ => path.strip_prefix("/plan/").map(Some),
-        };
-        if let Some(name) = plan {
-            return match super::plan::run(shared, name).await {
-                Ok(summaries) => respond(
-                    StatusCode::OK,
-                    "application/json",
-                    serde_json::to_string_pretty(&summaries).expect("serializes"),
-                ),
-                Err(message) => respond(StatusCode::NOT_FOUND, "text/plain", message),
-            };
-        }
-    }
-    if req.method() != Method::GET {
-        return respond(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain",
-            "GET, or POST /reconcile/NAME or /plan[/NAME]\n".into(),
-        );
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let socket = super::control::socket_path(&shared.config.read().unwrap().host.state_dir);
+        return refuse_action(&socket);
     }
     if let Some(name) = path.strip_prefix("/status/") {
         return match super::status::plugin(shared, name).await {
@@ -119,57 +88,23 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>
         _ => respond(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "try /metrics, /healthz, /readyz, /status or POST /reconcile/NAME\n".into(),
+            "try /metrics, /healthz, /readyz, /status or /status/NAME\n".into(),
         ),
     }
 }
 
-/// Queue a manual reconcile of `name` (it skips any backoff) and answer with its
-/// result once it has run: what `tend reconcile NAME` shows while the daemon runs.
-async fn reconcile_now(shared: &Shared, name: &str) -> Response<Full<Bytes>> {
-    let current = {
-        let table = shared.table.read().unwrap();
-        let entry = table.plugins.get(name);
-        entry.map(|e| (e.reconciles, e.config.limits.timeout, e.state))
-    };
-    let Some((before, timeout, state)) = current else {
-        return respond(
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            format!("no plugin {name:?} in the running config\n"),
-        );
-    };
-    if !shared.triggers.send(name, Trigger::new(trigger::MANUAL)) {
-        return respond(
-            StatusCode::CONFLICT,
-            "text/plain",
-            format!(
-                "{name} is not running (state: {}); see tend status\n",
-                state.name()
-            ),
-        );
-    }
-    // The run in flight (if any) finishes first; then ours, within its deadline.
-    let deadline = tokio::time::Instant::now() + timeout * 2 + std::time::Duration::from_secs(5);
-    loop {
-        let done = {
-            let table = shared.table.read().unwrap();
-            table.plugins.get(name).and_then(|e| {
-                let last = e.last.as_ref()?;
-                (e.reconciles > before && last.triggers.iter().any(|t| t == trigger::MANUAL))
-                    .then(|| serde_json::to_string_pretty(last).expect("serializes"))
-            })
-        };
-        if let Some(body) = done {
-            return respond(StatusCode::OK, "application/json", body);
-        }
-        if tokio::time::Instant::now() > deadline {
-            return respond(
-                StatusCode::GATEWAY_TIMEOUT,
-                "text/plain",
-                format!("{name}: no result in time; see tend status\n"),
-            );
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+/// The answer to anything but GET: commands that act are not served here.
+fn refuse_action(socket: &Path) -> Response<Full<Bytes>> {
+    let mut response = respond(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "text/plain",
+        format!(
+            "this port is read-only (GET /metrics, /healthz, /readyz, /status[/NAME]); reconcile and plan go over the control socket {} (mode 0600): run `tend reconcile NAME -c FILE` or `tend plan -c FILE` as the user tend runs as\n",
+            socket.display()
+        ),
+    );
+    response
+        .headers_mut()
+        .insert("allow", "GET, HEAD".parse().expect("a header value"));
+    response
 }

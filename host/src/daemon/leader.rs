@@ -5,6 +5,11 @@
 //! that has not renewed for `renew-deadline` (< lease-duration) stops leading
 //! at once, so its cluster plugins stop before anyone else may start them.
 //!
+//! It trusts only what it wrote itself: a record naming this host that this
+//! process did not write (another writer forged or changed it) makes it stop
+//! leading at once and wait for that record to lapse like anyone else's, so
+//! no writer but the elector itself can make a host lead, or two hosts lead.
+//!
 //! It runs as a trigger source: on becoming the leader it reconciles every
 //! cluster-scope plugin (trigger "leader"); the runner asks [`Leadership`]
 //! before each reconcile of one and cuts a reconcile in flight when
@@ -17,6 +22,7 @@ use crate::scheduler::sources::TriggerSource;
 use crate::scheduler::{Trigger, Triggers, trigger};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, PostParams};
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -44,6 +50,9 @@ pub struct LeaseRecord {
     pub duration: Duration,
     /// The holder's last renewal as written (compared, never trusted as time).
     pub renewed: String,
+    /// When the holder acquired the Lease: set when it changes hands (or is
+    /// created), kept on renewal (client-go's rule).
+    pub acquired: String,
     pub transitions: i32,
     pub resource_version: String,
 }
@@ -51,9 +60,11 @@ pub struct LeaseRecord {
 #[async_trait::async_trait]
 pub trait LeaseStore: Send + Sync + 'static {
     async fn get(&self) -> Result<Option<LeaseRecord>, CapError>;
-    async fn create(&self, record: &LeaseRecord) -> Result<(), CapError>;
-    /// Replace the Lease if it is still at `record.resource_version` (else `conflict`).
-    async fn replace(&self, record: &LeaseRecord) -> Result<(), CapError>;
+    /// Create the Lease; the resourceVersion the server gave it.
+    async fn create(&self, record: &LeaseRecord) -> Result<String, CapError>;
+    /// Replace the Lease if it is still at `record.resource_version` (else
+    /// `conflict`); the resourceVersion the server gave the new record.
+    async fn replace(&self, record: &LeaseRecord) -> Result<String, CapError>;
 }
 
 /// What the election does next, from what it saw.
@@ -67,11 +78,14 @@ pub enum Step {
     Follow(String),
 }
 
-/// The pure rule: `seen` is the record and when this host first saw it unchanged.
-pub fn decide(me: &str, seen: Option<&(LeaseRecord, Instant)>, now: Instant) -> Step {
+/// The pure rule: `seen` is the record and when this host first saw it
+/// unchanged; `ours`: this elector wrote that very record. Only a record it
+/// wrote is renewed: one that names it but was written by someone else is
+/// followed until it lapses, like anyone else's.
+pub fn decide(seen: Option<&(LeaseRecord, Instant)>, ours: bool, now: Instant) -> Step {
     match seen {
         None => Step::Create,
-        Some((record, _)) if record.holder == me => Step::Renew,
+        Some(_) if ours => Step::Renew,
         Some((record, _)) if record.holder.is_empty() => Step::Take,
         Some((record, since)) if now.duration_since(*since) >= record.duration => Step::Take,
         Some((record, _)) => Step::Follow(record.holder.clone()),
@@ -83,12 +97,23 @@ pub struct Elector {
     settings: LeaderElection,
     store: Arc<dyn LeaseStore>,
     seen: Option<(LeaseRecord, Instant)>,
+    /// The last record this elector wrote, with the resourceVersion the server gave it.
+    written: Option<LeaseRecord>,
+    /// A write whose outcome is unknown (it failed or timed out: it may have
+    /// landed); recognised by its contents, whatever its resourceVersion.
+    attempted: Option<LeaseRecord>,
     renewed_at: Option<Instant>,
+    /// The time written as renewTime and acquireTime.
+    clock: Box<dyn Fn() -> Timestamp + Send + Sync>,
     pub state: Leadership,
 }
 
-fn micro_now() -> String {
-    k8s_openapi::jiff::Timestamp::now().to_string()
+/// `at` as a Lease's MicroTime holds it (microseconds), so that what this
+/// host wrote compares equal to what it reads back.
+fn micro(at: Timestamp) -> String {
+    Timestamp::from_microsecond(at.as_microsecond())
+        .expect("a microsecond of a timestamp is a timestamp")
+        .to_string()
 }
 
 impl Elector {
@@ -104,9 +129,24 @@ impl Elector {
             settings,
             store,
             seen: None,
+            written: None,
+            attempted: None,
             renewed_at: None,
+            clock: Box::new(Timestamp::now),
             state,
         }
+    }
+
+    /// This elector wrote `record`: its last write as the server stored it,
+    /// or a write whose answer it never got.
+    fn wrote(&self, record: &LeaseRecord) -> bool {
+        self.written.as_ref() == Some(record)
+            || self.attempted.as_ref().is_some_and(|a| {
+                LeaseRecord {
+                    resource_version: record.resource_version.clone(),
+                    ..a.clone()
+                } == *record
+            })
     }
 
     /// Give up leading once the last renewal is `renew-deadline` old.
@@ -137,6 +177,25 @@ impl Elector {
             Ok(Err(e)) => return self.failed(now, &e.to_string()),
             Err(_) => return self.failed(now, "the API server did not answer"),
         };
+        let ours = record.as_ref().is_some_and(|r| self.wrote(r));
+        if ours {
+            self.written = record.clone();
+            self.attempted = None;
+        }
+        let stopped = self.state.leading && !ours;
+        if stopped {
+            // client-go stops on a changed record too; here at once, before
+            // anyone the record names may start.
+            self.state.leading = false;
+            self.state.note = match &record {
+                Some(r) => format!(
+                    "stopped leading: the Lease was rewritten by someone else (holder {:?})",
+                    r.holder
+                ),
+                None => "stopped leading: the Lease was deleted".into(),
+            };
+            tracing::warn!(lease = %self.state.lease, "{}", self.state.note);
+        }
         self.seen = match (record, self.seen.take()) {
             (None, _) => None,
             (Some(record), Some((old, since))) if old == record => Some((old, since)),
@@ -147,32 +206,51 @@ impl Elector {
             .as_ref()
             .map(|(r, _)| r.holder.clone())
             .filter(|h| !h.is_empty());
-        let step = decide(&self.me, self.seen.as_ref(), now);
-        let mine = |transitions: i32, resource_version: String| LeaseRecord {
+        let step = decide(self.seen.as_ref(), ours, now);
+        let at = micro((self.clock)());
+        let mut record = LeaseRecord {
             holder: self.me.clone(),
             duration: self.settings.lease_duration,
-            renewed: micro_now(),
-            transitions,
-            resource_version,
+            renewed: at.clone(),
+            acquired: at,
+            transitions: 0,
+            resource_version: String::new(),
         };
-        let write = match &step {
-            Step::Follow(holder) => {
-                self.state.note = format!("following {holder}");
+        match (&step, &self.seen) {
+            (Step::Follow(holder), _) => {
+                if !stopped {
+                    self.state.note = match *holder == self.me {
+                        true => "not leading: the Lease names this host but was not written \
+                                 by it; waiting for it to lapse"
+                            .into(),
+                        false => format!("following {holder}"),
+                    };
+                }
                 return self.check_deadline(now);
             }
-            Step::Create => {
-                let record = mine(0, String::new());
-                tokio::time::timeout(bound, self.store.create(&record)).await
+            (Step::Renew, Some((old, _))) => {
+                record.acquired = old.acquired.clone();
+                record.transitions = old.transitions;
+                record.resource_version = old.resource_version.clone();
             }
-            Step::Renew | Step::Take => {
-                let (old, _) = self.seen.as_ref().expect("a record was seen");
-                let transitions = old.transitions + i32::from(step == Step::Take);
-                let record = mine(transitions, old.resource_version.clone());
-                tokio::time::timeout(bound, self.store.replace(&record)).await
+            (Step::Take, Some((old, _))) => {
+                record.transitions = old.transitions + 1;
+                record.resource_version = old.resource_version.clone();
             }
+            _ => {}
+        }
+        self.attempted = Some(record.clone());
+        let write = match step {
+            Step::Create => tokio::time::timeout(bound, self.store.create(&record)).await,
+            _ => tokio::time::timeout(bound, self.store.replace(&record)).await,
         };
         match write {
-            Ok(Ok(())) => {
+            Ok(Ok(resource_version)) => {
+                self.written = Some(LeaseRecord {
+                    resource_version,
+                    ..record
+                });
+                self.attempted = None;
                 if !self.state.leading {
                     tracing::info!(lease = %self.state.lease, identity = %self.me, "leading: cluster-scope plugins run here");
                 }
@@ -227,10 +305,11 @@ impl KubeLeases {
     }
 
     fn lease(&self, record: &LeaseRecord) -> Result<Lease, CapError> {
-        let renewed: k8s_openapi::jiff::Timestamp = record
-            .renewed
-            .parse()
-            .map_err(|e| CapError::Other(format!("renew time: {e}")))?;
+        let time = |text: &str, what: &str| {
+            text.parse::<Timestamp>()
+                .map(MicroTime)
+                .map_err(|e| CapError::Other(format!("{what}: {e}")))
+        };
         Ok(Lease {
             metadata: ObjectMeta {
                 name: Some(self.settings.name.clone()),
@@ -241,8 +320,8 @@ impl KubeLeases {
             spec: Some(LeaseSpec {
                 holder_identity: Some(record.holder.clone()),
                 lease_duration_seconds: Some(record.duration.as_secs() as i32),
-                renew_time: Some(MicroTime(renewed)),
-                acquire_time: Some(MicroTime(renewed)),
+                renew_time: Some(time(&record.renewed, "renew time")?),
+                acquire_time: Some(time(&record.acquired, "acquire time")?),
                 lease_transitions: Some(record.transitions),
                 ..LeaseSpec::default()
             }),
@@ -267,29 +346,33 @@ impl LeaseStore for KubeLeases {
                     spec.lease_duration_seconds.unwrap_or(0).max(0) as u64
                 ),
                 renewed: spec.renew_time.map(|t| t.0.to_string()).unwrap_or_default(),
+                acquired: spec
+                    .acquire_time
+                    .map(|t| t.0.to_string())
+                    .unwrap_or_default(),
                 transitions: spec.lease_transitions.unwrap_or(0),
                 resource_version: lease.metadata.resource_version.unwrap_or_default(),
             }
         }))
     }
 
-    async fn create(&self, record: &LeaseRecord) -> Result<(), CapError> {
+    async fn create(&self, record: &LeaseRecord) -> Result<String, CapError> {
         let lease = self.lease(record)?;
         self.api()
             .await?
             .create(&PostParams::default(), &lease)
             .await
-            .map(drop)
+            .map(|l| l.metadata.resource_version.unwrap_or_default())
             .map_err(|e| map_error("create lease", e))
     }
 
-    async fn replace(&self, record: &LeaseRecord) -> Result<(), CapError> {
+    async fn replace(&self, record: &LeaseRecord) -> Result<String, CapError> {
         let lease = self.lease(record)?;
         self.api()
             .await?
             .replace(&self.settings.name, &PostParams::default(), &lease)
             .await
-            .map(drop)
+            .map(|l| l.metadata.resource_version.unwrap_or_default())
             .map_err(|e| map_error("replace lease", e))
     }
 }
@@ -424,33 +507,38 @@ mod tests {
             self.answer().await;
             Ok(self.shared.lease.lock().unwrap().clone())
         }
-        async fn create(&self, record: &LeaseRecord) -> Result<(), CapError> {
+        async fn create(&self, record: &LeaseRecord) -> Result<String, CapError> {
             self.answer().await;
-            let mut lease = self.shared.lease.lock().unwrap();
-            if lease.is_some() {
+            if self.shared.lease.lock().unwrap().is_some() {
                 return Err(CapError::Conflict("exists".into()));
             }
-            let mut version = self.shared.version.lock().unwrap();
-            *version += 1;
-            *lease = Some(LeaseRecord {
-                resource_version: version.to_string(),
-                ..record.clone()
-            });
-            Ok(())
+            Ok(self.shared.store(record))
         }
-        async fn replace(&self, record: &LeaseRecord) -> Result<(), CapError> {
+        async fn replace(&self, record: &LeaseRecord) -> Result<String, CapError> {
             self.answer().await;
-            let mut lease = self.shared.lease.lock().unwrap();
-            if lease.as_ref().map(|l| &l.resource_version) != Some(&record.resource_version) {
+            let current = self.shared.lease.lock().unwrap().clone();
+            if current.map(|l| l.resource_version) != Some(record.resource_version.clone()) {
                 return Err(CapError::Conflict("the object has been modified".into()));
             }
-            let mut version = self.shared.version.lock().unwrap();
+            Ok(self.shared.store(record))
+        }
+    }
+
+    impl Shared {
+        /// Store `record` at the next resourceVersion (returned), as any writer
+        /// of the Lease does.
+        fn store(&self, record: &LeaseRecord) -> String {
+            let mut version = self.version.lock().unwrap();
             *version += 1;
-            *lease = Some(LeaseRecord {
+            *self.lease.lock().unwrap() = Some(LeaseRecord {
                 resource_version: version.to_string(),
                 ..record.clone()
             });
-            Ok(())
+            version.to_string()
+        }
+
+        fn lease(&self) -> LeaseRecord {
+            self.lease.lock().unwrap().clone().expect("a Lease")
         }
     }
 
@@ -464,12 +552,21 @@ mod tests {
         }
     }
 
+    /// An elector on `shared` whose clock is tokio's (paused) clock, so that
+    /// the times it writes differ as the test's time passes.
     fn elector(name: &str, shared: &Arc<Shared>) -> (Elector, Arc<View>) {
         let view = Arc::new(View {
             shared: shared.clone(),
             silent: AtomicBool::new(false),
         });
-        (Elector::new(name.into(), settings(), view.clone()), view)
+        let mut elector = Elector::new(name.into(), settings(), view.clone());
+        let start = Instant::now();
+        elector.clock = Box::new(move || {
+            Timestamp::UNIX_EPOCH
+                .checked_add(start.elapsed())
+                .expect("a time after 1970")
+        });
+        (elector, view)
     }
 
     async fn rounds(electors: &mut [&mut Elector], seconds: u64) -> Vec<(Duration, Vec<bool>)> {
@@ -544,6 +641,108 @@ mod tests {
         assert!(a.state.note.contains("could not renew"), "{}", a.state.note);
     }
 
+    /// Hole 2 of issue 15: a third writer (a plugin with a `leases` grant)
+    /// hands the Lease to the follower. The holder stops at once, the record's
+    /// namesake does not start, and the Lease goes to whoever takes it once
+    /// the forged record has lapsed.
+    #[tokio::test(start_paused = true)]
+    async fn a_record_the_elector_did_not_write_never_makes_it_leader() {
+        let shared = Arc::new(Shared::default());
+        let (mut a, _) = elector("a", &shared);
+        let (mut b, _) = elector("b", &shared);
+        rounds(&mut [&mut a, &mut b], 6).await;
+        assert!(a.state.leading && !b.state.leading);
+        let forged = LeaseRecord {
+            holder: "b".into(),
+            ..shared.lease()
+        };
+        shared.store(&forged);
+        // Each sees the forged record in its next round: a stops at once, b
+        // does not start.
+        a.round().await;
+        b.round().await;
+        assert!(!a.state.leading, "{:?}", a.state);
+        assert!(
+            a.state.note.contains("rewritten by someone else"),
+            "{:?}",
+            a.state
+        );
+        assert!(!b.state.leading, "{:?}", b.state);
+        assert!(b.state.note.contains("not written by it"), "{:?}", b.state);
+        let log = rounds(&mut [&mut a, &mut b], 30).await;
+        assert!(log.iter().all(|(_, l)| l != &[true, true]), "{log:?}");
+        // Nobody leads until the forged record has been seen unchanged for
+        // lease-duration; then exactly one takes it (a rounds first).
+        let first = log.iter().find(|(_, l)| l.contains(&true)).unwrap();
+        assert!(
+            first.0 >= Duration::from_secs(15) && first.0 <= Duration::from_secs(17),
+            "someone led {:?} after the forgery: {log:?}",
+            first.0
+        );
+        assert_eq!(first.1, [true, false], "{log:?}");
+        assert!(log.last().unwrap().1 == [true, false], "{log:?}");
+        let taken = shared.lease();
+        assert_eq!((taken.holder.as_str(), taken.transitions), ("a", 1));
+
+        // The holder's own record rewritten in place (same holder, a later
+        // renewTime): it is not the holder's any more either.
+        let rewritten = LeaseRecord {
+            renewed: "2100-01-01T00:00:00Z".into(),
+            ..shared.lease()
+        };
+        shared.store(&rewritten);
+        a.round().await;
+        assert!(!a.state.leading, "{:?}", a.state);
+        assert!(
+            a.state.note.contains("rewritten by someone else"),
+            "{:?}",
+            a.state
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        a.round().await;
+        assert!(!a.state.leading, "{:?}", a.state);
+        assert!(
+            a.state.note.contains("waiting for it to lapse"),
+            "{:?}",
+            a.state
+        );
+    }
+
+    /// acquireTime is when the Lease changed hands: kept on every renewal,
+    /// set anew by the host that takes it.
+    #[tokio::test(start_paused = true)]
+    async fn acquire_time_changes_only_when_the_lease_changes_hands() {
+        let shared = Arc::new(Shared::default());
+        let (mut a, _) = elector("a", &shared);
+        let (mut b, _) = elector("b", &shared);
+        a.round().await;
+        let created = shared.lease();
+        assert_eq!(created.acquired, created.renewed);
+        rounds(&mut [&mut a, &mut b], 10).await;
+        let renewed = shared.lease();
+        assert_eq!(renewed.holder, "a");
+        assert_ne!(renewed.renewed, created.renewed);
+        assert_eq!(
+            renewed.acquired, created.acquired,
+            "a renewal moved acquireTime"
+        );
+        // a dies; b takes the Lease: a new acquireTime, then kept again.
+        rounds(&mut [&mut b], 20).await;
+        let taken = shared.lease();
+        assert_eq!((taken.holder.as_str(), taken.transitions), ("b", 1));
+        let time = |text: &str| text.parse::<Timestamp>().unwrap();
+        assert!(
+            time(&taken.acquired) > time(&renewed.renewed),
+            "{taken:?} after {renewed:?}"
+        );
+        assert_ne!(
+            taken.acquired, taken.renewed,
+            "b renewed since it took the Lease"
+        );
+        b.round().await;
+        assert_eq!(shared.lease().acquired, taken.acquired);
+    }
+
     #[test]
     fn the_rule() {
         let now = Instant::now();
@@ -551,20 +750,26 @@ mod tests {
             holder: holder.into(),
             duration: Duration::from_secs(15),
             renewed: String::new(),
+            acquired: String::new(),
             transitions: 0,
             resource_version: "1".into(),
         };
-        assert_eq!(decide("a", None, now), Step::Create);
-        assert_eq!(decide("a", Some(&(record("a"), now)), now), Step::Renew);
-        assert_eq!(decide("a", Some(&(record(""), now)), now), Step::Take);
+        assert_eq!(decide(None, false, now), Step::Create);
+        assert_eq!(decide(Some(&(record("a"), now)), true, now), Step::Renew);
+        assert_eq!(decide(Some(&(record(""), now)), false, now), Step::Take);
         assert_eq!(
-            decide("a", Some(&(record("b"), now)), now),
+            decide(Some(&(record("b"), now)), false, now),
             Step::Follow("b".into())
+        );
+        // A record naming "a" that "a" did not write: followed, not renewed.
+        assert_eq!(
+            decide(Some(&(record("a"), now)), false, now),
+            Step::Follow("a".into())
         );
         assert_eq!(
             decide(
-                "a",
                 Some(&(record("b"), now)),
+                false,
                 now + Duration::from_secs(15)
             ),
             Step::Take

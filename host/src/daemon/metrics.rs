@@ -21,7 +21,19 @@ pub struct Metrics {
     pub reloads: IntCounterVec,
 }
 
+/// Register a host family. Plugin families share the `tend_plugin_` prefix,
+/// so every host family under it must be one plugins are refused
+/// (`tend_grants::metrics::HOST_FAMILIES`), or `/metrics` could declare it
+/// twice and Prometheus would reject the whole scrape.
 fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
+    for desc in metric.desc() {
+        let name = desc.fq_name.as_str();
+        assert!(
+            !name.starts_with("tend_plugin_")
+                || tend_grants::metrics::HOST_FAMILIES.contains(&name),
+            "host family {name} is under the plugins' prefix: add it to tend_grants::metrics::HOST_FAMILIES"
+        );
+    }
     registry
         .register(Box::new(metric.clone()))
         .expect("metric names are unique");
@@ -167,5 +179,32 @@ pub fn mutation_result(mutation: &crate::capabilities::Mutation) -> &'static str
         "ok"
     } else {
         "error"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus::core::Collector;
+
+    #[test]
+    fn every_reserved_family_is_one_the_host_declares() {
+        let metrics = Metrics::new();
+        let declared: Vec<String> = [
+            metrics.plugin_state.desc(),
+            metrics.last_success.desc(),
+            metrics.load_errors.desc(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|d| d.fq_name.clone())
+        .collect();
+        let mut reserved = tend_grants::metrics::HOST_FAMILIES
+            .map(String::from)
+            .to_vec();
+        reserved.sort();
+        let mut declared = declared;
+        declared.sort();
+        assert_eq!(declared, reserved);
     }
 }

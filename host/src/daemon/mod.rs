@@ -3,8 +3,10 @@
 //! between reconciles), config changes and SIGHUP (validated, then applied as a
 //! diff), and SIGTERM/SIGINT (reconciles in flight finish, then exit 0).
 
+pub mod control;
 mod http;
 mod leader;
+mod listen;
 mod metrics;
 mod plan;
 mod runner;
@@ -48,6 +50,8 @@ pub struct Shared {
     pub host: RwLock<LiveHost>,
     /// Manual triggers from `POST /reconcile/NAME` reach the scheduler here.
     triggers: Triggers,
+    /// When each plugin's last manual reconcile was asked for (rate limit).
+    manual: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
     config_path: PathBuf,
     /// Why the newest config was rejected (the last good one keeps running).
     config_error: RwLock<Option<String>>,
@@ -102,6 +106,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         planning: tokio::sync::Mutex::const_new(()),
         runtime: runtime.clone(),
         triggers: Triggers::default(),
+        manual: Default::default(),
         leadership,
     });
     tracing::info!(
@@ -115,6 +120,8 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         Some(addr) => Some(http::serve(addr, shared.clone()).await?),
         None => None,
     };
+    let state_dir = config.host.state_dir.clone();
+    let _control = control::serve(&state_dir, shared.clone())?;
     std::fs::create_dir_all(&config.host.plugins_dir)?;
     let (events, inbox) = mpsc::unbounded_channel();
     let runner = Arc::new(runner::DaemonRunner {
@@ -140,7 +147,9 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     };
     supervisor.start();
     let _watchdog = sd_notify::spawn_watchdog();
-    supervisor.serve(inbox).await?;
+    let served = supervisor.serve(inbox).await;
+    control::remove(&state_dir);
+    served?;
     Ok(ExitCode::SUCCESS)
 }
 

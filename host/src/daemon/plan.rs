@@ -1,24 +1,37 @@
-//! `POST /plan[/NAME]`: a dry-run reconcile of one or every enabled plugin by
-//! the running daemon, with its state store and budgets. It changes nothing:
-//! not the node, not the plugins' state (dry-run overlay), not their schedule
-//! or last result in the table; the planned mutations are journaled as plans.
+//! `POST /plan[/NAME]` (control socket): a dry-run reconcile of one or every
+//! enabled plugin by the running daemon, with its state store and budgets. It
+//! changes nothing: not the node, not the plugins' state (dry-run overlay), not
+//! their schedule or last result in the table; the planned mutations are
+//! journaled as plans, in the plan journal (they never rotate real history away).
 
 use super::Shared;
 use crate::capabilities::gate::Planned;
 use crate::runtime::CallRequest;
 use crate::scheduler::{Trigger, trigger};
 
+/// Why a plan did not run.
+pub enum Refusal {
+    /// No such plugin to plan.
+    NotFound(String),
+    /// Another plan is running: one at a time.
+    Busy(String),
+}
+
 /// The summaries of the plans, or why there is nothing to plan.
-pub async fn run(shared: &Shared, name: Option<&str>) -> Result<Vec<serde_json::Value>, String> {
+pub async fn run(shared: &Shared, name: Option<&str>) -> Result<Vec<serde_json::Value>, Refusal> {
     let targets: Vec<_> = {
         let table = shared.table.read().unwrap();
         if let Some(name) = name {
             match table.plugins.get(name) {
-                None => return Err(format!("no plugin {name:?} in the running config\n")),
+                None => {
+                    return Err(Refusal::NotFound(format!(
+                        "no plugin {name:?} in the running config\n"
+                    )));
+                }
                 Some(entry) if !entry.config.enabled => {
-                    return Err(format!(
+                    return Err(Refusal::NotFound(format!(
                         "{name} is disabled in the running config: set enabled = true to plan it\n"
-                    ));
+                    )));
                 }
                 Some(_) => {}
             }
@@ -32,7 +45,9 @@ pub async fn run(shared: &Shared, name: Option<&str>) -> Result<Vec<serde_json::
     };
     // One plan at a time: a plan is a full reconcile of every plugin it names.
     let Ok(_turn) = shared.planning.try_lock() else {
-        return Err("another plan is running; try again when it is done\n".into());
+        return Err(Refusal::Busy(
+            "another plan is running: retry when it is done\n".into(),
+        ));
     };
     let planned = Planned::default();
     let node_name = shared.host.read().unwrap().node_name.clone();

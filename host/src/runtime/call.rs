@@ -11,6 +11,7 @@ use crate::capabilities::gate::{Caller, Planned};
 use crate::capabilities::{CallCount, CapError, Capabilities, Mutation, Services};
 use crate::config::PluginConfig;
 use crate::scheduler::Trigger;
+use crate::text::{bounded, inert};
 use crate::wit::types;
 use std::time::{Duration, Instant};
 use wasmtime::Store;
@@ -205,7 +206,7 @@ impl Runtime {
                 limit: config.limits.timeout,
             }),
             Ok(Ok(Ok(outcome))) => Ok(from_wit_outcome(outcome, config.limits.min_requeue)),
-            Ok(Ok(Err(error))) => Err(Failure::Plugin(CapError::from(error))),
+            Ok(Ok(Err(error))) => Err(Failure::Plugin(from_wit_error(error))),
             Ok(Err(e)) => Err(classify(e, &store, &output, config)),
         };
         forward_output(&config.name, &output);
@@ -257,9 +258,9 @@ impl Runtime {
             Err(_) => anyhow::bail!("describe did not return within {:?}", config.limits.timeout),
             Ok(Err(e)) => Err(anyhow::anyhow!(classify(e, &store, &output, &config))),
             Ok(Ok(info)) => Ok(PluginInfo {
-                name: info.name,
-                version: info.version,
-                summary: info.summary,
+                name: bounded(info.name),
+                version: bounded(info.version),
+                summary: bounded(info.summary),
             }),
         }
     }
@@ -274,11 +275,27 @@ fn from_wit_outcome(outcome: types::Outcome, min_requeue: Duration) -> Outcome {
             types::Health::Progressing => Health::Progressing,
             types::Health::Degraded => Health::Degraded,
         },
-        message: outcome.message,
+        message: bounded(outcome.message),
         requeue_after: outcome
             .requeue_after_ms
             .map(|ms| Duration::from_millis(ms).max(min_requeue)),
     }
+}
+
+/// The plugin's error, its text bounded like every text a plugin returns.
+fn from_wit_error(error: types::Error) -> CapError {
+    use types::Error as E;
+    match error {
+        E::Denied(m) => E::Denied(bounded(m)),
+        E::NotFound(m) => E::NotFound(bounded(m)),
+        E::Conflict(m) => E::Conflict(bounded(m)),
+        E::Unavailable(m) => E::Unavailable(bounded(m)),
+        E::Timeout(m) => E::Timeout(bounded(m)),
+        E::Invalid(m) => E::Invalid(bounded(m)),
+        E::BudgetExhausted(m) => E::BudgetExhausted(bounded(m)),
+        E::Other(m) => E::Other(bounded(m)),
+    }
+    .into()
 }
 
 /// Turn an error out of wasmtime into the cause an operator can act on.
@@ -304,10 +321,10 @@ fn classify(
                 .lines()
                 .skip_while(|l| !l.contains("panicked at"))
                 .take(3);
-            Failure::Trap(format!(
+            Failure::Trap(bounded(format!(
                 "the plugin panicked: {}",
                 panic.collect::<Vec<_>>().join(" ")
-            ))
+            )))
         }
         None => Failure::Trap(trap.to_string()),
     }
@@ -317,6 +334,183 @@ fn classify(
 fn forward_output(plugin: &str, output: &MemoryOutputPipe) {
     let contents = output.contents();
     if !contents.is_empty() {
-        tracing::debug!(plugin, output = %String::from_utf8_lossy(&contents), "plugin output");
+        tracing::debug!(plugin, output = %inert(&String::from_utf8_lossy(&contents)), "plugin output");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::{Backends, testing};
+    use tokio::io::AsyncWriteExt;
+
+    fn config() -> PluginConfig {
+        PluginConfig {
+            name: "p".into(),
+            enabled: true,
+            file: "/plugins/p.wasm".into(),
+            interval: None,
+            watch: vec![],
+            grants: Default::default(),
+            limits: Default::default(),
+            scope: Default::default(),
+            config_json: "{}".into(),
+        }
+    }
+
+    /// A store as a reconcile has it after its call returned, with `output`
+    /// written by the guest; no component is compiled.
+    async fn after_call(
+        output: &str,
+        memory_exceeded: bool,
+    ) -> (Store<CallState>, MemoryOutputPipe) {
+        let (backends, _fakes) = Backends::fake();
+        let call = testing::call("p", false);
+        let caps = Capabilities::for_call(&backends, &Default::default(), &call);
+        let pipe = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        pipe.clone().write_all(output.as_bytes()).await.unwrap();
+        let state = CallState {
+            wasi: WasiCtxBuilder::new().build(),
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter {
+                limit: 1 << 20,
+                used: 1 << 20,
+                exceeded: memory_exceeded,
+            },
+            caps,
+        };
+        (Store::new(&wasmtime::Engine::default(), state), pipe)
+    }
+
+    fn trap() -> wasmtime::Error {
+        wasmtime::Error::new(wasmtime::Trap::UnreachableCodeReached)
+    }
+
+    #[tokio::test]
+    async fn a_panic_is_lifted_from_the_output_into_the_trap() {
+        let output = "starting\nthread '<unnamed>' panicked at src/lib.rs:9:5:\nchaos was asked to panic\nnote: run with RUST_BACKTRACE=1\nmore\n";
+        let (store, pipe) = after_call(output, false).await;
+        let failure = classify(trap(), &store, &pipe, &config());
+        assert_eq!(
+            failure,
+            Failure::Trap(
+                "the plugin panicked: thread '<unnamed>' panicked at src/lib.rs:9:5: chaos was asked to panic note: run with RUST_BACKTRACE=1".into()
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_trap_without_a_panic_names_the_trap() {
+        let (store, pipe) = after_call("some output\n", false).await;
+        let failure = classify(trap(), &store, &pipe, &config());
+        let expected = wasmtime::Trap::UnreachableCodeReached.to_string();
+        assert_eq!(failure, Failure::Trap(expected));
+    }
+
+    #[tokio::test]
+    async fn memory_over_the_limit_is_named_before_the_trap_it_caused() {
+        let (store, pipe) = after_call("", true).await;
+        let failure = classify(trap(), &store, &pipe, &config());
+        let limit = config().limits.memory.to_string();
+        assert_eq!(
+            failure,
+            Failure::Memory {
+                plugin: "p".into(),
+                limit: limit.clone()
+            }
+        );
+        assert!(
+            failure
+                .to_string()
+                .contains(&format!("memory limit of {limit} exceeded"))
+        );
+        assert!(failure.to_string().contains("[plugins.p.limits] memory"));
+    }
+
+    #[tokio::test]
+    async fn an_error_that_is_no_trap_is_the_hosts() {
+        let (store, pipe) = after_call("panicked at nothing", false).await;
+        let error = wasmtime::Error::msg("instantiate").context("cannot run p");
+        let failure = classify(error, &store, &pipe, &config());
+        assert_eq!(failure, Failure::Host("cannot run p: instantiate".into()));
+    }
+
+    #[test]
+    fn health_and_requeue_cross_the_wit_boundary_unchanged_above_the_minimum() {
+        let min = Duration::from_millis(500);
+        let cases = [
+            (types::Health::Healthy, Health::Healthy, None, None),
+            (
+                types::Health::Progressing,
+                Health::Progressing,
+                Some(2000),
+                Some(Duration::from_secs(2)),
+            ),
+            (
+                types::Health::Degraded,
+                Health::Degraded,
+                Some(499),
+                Some(min),
+            ),
+        ];
+        for (wit, health, requeue_after_ms, requeue_after) in cases {
+            let outcome = from_wit_outcome(
+                types::Outcome {
+                    health: wit,
+                    message: "m".into(),
+                    requeue_after_ms,
+                },
+                min,
+            );
+            assert_eq!(
+                outcome,
+                Outcome {
+                    health,
+                    message: "m".into(),
+                    requeue_after
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn each_plugin_error_keeps_its_kind() {
+        use types::Error as E;
+        let errors = [
+            E::Denied("m".into()),
+            E::NotFound("m".into()),
+            E::Conflict("m".into()),
+            E::Unavailable("m".into()),
+            E::Timeout("m".into()),
+            E::Invalid("m".into()),
+            E::BudgetExhausted("m".into()),
+            E::Other("m".into()),
+        ];
+        for error in errors {
+            let expected = CapError::from(error.clone());
+            assert_eq!(from_wit_error(error), expected);
+        }
+    }
+
+    #[test]
+    fn plugin_text_is_bounded_where_it_crosses_the_wit_boundary() {
+        let huge = "x".repeat(4 << 20);
+        let outcome = from_wit_outcome(
+            types::Outcome {
+                health: types::Health::Degraded,
+                message: huge.clone(),
+                requeue_after_ms: Some(0),
+            },
+            Duration::from_secs(1),
+        );
+        assert!(outcome.message.len() <= crate::text::MAX_PLUGIN_TEXT);
+        assert!(outcome.message.ends_with("(cut: 4194304 bytes)"));
+        assert_eq!(outcome.requeue_after, Some(Duration::from_secs(1)));
+        let error = from_wit_error(types::Error::Invalid(huge));
+        let CapError::Invalid(message) = &error else {
+            panic!("{error}")
+        };
+        assert!(message.len() <= crate::text::MAX_PLUGIN_TEXT);
+        assert!(message.ends_with("(cut: 4194304 bytes)"));
     }
 }

@@ -6,20 +6,22 @@
 //! where it stands ([`Triggers::schedule_of`]) for `tend status NAME`.
 
 mod backoff;
+mod plugin_loop;
 pub mod sources;
 pub mod trigger;
 
 pub use backoff::Backoff;
+use plugin_loop::PluginLoop;
 pub use trigger::Trigger;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio::time::{Instant, sleep_until};
+use tokio::time::Instant;
 
 /// What the scheduler needs to know of a finished reconcile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +69,9 @@ pub struct ScheduleState {
     pub requeue_at: Option<Instant>,
     /// Triggers waiting for the next run.
     pub pending: Vec<Trigger>,
+    /// A manual trigger already skipped the current backoff: the next one
+    /// waits for it ([`PluginLoop`]).
+    pub manual_skipped_backoff: bool,
 }
 
 /// Sends triggers to plugins; cheap to clone (every trigger source holds one).
@@ -143,12 +148,13 @@ impl Scheduler {
             .expect("receiver is alive");
         self.generation += 1;
         senders.insert(schedule.plugin.clone(), (self.generation, tx));
-        self.tasks.spawn(plugin_loop(
+        let plugin_loop = PluginLoop::new(
             self.runner.clone(),
             schedule,
             rx,
             (self.triggers.clone(), self.generation),
-        ));
+        );
+        self.tasks.spawn(plugin_loop.run());
     }
 
     /// Stop scheduling a plugin; a reconcile in flight finishes.
@@ -166,122 +172,6 @@ impl Scheduler {
         self.triggers.senders.write().unwrap().clear();
         while self.tasks.join_next().await.is_some() {}
     }
-}
-
-async fn plugin_loop(
-    runner: Arc<dyn Runner>,
-    schedule: Schedule,
-    mut queue: mpsc::UnboundedReceiver<Message>,
-    (triggers, generation): (Triggers, u64),
-) {
-    let mut interval = schedule.interval;
-    let mut pending = BTreeSet::new();
-    let mut backoff = Backoff::default();
-    let mut not_before = Instant::now();
-    let mut next_interval = interval.map(|i| Instant::now() + i);
-    let mut requeue_at: Option<Instant> = None;
-    let publish = |running: bool,
-                   interval: Option<Duration>,
-                   pending: &BTreeSet<Trigger>,
-                   backoff: &Backoff,
-                   not_before: Instant,
-                   next_interval: Option<Instant>,
-                   requeue_at: Option<Instant>| {
-        triggers.publish(
-            &schedule.plugin,
-            generation,
-            ScheduleState {
-                interval,
-                running,
-                failures: backoff.failures(),
-                backoff_until: (not_before > Instant::now()).then_some(not_before),
-                next_interval,
-                requeue_at,
-                pending: pending.iter().cloned().collect(),
-            },
-        )
-    };
-    loop {
-        let now = Instant::now();
-        if next_interval.is_some_and(|at| at <= now) {
-            pending.insert(Trigger::new(trigger::INTERVAL));
-            next_interval = interval.map(|i| now + i);
-        }
-        if requeue_at.is_some_and(|at| at <= now) {
-            pending.insert(Trigger::new(trigger::REQUEUE));
-            requeue_at = None;
-        }
-        // An operator's manual trigger does not wait out a failure backoff.
-        let manual = pending.iter().any(|t: &Trigger| t.kind == trigger::MANUAL);
-        if !pending.is_empty() && (not_before <= now || manual) {
-            while let Ok(message) = queue.try_recv() {
-                match message {
-                    Message::Trigger(trigger) => {
-                        pending.insert(trigger);
-                    }
-                    Message::Interval(new) => {
-                        interval = new;
-                        next_interval = new.map(|i| now + i);
-                    }
-                }
-            }
-            let batch: Vec<Trigger> = std::mem::take(&mut pending).into_iter().collect();
-            publish(
-                true,
-                interval,
-                &pending,
-                &backoff,
-                not_before,
-                next_interval,
-                requeue_at,
-            );
-            let result = runner.run(&schedule.plugin, batch).await;
-            if result.ok {
-                backoff.succeed();
-                not_before = Instant::now();
-            } else {
-                not_before = Instant::now() + backoff.fail();
-            }
-            requeue_at = result.requeue_after.map(|after| Instant::now() + after);
-            if queue.is_closed() {
-                return;
-            }
-            continue;
-        }
-        publish(
-            false,
-            interval,
-            &pending,
-            &backoff,
-            not_before,
-            next_interval,
-            requeue_at,
-        );
-        let wake = [
-            next_interval,
-            requeue_at,
-            (!pending.is_empty()).then_some(not_before),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        tokio::select! {
-            message = queue.recv() => match message {
-                Some(Message::Trigger(trigger)) => { pending.insert(trigger); }
-                Some(Message::Interval(new)) if new != interval => {
-                    interval = new;
-                    next_interval = new.map(|i| Instant::now() + i);
-                }
-                Some(Message::Interval(_)) => {}
-                None => return,
-            },
-            _ = sleep_until(wake.unwrap_or_else(far_future)), if wake.is_some() => {}
-        }
-    }
-}
-
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86400 * 365)
 }
 
 #[cfg(test)]

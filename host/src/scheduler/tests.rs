@@ -207,6 +207,49 @@ async fn a_manual_trigger_skips_the_backoff() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn manual_triggers_skip_a_backoff_only_once_between_scheduled_runs() {
+    let recorder = Arc::new(Recorder::default());
+    recorder.failing.lock().unwrap().insert("bad".into(), true);
+    let mut scheduler = start(recorder.clone(), vec![schedule("bad", None)]);
+    let triggers = scheduler.triggers();
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(70)).await;
+        triggers.send("bad", Trigger::new("interval"));
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let before = recorder.runs_of("bad").len();
+    let state = triggers.schedule_of("bad").unwrap();
+    let backoff_until = state.backoff_until.expect("backing off after 4 failures");
+    assert!(!state.manual_skipped_backoff);
+    // 20 manual triggers in 0.2 s: the first skips the backoff, the rest wait.
+    for _ in 0..20 {
+        assert!(triggers.send("bad", Trigger::new("manual")));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(recorder.runs_of("bad").len(), before + 1, "one skip");
+    let state = triggers.schedule_of("bad").unwrap();
+    assert!(state.manual_skipped_backoff, "{state:?}");
+    assert!(
+        state.backoff_until.unwrap() > backoff_until,
+        "a longer backoff"
+    );
+    // The waiting manual trigger runs when the new backoff ends, not before.
+    let next = state.backoff_until.unwrap();
+    tokio::time::sleep_until(next - Duration::from_millis(50)).await;
+    assert_eq!(recorder.runs_of("bad").len(), before + 1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let runs = recorder.runs_of("bad");
+    assert_eq!(runs.len(), before + 2);
+    assert!(runs.last().unwrap().0 >= next);
+    // That was a scheduled-time run: the next backoff may be skipped once again.
+    assert!(!triggers.schedule_of("bad").unwrap().manual_skipped_backoff);
+    assert!(triggers.send("bad", Trigger::new("manual")));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(recorder.runs_of("bad").len(), before + 3);
+    scheduler.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn each_plugin_publishes_its_backoff_and_next_run() {
     let runner = Arc::new(Recorder::default());
     runner.failing.lock().unwrap().insert("bad".into(), true);

@@ -35,8 +35,9 @@
 //! interval = "1m"
 //! [plugins.ipam-sweeper.grants]
 //! files = [{ path = "/var/lib/cni/networks", write = true }]
-//! # "remove-pod-sandbox" only with remove-notready = true
-//! cri = { read = true, operations = ["remove-pod-sandbox"] }
+//! # "remove-pod-sandbox" only with remove-notready = true, and only of
+//! # NOTREADY sandboxes: the host refuses a READY one, whatever asks
+//! cri = { read = true, operations = ["remove-pod-sandbox"], states = ["notready"] }
 //! [plugins.ipam-sweeper.config]
 //! networks-dir = "/var/lib/cni/networks"  # the default
 //! networks = ["cbr0"]                     # default: every subdirectory

@@ -11,17 +11,20 @@ const CBR0: &str = "/var/lib/cni/networks/cbr0";
 const T0: u64 = 1_700_000_000_000;
 const MINUTE: u64 = 60_000;
 
-const POD_A: &str = "3f1c2a9b8d3e5a6b7c8d";
-const POD_B: &str = "5b2d3e4f5a6b7c8d9e0f";
-const GONE: &str = "9e8d7c6b5a4f3e2d1c0b";
+/// Full sandbox ids, as the runtime lists them.
+const POD_A: &str = "3f1c2a9b8d3e5a6b7c8d3f1c2a9b8d3e5a6b7c8d3f1c2a9b8d3e5a6b7c8d0001";
+const POD_B: &str = "5b2d3e4f5a6b7c8d9e0f5b2d3e4f5a6b7c8d9e0f5b2d3e4f5a6b7c8d9e0f0002";
+const GONE: &str = "9e8d7c6b5a4f3e2d1c0b9e8d7c6b5a4f3e2d1c0b9e8d7c6b5a4f3e2d1c0b0003";
 
-/// A host granting the IPAM directory read-write, CRI reads and sandbox removal.
+/// A host granting the IPAM directory read-write, CRI reads and the removal
+/// of NOTREADY sandboxes (the example configs' grant).
 fn host() -> FakeHost {
     let host = FakeHost::named("ipam-sweeper");
     host.files.grant(NETWORKS, true);
     host.cri
         .grant_read()
-        .grant_operations(&["remove-pod-sandbox"]);
+        .grant_operations(&["remove-pod-sandbox"])
+        .grant_states(&["notready"]);
     host
 }
 

@@ -29,6 +29,10 @@ const MAX_STEPS: usize = 100_000;
 /// Retries after a failed step: 5 s doubling to 5 min.
 const RETRY_FIRST: Duration = Duration::from_secs(5);
 const RETRY_MAX: Duration = Duration::from_secs(300);
+/// Active states of a unit with a job running on it.
+const IN_TRANSITION: [&str; 3] = ["activating", "deactivating", "reloading"];
+/// How soon to look again at a unit still in transition after a resume.
+const SETTLE: Duration = Duration::from_millis(200);
 
 /// Restart jitter: listed units wait `offset` after their restart is first due.
 pub struct Jitter {
@@ -319,8 +323,14 @@ impl Runner<'_> {
         }
         let systemd = self.host.systemd();
         let status = systemd.status(unit)?;
-        if let Some(flight) = &self.applied.in_flight
-            && flight.unit == unit
+        let resumed = self.applied.in_flight.as_ref().filter(|f| f.unit == unit);
+        // A restart issued just before an interruption may still be running:
+        // its ActiveEnter has not moved yet. Judge once the unit has settled,
+        // or it would be restarted twice.
+        if resumed.is_some() && IN_TRANSITION.contains(&status.active_state.as_str()) {
+            return Ok(Some(SETTLE));
+        }
+        if let Some(flight) = resumed
             && status.active_enter_ms != flight.active_enter_ms
         {
             self.log(

@@ -791,3 +791,49 @@ fn bad_config_is_invalid() {
     );
     assert!(host.systemd.actions().is_empty());
 }
+
+#[test]
+fn a_restart_still_running_after_an_interruption_is_waited_for_not_issued_again() {
+    let host = host();
+    reconcile(&host, &declaration());
+    // Killed right after queueing the restart: systemd is still running the
+    // job (activating), so ActiveEnterTimestamp has not moved yet.
+    let mut record: diff::Applied = host.state().get_json("applied").unwrap().unwrap();
+    record.restart.insert("a.service".into());
+    record.in_flight = Some(diff::InFlight {
+        unit: "a.service".into(),
+        active_enter_ms: Some(1),
+    });
+    host.state().set_json("applied", &record).unwrap();
+    host.systemd.put_unit(UnitStatus {
+        active_state: "activating".into(),
+        active_enter_ms: Some(1),
+        ..host.systemd().status("a.service").unwrap()
+    });
+    let before = host.systemd.actions().len();
+    let outcome = reconcile(&host, &declaration());
+    assert_eq!(
+        actions_since(&host, before),
+        Vec::<String>::new(),
+        "no second restart"
+    );
+    assert_eq!(
+        outcome.requeue_after,
+        Some(Duration::from_millis(200)),
+        "it looks again soon"
+    );
+
+    // The job finished: the timestamp moved, the restart counts as done.
+    host.systemd.put_unit(UnitStatus {
+        active_state: "active".into(),
+        active_enter_ms: Some(2),
+        ..host.systemd().status("a.service").unwrap()
+    });
+    let outcome = reconcile(&host, &declaration());
+    assert_eq!(actions_since(&host, before), Vec::<String>::new());
+    assert!(
+        outcome.message.contains("resumed an interrupted apply"),
+        "{}",
+        outcome.message
+    );
+}

@@ -1,9 +1,11 @@
-//! One check, judged at one moment: probe, remember, restart or hold back.
+//! The pure part of unit-doctor: from one check's remembered state, what its
+//! probe found and the time, decide what to do ([`Decision`]) and how the
+//! check stands ([`Verdict`]). No host calls: `lib.rs` probes, performs the
+//! decision (logs, restarts) and saves the state.
 
-use crate::{Check, HttpProbe, Probe, UNITS, human};
+use crate::{Check, human};
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
-use tend_sdk::{Context, Error, Health, Host, JobResult, Level, Request, Result};
+use tend_sdk::{Error, Health, JobResult, Level};
 
 /// What unit-doctor remembers about one unit, under `unit/<name>` in `state`.
 /// Times are milliseconds since the Unix epoch.
@@ -25,6 +27,23 @@ pub(crate) struct UnitState {
     pub flapped: Option<Flapped>,
 }
 
+impl UnitState {
+    /// Forget restarts older than the check's window: they no longer count
+    /// towards flapping.
+    pub fn forget_old_restarts(&mut self, check: &Check, now: u64) {
+        self.restarts_ms
+            .retain(|&at| now.saturating_sub(at) < check.window_ms);
+    }
+
+    /// Record a restart made at `now`: counted, backed off from, and the
+    /// failure it answers is over.
+    pub fn restarted_at(&mut self, check: &Check, now: u64) {
+        self.restarts_ms.push(now);
+        self.backoff_until_ms = Some(now.saturating_add(check.backoff_ms));
+        self.failing_since_ms = None;
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) struct Flapped {
@@ -34,7 +53,7 @@ pub(crate) struct Flapped {
 }
 
 /// How one check stands after this reconcile.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Verdict {
     pub unit: String,
     pub health: Health,
@@ -59,7 +78,8 @@ impl Verdict {
 }
 
 /// What the probe found.
-enum Probed {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Probed {
     Pass,
     /// The unit is unhealthy; why.
     Fail(String),
@@ -68,193 +88,183 @@ enum Probed {
     Error(String),
 }
 
-/// The unit's state as stored and as it is being changed.
-struct Slot {
-    key: String,
-    /// None when what is stored could not be read: overwritten on save.
-    stored: Option<UnitState>,
-    current: UnitState,
+/// What to do about one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Nothing but to report how the check stands.
+    Report(Report),
+    /// Restart the unit: it has failed for `failing_for` ms, past fail-after.
+    Restart { reason: String, failing_for: u64 },
 }
 
-impl Slot {
-    fn load(host: &dyn Host, unit: &str) -> Result<Slot> {
-        let key = format!("{UNITS}{unit}");
-        let stored = match host.state().get_json::<UnitState>(&key) {
-            Ok(state) => Some(state.unwrap_or_default()),
-            // Unreadable state (say, from an incompatible version): start over.
-            Err(Error::Invalid(why)) => {
-                host.log(Level::Warn, &format!("{unit}: forgetting state: {why}"));
-                None
-            }
-            Err(e) => return Err(e),
-        };
-        let current = stored.clone().unwrap_or_default();
-        Ok(Slot {
-            key,
-            stored,
-            current,
-        })
-    }
-
-    /// Write the current state if it differs from what is stored.
-    fn save(&mut self, host: &dyn Host) -> Result<()> {
-        if self.stored.as_ref() != Some(&self.current) {
-            host.state().set_json(&self.key, &self.current)?;
-            self.stored = Some(self.current.clone());
-        }
-        Ok(())
-    }
+/// A check that needs no action, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Report {
+    /// Restarted a while ago: not probed before the backoff ends in `left` ms.
+    BackingOff { left: u64 },
+    /// The probe could not be made.
+    CannotProbe(String),
+    /// The check passes; `recovered` when it had been failing or had flapped.
+    Healthy { recovered: bool },
+    /// Failing, but not for fail-after yet: judged again in `left` ms.
+    Waiting {
+        reason: String,
+        failing_for: u64,
+        left: u64,
+    },
+    /// It flapped before and still fails: not restarted until it passes.
+    StillFlapped { reason: String, flapped: Flapped },
+    /// It needs a restart beyond max-restarts in the window: it flaps now.
+    Flapping { reason: String, flapped: Flapped },
 }
 
-/// Judge `check` at `now`: `Err` only when the plugin's own state fails.
-pub(crate) fn evaluate(ctx: &Context, host: &dyn Host, check: &Check, now: u64) -> Result<Verdict> {
-    let mut slot = Slot::load(host, &check.unit)?;
-    slot.current
-        .restarts_ms
-        .retain(|&at| now.saturating_sub(at) < check.window_ms);
-    let verdict = judge(ctx, host, check, now, &mut slot)?;
-    slot.save(host)?;
-    Ok(verdict)
+/// The decision while a restart's backoff lasts (`state` forgets a backoff
+/// that is over); none when the check is due for a probe.
+pub(crate) fn backing_off(state: &mut UnitState, check: &Check, now: u64) -> Option<Decision> {
+    let until = state.backoff_until_ms?;
+    if until > now {
+        // Bounded by backoff-ms should the wall clock have jumped back.
+        let left = (until - now).min(check.backoff_ms).max(1);
+        return Some(Decision::Report(Report::BackingOff { left }));
+    }
+    state.backoff_until_ms = None;
+    None
 }
 
-fn judge(
-    ctx: &Context,
-    host: &dyn Host,
-    check: &Check,
-    now: u64,
-    slot: &mut Slot,
-) -> Result<Verdict> {
-    let unit = &check.unit;
-    let state = &mut slot.current;
-    if let Some(until) = state.backoff_until_ms {
-        if until > now {
-            // Bounded by backoff-ms should the wall clock have jumped back.
-            let left = (until - now).min(check.backoff_ms).max(1);
-            return Ok(Verdict::new(
-                check,
-                Health::Progressing,
-                format!("{unit} restarted; backing off for {}", human(left)),
-            )
-            .requeue(left));
-        }
-        state.backoff_until_ms = None;
-    }
-
-    let reason = match probe(ctx, host, check) {
-        Probed::Error(why) => {
-            return Ok(Verdict::new(
-                check,
-                Health::Degraded,
-                format!("{unit}: {why}"),
-            ));
-        }
+/// Judge what the probe found at `now`, and update `state` for it (a restart
+/// is recorded by whoever performs it: [`UnitState::restarted_at`]).
+pub(crate) fn judge(state: &mut UnitState, check: &Check, now: u64, probed: Probed) -> Decision {
+    let reason = match probed {
+        Probed::Error(why) => return Decision::Report(Report::CannotProbe(why)),
         Probed::Pass => {
-            if state.failing_since_ms.is_some() || state.flapped.is_some() {
-                host.log(Level::Info, &format!("{unit}: check passes again"));
-            }
+            let recovered = state.failing_since_ms.is_some() || state.flapped.is_some();
             state.failing_since_ms = None;
             state.flapped = None;
-            return Ok(Verdict::new(
-                check,
-                Health::Healthy,
-                format!("{unit} healthy"),
-            ));
+            return Decision::Report(Report::Healthy { recovered });
         }
         Probed::Fail(reason) => reason,
     };
-
     let since = *state.failing_since_ms.get_or_insert(now);
     let failing_for = now.saturating_sub(since);
     if let Some(flapped) = &state.flapped {
-        return Ok(flapped_verdict(check, flapped, &reason));
+        let flapped = flapped.clone();
+        return Decision::Report(Report::StillFlapped { reason, flapped });
     }
     if failing_for < check.fail_after_ms {
         let left = check.fail_after_ms - failing_for;
-        return Ok(Verdict::new(
-            check,
-            Health::Progressing,
-            format!(
-                "{unit} {} ({reason}); restart in {}",
-                failing(failing_for),
-                human(left)
-            ),
-        )
-        .requeue(left));
+        return Decision::Report(Report::Waiting {
+            reason,
+            failing_for,
+            left,
+        });
     }
     if state.restarts_ms.len() >= check.max_restarts as usize {
         let flapped = Flapped {
             at_ms: now,
             restarts_needed: u32::try_from(state.restarts_ms.len() + 1).unwrap_or(u32::MAX),
         };
-        let verdict = flapped_verdict(check, &flapped, &reason);
-        host.log(Level::Warn, &verdict.message);
-        state.flapped = Some(flapped);
-        return Ok(verdict);
+        state.flapped = Some(flapped.clone());
+        return Decision::Report(Report::Flapping { reason, flapped });
     }
-    restart(ctx, host, check, now, slot, failing_for, &reason)
+    Decision::Restart {
+        reason,
+        failing_for,
+    }
 }
 
-fn flapped_verdict(check: &Check, flapped: &Flapped, reason: &str) -> Verdict {
-    Verdict::new(
-        check,
-        Health::Degraded,
-        format!(
-            "{} flapped: {} restarts needed in {} (max-restarts {}); not restarting; check the unit (last failure: {reason})",
-            check.unit,
-            flapped.restarts_needed,
-            human(check.window_ms),
-            check.max_restarts
-        ),
-    )
+impl Report {
+    /// How the check stands.
+    pub fn verdict(&self, check: &Check) -> Verdict {
+        let unit = &check.unit;
+        match self {
+            Report::BackingOff { left } => Verdict::new(
+                check,
+                Health::Progressing,
+                format!("{unit} restarted; backing off for {}", human(*left)),
+            )
+            .requeue(*left),
+            Report::CannotProbe(why) => {
+                Verdict::new(check, Health::Degraded, format!("{unit}: {why}"))
+            }
+            Report::Healthy { .. } => {
+                Verdict::new(check, Health::Healthy, format!("{unit} healthy"))
+            }
+            Report::Waiting {
+                reason,
+                failing_for,
+                left,
+            } => Verdict::new(
+                check,
+                Health::Progressing,
+                format!(
+                    "{unit} {} ({reason}); restart in {}",
+                    failing(*failing_for),
+                    human(*left)
+                ),
+            )
+            .requeue(*left),
+            Report::StillFlapped { reason, flapped } | Report::Flapping { reason, flapped } => {
+                Verdict::new(
+                    check,
+                    Health::Degraded,
+                    format!(
+                        "{unit} flapped: {} restarts needed in {} (max-restarts {}); not restarting; check the unit (last failure: {reason})",
+                        flapped.restarts_needed,
+                        human(check.window_ms),
+                        check.max_restarts
+                    ),
+                )
+            }
+        }
+    }
+
+    /// The line worth logging about it, if any: a recovery, or flapping
+    /// noticed now (not again on every reconcile after).
+    pub fn log(&self, check: &Check) -> Option<(Level, String)> {
+        match self {
+            Report::Healthy { recovered: true } => {
+                Some((Level::Info, format!("{}: check passes again", check.unit)))
+            }
+            Report::Flapping { .. } => Some((Level::Warn, self.verdict(check).message)),
+            _ => None,
+        }
+    }
 }
 
-fn restart(
-    ctx: &Context,
-    host: &dyn Host,
+/// How the check stands after a restart (or, in a dry run, the restart that
+/// would be made) answered `result`, and at which level to log it. A restart
+/// that could not be made leaves the check degraded and is not backed off.
+pub(crate) fn restarted(
     check: &Check,
-    now: u64,
-    slot: &mut Slot,
-    failing_for: u64,
+    dry_run: bool,
     reason: &str,
-) -> Result<Verdict> {
+    failing_for: u64,
+    result: &Result<JobResult, Error>,
+) -> (Level, Verdict) {
     let unit = &check.unit;
-    let before = slot.current.clone();
-    slot.current.restarts_ms.push(now);
-    slot.current.backoff_until_ms = Some(now.saturating_add(check.backoff_ms));
-    slot.current.failing_since_ms = None;
-    // Remember before restarting: a reconcile cut short during the restart job
-    // must not lead to a second restart without backoff or flap accounting.
-    slot.save(host)?;
-    let done = if ctx.dry_run {
-        "would restart"
-    } else {
-        "restarted"
-    };
     let after = format!("after {} ({reason})", failing(failing_for));
-    match host.systemd().restart(unit) {
-        Ok(result) => {
-            let message = match result {
-                JobResult::Done => format!(
-                    "{done} {unit} {after}; backing off for {}",
-                    human(check.backoff_ms)
-                ),
-                other => format!(
-                    "restart of {unit} ended {} {after}; backing off for {}",
-                    job_word(other),
-                    human(check.backoff_ms)
-                ),
+    let backing_off = human(check.backoff_ms);
+    let message = match result {
+        Ok(JobResult::Done) => {
+            let done = if dry_run {
+                "would restart"
+            } else {
+                "restarted"
             };
-            host.log(Level::Warn, &message);
-            Ok(Verdict::new(check, Health::Progressing, message).requeue(check.backoff_ms.max(1)))
+            format!("{done} {unit} {after}; backing off for {backing_off}")
         }
+        Ok(other) => format!(
+            "restart of {unit} ended {} {after}; backing off for {backing_off}",
+            job_word(*other)
+        ),
         Err(e) => {
-            // No restart happened: no backoff, nothing counted; still failing.
-            slot.current = before;
             let message = format!("{unit} needs a restart {after}, but it failed: {e}");
-            host.log(Level::Error, &message);
-            Ok(Verdict::new(check, Health::Degraded, message))
+            return (Level::Error, Verdict::new(check, Health::Degraded, message));
         }
-    }
+    };
+    let verdict =
+        Verdict::new(check, Health::Progressing, message).requeue(check.backoff_ms.max(1));
+    (Level::Warn, verdict)
 }
 
 /// "failing", or "failing for 1m" once it has for a while.
@@ -277,62 +287,14 @@ fn job_word(result: JobResult) -> &'static str {
     }
 }
 
-fn probe(ctx: &Context, host: &dyn Host, check: &Check) -> Probed {
-    let unit = &check.unit;
-    match &check.probe {
-        Probe::Active => match host.systemd().status(unit) {
-            Err(e) => Probed::Error(format!("cannot read its status: {e}")),
-            Ok(status) if status.load_state == "not-found" => Probed::Error(
-                "systemd does not know this unit (load-state not-found): check the unit name"
-                    .to_string(),
-            ),
-            Ok(status) if status.active_state == "active" => Probed::Pass,
-            Ok(status) => Probed::Fail(describe_state(&status.active_state, &status.sub_state)),
-        },
-        Probe::Http(http) => {
-            // The host says the unit changed state: a unit that failed is
-            // unhealthy whatever its endpoint would answer.
-            let triggered = ctx
-                .triggers
-                .iter()
-                .any(|t| t.kind == "unit" && t.subject.as_deref() == Some(unit.as_str()));
-            if triggered {
-                match host.systemd().status(unit) {
-                    Ok(status) if status.active_state == "failed" => {
-                        return Probed::Fail(describe_state(
-                            &status.active_state,
-                            &status.sub_state,
-                        ));
-                    }
-                    Ok(_) => {}
-                    Err(e) => host.log(
-                        Level::Debug,
-                        &format!("{unit}: status after its unit trigger: {e}"),
-                    ),
-                }
-            }
-            probe_http(host, http)
-        }
-    }
-}
-
-fn probe_http(host: &dyn Host, http: &HttpProbe) -> Probed {
-    let request = Request::get(&http.url).timeout(Duration::from_millis(http.timeout_ms));
-    match host.http().send(&request) {
-        Ok(response) if http.expect_status.contains(&response.status) => Probed::Pass,
-        Ok(response) => Probed::Fail(format!("GET {} answered {}", http.url, response.status)),
-        // The probe is not allowed: a configuration problem, not the unit's.
-        Err(e @ (Error::Denied(_) | Error::Invalid(_) | Error::BudgetExhausted(_))) => {
-            Probed::Error(format!("cannot probe: {e}"))
-        }
-        Err(e) => Probed::Fail(format!("GET {}: {}", http.url, e.message())),
-    }
-}
-
-fn describe_state(active: &str, sub: &str) -> String {
+/// A unit's state as a probe failure: "active-state failed (failed)".
+pub(crate) fn describe_state(active: &str, sub: &str) -> String {
     if sub.is_empty() {
         format!("active-state {active}")
     } else {
         format!("active-state {active} ({sub})")
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,13 +14,15 @@
 
 mod clock;
 mod doctor;
+mod probe;
 
 pub use clock::{Clock, SystemClock};
 
+use doctor::{Decision, UnitState, Verdict};
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::time::Duration;
-use tend_sdk::{Context, Error, Health, Host, Outcome, Plugin, PluginInfo, Result};
+use tend_sdk::{Context, Error, Health, Host, Level, Outcome, Plugin, PluginInfo, Result};
 
 /// State key prefix: one JSON value per checked unit ([`doctor::UnitState`]).
 const UNITS: &str = "unit/";
@@ -114,10 +116,100 @@ pub fn reconcile_with(ctx: &Context, host: &dyn Host, clock: &dyn Clock) -> Resu
     let now = clock.now_ms();
     let mut verdicts = Vec::new();
     for check in &config.checks {
-        verdicts.push(doctor::evaluate(ctx, host, check, now)?);
+        verdicts.push(evaluate(ctx, host, check, now)?);
     }
     forget_unchecked(host, &config)?;
     Ok(summarize(&verdicts))
+}
+
+/// Judge `check` at `now` and do what the judgement says: `Err` only when
+/// the plugin's own state fails.
+fn evaluate(ctx: &Context, host: &dyn Host, check: &Check, now: u64) -> Result<Verdict> {
+    let mut slot = Slot::load(host, &check.unit)?;
+    slot.current.forget_old_restarts(check, now);
+    let decision = match doctor::backing_off(&mut slot.current, check, now) {
+        Some(decision) => decision,
+        None => {
+            let probed = probe::probe(ctx, host, check);
+            doctor::judge(&mut slot.current, check, now, probed)
+        }
+    };
+    let verdict = match decision {
+        Decision::Report(report) => {
+            if let Some((level, line)) = report.log(check) {
+                host.log(level, &line);
+            }
+            report.verdict(check)
+        }
+        Decision::Restart {
+            reason,
+            failing_for,
+        } => restart(ctx, host, check, now, &mut slot, &reason, failing_for)?,
+    };
+    slot.save(host)?;
+    Ok(verdict)
+}
+
+/// Restart the unit, remembered before it is made: a reconcile cut short
+/// during the restart job must not lead to a second restart without backoff
+/// or flap accounting. A restart that fails is forgotten again.
+fn restart(
+    ctx: &Context,
+    host: &dyn Host,
+    check: &Check,
+    now: u64,
+    slot: &mut Slot,
+    reason: &str,
+    failing_for: u64,
+) -> Result<Verdict> {
+    let before = slot.current.clone();
+    slot.current.restarted_at(check, now);
+    slot.save(host)?;
+    let result = host.systemd().restart(&check.unit);
+    if result.is_err() {
+        slot.current = before;
+    }
+    let (level, verdict) = doctor::restarted(check, ctx.dry_run, reason, failing_for, &result);
+    host.log(level, &verdict.message);
+    Ok(verdict)
+}
+
+/// A unit's state as stored and as it is being changed.
+struct Slot {
+    key: String,
+    /// None when what is stored could not be read: overwritten on save.
+    stored: Option<UnitState>,
+    current: UnitState,
+}
+
+impl Slot {
+    fn load(host: &dyn Host, unit: &str) -> Result<Slot> {
+        let key = format!("{UNITS}{unit}");
+        let stored = match host.state().get_json::<UnitState>(&key) {
+            Ok(state) => Some(state.unwrap_or_default()),
+            // Unreadable state (say, from an incompatible version): start over.
+            Err(Error::Invalid(why)) => {
+                host.log(Level::Warn, &format!("{unit}: forgetting state: {why}"));
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let current = stored.clone().unwrap_or_default();
+        Ok(Slot {
+            key,
+            stored,
+            current,
+        })
+    }
+
+    /// Write the current state if it differs from what is stored.
+    fn save(&mut self, host: &dyn Host) -> Result<()> {
+        if self.stored.as_ref() != Some(&self.current) {
+            host.state().set_json(&self.key, &self.current)?;
+            self.stored = Some(self.current.clone());
+        }
+        Ok(())
+    }
 }
 
 fn validate(config: &Config) -> Result<()> {
@@ -179,7 +271,7 @@ fn forget_unchecked(host: &dyn Host, config: &Config) -> Result<()> {
 
 /// The worst health of all checks, the messages of those not healthy, and the
 /// earliest requeue any of them asked for.
-fn summarize(verdicts: &[doctor::Verdict]) -> Outcome {
+fn summarize(verdicts: &[Verdict]) -> Outcome {
     if verdicts.is_empty() {
         return Outcome::healthy("no checks configured");
     }

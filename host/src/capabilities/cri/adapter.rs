@@ -1,10 +1,20 @@
 //! The `cri` adapter of one reconcile: reads need the `read` grant, each
 //! mutation its operation (pulls also an image pattern), and every mutation
 //! passes the gate. A pull's own deadline must fit in the reconcile's.
+//!
+//! Sandboxes are named by their full id only (the runtime resolves prefixes);
+//! a stop or removal first resolves the sandbox with PodSandboxStatus, so the
+//! grant's `namespaces` and `states`, the budgets and the journal see the pod
+//! (`kube-system/coredns-xyz (sandbox <id>)`), not what the plugin typed.
 
-use super::backend::{Container, CriBackend, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxStatus};
+use super::backend::{
+    Container, CriBackend, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxState,
+    SandboxStatus,
+};
 use super::fake::FakeCri;
-use super::grants::{CriGrant, Operation, check_operation, check_pull, check_read};
+use super::grants::{
+    CriGrant, Operation, check_id, check_operation, check_pull, check_read, check_sandbox,
+};
 use super::real::RealCri;
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::{BackendEnv, Capability};
@@ -44,21 +54,6 @@ const DEFAULT_SOCKET: &str = "/run/containerd/containerd.sock";
 /// Time a plugin keeps, after its pull's deadline, to report before the reconcile's.
 const PULL_MARGIN: Duration = Duration::from_secs(1);
 
-/// Labels one listing may filter on, and the longest id or label accepted:
-/// what a plugin sends the runtime is bounded like everything else.
-const MAX_FILTER_LABELS: usize = 64;
-const MAX_TEXT: usize = 256;
-
-fn bounded_text(what: &str, text: &str) -> Result<(), CapError> {
-    if text.is_empty() || text.len() > MAX_TEXT || text.chars().any(char::is_control) {
-        return Err(CapError::Invalid(format!(
-            "cri {what}: expected 1 to {MAX_TEXT} bytes without control characters, got {:?}",
-            crate::text::inert(&text.chars().take(64).collect::<String>())
-        )));
-    }
-    Ok(())
-}
-
 pub struct PluginCri {
     backend: Arc<dyn CriBackend>,
     grant: CriGrant,
@@ -67,7 +62,8 @@ pub struct PluginCri {
 
 impl Capability for PluginCri {
     const NAME: &'static str = "cri";
-    const MUTATIONS: &'static [&'static str] = &["stop-pod-sandbox", "remove-pod-sandbox", "pull-image"];
+    const MUTATIONS: &'static [&'static str] =
+        &["stop-pod-sandbox", "remove-pod-sandbox", "pull-image"];
     type Grant = CriGrant;
     type Settings = CriSettings;
     type Backend = dyn CriBackend;
@@ -79,16 +75,34 @@ impl Capability for PluginCri {
         }
         let operations: Vec<&str> = grant.operations.iter().map(|o| o.name()).collect();
         let images: Vec<&str> = grant.images.iter().map(|p| p.0.as_str()).collect();
+        let states: Vec<&str> = grant.states.iter().map(|s| s.name()).collect();
+        let listed = |what: &str, items: &[&str]| {
+            if items.is_empty() {
+                String::new()
+            } else {
+                format!("; {what} {}", items.join(", "))
+            }
+        };
+        let namespaces: Vec<&str> = grant.namespaces.iter().map(String::as_str).collect();
         vec![format!(
-            "{}operations: {}{}",
+            "{}operations: {}{}{}{}",
             if grant.read { "read; " } else { "" },
-            if operations.is_empty() { "none".to_string() } else { operations.join(", ") },
-            if images.is_empty() { String::new() } else { format!("; images {}", images.join(", ")) }
+            if operations.is_empty() {
+                "none".to_string()
+            } else {
+                operations.join(", ")
+            },
+            listed("images", &images),
+            listed("sandboxes in namespaces", &namespaces),
+            listed("sandboxes in states", &states),
         )]
     }
 
     fn real(settings: &CriSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn CriBackend>> {
-        let socket = settings.endpoint.clone().map_or_else(|| PathBuf::from(DEFAULT_SOCKET), |e| e.0);
+        let socket = settings
+            .endpoint
+            .clone()
+            .map_or_else(|| PathBuf::from(DEFAULT_SOCKET), |e| e.0);
         Ok(Arc::new(RealCri::new(socket)))
     }
 
@@ -123,35 +137,31 @@ impl PluginCri {
         self.backend.version().await
     }
 
-    pub async fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandbox>, CapError> {
+    pub async fn list_pod_sandboxes(
+        &self,
+        filter: &SandboxFilter,
+    ) -> Result<Vec<PodSandbox>, CapError> {
         self.read("list-pod-sandboxes")?;
-        if filter.labels.len() > MAX_FILTER_LABELS {
-            return Err(CapError::Invalid(format!(
-                "cri list-pod-sandboxes: at most {MAX_FILTER_LABELS} labels in a filter"
-            )));
-        }
-        for (key, value) in &filter.labels {
-            bounded_text("label", key)?;
-            if !value.is_empty() {
-                bounded_text("label value", value)?;
-            }
-        }
+        tend_grants::cri::check_filter_labels(&filter.labels)?;
         if let Some(id) = &filter.id {
-            bounded_text("sandbox id", id)?;
+            check_id("sandbox id", id)?;
         }
         self.backend.list_pod_sandboxes(filter).await
     }
 
     pub async fn pod_sandbox_status(&self, id: &str) -> Result<SandboxStatus, CapError> {
         self.read("pod-sandbox-status")?;
-        bounded_text("sandbox id", id)?;
+        check_id("sandbox id", id)?;
         self.backend.pod_sandbox_status(id).await
     }
 
-    pub async fn list_containers(&self, pod_sandbox_id: Option<&str>) -> Result<Vec<Container>, CapError> {
+    pub async fn list_containers(
+        &self,
+        pod_sandbox_id: Option<&str>,
+    ) -> Result<Vec<Container>, CapError> {
         self.read("list-containers")?;
         if let Some(id) = pod_sandbox_id {
-            bounded_text("sandbox id", id)?;
+            check_id("sandbox id", id)?;
         }
         self.backend.list_containers(pod_sandbox_id).await
     }
@@ -168,7 +178,12 @@ impl PluginCri {
     }
 
     /// Pass a mutation of `target` through the gate; None in a dry run.
-    async fn admit(&self, operation: Operation, target: String, detail: String) -> Result<Option<Permit>, CapError> {
+    async fn admit(
+        &self,
+        operation: Operation,
+        target: String,
+        detail: String,
+    ) -> Result<Option<Permit>, CapError> {
         let intent = Intent {
             capability: "cri",
             operation: operation.name(),
@@ -182,19 +197,56 @@ impl PluginCri {
         })
     }
 
+    /// The full id, the operation granted, then the sandbox resolved and held
+    /// to the grant's namespaces and states: the gate's target names the pod.
+    /// None when the sandbox does not exist.
+    async fn resolve(&self, operation: Operation, id: &str) -> Result<Option<String>, CapError> {
+        check_id("sandbox id", id)?;
+        check_operation(&self.grant, &self.call.plugin, operation, id)?;
+        let status = match self.backend.pod_sandbox_status(id).await {
+            Ok(status) => status.sandbox,
+            Err(CapError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let sandbox = tend_grants::cri::SandboxRef {
+            id,
+            namespace: &status.namespace,
+            pod_name: &status.pod_name,
+            state: match status.state {
+                SandboxState::Ready => tend_grants::cri::SandboxState::Ready,
+                SandboxState::NotReady => tend_grants::cri::SandboxState::NotReady,
+            },
+        };
+        check_sandbox(&self.grant, &self.call.plugin, operation, &sandbox)?;
+        Ok(Some(sandbox.target()))
+    }
+
+    /// Stop a sandbox; one the runtime does not have is `not-found`.
     pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CapError> {
-        bounded_text("sandbox id", id)?;
-        check_operation(&self.grant, &self.call.plugin, Operation::StopPodSandbox, id)?;
-        match self.admit(Operation::StopPodSandbox, id.to_string(), String::new()).await? {
+        let Some(target) = self.resolve(Operation::StopPodSandbox, id).await? else {
+            return Err(CapError::NotFound(format!(
+                "cri stop-pod-sandbox: no sandbox {id}"
+            )));
+        };
+        match self
+            .admit(Operation::StopPodSandbox, target, String::new())
+            .await?
+        {
             None => Ok(()),
             Some(permit) => self.backend.stop_pod_sandbox(permit, id).await,
         }
     }
 
+    /// Remove a sandbox; removing one the runtime does not have succeeds and
+    /// is no mutation (as a remove of an absent file).
     pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CapError> {
-        bounded_text("sandbox id", id)?;
-        check_operation(&self.grant, &self.call.plugin, Operation::RemovePodSandbox, id)?;
-        match self.admit(Operation::RemovePodSandbox, id.to_string(), String::new()).await? {
+        let Some(target) = self.resolve(Operation::RemovePodSandbox, id).await? else {
+            return Ok(());
+        };
+        match self
+            .admit(Operation::RemovePodSandbox, target, String::new())
+            .await?
+        {
             None => Ok(()),
             Some(permit) => self.backend.remove_pod_sandbox(permit, id).await,
         }
@@ -215,7 +267,10 @@ impl PluginCri {
             )));
         }
         let detail = format!("timeout {}", humantime::format_duration(timeout));
-        match self.admit(Operation::PullImage, full.clone(), detail).await? {
+        match self
+            .admit(Operation::PullImage, full.clone(), detail)
+            .await?
+        {
             None => Ok(full),
             Some(permit) => self.backend.pull_image(permit, &full, timeout).await,
         }
@@ -236,26 +291,50 @@ mod tests {
             timeout,
             ..Limits::default()
         };
-        (PluginCri::for_call(&backend, &grant, &call_with_limits("sweeper", dry_run, limits)), fake)
+        (
+            PluginCri::for_call(
+                &backend,
+                &grant,
+                &call_with_limits("sweeper", dry_run, limits),
+            ),
+            fake,
+        )
     }
+
+    const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
     const FULL: &str = "read = true\noperations = [\"stop-pod-sandbox\", \"remove-pod-sandbox\", \"pull-image\"]\nimages = [\"docker.io/library/*\"]";
 
     #[tokio::test]
     async fn reads_need_the_read_grant() {
-        let (cri, fake) = cri("operations = [\"pull-image\"]", false, Duration::from_secs(30));
-        fake.add_sandbox("a", "uid-1", 0, SandboxState::Ready);
-        let err = cri.list_pod_sandboxes(&SandboxFilter::default()).await.unwrap_err();
-        assert!(err.to_string().contains("set read = true in [plugins.sweeper.grants] cri"), "{err}");
+        let (cri, fake) = cri(
+            "operations = [\"pull-image\"]",
+            false,
+            Duration::from_secs(30),
+        );
+        fake.add_sandbox(A, "uid-1", 0, SandboxState::Ready);
+        let err = cri
+            .list_pod_sandboxes(&SandboxFilter::default())
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("set read = true in [plugins.sweeper.grants] cri"),
+            "{err}"
+        );
         let (cri, fake) = cri_full(false);
-        fake.add_sandbox("a", "uid-1", 0, SandboxState::Ready);
-        fake.add_sandbox("b", "uid-1", 1, SandboxState::NotReady);
+        fake.add_sandbox(A, "uid-1", 0, SandboxState::Ready);
+        fake.add_sandbox(B, "uid-1", 1, SandboxState::NotReady);
         let ready = SandboxFilter {
             state: Some(SandboxState::Ready),
             ..SandboxFilter::default()
         };
         let listed = cri.list_pod_sandboxes(&ready).await.unwrap();
-        assert_eq!(listed.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["a"]);
+        assert_eq!(
+            listed.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+            [A]
+        );
     }
 
     fn cri_full(dry_run: bool) -> (PluginCri, Arc<FakeCri>) {
@@ -264,25 +343,50 @@ mod tests {
 
     #[tokio::test]
     async fn mutations_pass_the_gate_and_ungranted_ones_never_reach_the_runtime() {
-        let (cri, fake) = cri("read = true\noperations = [\"stop-pod-sandbox\"]", false, Duration::from_secs(30));
-        fake.add_sandbox("a", "uid-1", 0, SandboxState::Ready);
-        cri.stop_pod_sandbox("a").await.unwrap();
-        let err = cri.remove_pod_sandbox("a").await.unwrap_err();
-        assert!(err.to_string().contains("add \"remove-pod-sandbox\" to operations"), "{err}");
-        let err = cri.pull_image("busybox", Duration::from_secs(5)).await.unwrap_err();
+        let (cri, fake) = cri(
+            "read = true\noperations = [\"stop-pod-sandbox\"]",
+            false,
+            Duration::from_secs(30),
+        );
+        fake.add_sandbox(A, "uid-1", 0, SandboxState::Ready);
+        cri.stop_pod_sandbox(A).await.unwrap();
+        let err = cri.remove_pod_sandbox(A).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("add \"remove-pod-sandbox\" to operations"),
+            "{err}"
+        );
+        let err = cri
+            .pull_image("busybox", Duration::from_secs(5))
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), "denied");
-        assert_eq!(fake.actions(), ["StopPodSandbox a"]);
-        assert_eq!(cri.call.gate.mutations()[0].describe(), "did cri.stop-pod-sandbox a");
+        assert_eq!(fake.actions(), [format!("StopPodSandbox {A}")]);
+        assert_eq!(
+            cri.call.gate.mutations()[0].describe(),
+            format!("did cri.stop-pod-sandbox default/pod-uid-1 (sandbox {A})")
+        );
     }
 
     #[tokio::test]
     async fn a_dry_run_plans_removals_and_pulls() {
         let (cri, fake) = cri_full(true);
-        fake.add_sandbox("a", "uid-1", 0, SandboxState::NotReady);
-        cri.remove_pod_sandbox("a").await.unwrap();
-        assert_eq!(cri.pull_image("busybox:1.36", Duration::from_secs(5)).await.unwrap(), "docker.io/library/busybox:1.36");
+        fake.add_sandbox(A, "uid-1", 0, SandboxState::NotReady);
+        cri.remove_pod_sandbox(A).await.unwrap();
+        assert_eq!(
+            cri.pull_image("busybox:1.36", Duration::from_secs(5))
+                .await
+                .unwrap(),
+            "docker.io/library/busybox:1.36"
+        );
         assert!(fake.actions().is_empty());
-        let planned: Vec<String> = cri.call.gate.mutations().iter().map(|m| m.describe()).collect();
+        let planned: Vec<String> = cri
+            .call
+            .gate
+            .mutations()
+            .iter()
+            .map(|m| m.describe())
+            .collect();
         assert_eq!(planned.len(), 2);
         assert!(cri.call.gate.mutations().iter().all(|m| m.dry_run));
     }
@@ -290,24 +394,56 @@ mod tests {
     #[tokio::test]
     async fn pulls_are_checked_against_images_in_their_full_form() {
         let (cri, fake) = cri_full(false);
-        assert_eq!(cri.pull_image("busybox", Duration::from_secs(5)).await.unwrap(), "sha256:docker.io/library/busybox:latest");
-        let err = cri.pull_image("docker.io/evil/busybox", Duration::from_secs(5)).await.unwrap_err();
-        assert!(err.to_string().contains("add \"docker.io/evil/busybox:latest\""), "{err}");
-        let err = cri.pull_image("docker.io/library/../x", Duration::from_secs(5)).await.unwrap_err();
+        assert_eq!(
+            cri.pull_image("busybox", Duration::from_secs(5))
+                .await
+                .unwrap(),
+            "sha256:docker.io/library/busybox:latest"
+        );
+        let err = cri
+            .pull_image("docker.io/evil/busybox", Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("add \"docker.io/evil/busybox:latest\""),
+            "{err}"
+        );
+        let err = cri
+            .pull_image("docker.io/library/../x", Duration::from_secs(5))
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), "invalid");
-        assert_eq!(fake.actions(), ["PullImage docker.io/library/busybox:latest"]);
+        assert_eq!(
+            fake.actions(),
+            ["PullImage docker.io/library/busybox:latest"]
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_pull_must_fit_the_reconcile_and_is_cut_at_its_own_deadline() {
         let (cri, fake) = cri(FULL, false, Duration::from_secs(30));
-        let err = cri.pull_image("busybox", Duration::from_secs(60)).await.unwrap_err();
-        assert!(err.to_string().contains("raise [plugins.sweeper.limits] timeout"), "{err}");
+        let err = cri
+            .pull_image("busybox", Duration::from_secs(60))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("raise [plugins.sweeper.limits] timeout"),
+            "{err}"
+        );
         fake.pulls_take(Duration::from_secs(3600));
-        let err = cri.pull_image("busybox", Duration::from_secs(10)).await.unwrap_err();
+        let err = cri
+            .pull_image("busybox", Duration::from_secs(10))
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), "timeout");
         let journaled = &cri.call.gate.mutations()[0];
-        assert!(journaled.result.starts_with("timeout"), "{}", journaled.result);
+        assert!(
+            journaled.result.starts_with("timeout"),
+            "{}",
+            journaled.result
+        );
         assert!(fake.actions().is_empty());
     }
 
@@ -322,8 +458,94 @@ mod tests {
             labels: (0..100).map(|i| (format!("k{i}"), "v".into())).collect(),
             ..SandboxFilter::default()
         };
-        assert_eq!(cri.list_pod_sandboxes(&many).await.unwrap_err().kind(), "invalid");
+        assert_eq!(
+            cri.list_pod_sandboxes(&many).await.unwrap_err().kind(),
+            "invalid"
+        );
         assert!(fake.actions().is_empty());
+    }
+
+    #[tokio::test]
+    async fn prefixes_of_ids_are_refused_before_the_runtime() {
+        let (cri, fake) = cri_full(false);
+        fake.add_sandbox(A, "uid-1", 0, SandboxState::Ready);
+        for prefix in [&A[..10], &A[..12], &A[..63]] {
+            let err = cri.stop_pod_sandbox(prefix).await.unwrap_err();
+            assert_eq!(err.kind(), "invalid", "{err}");
+            assert!(err.to_string().contains("expected the full id"), "{err}");
+            assert_eq!(
+                cri.pod_sandbox_status(prefix).await.unwrap_err().kind(),
+                "invalid"
+            );
+            let filter = SandboxFilter {
+                id: Some(prefix.to_string()),
+                ..SandboxFilter::default()
+            };
+            assert_eq!(
+                cri.list_pod_sandboxes(&filter).await.unwrap_err().kind(),
+                "invalid"
+            );
+            assert_eq!(
+                cri.list_containers(Some(prefix)).await.unwrap_err().kind(),
+                "invalid"
+            );
+        }
+        assert!(fake.actions().is_empty());
+        assert!(cri.call.gate.mutations().is_empty());
+    }
+
+    #[tokio::test]
+    async fn removals_are_held_to_the_grants_namespaces_and_states() {
+        let grant = "operations = [\"remove-pod-sandbox\"]\nnamespaces = [\"default\"]\nstates = [\"notready\"]";
+        let (cri, fake) = cri(grant, false, Duration::from_secs(30));
+        let pod = |id: &str, namespace: &str, state| PodSandbox {
+            id: id.into(),
+            pod_name: "coredns-xyz".into(),
+            namespace: namespace.into(),
+            uid: "u".into(),
+            attempt: 0,
+            state,
+            created_at_ns: 0,
+            labels: vec![],
+            annotations: vec![],
+        };
+        fake.add_pod(pod(A, "kube-system", SandboxState::NotReady));
+        fake.add_pod(pod(B, "default", SandboxState::Ready));
+        let err = cri.remove_pod_sandbox(A).await.unwrap_err();
+        assert_eq!(err.kind(), "denied");
+        assert!(
+            err.to_string().contains(&format!(
+                "cri remove-pod-sandbox of kube-system/coredns-xyz (sandbox {A}) is not granted: the sandbox is in namespace kube-system"
+            )),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .ends_with("add \"kube-system\" to namespaces in [plugins.sweeper.grants] cri"),
+            "{err}"
+        );
+        let err = cri.remove_pod_sandbox(B).await.unwrap_err();
+        assert!(err.to_string().contains("add \"ready\" to states"), "{err}");
+        assert!(fake.actions().is_empty(), "nothing reached the runtime");
+        assert!(
+            cri.call.gate.mutations().is_empty(),
+            "refused before the gate"
+        );
+        fake.add_pod(pod(&"c".repeat(64), "default", SandboxState::NotReady));
+        cri.remove_pod_sandbox(&"c".repeat(64)).await.unwrap();
+        cri.remove_pod_sandbox(&"d".repeat(64)).await.unwrap();
+        assert_eq!(
+            fake.actions(),
+            [format!("RemovePodSandbox {}", "c".repeat(64))],
+            "an absent sandbox is no mutation"
+        );
+        assert_eq!(
+            cri.call.gate.mutations()[0].describe(),
+            format!(
+                "did cri.remove-pod-sandbox default/coredns-xyz (sandbox {})",
+                "c".repeat(64)
+            )
+        );
     }
 
     #[test]

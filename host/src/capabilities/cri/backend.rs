@@ -93,14 +93,23 @@ pub const SANDBOX_TIMEOUT: Duration = Duration::from_secs(60);
 #[async_trait::async_trait]
 pub trait CriBackend: Send + Sync + 'static {
     async fn version(&self) -> Result<RuntimeVersion, CapError>;
-    async fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandbox>, CapError>;
+    async fn list_pod_sandboxes(&self, filter: &SandboxFilter)
+    -> Result<Vec<PodSandbox>, CapError>;
     async fn pod_sandbox_status(&self, id: &str) -> Result<SandboxStatus, CapError>;
     async fn stop_pod_sandbox(&self, permit: Permit, id: &str) -> Result<(), CapError>;
     async fn remove_pod_sandbox(&self, permit: Permit, id: &str) -> Result<(), CapError>;
-    async fn list_containers(&self, pod_sandbox_id: Option<&str>) -> Result<Vec<Container>, CapError>;
+    async fn list_containers(
+        &self,
+        pod_sandbox_id: Option<&str>,
+    ) -> Result<Vec<Container>, CapError>;
     async fn list_images(&self) -> Result<Vec<Image>, CapError>;
     async fn image_status(&self, image: &str) -> Result<Option<Image>, CapError>;
     /// Pull `image` (a full reference); `timeout` bounds the whole pull, and
     /// dropping the call cancels it in the runtime.
-    async fn pull_image(&self, permit: Permit, image: &str, timeout: Duration) -> Result<String, CapError>;
+    async fn pull_image(
+        &self,
+        permit: Permit,
+        image: &str,
+        timeout: Duration,
+    ) -> Result<String, CapError>;
 }

@@ -2,7 +2,8 @@
 //! and images, recorded actions, injectable failures and slow pulls.
 
 use super::backend::{
-    Container, CriBackend, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxState, SandboxStatus,
+    Container, CriBackend, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxState,
+    SandboxStatus,
 };
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
@@ -42,6 +43,11 @@ impl FakeCri {
             labels: vec![("io.kubernetes.pod.uid".into(), uid.into())],
             annotations: vec![],
         });
+    }
+
+    /// A sandbox as given (any namespace, name and state).
+    pub fn add_pod(&self, sandbox: PodSandbox) {
+        self.sandboxes.lock().unwrap().push(sandbox);
     }
 
     pub fn add_container(&self, container: Container) {
@@ -86,7 +92,10 @@ impl FakeCri {
 
     fn find_image(&self, reference: &str) -> Option<Image> {
         let images = self.images.lock().unwrap();
-        images.iter().find(|i| i.id == reference || i.repo_tags.iter().any(|t| t == reference)).cloned()
+        images
+            .iter()
+            .find(|i| i.id == reference || i.repo_tags.iter().any(|t| t == reference))
+            .cloned()
     }
 }
 
@@ -97,18 +106,27 @@ impl CriBackend for FakeCri {
         Ok(self.version.lock().unwrap().clone())
     }
 
-    async fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandbox>, CapError> {
+    async fn list_pod_sandboxes(
+        &self,
+        filter: &SandboxFilter,
+    ) -> Result<Vec<PodSandbox>, CapError> {
         self.check()?;
-        Ok(self.sandboxes.lock().unwrap().iter().filter(|s| filter.matches(s)).cloned().collect())
+        Ok(self
+            .sandboxes
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| filter.matches(s))
+            .cloned()
+            .collect())
     }
 
     async fn pod_sandbox_status(&self, id: &str) -> Result<SandboxStatus, CapError> {
         self.check()?;
         let sandboxes = self.sandboxes.lock().unwrap();
-        let sandbox = sandboxes
-            .iter()
-            .find(|s| s.id == id)
-            .ok_or_else(|| CapError::NotFound(format!("cri pod-sandbox-status: no sandbox {id}")))?;
+        let sandbox = sandboxes.iter().find(|s| s.id == id).ok_or_else(|| {
+            CapError::NotFound(format!("cri pod-sandbox-status: no sandbox {id}"))
+        })?;
         Ok(SandboxStatus {
             sandbox: sandbox.clone(),
             ip: None,
@@ -118,7 +136,13 @@ impl CriBackend for FakeCri {
 
     async fn stop_pod_sandbox(&self, permit: Permit, id: &str) -> Result<(), CapError> {
         let result = self.act(format!("StopPodSandbox {id}")).map(|()| {
-            for s in self.sandboxes.lock().unwrap().iter_mut().filter(|s| s.id == id) {
+            for s in self
+                .sandboxes
+                .lock()
+                .unwrap()
+                .iter_mut()
+                .filter(|s| s.id == id)
+            {
                 s.state = SandboxState::NotReady;
             }
         });
@@ -134,7 +158,10 @@ impl CriBackend for FakeCri {
         result
     }
 
-    async fn list_containers(&self, pod_sandbox_id: Option<&str>) -> Result<Vec<Container>, CapError> {
+    async fn list_containers(
+        &self,
+        pod_sandbox_id: Option<&str>,
+    ) -> Result<Vec<Container>, CapError> {
         self.check()?;
         let containers = self.containers.lock().unwrap();
         Ok(containers
@@ -154,11 +181,18 @@ impl CriBackend for FakeCri {
         Ok(self.find_image(image))
     }
 
-    async fn pull_image(&self, permit: Permit, image: &str, timeout: Duration) -> Result<String, CapError> {
+    async fn pull_image(
+        &self,
+        permit: Permit,
+        image: &str,
+        timeout: Duration,
+    ) -> Result<String, CapError> {
         let takes = *self.pull_takes.lock().unwrap();
         let result = if takes > timeout {
             tokio::time::sleep(timeout).await;
-            Err(CapError::Timeout(format!("cri pull-image did not finish within {timeout:?}")))
+            Err(CapError::Timeout(format!(
+                "cri pull-image did not finish within {timeout:?}"
+            )))
         } else {
             tokio::time::sleep(takes).await;
             self.act(format!("PullImage {image}")).map(|()| {

@@ -43,7 +43,11 @@ impl RealCri {
                     .connect_timeout(CONNECT_TIMEOUT)
                     .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
                         let socket = socket.clone();
-                        async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(socket).await?)) }
+                        async move {
+                            Ok::<_, std::io::Error>(TokioIo::new(
+                                tokio::net::UnixStream::connect(socket).await?,
+                            ))
+                        }
                     }))
             })
             .await
@@ -65,13 +69,15 @@ impl RealCri {
         match status.code() {
             Code::NotFound => CapError::NotFound(message),
             Code::Unavailable => CapError::Unavailable(format!(
-                    "the container runtime at unix://{} did not answer ({}): is it running, and is [host.cri] endpoint right?",
-                    self.socket.display(),
+                "the container runtime at unix://{} did not answer ({}): is it running, and is [host.cri] endpoint right?",
+                self.socket.display(),
                 status.message()
             )),
             Code::DeadlineExceeded | Code::Cancelled => CapError::Timeout(message),
             Code::InvalidArgument => CapError::Invalid(message),
-            Code::AlreadyExists | Code::FailedPrecondition | Code::Aborted => CapError::Conflict(message),
+            Code::AlreadyExists | Code::FailedPrecondition | Code::Aborted => {
+                CapError::Conflict(message)
+            }
             _ => CapError::Other(message),
         }
     }
@@ -92,12 +98,14 @@ async fn within<T>(
     what: &str,
     call: impl std::future::Future<Output = Result<T, CapError>>,
 ) -> Result<T, CapError> {
-    tokio::time::timeout(timeout, call).await.unwrap_or_else(|_| {
-        Err(CapError::Timeout(format!(
-            "cri {what} did not finish within {}",
-            humantime::format_duration(timeout)
-        )))
-    })
+    tokio::time::timeout(timeout, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(CapError::Timeout(format!(
+                "cri {what} did not finish within {}",
+                humantime::format_duration(timeout)
+            )))
+        })
 }
 
 fn pairs(map: HashMap<String, String>) -> Vec<(String, String)> {
@@ -170,9 +178,17 @@ fn image_spec(image: &str) -> Option<cri::ImageSpec> {
 impl CriBackend for RealCri {
     async fn version(&self) -> Result<RuntimeVersion, CapError> {
         let mut runtime = self.runtime().await;
-        let request = timed(cri::VersionRequest { version: "v1".into() }, READ_TIMEOUT);
+        let request = timed(
+            cri::VersionRequest {
+                version: "v1".into(),
+            },
+            READ_TIMEOUT,
+        );
         let v = within(READ_TIMEOUT, "version", async {
-            runtime.version(request).await.map_err(|s| self.error("version", s))
+            runtime
+                .version(request)
+                .await
+                .map_err(|s| self.error("version", s))
         })
         .await?
         .into_inner();
@@ -183,7 +199,10 @@ impl CriBackend for RealCri {
         })
     }
 
-    async fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandbox>, CapError> {
+    async fn list_pod_sandboxes(
+        &self,
+        filter: &SandboxFilter,
+    ) -> Result<Vec<PodSandbox>, CapError> {
         let mut runtime = self.runtime().await;
         let filter = cri::PodSandboxFilter {
             id: filter.id.clone().unwrap_or_default(),
@@ -195,7 +214,12 @@ impl CriBackend for RealCri {
             }),
             label_selector: filter.labels.iter().cloned().collect(),
         };
-        let request = timed(cri::ListPodSandboxRequest { filter: Some(filter) }, READ_TIMEOUT);
+        let request = timed(
+            cri::ListPodSandboxRequest {
+                filter: Some(filter),
+            },
+            READ_TIMEOUT,
+        );
         let items = within(READ_TIMEOUT, "list-pod-sandboxes", async {
             runtime
                 .list_pod_sandbox(request)
@@ -225,9 +249,9 @@ impl CriBackend for RealCri {
         })
         .await?
         .into_inner();
-        let status = response
-            .status
-            .ok_or_else(|| CapError::NotFound(format!("cri pod-sandbox-status: no sandbox {id}")))?;
+        let status = response.status.ok_or_else(|| {
+            CapError::NotFound(format!("cri pod-sandbox-status: no sandbox {id}"))
+        })?;
         let network = status.network.unwrap_or_default();
         Ok(SandboxStatus {
             sandbox: sandbox(cri::PodSandbox {
@@ -246,7 +270,12 @@ impl CriBackend for RealCri {
 
     async fn stop_pod_sandbox(&self, permit: Permit, id: &str) -> Result<(), CapError> {
         let mut runtime = self.runtime().await;
-        let request = timed(cri::StopPodSandboxRequest { pod_sandbox_id: id.to_string() }, SANDBOX_TIMEOUT);
+        let request = timed(
+            cri::StopPodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            },
+            SANDBOX_TIMEOUT,
+        );
         let result = within(SANDBOX_TIMEOUT, "stop-pod-sandbox", async {
             runtime
                 .stop_pod_sandbox(request)
@@ -261,7 +290,12 @@ impl CriBackend for RealCri {
 
     async fn remove_pod_sandbox(&self, permit: Permit, id: &str) -> Result<(), CapError> {
         let mut runtime = self.runtime().await;
-        let request = timed(cri::RemovePodSandboxRequest { pod_sandbox_id: id.to_string() }, SANDBOX_TIMEOUT);
+        let request = timed(
+            cri::RemovePodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            },
+            SANDBOX_TIMEOUT,
+        );
         let result = within(SANDBOX_TIMEOUT, "remove-pod-sandbox", async {
             runtime
                 .remove_pod_sandbox(request)
@@ -274,13 +308,21 @@ impl CriBackend for RealCri {
         result
     }
 
-    async fn list_containers(&self, pod_sandbox_id: Option<&str>) -> Result<Vec<Container>, CapError> {
+    async fn list_containers(
+        &self,
+        pod_sandbox_id: Option<&str>,
+    ) -> Result<Vec<Container>, CapError> {
         let mut runtime = self.runtime().await;
         let filter = cri::ContainerFilter {
             pod_sandbox_id: pod_sandbox_id.unwrap_or_default().to_string(),
             ..Default::default()
         };
-        let request = timed(cri::ListContainersRequest { filter: Some(filter) }, READ_TIMEOUT);
+        let request = timed(
+            cri::ListContainersRequest {
+                filter: Some(filter),
+            },
+            READ_TIMEOUT,
+        );
         let containers = within(READ_TIMEOUT, "list-containers", async {
             runtime
                 .list_containers(request)
@@ -297,7 +339,10 @@ impl CriBackend for RealCri {
         let mut images = self.images().await;
         let request = timed(cri::ListImagesRequest { filter: None }, READ_TIMEOUT);
         let list = within(READ_TIMEOUT, "list-images", async {
-            images.list_images(request).await.map_err(|s| self.error("list-images", s))
+            images
+                .list_images(request)
+                .await
+                .map_err(|s| self.error("list-images", s))
         })
         .await?
         .into_inner()
@@ -315,14 +360,22 @@ impl CriBackend for RealCri {
             READ_TIMEOUT,
         );
         let response = within(READ_TIMEOUT, "image-status", async {
-            images.image_status(request).await.map_err(|s| self.error("image-status", s))
+            images
+                .image_status(request)
+                .await
+                .map_err(|s| self.error("image-status", s))
         })
         .await?
         .into_inner();
         Ok(response.image.map(image))
     }
 
-    async fn pull_image(&self, permit: Permit, name: &str, timeout: Duration) -> Result<String, CapError> {
+    async fn pull_image(
+        &self,
+        permit: Permit,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<String, CapError> {
         let mut images = self.images().await;
         let request = timed(
             cri::PullImageRequest {

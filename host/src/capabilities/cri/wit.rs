@@ -2,7 +2,8 @@
 
 use super::adapter::PluginCri;
 use super::backend::{
-    Container, ContainerState, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxState, SandboxStatus,
+    Container, ContainerState, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxState,
+    SandboxStatus,
 };
 use crate::wit::tend::plugin::cri;
 use crate::wit::types;
@@ -11,7 +12,10 @@ use wasmtime::component::{HasSelf, Linker};
 
 type WitResult<T> = Result<T, types::Error>;
 
-pub fn add_to_linker<T: Send + 'static>(linker: &mut Linker<T>, get: fn(&mut T) -> &mut PluginCri) -> wasmtime::Result<()> {
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> &mut PluginCri,
+) -> wasmtime::Result<()> {
     cri::add_to_linker::<T, HasSelf<PluginCri>>(linker, get)
 }
 
@@ -86,7 +90,10 @@ impl cri::Host for PluginCri {
         let result = PluginCri::version(self).await;
         self.call.counted("cri", "version", result).map(version)
     }
-    async fn list_pod_sandboxes(&mut self, filter: cri::SandboxFilter) -> WitResult<Vec<cri::PodSandbox>> {
+    async fn list_pod_sandboxes(
+        &mut self,
+        filter: cri::SandboxFilter,
+    ) -> WitResult<Vec<cri::PodSandbox>> {
         let filter = SandboxFilter {
             id: filter.id,
             state: filter.state.map(|s| match s {
@@ -101,7 +108,9 @@ impl cri::Host for PluginCri {
     }
     async fn pod_sandbox_status(&mut self, id: String) -> WitResult<cri::SandboxStatus> {
         let result = PluginCri::pod_sandbox_status(self, &id).await;
-        self.call.counted("cri", "pod-sandbox-status", result).map(sandbox_status)
+        self.call
+            .counted("cri", "pod-sandbox-status", result)
+            .map(sandbox_status)
     }
     async fn stop_pod_sandbox(&mut self, id: String) -> WitResult<()> {
         let result = PluginCri::stop_pod_sandbox(self, &id).await;
@@ -111,7 +120,10 @@ impl cri::Host for PluginCri {
         let result = PluginCri::remove_pod_sandbox(self, &id).await;
         self.call.counted("cri", "remove-pod-sandbox", result)
     }
-    async fn list_containers(&mut self, pod_sandbox_id: Option<String>) -> WitResult<Vec<cri::Container>> {
+    async fn list_containers(
+        &mut self,
+        pod_sandbox_id: Option<String>,
+    ) -> WitResult<Vec<cri::Container>> {
         let result = PluginCri::list_containers(self, pod_sandbox_id.as_deref()).await;
         let containers = self.call.counted("cri", "list-containers", result)?;
         Ok(containers.into_iter().map(container).collect())
@@ -123,10 +135,13 @@ impl cri::Host for PluginCri {
     }
     async fn image_status(&mut self, name: String) -> WitResult<Option<cri::Image>> {
         let result = PluginCri::image_status(self, &name).await;
-        self.call.counted("cri", "image-status", result).map(|i| i.map(image))
+        self.call
+            .counted("cri", "image-status", result)
+            .map(|i| i.map(image))
     }
     async fn pull_image(&mut self, name: String, timeout_ms: u32) -> WitResult<String> {
-        let result = PluginCri::pull_image(self, &name, Duration::from_millis(timeout_ms.into())).await;
+        let result =
+            PluginCri::pull_image(self, &name, Duration::from_millis(timeout_ms.into())).await;
         self.call.counted("cri", "pull-image", result)
     }
 }

@@ -14,18 +14,10 @@ use crate::capabilities::gate::{Admission, Intent, diff};
 use crate::capabilities::limits::raise;
 use std::sync::Arc;
 
-const DEFAULT_MODE: u32 = 0o644;
-
-/// The permission bits of a write: setuid, setgid and sticky are refused, so a
-/// plugin under a root-owned Tend can never plant a setuid binary.
+/// The permission bits of a write, by the rules crate's rule (shared with
+/// the SDK's fake).
 fn file_mode(path: &str, mode: Option<u32>) -> Result<u32, CapError> {
-    let mode = mode.unwrap_or(DEFAULT_MODE);
-    if mode & !0o777 != 0 {
-        return Err(CapError::Invalid(format!(
-            "{path}: mode {mode:o} has bits beyond 0o777 (setuid, setgid, sticky or file type); plugins write plain permission bits only"
-        )));
-    }
-    Ok(mode)
+    Ok(tend_grants::files::file_mode(path, mode)?)
 }
 
 pub struct PluginFiles {
@@ -110,7 +102,11 @@ impl PluginFiles {
             return Err(CapError::Invalid(format!(
                 "{path} is {} bytes, more than one read may return; {}",
                 meta.size,
-                raise(&self.call.plugin, "read-per-call", self.call.limits.read_per_call)
+                raise(
+                    &self.call.plugin,
+                    "read-per-call",
+                    self.call.limits.read_per_call
+                )
             )));
         }
         let contents = self.backend.read(&r.root, &r.rel, cap).await?;

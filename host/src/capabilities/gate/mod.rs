@@ -281,20 +281,7 @@ impl Gate {
     }
 
     fn entry(&self, intent: &Intent, id: &str, phase: Phase, result: String) -> Entry {
-        let caller = &self.0.caller;
-        Entry::new(
-            id.to_string(),
-            phase,
-            caller.plugin.clone(),
-            caller.digest.clone(),
-            caller.triggers.clone(),
-            intent.capability.to_string(),
-            intent.operation.to_string(),
-            intent.target.clone(),
-            intent.detail.clone(),
-            caller.dry_run,
-            result,
-        )
+        Entry::for_intent(&self.0.caller, intent, id, phase, result)
     }
 
     /// Journal (without fsync: [`Gate::sync`] does that) and list a mutation

@@ -1,9 +1,11 @@
 //! The Kubernetes backend: objects as JSON, kinds resolved by discovery.
 //! Mutations consume a [`Permit`] from the mutation gate.
 
+use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
 use serde_json::Value;
+use std::sync::Arc;
 
 /// A kind as discovery resolves it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -97,6 +99,11 @@ pub struct EventNote {
 
 #[async_trait::async_trait]
 pub trait KubeBackend: Send + Sync + 'static {
+    /// The backend as one plugin's reconcile uses it: its requests wait for
+    /// its own and the host's tokens (within `call`'s deadline), the caches
+    /// its lists start and its Events are charged to it. The host's own calls
+    /// (watch triggers) use the backend itself.
+    fn for_plugin(self: Arc<Self>, call: &Arc<Call>) -> Arc<dyn KubeBackend>;
     async fn resolve(&self, api_version: &str, kind: &str) -> Result<ResourceInfo, CapError>;
     /// A resource by group and plural name (for grants and triggers).
     async fn resource(&self, group: &str, plural: &str) -> Result<ResourceInfo, CapError>;
@@ -128,8 +135,17 @@ pub trait KubeBackend: Send + Sync + 'static {
     fn requests(&self) -> u64;
     /// This host's node name: what `$NODE` in a grant stands for.
     fn node_name(&self) -> &str;
+    /// `[host.leader-election]`'s Lease, which no plugin may write.
+    fn own_lease(&self) -> Option<&super::grants::OwnLease> {
+        None
+    }
     /// Watches held open on the API server by the shared cache.
     fn watches(&self) -> usize;
+    /// The series of the bounds (caches, request rate, discovery misses,
+    /// Events) for `/metrics`, whole families.
+    fn bounds_metrics(&self) -> String {
+        String::new()
+    }
 }
 
 /// The kube backend's own series for `/metrics`.
@@ -143,5 +159,5 @@ pub fn render_metrics(backend: &dyn KubeBackend) -> String {
          tend_kube_watches {}\n",
         backend.requests(),
         backend.watches()
-    )
+    ) + &backend.bounds_metrics()
 }

@@ -1,8 +1,19 @@
 //! The shared watch cache: one reflector per (resource, namespace, label
-//! selector), whoever asks first starts it, every plugin reads from it, and
-//! it stops when nothing watches it and no list used it for [`IDLE`]. So a
-//! reconcile that reads cached objects costs the API server nothing, and ten
-//! plugins watching Nodes open one watch.
+//! selector, field selector), whoever asks first starts it, every plugin reads
+//! from it, and it stops when nothing watches it and no list used it for
+//! [`IDLE`]. So a reconcile that reads cached objects costs the API server
+//! nothing, and ten plugins watching Nodes open one watch.
+//!
+//! A cache is memory and a watch on the API server, so it is charged: a cache
+//! a plugin's list starts counts against that plugin's `kube-caches` and its
+//! bytes (objects as serialized JSON, `managedFields` stripped) against its
+//! `kube-cache-bytes`; all caches together against `[host.kube] caches` and
+//! `cache-memory`. A list that would go beyond any of them is served by a
+//! direct read instead (the plugin sees the same objects, the API server one
+//! more request); a list cache that grows beyond them stops itself. Watch
+//! triggers come from the operator's config and always get their cache: they
+//! take the place of an idle list-only cache when the count is reached, and
+//! are never stopped for their size.
 
 use super::backend::{Change, ResourceInfo};
 use crate::capabilities::error::CapError;
@@ -10,16 +21,14 @@ use futures_util::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 
 /// A cache no trigger needs is stopped this long after its last read.
 pub const IDLE: Duration = Duration::from_secs(300);
-/// At most this many reflectors (watches on the API server) at once: a
-/// plugin listing with ever new selectors gets direct reads beyond it.
-pub const MAX_CACHES: usize = 64;
 /// How long a first read waits for the initial list.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -32,11 +41,75 @@ pub struct CacheKey {
     pub fields: Option<String>,
 }
 
+/// The host-wide bounds (`[host.kube] caches`, `cache-memory`).
+#[derive(Debug, Clone, Copy)]
+pub struct HostBounds {
+    pub caches: usize,
+    pub memory: u64,
+}
+
+/// The plugin whose list may start a cache, with its limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Charge<'a> {
+    pub plugin: &'a str,
+    /// `kube-caches`.
+    pub caches: u32,
+    /// `kube-cache-bytes`.
+    pub bytes: u64,
+}
+
+/// Why a list was read directly instead of from a cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Direct {
+    /// The plugin runs `kube-caches` caches already.
+    PluginCaches,
+    /// The plugin's caches hold `kube-cache-bytes` already.
+    PluginBytes,
+    /// All caches hold `[host.kube] cache-memory` already.
+    HostMemory,
+    /// `[host.kube] caches` run already.
+    HostCaches,
+    /// The cache started, then outgrew a byte bound and stopped.
+    Outgrown,
+}
+
+impl Direct {
+    pub fn label(self) -> &'static str {
+        match self {
+            Direct::PluginCaches => "kube-caches",
+            Direct::PluginBytes => "kube-cache-bytes",
+            Direct::HostMemory => "host-cache-memory",
+            Direct::HostCaches => "host-caches",
+            Direct::Outgrown => "outgrown",
+        }
+    }
+
+    fn fix(self, plugin: &str) -> String {
+        match self {
+            Direct::PluginCaches => format!("raise [plugins.{plugin}.limits] kube-caches, or list with fewer distinct selectors"),
+            Direct::PluginBytes | Direct::Outgrown => {
+                format!("raise [plugins.{plugin}.limits] kube-cache-bytes (or [host.kube] cache-memory), or list narrower")
+            }
+            Direct::HostMemory => "raise [host.kube] cache-memory".into(),
+            Direct::HostCaches => "raise [host.kube] caches".into(),
+        }
+    }
+}
+
 struct Entry {
+    id: u64,
     store: Store<DynamicObject>,
     changes: broadcast::Sender<Change>,
     task: tokio::task::JoinHandle<()>,
     last_read: Instant,
+    /// The plugin whose list started it (charged for it); None: a trigger.
+    started_by: Option<String>,
+    /// Bytes its objects take (serialized), kept by its task.
+    bytes: Arc<AtomicU64>,
+    /// A trigger holds it: it is never stopped for its size.
+    held: Arc<AtomicBool>,
+    /// It outgrew a byte bound and stopped: read directly.
+    outgrown: Arc<AtomicBool>,
 }
 
 impl Drop for Entry {
@@ -45,17 +118,60 @@ impl Drop for Entry {
     }
 }
 
-type Entries = Arc<Mutex<HashMap<CacheKey, Entry>>>;
-
-#[derive(Default)]
-pub struct WatchCache {
-    entries: Entries,
-    sweeper: std::sync::OnceLock<()>,
+impl Entry {
+    /// A list-only cache nobody needs now: what a trigger may take the place of.
+    fn idle(&self) -> bool {
+        self.changes.receiver_count() == 0
+    }
 }
 
-/// Drop the caches nothing needs any more.
+type Entries = Arc<Mutex<HashMap<CacheKey, Entry>>>;
+
+/// Bytes cached, host-wide and per charged plugin.
+#[derive(Default)]
+struct Usage {
+    host: Arc<AtomicU64>,
+    plugins: Mutex<HashMap<String, Arc<AtomicU64>>>,
+}
+
+impl Usage {
+    fn plugin(&self, plugin: &str) -> Arc<AtomicU64> {
+        self.plugins.lock().unwrap().entry(plugin.to_string()).or_default().clone()
+    }
+}
+
+/// What `/metrics` shows of the cache.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct CacheStats {
+    pub running: usize,
+    pub bytes: u64,
+    /// Per plugin: caches it started, their bytes.
+    pub plugins: BTreeMap<String, (usize, u64)>,
+    /// Lists read directly, by plugin and why.
+    pub direct: BTreeMap<(String, &'static str), u64>,
+    /// Idle list caches stopped to make room for a trigger's.
+    pub evicted: u64,
+}
+
+pub struct WatchCache {
+    entries: Entries,
+    bounds: HostBounds,
+    usage: Arc<Usage>,
+    next_id: AtomicU64,
+    sweeper: std::sync::OnceLock<()>,
+    direct: Mutex<BTreeMap<(String, Direct), u64>>,
+    evicted: AtomicU64,
+    /// When a list cache last outgrew a bound, by the plugin charged ("" for
+    /// the host's memory): no new list cache starts for it for [`IDLE`], or
+    /// every list would start a cache that fills, stops, and starts again.
+    outgrew: Outgrew,
+}
+
+type Outgrew = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// Drop the caches nothing needs any more, and those that outgrew a bound.
 fn sweep(entries: &mut HashMap<CacheKey, Entry>) {
-    entries.retain(|_, e| e.changes.receiver_count() > 0 || e.last_read.elapsed() < IDLE);
+    entries.retain(|_, e| !e.outgrown.load(Ordering::Relaxed) && (!e.idle() || e.last_read.elapsed() < IDLE));
 }
 
 fn api_resource(r: &ResourceInfo) -> ApiResource {
@@ -69,9 +185,21 @@ fn api_resource(r: &ResourceInfo) -> ApiResource {
 }
 
 impl WatchCache {
-    /// The entry for `key`, started if absent (None when [`MAX_CACHES`] run);
-    /// idle entries are dropped first.
-    fn entry<T>(&self, client: &kube::Client, key: &CacheKey, with: impl FnOnce(&mut Entry) -> T) -> Option<T> {
+    pub fn new(bounds: HostBounds) -> Self {
+        WatchCache {
+            entries: Entries::default(),
+            bounds,
+            usage: Arc::default(),
+            next_id: AtomicU64::new(0),
+            sweeper: std::sync::OnceLock::new(),
+            direct: Mutex::default(),
+            evicted: AtomicU64::new(0),
+            outgrew: Outgrew::default(),
+        }
+    }
+
+    /// The entries, swept (and the background sweeper started).
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<CacheKey, Entry>> {
         self.sweeper.get_or_init(|| {
             // Also when nobody calls: a cache whose last watcher left stops within IDLE + a minute.
             let entries = Arc::downgrade(&self.entries);
@@ -86,30 +214,91 @@ impl WatchCache {
         });
         let mut entries = self.entries.lock().unwrap();
         sweep(&mut entries);
-        if !entries.contains_key(key) && entries.len() >= MAX_CACHES {
-            return None;
-        }
-        Some(with(entries.entry(key.clone()).or_insert_with(|| start(client, key))))
+        entries
     }
 
-    /// The objects of `key`, once its initial list has arrived; None when no
-    /// more caches may start (read from the API server instead).
-    pub async fn list(&self, client: &kube::Client, key: &CacheKey) -> Result<Option<Vec<serde_json::Value>>, CapError> {
-        let Some(store) = self.entry(client, key, |e| {
-            e.last_read = Instant::now();
-            e.store.clone()
-        }) else {
-            return Ok(None);
+    /// Why `charge` may not start one more cache, if it may not.
+    fn refusal(&self, entries: &HashMap<CacheKey, Entry>, charge: Option<&Charge>) -> Option<Direct> {
+        {
+            let mut outgrew = self.outgrew.lock().unwrap();
+            outgrew.retain(|_, at| at.elapsed() < IDLE);
+            if outgrew.contains_key("") || charge.is_some_and(|c| outgrew.contains_key(c.plugin)) {
+                return Some(Direct::Outgrown);
+            }
+        }
+        if let Some(c) = charge {
+            let started = entries.values().filter(|e| e.started_by.as_deref() == Some(c.plugin)).count();
+            if started >= c.caches as usize {
+                return Some(Direct::PluginCaches);
+            }
+            if self.usage.plugin(c.plugin).load(Ordering::Relaxed) >= c.bytes {
+                return Some(Direct::PluginBytes);
+            }
+        }
+        if self.usage.host.load(Ordering::Relaxed) >= self.bounds.memory {
+            return Some(Direct::HostMemory);
+        }
+        if entries.len() >= self.bounds.caches {
+            return Some(Direct::HostCaches);
+        }
+        None
+    }
+
+    /// A list was read directly: counted, and said once per plugin and reason.
+    fn directed(&self, plugin: Option<&str>, why: Direct) {
+        let plugin = plugin.unwrap_or("").to_string();
+        let mut direct = self.direct.lock().unwrap();
+        let count = direct.entry((plugin.clone(), why)).or_default();
+        *count += 1;
+        if *count == 1 {
+            tracing::warn!(
+                plugin = %plugin,
+                "kube: a list is read from the API server instead of a watch cache ({}); {}",
+                why.label(),
+                why.fix(&plugin)
+            );
+        }
+    }
+
+    /// The objects of `key`, once its initial list has arrived; None when the
+    /// list is to be read from the API server instead (a bound, counted).
+    pub async fn list(&self, client: &kube::Client, key: &CacheKey, charge: Option<&Charge<'_>>) -> Result<Option<Vec<serde_json::Value>>, CapError> {
+        let found = {
+            let mut entries = self.entries();
+            match entries.get_mut(key) {
+                Some(e) => {
+                    e.last_read = Instant::now();
+                    Ok((e.store.clone(), e.outgrown.clone()))
+                }
+                None => match self.refusal(&entries, charge) {
+                    Some(why) => Err(why),
+                    None => {
+                        let e = self.start(client, key, charge);
+                        let found = (e.store.clone(), e.outgrown.clone());
+                        entries.insert(key.clone(), e);
+                        Ok(found)
+                    }
+                },
+            }
         };
-        tokio::time::timeout(READY_TIMEOUT, store.wait_until_ready())
-            .await
-            .map_err(|_| {
-                CapError::Unavailable(format!(
-                    "the watch cache of {} has not received its first list within {READY_TIMEOUT:?}: is the API server answering?",
-                    key.resource.plural
-                ))
-            })?
-            .map_err(|e| CapError::Unavailable(format!("the watch cache of {} stopped: {e}", key.resource.plural)))?;
+        let (store, outgrown) = match found {
+            Ok(found) => found,
+            Err(why) => {
+                self.directed(charge.map(|c| c.plugin), why);
+                return Ok(None);
+            }
+        };
+        let ready = tokio::time::timeout(READY_TIMEOUT, store.wait_until_ready()).await.map_err(|_| {
+            CapError::Unavailable(format!(
+                "the watch cache of {} has not received its first list within {READY_TIMEOUT:?}: is the API server answering?",
+                key.resource.plural
+            ))
+        })?;
+        if outgrown.load(Ordering::Relaxed) {
+            self.directed(charge.map(|c| c.plugin), Direct::Outgrown);
+            return Ok(None);
+        }
+        ready.map_err(|e| CapError::Unavailable(format!("the watch cache of {} stopped: {e}", key.resource.plural)))?;
         store
             .state()
             .iter()
@@ -118,50 +307,129 @@ impl WatchCache {
             .map(Some)
     }
 
-    /// Changes of `key`'s objects, for triggers.
-    pub fn subscribe(&self, client: &kube::Client, key: &CacheKey) -> Result<broadcast::Receiver<Change>, CapError> {
-        self.entry(client, key, |e| e.changes.subscribe()).ok_or_else(|| {
-            CapError::BudgetExhausted(format!("{MAX_CACHES} watch caches already run: watch fewer resources or selectors"))
-        })
+    /// Changes of `key`'s objects, for triggers: always started, in the place
+    /// of the least recently read idle list cache when the count is reached.
+    pub fn subscribe(&self, client: &kube::Client, key: &CacheKey) -> broadcast::Receiver<Change> {
+        let mut entries = self.entries();
+        if !entries.contains_key(key) && entries.len() >= self.bounds.caches {
+            // A list-only cache first: a trigger's may be between two subscriptions (a reload).
+            let idle = entries
+                .iter()
+                .filter(|(_, e)| e.idle())
+                .min_by_key(|(_, e)| (e.held.load(Ordering::Relaxed), e.last_read))
+                .map(|(k, _)| k.clone());
+            match idle {
+                Some(idle) => {
+                    entries.remove(&idle);
+                    self.evicted.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(
+                        resource = %key.resource.plural,
+                        "kube: stopped the idle list cache of {} to start a watch trigger's",
+                        idle.resource.plural
+                    );
+                }
+                None => tracing::warn!(
+                    resource = %key.resource.plural,
+                    "kube: {} watch caches run, all for triggers; starting one more (the config's triggers are the bound): raise [host.kube] caches",
+                    entries.len()
+                ),
+            }
+        }
+        let entry = match entries.entry(key.clone()) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(self.start(client, key, None)),
+        };
+        entry.held.store(true, Ordering::Relaxed);
+        entry.changes.subscribe()
     }
 
     /// How many reflectors run (one watch on the API server each).
     pub fn running(&self) -> usize {
         self.entries.lock().unwrap().len()
     }
-}
 
-fn start(client: &kube::Client, key: &CacheKey) -> Entry {
-    let ar = api_resource(&key.resource);
-    let api: Api<DynamicObject> = match &key.namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-        None => Api::all_with(client.clone(), &ar),
-    };
-    let mut config = watcher::Config::default();
-    if let Some(labels) = &key.labels {
-        config = config.labels(labels);
+    pub fn stats(&self) -> CacheStats {
+        let entries = self.entries.lock().unwrap();
+        let mut plugins: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+        for e in entries.values() {
+            if let Some(p) = &e.started_by {
+                let s = plugins.entry(p.clone()).or_default();
+                s.0 += 1;
+                s.1 += e.bytes.load(Ordering::Relaxed);
+            }
+        }
+        CacheStats {
+            running: entries.len(),
+            bytes: self.usage.host.load(Ordering::Relaxed),
+            plugins,
+            direct: self.direct.lock().unwrap().iter().map(|((p, why), n)| ((p.clone(), why.label()), *n)).collect(),
+            evicted: self.evicted.load(Ordering::Relaxed),
+        }
     }
-    if let Some(fields) = &key.fields {
-        config = config.fields(fields);
-    }
-    let writer = reflector::store::Writer::new(ar);
-    let store = writer.as_reader();
-    let (changes, _) = broadcast::channel(1024);
-    let sender = changes.clone();
-    let (group, resource) = (key.resource.group.clone(), key.resource.plural.clone());
-    let task = tokio::spawn(async move {
-        let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
-        futures_util::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            let objects = match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => vec![o],
-                Ok(_) => continue,
-                Err(e) => {
-                    tracing::warn!(resource = %resource, "kube watch: {e}; retrying with backoff");
-                    continue;
+
+    fn start(&self, client: &kube::Client, key: &CacheKey, charge: Option<&Charge>) -> Entry {
+        let ar = api_resource(&key.resource);
+        let api: Api<DynamicObject> = match &key.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        let mut config = watcher::Config::default();
+        if let Some(labels) = &key.labels {
+            config = config.labels(labels);
+        }
+        if let Some(fields) = &key.fields {
+            config = config.fields(fields);
+        }
+        let writer = reflector::store::Writer::new(ar);
+        let store = writer.as_reader();
+        let (changes, _) = broadcast::channel(1024);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let bytes = Arc::new(AtomicU64::new(0));
+        let held = Arc::new(AtomicBool::new(false));
+        let outgrown = Arc::new(AtomicBool::new(false));
+        let mut meter = Meter {
+            own: bytes.clone(),
+            host: self.usage.host.clone(),
+            plugin: charge.map(|c| (self.usage.plugin(c.plugin), c.bytes)),
+            host_memory: self.bounds.memory,
+            live: HashMap::new(),
+            relist: None,
+        };
+        let stop = Stop {
+            entries: Arc::downgrade(&self.entries),
+            key: key.clone(),
+            id,
+            outgrew: self.outgrew.clone(),
+            plugin: charge.map(|c| c.plugin.to_string()).unwrap_or_default(),
+        };
+        let sender = changes.clone();
+        let (group, resource) = (key.resource.group.clone(), key.resource.plural.clone());
+        let (task_held, task_outgrown) = (held.clone(), outgrown.clone());
+        let task = tokio::spawn(async move {
+            // Nobody reads managedFields through a plugin's list worth caching them
+            // (often half an object's size), as Kubewarden's reflector does.
+            let events = watcher(api, config).default_backoff().modify(|o: &mut DynamicObject| o.metadata.managed_fields = None);
+            let stream = reflector::reflector(writer, events);
+            futures_util::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                let event = match event {
+                    Ok(event) => event,
+                    Err(e) => {
+                        tracing::warn!(resource = %resource, "kube watch: {}; retrying with backoff", crate::text::inert(&e.to_string()));
+                        continue;
+                    }
+                };
+                meter.apply(&event);
+                if let Some(host) = meter.over().filter(|_| !task_held.load(Ordering::Relaxed)) {
+                    // Ending drops the writer: a first read waiting for it gets a direct read.
+                    task_outgrown.store(true, Ordering::Relaxed);
+                    stop.remove(host);
+                    return;
                 }
-            };
-            for object in objects {
+                let object = match event {
+                    watcher::Event::Apply(o) | watcher::Event::Delete(o) => o,
+                    _ => continue,
+                };
                 let _ = sender.send(Change {
                     resource: resource.clone(),
                     group: group.clone(),
@@ -169,13 +437,143 @@ fn start(client: &kube::Client, key: &CacheKey) -> Entry {
                     name: object.metadata.name.clone().unwrap_or_default(),
                 });
             }
+        });
+        Entry {
+            id,
+            store,
+            changes,
+            task,
+            last_read: Instant::now(),
+            started_by: charge.map(|c| c.plugin.to_string()),
+            bytes,
+            held,
+            outgrown,
         }
-    });
-    Entry {
-        store,
-        changes,
-        task,
-        last_read: Instant::now(),
+    }
+}
+
+/// A cache's way to remove itself (it outgrew its bound) unless replaced since.
+struct Stop {
+    entries: Weak<Mutex<HashMap<CacheKey, Entry>>>,
+    key: CacheKey,
+    id: u64,
+    outgrew: Outgrew,
+    /// The plugin charged for it ("" when none).
+    plugin: String,
+}
+
+impl Stop {
+    /// Remove the cache, holding back new ones of its plugin (or, when the
+    /// host's memory was the bound, everyone's).
+    fn remove(&self, host: bool) {
+        let who = if host { String::new() } else { self.plugin.clone() };
+        self.outgrew.lock().unwrap().insert(who, Instant::now());
+        let Some(entries) = self.entries.upgrade() else { return };
+        let mut entries = entries.lock().unwrap();
+        if entries.get(&self.key).is_some_and(|e| e.id == self.id) {
+            let removed = entries.remove(&self.key);
+            drop(entries);
+            // Dropping the entry aborts this very task: harmless, it is returning.
+            drop(removed);
+        }
+    }
+}
+
+/// Counts a cache's bytes as its reflector stores objects, and charges them
+/// to the host and the plugin that started it until the cache ends.
+struct Meter {
+    own: Arc<AtomicU64>,
+    host: Arc<AtomicU64>,
+    /// The charged plugin's bytes and its bound.
+    plugin: Option<(Arc<AtomicU64>, u64)>,
+    host_memory: u64,
+    /// Bytes per stored object (namespace, name).
+    live: HashMap<(Option<String>, String), u64>,
+    /// During a relist, the objects listed so far: the store holds both sets
+    /// until the list is done.
+    relist: Option<HashMap<(Option<String>, String), u64>>,
+}
+
+/// Counts serialized bytes without keeping them.
+struct ByteCount(u64);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn size(object: &DynamicObject) -> u64 {
+    let mut count = ByteCount(0);
+    let _ = serde_json::to_writer(&mut count, object);
+    count.0
+}
+
+fn object_key(o: &DynamicObject) -> (Option<String>, String) {
+    (o.metadata.namespace.clone(), o.metadata.name.clone().unwrap_or_default())
+}
+
+impl Meter {
+    fn add(&self, delta: i64) {
+        let counters = [Some(&self.own), Some(&self.host), self.plugin.as_ref().map(|(p, _)| p)];
+        for counter in counters.into_iter().flatten() {
+            if delta >= 0 {
+                counter.fetch_add(delta as u64, Ordering::Relaxed);
+            } else {
+                counter.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn put(&mut self, relist: bool, o: &DynamicObject) {
+        let new = size(o) as i64;
+        let map = if relist { self.relist.get_or_insert_with(HashMap::new) } else { &mut self.live };
+        let old = map.insert(object_key(o), new as u64).unwrap_or(0) as i64;
+        self.add(new - old);
+    }
+
+    fn apply(&mut self, event: &watcher::Event<DynamicObject>) {
+        match event {
+            watcher::Event::Apply(o) => self.put(false, o),
+            watcher::Event::Delete(o) => {
+                let old = self.live.remove(&object_key(o)).unwrap_or(0) as i64;
+                self.add(-old);
+            }
+            watcher::Event::Init => {
+                let dropped: u64 = self.relist.take().map_or(0, |r| r.values().sum());
+                self.add(-(dropped as i64));
+                self.relist = Some(HashMap::new());
+            }
+            watcher::Event::InitApply(o) => self.put(true, o),
+            watcher::Event::InitDone => {
+                let old: u64 = self.live.values().sum();
+                self.add(-(old as i64));
+                self.live = self.relist.take().unwrap_or_default();
+            }
+        }
+    }
+
+    /// Beyond the host's memory (Some(true)) or the charged plugin's bytes (Some(false)).
+    fn over(&self) -> Option<bool> {
+        if self.host.load(Ordering::Relaxed) > self.host_memory {
+            Some(true)
+        } else if self.plugin.as_ref().is_some_and(|(p, max)| p.load(Ordering::Relaxed) > *max) {
+            Some(false)
+        } else {
+            None
+        }
+    }
+}
+
+impl Drop for Meter {
+    /// The cache ended: its bytes are nobody's any more.
+    fn drop(&mut self) {
+        let own = self.own.load(Ordering::Relaxed) as i64;
+        self.add(-own);
     }
 }
 
@@ -198,22 +596,138 @@ mod tests {
         }
     }
 
-    /// A plugin asking with ever new selectors cannot open unbounded watches.
-    #[tokio::test]
-    async fn at_most_max_caches_reflectors_run() {
-        // Nothing answers there: the reflectors retry quietly, which is enough here.
+    /// Nothing answers there: the reflectors retry quietly, which is enough here.
+    fn client() -> kube::Client {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let client = kube::Client::try_from(config).unwrap();
-        let cache = WatchCache::default();
-        let mut held = Vec::new();
-        for i in 0..MAX_CACHES {
-            held.push(cache.subscribe(&client, &key(i)).unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    const BIG: HostBounds = HostBounds { caches: 64, memory: 1 << 30 };
+
+    fn charge(plugin: &str, caches: u32) -> Charge<'_> {
+        Charge { plugin, caches, bytes: 1 << 20 }
+    }
+
+    /// Start the cache of `key` for `charge` without waiting for its list.
+    fn started(cache: &WatchCache, key: &CacheKey, charge: &Charge) -> bool {
+        let mut entries = cache.entries();
+        if cache.refusal(&entries, Some(charge)).is_some() {
+            return false;
         }
-        let err = cache.subscribe(&client, &key(MAX_CACHES)).unwrap_err();
-        assert_eq!(err.kind(), "budget-exhausted");
-        assert!(cache.list(&client, &key(MAX_CACHES)).await.unwrap().is_none(), "served from the API instead");
-        assert_eq!(cache.running(), MAX_CACHES);
-        // An existing cache is still shared.
-        assert!(cache.subscribe(&client, &key(0)).is_ok());
+        let e = cache.start(&client(), key, Some(charge));
+        entries.insert(key.clone(), e);
+        true
+    }
+
+    /// One plugin with ever new selectors fills its own quota, not the host's:
+    /// the next plugin still gets caches, and a trigger always does.
+    #[tokio::test]
+    async fn caches_are_charged_to_the_plugin_that_starts_them() {
+        let cache = WatchCache::new(HostBounds { caches: 20, memory: 1 << 30 });
+        let hostile = charge("hostile", 16);
+        let started_count = (0..70).filter(|i| started(&cache, &key(*i), &hostile)).count();
+        assert_eq!(started_count, 16);
+        assert!(cache.list(&client(), &key(100), Some(&hostile)).await.unwrap().is_none(), "a direct read");
+        assert_eq!(cache.stats().direct[&("hostile".to_string(), "kube-caches")], 1);
+        let other = charge("other", 16);
+        let other_count = (200..210).filter(|i| started(&cache, &key(*i), &other)).count();
+        assert_eq!(other_count, 4, "the host's 20 are reached");
+        assert_eq!(cache.stats().plugins["hostile"].0, 16);
+        // A trigger takes the place of the least recently read idle list cache.
+        let _trigger = cache.subscribe(&client(), &key(300));
+        assert_eq!(cache.running(), 20);
+        assert_eq!(cache.stats().evicted, 1);
+        assert!(cache.entries.lock().unwrap().contains_key(&key(300)));
+    }
+
+    #[tokio::test]
+    async fn triggers_start_beyond_the_count_when_nothing_is_idle() {
+        let cache = WatchCache::new(HostBounds { caches: 2, memory: 1 << 30 });
+        let held: Vec<_> = (0..3).map(|i| cache.subscribe(&client(), &key(i))).collect();
+        assert_eq!(cache.running(), 3);
+        assert_eq!(cache.stats().evicted, 0);
+        // Lists get no new cache beyond the count, but share the triggers'.
+        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("p", 16))), Some(Direct::HostCaches));
+        drop(held);
+    }
+
+    fn object(name: &str, data: usize) -> DynamicObject {
+        let mut o: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default"},
+            "data": {"x": "y".repeat(data)},
+        }))
+        .unwrap();
+        o.metadata.managed_fields = None;
+        o
+    }
+
+    fn meter(usage: &Usage, plugin: &str, bytes: u64, host_memory: u64) -> Meter {
+        Meter {
+            own: Arc::default(),
+            host: usage.host.clone(),
+            plugin: Some((usage.plugin(plugin), bytes)),
+            host_memory,
+            live: HashMap::new(),
+            relist: None,
+        }
+    }
+
+    #[test]
+    fn bytes_are_counted_through_relists_and_released_when_the_cache_ends() {
+        let usage = Usage::default();
+        let mut m = meter(&usage, "p", 10_000, 1 << 30);
+        let a = object("a", 1000);
+        let one = size(&a);
+        assert!(one > 1000);
+        m.apply(&watcher::Event::Init);
+        m.apply(&watcher::Event::InitApply(a.clone()));
+        m.apply(&watcher::Event::InitApply(object("b", 1000)));
+        m.apply(&watcher::Event::InitDone);
+        assert_eq!(usage.plugin("p").load(Ordering::Relaxed), 2 * one);
+        // A relist holds both sets until it is done.
+        m.apply(&watcher::Event::Init);
+        m.apply(&watcher::Event::InitApply(a.clone()));
+        assert_eq!(usage.host.load(Ordering::Relaxed), 3 * one);
+        m.apply(&watcher::Event::InitDone);
+        assert_eq!(usage.host.load(Ordering::Relaxed), one);
+        m.apply(&watcher::Event::Apply(object("a", 12_000)));
+        assert_eq!(m.over(), Some(false), "beyond the plugin's 10000 bytes");
+        m.apply(&watcher::Event::Delete(object("a", 0)));
+        assert_eq!(usage.host.load(Ordering::Relaxed), 0);
+        m.apply(&watcher::Event::Apply(a));
+        drop(m);
+        assert_eq!((usage.host.load(Ordering::Relaxed), usage.plugin("p").load(Ordering::Relaxed)), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_plugin_over_its_bytes_or_the_host_over_its_memory_starts_no_cache() {
+        let cache = WatchCache::new(BIG);
+        cache.usage.plugin("p").store(2 << 20, Ordering::Relaxed);
+        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("p", 16))), Some(Direct::PluginBytes));
+        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("q", 16))), None);
+        cache.usage.host.store(2 << 30, Ordering::Relaxed);
+        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("q", 16))), Some(Direct::HostMemory));
+    }
+
+    /// A cache that outgrew its plugin's bytes and stopped frees them, but the
+    /// plugin's lists do not start (and fill, and stop) one again and again.
+    #[tokio::test]
+    async fn after_a_cache_outgrew_its_plugin_starts_none_for_a_while() {
+        let cache = WatchCache::new(BIG);
+        assert!(started(&cache, &key(0), &charge("p", 16)));
+        let stop = Stop {
+            entries: Arc::downgrade(&cache.entries),
+            key: key(0),
+            id: cache.entries().get(&key(0)).unwrap().id,
+            outgrew: cache.outgrew.clone(),
+            plugin: "p".into(),
+        };
+        stop.remove(false);
+        assert_eq!(cache.running(), 0);
+        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("p", 16))), Some(Direct::Outgrown));
+        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("q", 16))), None, "only p's");
+        stop.remove(true);
+        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("q", 16))), Some(Direct::Outgrown), "the host's memory: everyone's");
     }
 }

@@ -2,11 +2,12 @@
 //! resource, namespace and name, recorded actions, injectable failures.
 
 use super::backend::{Change, EventNote, KubeBackend, ListQuery, ObjectList, PatchBody, PatchKind, ResourceInfo};
+use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::broadcast;
 
@@ -19,6 +20,8 @@ pub struct FakeKube {
     failure: Mutex<Option<CapError>>,
     changes: broadcast::Sender<Change>,
     requests: AtomicU64,
+    /// What [`FakeKube::set_own_lease`] set.
+    own_lease: std::sync::OnceLock<super::grants::OwnLease>,
 }
 
 impl Default for FakeKube {
@@ -44,6 +47,7 @@ impl Default for FakeKube {
             failure: Mutex::default(),
             changes: broadcast::channel(64).0,
             requests: AtomicU64::new(0),
+            own_lease: std::sync::OnceLock::new(),
         }
     }
 }
@@ -72,6 +76,11 @@ impl FakeKube {
         self.actions.lock().unwrap().clone()
     }
 
+    /// Make `lease` Tend's own election Lease, as `[host.leader-election]` does (once).
+    pub fn set_own_lease(&self, lease: super::grants::OwnLease) {
+        assert!(self.own_lease.set(lease).is_ok(), "FakeKube::set_own_lease: already set");
+    }
+
     pub fn fail_with(&self, error: Option<CapError>) {
         *self.failure.lock().unwrap() = error;
     }
@@ -97,6 +106,11 @@ impl FakeKube {
 
 #[async_trait::async_trait]
 impl KubeBackend for FakeKube {
+    /// Every plugin sees the same fake: it neither throttles nor caches.
+    fn for_plugin(self: Arc<Self>, _: &Arc<Call>) -> Arc<dyn KubeBackend> {
+        self
+    }
+
     async fn resolve(&self, api_version: &str, kind: &str) -> Result<ResourceInfo, CapError> {
         self.kinds
             .iter()
@@ -205,6 +219,10 @@ impl KubeBackend for FakeKube {
     /// The fake's node is "node-1".
     fn node_name(&self) -> &str {
         "node-1"
+    }
+
+    fn own_lease(&self) -> Option<&super::grants::OwnLease> {
+        self.own_lease.get()
     }
 
     fn watches(&self) -> usize {

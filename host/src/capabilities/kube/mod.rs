@@ -5,13 +5,16 @@
 mod adapter;
 mod backend;
 mod cache;
+mod discovery;
+mod events;
 mod fake;
 mod grants;
+mod rate;
 mod real;
 mod wit;
 
-pub use adapter::{KubeSettings, PluginKube};
+pub use adapter::{KubeSettings, ObjectKey, PluginKube};
 pub use backend::{Change, KubeBackend, ListQuery, ObjectList, PatchKind, ResourceInfo, render_metrics};
 pub use fake::FakeKube;
-pub use grants::{KubeRule, Verb};
+pub use grants::{KubeRule, OwnLease, Verb};
 pub use real::{RealKube, connect, map_error, user_agent};

@@ -1,48 +1,119 @@
-//! The Kubernetes API through kube-rs: one client, discovery cached per kind,
-//! reads of cacheable lists from the shared watch cache, counted requests.
+//! The Kubernetes API through kube-rs: one client, discovery cached per kind
+//! (misses for a window), reads of cacheable lists from the shared watch
+//! cache, counted requests. Each plugin's calls go through its own view of
+//! the backend ([`KubeBackend::for_plugin`]), which waits for the plugin's and
+//! the host's request tokens and charges the caches its lists start.
 
+use super::adapter::KubeSettings;
 use super::backend::{Change, EventNote, KubeBackend, ListQuery, ObjectList, PatchBody, PatchKind, ResourceInfo};
-use super::cache::{CacheKey, WatchCache};
+use super::cache::{CacheKey, Charge, HostBounds, WatchCache};
+use super::discovery::{Discovery, Known};
+use super::events::Correlator;
+use super::rate::{Asker, Throttle};
+use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
+use crate::units::ByteSize;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 use tokio::sync::OnceCell;
 
-pub struct RealKube {
+impl Default for KubeSettings {
+    /// The host-wide bounds of plugin traffic (docs/security.md): client-go
+    /// gives a whole client 5 QPS / burst 10; each plugin gets that, and all
+    /// plugins together 20 / 40, so a node's share of the API server stays
+    /// small at fleet scale. 64 caches (one watch each) and 256 MiB of cached
+    /// objects for all plugins.
+    fn default() -> Self {
+        KubeSettings {
+            kubeconfig: None,
+            cache_memory: ByteSize(256 << 20),
+            caches: 64,
+            qps: 20,
+            burst: 40,
+            own_lease: None,
+        }
+    }
+}
+
+/// What every plugin's view shares.
+struct Shared {
     kubeconfig: Option<PathBuf>,
     client: OnceCell<kube::Client>,
     kinds: Mutex<HashMap<(String, String), ResourceInfo>>,
+    discovery: Discovery,
     cache: WatchCache,
+    throttle: Throttle,
+    events: Correlator,
     requests: AtomicU64,
     node: String,
+    /// `[host.leader-election]`'s Lease (no plugin writes it).
+    own_lease: Option<super::grants::OwnLease>,
 }
 
+/// The backend, as the host (triggers) or as one plugin's reconcile (`call`).
+pub struct RealKube {
+    shared: Arc<Shared>,
+    call: Option<Arc<Call>>,
+}
+
+/// Objects a page of a direct read of a whole list holds.
+const DIRECT_PAGE: u32 = 500;
+
 impl RealKube {
-    pub fn new(kubeconfig: Option<PathBuf>, node: &str) -> Self {
+    pub fn new(settings: &KubeSettings, node: &str) -> Self {
         RealKube {
-            kubeconfig,
-            client: OnceCell::new(),
-            kinds: Mutex::default(),
-            cache: WatchCache::default(),
-            requests: AtomicU64::new(0),
-            node: node.to_string(),
+            shared: Arc::new(Shared {
+                kubeconfig: settings.kubeconfig.clone(),
+                client: OnceCell::new(),
+                kinds: Mutex::default(),
+                discovery: Discovery::default(),
+                cache: WatchCache::new(HostBounds {
+                    caches: settings.caches as usize,
+                    memory: settings.cache_memory.0,
+                }),
+                throttle: Throttle::new(settings.qps, settings.burst),
+                events: Correlator::default(),
+                requests: AtomicU64::new(0),
+                node: node.to_string(),
+                own_lease: settings.own_lease.clone(),
+            }),
+            call: None,
         }
     }
 
     async fn client(&self) -> Result<kube::Client, CapError> {
-        let agent = user_agent(&self.node);
-        self.client.get_or_try_init(|| connect(self.kubeconfig.as_deref(), &agent)).await.cloned()
+        let agent = user_agent(&self.shared.node);
+        self.shared.client.get_or_try_init(|| connect(self.shared.kubeconfig.as_deref(), &agent)).await.cloned()
     }
 
-    fn counted(&self) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
+    /// Before each request to the API server: wait for a token (the plugin's
+    /// and the host's), then count it.
+    async fn request(&self) -> Result<(), CapError> {
+        let asker = self.call.as_ref().map(|call| Asker {
+            plugin: &call.plugin,
+            qps: call.limits.kube_qps,
+            burst: call.limits.kube_burst,
+            within: call.remaining(),
+        });
+        self.shared.throttle.acquire(asker.as_ref()).await?;
+        self.shared.requests.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn charge(&self) -> Option<Charge<'_>> {
+        self.call.as_ref().map(|call| Charge {
+            plugin: &call.plugin,
+            caches: call.limits.kube_caches,
+            bytes: call.limits.kube_cache_bytes.0,
+        })
     }
 
     async fn api(&self, r: &ResourceInfo, namespace: Option<&str>) -> Result<Api<DynamicObject>, CapError> {
@@ -58,6 +129,48 @@ impl RealKube {
             Some(ns) if r.namespaced => Api::namespaced_with(client, ns, &ar),
             _ => Api::all_with(client, &ar),
         })
+    }
+
+    /// The kinds `api_version` serves (None: the API server has no such group version).
+    async fn discover(&self, client: &kube::Client, api_version: &str) -> Result<Option<Vec<ResourceInfo>>, CapError> {
+        self.request().await?;
+        let (group, version) = split_api_version(api_version);
+        let listed = if group.is_empty() {
+            client.list_core_api_resources(version).await
+        } else {
+            client.list_api_group_resources(api_version).await
+        };
+        let list = match listed {
+            Ok(list) => list,
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+            Err(e) => return Err(map_error("discovery", e)),
+        };
+        Ok(Some(
+            list.resources
+                .iter()
+                .filter(|r| !r.name.contains('/'))
+                .map(|r| ResourceInfo {
+                    group: r.group.clone().unwrap_or_else(|| group.to_string()),
+                    version: r.version.clone().unwrap_or_else(|| version.to_string()),
+                    kind: r.kind.clone(),
+                    plural: r.name.clone(),
+                    namespaced: r.namespaced,
+                })
+                .collect(),
+        ))
+    }
+
+    /// Every group version the API server serves ("v1", "apps/v1").
+    async fn group_versions(&self, client: &kube::Client) -> Result<std::collections::HashSet<String>, CapError> {
+        self.request().await?;
+        let core = client.list_core_api_versions().await.map_err(|e| map_error("discovery", e))?;
+        self.request().await?;
+        let groups = client.list_api_groups().await.map_err(|e| map_error("discovery", e))?;
+        Ok(core
+            .versions
+            .into_iter()
+            .chain(groups.groups.into_iter().flat_map(|g| g.versions.into_iter().map(|v| v.group_version)))
+            .collect())
     }
 }
 
@@ -126,37 +239,47 @@ fn split_api_version(api_version: &str) -> (&str, &str) {
 
 #[async_trait::async_trait]
 impl KubeBackend for RealKube {
+    fn for_plugin(self: Arc<Self>, call: &Arc<Call>) -> Arc<dyn KubeBackend> {
+        Arc::new(RealKube {
+            shared: self.shared.clone(),
+            call: Some(call.clone()),
+        })
+    }
+
     async fn resolve(&self, api_version: &str, kind: &str) -> Result<ResourceInfo, CapError> {
         let key = (api_version.to_string(), kind.to_string());
-        if let Some(info) = self.kinds.lock().unwrap().get(&key) {
+        if let Some(info) = self.shared.kinds.lock().unwrap().get(&key) {
             return Ok(info.clone());
         }
-        let (group, version) = split_api_version(api_version);
-        let client = self.client().await?;
-        self.counted();
-        let (ar, caps) = kube::discovery::pinned_kind(&client, &GroupVersionKind::gvk(group, version, kind))
-            .await
-            .map_err(|e| match e {
-                kube::Error::Discovery(_) => CapError::NotFound(format!("the API server has no kind {kind} in {api_version}")),
-                other => map_error("discovery", other),
-            })?;
-        let info = ResourceInfo {
-            group: ar.group,
-            version: ar.version,
-            kind: ar.kind,
-            plural: ar.plural,
-            namespaced: caps.scope == Scope::Namespaced,
+        let absent = || CapError::NotFound(format!("the API server has no kind {kind} in {api_version}"));
+        let discovery = &self.shared.discovery;
+        let info = match discovery.known(api_version, kind, Instant::now()) {
+            Known::Found(info) => info,
+            Known::Absent => return Err(absent()),
+            Known::Ask => {
+                let client = self.client().await?;
+                let kinds = self.discover(&client, api_version).await?;
+                let found = kinds.iter().flatten().find(|r| r.kind == kind).cloned();
+                let missing_version = kinds.is_none();
+                discovery.listed(api_version, kinds, Instant::now());
+                if missing_version && discovery.versions_due(Instant::now()) {
+                    // One unknown group version: list them all, so the next ones cost nothing.
+                    let versions = self.group_versions(&client).await?;
+                    discovery.versions_listed(versions, Instant::now());
+                }
+                found.ok_or_else(absent)?
+            }
         };
-        self.kinds.lock().unwrap().insert(key, info.clone());
+        self.shared.kinds.lock().unwrap().insert(key, info.clone());
         Ok(info)
     }
 
     async fn resource(&self, group: &str, plural: &str) -> Result<ResourceInfo, CapError> {
-        if let Some(info) = self.kinds.lock().unwrap().values().find(|i| i.group == group && i.plural == plural) {
+        if let Some(info) = self.shared.kinds.lock().unwrap().values().find(|i| i.group == group && i.plural == plural) {
             return Ok(info.clone());
         }
         let client = self.client().await?;
-        self.counted();
+        self.request().await?;
         let api_group = kube::discovery::group(&client, group).await.map_err(|e| map_error("discovery", e))?;
         let (ar, caps) = api_group
             .recommended_resources()
@@ -171,13 +294,13 @@ impl KubeBackend for RealKube {
             namespaced: caps.scope == Scope::Namespaced,
         };
         let key = (info.api_version(), info.kind.clone());
-        self.kinds.lock().unwrap().insert(key, info.clone());
+        self.shared.kinds.lock().unwrap().insert(key, info.clone());
         Ok(info)
     }
 
     async fn get(&self, r: &ResourceInfo, namespace: Option<&str>, name: &str) -> Result<Value, CapError> {
         let api = self.api(r, namespace).await?;
-        self.counted();
+        self.request().await?;
         to_value(api.get(name).await.map_err(|e| map_error(&format!("get {}/{name}", r.plural), e))?)
     }
 
@@ -190,7 +313,7 @@ impl KubeBackend for RealKube {
                 fields: query.field_selector.clone(),
             };
             let client = self.client().await?;
-            if let Some(items) = self.cache.list(&client, &key).await? {
+            if let Some(items) = self.shared.cache.list(&client, &key, self.charge().as_ref()).await? {
                 return Ok(ObjectList {
                     items,
                     continue_token: None,
@@ -199,26 +322,50 @@ impl KubeBackend for RealKube {
             }
         }
         let api = self.api(r, namespace).await?;
-        let params = ListParams {
+        let mut params = ListParams {
             label_selector: query.label_selector.clone(),
             field_selector: query.field_selector.clone(),
             limit: query.limit,
             continue_token: query.continue_token.clone(),
             ..ListParams::default()
         };
-        self.counted();
-        let list = api.list(&params).await.map_err(|e| map_error(&format!("list {}", r.plural), e))?;
-        Ok(ObjectList {
-            continue_token: list.metadata.continue_.clone().filter(|c| !c.is_empty()),
-            resource_version: list.metadata.resource_version.clone().unwrap_or_default(),
-            items: list.items.into_iter().map(to_value).collect::<Result<_, _>>()?,
-        })
+        // A whole list read directly (no cache for it) comes in pages, each
+        // held only while the plugin's read allowance still covers it: a list
+        // of large objects cannot make the host hold more than the plugin may
+        // read.
+        let whole = query.cacheable();
+        if whole {
+            params.limit = Some(DIRECT_PAGE);
+        }
+        let mut out = ObjectList::default();
+        let mut held = 0u64;
+        loop {
+            self.request().await?;
+            let list = api.list(&params).await.map_err(|e| map_error(&format!("list {}", r.plural), e))?;
+            let continue_token = list.metadata.continue_.clone().filter(|c| !c.is_empty());
+            out.resource_version = list.metadata.resource_version.clone().unwrap_or_default();
+            for item in list.items {
+                let item = to_value(item)?;
+                if let Some(call) = &self.call {
+                    held += item.to_string().len() as u64;
+                    call.check_read(&format!("kube list {}", r.plural), held)?;
+                }
+                out.items.push(item);
+            }
+            match continue_token {
+                Some(token) if whole => params.continue_token = Some(token),
+                token => {
+                    out.continue_token = token;
+                    return Ok(out);
+                }
+            }
+        }
     }
 
     async fn create(&self, permit: Permit, r: &ResourceInfo, namespace: Option<&str>, object: Value) -> Result<Value, CapError> {
         let result = async {
             let api = self.api(r, namespace).await?;
-            self.counted();
+            self.request().await?;
             let created = api
                 .create(&PostParams::default(), &from_value(object)?)
                 .await
@@ -249,7 +396,7 @@ impl KubeBackend for RealKube {
                     (PatchParams::default(), Patch::Json(operations))
                 }
             };
-            self.counted();
+            self.request().await?;
             let patched = api
                 .patch(name, &params, &patch)
                 .await
@@ -264,7 +411,7 @@ impl KubeBackend for RealKube {
     async fn delete(&self, permit: Permit, r: &ResourceInfo, namespace: Option<&str>, name: &str) -> Result<(), CapError> {
         let result = async {
             let api = self.api(r, namespace).await?;
-            self.counted();
+            self.request().await?;
             api.delete(name, &DeleteParams::default())
                 .await
                 .map(drop)
@@ -280,17 +427,24 @@ impl KubeBackend for RealKube {
             let client = self.client().await?;
             let meta = &object["metadata"];
             let name = meta["name"].as_str().unwrap_or_default();
+            let uid = meta["uid"].as_str().unwrap_or_default();
             // Cluster-scoped objects' events live in "default", as the kubelet's do.
             let namespace = meta["namespace"].as_str().unwrap_or("default");
             let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client, namespace);
-            let event_name = super::grants::event_name(name, meta["uid"].as_str().unwrap_or_default(), note);
+            // Beyond the object's burst, similar Events collapse into one.
+            let (event_name, note) = if self.shared.events.as_asked(uid, note) {
+                (super::grants::event_name(name, uid, note), note.clone())
+            } else {
+                super::events::combined(name, uid, note)
+            };
             let now = k8s_openapi::jiff::Timestamp::now();
-            self.counted();
+            self.request().await?;
             match events.get_opt(&event_name).await.map_err(|e| map_error("get event", e))? {
                 Some(existing) => {
                     let count = existing.series.as_ref().map_or(1, |s| s.count) + 1;
-                    let patch = json!({"series": {"count": count, "lastObservedTime": now}});
-                    self.counted();
+                    // A combined Event says its latest message.
+                    let patch = json!({"series": {"count": count, "lastObservedTime": now}, "note": note.message});
+                    self.request().await?;
                     events
                         .patch(&event_name, &PatchParams::default(), &Patch::Merge(patch))
                         .await
@@ -304,7 +458,7 @@ impl KubeBackend for RealKube {
                         "metadata": {"name": event_name, "namespace": namespace},
                         "eventTime": now,
                         "reportingController": "tend.dev/tend",
-                        "reportingInstance": format!("{}/{}", note.reporter, self.node),
+                        "reportingInstance": format!("{}/{}", note.reporter, self.shared.node),
                         "action": note.reason,
                         "reason": note.reason,
                         "note": note.message,
@@ -319,7 +473,7 @@ impl KubeBackend for RealKube {
                         },
                     });
                     let event = serde_json::from_value(event).map_err(|e| CapError::Other(e.to_string()))?;
-                    self.counted();
+                    self.request().await?;
                     events
                         .create(&PostParams::default(), &event)
                         .await
@@ -347,18 +501,102 @@ impl KubeBackend for RealKube {
             labels: labels.map(str::to_string),
             fields: fields.map(str::to_string),
         };
-        self.cache.subscribe(&client, &key)
+        Ok(self.shared.cache.subscribe(&client, &key))
     }
 
     fn requests(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
+        self.shared.requests.load(Ordering::Relaxed)
     }
 
     fn node_name(&self) -> &str {
-        &self.node
+        &self.shared.node
+    }
+
+    fn own_lease(&self) -> Option<&super::grants::OwnLease> {
+        self.shared.own_lease.as_ref()
     }
 
     fn watches(&self) -> usize {
-        self.cache.running()
+        self.shared.cache.running()
+    }
+
+    fn bounds_metrics(&self) -> String {
+        let shared = &self.shared;
+        let cache = shared.cache.stats();
+        let mut text = String::new();
+        let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, String)>| {
+            let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (labels, value) in rows {
+                let _ = writeln!(text, "{name}{labels} {value}");
+            }
+        };
+        let plugin = |p: &str| format!("{{plugin=\"{p}\"}}");
+        family(
+            "tend_kube_cache_bytes",
+            "gauge",
+            "Bytes (serialized objects) the watch caches hold; bounded by [host.kube] cache-memory.",
+            vec![(String::new(), cache.bytes.to_string())],
+        );
+        family(
+            "tend_kube_plugin_caches",
+            "gauge",
+            "Watch caches a plugin's lists started (kube-caches) and their bytes (kube-cache-bytes).",
+            cache.plugins.iter().map(|(p, (n, _))| (plugin(p), n.to_string())).collect(),
+        );
+        family(
+            "tend_kube_plugin_cache_bytes",
+            "gauge",
+            "Bytes of the watch caches a plugin's lists started.",
+            cache.plugins.iter().map(|(p, (_, b))| (plugin(p), b.to_string())).collect(),
+        );
+        family(
+            "tend_kube_direct_lists_total",
+            "counter",
+            "Lists read from the API server because a cache bound was reached, by the bound.",
+            cache.direct.iter().map(|((p, why), n)| (format!("{{plugin=\"{p}\",bound=\"{why}\"}}"), n.to_string())).collect(),
+        );
+        family(
+            "tend_kube_cache_evictions_total",
+            "counter",
+            "Idle list caches stopped to make room for a watch trigger's.",
+            vec![(String::new(), cache.evicted.to_string())],
+        );
+        let waits = shared.throttle.waits();
+        family(
+            "tend_kube_rate_waits_total",
+            "counter",
+            "Plugin requests that waited for a token (kube-qps, kube-burst; [host.kube] qps, burst).",
+            waits.iter().map(|(p, w)| (plugin(p), w.count.to_string())).collect(),
+        );
+        family(
+            "tend_kube_rate_wait_seconds_total",
+            "counter",
+            "Seconds plugin requests waited for a token.",
+            waits.iter().map(|(p, w)| (plugin(p), format!("{:.3}", w.seconds))).collect(),
+        );
+        family(
+            "tend_kube_rate_refused_total",
+            "counter",
+            "Plugin requests refused because their token came after the reconcile's deadline.",
+            waits.iter().map(|(p, w)| (plugin(p), w.refused.to_string())).collect(),
+        );
+        family(
+            "tend_kube_discovery_misses_cached_total",
+            "counter",
+            "Lookups of kinds the API server lacks answered from the discovery cache, without a request.",
+            vec![(String::new(), shared.discovery.saved().to_string())],
+        );
+        family(
+            "tend_kube_events_combined_total",
+            "counter",
+            "Events beyond the burst of 25 per object, combined into one Event per type and reason.",
+            shared
+                .events
+                .combined()
+                .iter()
+                .map(|(reporter, n)| (plugin(reporter.strip_prefix("tend-").unwrap_or(reporter)), n.to_string()))
+                .collect(),
+        );
+        text
     }
 }

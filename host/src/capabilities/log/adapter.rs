@@ -8,6 +8,7 @@ use super::grants::{LogCap, MinuteWindow, Spent};
 use super::real::TracingLog;
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::{AlwaysGranted, BackendEnv, Capability, NoSettings};
+use crate::capabilities::limits::Limits;
 use crate::text::inert;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -63,6 +64,28 @@ impl Capability for PluginLog {
     }
 }
 
+/// Spend one line of `len` bytes from `plugin`'s current minute.
+fn admit_this_minute(plugin: &str, limits: &Limits, len: usize) -> bool {
+    let per_minute = LogCap {
+        lines: limits.log_lines_per_minute,
+        bytes: limits.log_bytes_per_minute.0,
+    };
+    let now = Instant::now();
+    let mut minutes = MINUTES.lock().unwrap();
+    let minute = minutes
+        .entry(plugin.to_string())
+        .or_insert_with(|| MinuteWindow::new(now));
+    minute.admit(now, per_minute, len)
+}
+
+/// Charge a line the host logs on `plugin`'s behalf (its outcome message, the
+/// mutations it made) of `len` bytes of plugin text to the plugin's log budget
+/// per minute: false when that is spent, and the host must leave the plugin's
+/// text out of its line.
+pub fn charge_host_line(plugin: &str, limits: &Limits, len: usize) -> bool {
+    admit_this_minute(plugin, limits, len)
+}
+
 impl PluginLog {
     fn admit(&self, len: usize) -> bool {
         let limits = &self.call.limits;
@@ -70,21 +93,12 @@ impl PluginLog {
             lines: limits.log_lines,
             bytes: limits.log_bytes.0,
         };
-        let per_minute = LogCap {
-            lines: limits.log_lines_per_minute,
-            bytes: limits.log_bytes_per_minute.0,
-        };
         let mut spent = self.spent.lock().unwrap();
         let mut fits = *spent;
         if !fits.admit(per_reconcile, len) {
             return false;
         }
-        let now = Instant::now();
-        let mut minutes = MINUTES.lock().unwrap();
-        let minute = minutes
-            .entry(self.call.plugin.clone())
-            .or_insert_with(|| MinuteWindow::new(now));
-        if !minute.admit(now, per_minute, len) {
+        if !admit_this_minute(&self.call.plugin, limits, len) {
             return false;
         }
         *spent = fits;
@@ -112,7 +126,6 @@ impl PluginLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capabilities::limits::Limits;
     use crate::capabilities::testing::call_with_limits;
 
     #[tokio::test]
@@ -123,7 +136,11 @@ mod tests {
             ..Limits::default()
         };
         let (backend, fake) = PluginLog::fake();
-        let first = PluginLog::for_call(&backend, &AlwaysGranted, &call_with_limits("chatty", false, limits));
+        let first = PluginLog::for_call(
+            &backend,
+            &AlwaysGranted,
+            &call_with_limits("chatty", false, limits),
+        );
         assert!(first.log(Level::Info, "a\nFORGED host line").await);
         for _ in 0..5 {
             first.log(Level::Info, "").await;
@@ -131,10 +148,37 @@ mod tests {
         assert_eq!((fake.lines().len(), first.dropped()), (3, 3));
         assert_eq!(fake.lines()[0].2, "a\\nFORGED host line");
         // The next reconcile has its own 3 lines, but only 2 are left this minute.
-        let second = PluginLog::for_call(&backend, &AlwaysGranted, &call_with_limits("chatty", false, limits));
+        let second = PluginLog::for_call(
+            &backend,
+            &AlwaysGranted,
+            &call_with_limits("chatty", false, limits),
+        );
         for _ in 0..3 {
             second.log(Level::Info, "x").await;
         }
         assert_eq!((fake.lines().len(), second.dropped()), (5, 1));
+    }
+
+    #[tokio::test]
+    async fn what_the_host_logs_for_a_plugin_spends_its_minute() {
+        let limits = Limits {
+            log_bytes_per_minute: crate::units::ByteSize(10 * 1024),
+            ..Limits::default()
+        };
+        // Two 4 KiB outcome messages fit in 10 KiB, the third does not ...
+        let kept = (0..3)
+            .filter(|_| charge_host_line("outcomes", &limits, 4096))
+            .count();
+        assert_eq!(kept, 2);
+        // ... and the plugin's own lines share the same minute.
+        let (backend, fake) = PluginLog::fake();
+        let log = PluginLog::for_call(
+            &backend,
+            &AlwaysGranted,
+            &call_with_limits("outcomes", false, limits),
+        );
+        assert!(!log.log(Level::Info, &"x".repeat(4096)).await);
+        assert!(log.log(Level::Info, "short").await);
+        assert_eq!(fake.lines().len(), 1);
     }
 }

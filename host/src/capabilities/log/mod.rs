@@ -8,7 +8,7 @@ mod grants;
 mod real;
 mod wit;
 
-pub use adapter::PluginLog;
+pub use adapter::{PluginLog, charge_host_line};
 pub use backend::{Level, LogBackend};
 pub use fake::FakeLog;
 pub use grants::LINE_COST;

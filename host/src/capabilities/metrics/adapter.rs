@@ -52,17 +52,16 @@ impl Capability for PluginMetrics {
 }
 
 impl PluginMetrics {
-    pub fn record(&self, kind: Kind, name: &str, labels: &[(String, String)], value: f64) -> Result<(), CapError> {
-        check(name, labels, value)?;
-        if kind == Kind::Counter && value < 0.0 {
-            return Err(CapError::Invalid(format!("metric {name}: a counter only grows; use a gauge")));
-        }
-        if kind == Kind::Gauge && name.ends_with("_total") {
-            return Err(CapError::Invalid(format!(
-                "metric {name}: `_total` names are for counters; drop the suffix"
-            )));
-        }
-        self.backend.record(&self.call.plugin, kind, name, labels, value)
+    pub fn record(
+        &self,
+        kind: Kind,
+        name: &str,
+        labels: &[(String, String)],
+        value: f64,
+    ) -> Result<(), CapError> {
+        check(kind, name, labels, value)?;
+        self.backend
+            .record(&self.call.plugin, kind, name, labels, value)
     }
 }
 
@@ -74,12 +73,51 @@ mod tests {
     #[test]
     fn plugins_record_under_their_own_name_and_counters_only_grow() {
         let (backend, store) = PluginMetrics::fake();
-        let metrics = PluginMetrics::for_call(&backend, &AlwaysGranted, &call("mirror-gate", false));
+        let metrics =
+            PluginMetrics::for_call(&backend, &AlwaysGranted, &call("mirror-gate", false));
         metrics.record(Kind::Counter, "pulls", &[], 2.0).unwrap();
-        assert_eq!(metrics.record(Kind::Counter, "pulls", &[], -1.0).unwrap_err().kind(), "invalid");
-        assert_eq!(metrics.record(Kind::Gauge, "pulls_total", &[], 1.0).unwrap_err().kind(), "invalid");
+        assert_eq!(
+            metrics
+                .record(Kind::Counter, "pulls", &[], -1.0)
+                .unwrap_err()
+                .kind(),
+            "invalid"
+        );
+        assert_eq!(
+            metrics
+                .record(Kind::Gauge, "pulls_total", &[], 1.0)
+                .unwrap_err()
+                .kind(),
+            "invalid"
+        );
         let spoof = vec![("plugin".to_string(), "other".to_string())];
-        assert_eq!(metrics.record(Kind::Gauge, "up", &spoof, 1.0).unwrap_err().kind(), "invalid");
-        assert!(store.render(&|_| true).contains("tend_plugin_pulls_total{plugin=\"mirror-gate\"} 2\n"));
+        assert_eq!(
+            metrics
+                .record(Kind::Gauge, "up", &spoof, 1.0)
+                .unwrap_err()
+                .kind(),
+            "invalid"
+        );
+        for host_family in ["state", "last_success_timestamp_seconds"] {
+            assert_eq!(
+                metrics
+                    .record(Kind::Gauge, host_family, &[], 1.0)
+                    .unwrap_err()
+                    .kind(),
+                "invalid"
+            );
+        }
+        assert_eq!(
+            metrics
+                .record(Kind::Counter, "load_errors", &[], 1.0)
+                .unwrap_err()
+                .kind(),
+            "invalid"
+        );
+        assert!(
+            store
+                .render(&|_| true)
+                .contains("tend_plugin_pulls_total{plugin=\"mirror-gate\"} 2\n")
+        );
     }
 }

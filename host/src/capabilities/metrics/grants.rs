@@ -2,11 +2,16 @@
 //! series (`tend-grants`, shared with the SDK's fake) and how many it has.
 
 use crate::capabilities::error::CapError;
-use tend_grants::metrics::check_series;
+use tend_grants::metrics::{Kind, check_series};
 
 /// Is this a series a plugin may record?
-pub fn check(name: &str, labels: &[(String, String)], value: f64) -> Result<(), CapError> {
-    Ok(check_series(name, labels, value)?)
+pub fn check(
+    kind: Kind,
+    name: &str,
+    labels: &[(String, String)],
+    value: f64,
+) -> Result<(), CapError> {
+    Ok(check_series(kind, name, labels, value)?)
 }
 
 #[cfg(test)]
@@ -15,7 +20,14 @@ mod tests {
 
     #[test]
     fn malformed_series_are_invalid() {
-        assert!(check("up", &[], 1.0).is_ok());
-        assert_eq!(check("Up", &[], 1.0).unwrap_err().kind(), "invalid");
+        assert!(check(Kind::Gauge, "up", &[], 1.0).is_ok());
+        assert_eq!(
+            check(Kind::Gauge, "Up", &[], 1.0).unwrap_err().kind(),
+            "invalid"
+        );
+        assert_eq!(
+            check(Kind::Gauge, "state", &[], 1.0).unwrap_err().kind(),
+            "invalid"
+        );
     }
 }

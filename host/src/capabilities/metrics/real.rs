@@ -1,12 +1,13 @@
 //! The series of every plugin, in memory, rendered in the Prometheus text
-//! format under `tend_plugin_<name>` with the plugin as a label.
+//! format under `tend_plugin_<name>` with the plugin as a label (the family
+//! names of `tend_grants::metrics::family`, which never name a host family).
 
 use super::backend::{Kind, MetricsBackend};
 use crate::capabilities::error::CapError;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
-use tend_grants::metrics::MAX_SERIES;
+use tend_grants::metrics::{MAX_SERIES, family};
 
 type SeriesKey = (Kind, String, Vec<(String, String)>);
 
@@ -15,20 +16,22 @@ pub struct SeriesStore {
     plugins: Mutex<BTreeMap<String, BTreeMap<SeriesKey, f64>>>,
 }
 
-/// `name` as exported: counters end in `_total`.
-fn family(kind: Kind, name: &str) -> String {
-    match kind {
-        Kind::Counter => format!("tend_plugin_{name}_total"),
-        Kind::Gauge => format!("tend_plugin_{name}"),
-    }
-}
-
 fn escape(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 impl MetricsBackend for SeriesStore {
-    fn record(&self, plugin: &str, kind: Kind, name: &str, labels: &[(String, String)], value: f64) -> Result<(), CapError> {
+    fn record(
+        &self,
+        plugin: &str,
+        kind: Kind,
+        name: &str,
+        labels: &[(String, String)],
+        value: f64,
+    ) -> Result<(), CapError> {
         let mut plugins = self.plugins.lock().unwrap();
         let series = plugins.entry(plugin.to_string()).or_default();
         let mut sorted = labels.to_vec();
@@ -57,7 +60,10 @@ impl MetricsBackend for SeriesStore {
                     let _ = write!(sample, ",{label}=\"{}\"", escape(text));
                 }
                 let _ = write!(sample, "}} {value}");
-                families.entry((family(*kind, name), *kind)).or_default().push(sample);
+                families
+                    .entry((family(*kind, name), *kind))
+                    .or_default()
+                    .push(sample);
             }
         }
         let mut out = String::new();
@@ -66,7 +72,10 @@ impl MetricsBackend for SeriesStore {
                 Kind::Counter => "counter",
                 Kind::Gauge => "gauge",
             };
-            let _ = writeln!(out, "# HELP {name} Recorded by plugins through tend:plugin/metrics.\n# TYPE {name} {kind}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} Recorded by plugins through tend:plugin/metrics.\n# TYPE {name} {kind}"
+            );
             for sample in samples {
                 let _ = writeln!(out, "{sample}");
             }
@@ -80,21 +89,52 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn series_render_per_family_with_the_plugin_label() {
         let store = SeriesStore::default();
         let cache = labels(&[("cache", "http://a:5000\"x")]);
-        store.record("mirror-gate", Kind::Counter, "withdrawn_seconds", &cache, 1.5).unwrap();
-        store.record("mirror-gate", Kind::Counter, "withdrawn_seconds", &cache, 2.0).unwrap();
-        store.record("mirror-gate", Kind::Gauge, "withdrawn", &cache, 1.0).unwrap();
-        store.record("gone", Kind::Gauge, "withdrawn", &[], 1.0).unwrap();
+        store
+            .record(
+                "mirror-gate",
+                Kind::Counter,
+                "withdrawn_seconds",
+                &cache,
+                1.5,
+            )
+            .unwrap();
+        store
+            .record(
+                "mirror-gate",
+                Kind::Counter,
+                "withdrawn_seconds",
+                &cache,
+                2.0,
+            )
+            .unwrap();
+        store
+            .record("mirror-gate", Kind::Gauge, "withdrawn", &cache, 1.0)
+            .unwrap();
+        store
+            .record("gone", Kind::Gauge, "withdrawn", &[], 1.0)
+            .unwrap();
         let text = store.render(&|p| p != "gone");
-        assert!(text.contains("# TYPE tend_plugin_withdrawn_seconds_total counter\n"), "{text}");
+        assert!(
+            text.contains("# TYPE tend_plugin_withdrawn_seconds_total counter\n"),
+            "{text}"
+        );
         assert!(text.contains("tend_plugin_withdrawn_seconds_total{plugin=\"mirror-gate\",cache=\"http://a:5000\\\"x\"} 3.5\n"), "{text}");
-        assert!(text.contains("tend_plugin_withdrawn{plugin=\"mirror-gate\",cache=\"http://a:5000\\\"x\"} 1\n"), "{text}");
+        assert!(
+            text.contains(
+                "tend_plugin_withdrawn{plugin=\"mirror-gate\",cache=\"http://a:5000\\\"x\"} 1\n"
+            ),
+            "{text}"
+        );
         assert!(!text.contains("gone"), "{text}");
     }
 
@@ -102,11 +142,23 @@ mod tests {
     fn a_plugin_cannot_grow_past_its_series_limit() {
         let store = SeriesStore::default();
         for i in 0..MAX_SERIES {
-            store.record("flood", Kind::Gauge, "g", &labels(&[("i", &i.to_string())]), 1.0).unwrap();
+            store
+                .record(
+                    "flood",
+                    Kind::Gauge,
+                    "g",
+                    &labels(&[("i", &i.to_string())]),
+                    1.0,
+                )
+                .unwrap();
         }
-        let err = store.record("flood", Kind::Gauge, "g", &labels(&[("i", "new")]), 1.0).unwrap_err();
+        let err = store
+            .record("flood", Kind::Gauge, "g", &labels(&[("i", "new")]), 1.0)
+            .unwrap_err();
         assert_eq!(err.kind(), "budget-exhausted");
-        store.record("flood", Kind::Gauge, "g", &labels(&[("i", "0")]), 2.0).unwrap();
+        store
+            .record("flood", Kind::Gauge, "g", &labels(&[("i", "0")]), 2.0)
+            .unwrap();
         store.record("other", Kind::Gauge, "g", &[], 1.0).unwrap();
     }
 }

@@ -14,11 +14,21 @@ pub fn add_to_linker<T: Send + 'static>(
 }
 
 impl metrics::Host for PluginMetrics {
-    async fn counter_add(&mut self, name: String, labels: Vec<(String, String)>, value: f64) -> Result<(), types::Error> {
+    async fn counter_add(
+        &mut self,
+        name: String,
+        labels: Vec<(String, String)>,
+        value: f64,
+    ) -> Result<(), types::Error> {
         let result = self.record(Kind::Counter, &name, &labels, value);
         self.call.counted("metrics", "counter-add", result)
     }
-    async fn gauge_set(&mut self, name: String, labels: Vec<(String, String)>, value: f64) -> Result<(), types::Error> {
+    async fn gauge_set(
+        &mut self,
+        name: String,
+        labels: Vec<(String, String)>,
+        value: f64,
+    ) -> Result<(), types::Error> {
         let result = self.record(Kind::Gauge, &name, &labels, value);
         self.call.counted("metrics", "gauge-set", result)
     }

@@ -1,7 +1,14 @@
 //! The `systemd` adapter of one reconcile: every unit is checked against the
 //! plugin's grant (patterns and operations); every mutation passes the gate.
+//!
+//! Enable and disable touch links the unit's `[Install]` section chooses, so
+//! those links are held to the grant as well: a disable is checked before it
+//! runs against systemd's own dry run of it (GetUnitFileLinks); an enable
+//! (never forced) is checked against the changes systemd reports, and one
+//! that linked an ungranted unit, or failed half-way, is rolled back. At most
+//! one daemon-reload runs per reconcile.
 
-use super::backend::{JobKind, JobResult, SystemdBackend, UnitStatus};
+use super::backend::{JobKind, JobResult, SystemdBackend, UnitFileChange, UnitStatus};
 use super::fake::FakeSystemd;
 use super::grants::{Operation, SystemdGrant, check, check_operation, wildcard_match};
 use super::real::RealSystemd;
@@ -10,7 +17,9 @@ use crate::capabilities::capability::{BackendEnv, Capability};
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::{Admission, Intent, Permit};
 use serde::Deserialize;
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `[host.systemd]`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -24,19 +33,13 @@ pub struct PluginSystemd {
     backend: Arc<dyn SystemdBackend>,
     grant: SystemdGrant,
     pub(super) call: Arc<Call>,
+    /// Whether this reconcile has had its daemon-reload (done or planned).
+    reloaded: AtomicBool,
 }
 
-/// Unit names or patterns one call may pass: matching is host CPU time that
-/// the plugin's deadline cannot interrupt, so it is bounded.
-const MAX_NAMES: usize = 256;
-
+/// The rules crate's bound on names per call, shared with the SDK's fake.
 fn bounded(what: &str, names: &[impl AsRef<str>]) -> Result<(), CapError> {
-    if names.len() > MAX_NAMES || names.iter().any(|n| n.as_ref().len() > 256) {
-        return Err(CapError::Invalid(format!(
-            "{what}: at most {MAX_NAMES} names of at most 256 bytes per call; split the call"
-        )));
-    }
-    Ok(())
+    Ok(tend_grants::systemd::check_names(what, names)?)
 }
 
 const MUTATIONS: [&str; 9] = [
@@ -68,7 +71,11 @@ impl Capability for PluginSystemd {
         vec![format!(
             "units {} (operations: {}{})",
             units.join(", "),
-            if operations.is_empty() { "none".to_string() } else { operations.join(", ") },
+            if operations.is_empty() {
+                "none".to_string()
+            } else {
+                operations.join(", ")
+            },
             if grant.watch { "; watched" } else { "" }
         )]
     }
@@ -87,6 +94,7 @@ impl Capability for PluginSystemd {
             backend: backend.clone(),
             grant: grant.clone(),
             call: call.clone(),
+            reloaded: AtomicBool::new(false),
         }
     }
 
@@ -109,12 +117,18 @@ impl PluginSystemd {
         let units = self.backend.list_units().await?;
         Ok(units
             .into_iter()
-            .filter(|u| patterns.iter().any(|p| wildcard_match(p, &u.name)) && self.grant.covers(&u.name))
+            .filter(|u| {
+                patterns.iter().any(|p| wildcard_match(p, &u.name)) && self.grant.covers(&u.name)
+            })
             .collect())
     }
 
     /// Pass a mutation of `target` through the gate; None in a dry run.
-    async fn admit(&self, operation: Operation, target: String) -> Result<Option<Permit>, CapError> {
+    async fn admit(
+        &self,
+        operation: Operation,
+        target: String,
+    ) -> Result<Option<Permit>, CapError> {
         let intent = Intent {
             capability: "systemd",
             operation: operation.name(),
@@ -128,7 +142,12 @@ impl PluginSystemd {
         })
     }
 
-    pub async fn job(&self, operation: Operation, kind: JobKind, unit: &str) -> Result<JobResult, CapError> {
+    pub async fn job(
+        &self,
+        operation: Operation,
+        kind: JobKind,
+        unit: &str,
+    ) -> Result<JobResult, CapError> {
         check(&self.grant, &self.call.plugin, unit, Some(operation))?;
         match self.admit(operation, unit.to_string()).await? {
             None => Ok(JobResult::Done),
@@ -137,31 +156,160 @@ impl PluginSystemd {
     }
 
     pub async fn reset_failed(&self, unit: &str) -> Result<(), CapError> {
-        check(&self.grant, &self.call.plugin, unit, Some(Operation::ResetFailed))?;
+        check(
+            &self.grant,
+            &self.call.plugin,
+            unit,
+            Some(Operation::ResetFailed),
+        )?;
         match self.admit(Operation::ResetFailed, unit.to_string()).await? {
             None => Ok(()),
             Some(permit) => self.backend.reset_failed(permit, unit).await,
         }
     }
 
-    pub async fn unit_files(&self, operation: Operation, units: Vec<String>) -> Result<(), CapError> {
+    pub async fn unit_files(
+        &self,
+        operation: Operation,
+        units: Vec<String>,
+    ) -> Result<(), CapError> {
         bounded(operation.name(), &units)?;
         for unit in &units {
             check(&self.grant, &self.call.plugin, unit, Some(operation))?;
         }
-        match self.admit(operation, units.join(" ")).await? {
-            None => Ok(()),
-            Some(permit) if operation == Operation::Enable => self.backend.enable(permit, &units).await,
-            Some(permit) => self.backend.disable(permit, &units).await,
+        if operation == Operation::Disable {
+            // systemd's own dry run of this very disable: refused before
+            // anything is removed when it reaches an ungranted unit.
+            let links = self.links(&units).await?;
+            self.check_links(operation, &units, links.iter().map(String::as_str))?;
+        }
+        let Some(permit) = self.admit(operation, units.join(" ")).await? else {
+            return Ok(());
+        };
+        let result = if operation == Operation::Enable {
+            self.enable(&units).await
+        } else {
+            self.backend.disable(&units).await.map(drop)
+        };
+        permit.finish_with(&result);
+        result
+    }
+
+    fn check_links<'a>(
+        &self,
+        operation: Operation,
+        units: &[String],
+        links: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), CapError> {
+        Ok(self
+            .grant
+            .check_links(&self.call.plugin, operation, units, links)?)
+    }
+
+    /// The links a disable of `units` would remove now.
+    async fn links(&self, units: &[String]) -> Result<BTreeSet<String>, CapError> {
+        let mut links = BTreeSet::new();
+        for unit in units {
+            links.extend(self.backend.unit_file_links(unit).await?);
+        }
+        Ok(links)
+    }
+
+    /// Enable without force, hold the links made to the grant, and roll back
+    /// an enable that made an ungranted link or failed half-way.
+    async fn enable(&self, units: &[String]) -> Result<(), CapError> {
+        let before = self.links(units).await?;
+        let (error, reported) = match self.backend.enable(units).await {
+            Ok(changes) => (None, changes),
+            Err(e) => (Some(e), vec![]),
+        };
+        let links = reported.iter().filter_map(UnitFileChange::link);
+        let refused = self.check_links(Operation::Enable, units, links).err();
+        let Some(error) = refused.or(error) else {
+            return Ok(());
+        };
+        // A failed enable reports no changes: what it made is what a disable
+        // would remove now and not before.
+        let after = self.links(units).await?;
+        let made: Vec<&str> = after.difference(&before).map(String::as_str).collect();
+        let error = self
+            .check_links(Operation::Enable, units, made.iter().copied())
+            .err()
+            .unwrap_or(error);
+        if made.is_empty() {
+            return Err(error);
+        }
+        // The rollback is a disable of the same units; it removes every link
+        // in `after`, so it runs only when those that were there before are
+        // the grant's own.
+        let kept: Vec<&str> = before.iter().map(String::as_str).collect();
+        if self
+            .check_links(Operation::Enable, units, kept.iter().copied())
+            .is_err()
+        {
+            return Err(with_note(
+                error,
+                &format!(
+                    "not rolled back, since a disable would also remove ungranted links that were there before: remove {} by hand",
+                    made.join(", ")
+                ),
+            ));
+        }
+        match self.backend.disable(units).await {
+            Ok(_) => Err(with_note(
+                error,
+                &format!("rolled back: removed {}", made.join(", ")),
+            )),
+            Err(e) => Err(with_note(
+                error,
+                &format!(
+                    "the rollback failed ({e}): remove {} by hand",
+                    made.join(", ")
+                ),
+            )),
         }
     }
 
+    /// At most one daemon-reload per reconcile: each reruns every generator
+    /// and stalls PID 1, so a later one in the same reconcile is refused
+    /// (never answered as if it ran, since a unit written after the first
+    /// would then start with its old definition).
     pub async fn daemon_reload(&self) -> Result<(), CapError> {
-        check_operation(&self.grant, &self.call.plugin, "the unit files", Some(Operation::DaemonReload))?;
-        match self.admit(Operation::DaemonReload, "systemd".to_string()).await? {
+        check_operation(
+            &self.grant,
+            &self.call.plugin,
+            "the unit files",
+            Some(Operation::DaemonReload),
+        )?;
+        if self.reloaded.swap(true, Ordering::SeqCst) {
+            return Err(CapError::BudgetExhausted(
+                "systemd daemon-reload: at most one per reconcile, and this reconcile had it already (each reload reruns systemd's generators and stalls PID 1): write every unit file first, then reload once, or requeue"
+                    .into(),
+            ));
+        }
+        match self
+            .admit(Operation::DaemonReload, "systemd".to_string())
+            .await?
+        {
             None => Ok(()),
             Some(permit) => self.backend.daemon_reload(permit).await,
         }
+    }
+}
+
+/// `error`, with what became of the changes it made.
+fn with_note(error: CapError, note: &str) -> CapError {
+    use CapError::*;
+    let noted = |m: String| format!("{m} ({note})");
+    match error {
+        Denied(m) => Denied(noted(m)),
+        NotFound(m) => NotFound(noted(m)),
+        Conflict(m) => Conflict(noted(m)),
+        Unavailable(m) => Unavailable(noted(m)),
+        Timeout(m) => Timeout(noted(m)),
+        Invalid(m) => Invalid(noted(m)),
+        BudgetExhausted(m) => BudgetExhausted(noted(m)),
+        Other(m) => Other(noted(m)),
     }
 }
 
@@ -172,44 +320,94 @@ mod tests {
 
     fn systemd(operations: &[&str], dry_run: bool) -> (PluginSystemd, Arc<FakeSystemd>) {
         let (backend, fake) = PluginSystemd::fake();
+        (adapter(&backend, operations, dry_run), fake)
+    }
+
+    fn adapter(
+        backend: &Arc<dyn SystemdBackend>,
+        operations: &[&str],
+        dry_run: bool,
+    ) -> PluginSystemd {
         let grant: SystemdGrant = toml::from_str(&format!(
             "units = [\"tend-*.service\"]\noperations = [{}]",
-            operations.iter().map(|o| format!("\"{o}\"")).collect::<Vec<_>>().join(", ")
+            operations
+                .iter()
+                .map(|o| format!("\"{o}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
         ))
         .unwrap();
-        (PluginSystemd::for_call(&backend, &grant, &call("doctor", dry_run)), fake)
+        PluginSystemd::for_call(backend, &grant, &call("doctor", dry_run))
+    }
+
+    /// Another reconcile's adapter on the same fake systemd.
+    fn systemd_on(fake: &Arc<FakeSystemd>, operations: &[&str]) -> PluginSystemd {
+        let backend: Arc<dyn SystemdBackend> = fake.clone();
+        adapter(&backend, operations, false)
     }
 
     #[tokio::test]
     async fn granted_restarts_reach_systemd_through_the_gate() {
         let (systemd, fake) = systemd(&["restart"], false);
-        let result = systemd.job(Operation::Restart, JobKind::Restart, "tend-a.service").await.unwrap();
+        let result = systemd
+            .job(Operation::Restart, JobKind::Restart, "tend-a.service")
+            .await
+            .unwrap();
         assert_eq!(result, JobResult::Done);
         assert_eq!(fake.actions(), ["RestartUnit tend-a.service"]);
-        assert_eq!(systemd.call.gate.mutations()[0].describe(), "did systemd.restart tend-a.service");
+        assert_eq!(
+            systemd.call.gate.mutations()[0].describe(),
+            "did systemd.restart tend-a.service"
+        );
     }
 
     #[tokio::test]
     async fn ungranted_units_and_operations_are_denied_before_systemd() {
         let (systemd, fake) = systemd(&["restart"], false);
-        let err = systemd.job(Operation::Stop, JobKind::Stop, "tend-a.service").await.unwrap_err();
-        assert!(err.to_string().contains("add \"stop\" to operations"), "{err}");
-        let err = systemd.job(Operation::Restart, JobKind::Restart, "kubelet.service").await.unwrap_err();
-        assert!(err.to_string().contains("add \"kubelet.service\" to units"), "{err}");
+        let err = systemd
+            .job(Operation::Stop, JobKind::Stop, "tend-a.service")
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("add \"stop\" to operations"),
+            "{err}"
+        );
+        let err = systemd
+            .job(Operation::Restart, JobKind::Restart, "kubelet.service")
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("add \"kubelet.service\" to units"),
+            "{err}"
+        );
         let err = systemd.daemon_reload().await.unwrap_err();
-        assert!(err.to_string().contains("add \"daemon-reload\" to operations"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("add \"daemon-reload\" to operations"),
+            "{err}"
+        );
         assert!(fake.actions().is_empty());
     }
 
     #[tokio::test]
     async fn a_dry_run_plans_and_a_failed_job_says_how() {
         let (dry, fake) = systemd(&["restart"], true);
-        assert_eq!(dry.job(Operation::Restart, JobKind::Restart, "tend-a.service").await.unwrap(), JobResult::Done);
+        assert_eq!(
+            dry.job(Operation::Restart, JobKind::Restart, "tend-a.service")
+                .await
+                .unwrap(),
+            JobResult::Done
+        );
         assert!(fake.actions().is_empty());
         assert!(dry.call.gate.mutations()[0].dry_run);
         let (real, fake) = systemd(&["restart"], false);
         fake.job_result("tend-a.service", JobResult::Failed);
-        assert_eq!(real.job(Operation::Restart, JobKind::Restart, "tend-a.service").await.unwrap(), JobResult::Failed);
+        assert_eq!(
+            real.job(Operation::Restart, JobKind::Restart, "tend-a.service")
+                .await
+                .unwrap(),
+            JobResult::Failed
+        );
         assert_eq!(real.call.gate.mutations()[0].result, "job failed");
     }
 
@@ -219,9 +417,135 @@ mod tests {
         let many: Vec<String> = (0..1000).map(|i| format!("tend-{i}.service")).collect();
         let err = systemd.list_units(&many).await.unwrap_err();
         assert_eq!(err.kind(), "invalid");
-        let err = systemd.unit_files(Operation::Enable, many).await.unwrap_err();
+        let err = systemd
+            .unit_files(Operation::Enable, many)
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("split the call"), "{err}");
         assert!(fake.actions().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_enable_linking_an_ungranted_unit_is_rolled_back_and_denied() {
+        let (systemd, fake) = systemd(&["enable"], false);
+        fake.install(
+            "tend-a.service",
+            &[
+                "multi-user.target.wants/tend-a.service",
+                "kubelet.service",
+                "multi-user.target.wants/victim.service",
+            ],
+        );
+        let err = systemd
+            .unit_files(Operation::Enable, vec!["tend-a.service".into()])
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), "denied");
+        let text = err.to_string();
+        assert!(
+            text.contains("add \"kubelet.service\" to units in [plugins.doctor.grants] systemd"),
+            "{text}"
+        );
+        assert!(
+            text.contains("(rolled back: removed /etc/systemd/system/kubelet.service, "),
+            "{text}"
+        );
+        assert!(fake.links().is_empty(), "{:?}", fake.links());
+        assert_eq!(
+            fake.actions(),
+            [
+                "EnableUnitFiles tend-a.service",
+                "DisableUnitFiles tend-a.service"
+            ]
+        );
+        let journaled = &systemd.call.gate.mutations()[0];
+        assert!(
+            journaled
+                .result
+                .starts_with("denied: systemd enable of tend-a.service would link"),
+            "{}",
+            journaled.result
+        );
+    }
+
+    #[tokio::test]
+    async fn granted_links_are_enabled_and_links_there_before_are_never_rolled_back() {
+        let (systemd, fake) = systemd(&["enable"], false);
+        systemd
+            .unit_files(Operation::Enable, vec!["tend-a.service".into()])
+            .await
+            .unwrap();
+        assert_eq!(
+            fake.links(),
+            ["/etc/systemd/system/multi-user.target.wants/tend-a.service"]
+        );
+        // A victim's link there before: a rollback would remove it too.
+        fake.install(
+            "tend-b.service",
+            &["multi-user.target.wants/tend-b.service", "victim.service"],
+        );
+        fake.add_link("victim.service");
+        fake.install("tend-c.service", &["victim.service", "evil.service"]);
+        let err = systemd
+            .unit_files(Operation::Enable, vec!["tend-c.service".into()])
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("not rolled back"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("remove /etc/systemd/system/evil.service by hand"),
+            "{err}"
+        );
+        assert!(
+            fake.links()
+                .contains(&"/etc/systemd/system/victim.service".to_string())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_disable_reaching_an_ungranted_unit_is_refused_before_it_runs() {
+        let (systemd, fake) = systemd(&["disable"], false);
+        fake.install(
+            "tend-a.service",
+            &[
+                "multi-user.target.wants/tend-a.service",
+                "multi-user.target.wants/victim.service",
+            ],
+        );
+        fake.add_link("multi-user.target.wants/tend-a.service");
+        fake.add_link("multi-user.target.wants/victim.service");
+        let err = systemd
+            .unit_files(Operation::Disable, vec!["tend-a.service".into()])
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "would remove /etc/systemd/system/multi-user.target.wants/victim.service"
+            ),
+            "{err}"
+        );
+        assert!(fake.actions().is_empty());
+        assert_eq!(fake.links().len(), 2);
+        assert!(systemd.call.gate.mutations().is_empty());
+    }
+
+    #[tokio::test]
+    async fn one_daemon_reload_per_reconcile() {
+        let (systemd, fake) = systemd(&["daemon-reload"], false);
+        systemd.daemon_reload().await.unwrap();
+        for _ in 0..49 {
+            let err = systemd.daemon_reload().await.unwrap_err();
+            assert_eq!(err.kind(), "budget-exhausted");
+            assert!(
+                err.to_string().contains("at most one per reconcile"),
+                "{err}"
+            );
+        }
+        assert_eq!(fake.actions(), ["Reload"]);
+        assert_eq!(systemd.call.gate.mutations().len(), 1);
+        let next_reconcile = systemd_on(&fake, &["daemon-reload"]);
+        next_reconcile.daemon_reload().await.unwrap();
+        assert_eq!(fake.actions(), ["Reload", "Reload"]);
     }
 
     #[tokio::test]

@@ -81,6 +81,24 @@ impl JobResult {
     }
 }
 
+/// One change systemd reports for EnableUnitFiles or DisableUnitFiles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitFileChange {
+    /// "symlink", "unlink", or a note ("is-mask", "auxiliary unit", ...).
+    pub kind: String,
+    /// The link made or removed.
+    pub path: String,
+    /// Where a new link points.
+    pub destination: String,
+}
+
+impl UnitFileChange {
+    /// The link, when the change made or removed one.
+    pub fn link(&self) -> Option<&str> {
+        matches!(self.kind.as_str(), "symlink" | "unlink").then_some(self.path.as_str())
+    }
+}
+
 /// A unit whose active state changed (from PropertiesChanged).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnitChange {
@@ -97,8 +115,15 @@ pub trait SystemdBackend: Send + Sync + 'static {
     /// Queue the job and wait (at most [`JOB_TIMEOUT`]) for its JobRemoved.
     async fn job(&self, permit: Permit, kind: JobKind, unit: &str) -> Result<JobResult, CapError>;
     async fn reset_failed(&self, permit: Permit, unit: &str) -> Result<(), CapError>;
-    async fn enable(&self, permit: Permit, units: &[String]) -> Result<(), CapError>;
-    async fn disable(&self, permit: Permit, units: &[String]) -> Result<(), CapError>;
+    /// The links a disable of `unit` would remove now (GetUnitFileLinks:
+    /// systemd's own dry run of DisableUnitFiles, `Also=` units included).
+    async fn unit_file_links(&self, unit: &str) -> Result<Vec<String>, CapError>;
+    /// EnableUnitFiles without force (an existing link is never replaced):
+    /// the changes made. The adapter holds them to the grant and finishes
+    /// the gate's permit.
+    async fn enable(&self, units: &[String]) -> Result<Vec<UnitFileChange>, CapError>;
+    /// DisableUnitFiles: the changes made.
+    async fn disable(&self, units: &[String]) -> Result<Vec<UnitFileChange>, CapError>;
     async fn daemon_reload(&self, permit: Permit) -> Result<(), CapError>;
     /// Unit active-state changes, for the unit trigger source; ends when the
     /// bus goes away (subscribe again to reconnect).

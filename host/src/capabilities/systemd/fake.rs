@@ -1,11 +1,17 @@
 //! An in-memory systemd for tests: scripted unit states, recorded actions,
-//! injectable job failures, and a change feed.
+//! injectable job failures, a change feed, and unit-file links made by enable
+//! as each unit's scripted `[Install]` section says.
 
-use super::backend::{JobKind, JobResult, SystemdBackend, UnitChange, UnitStatus, job_outcome};
+use super::backend::{
+    JobKind, JobResult, SystemdBackend, UnitChange, UnitFileChange, UnitStatus, job_outcome,
+};
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
+
+/// Where the fake's enable links live.
+const CONFIG: &str = "/etc/systemd/system";
 
 #[derive(Default)]
 pub struct FakeSystemd {
@@ -14,6 +20,10 @@ pub struct FakeSystemd {
     job_results: Mutex<BTreeMap<String, JobResult>>,
     failure: Mutex<Option<CapError>>,
     watchers: Mutex<Vec<tokio::sync::mpsc::Sender<UnitChange>>>,
+    /// The links enabling each unit makes, when scripted.
+    installs: Mutex<BTreeMap<String, Vec<String>>>,
+    /// Links present now.
+    links: Mutex<BTreeSet<String>>,
 }
 
 impl FakeSystemd {
@@ -37,6 +47,39 @@ impl FakeSystemd {
             .retain(|w| w.try_send(change.clone()).is_ok());
     }
 
+    /// Enabling `unit` makes `links` (file names under /etc/systemd/system:
+    /// "multi-user.target.wants/tend-a.service", "alias.service"), as its
+    /// `[Install]` section would; by default the unit's own link in
+    /// multi-user.target.wants.
+    pub fn install(&self, unit: &str, links: &[&str]) {
+        let links = links.iter().map(|l| format!("{CONFIG}/{l}")).collect();
+        self.installs
+            .lock()
+            .unwrap()
+            .insert(unit.to_string(), links);
+    }
+
+    /// A link that exists already (made by someone else).
+    pub fn add_link(&self, link: &str) {
+        self.links
+            .lock()
+            .unwrap()
+            .insert(format!("{CONFIG}/{link}"));
+    }
+
+    /// The links present, as paths.
+    pub fn links(&self) -> Vec<String> {
+        self.links.lock().unwrap().iter().cloned().collect()
+    }
+
+    fn install_links(&self, unit: &str) -> Vec<String> {
+        let installs = self.installs.lock().unwrap();
+        installs
+            .get(unit)
+            .cloned()
+            .unwrap_or_else(|| vec![format!("{CONFIG}/multi-user.target.wants/{unit}")])
+    }
+
     /// Every mutation performed, as "restart kubelet.service", "daemon-reload".
     pub fn actions(&self) -> Vec<String> {
         self.actions.lock().unwrap().clone()
@@ -44,7 +87,10 @@ impl FakeSystemd {
 
     /// Jobs on `unit` end with `result` from now on.
     pub fn job_result(&self, unit: &str, result: JobResult) {
-        self.job_results.lock().unwrap().insert(unit.to_string(), result);
+        self.job_results
+            .lock()
+            .unwrap()
+            .insert(unit.to_string(), result);
     }
 
     /// Fail every call with `error` (say, `unavailable`: the bus is gone) until cleared.
@@ -70,13 +116,19 @@ impl FakeSystemd {
 impl SystemdBackend for FakeSystemd {
     async fn status(&self, unit: &str) -> Result<UnitStatus, CapError> {
         self.check()?;
-        Ok(self.units.lock().unwrap().get(unit).cloned().unwrap_or(UnitStatus {
-            name: unit.to_string(),
-            load_state: "not-found".into(),
-            active_state: "inactive".into(),
-            sub_state: "dead".into(),
-            ..UnitStatus::default()
-        }))
+        Ok(self
+            .units
+            .lock()
+            .unwrap()
+            .get(unit)
+            .cloned()
+            .unwrap_or(UnitStatus {
+                name: unit.to_string(),
+                load_state: "not-found".into(),
+                active_state: "inactive".into(),
+                sub_state: "dead".into(),
+                ..UnitStatus::default()
+            }))
     }
 
     async fn list_units(&self) -> Result<Vec<UnitStatus>, CapError> {
@@ -99,16 +151,52 @@ impl SystemdBackend for FakeSystemd {
         result
     }
 
-    async fn enable(&self, permit: Permit, units: &[String]) -> Result<(), CapError> {
-        let result = self.act(format!("EnableUnitFiles {}", units.join(" ")));
-        permit.finish_with(&result);
-        result
+    async fn unit_file_links(&self, unit: &str) -> Result<Vec<String>, CapError> {
+        self.check()?;
+        let links = self.links.lock().unwrap();
+        Ok(self
+            .install_links(unit)
+            .into_iter()
+            .filter(|l| links.contains(l))
+            .collect())
     }
 
-    async fn disable(&self, permit: Permit, units: &[String]) -> Result<(), CapError> {
-        let result = self.act(format!("DisableUnitFiles {}", units.join(" ")));
-        permit.finish_with(&result);
-        result
+    /// Like systemd without force: the links not there yet are made; one that
+    /// exists already is left alone (a real conflict is systemd's error).
+    async fn enable(&self, units: &[String]) -> Result<Vec<UnitFileChange>, CapError> {
+        self.act(format!("EnableUnitFiles {}", units.join(" ")))?;
+        let mut links = self.links.lock().unwrap();
+        let mut changes = vec![];
+        for unit in units {
+            for link in self.install_links(unit) {
+                if links.insert(link.clone()) {
+                    changes.push(UnitFileChange {
+                        kind: "symlink".into(),
+                        path: link,
+                        destination: format!("/lib/systemd/system/{unit}"),
+                    });
+                }
+            }
+        }
+        Ok(changes)
+    }
+
+    async fn disable(&self, units: &[String]) -> Result<Vec<UnitFileChange>, CapError> {
+        self.act(format!("DisableUnitFiles {}", units.join(" ")))?;
+        let mut links = self.links.lock().unwrap();
+        let mut changes = vec![];
+        for unit in units {
+            for link in self.install_links(unit) {
+                if links.remove(&link) {
+                    changes.push(UnitFileChange {
+                        kind: "unlink".into(),
+                        path: link,
+                        destination: String::new(),
+                    });
+                }
+            }
+        }
+        Ok(changes)
     }
 
     async fn daemon_reload(&self, permit: Permit) -> Result<(), CapError> {

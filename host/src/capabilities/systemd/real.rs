@@ -4,7 +4,8 @@
 //! next call after it returns reconnects.
 
 use super::backend::{
-    JOB_TIMEOUT, JobKind, JobResult, SystemdBackend, UnitChange, UnitStatus, job_outcome,
+    JOB_TIMEOUT, JobKind, JobResult, SystemdBackend, UnitChange, UnitFileChange, UnitStatus,
+    job_outcome,
 };
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
@@ -47,7 +48,11 @@ impl RealSystemd {
         }
         let connecting = async {
             let connection = match &self.address {
-                Some(address) => zbus::connection::Builder::address(address.as_str())?.build().await?,
+                Some(address) => {
+                    zbus::connection::Builder::address(address.as_str())?
+                        .build()
+                        .await?
+                }
                 None => Connection::system().await?,
             };
             // Without Subscribe systemd emits no JobRemoved or PropertiesChanged.
@@ -74,14 +79,17 @@ impl RealSystemd {
             zbus::Error::MethodError(name, message, _) => {
                 let message = message.clone().unwrap_or_default();
                 match name.as_str() {
-                    "org.freedesktop.systemd1.NoSuchUnit" | "org.freedesktop.DBus.Error.FileNotFound" => {
+                    "org.freedesktop.systemd1.NoSuchUnit"
+                    | "org.freedesktop.DBus.Error.FileNotFound" => {
                         CapError::NotFound(format!("{what}: {message}"))
                     }
                     "org.freedesktop.DBus.Error.AccessDenied" => {
                         CapError::Denied(format!("{what}: systemd refused: {message}"))
                     }
-                    "org.freedesktop.systemd1.UnitMasked" | "org.freedesktop.systemd1.JobTypeNotApplicable"
-                    | "org.freedesktop.systemd1.OnlyByDependency" => {
+                    "org.freedesktop.systemd1.UnitMasked"
+                    | "org.freedesktop.systemd1.JobTypeNotApplicable"
+                    | "org.freedesktop.systemd1.OnlyByDependency"
+                    | "org.freedesktop.systemd1.UnitExists" => {
                         CapError::Conflict(format!("{what}: {message}"))
                     }
                     _ => CapError::Other(format!("{what}: {name}: {message}")),
@@ -103,7 +111,11 @@ impl RealSystemd {
         let connection = self.connect().await?;
         let call = connection.call_method(Some(DEST), MANAGER_PATH, Some(MANAGER), method, body);
         let reply = match tokio::time::timeout(CALL_TIMEOUT, call).await {
-            Err(_) => return Err(CapError::Timeout(format!("{what}: systemd did not answer within {CALL_TIMEOUT:?}"))),
+            Err(_) => {
+                return Err(CapError::Timeout(format!(
+                    "{what}: systemd did not answer within {CALL_TIMEOUT:?}"
+                )));
+            }
             Ok(Err(e)) => return Err(self.failed(what, e).await),
             Ok(Ok(reply)) => reply,
         };
@@ -151,16 +163,21 @@ impl RealSystemd {
             .and_then(|b| b.member("JobRemoved"))
             .map_err(|e| CapError::Other(e.to_string()))?
             .build();
-        let mut removed = match zbus::MessageStream::for_match_rule(rule, &connection, Some(64)).await {
-            Ok(stream) => stream,
-            Err(e) => return Err(self.failed(&what, e).await),
-        };
-        let job: OwnedObjectPath = self.manager(&what, kind.method(), &(unit, "replace")).await?;
+        let mut removed =
+            match zbus::MessageStream::for_match_rule(rule, &connection, Some(64)).await {
+                Ok(stream) => stream,
+                Err(e) => return Err(self.failed(&what, e).await),
+            };
+        let job: OwnedObjectPath = self
+            .manager(&what, kind.method(), &(unit, "replace"))
+            .await?;
         let wait = async {
             while let Some(message) = removed.next().await {
                 let Ok(message) = message else { continue };
                 if let Ok((_, path, _, result)) =
-                    message.body().deserialize::<(u32, OwnedObjectPath, String, String)>()
+                    message
+                        .body()
+                        .deserialize::<(u32, OwnedObjectPath, String, String)>()
                     && path == job
                 {
                     return Ok(JobResult::parse(&result).unwrap_or(JobResult::Failed));
@@ -174,6 +191,14 @@ impl RealSystemd {
                 "{what}: the job did not finish within {JOB_TIMEOUT:?} (it goes on in systemd)"
             ))),
         }
+    }
+}
+
+fn unit_file_change((kind, path, destination): (String, String, String)) -> UnitFileChange {
+    UnitFileChange {
+        kind,
+        path,
+        destination,
     }
 }
 
@@ -206,12 +231,16 @@ fn unescape_unit(path: &str) -> Option<String> {
 #[async_trait::async_trait]
 impl SystemdBackend for RealSystemd {
     async fn status(&self, unit: &str) -> Result<UnitStatus, CapError> {
-        let path: OwnedObjectPath = self.manager(&format!("LoadUnit {unit}"), "LoadUnit", &(unit,)).await?;
+        let path: OwnedObjectPath = self
+            .manager(&format!("LoadUnit {unit}"), "LoadUnit", &(unit,))
+            .await?;
         let connection = self.connect().await?;
         let props = self.properties(&connection, &path, UNIT).await?;
         let n_restarts = if unit.ends_with(".service") {
             let service = self.properties(&connection, &path, SERVICE).await?;
-            service.get("NRestarts").and_then(|v| u32::try_from(v.clone()).ok())
+            service
+                .get("NRestarts")
+                .and_then(|v| u32::try_from(v.clone()).ok())
         } else {
             None
         };
@@ -242,18 +271,29 @@ impl SystemdBackend for RealSystemd {
 
     async fn list_units(&self) -> Result<Vec<UnitStatus>, CapError> {
         type Listed = (
-            String, String, String, String, String, String, OwnedObjectPath, u32, String, OwnedObjectPath,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            OwnedObjectPath,
+            u32,
+            String,
+            OwnedObjectPath,
         );
         let units: Vec<Listed> = self.manager("ListUnits", "ListUnits", &()).await?;
         Ok(units
             .into_iter()
-            .map(|(name, _, load_state, active_state, sub_state, ..)| UnitStatus {
-                name,
-                load_state,
-                active_state,
-                sub_state,
-                ..UnitStatus::default()
-            })
+            .map(
+                |(name, _, load_state, active_state, sub_state, ..)| UnitStatus {
+                    name,
+                    load_state,
+                    active_state,
+                    sub_state,
+                    ..UnitStatus::default()
+                },
+            )
             .collect())
     }
 
@@ -264,27 +304,47 @@ impl SystemdBackend for RealSystemd {
     }
 
     async fn reset_failed(&self, permit: Permit, unit: &str) -> Result<(), CapError> {
-        let result = self.manager::<_, ()>(&format!("ResetFailedUnit {unit}"), "ResetFailedUnit", &(unit,)).await;
+        let result = self
+            .manager::<_, ()>(
+                &format!("ResetFailedUnit {unit}"),
+                "ResetFailedUnit",
+                &(unit,),
+            )
+            .await;
         permit.finish_with(&result);
         result
     }
 
-    async fn enable(&self, permit: Permit, units: &[String]) -> Result<(), CapError> {
-        let result = self
-            .manager::<_, (bool, Vec<(String, String, String)>)>("EnableUnitFiles", "EnableUnitFiles", &(units, false, true))
-            .await
-            .map(drop);
-        permit.finish_with(&result);
-        result
+    async fn unit_file_links(&self, unit: &str) -> Result<Vec<String>, CapError> {
+        self.manager(
+            &format!("GetUnitFileLinks {unit}"),
+            "GetUnitFileLinks",
+            &(unit, false),
+        )
+        .await
     }
 
-    async fn disable(&self, permit: Permit, units: &[String]) -> Result<(), CapError> {
-        let result = self
-            .manager::<_, Vec<(String, String, String)>>("DisableUnitFiles", "DisableUnitFiles", &(units, false))
-            .await
-            .map(drop);
-        permit.finish_with(&result);
-        result
+    async fn enable(&self, units: &[String]) -> Result<Vec<UnitFileChange>, CapError> {
+        // (files, runtime = false, force = false): never replace an existing link.
+        let (_, changes) = self
+            .manager::<_, (bool, Vec<(String, String, String)>)>(
+                "EnableUnitFiles",
+                "EnableUnitFiles",
+                &(units, false, false),
+            )
+            .await?;
+        Ok(changes.into_iter().map(unit_file_change).collect())
+    }
+
+    async fn disable(&self, units: &[String]) -> Result<Vec<UnitFileChange>, CapError> {
+        let changes = self
+            .manager::<_, Vec<(String, String, String)>>(
+                "DisableUnitFiles",
+                "DisableUnitFiles",
+                &(units, false),
+            )
+            .await?;
+        Ok(changes.into_iter().map(unit_file_change).collect())
     }
 
     async fn daemon_reload(&self, permit: Permit) -> Result<(), CapError> {
@@ -303,10 +363,11 @@ impl SystemdBackend for RealSystemd {
             .and_then(|b| b.arg(0, UNIT))
             .map_err(|e| CapError::Other(e.to_string()))?
             .build();
-        let mut stream = match zbus::MessageStream::for_match_rule(rule, &connection, Some(256)).await {
-            Ok(stream) => stream,
-            Err(e) => return Err(self.failed("PropertiesChanged", e).await),
-        };
+        let mut stream =
+            match zbus::MessageStream::for_match_rule(rule, &connection, Some(256)).await {
+                Ok(stream) => stream,
+                Err(e) => return Err(self.failed("PropertiesChanged", e).await),
+            };
         let (tx, rx) = tokio::sync::mpsc::channel(256);
         tokio::spawn(async move {
             while let Some(Ok(message)) = stream.next().await {
@@ -314,13 +375,16 @@ impl SystemdBackend for RealSystemd {
                 let Some(unit) = header.path().and_then(|p| unescape_unit(p.as_str())) else {
                     continue;
                 };
-                let Ok((_, changed, _)) = message
-                    .body()
-                    .deserialize::<(String, HashMap<String, OwnedValue>, Vec<String>)>()
+                let Ok((_, changed, _)) =
+                    message
+                        .body()
+                        .deserialize::<(String, HashMap<String, OwnedValue>, Vec<String>)>()
                 else {
                     continue;
                 };
-                let Some(active_state) = changed.get("ActiveState").and_then(|v| String::try_from(v.clone()).ok())
+                let Some(active_state) = changed
+                    .get("ActiveState")
+                    .and_then(|v| String::try_from(v.clone()).ok())
                 else {
                     continue;
                 };

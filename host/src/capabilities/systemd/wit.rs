@@ -66,20 +66,34 @@ impl systemd::Host for PluginSystemd {
         Ok(units.into_iter().map(status).collect())
     }
     async fn start(&mut self, unit: String) -> WitResult<systemd::JobResult> {
-        self.counted_job("start", Operation::Start, JobKind::Start, unit).await
-    }
-    async fn stop(&mut self, unit: String) -> WitResult<systemd::JobResult> {
-        self.counted_job("stop", Operation::Stop, JobKind::Stop, unit).await
-    }
-    async fn restart(&mut self, unit: String) -> WitResult<systemd::JobResult> {
-        self.counted_job("restart", Operation::Restart, JobKind::Restart, unit).await
-    }
-    async fn reload_or_restart(&mut self, unit: String) -> WitResult<systemd::JobResult> {
-        self.counted_job("reload-or-restart", Operation::ReloadOrRestart, JobKind::ReloadOrRestart, unit)
+        self.counted_job("start", Operation::Start, JobKind::Start, unit)
             .await
     }
+    async fn stop(&mut self, unit: String) -> WitResult<systemd::JobResult> {
+        self.counted_job("stop", Operation::Stop, JobKind::Stop, unit)
+            .await
+    }
+    async fn restart(&mut self, unit: String) -> WitResult<systemd::JobResult> {
+        self.counted_job("restart", Operation::Restart, JobKind::Restart, unit)
+            .await
+    }
+    async fn reload_or_restart(&mut self, unit: String) -> WitResult<systemd::JobResult> {
+        self.counted_job(
+            "reload-or-restart",
+            Operation::ReloadOrRestart,
+            JobKind::ReloadOrRestart,
+            unit,
+        )
+        .await
+    }
     async fn try_restart(&mut self, unit: String) -> WitResult<systemd::JobResult> {
-        self.counted_job("try-restart", Operation::TryRestart, JobKind::TryRestart, unit).await
+        self.counted_job(
+            "try-restart",
+            Operation::TryRestart,
+            JobKind::TryRestart,
+            unit,
+        )
+        .await
     }
     async fn reset_failed(&mut self, unit: String) -> WitResult<()> {
         let result = PluginSystemd::reset_failed(self, &unit).await;

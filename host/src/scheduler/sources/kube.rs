@@ -147,7 +147,7 @@ impl TriggerSource for KubeSource {
                                 }
                             }
                         }
-                        Err(e) => tracing::warn!(%resource, "cannot watch {resource}: {e}; retrying in {backoff:?}"),
+                        Err(e) => tracing::warn!(%resource, "cannot watch {resource}: {}; retrying in {backoff:?}", crate::text::inert(&e.to_string())),
                     }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(30));

@@ -26,6 +26,19 @@
 //! - `{"mode": "log-flood", "lines": N, "text": T}`: N log lines of text T.
 //! - `{"mode": "log", "message": M}`: one log line (newlines and escapes included).
 //! - `{"mode": "requeue", "ms": N}`: healthy, asking to run again after N ms.
+//! - `{"mode": "outcome", "text": T, "repeat": N, "fail": F, "requeue-ms": R}`:
+//!   T repeated N times (default 1) as the outcome message (degraded), or as
+//!   the error when F is true; asks to run again after R ms when given.
+//!
+//! Node modes (tests/e2e/hostile_node.rs), each healthy whatever the host refuses:
+//! - `{"mode": "cri-sandboxes", "op": "stop"|"remove", "ids": [ID, ...]}`: stops or
+//!   removes each id (prefixes included); "ID: ok; ID: <error>; ...".
+//! - `{"mode": "metric-names", "gauges": [N, ...], "counters": [N, ...]}`: sets each
+//!   gauge to 1 and adds 1 to each counter; "N: ok; N: <error kind>; ...".
+//! - `{"mode": "unit-files", "op": "enable"|"disable", "units": [U, ...]}`: one enable
+//!   or disable of the units; "ok" or the error's text.
+//! - `{"mode": "daemon-reloads", "count": N}`: N daemon-reloads; as the kube load
+//!   modes, "N ok, errors: {kind: count}; first: TEXT".
 //!
 //! Kubernetes modes (tests/e2e of the `kube` capability):
 //! - `{"mode": "kube-label", "node": N, "key": K, "value": V}`: merge-patches
@@ -36,6 +49,25 @@
 //!   sorted), or degraded with the error's text.
 //! - `{"mode": "kube-watch"}`: calls nothing; healthy "triggers: kind:subject, ..."
 //!   (a trigger without a subject is its kind alone).
+//!
+//! Hostile kube calls (tests/e2e/hostile_kube.rs):
+//! - `{"mode": "kube-call", "op": "get"|"list"|"create"|"patch"|"delete"|"emit-event",
+//!   "api-version": A, "kind": K, "namespace": NS?, "name": N?, "patch-type":
+//!   "merge"|"json"|"apply"?, "body": JSON text?, "label-selector": S?,
+//!   "field-selector": S?}`: one call exactly as given; healthy "ok" (a list:
+//!   "listed a, b", names sorted), or degraded with the error's text.
+//!
+//! Kubernetes load modes (tests/e2e/hostile_kube_load.rs), each healthy
+//! "N ok, errors: {kind: count}; first: TEXT" whatever the host refuses:
+//! - `{"mode": "kube-list-many", "api-version": A, "kind": K, "namespace": NS?,
+//!   "count": N}`: N lists, the i-th with the label selector `!chaos-i` (distinct
+//!   selectors that all match every unlabelled object: one watch cache each).
+//! - `{"mode": "kube-get-many", "api-version": A, "kind": K, "namespace": NS?,
+//!   "name": X, "count": N, "distinct-kinds": B?}`: N gets of X; with
+//!   distinct-kinds, the i-th asks for kind `K<i>` (kinds the server lacks).
+//! - `{"mode": "kube-event-flood", "api-version": A, "kind": K, "namespace": NS?,
+//!   "name": X, "count": N, "requeue-ms": R}`: N Warning Events "Flood" about X,
+//!   each with a message never seen before, then asks to run again after R ms.
 
 use serde::Deserialize;
 use tend_sdk::{
@@ -90,6 +122,17 @@ enum Mode {
     Requeue {
         ms: u64,
     },
+    /// A chosen outcome message (or error), possibly huge.
+    #[serde(rename_all = "kebab-case")]
+    Outcome {
+        text: String,
+        #[serde(default)]
+        repeat: Option<usize>,
+        #[serde(default)]
+        fail: bool,
+        #[serde(default)]
+        requeue_ms: Option<u64>,
+    },
 
     Remove {
         paths: Vec<String>,
@@ -101,6 +144,27 @@ enum Mode {
     },
     /// Record `count` distinct gauge series.
     MetricsFlood {
+        count: u32,
+    },
+    /// Stop or remove each sandbox id.
+    CriSandboxes {
+        op: String,
+        ids: Vec<String>,
+    },
+    /// Gauges and counters of the given names.
+    MetricNames {
+        #[serde(default)]
+        gauges: Vec<String>,
+        #[serde(default)]
+        counters: Vec<String>,
+    },
+    /// One enable or disable of `units`.
+    UnitFiles {
+        op: String,
+        units: Vec<String>,
+    },
+    /// `count` daemon-reloads.
+    DaemonReloads {
         count: u32,
     },
     /// `count` GETs of `url` in one host `send-all` call (the raw import:
@@ -133,6 +197,57 @@ enum Mode {
     },
     /// Report the triggers of this reconcile.
     KubeWatch,
+    /// One kube call as given (tests/e2e/hostile_kube.rs).
+    #[serde(rename_all = "kebab-case")]
+    KubeCall {
+        op: String,
+        api_version: String,
+        kind: String,
+        #[serde(default)]
+        namespace: Option<String>,
+        #[serde(default)]
+        name: String,
+        #[serde(default)]
+        patch_type: Option<String>,
+        #[serde(default)]
+        body: Option<String>,
+        #[serde(default)]
+        label_selector: Option<String>,
+        #[serde(default)]
+        field_selector: Option<String>,
+    },
+    /// Lists with `count` distinct label selectors.
+    #[serde(rename_all = "kebab-case")]
+    KubeListMany {
+        api_version: String,
+        kind: String,
+        #[serde(default)]
+        namespace: Option<String>,
+        count: u32,
+    },
+    /// `count` gets (of kinds the server lacks, with `distinct-kinds`).
+    #[serde(rename_all = "kebab-case")]
+    KubeGetMany {
+        api_version: String,
+        kind: String,
+        #[serde(default)]
+        namespace: Option<String>,
+        name: String,
+        count: u32,
+        #[serde(default)]
+        distinct_kinds: bool,
+    },
+    /// `count` Events with distinct messages about one object, then requeue.
+    #[serde(rename_all = "kebab-case")]
+    KubeEventFlood {
+        api_version: String,
+        kind: String,
+        #[serde(default)]
+        namespace: Option<String>,
+        name: String,
+        count: u32,
+        requeue_ms: u64,
+    },
 }
 
 /// Which build this is: "v1", or "v2" with the `v2` feature.
@@ -256,6 +371,22 @@ impl Plugin for Chaos {
             Mode::Requeue { ms } => {
                 Ok(Outcome::healthy("again").requeue_after(std::time::Duration::from_millis(ms)))
             }
+            Mode::Outcome {
+                text,
+                repeat,
+                fail,
+                requeue_ms,
+            } => {
+                let message = text.repeat(repeat.unwrap_or(1));
+                if fail {
+                    return Err(Error::Other(message));
+                }
+                let outcome = Outcome::degraded(message);
+                Ok(match requeue_ms {
+                    Some(ms) => outcome.requeue_after(std::time::Duration::from_millis(ms)),
+                    None => outcome,
+                })
+            }
             Mode::Post { url, timeout_ms } => {
                 let mut request =
                     Request::get(&url).timeout(std::time::Duration::from_millis(timeout_ms));
@@ -281,6 +412,52 @@ impl Plugin for Chaos {
                     }
                 }
                 Ok(Outcome::healthy(format!("recorded {recorded} series")))
+            }
+            Mode::CriSandboxes { op, ids } => {
+                let results: Vec<String> = ids
+                    .iter()
+                    .map(|id| {
+                        let result = match op.as_str() {
+                            "stop" => host.cri().stop_pod_sandbox(id),
+                            _ => host.cri().remove_pod_sandbox(id),
+                        };
+                        match result {
+                            Ok(()) => format!("{id}: ok"),
+                            Err(e) => format!("{id}: {e}"),
+                        }
+                    })
+                    .collect();
+                Ok(Outcome::healthy(results.join("; ")))
+            }
+            Mode::MetricNames { gauges, counters } => {
+                let gauges = gauges
+                    .iter()
+                    .map(|n| (n, host.metrics().gauge_set(n, &[], 1.0)));
+                let counters = counters
+                    .iter()
+                    .map(|n| (n, host.metrics().counter_add(n, &[], 1.0)));
+                let results: Vec<String> = gauges
+                    .chain(counters)
+                    .map(|(name, result)| match result {
+                        Ok(()) => format!("{name}: ok"),
+                        Err(e) => format!("{name}: {}", e.kind()),
+                    })
+                    .collect();
+                Ok(Outcome::healthy(results.join("; ")))
+            }
+            Mode::UnitFiles { op, units } => {
+                let units: Vec<&str> = units.iter().map(String::as_str).collect();
+                let result = match op.as_str() {
+                    "enable" => host.systemd().enable(&units),
+                    _ => host.systemd().disable(&units),
+                };
+                Ok(Outcome::healthy(match result {
+                    Ok(()) => "ok".to_string(),
+                    Err(e) => e.to_string(),
+                }))
+            }
+            Mode::DaemonReloads { count } => {
+                Ok(tally((0..count).map(|_| host.systemd().daemon_reload())))
             }
             Mode::SendAll { url, count } => {
                 let results = raw_send_all(&url, count);
@@ -338,6 +515,59 @@ impl Plugin for Chaos {
                     Err(e) => Outcome::degraded(e.to_string()),
                 })
             }
+            Mode::KubeCall {
+                op,
+                api_version,
+                kind,
+                namespace,
+                name,
+                patch_type,
+                body,
+                label_selector,
+                field_selector,
+            } => {
+                let key = object_key(&api_version, &kind, namespace.as_deref(), &name);
+                let body: serde_json::Value = serde_json::from_str(body.as_deref().unwrap_or("{}"))
+                    .map_err(|e| Error::Other(format!("body: {e}")))?;
+                let kube = host.kube();
+                let done: Result<String> = match op.as_str() {
+                    "get" => kube.get(&key).map(|_| "ok".to_string()),
+                    "list" => {
+                        let params = ListParams {
+                            label_selector,
+                            field_selector,
+                            ..ListParams::default()
+                        };
+                        kube.list(&api_version, &kind, namespace.as_deref(), &params)
+                            .map(|list| {
+                                let mut names = list.names();
+                                names.sort_unstable();
+                                format!("listed {}", names.join(", "))
+                            })
+                    }
+                    "create" => kube
+                        .create(&api_version, &kind, namespace.as_deref(), &body)
+                        .map(|_| "ok".to_string()),
+                    "patch" => {
+                        let patch_type = match patch_type.as_deref() {
+                            Some("json") => PatchType::Json,
+                            Some("apply") => PatchType::Apply,
+                            _ => PatchType::Merge,
+                        };
+                        kube.patch(&key, patch_type, &body)
+                            .map(|_| "ok".to_string())
+                    }
+                    "delete" => kube.delete(&key).map(|()| "ok".to_string()),
+                    "emit-event" => kube
+                        .emit_event(&key, EventType::Normal, "Hostile", "hostile")
+                        .map(|()| "ok".to_string()),
+                    other => Err(Error::Other(format!("no kube op {other:?}"))),
+                };
+                Ok(match done {
+                    Ok(text) => Outcome::healthy(text),
+                    Err(e) => Outcome::degraded(e.to_string()),
+                })
+            }
             Mode::KubeWatch => {
                 let triggers: Vec<String> = ctx
                     .triggers
@@ -352,7 +582,87 @@ impl Plugin for Chaos {
                     triggers.join(", ")
                 )))
             }
+            Mode::KubeListMany {
+                api_version,
+                kind,
+                namespace,
+                count,
+            } => Ok(tally((0..count).map(|i| {
+                let params = ListParams::labels(&format!("!chaos-{i}"));
+                host.kube()
+                    .list(&api_version, &kind, namespace.as_deref(), &params)
+                    .map(drop)
+            }))),
+            Mode::KubeGetMany {
+                api_version,
+                kind,
+                namespace,
+                name,
+                count,
+                distinct_kinds,
+            } => Ok(tally((0..count).map(|i| {
+                let kind = if distinct_kinds {
+                    format!("{kind}{i}")
+                } else {
+                    kind.clone()
+                };
+                host.kube()
+                    .get(&object_key(
+                        &api_version,
+                        &kind,
+                        namespace.as_deref(),
+                        &name,
+                    ))
+                    .map(drop)
+            }))),
+            Mode::KubeEventFlood {
+                api_version,
+                kind,
+                namespace,
+                name,
+                count,
+                requeue_ms,
+            } => {
+                let runs = host.state().get_json::<u64>("runs")?.unwrap_or(0) + 1;
+                host.state().set_json("runs", &runs)?;
+                let key = object_key(&api_version, &kind, namespace.as_deref(), &name);
+                let outcome = tally((0..count).map(|i| {
+                    host.kube().emit_event(
+                        &key,
+                        EventType::Warning,
+                        "Flood",
+                        &format!("flood {runs}-{i}"),
+                    )
+                }));
+                Ok(outcome.requeue_after(std::time::Duration::from_millis(requeue_ms)))
+            }
         }
+    }
+}
+
+/// "N ok, errors: {kind: count}; first: TEXT" of a run of kube calls.
+fn tally(results: impl Iterator<Item = Result<()>>) -> Outcome {
+    let (mut ok, mut errors, mut first) =
+        (0, std::collections::BTreeMap::<String, u32>::new(), None);
+    for result in results {
+        match result {
+            Ok(()) => ok += 1,
+            Err(e) => {
+                *errors.entry(e.kind().to_string()).or_default() += 1;
+                first.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+    Outcome::healthy(format!(
+        "{ok} ok, errors: {errors:?}; first: {}",
+        first.unwrap_or_default()
+    ))
+}
+
+fn object_key(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> ObjectKey {
+    match namespace {
+        Some(ns) => ObjectKey::namespaced(api_version, kind, ns, name),
+        None => ObjectKey::cluster(api_version, kind, name),
     }
 }
 

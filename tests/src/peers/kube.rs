@@ -1,0 +1,568 @@
+//! The fake Kubernetes API server (tests/peers/kube-apiserver.py) and a real
+//! kubectl against it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{http_call, http_get, workspace_root};
+
+// ---------------------------------------------------------------------------
+// The fake Kubernetes API server (tests/peers/kube-apiserver.py) and kubectl
+// against it (tests/e2e/kube_fake.rs). KubeApi starts the server as a child of
+// the test process and stops it by PID; Kubectl runs a real kubectl against it.
+// ---------------------------------------------------------------------------
+
+/// target/venv's python, checked once to have the fake API server's packages
+/// (aiohttp, jsonpatch, PyYAML), which `cargo xtask test` installs there (xtask's
+/// VENV_PACKAGES). `TEND_KUBE_PYTHON` names another python. Panics with what to
+/// run when they are missing: the harness does not install anything itself.
+pub fn kube_python() -> PathBuf {
+    static PYTHON: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let python = std::env::var_os("TEND_KUBE_PYTHON").map_or_else(
+                || workspace_root().join("target/venv/bin/python"),
+                PathBuf::from,
+            );
+            let ok = Command::new(&python)
+                .args(["-c", "import aiohttp, jsonpatch, yaml"])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            match ok {
+                true => Ok(python),
+                false => Err(format!(
+                    "{} lacks aiohttp, jsonpatch or PyYAML, which the fake Kubernetes API server \
+                     (tests/peers/kube-apiserver.py) needs: run `cargo xtask test`, which installs \
+                     them into target/venv",
+                    python.display()
+                )),
+            }
+        })
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The fake Kubernetes API server on a free loopback port, its state in a
+/// temporary directory (kubeconfig, request log, server.err). Stopped by PID on
+/// drop: SIGTERM, then SIGKILL after 5 s.
+pub struct KubeApi {
+    child: Option<Child>,
+    port: u16,
+    pid: u32,
+    dir: tempfile::TempDir,
+}
+
+impl KubeApi {
+    /// Start with the defaults: a watch history of 10000 events, a bookmark
+    /// every 60 s on watches that allow them.
+    pub fn start() -> KubeApi {
+        Self::start_with(&[])
+    }
+
+    /// Start with extra server arguments: `--history N` (events kept for watch
+    /// replay; older resourceVersions get 410), `--bookmark-interval SECONDS`,
+    /// `--token TOKEN=USER` (a bearer token whose requests RBAC authorizes),
+    /// `--tls` (also HTTPS on `dir()/tls-port`, certificate `dir()/tls.crt`).
+    /// Returns once GET /version answers.
+    pub fn start_with(args: &[&str]) -> KubeApi {
+        let dir = tempfile::tempdir().unwrap();
+        let err = std::fs::File::create(dir.path().join("server.err")).unwrap();
+        let mut child = Command::new(kube_python())
+            .arg(workspace_root().join("tests/peers/kube-apiserver.py"))
+            .arg("0")
+            .arg("--state-dir")
+            .arg(dir.path())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let port_file = dir.path().join("port");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let port = loop {
+            if let Some(port) = std::fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|p| p.trim().parse::<u16>().ok())
+                && matches!(http_get(port, "/version"), Ok((200, _)))
+            {
+                break port;
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!(
+                    "the fake API server exited at start ({status}): {}",
+                    std::fs::read_to_string(dir.path().join("server.err")).unwrap_or_default()
+                );
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the fake API server did not answer GET /version within 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        KubeApi {
+            child: Some(child),
+            port,
+            pid,
+            dir,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The server's state directory (port, kube-apiserver.pid, kubeconfig,
+    /// kube-apiserver.log, server.err).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A kubeconfig (no credentials, namespace `default`) pointing at the server.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    /// Write a kubeconfig for the server to `path`, with `namespace` as the
+    /// context's namespace.
+    pub fn write_kubeconfig(&self, path: &Path, namespace: &str) {
+        std::fs::write(
+            path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+                 users:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n\
+                 \x20   user: fake\n    namespace: {namespace}\ncurrent-context: fake\n",
+                self.url()
+            ),
+        )
+        .unwrap();
+    }
+
+    /// A request with a body of `content_type` (and `User-Agent: agent` when
+    /// given): (status, body). Errors only when the exchange itself fails (a
+    /// blackholed request times out after `timeout`).
+    pub fn call_raw(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: &str,
+        agent: Option<&str>,
+        timeout: Duration,
+    ) -> std::io::Result<(u16, String)> {
+        let mut headers = vec![
+            ("Content-Type", content_type),
+            ("Accept", "application/json"),
+        ];
+        if let Some(agent) = agent {
+            headers.push(("User-Agent", agent));
+        }
+        http_call(self.port, method, path, &headers, body, timeout)
+    }
+
+    /// A JSON request (the body, if any, as application/json): (status, JSON).
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let (status, text) = self
+            .call_raw(
+                method,
+                path,
+                "application/json",
+                &body,
+                None,
+                Duration::from_secs(30),
+            )
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+        (status, json)
+    }
+
+    /// Open a watch (`path` with its query, e.g.
+    /// `/api/v1/nodes?watch=1&resourceVersion=0`); events as they come.
+    pub fn watch(&self, path: &str) -> KubeWatch {
+        KubeWatch::open(self.port, path, None)
+    }
+
+    /// A watch opened with `User-Agent: agent`.
+    pub fn watch_as(&self, path: &str, agent: &str) -> KubeWatch {
+        KubeWatch::open(self.port, path, Some(agent))
+    }
+
+    fn admin(&self, method: &str, path: &str) -> serde_json::Value {
+        let (status, body) = self.call(method, path, None);
+        assert_eq!(status, 200, "{method} {path}: {body}");
+        body
+    }
+
+    /// `GET /fake/watches`: `total` open watches, `opened` since start, and
+    /// `watches`: one entry per (group, version, resource, namespace,
+    /// labelSelector, fieldSelector) with its `count` and `userAgents`.
+    pub fn watches(&self) -> serde_json::Value {
+        self.admin("GET", "/fake/watches")
+    }
+
+    /// Open watches of `resource` (plural, e.g. "nodes" or "leases"), any
+    /// namespace or selector.
+    pub fn open_watches(&self, resource: &str) -> u64 {
+        self.watches()["watches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w["resource"] == resource)
+            .map(|w| w["count"].as_u64().unwrap())
+            .sum()
+    }
+
+    /// `GET /fake/requests`: `total`, `counts` per verb (get, list, watch,
+    /// create, update, patch, delete, deletecollection, nonresource),
+    /// `resources` ({"pods": {"list": 1, ...}}), `seq` and `log` (every
+    /// request: seq, verb, method, path, query, resource, namespace, name,
+    /// userAgent, contentType, code, user: the token's user, null for the admin).
+    pub fn requests(&self) -> serde_json::Value {
+        self.admin("GET", "/fake/requests")
+    }
+
+    /// The log entries of requests after sequence number `seq` (see
+    /// [`KubeApi::request_seq`]).
+    pub fn requests_since(&self, seq: u64) -> Vec<serde_json::Value> {
+        self.admin("GET", &format!("/fake/requests?since={seq}"))["log"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    /// The sequence number of the last request so far.
+    pub fn request_seq(&self) -> u64 {
+        self.requests()["seq"].as_u64().unwrap()
+    }
+
+    /// Zero the request counts and log.
+    pub fn reset_requests(&self) {
+        self.admin("POST", "/fake/requests/reset");
+    }
+
+    /// Compact the event history up to now: watches and list continuations
+    /// from an older resourceVersion get 410 Expired. Returns the compaction
+    /// point.
+    pub fn compact(&self) -> u64 {
+        self.admin("POST", "/fake/compact")["compacted"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    /// Send a BOOKMARK now on every watch that allows them; returns how many.
+    pub fn bookmark(&self) -> u64 {
+        self.admin("POST", "/fake/bookmark")["sent"]
+            .as_u64()
+            .unwrap()
+    }
+
+    /// For `seconds`, requests (and watch events) of clients whose User-Agent
+    /// contains `agent` (everyone's with None) hang unanswered; when it ends,
+    /// their connections are closed, as after a network partition.
+    pub fn blackhole(&self, seconds: f64, agent: Option<&str>) {
+        let mut path = format!("/fake/blackhole?seconds={seconds}");
+        if let Some(agent) = agent {
+            path.push_str(&format!("&userAgent={}", url_encode(agent)));
+        }
+        self.admin("POST", &path);
+    }
+
+    /// End a blackhole now.
+    pub fn end_blackhole(&self) {
+        self.admin("DELETE", "/fake/blackhole");
+    }
+
+    /// Remove every object but the default namespaces (each removal is a
+    /// DELETED watch event), then compact the history.
+    pub fn reset(&self) {
+        self.admin("POST", "/fake/reset");
+    }
+
+    /// The server's current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.admin("GET", "/fake/state")["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    /// The request log the server wrote (one line per request).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("kube-apiserver.log")).unwrap_or_default()
+    }
+
+    /// SIGTERM, then wait (SIGKILL after 5 s); true when it exited on SIGTERM.
+    pub fn stop(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return true;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for KubeApi {
+    fn drop(&mut self) {
+        if std::thread::panicking() && self.child.is_some() {
+            let err =
+                std::fs::read_to_string(self.dir.path().join("server.err")).unwrap_or_default();
+            if !err.trim().is_empty() {
+                eprintln!("--- fake API server stderr ---\n{err}");
+            }
+        }
+        self.stop();
+    }
+}
+
+fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A watch on the fake API server, read event by event (HTTP/1.0: the server
+/// closes the connection when the watch ends).
+pub struct KubeWatch {
+    reader: std::io::BufReader<std::net::TcpStream>,
+    /// The HTTP status of the watch request.
+    pub status: u16,
+}
+
+impl KubeWatch {
+    fn open(port: u16, path: &str, agent: Option<&str>) -> KubeWatch {
+        use std::io::{BufRead, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let agent = agent.map_or(String::new(), |a| format!("User-Agent: {a}\r\n"));
+        write!(
+            stream,
+            "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\n{agent}\r\n"
+        )
+        .unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut reader = std::io::BufReader::new(stream);
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let status = line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+                break;
+            }
+        }
+        KubeWatch { reader, status }
+    }
+
+    /// The next event (`{"type": ..., "object": ...}`) within `within`; None
+    /// when none came in time or the server ended the watch.
+    pub fn next(&mut self, within: Duration) -> Option<serde_json::Value> {
+        use std::io::BufRead;
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(within.max(Duration::from_millis(1))))
+            .unwrap();
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(serde_json::from_str(line.trim()).unwrap()),
+        }
+    }
+
+    /// Events until one satisfies `want` (returned), panicking after `within`.
+    pub fn until(
+        &mut self,
+        within: Duration,
+        what: &str,
+        want: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "timed out after {within:?} waiting for {what}"
+            );
+            if let Some(event) = self.next(left)
+                && want(&event)
+            {
+                return event;
+            }
+        }
+    }
+}
+
+/// What a kubectl run printed, and its exit code.
+#[derive(Debug)]
+pub struct KubectlOutput {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl KubectlOutput {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// A real kubectl pointed at a [`KubeApi`] (its kubeconfig, its own discovery
+/// cache directory).
+pub struct Kubectl {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    cache: tempfile::TempDir,
+}
+
+impl Kubectl {
+    /// kubectl `version` ("1.28" ... "1.33"): `kubectl.VERSION` in the Google
+    /// Cloud SDK (/usr/lib/google-cloud-sdk/bin) or in `TEND_KUBECTL_DIR`.
+    pub fn version(version: &str, api: &KubeApi) -> Kubectl {
+        let dir = std::env::var_os("TEND_KUBECTL_DIR").map_or_else(
+            || PathBuf::from("/usr/lib/google-cloud-sdk/bin"),
+            PathBuf::from,
+        );
+        let bin = dir.join(format!("kubectl.{version}"));
+        assert!(
+            bin.exists(),
+            "{} is missing: the tests run kubectl {version} from the Google Cloud SDK \
+             (Debian package google-cloud-cli, whose kubectl package ships kubectl.1.28 \
+             ... kubectl.1.33); set TEND_KUBECTL_DIR to a directory holding kubectl.{version}",
+            bin.display()
+        );
+        Kubectl {
+            bin,
+            kubeconfig: api.kubeconfig(),
+            cache: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        cmd.env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.cache.path())
+            .arg("--cache-dir")
+            .arg(self.cache.path().join("cache"))
+            .args(args);
+        cmd
+    }
+
+    /// Run to completion.
+    pub fn run(&self, args: &[&str]) -> KubectlOutput {
+        self.run_stdin(args, "")
+    }
+
+    /// Run to completion with `stdin` as its standard input (`-f -`).
+    pub fn run_stdin(&self, args: &[&str], stdin: &str) -> KubectlOutput {
+        use std::io::Write;
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let output = child.wait_with_output().unwrap();
+        KubectlOutput {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Run; assert it succeeded; its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.success(),
+            "{} {args:?} failed ({:?}): {}",
+            self.bin.display(),
+            out.code,
+            out.stderr
+        );
+        out.stdout
+    }
+
+    /// `kubectl ARGS -o json`, parsed.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(&all)).unwrap()
+    }
+
+    /// `kubectl apply -f -` of `manifest` with `extra` flags.
+    pub fn apply(&self, manifest: &str, extra: &[&str]) -> KubectlOutput {
+        let mut args = vec!["apply", "-f", "-"];
+        args.extend_from_slice(extra);
+        self.run_stdin(&args, manifest)
+    }
+
+    /// Start it in the background, stdout and stderr appended to `out`.
+    pub fn spawn(&self, args: &[&str], out: &Path) -> Child {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(out)
+            .unwrap();
+        self.command(args)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap()
+    }
+}

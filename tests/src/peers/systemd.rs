@@ -1,0 +1,228 @@
+//! A real systemd on a private bus (tests/peers/systemd.sh).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::{strip_ansi, wait_until, workspace_root};
+
+/// A real systemd (tests/peers/systemd.sh): PID 1 of private namespaces, on the
+/// host filesystem, with a private system bus. Units go in `units_dir()`; it is
+/// stopped by PID on drop, and dropping it fails if any of its processes remain.
+pub struct SystemdPeer {
+    address: String,
+    processes: PeerProcesses,
+    dir: tempfile::TempDir,
+}
+
+impl SystemdPeer {
+    /// Start a peer in a new temporary directory; returns once the manager
+    /// answers on its bus and has finished booting.
+    pub fn start() -> SystemdPeer {
+        let dir = tempfile::tempdir().unwrap();
+        let output = Command::new(workspace_root().join("tests/peers/systemd.sh"))
+            .arg("start")
+            .arg(dir.path())
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "the systemd peer did not start");
+        let address = String::from_utf8(output.stdout).unwrap().trim().to_string();
+        let cgroup = std::fs::read_to_string(dir.path().join("cgroup")).unwrap();
+        let processes = PeerProcesses {
+            dir: dir.path().canonicalize().unwrap(),
+            cgroup: PathBuf::from(cgroup.trim()),
+        };
+        SystemdPeer {
+            address,
+            processes,
+            dir,
+        }
+    }
+
+    /// Stop the manager and its bus (the directory stays): what a node sees
+    /// when systemd's bus goes away.
+    pub fn stop_bus(&self) {
+        let status = Command::new(workspace_root().join("tests/peers/systemd.sh"))
+            .arg("stop")
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "the systemd peer did not stop");
+    }
+
+    /// Start it again in the same directory, on the same bus address.
+    pub fn start_bus_again(&self) {
+        let output = Command::new(workspace_root().join("tests/peers/systemd.sh"))
+            .arg("start")
+            .arg(self.dir.path())
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "the systemd peer did not start again"
+        );
+        assert_eq!(
+            String::from_utf8(output.stdout).unwrap().trim(),
+            self.address
+        );
+    }
+
+    /// `unix:path=DIR/run/dbus/system_bus_socket`.
+    pub fn bus_address(&self) -> &str {
+        &self.address
+    }
+
+    /// The manager's only unit path.
+    pub fn units_dir(&self) -> PathBuf {
+        self.dir.path().join("units")
+    }
+
+    /// The peer's directory (units/, run/, console.log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The peer's processes, as seen in /proc; usable after the peer is dropped.
+    pub fn processes(&self) -> PeerProcesses {
+        self.processes.clone()
+    }
+
+    /// What the manager and its units wrote to the console so far.
+    pub fn console(&self) -> String {
+        let bytes = std::fs::read(self.dir.path().join("console.log")).unwrap_or_default();
+        strip_ansi(&String::from_utf8_lossy(&bytes))
+    }
+
+    /// `busctl --address=<bus> ARGS...`: asserts success, returns stdout.
+    pub fn busctl(&self, args: &[&str]) -> String {
+        let output = Command::new("busctl")
+            .arg(format!("--address={}", self.address))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "busctl {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    /// Call a method of org.freedesktop.systemd1.Manager, e.g.
+    /// `manager(&["StartUnit", "ss", "hello.service", "replace"])`; returns busctl's output.
+    pub fn manager(&self, method_and_args: &[&str]) -> String {
+        let mut args = vec![
+            "call",
+            "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1",
+            "org.freedesktop.systemd1.Manager",
+        ];
+        args.extend_from_slice(method_and_args);
+        self.busctl(&args)
+    }
+
+    /// A property of the org.freedesktop.systemd1.Unit interface (`ActiveState`,
+    /// `SubState`, `LoadState`, `FragmentPath`, ...): strings as they are, other
+    /// values as JSON. Uses `LoadUnit`, which also works for units not loaded yet.
+    pub fn unit_property(&self, unit: &str, property: &str) -> String {
+        let loaded: serde_json::Value = serde_json::from_str(&self.busctl(&[
+            "--json=short",
+            "call",
+            "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1",
+            "org.freedesktop.systemd1.Manager",
+            "LoadUnit",
+            "s",
+            unit,
+        ]))
+        .unwrap();
+        let path = loaded["data"][0].as_str().unwrap().to_string();
+        let value: serde_json::Value = serde_json::from_str(&self.busctl(&[
+            "--json=short",
+            "get-property",
+            "org.freedesktop.systemd1",
+            &path,
+            "org.freedesktop.systemd1.Unit",
+            property,
+        ]))
+        .unwrap();
+        match &value["data"] {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    /// Wait until `unit`'s `property` is `value`.
+    pub fn wait_for_unit(&self, unit: &str, property: &str, value: &str, within: Duration) {
+        wait_until(within, &format!("{unit} {property}={value}"), || {
+            self.unit_property(unit, property) == value
+        });
+    }
+}
+
+impl Drop for SystemdPeer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- systemd peer console ---\n{}", self.console());
+        }
+        let status = Command::new(workspace_root().join("tests/peers/systemd.sh"))
+            .arg("stop")
+            .arg(self.dir.path())
+            .status();
+        let stopped = status.is_ok_and(|s| s.success());
+        if !stopped && !std::thread::panicking() {
+            panic!(
+                "the systemd peer in {} did not stop cleanly",
+                self.dir.path().display()
+            );
+        }
+    }
+}
+
+/// Finds a systemd peer's processes in /proc: those in its cgroup (the manager,
+/// the bus, every unit's processes) or whose command line names its directory
+/// (script, unshare).
+#[derive(Clone, Debug)]
+pub struct PeerProcesses {
+    dir: PathBuf,
+    cgroup: PathBuf,
+}
+
+impl PeerProcesses {
+    /// "PID: command line" of each living process of the peer.
+    pub fn list(&self) -> Vec<String> {
+        let dir = self.dir.to_string_lossy().into_owned();
+        let dir_slash = format!("{dir}/");
+        let name = self.cgroup.file_name().unwrap().to_string_lossy();
+        let (exact, below) = (format!("0::/{name}"), format!("0::/{name}/"));
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            // Gone since read_dir, or a zombie (empty command line): not running.
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            let args: Vec<String> = cmdline
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+            let in_cgroup = cgroup.lines().any(|l| l == exact || l.starts_with(&below));
+            let names_dir = args.iter().any(|a| *a == dir || a.contains(&dir_slash));
+            if !args.is_empty() && (in_cgroup || names_dir) {
+                found.push(format!("{pid}: {}", args.join(" ")));
+            }
+        }
+        found
+    }
+
+    /// Whether the peer's cgroup directory still exists.
+    pub fn cgroup_exists(&self) -> bool {
+        self.cgroup.exists()
+    }
+}
