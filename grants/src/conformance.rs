@@ -947,6 +947,13 @@ fn kube_cases() -> Vec<Case> {
             ("v1", "Node", None, ""),
             listed(&["node-1"]),
         ),
+        // a JSON patch that does not apply changes nothing, as the API server's 422
+        kube(
+            pods,
+            KubeCall::Patch(PatchShape::Json, r#"[{"op": "replace", "path": "/spec/missing", "value": 1}]"#.into()),
+            pod("web"),
+            invalid("kube patch pods/default/web: the JSON patch does not apply (operation '/0' failed at path '/spec/missing': path is invalid); patch paths that exist, or `add` their parents first"),
+        ),
         // fields narrow patch
         kube(own_node, merge(r#"{"metadata": {"labels": {"a": "b"}}}"#), node, Allowed),
         kube(

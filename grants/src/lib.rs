@@ -17,11 +17,14 @@
 //!   [`files::file_mode`].
 //! - [`state::check_key`], [`state::check_value`]: the sizes of a plugin's state.
 //! - [`conformance::cases`]: a table of decisions both implementations must agree on.
+//! - [`Error`]: the one 8-case capability error (the WIT `error` variant) that
+//!   host and SDK both use; a [`Refusal`] converts into it.
 //!
 //! The crate builds for `wasm32-wasip2` as well as natively.
 
 pub mod conformance;
 pub mod cri;
+mod error;
 pub mod files;
 pub mod http;
 pub mod ident;
@@ -30,8 +33,10 @@ pub mod metrics;
 pub mod state;
 pub mod systemd;
 
-/// Why a grant check refused a call; maps onto the WIT error cases of the
-/// same names.
+pub use error::Error;
+
+/// Why a grant check refused a call: the two [`Error`] cases a pure rule can
+/// give, and converts into it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// No grant allows it; the message names the grant to add or change.

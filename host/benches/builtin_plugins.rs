@@ -10,7 +10,7 @@
 //! - mirror-gate: from a cache going dark to its mirror being withdrawn.
 
 mod common;
-use common::plugins_dir;
+use common::{plugins_dir, timed_reconcile};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,8 +19,7 @@ use tend::capabilities::cri::SandboxState;
 use tend::capabilities::files::RealFiles;
 use tend::capabilities::http::RealHttp;
 use tend::config::Config;
-use tend::runtime::{CallRequest, Runtime};
-use tend::scheduler::Trigger;
+use tend::runtime::Runtime;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 fn parse(text: &str) -> Config {
@@ -35,16 +34,7 @@ async fn reconcile(
 ) -> (Duration, String) {
     let plugin_config = &config.plugins[name];
     let plugin = runtime.load(&plugin_config.file).unwrap();
-    let request = CallRequest {
-        services,
-        planned: None,
-        triggers: vec![Trigger::new("interval")],
-        node_name: "bench",
-        dry_run: false,
-    };
-    let started = Instant::now();
-    let report = runtime.reconcile(&plugin, plugin_config, request).await;
-    let elapsed = started.elapsed();
+    let (elapsed, report) = timed_reconcile(runtime, &plugin, plugin_config, services).await;
     let outcome = report.result.unwrap_or_else(|e| panic!("{name}: {e}"));
     (elapsed, outcome.message)
 }

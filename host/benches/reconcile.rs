@@ -10,18 +10,17 @@
 //!   way node-problem-detector runs its plugins.
 
 mod common;
-use common::plugins_dir;
+use common::{plugins_dir, timed_reconcile};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tend::capabilities::Services;
-use tend::capabilities::gate::{Admission, BudgetRule, Budgets, Caller, Gate, Intent};
+use tend::capabilities::gate::{BudgetRule, Budgets, Caller, Gate, Intent};
 use tend::capabilities::limits::Limits;
 use tend::capabilities::state::{FakeState, RedbState};
 use tend::config::Config;
 use tend::journal::Journal;
-use tend::runtime::{CallRequest, Runtime};
-use tend::scheduler::Trigger;
+use tend::runtime::Runtime;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -138,16 +137,8 @@ fn main() {
         let samples = tokio.block_on(async {
             let mut samples = Vec::with_capacity(iterations);
             for i in 0..iterations + 50 {
-                let request = CallRequest {
-                    services: &services,
-                    planned: None,
-                    triggers: vec![Trigger::new("interval")],
-                    node_name: "bench",
-                    dry_run: false,
-                };
-                let started = Instant::now();
-                let report = runtime.reconcile(&plugin, plugin_config, request).await;
-                let elapsed = started.elapsed();
+                let (elapsed, report) =
+                    timed_reconcile(&runtime, &plugin, plugin_config, &services).await;
                 assert!(report.result.is_ok(), "{name}: {:?}", report.result);
                 if i >= 50 {
                     samples.push(elapsed);
@@ -211,10 +202,11 @@ async fn gate_costs() {
         let mut samples = Vec::with_capacity(n);
         for i in 0..n {
             let started = Instant::now();
-            match gate.admit(removal(format!("/f{i}"))).await.unwrap() {
-                Admission::Go(permit) => permit.finish("ok".into()),
-                Admission::Planned => unreachable!(),
-            }
+            gate.mutate(removal(format!("/f{i}")), Ok(()), |_permit| async {
+                Ok(())
+            })
+            .await
+            .unwrap();
             samples.push(started.elapsed());
         }
         gate.sync().await;

@@ -14,15 +14,18 @@
 //! call to org.freedesktop.systemd1 from one of tend's connections (those that
 //! sent `Subscribe`; the bench's own busctl calls never do).
 
-mod common;
-use common::plugins_dir;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tend::daemon::control::MANUAL_MIN_INTERVAL;
+use tend_e2e::{
+    Daemon, Sandbox, SystemdPeer, free_port, http_get, journal, peak_rss_kib, plugin_detail,
+    plugin_status, rss_kib, wait_until,
+};
 
 const FILES: usize = 50;
 const UNITS: usize = 10;
@@ -50,10 +53,6 @@ const READ_ONLY: &[&str] = &[
     "Ping",
 ];
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 /// Wall-clock microseconds: the clock of systemd's timestamps, of the bus
 /// monitor's and of `date +%s%N` in the units.
 fn now_us() -> u64 {
@@ -63,111 +62,6 @@ fn now_us() -> u64 {
         .as_micros() as u64
 }
 
-/// A real systemd on a private bus; stopped (systemd.sh stop) on drop.
-struct Peer {
-    address: String,
-    dir: tempfile::TempDir,
-}
-
-impl Peer {
-    fn start() -> Peer {
-        let dir = tempfile::tempdir().unwrap();
-        let output = Command::new(workspace().join("tests/peers/systemd.sh"))
-            .arg("start")
-            .arg(dir.path())
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap();
-        // Built before the assert: a failed start is stopped by the guard too.
-        let peer = Peer {
-            address: String::from_utf8(output.stdout).unwrap().trim().to_string(),
-            dir,
-        };
-        assert!(output.status.success(), "the systemd peer did not start");
-        peer
-    }
-
-    fn units_dir(&self) -> PathBuf {
-        self.dir.path().join("units")
-    }
-
-    fn busctl(&self, args: &[&str]) -> String {
-        let output = Command::new("busctl")
-            .arg(format!("--address={}", self.address))
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "busctl {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).unwrap()
-    }
-
-    fn manager(&self, method_and_args: &[&str]) -> String {
-        let mut args = vec![
-            "call",
-            "org.freedesktop.systemd1",
-            "/org/freedesktop/systemd1",
-            "org.freedesktop.systemd1.Manager",
-        ];
-        args.extend_from_slice(method_and_args);
-        self.busctl(&args)
-    }
-
-    /// Properties of the org.freedesktop.systemd1.Unit interface, as JSON values.
-    fn unit(&self, unit: &str, properties: &[&str]) -> Vec<Value> {
-        let loaded: Value =
-            serde_json::from_str(&self.manager(&["--json=short", "LoadUnit", "s", unit])).unwrap();
-        let path = loaded["data"][0].as_str().unwrap().to_string();
-        let mut args = vec![
-            "--json=short",
-            "get-property",
-            "org.freedesktop.systemd1",
-            &path,
-            "org.freedesktop.systemd1.Unit",
-        ];
-        args.extend_from_slice(properties);
-        self.busctl(&args)
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap()["data"].clone())
-            .collect()
-    }
-
-    fn active_state(&self, unit: &str) -> String {
-        self.unit(unit, &["ActiveState"])[0]
-            .as_str()
-            .unwrap()
-            .to_string()
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let console = std::fs::read(self.dir.path().join("console.log")).unwrap_or_default();
-            let console = String::from_utf8_lossy(&console);
-            let tail: Vec<&str> = console.lines().rev().take(40).collect();
-            eprintln!("--- systemd peer console (last lines) ---");
-            for line in tail.iter().rev() {
-                eprintln!("{line}");
-            }
-        }
-        let stopped = Command::new(workspace().join("tests/peers/systemd.sh"))
-            .arg("stop")
-            .arg(self.dir.path())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !stopped {
-            eprintln!(
-                "the systemd peer in {} did not stop cleanly",
-                self.dir.path().display()
-            );
-        }
-    }
-}
-
 /// `busctl monitor` on the peer's bus, keeping every method call to systemd.
 struct Monitor {
     child: Child,
@@ -175,9 +69,9 @@ struct Monitor {
 }
 
 impl Monitor {
-    fn start(peer: &Peer) -> Monitor {
+    fn start(peer: &SystemdPeer) -> Monitor {
         let mut child = Command::new("busctl")
-            .arg(format!("--address={}", peer.address))
+            .arg(format!("--address={}", peer.bus_address()))
             .args(["monitor", "--json=short"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -201,7 +95,7 @@ impl Monitor {
         });
         let monitor = Monitor { child, calls };
         // Attached once it sees a call of ours.
-        time_until(Duration::from_secs(10), || {
+        wait_until(Duration::from_secs(10), "the monitor to attach", || {
             peer.busctl(&[
                 "get-property",
                 "org.freedesktop.systemd1",
@@ -275,131 +169,50 @@ fn timeline(calls: &[Value], from: u64) -> String {
     parts.join(", ")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn http(port: u16, method: &str, path: &str) -> Option<String> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.0\r\nContent-Length: 0\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    Some(response.split_once("\r\n\r\n")?.1.to_string())
-}
-
-/// The named plugin's `/status` entry.
-fn plugin(port: u16, name: &str) -> Option<Value> {
-    let status: Value = serde_json::from_str(&http(port, "GET", "/status")?).ok()?;
-    status["plugins"]
-        .as_array()?
-        .iter()
-        .find(|p| p["name"] == name)
-        .cloned()
-}
-
-/// `POST /reconcile/NAME`: the reconcile's summary and the round trip.
-fn reconcile(port: u16, name: &str) -> (Value, Duration) {
+/// `POST /reconcile/NAME` on the daemon's control socket: the reconcile's
+/// summary, when it was posted (wall clock, microseconds) and the round trip.
+/// Waits out the daemon's minimum interval between manual reconciles of a
+/// plugin first, so that none is refused.
+fn reconcile(sandbox: &Sandbox, name: &str) -> (Value, u64, Duration) {
+    std::thread::sleep(MANUAL_MIN_INTERVAL);
+    let posted = now_us();
     let started = Instant::now();
-    let body = http(port, "POST", &format!("/reconcile/{name}")).expect("no answer");
+    let (status, body) = sandbox
+        .control_post(&format!("/reconcile/{name}"))
+        .expect("the daemon's control socket");
     let took = started.elapsed();
+    assert_eq!(status, 200, "POST /reconcile/{name}: {body}");
     let summary: Value =
         serde_json::from_str(&body).unwrap_or_else(|_| panic!("not a summary: {body}"));
-    (summary, took)
+    (summary, posted, took)
 }
 
-/// Poll every millisecond until `condition` holds; the time it took.
-fn time_until(limit: Duration, mut condition: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !condition() {
-        assert!(started.elapsed() < limit, "gave up after {limit:?}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    started.elapsed()
-}
-
-struct Daemon {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            eprintln!("--- tend run stderr ---\n{log}");
-        }
-    }
-}
-
-/// `tend run` on `dir`/tend.toml; returns once /readyz says ready.
-fn start(dir: &Path) -> Daemon {
-    let log = dir.join("tend.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_tend"))
-        .args(["run", "-c"])
-        .arg(dir.join("tend.toml"))
-        .env("TEND_LOG", "warn")
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let port = std::fs::read_to_string(dir.join("port"))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let daemon = Daemon { child, port, log };
-    time_until(Duration::from_secs(30), || {
-        http(port, "GET", "/readyz").is_some_and(|b| b == "ready\n")
+/// The release `tend run` on the sandbox's config; returns once /readyz says ready.
+fn start(sandbox: &Sandbox, port: u16) -> Daemon {
+    let daemon = sandbox.daemon_with_env(&[("TEND_LOG", "warn")]);
+    wait_until(Duration::from_secs(30), "/readyz", || {
+        http_get(port, "/readyz").is_ok_and(|(_, body)| body == "ready\n")
     });
     daemon
 }
 
 /// Wait until the plugin runs Cranelift code and has reconciled at least once.
-fn settle(daemon: &Daemon, name: &str) {
-    time_until(Duration::from_secs(120), || {
-        plugin(daemon.port, name)
-            .is_some_and(|p| p["compiler"] == "cranelift" && p["reconciles"].as_u64() >= Some(1))
+fn settle(port: u16, name: &str) {
+    wait_until(Duration::from_secs(120), "the Cranelift build", || {
+        let p = plugin_status(port, name);
+        p["compiler"] == "cranelift" && p["reconciles"].as_u64() >= Some(1)
     });
 }
 
 /// Wait until the plugin neither runs nor has a trigger pending.
-fn quiet(daemon: &Daemon, name: &str) {
-    time_until(Duration::from_secs(30), || {
-        let Some(body) = http(daemon.port, "GET", &format!("/status/{name}")) else {
-            return false;
-        };
-        let status: Value = serde_json::from_str(&body).unwrap_or_default();
+fn quiet(port: u16, name: &str) {
+    wait_until(Duration::from_secs(30), "the plugin quiet", || {
+        let status = plugin_detail(port, name);
         status["schedule"]["running"] == false
             && status["schedule"]["pending_triggers"]
                 .as_array()
                 .is_some_and(|p| p.is_empty())
     });
-}
-
-fn journal_len(dir: &Path) -> usize {
-    let output = Command::new(env!("CARGO_BIN_EXE_tend"))
-        .args(["journal", "--json", "-c"])
-        .arg(dir.join("tend.toml"))
-        .env("TEND_LOG", "warn")
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "tend journal failed");
-    String::from_utf8(output.stdout).unwrap().lines().count()
-}
-
-fn proc_status(pid: u32, key: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with(key)).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 /// The `p`-quantile (0..=1) of `values`, nearest rank.
@@ -413,23 +226,27 @@ fn toml_string(text: &str) -> String {
     serde_json::to_string(text).unwrap()
 }
 
-/// The config: all three built-in plugins, systemd on the peer's bus.
-fn write_config(dir: &Path, peer: &Peer) {
+/// The config: all three built-in plugins, systemd on the peer's bus, the
+/// bench's own compile cache (filled by the first daemon); returns the HTTP port.
+fn write_config(sandbox: &Sandbox, peer: &SystemdPeer) -> u16 {
     let port = free_port();
-    std::fs::write(dir.join("port"), port.to_string()).unwrap();
-    let (etc, units, certs) = (dir.join("etc"), peer.units_dir(), dir.join("certs.d"));
+    let (etc, units, certs) = (
+        sandbox.path("etc"),
+        peer.units_dir(),
+        sandbox.path("certs.d"),
+    );
     // Grants are directory roots: the declaration file gets one of its own.
-    let (decl_dir, declaration) = (dir.join("decl"), dir.join("decl/declaration.json"));
-    let config = format!(
-        r#"[host]
-plugins-dir = "plugins"
-state-dir = "state"
-cache-dir = "cache"
+    let (decl_dir, declaration) = (sandbox.path("decl"), sandbox.path("decl/declaration.json"));
+    let host = format!(
+        r#"cache-dir = "cache"
 listen = "127.0.0.1:{port}"
 [host.systemd]
 bus = {bus}
-
-[plugins.mirror-gate]
+"#,
+        bus = toml_string(peer.bus_address()),
+    );
+    let plugins = format!(
+        r#"[plugins.mirror-gate]
 interval = "1h"
 [plugins.mirror-gate.grants]
 files = [{{ path = {certs}, write = true }}]
@@ -458,25 +275,20 @@ backoff-ms = 0
 max-restarts = 1000
 window-ms = 600000
 "#,
-        bus = toml_string(&peer.address),
         certs = toml_string(&certs.display().to_string()),
         etc = toml_string(&etc.display().to_string()),
         units = toml_string(&units.display().to_string()),
         decl_dir = toml_string(&decl_dir.display().to_string()),
         declaration = toml_string(&declaration.display().to_string()),
     );
-    std::fs::write(dir.join("tend.toml"), config).unwrap();
+    sandbox.config_with_host(&host, &plugins);
     std::fs::create_dir_all(&etc).unwrap();
     std::fs::create_dir_all(&decl_dir).unwrap();
     std::fs::create_dir_all(&certs).unwrap();
-    std::fs::create_dir_all(dir.join("plugins")).unwrap();
     for name in ["mirror-gate", "unit-applier", "unit-doctor"] {
-        std::fs::copy(
-            plugins_dir().join(format!("{name}.wasm")),
-            dir.join(format!("plugins/{name}.wasm")),
-        )
-        .unwrap();
+        sandbox.add_plugin(name, name);
     }
+    port
 }
 
 /// 50 files and 10 oneshot units, each unit depending on 5 of the files. No
@@ -510,13 +322,16 @@ fn declaration(dir: &Path) -> Value {
 }
 
 fn main() {
+    // SAFETY: no other thread runs yet. The harness runs `tend` from TEND_BIN:
+    // here the release build cargo made for this bench.
+    unsafe { std::env::set_var("TEND_BIN", env!("CARGO_BIN_EXE_tend")) };
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     // Declared first, dropped last: the peer outlives the daemon and the monitor.
-    let peer = Peer::start();
+    let peer = SystemdPeer::start();
     let monitor = Monitor::start(&peer);
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
-    write_config(dir, &peer);
+    let sandbox = Sandbox::new();
+    let dir = sandbox.dir.path();
+    let port = write_config(&sandbox, &peer);
 
     // The unit unit-doctor checks: a long-running service whose ExecStartPre
     // appends the wall clock in ns to `starts`. %% is systemd's escape for %.
@@ -531,44 +346,47 @@ fn main() {
     .unwrap();
     peer.manager(&["Reload"]);
     peer.manager(&["StartUnit", "ss", DOCTOR_UNIT, "replace"]);
-    time_until(Duration::from_secs(10), || {
-        peer.active_state(DOCTOR_UNIT) == "active"
-    });
+    peer.wait_for_unit(
+        DOCTOR_UNIT,
+        "ActiveState",
+        "active",
+        Duration::from_secs(10),
+    );
 
     // Fill the compile cache (the declaration file does not exist yet, so
     // unit-applier only waits for it), then start again with a warm cache.
-    let filling = start(dir);
+    let filling = start(&sandbox, port);
     for name in ["mirror-gate", "unit-applier", "unit-doctor"] {
-        settle(&filling, name);
+        settle(port, name);
     }
     drop(filling);
-    let daemon = start(dir);
+    let daemon = start(&sandbox, port);
     for name in ["mirror-gate", "unit-applier", "unit-doctor"] {
-        time_until(Duration::from_secs(30), || {
-            plugin(daemon.port, name).is_some_and(|p| p["reconciles"].as_u64() >= Some(1))
+        wait_until(Duration::from_secs(30), "a first reconcile", || {
+            plugin_status(port, name)["reconciles"].as_u64() >= Some(1)
         });
     }
-    let pid = daemon.child.id();
+    let pid = daemon.pid();
     std::thread::sleep(Duration::from_secs(5));
-    let rss_start = (proc_status(pid, "VmRSS:"), proc_status(pid, "VmHWM:"));
+    let rss_start = (rss_kib(pid), peak_rss_kib(pid));
 
     println!("== unit-applier: first apply of {FILES} files and {UNITS} units ==");
     std::fs::write(
-        dir.join("decl/declaration.json"),
+        sandbox.path("decl/declaration.json"),
         serde_json::to_string_pretty(&declaration(dir)).unwrap(),
     )
     .unwrap();
-    let journal_before = journal_len(dir);
-    let from = now_us();
-    let (summary, round_trip) = reconcile(daemon.port, "unit-applier");
+    let journal_before = journal(&sandbox).len();
+    let (summary, from, round_trip) = reconcile(&sandbox, "unit-applier");
     let to = now_us();
     assert_eq!(summary["health"], "healthy", "{summary:#}");
     let mut last_active = 0;
     for u in 0..UNITS {
         let unit = format!("bench-{u:02}.service");
-        let props = peer.unit(&unit, &["ActiveState", "ActiveEnterTimestamp"]);
-        assert_eq!(props[0], "active", "{unit} after the first apply");
-        last_active = last_active.max(props[1].as_u64().unwrap());
+        let state = peer.unit_property(&unit, "ActiveState");
+        assert_eq!(state, "active", "{unit} after the first apply");
+        let active_at = peer.unit_property(&unit, "ActiveEnterTimestamp");
+        last_active = last_active.max(active_at.parse::<u64>().unwrap());
     }
     let calls = monitor.tend_calls(from, to);
     let mutating: Vec<Value> = calls.iter().filter(|c| is_mutating(c)).cloned().collect();
@@ -581,7 +399,7 @@ fn main() {
     println!(
         "{} mutations reported, {} journal entries; D-Bus calls to systemd: {} ({} mutating: {})",
         summary["mutations"].as_array().unwrap().len(),
-        journal_len(dir) - journal_before,
+        journal(&sandbox).len() - journal_before,
         calls.len(),
         mutating.len(),
         by_member(&mutating)
@@ -591,15 +409,15 @@ fn main() {
 
     println!("\n== unit-applier: no-op reconcile, {NOOP_RUNS} runs after the first apply ==");
     for _ in 0..3 {
-        reconcile(daemon.port, "unit-applier"); // warm-up, not counted
+        reconcile(&sandbox, "unit-applier"); // warm-up, not counted
     }
-    let journal_before = journal_len(dir);
+    let journal_before = journal(&sandbox).len();
     let (mut elapsed, mut round_trips) = (Vec::new(), Vec::new());
     let mut messages = BTreeSet::new();
     let mut mutations = 0;
     let from = now_us();
     for _ in 0..NOOP_RUNS {
-        let (summary, round_trip) = reconcile(daemon.port, "unit-applier");
+        let (summary, _, round_trip) = reconcile(&sandbox, "unit-applier");
         elapsed.push(summary["elapsed_ms"].as_f64().unwrap());
         round_trips.push(ms(round_trip));
         mutations += summary["mutations"].as_array().unwrap().len();
@@ -621,7 +439,7 @@ fn main() {
     );
     println!(
         "over {NOOP_RUNS} runs: {mutations} mutations reported, {} new journal entries, {} D-Bus calls to systemd ({mutating} mutating); message {messages:?}",
-        journal_len(dir) - journal_before,
+        journal(&sandbox).len() - journal_before,
         calls.len(),
     );
 
@@ -641,19 +459,25 @@ fn main() {
     let mut failed_to_first_call = Vec::new();
     let mut restart_to_pre = Vec::new();
     for round in 0..DOCTOR_ROUNDS + 2 {
-        quiet(&daemon, "unit-doctor");
+        quiet(port, "unit-doctor");
         std::thread::sleep(Duration::from_millis(100));
         let before = lines(&starts).len();
         let kill_sent = now_us();
         peer.manager(&["KillUnit", "ssi", DOCTOR_UNIT, "all", "9"]);
         let killed = now_us();
-        time_until(Duration::from_secs(10), || lines(&starts).len() > before);
-        let pre_ran = lines(&starts)[before] / 1000;
-        time_until(Duration::from_secs(10), || {
-            peer.active_state(DOCTOR_UNIT) == "active"
+        wait_until(Duration::from_secs(10), "ExecStartPre to run", || {
+            lines(&starts).len() > before
         });
-        let failed_at = peer.unit(DOCTOR_UNIT, &["InactiveEnterTimestamp"])[0]
-            .as_u64()
+        let pre_ran = lines(&starts)[before] / 1000;
+        peer.wait_for_unit(
+            DOCTOR_UNIT,
+            "ActiveState",
+            "active",
+            Duration::from_secs(10),
+        );
+        let failed_at: u64 = peer
+            .unit_property(DOCTOR_UNIT, "InactiveEnterTimestamp")
+            .parse()
             .unwrap();
         let calls = monitor.tend_calls(kill_sent, pre_ran);
         let restart = calls
@@ -697,7 +521,7 @@ fn main() {
     );
 
     println!("\n== tend run, mirror-gate + unit-applier + unit-doctor loaded, idle ==");
-    quiet(&daemon, "unit-doctor");
+    quiet(port, "unit-doctor");
     std::thread::sleep(Duration::from_secs(5));
     println!(
         "RSS after start-up (warm cache, 5 s idle): {} KiB (peak {} KiB)",
@@ -705,8 +529,8 @@ fn main() {
     );
     println!(
         "RSS after the runs above (5 s idle): {} KiB (peak {} KiB)",
-        proc_status(pid, "VmRSS:"),
-        proc_status(pid, "VmHWM:")
+        rss_kib(pid),
+        peak_rss_kib(pid)
     );
     drop(daemon);
     drop(monitor);

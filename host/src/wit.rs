@@ -7,6 +7,8 @@ wasmtime::component::bindgen!({
     world: "plugin",
     imports: { default: async },
     exports: { default: async },
+    // The backends speak these types directly; their fakes and tests compare them.
+    additional_derives: [PartialEq, Eq],
 });
 
-pub use self::tend::plugin::{files, http, log, state, types};
+pub use self::tend::plugin::{cri, files, http, log, metrics, state, systemd, types};

@@ -74,32 +74,26 @@ pub(crate) fn from_wit_error(e: wit::Error) -> Error {
     }
 }
 
+/// [`WasmHost`]'s accessors: each listed capability's wasm glue.
+macro_rules! wasm_host {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident: $trait:ident, $wasm:ident, $fake:ident, [$($ty:ident),*], [$($test:ident),*];
+    )*) => {
+        impl Host for WasmHost {
+            fn log(&self, level: Level, message: &str) {
+                crate::log::wasm_log(level, message);
+            }
+            $(
+                fn $name(&self) -> &dyn crate::$trait {
+                    &crate::$name::wasm::$wasm
+                }
+            )*
+        }
+    };
+}
+
 /// The real host, reached through the component's imports.
 struct WasmHost;
 
-impl Host for WasmHost {
-    fn log(&self, level: Level, message: &str) {
-        crate::log::wasm_log(level, message);
-    }
-    fn state(&self) -> &dyn crate::State {
-        &crate::state::wasm::WasmState
-    }
-    fn files(&self) -> &dyn crate::Files {
-        &crate::files::wasm::WasmFiles
-    }
-    fn http(&self) -> &dyn crate::Http {
-        &crate::http::wasm::WasmHttp
-    }
-    fn metrics(&self) -> &dyn crate::Metrics {
-        &crate::metrics::wasm::WasmMetrics
-    }
-    fn systemd(&self) -> &dyn crate::Systemd {
-        &crate::systemd::wasm::WasmSystemd
-    }
-    fn cri(&self) -> &dyn crate::Cri {
-        &crate::cri::wasm::WasmCri
-    }
-    fn kube(&self) -> &dyn crate::Kube {
-        &crate::kube::wasm::WasmKube
-    }
-}
+capability_list!(wasm_host);

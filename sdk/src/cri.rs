@@ -332,6 +332,12 @@ pub struct FakeCri {
     time_left: Cell<Option<Duration>>,
 }
 
+impl crate::testing::Fake for FakeCri {
+    fn for_plugin(plugin: &str) -> Self {
+        FakeCri::new(plugin)
+    }
+}
+
 impl Default for FakeCri {
     /// For a plugin named "test".
     fn default() -> Self {
@@ -530,7 +536,7 @@ impl FakeCri {
         self.grant
             .borrow()
             .check_read(&self.plugin, call)
-            .map_err(crate::types::refused)?;
+            .map_err(crate::Error::from)?;
         self.failing(call)
     }
 
@@ -539,9 +545,9 @@ impl FakeCri {
     /// then the action is recorded. False when the sandbox does not exist
     /// (nothing is recorded).
     fn mutate(&self, operation: Operation, id: &str) -> Result<bool> {
-        check_id("sandbox id", id).map_err(crate::types::refused)?;
+        check_id("sandbox id", id).map_err(crate::Error::from)?;
         let grant = self.grant.borrow();
-        (grant.check_operation(&self.plugin, operation, id)).map_err(crate::types::refused)?;
+        (grant.check_operation(&self.plugin, operation, id)).map_err(crate::Error::from)?;
         let sandboxes = self.sandboxes.borrow();
         let Some(found) = sandboxes.iter().find(|s| s.sandbox.id == id) else {
             return Ok(false);
@@ -555,7 +561,7 @@ impl FakeCri {
                 SandboxState::NotReady => tend_grants::cri::SandboxState::NotReady,
             },
         };
-        (grant.check_sandbox(&self.plugin, operation, &sandbox)).map_err(crate::types::refused)?;
+        (grant.check_sandbox(&self.plugin, operation, &sandbox)).map_err(crate::Error::from)?;
         self.failing(operation.name())?;
         self.actions
             .borrow_mut()
@@ -579,9 +585,9 @@ impl Cri for FakeCri {
     }
     fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandbox>> {
         self.read("list-pod-sandboxes")?;
-        tend_grants::cri::check_filter_labels(&filter.labels).map_err(crate::types::refused)?;
+        tend_grants::cri::check_filter_labels(&filter.labels).map_err(crate::Error::from)?;
         if let Some(id) = &filter.id {
-            check_id("sandbox id", id).map_err(crate::types::refused)?;
+            check_id("sandbox id", id).map_err(crate::Error::from)?;
         }
         let sandboxes = self.sandboxes.borrow();
         Ok(sandboxes
@@ -593,7 +599,7 @@ impl Cri for FakeCri {
     }
     fn pod_sandbox_status(&self, id: &str) -> Result<SandboxStatus> {
         self.read("pod-sandbox-status")?;
-        check_id("sandbox id", id).map_err(crate::types::refused)?;
+        check_id("sandbox id", id).map_err(crate::Error::from)?;
         let sandboxes = self.sandboxes.borrow();
         let found = sandboxes.iter().find(|s| s.sandbox.id == id).cloned();
         found.ok_or_else(|| Error::NotFound(format!("cri pod-sandbox-status: no sandbox {id}")))
@@ -624,7 +630,7 @@ impl Cri for FakeCri {
     fn list_containers(&self, pod_sandbox_id: Option<&str>) -> Result<Vec<Container>> {
         self.read("list-containers")?;
         if let Some(id) = pod_sandbox_id {
-            check_id("sandbox id", id).map_err(crate::types::refused)?;
+            check_id("sandbox id", id).map_err(crate::Error::from)?;
         }
         let containers = self.containers.borrow();
         Ok(containers
@@ -639,13 +645,13 @@ impl Cri for FakeCri {
     }
     fn image_status(&self, image: &str) -> Result<Option<Image>> {
         self.read("image-status")?;
-        let full = normalize_image(image).map_err(crate::types::refused)?;
+        let full = normalize_image(image).map_err(crate::Error::from)?;
         Ok(self.find_image(&full))
     }
     fn pull_image(&self, image: &str, timeout: Duration) -> Result<String> {
         let full = (self.grant.borrow())
             .check_pull(&self.plugin, image)
-            .map_err(crate::types::refused)?;
+            .map_err(crate::Error::from)?;
         let left = self.time_left.get().map(|l| l.saturating_sub(PULL_MARGIN));
         if timeout.is_zero() || left.is_some_and(|left| timeout > left) {
             return Err(Error::Invalid(format!(

@@ -138,6 +138,12 @@ pub struct FakeFiles {
     grants: RefCell<Vec<FileGrant>>,
 }
 
+impl crate::testing::Fake for FakeFiles {
+    fn for_plugin(plugin: &str) -> Self {
+        FakeFiles::new(plugin)
+    }
+}
+
 impl Default for FakeFiles {
     /// For a plugin named "test".
     fn default() -> Self {
@@ -203,7 +209,7 @@ impl FakeFiles {
     /// granted root itself.
     fn check(&self, path: &str, write: bool) -> Result<(String, bool)> {
         let resolved = resolve(&self.grants.borrow(), &self.plugin, path, write)
-            .map_err(crate::types::refused)?;
+            .map_err(crate::Error::from)?;
         Ok((key(path), resolved.rel.as_os_str().is_empty()))
     }
 }
@@ -242,7 +248,7 @@ impl Files for FakeFiles {
                 "{path} is a granted root directory, not a file"
             )));
         }
-        let mode = tend_grants::files::file_mode(path, mode).map_err(crate::types::refused)?;
+        let mode = tend_grants::files::file_mode(path, mode).map_err(crate::Error::from)?;
         let new = (contents.to_vec(), mode);
         self.add_parents(&key);
         let old = self.files.borrow_mut().insert(key, new.clone());

@@ -1,53 +1,41 @@
 //! The [`Host`] a reconcile is handed, and [`NotProvided`], what its accessors
 //! return by default. Each capability (its trait, wasm glue and fake) lives in
-//! its own module: `log`, `state`, `files`, `http`.
+//! its own module; its accessor here comes from the list in `lib.rs`.
 
-use crate::{Cri, Error, Files, Http, Kube, Level, Metrics, State, Systemd};
+use crate::{Error, Level};
 
-/// What a reconcile can reach. Whether a call succeeds depends on the
-/// operator's grants: an ungranted call returns `denied`, with a message naming
-/// the grant to add.
-///
-/// Every accessor has a default, so a capability added to the SDK later does
-/// not break an existing implementation of this trait: a capability the
-/// implementation does not override is [`NotProvided`], whose every call
-/// returns [`Error::Denied`] ("... is not provided by this host ..."), and the
-/// default [`Host::log`] drops the line. The wasm host and
-/// [`crate::testing::FakeHost`] override every accessor.
-pub trait Host {
-    /// Log a line; the default drops it.
-    fn log(&self, level: Level, message: &str) {
-        let _ = (level, message);
-    }
-    /// The plugin's own persistent key-value store.
-    fn state(&self) -> &dyn State {
-        &NotProvided
-    }
-    /// Files inside the granted roots.
-    fn files(&self) -> &dyn Files {
-        &NotProvided
-    }
-    /// Outbound HTTP to the granted URL patterns.
-    fn http(&self) -> &dyn Http {
-        &NotProvided
-    }
-    /// systemd units within the granted patterns and operations.
-    fn systemd(&self) -> &dyn Systemd {
-        &NotProvided
-    }
-    /// The container runtime over CRI, within the granted reads, operations and images.
-    fn cri(&self) -> &dyn Cri {
-        &NotProvided
-    }
-    /// Counters and gauges for the host's `/metrics` (always granted).
-    fn metrics(&self) -> &dyn Metrics {
-        &NotProvided
-    }
-    /// The Kubernetes API, within the granted RBAC-like rules.
-    fn kube(&self) -> &dyn Kube {
-        &NotProvided
-    }
+/// [`Host`]: `log`, then one accessor per listed capability, defaulting to
+/// [`NotProvided`].
+macro_rules! host_trait {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident: $trait:ident, $wasm:ident, $fake:ident, [$($ty:ident),*], [$($test:ident),*];
+    )*) => {
+        /// What a reconcile can reach. Whether a call succeeds depends on the
+        /// operator's grants: an ungranted call returns `denied`, with a message naming
+        /// the grant to add.
+        ///
+        /// Every accessor has a default, so a capability added to the SDK later does
+        /// not break an existing implementation of this trait: a capability the
+        /// implementation does not override is [`NotProvided`], whose every call
+        /// returns [`Error::Denied`] ("... is not provided by this host ..."), and the
+        /// default [`Host::log`] drops the line. The wasm host and
+        /// [`crate::testing::FakeHost`] override every accessor.
+        pub trait Host {
+            /// Log a line; the default drops it.
+            fn log(&self, level: Level, message: &str) {
+                let _ = (level, message);
+            }
+            $(
+                $(#[$doc])*
+                fn $name(&self) -> &dyn crate::$trait {
+                    &NotProvided
+                }
+            )*
+        }
+    };
 }
+capability_list!(host_trait);
 
 /// A capability the [`Host`] does not provide: it implements every capability
 /// trait, and every call returns [`Error::Denied`]. The default of each

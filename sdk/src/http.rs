@@ -126,6 +126,12 @@ pub struct FakeHttp {
     batches: RefCell<Vec<usize>>,
 }
 
+impl crate::testing::Fake for FakeHttp {
+    fn for_plugin(plugin: &str) -> Self {
+        FakeHttp::new(plugin)
+    }
+}
+
 impl Default for FakeHttp {
     /// For a plugin named "test".
     fn default() -> Self {
@@ -193,7 +199,7 @@ impl Http for FakeHttp {
         // The host upper-cases the method before checking and sending.
         let method = request.method.to_ascii_uppercase();
         check_url(&self.grants.borrow(), &self.plugin, &method, &request.url)
-            .map_err(crate::types::refused)?;
+            .map_err(crate::Error::from)?;
         self.sent.borrow_mut().push(request.clone());
         self.responses
             .borrow()

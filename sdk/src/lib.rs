@@ -19,35 +19,101 @@
 //! tend_sdk::export_plugin!(Hello);
 //! ```
 
+/// The registration list: one entry per capability reached through a [`Host`]
+/// accessor (`log` is a method of [`Host`], outside the list), so adding one is
+/// its module plus an entry here. An entry is the accessor's doc, then the
+/// module's name and what it holds: the trait (also implemented for
+/// [`NotProvided`]), its wasm glue `wasm::$wasm`, its fake (implementing
+/// `testing::Fake`), the types re-exported at the crate root and the extra
+/// names re-exported from [`testing`]. Generated from it: the modules and
+/// re-exports (below), the [`Host`] accessors with their [`NotProvided`]
+/// defaults (`host.rs`), the [`testing::FakeHost`] fields and accessors
+/// (`testing.rs`) and the wasm host's accessors (`__wasm.rs`). Each of those
+/// is a `$callback` matching `$( $(#[doc])* name: Trait, Wasm, Fake, [types],
+/// [testing]; )*`.
+macro_rules! capability_list {
+    ($callback:ident) => {
+        capability_list! { @entries $callback
+            /// The plugin's own persistent key-value store.
+            state: State { wasm: WasmState, fake: FakeState },
+            /// Files inside the granted roots.
+            files: Files {
+                wasm: WasmFiles,
+                fake: FakeFiles,
+                types: [DirEntry, FileKind, Metadata],
+            },
+            /// Outbound HTTP to the granted URL patterns.
+            http: Http { wasm: WasmHttp, fake: FakeHttp, types: [Request, Response] },
+            /// systemd units within the granted patterns and operations.
+            systemd: Systemd {
+                wasm: WasmSystemd,
+                fake: FakeSystemd,
+                types: [JobResult, UnitStatus],
+            },
+            /// The container runtime over CRI, within the granted reads, operations and images.
+            cri: Cri {
+                wasm: WasmCri,
+                fake: FakeCri,
+                types: [
+                    Container, ContainerState, Image, PodSandbox, RuntimeVersion, SandboxFilter,
+                    SandboxState, SandboxStatus,
+                ],
+            },
+            /// Counters and gauges for the host's `/metrics` (always granted).
+            metrics: Metrics { wasm: WasmMetrics, fake: FakeMetrics },
+            /// The Kubernetes API, within the granted RBAC-like rules.
+            kube: Kube {
+                wasm: WasmKube,
+                fake: FakeKube,
+                types: [EventType, ListParams, ObjectKey, ObjectList, PatchType],
+                testing: [IntoKubeRules, RecordedEvent, RecordedPatch, merge_patch],
+            },
+        }
+    };
+    // Fills in the optional parts, so each callback matches one plain shape.
+    (@entries $callback:ident $(
+        $(#[$doc:meta])*
+        $name:ident: $trait:ident {
+            wasm: $wasm:ident,
+            fake: $fake:ident
+            $(, types: [$($ty:ident),* $(,)?])?
+            $(, testing: [$($test:ident),* $(,)?])?
+            $(,)?
+        },
+    )*) => {
+        $callback! { $(
+            $(#[$doc])*
+            $name: $trait, $wasm, $fake, [$($($ty),*)?], [$($($test),*)?];
+        )* }
+    };
+}
+
+/// Each capability's module, its trait and types at the crate root.
+macro_rules! capability_modules {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident: $trait:ident, $wasm:ident, $fake:ident, [$($ty:ident),*], [$($test:ident),*];
+    )*) => {
+        $(
+            mod $name;
+            pub use $name::{$trait $(, $ty)*};
+        )*
+    };
+}
+capability_list!(capability_modules);
+
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
 pub mod __wasm;
 mod clock;
-mod cri;
-mod files;
 mod host;
-mod http;
-mod kube;
 mod log;
-mod metrics;
-mod state;
-mod systemd;
 pub mod testing;
 mod types;
 
 pub use clock::{human_duration, wall_clock_ms};
-pub use cri::{
-    Container, ContainerState, Cri, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxState,
-    SandboxStatus,
-};
-pub use files::{DirEntry, FileKind, Files, Metadata};
 pub use host::{Host, NotProvided};
-pub use http::{Http, Request, Response};
-pub use kube::{EventType, Kube, ListParams, ObjectKey, ObjectList, PatchType};
 pub use log::Level;
-pub use metrics::Metrics;
-pub use state::State;
-pub use systemd::{JobResult, Systemd, UnitStatus};
 pub use types::{Context, Error, Health, Outcome, PluginInfo, Result, Trigger};
 
 /// The generated bindings of the `tend:plugin` world. Plugin authors do not need

@@ -75,6 +75,12 @@ pub struct FakeMetrics {
     values: RefCell<BTreeMap<Series, f64>>,
 }
 
+impl crate::testing::Fake for FakeMetrics {
+    fn for_plugin(plugin: &str) -> Self {
+        FakeMetrics::new(plugin)
+    }
+}
+
 impl Default for FakeMetrics {
     /// For a plugin named "test".
     fn default() -> Self {
@@ -117,7 +123,7 @@ impl FakeMetrics {
         value: f64,
         update: impl FnOnce(&mut f64),
     ) -> Result<()> {
-        check_series(kind, name, &owned(labels), value).map_err(crate::types::refused)?;
+        check_series(kind, name, &owned(labels), value).map_err(crate::Error::from)?;
         let key = series(kind, name, labels);
         let mut values = self.values.borrow_mut();
         if !values.contains_key(&key) && values.len() >= MAX_SERIES {

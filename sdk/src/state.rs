@@ -79,21 +79,28 @@ pub struct FakeState {
     entries: RefCell<BTreeMap<String, Vec<u8>>>,
 }
 
+impl crate::testing::Fake for FakeState {
+    /// State needs no grant, so nothing names the plugin.
+    fn for_plugin(_plugin: &str) -> Self {
+        FakeState::default()
+    }
+}
+
 impl State for FakeState {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        check_key(key).map_err(crate::types::refused)?;
+        check_key(key).map_err(crate::Error::from)?;
         Ok(self.entries.borrow().get(key).cloned())
     }
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        check_key(key).map_err(crate::types::refused)?;
-        check_value(key, value).map_err(crate::types::refused)?;
+        check_key(key).map_err(crate::Error::from)?;
+        check_value(key, value).map_err(crate::Error::from)?;
         self.entries
             .borrow_mut()
             .insert(key.to_string(), value.to_vec());
         Ok(())
     }
     fn delete(&self, key: &str) -> Result<bool> {
-        check_key(key).map_err(crate::types::refused)?;
+        check_key(key).map_err(crate::Error::from)?;
         Ok(self.entries.borrow_mut().remove(key).is_some())
     }
     fn list_keys(&self, prefix: &str) -> Result<Vec<String>> {

@@ -188,6 +188,12 @@ pub struct FakeSystemd {
     failure: RefCell<Option<Error>>,
 }
 
+impl crate::testing::Fake for FakeSystemd {
+    fn for_plugin(plugin: &str) -> Self {
+        FakeSystemd::new(plugin)
+    }
+}
+
 impl Default for FakeSystemd {
     /// For a plugin named "test".
     fn default() -> Self {
@@ -263,7 +269,7 @@ impl FakeSystemd {
         self.grant
             .borrow()
             .check(&self.plugin, unit, operation)
-            .map_err(crate::types::refused)
+            .map_err(crate::Error::from)
     }
 
     fn job(&self, operation: Operation, unit: &str) -> Result<JobResult> {
@@ -291,7 +297,7 @@ impl FakeSystemd {
 
     fn unit_files(&self, operation: Operation, units: &[&str]) -> Result<()> {
         tend_grants::systemd::check_names(operation.name(), units)
-            .map_err(crate::types::refused)?;
+            .map_err(crate::Error::from)?;
         for unit in units {
             self.check(unit, Some(operation))?;
         }
@@ -329,7 +335,7 @@ impl Systemd for FakeSystemd {
             }))
     }
     fn list_units(&self, patterns: &[&str]) -> Result<Vec<UnitStatus>> {
-        tend_grants::systemd::check_names("list-units", patterns).map_err(crate::types::refused)?;
+        tend_grants::systemd::check_names("list-units", patterns).map_err(crate::Error::from)?;
         if let Some(error) = self.failure.borrow().clone() {
             return Err(error);
         }
@@ -383,7 +389,7 @@ impl Systemd for FakeSystemd {
                 "the unit files",
                 Some(Operation::DaemonReload),
             )
-            .map_err(crate::types::refused)?;
+            .map_err(crate::Error::from)?;
         self.actions.borrow_mut().push("daemon-reload".to_string());
         Ok(())
     }

@@ -14,30 +14,61 @@
 //! assert_eq!(denied.message(), "no files grant covers /etc/hosts: add { path = \"/etc\" } to [plugins.mirror-gate.grants] files");
 //! ```
 
-pub use crate::cri::FakeCri;
-pub use crate::files::FakeFiles;
-pub use crate::http::FakeHttp;
-pub use crate::kube::{FakeKube, IntoKubeRules, RecordedEvent, RecordedPatch, merge_patch};
-pub use crate::metrics::FakeMetrics;
-pub use crate::state::FakeState;
-pub use crate::systemd::FakeSystemd;
-
 use crate::log::FakeLog;
-use crate::{Cri, Files, Host, Http, Kube, Level, Metrics, State, Systemd};
+use crate::{Host, Level};
 
-/// A [`Host`] whose capabilities are the public fakes, for one plugin: its name
-/// appears in denial messages, as `[plugins.NAME.grants]`.
-pub struct FakeHost {
-    pub state: FakeState,
-    pub files: FakeFiles,
-    pub http: FakeHttp,
-    pub metrics: FakeMetrics,
-    pub systemd: FakeSystemd,
-    pub cri: FakeCri,
-    pub kube: FakeKube,
-    plugin: String,
-    log: FakeLog,
+/// What [`FakeHost::named`] needs of each capability's fake: one for the
+/// plugin `plugin`, with nothing granted (the name appears in denial messages).
+pub(crate) trait Fake {
+    fn for_plugin(plugin: &str) -> Self;
 }
+
+/// [`FakeHost`] with one public field per listed capability, its fake, and
+/// the `Host` accessors handing them out; the fakes re-exported here.
+macro_rules! fake_host {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident: $trait:ident, $wasm:ident, $fake:ident, [$($ty:ident),*], [$($test:ident),*];
+    )*) => {
+        $( pub use crate::$name::{$fake $(, $test)*}; )*
+
+        /// A [`Host`] whose capabilities are the public fakes, for one plugin: its name
+        /// appears in denial messages, as `[plugins.NAME.grants]`.
+        pub struct FakeHost {
+            $(
+                #[doc = concat!(
+                    "What [`Host::", stringify!($name), "`] hands out: grant, script and inspect it here."
+                )]
+                pub $name: $fake,
+            )*
+            plugin: String,
+            log: FakeLog,
+        }
+
+        impl FakeHost {
+            /// A host for the plugin `plugin`, with no grants.
+            pub fn named(plugin: &str) -> Self {
+                FakeHost {
+                    $( $name: Fake::for_plugin(plugin), )*
+                    plugin: plugin.to_string(),
+                    log: FakeLog::default(),
+                }
+            }
+        }
+
+        impl Host for FakeHost {
+            fn log(&self, level: Level, message: &str) {
+                self.log.log(level, message);
+            }
+            $(
+                fn $name(&self) -> &dyn crate::$trait {
+                    &self.$name
+                }
+            )*
+        }
+    };
+}
+capability_list!(fake_host);
 
 impl Default for FakeHost {
     fn default() -> Self {
@@ -51,21 +82,6 @@ impl FakeHost {
         FakeHost::named("test")
     }
 
-    /// A host for the plugin `plugin`, with no grants.
-    pub fn named(plugin: &str) -> Self {
-        FakeHost {
-            state: FakeState::default(),
-            files: FakeFiles::new(plugin),
-            http: FakeHttp::new(plugin),
-            metrics: FakeMetrics::new(plugin),
-            systemd: FakeSystemd::new(plugin),
-            cri: FakeCri::new(plugin),
-            kube: FakeKube::new(plugin),
-            plugin: plugin.to_string(),
-            log: FakeLog::default(),
-        }
-    }
-
     /// The plugin name the grants belong to.
     pub fn plugin(&self) -> &str {
         &self.plugin
@@ -74,33 +90,6 @@ impl FakeHost {
     /// Every line logged so far.
     pub fn logs(&self) -> Vec<(Level, String)> {
         self.log.lines()
-    }
-}
-
-impl Host for FakeHost {
-    fn log(&self, level: Level, message: &str) {
-        self.log.log(level, message);
-    }
-    fn state(&self) -> &dyn State {
-        &self.state
-    }
-    fn files(&self) -> &dyn Files {
-        &self.files
-    }
-    fn http(&self) -> &dyn Http {
-        &self.http
-    }
-    fn metrics(&self) -> &dyn Metrics {
-        &self.metrics
-    }
-    fn systemd(&self) -> &dyn Systemd {
-        &self.systemd
-    }
-    fn cri(&self) -> &dyn Cri {
-        &self.cri
-    }
-    fn kube(&self) -> &dyn Kube {
-        &self.kube
     }
 }
 

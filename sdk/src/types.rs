@@ -3,6 +3,11 @@
 
 use serde::de::DeserializeOwned;
 
+/// The one error type of every capability; each case carries an
+/// operator-facing message. The host returns the very same type (it lives in
+/// the rules crate), so fakes and host agree on cases, kinds and display.
+pub use tend_grants::Error;
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why a reconcile runs; see `wit/types.wit`.
@@ -128,64 +133,6 @@ impl PluginInfo {
     }
 }
 
-/// The one error type of every capability; each case carries an operator-facing message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Error {
-    Denied(String),
-    NotFound(String),
-    Conflict(String),
-    Unavailable(String),
-    Timeout(String),
-    Invalid(String),
-    BudgetExhausted(String),
-    Other(String),
-}
-
-impl Error {
-    /// The case name as in the WIT (`not-found`, ...).
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Error::Denied(_) => "denied",
-            Error::NotFound(_) => "not-found",
-            Error::Conflict(_) => "conflict",
-            Error::Unavailable(_) => "unavailable",
-            Error::Timeout(_) => "timeout",
-            Error::Invalid(_) => "invalid",
-            Error::BudgetExhausted(_) => "budget-exhausted",
-            Error::Other(_) => "other",
-        }
-    }
-
-    pub fn message(&self) -> &str {
-        match self {
-            Error::Denied(m)
-            | Error::NotFound(m)
-            | Error::Conflict(m)
-            | Error::Unavailable(m)
-            | Error::Timeout(m)
-            | Error::Invalid(m)
-            | Error::BudgetExhausted(m)
-            | Error::Other(m) => m,
-        }
-    }
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.kind(), self.message())
-    }
-}
-
-impl std::error::Error for Error {}
-
-/// A grant refusal of [`tend_grants`] as the capability error the host returns.
-pub(crate) fn refused(refusal: tend_grants::Refusal) -> Error {
-    match refusal {
-        tend_grants::Refusal::Denied(m) => Error::Denied(m),
-        tend_grants::Refusal::Invalid(m) => Error::Invalid(m),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,10 +151,5 @@ mod tests {
         assert_eq!(err.kind(), "invalid");
         assert!(err.message().contains("[plugins.demo.config]"), "{err}");
         assert!(err.message().contains("nmae"), "{err}");
-    }
-
-    #[test]
-    fn error_display_shows_kind_and_message() {
-        assert_eq!(Error::Denied("add x".into()).to_string(), "denied: add x");
     }
 }

@@ -1,10 +1,11 @@
 //! The `kube` capability end to end: the real `tend`, the real `chaos` plugin
-//! (its kube-label, kube-list and kube-watch modes), the fake Kubernetes API
-//! server (tests/peers/kube-apiserver.py) over HTTP, and real kubectl to look
-//! at what tend did. Grants narrowed to the node's own Node, Events aggregated,
-//! watch triggers, one shared watch, reads served from the watch cache, leader
-//! election for cluster-scope plugins, and `tend rbac`. Every wait is on a
-//! condition with a deadline.
+//! (its kube-label, kube-list, kube-watch and kube-call modes), the fake
+//! Kubernetes API server (tests/peers/kube-apiserver.py) over HTTP, and real
+//! kubectl to look at what tend did. Grants narrowed to the node's own Node,
+//! Events aggregated, watch triggers, one shared watch, reads served from the
+//! watch cache, plans by the API server's dry run, leader election for
+//! cluster-scope plugins, and `tend rbac`. Every wait is on a condition with a
+//! deadline.
 
 use serde_json::{Value, json};
 use std::process::Command;
@@ -453,6 +454,94 @@ fn a_reconcile_reading_cached_objects_makes_no_api_request() {
         done - runs
     );
     drop(daemon);
+}
+
+/// A plugin granted only `patch` on its own Node: `tend plan` sends the
+/// patch as the API server's dry run, so the plan answers what the real run
+/// does (not `denied`, as when a plan answered with a `get`), shows the
+/// server's object diff, and changes nothing.
+#[test]
+fn a_planned_patch_is_the_servers_dry_run_under_the_same_grant() {
+    let api = KubeApi::start();
+    let kubectl = Kubectl::version("1.33", &api);
+    let out = kubectl.apply(&node_manifest("node-1"), &[]);
+    assert!(out.success(), "{}", out.stderr);
+    let before = kubectl.json(&["get", "node", "node-1"]);
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("chaos", "labeler");
+    let grant = r#"[{ resource = "nodes", verbs = ["patch"], names = ["$NODE"] }]"#;
+    let config = "mode = \"kube-call\"\nop = \"patch\"\napi-version = \"v1\"\nkind = \"Node\"\nname = \"node-1\"\npatch-type = \"merge\"\nbody = '{\"metadata\": {\"labels\": {\"tend.dev/planned\": \"yes\"}}}'";
+    sandbox.config_on_node(
+        "node-1",
+        &kube_host(&api, None),
+        &chaos("labeler", "", Some(grant), config),
+    );
+    let rv = api.resource_version();
+    let mut watch = api.watch(&format!("/api/v1/nodes?watch=1&resourceVersion={rv}"));
+    assert_eq!(watch.status, 200);
+
+    let plan = sandbox.tend(&["plan", "labeler"]);
+    assert!(plan.success, "{}{}", plan.stdout, plan.stderr);
+    assert!(
+        plan.stdout.contains("labeler: healthy: ok"),
+        "{}",
+        plan.stdout
+    );
+    assert!(
+        plan.stdout
+            .contains("would kube.patch nodes/node-1 (merge patch, "),
+        "{}",
+        plan.stdout
+    );
+    assert!(
+        plan.stdout
+            .contains("      --- nodes/node-1\n      +++ nodes/node-1\n"),
+        "{}",
+        plan.stdout
+    );
+    assert!(
+        plan.stdout
+            .contains("      +      \"tend.dev/planned\": \"yes\""),
+        "the label the patch would set, from the server's dry run: {}",
+        plan.stdout
+    );
+    let patches: Vec<Value> = api
+        .requests_since(0)
+        .into_iter()
+        .filter(|r| r["verb"] == "patch")
+        .collect();
+    assert_eq!(patches.len(), 1, "{patches:#?}");
+    assert_eq!(patches[0]["query"]["dryRun"], "All", "{patches:#?}");
+    let after = kubectl.json(&["get", "node", "node-1"]);
+    assert_eq!(
+        after["metadata"]["resourceVersion"],
+        before["metadata"]["resourceVersion"]
+    );
+    assert_eq!(
+        after["metadata"]["labels"], before["metadata"]["labels"],
+        "a plan changes nothing"
+    );
+    assert_eq!(api.resource_version(), rv, "no resourceVersion bump");
+
+    let real = sandbox.tend(&["reconcile", "labeler"]);
+    assert!(real.success, "{}{}", real.stdout, real.stderr);
+    assert!(
+        real.stdout.contains("labeler: healthy: ok"),
+        "the plan's answer: {}",
+        real.stdout
+    );
+    assert!(
+        real.stdout.contains("did kube.patch nodes/node-1"),
+        "{}",
+        real.stdout
+    );
+    // The first watch event since the plan is the real patch: the plan sent none.
+    let event = watch.next(WITHIN).expect("the real patch's event");
+    assert_eq!(event["type"], "MODIFIED", "{event:#}");
+    assert_eq!(
+        event["object"]["metadata"]["labels"]["tend.dev/planned"], "yes",
+        "{event:#}"
+    );
 }
 
 /// One `tend run` of the leader-election test: node-name `node`, a

@@ -547,6 +547,131 @@ fn kubectl_delete_then_not_found() {
     });
 }
 
+/// `--dry-run=server` (`dryRun=All`): the server validates and answers the
+/// object as it would be, and persists nothing: no resourceVersion bump, no
+/// watch event (the first event after the dry runs is the real change).
+#[test]
+fn kubectl_dry_run_server_answers_and_persists_nothing() {
+    each_kubectl(|api, k| {
+        k.ok(&["create", "configmap", "x", "--from-literal=a=1"]);
+        let service = |name: &str, extra: &[&str]| {
+            let manifest = format!(
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  ports: [{{port: 80}}]\n"
+            );
+            let out = k.run_stdin(
+                &[&["create", "-f", "-", "-o", "json"], extra].concat(),
+                &manifest,
+            );
+            assert!(out.success(), "{out:?}");
+            serde_json::from_str::<Value>(&out.stdout).unwrap()
+        };
+        service("s", &[]);
+        let before = api.resource_version();
+        let x_rv = rv(&k.json(&["get", "configmap", "x"]));
+        let mut watch = api.watch(&format!(
+            "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={before}"
+        ));
+        assert_eq!(watch.status, 200);
+
+        let would = k.json(&[
+            "patch",
+            "configmap",
+            "x",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"data":{"a":"2"},"metadata":{"labels":{"l":"v"}}}"#,
+            "--dry-run=server",
+            "-o",
+            "json",
+        ]);
+        assert_eq!(would["data"]["a"], "2", "{would:#}");
+        assert_eq!(would["metadata"]["labels"]["l"], "v");
+        assert_eq!(
+            rv(&would),
+            x_rv,
+            "the object's own resourceVersion, not a new one"
+        );
+        let out = k.run(&[
+            "patch",
+            "configmap",
+            "x",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"labels":{"bad key":"v"}}}"#,
+            "--dry-run=server",
+        ]);
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(out.stderr.contains("is invalid"), "{}", out.stderr);
+
+        let would = k.json(&[
+            "create",
+            "configmap",
+            "y",
+            "--from-literal=b=1",
+            "--dry-run=server",
+            "-o",
+            "json",
+        ]);
+        assert_eq!(would["metadata"]["name"], "y", "{would:#}");
+        assert_eq!(would["data"]["b"], "1");
+        assert!(
+            would["metadata"]["uid"].is_string(),
+            "the server filled it in: {would:#}"
+        );
+        let out = k.run(&["create", "configmap", "x", "--dry-run=server"]);
+        assert!(
+            out.stderr.contains(r#"configmaps "x" already exists"#),
+            "{}",
+            out.stderr
+        );
+        // A dry-run Service shows the ClusterIP the next real one gets.
+        let dry = service("t", &["--dry-run=server"]);
+
+        let out = k.ok(&["delete", "configmap", "x", "--dry-run=server"]);
+        assert!(
+            out.contains(r#"configmap "x" deleted (server dry run)"#),
+            "{out}"
+        );
+        let out = k.run(&["delete", "configmap", "nope", "--dry-run=server"]);
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr.contains(r#"configmaps "nope" not found"#),
+            "{}",
+            out.stderr
+        );
+
+        assert_eq!(
+            api.resource_version(),
+            before,
+            "a dry run bumps no resourceVersion"
+        );
+        let x = k.json(&["get", "configmap", "x"]);
+        assert_eq!(x["data"]["a"], "1");
+        assert!(x["metadata"].get("labels").is_none(), "{x:#}");
+        assert_eq!(
+            k.run(&["get", "configmap", "y"]).code,
+            Some(1),
+            "a dry-run create creates nothing"
+        );
+        k.ok(&["label", "configmap", "x", "real=yes"]);
+        let event = watch.next(WITHIN).expect("the real change's event");
+        assert_eq!(event["type"], "MODIFIED", "{event:#}");
+        assert_eq!(
+            event["object"]["metadata"]["labels"],
+            json!({"real": "yes"}),
+            "the first event is the real change: {event:#}"
+        );
+        assert!(dry["spec"]["clusterIP"].is_string(), "{dry:#}");
+        let t = service("t", &[]);
+        assert_eq!(
+            t["spec"]["clusterIP"], dry["spec"]["clusterIP"],
+            "the dry run took no ClusterIP"
+        );
+    });
+}
+
 #[test]
 fn kubectl_get_watch_prints_changes_as_they_happen() {
     each_kubectl(|api, k| {

@@ -1064,9 +1064,12 @@ class Store:
                 state[key] = c.prev
         return state
 
-    def next_ip(self):
-        self.ip += 1
-        return f"10.96.{(self.ip >> 8) & 255}.{self.ip & 255}"
+    def next_ip(self, dry=False):
+        """The next ClusterIP; a dry run sees it without taking it."""
+        ip = self.ip + 1
+        if not dry:
+            self.ip = ip
+        return f"10.96.{(ip >> 8) & 255}.{ip & 255}"
 
 
 def new_meta(res, obj):
@@ -1101,7 +1104,7 @@ def default_pod_spec(spec):
         c.setdefault("resources", {})
 
 
-def default_on_create(res, obj, store):
+def default_on_create(res, obj, store, dry=False):
     k = res.kind
     if res.plural == "pods":
         default_pod_spec(obj.setdefault("spec", {}))
@@ -1129,7 +1132,7 @@ def default_on_create(res, obj, store):
         spec.setdefault("type", "ClusterIP")
         spec.setdefault("sessionAffinity", "None")
         if spec.get("type") != "ExternalName" and "clusterIP" not in spec:
-            spec["clusterIP"] = store.next_ip()
+            spec["clusterIP"] = store.next_ip(dry)
             spec["clusterIPs"] = [spec["clusterIP"]]
         for p in spec.get("ports") or []:
             if isinstance(p, dict):
@@ -2417,7 +2420,7 @@ class Server:
         m.pop("managedFields", None)
         obj = drop_nulls(obj)
         new_meta(res, obj)
-        default_on_create(res, obj, self.store)
+        default_on_create(res, obj, self.store, dry)
         causes = validate(res, obj, None, res)
         if causes:
             raise invalid(res, name, causes)

@@ -4,7 +4,8 @@
 //!
 //! This file holds what every test uses (paths, ports, HTTP, waiting);
 //! [`sandbox`] a scratch directory and its config, [`daemon`] a running
-//! `tend run` and what it serves, [`peers`] the real peers on loopback. Each
+//! `tend run` and what it serves, [`peers`] the real peers on loopback,
+//! [`process`] what /proc says of a process's memory and CPU. Each
 //! is re-exported here, so tests `use tend_e2e::{...}` without module paths.
 
 use std::io::Read;
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 pub mod daemon;
 pub mod peers;
+pub mod process;
 pub mod sandbox;
 
 pub use daemon::*;
@@ -23,6 +25,7 @@ pub use peers::kube::*;
 pub use peers::net::*;
 pub use peers::registry::*;
 pub use peers::systemd::*;
+pub use process::*;
 pub use sandbox::*;
 
 pub fn workspace_root() -> PathBuf {
@@ -76,6 +79,11 @@ pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
+    Ok(split_response(&response))
+}
+
+/// An HTTP/1.x response as (status, body); status 0 when there is none.
+pub(crate) fn split_response(response: &str) -> (u16, String) {
     let status = response
         .split(' ')
         .nth(1)
@@ -85,7 +93,7 @@ pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
         .split_once("\r\n\r\n")
         .map_or("", |(_, b)| b)
         .to_string();
-    Ok((status, body))
+    (status, body)
 }
 
 /// The sha256 digest of a file as tend reports it.
@@ -101,15 +109,31 @@ pub fn digest_of(path: &Path) -> String {
 }
 
 /// Poll `condition` until it holds or `within` passes; panics with `what`.
-pub fn wait_until(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
+pub fn wait_until(within: Duration, what: &str, condition: impl FnMut() -> bool) {
+    poll_until(within, what, Duration::from_millis(20), condition);
+}
+
+/// [`wait_until`] polling every millisecond, returning how long it took: for
+/// the benches, which report that time, so the polling must not blur it.
+pub fn time_until(within: Duration, what: &str, condition: impl FnMut() -> bool) -> Duration {
+    poll_until(within, what, Duration::from_millis(1), condition)
+}
+
+fn poll_until(
+    within: Duration,
+    what: &str,
+    every: Duration,
+    mut condition: impl FnMut() -> bool,
+) -> Duration {
+    let started = Instant::now();
     while !condition() {
         assert!(
-            Instant::now() < deadline,
+            started.elapsed() < within,
             "timed out after {within:?} waiting for {what}"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(every);
     }
+    started.elapsed()
 }
 
 pub(crate) fn strip_ansi(text: &str) -> String {
@@ -171,15 +195,5 @@ pub fn http_call(
     stream.write_all(request.as_bytes())?;
     let mut response = Vec::new();
     stream.read_to_end(&mut response)?;
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    Ok((status, body))
+    Ok(split_response(&String::from_utf8_lossy(&response)))
 }

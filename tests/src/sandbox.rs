@@ -1,10 +1,13 @@
 //! A scratch directory with its config, the `tend` commands run against it,
 //! its journal, and a ConfigMap volume as kubelet lays it out.
 
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
-use crate::{Daemon, plugin, tend_bin, workspace_root};
+use crate::{Daemon, plugin, split_response, tend_bin, workspace_root};
 
 /// A scratch directory with a plugins dir, a state dir and a config file.
 /// All sandboxes share one compile cache, so each component compiles once.
@@ -71,6 +74,21 @@ impl Sandbox {
             .output()
             .unwrap();
         Outcome::from(output)
+    }
+
+    /// `POST PATH` over the running daemon's control socket (`state/tend.sock`;
+    /// the HTTP port is read-only), e.g. `/reconcile/NAME`, which answers once
+    /// the reconcile is done, with its summary: (status, body).
+    pub fn control_post(&self, path: &str) -> std::io::Result<(u16, String)> {
+        let mut stream = UnixStream::connect(self.path("state/tend.sock"))?;
+        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+        write!(
+            stream,
+            "POST {path} HTTP/1.1\r\nHost: tend\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response)?;
+        Ok(split_response(&String::from_utf8_lossy(&response)))
     }
 
     /// Start `tend run` in the background.

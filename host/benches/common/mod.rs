@@ -1,6 +1,11 @@
 //! Shared by the bench binaries.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tend::capabilities::Services;
+use tend::config::PluginConfig;
+use tend::runtime::{CallRequest, CompiledPlugin, ReconcileReport, Runtime};
+use tend::scheduler::Trigger;
 
 /// target/plugins, where `cargo xtask plugins` puts the built plugins.
 pub fn plugins_dir() -> PathBuf {
@@ -10,4 +15,24 @@ pub fn plugins_dir() -> PathBuf {
         "run `cargo xtask plugins` first"
     );
     dir
+}
+
+/// One reconcile on an interval trigger, as the scheduler asks for it, timed
+/// around the runtime's call alone: what the host adds to the plugin's work.
+pub async fn timed_reconcile(
+    runtime: &Runtime,
+    plugin: &CompiledPlugin,
+    config: &PluginConfig,
+    services: &Services,
+) -> (Duration, ReconcileReport) {
+    let request = CallRequest {
+        services,
+        planned: None,
+        triggers: vec![Trigger::new("interval")],
+        node_name: "bench",
+        dry_run: false,
+    };
+    let started = Instant::now();
+    let report = runtime.reconcile(plugin, config, request).await;
+    (started.elapsed(), report)
 }

@@ -1,10 +1,12 @@
 //! What every capability is: a per-call adapter over a shared backend, with
 //! its grant type, its `[host.<name>]` settings, a real backend and a fake, and
-//! its WIT binding. The registration list (`registry.rs`) generates everything
-//! that has one field or one entry per capability from this trait.
+//! its WIT binding, and the hooks the host calls for it (trigger source,
+//! `/metrics` families). The registration list (`registry.rs`) generates
+//! everything that has one field or one entry per capability from this trait.
 
 use super::call::Call;
 use super::registry::Capabilities;
+use super::triggers::TriggerSource;
 use serde::de::DeserializeOwned;
 use std::path::Path;
 use std::sync::Arc;
@@ -44,6 +46,21 @@ pub trait Capability: Sized + Send + 'static {
         linker: &mut Linker<T>,
         get: fn(&mut T) -> &mut Self,
     ) -> wasmtime::Result<()>;
+
+    /// Hook: the source of triggers this capability notices (systemd: unit
+    /// state changes), started once by the scheduler; most have none.
+    fn trigger_source(
+        _backend: &Arc<Self::Backend>,
+    ) -> Option<Box<dyn TriggerSource<Self::Grant>>> {
+        None
+    }
+
+    /// Hook: this capability's own families on `/metrics` (its backend's
+    /// counters, the series plugins recorded), of the plugins `configured`
+    /// accepts; most have none.
+    fn render_metrics(_backend: &Self::Backend, _configured: &dyn Fn(&str) -> bool) -> String {
+        String::new()
+    }
 }
 
 /// The store data of a call: where the linker finds the adapters.

@@ -128,8 +128,9 @@ async fn on_the_host(case: &Case) -> Expect {
                 url: url.clone(),
                 headers: vec![],
                 body: None,
+                timeout_ms: None,
             };
-            http.send(request, None).await.map(drop)
+            http.send(request).await.map(drop)
         }
         Op::Kube(_) => unreachable!("decided above"),
         Op::Systemd(systemd) => {

@@ -1,10 +1,12 @@
 //! The registration list: one line per capability. Everything that has one
 //! field or one entry per capability (grants, `[host]` settings, backends,
-//! fakes, per-call adapters, linker registration, budgetable operations) is
-//! generated from it, here and in the config.
+//! fakes, per-call adapters, linker registration, budgetable operations, the
+//! capabilities' trigger sources and `/metrics` families) is generated from
+//! it, here and in the config.
 
 use super::call::Call;
 use super::capability::{BackendEnv, Capability, HasCapabilities};
+use super::triggers::{GrantsSource, Picked};
 use crate::wit;
 use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
@@ -85,6 +87,24 @@ macro_rules! generate {
         }
 
         impl Backends {
+            /// Every capability's trigger source, in registration order.
+            pub fn trigger_sources(&self) -> Vec<Box<dyn GrantsSource>> {
+                let mut sources: Vec<Box<dyn GrantsSource>> = Vec::new();
+                $(
+                    if let Some(source) = <$cap as Capability>::trigger_source(&self.$name) {
+                        sources.push(Box::new(Picked { source, pick: |grants: &Grants| &grants.$name }));
+                    }
+                )*
+                sources
+            }
+
+            /// Every capability's own `/metrics` families, of the plugins `configured` accepts.
+            pub fn render_metrics(&self, configured: &dyn Fn(&str) -> bool) -> String {
+                let mut text = String::new();
+                $( text.push_str(&<$cap as Capability>::render_metrics(&*self.$name, configured)); )*
+                text
+            }
+
             pub fn real(settings: &Settings, env: &BackendEnv) -> anyhow::Result<Self> {
                 Ok(Backends { $( $name: <$cap as Capability>::real(&settings.$name, env)?, )* })
             }
@@ -140,5 +160,20 @@ mod tests {
                 .iter()
                 .any(|o| o.starts_with("state.") || o.starts_with("metrics.") || o == "files.read")
         );
+    }
+
+    #[test]
+    fn metrics_renders_the_series_of_configured_plugins_through_its_hook() {
+        let (backends, _) = Backends::fake();
+        let counter = crate::capabilities::metrics::Kind::Counter;
+        for plugin in ["kept", "gone"] {
+            backends
+                .metrics
+                .record(plugin, counter, "syncs_total", &[], 1.0)
+                .unwrap();
+        }
+        let text = backends.render_metrics(&|plugin| plugin == "kept");
+        assert!(text.contains("plugin=\"kept\""), "{text}");
+        assert!(!text.contains("plugin=\"gone\""), "{text}");
     }
 }

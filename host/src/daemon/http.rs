@@ -57,14 +57,12 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>
     match path {
         "/metrics" => {
             let table = shared.table.read().unwrap();
-            // The host's own families, then the series plugins recorded
-            // (only of plugins still configured).
+            // The host's own families, then each capability's (only of
+            // plugins still configured).
             let mut text = shared.metrics.render(&table);
             let configured = |plugin: &str| table.plugins.contains_key(plugin);
-            text.push_str(&shared.services.backends.metrics.render(&configured));
-            text.push_str(&crate::capabilities::kube::render_metrics(
-                &*shared.services.backends.kube,
-            ));
+            let backends = &shared.services.backends;
+            text.push_str(&backends.render_metrics(&configured));
             respond(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
         "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n".into()),

@@ -284,18 +284,7 @@ fn from_wit_outcome(outcome: types::Outcome, min_requeue: Duration) -> Outcome {
 
 /// The plugin's error, its text bounded like every text a plugin returns.
 fn from_wit_error(error: types::Error) -> CapError {
-    use types::Error as E;
-    match error {
-        E::Denied(m) => E::Denied(bounded(m)),
-        E::NotFound(m) => E::NotFound(bounded(m)),
-        E::Conflict(m) => E::Conflict(bounded(m)),
-        E::Unavailable(m) => E::Unavailable(bounded(m)),
-        E::Timeout(m) => E::Timeout(bounded(m)),
-        E::Invalid(m) => E::Invalid(bounded(m)),
-        E::BudgetExhausted(m) => E::BudgetExhausted(bounded(m)),
-        E::Other(m) => E::Other(bounded(m)),
-    }
-    .into()
+    CapError::from(error).map_message(bounded)
 }
 
 /// Turn an error out of wasmtime into the cause an operator can act on.

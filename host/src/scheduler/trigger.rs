@@ -9,12 +9,14 @@ pub const INTERVAL: &str = "interval";
 pub const REQUEUE: &str = "requeue";
 /// A file under one of its `watch` paths changed; the subject is the path.
 pub const FILE: &str = "file";
-/// One of its granted, watched units changed active state; the subject is the unit.
-pub const UNIT: &str = "unit";
 /// An object it watches (a kube grant with the `watch` verb) was added,
 /// changed or deleted; the subject is "<resource>/<namespace>/<name>" (no
-/// namespace part for cluster-scoped objects).
-pub const KUBE: &str = "kube";
+/// namespace part for cluster-scoped objects; the kube capability's trigger
+/// source sends it).
+pub use crate::capabilities::kube::KUBE_TRIGGER as KUBE;
+/// One of its granted, watched units changed active state; the subject is
+/// the unit (the systemd capability's trigger source sends it).
+pub use crate::capabilities::systemd::UNIT_TRIGGER as UNIT;
 /// This host started leading (holds the cluster's Lease): cluster-scope plugins run.
 pub const LEADER: &str = "leader";
 /// A new version of its component was swapped in.

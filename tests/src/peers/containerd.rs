@@ -445,17 +445,7 @@ impl Drop for ContainerdPeer {
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
             );
         }
-        let status = Command::new(workspace_root().join("tests/peers/containerd.sh"))
-            .arg("stop")
-            .arg(self.dir.path())
-            .status();
-        let stopped = status.is_ok_and(|s| s.success());
-        if !stopped && !std::thread::panicking() {
-            panic!(
-                "the containerd peer in {} did not stop cleanly",
-                self.dir.path().display()
-            );
-        }
+        super::stop_with_script("containerd.sh", self.dir.path());
     }
 }
 

@@ -59,27 +59,24 @@ impl Drop for SilentPeer {
 /// unreachable. The rule is removed by [`SynDrop::accept_syns`] or on drop.
 /// Needs root.
 pub fn drop_syns(port: u16) -> SynDrop {
+    insert_drop(port, "", &["--syn"])
+}
+
+/// Inserts `-i lo -p tcp --dport PORT <matching> -j DROP`, tagged with a
+/// comment naming this process (`kind` tells the rules of one port apart), so
+/// [`remove_stale_syn_drops`] removes it if this process dies.
+fn insert_drop(port: u16, kind: &str, matching: &[&str]) -> SynDrop {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     remove_stale_syn_drops();
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let comment = format!("{SYN_DROP_TAG}{}:{port}:{n}", std::process::id());
-    let rule = [
-        "-i",
-        "lo",
-        "-p",
-        "tcp",
-        "--dport",
-        &port.to_string(),
-        "--syn",
-        "-m",
-        "comment",
-        "--comment",
-        &comment,
-        "-j",
-        "DROP",
-    ]
-    .map(str::to_string)
-    .to_vec();
+    let comment = format!("{SYN_DROP_TAG}{}:{port}:{kind}{n}", std::process::id());
+    let dport = port.to_string();
+    let mut rule: Vec<String> = ["-i", "lo", "-p", "tcp", "--dport", &dport]
+        .into_iter()
+        .chain(matching.iter().copied())
+        .map(str::to_string)
+        .collect();
+    rule.extend(["-m", "comment", "--comment", &comment, "-j", "DROP"].map(str::to_string));
     let output = iptables(&["-I", "INPUT"], &rule);
     assert!(
         output.status.success(),
@@ -174,35 +171,5 @@ fn remove_stale_syn_drops() {
 /// connects time out. Undone like [`drop_syns`]: [`SynDrop::accept_syns`] or
 /// drop. Needs root.
 pub fn drop_packets(port: u16) -> SynDrop {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    remove_stale_syn_drops();
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    // The same tag as drop_syns' rules: removed the same way if this process dies.
-    let comment = format!("{SYN_DROP_TAG}{}:{port}:all{n}", std::process::id());
-    let rule = [
-        "-i",
-        "lo",
-        "-p",
-        "tcp",
-        "--dport",
-        &port.to_string(),
-        "-m",
-        "comment",
-        "--comment",
-        &comment,
-        "-j",
-        "DROP",
-    ]
-    .map(str::to_string)
-    .to_vec();
-    let output = iptables(&["-I", "INPUT"], &rule);
-    assert!(
-        output.status.success(),
-        "iptables -I INPUT {rule:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    SynDrop {
-        port,
-        rule: Some(rule),
-    }
+    insert_drop(port, "all", &[])
 }

@@ -167,17 +167,7 @@ impl Drop for SystemdPeer {
         if std::thread::panicking() {
             eprintln!("--- systemd peer console ---\n{}", self.console());
         }
-        let status = Command::new(workspace_root().join("tests/peers/systemd.sh"))
-            .arg("stop")
-            .arg(self.dir.path())
-            .status();
-        let stopped = status.is_ok_and(|s| s.success());
-        if !stopped && !std::thread::panicking() {
-            panic!(
-                "the systemd peer in {} did not stop cleanly",
-                self.dir.path().display()
-            );
-        }
+        super::stop_with_script("systemd.sh", self.dir.path());
     }
 }
 

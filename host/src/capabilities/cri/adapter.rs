@@ -11,15 +11,13 @@ use super::backend::{
     Container, CriBackend, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxState,
     SandboxStatus,
 };
-use super::fake::FakeCri;
 use super::grants::{
     CriGrant, Operation, check_id, check_operation, check_pull, check_read, check_sandbox,
 };
-use super::real::RealCri;
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{BackendEnv, Capability};
+use crate::capabilities::capability::Capability;
 use crate::capabilities::error::CapError;
-use crate::capabilities::gate::{Admission, Intent, Permit};
+use crate::capabilities::gate::{Intent, Performed};
 use serde::{Deserialize, Deserializer, de::Error as _};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,82 +47,15 @@ impl<'de> Deserialize<'de> for UnixEndpoint {
     }
 }
 
-const DEFAULT_SOCKET: &str = "/run/containerd/containerd.sock";
+pub(super) const DEFAULT_SOCKET: &str = "/run/containerd/containerd.sock";
 
 /// Time a plugin keeps, after its pull's deadline, to report before the reconcile's.
 const PULL_MARGIN: Duration = Duration::from_secs(1);
 
 pub struct PluginCri {
-    backend: Arc<dyn CriBackend>,
-    grant: CriGrant,
+    pub(super) backend: Arc<dyn CriBackend>,
+    pub(super) grant: CriGrant,
     pub(super) call: Arc<Call>,
-}
-
-impl Capability for PluginCri {
-    const NAME: &'static str = "cri";
-    const MUTATIONS: &'static [&'static str] =
-        &["stop-pod-sandbox", "remove-pod-sandbox", "pull-image"];
-    type Grant = CriGrant;
-    type Settings = CriSettings;
-    type Backend = dyn CriBackend;
-    type Fake = FakeCri;
-
-    fn describe_grant(grant: &CriGrant) -> Vec<String> {
-        if !grant.read && grant.operations.is_empty() {
-            return vec![];
-        }
-        let operations: Vec<&str> = grant.operations.iter().map(|o| o.name()).collect();
-        let images: Vec<&str> = grant.images.iter().map(|p| p.0.as_str()).collect();
-        let states: Vec<&str> = grant.states.iter().map(|s| s.name()).collect();
-        let listed = |what: &str, items: &[&str]| {
-            if items.is_empty() {
-                String::new()
-            } else {
-                format!("; {what} {}", items.join(", "))
-            }
-        };
-        let namespaces: Vec<&str> = grant.namespaces.iter().map(String::as_str).collect();
-        vec![format!(
-            "{}operations: {}{}{}{}",
-            if grant.read { "read; " } else { "" },
-            if operations.is_empty() {
-                "none".to_string()
-            } else {
-                operations.join(", ")
-            },
-            listed("images", &images),
-            listed("sandboxes in namespaces", &namespaces),
-            listed("sandboxes in states", &states),
-        )]
-    }
-
-    fn real(settings: &CriSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn CriBackend>> {
-        let socket = settings
-            .endpoint
-            .clone()
-            .map_or_else(|| PathBuf::from(DEFAULT_SOCKET), |e| e.0);
-        Ok(Arc::new(RealCri::new(socket)))
-    }
-
-    fn fake() -> (Arc<dyn CriBackend>, Arc<FakeCri>) {
-        let fake = Arc::new(FakeCri::default());
-        (fake.clone(), fake)
-    }
-
-    fn for_call(backend: &Arc<dyn CriBackend>, grant: &CriGrant, call: &Arc<Call>) -> Self {
-        PluginCri {
-            backend: backend.clone(),
-            grant: grant.clone(),
-            call: call.clone(),
-        }
-    }
-
-    fn add_to_linker<T: Send + 'static>(
-        linker: &mut wasmtime::component::Linker<T>,
-        get: fn(&mut T) -> &mut Self,
-    ) -> wasmtime::Result<()> {
-        super::wit::add_to_linker(linker, get)
-    }
 }
 
 impl PluginCri {
@@ -177,24 +108,15 @@ impl PluginCri {
         self.backend.image_status(&full).await
     }
 
-    /// Pass a mutation of `target` through the gate; None in a dry run.
-    async fn admit(
-        &self,
-        operation: Operation,
-        target: String,
-        detail: String,
-    ) -> Result<Option<Permit>, CapError> {
-        let intent = Intent {
-            capability: "cri",
+    /// What the gate records of `operation` on `target`.
+    fn intent(operation: Operation, target: String, detail: String) -> Intent {
+        Intent {
+            capability: Self::NAME,
             operation: operation.name(),
             target,
             detail,
             diff: None,
-        };
-        Ok(match self.call.gate.admit(intent).await? {
-            Admission::Planned => None,
-            Admission::Go(permit) => Some(permit),
-        })
+        }
     }
 
     /// The full id, the operation granted, then the sandbox resolved and held
@@ -228,13 +150,13 @@ impl PluginCri {
                 "cri stop-pod-sandbox: no sandbox {id}"
             )));
         };
-        match self
-            .admit(Operation::StopPodSandbox, target, String::new())
-            .await?
-        {
-            None => Ok(()),
-            Some(permit) => self.backend.stop_pod_sandbox(permit, id).await,
-        }
+        let intent = Self::intent(Operation::StopPodSandbox, target, String::new());
+        self.call
+            .gate
+            .mutate(intent, Ok(()), |permit| {
+                self.backend.stop_pod_sandbox(permit, id)
+            })
+            .await
     }
 
     /// Remove a sandbox; removing one the runtime does not have succeeds and
@@ -243,13 +165,13 @@ impl PluginCri {
         let Some(target) = self.resolve(Operation::RemovePodSandbox, id).await? else {
             return Ok(());
         };
-        match self
-            .admit(Operation::RemovePodSandbox, target, String::new())
-            .await?
-        {
-            None => Ok(()),
-            Some(permit) => self.backend.remove_pod_sandbox(permit, id).await,
-        }
+        let intent = Self::intent(Operation::RemovePodSandbox, target, String::new());
+        self.call
+            .gate
+            .mutate(intent, Ok(()), |permit| {
+                self.backend.remove_pod_sandbox(permit, id)
+            })
+            .await
     }
 
     /// Pull `image` within `timeout`, which must leave [`PULL_MARGIN`] of the
@@ -267,19 +189,30 @@ impl PluginCri {
             )));
         }
         let detail = format!("timeout {}", humantime::format_duration(timeout));
-        match self
-            .admit(Operation::PullImage, full.clone(), detail)
-            .await?
-        {
-            None => Ok(full),
-            Some(permit) => self.backend.pull_image(permit, &full, timeout).await,
-        }
+        let intent = Self::intent(Operation::PullImage, full.clone(), detail);
+        let planned = Ok(PulledImage(full.clone()));
+        let pulled = self.call.gate.mutate(intent, planned, |permit| async {
+            let image_ref = self.backend.pull_image(permit, &full, timeout).await?;
+            Ok(PulledImage(image_ref))
+        });
+        pulled.await.map(|PulledImage(image_ref)| image_ref)
+    }
+}
+
+/// A pull's answer, the image reference the runtime resolved: the journal
+/// records it ("ok sha256:...").
+struct PulledImage(String);
+
+impl Performed for PulledImage {
+    fn journal_result(&self) -> String {
+        format!("ok {}", self.0)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capabilities::cri::FakeCri;
     use crate::capabilities::cri::SandboxState;
     use crate::capabilities::limits::Limits;
     use crate::capabilities::testing::call_with_limits;
@@ -361,7 +294,7 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.kind(), "denied");
-        assert_eq!(fake.actions(), [format!("StopPodSandbox {A}")]);
+        assert_eq!(fake.actions(), [format!("stop-pod-sandbox {A}")]);
         assert_eq!(
             cri.call.gate.mutations()[0].describe(),
             format!("did cri.stop-pod-sandbox default/pod-uid-1 (sandbox {A})")
@@ -416,7 +349,7 @@ mod tests {
         assert_eq!(err.kind(), "invalid");
         assert_eq!(
             fake.actions(),
-            ["PullImage docker.io/library/busybox:latest"]
+            ["pull-image docker.io/library/busybox:latest"]
         );
     }
 
@@ -536,7 +469,7 @@ mod tests {
         cri.remove_pod_sandbox(&"d".repeat(64)).await.unwrap();
         assert_eq!(
             fake.actions(),
-            [format!("RemovePodSandbox {}", "c".repeat(64))],
+            [format!("remove-pod-sandbox {}", "c".repeat(64))],
             "an absent sandbox is no mutation"
         );
         assert_eq!(

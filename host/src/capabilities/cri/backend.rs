@@ -1,35 +1,26 @@
 //! The CRI backend: sandboxes, containers and images of the node's runtime.
-//! Mutations consume a [`Permit`] from the mutation gate and finish it with
-//! their result.
+//! Mutations require a [`Permit`]: only the mutation gate makes one, and it
+//! journals their result.
 
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
 use std::time::Duration;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SandboxState {
-    Ready,
-    NotReady,
-}
+pub use crate::wit::cri::{
+    Container, ContainerState, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxState,
+    SandboxStatus,
+};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodSandbox {
-    pub id: String,
-    pub pod_name: String,
-    pub namespace: String,
-    pub uid: String,
-    pub attempt: u32,
-    pub state: SandboxState,
-    pub created_at_ns: i64,
-    pub labels: Vec<(String, String)>,
-    pub annotations: Vec<(String, String)>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SandboxFilter {
-    pub id: Option<String>,
-    pub state: Option<SandboxState>,
-    pub labels: Vec<(String, String)>,
+/// The empty filter passes every sandbox (the generated record has no
+/// `Default` of its own).
+impl Default for SandboxFilter {
+    fn default() -> Self {
+        SandboxFilter {
+            id: None,
+            state: None,
+            labels: Vec::new(),
+        }
+    }
 }
 
 impl SandboxFilter {
@@ -39,50 +30,6 @@ impl SandboxFilter {
             && self.state.is_none_or(|s| s == sandbox.state)
             && self.labels.iter().all(|l| sandbox.labels.contains(l))
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxStatus {
-    pub sandbox: PodSandbox,
-    pub ip: Option<String>,
-    pub additional_ips: Vec<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerState {
-    Created,
-    Running,
-    Exited,
-    Unknown,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Container {
-    pub id: String,
-    pub pod_sandbox_id: String,
-    pub name: String,
-    pub attempt: u32,
-    pub image: String,
-    pub image_ref: String,
-    pub state: ContainerState,
-    pub created_at_ns: i64,
-    pub labels: Vec<(String, String)>,
-    pub annotations: Vec<(String, String)>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Image {
-    pub id: String,
-    pub repo_tags: Vec<String>,
-    pub repo_digests: Vec<String>,
-    pub size_bytes: u64,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuntimeVersion {
-    pub runtime_name: String,
-    pub runtime_version: String,
-    pub runtime_api_version: String,
 }
 
 /// How long a read may take before the call returns `timeout`.

@@ -5,29 +5,30 @@ use super::backend::{
     Container, CriBackend, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxState,
     SandboxStatus,
 };
+use super::grants::Operation;
 use crate::capabilities::error::CapError;
+use crate::capabilities::fakes::FakeLedger;
 use crate::capabilities::gate::Permit;
 use std::sync::Mutex;
 use std::time::Duration;
 
 #[derive(Default)]
 pub struct FakeCri {
-    version: Mutex<RuntimeVersion>,
+    version: Mutex<Option<RuntimeVersion>>,
     sandboxes: Mutex<Vec<PodSandbox>>,
     containers: Mutex<Vec<Container>>,
     images: Mutex<Vec<Image>>,
-    actions: Mutex<Vec<String>>,
-    failure: Mutex<Option<CapError>>,
+    ledger: FakeLedger,
     pull_takes: Mutex<Duration>,
 }
 
 impl FakeCri {
     pub fn set_version(&self, name: &str, version: &str) {
-        *self.version.lock().unwrap() = RuntimeVersion {
+        *self.version.lock().unwrap() = Some(RuntimeVersion {
             runtime_name: name.into(),
             runtime_version: version.into(),
             runtime_api_version: "v1".into(),
-        };
+        });
     }
 
     /// A sandbox of pod `uid` (named after it, in "default").
@@ -58,36 +59,24 @@ impl FakeCri {
         self.images.lock().unwrap().push(Image {
             id: format!("sha256:{reference}"),
             repo_tags: vec![reference.into()],
-            ..Image::default()
+            repo_digests: vec![],
+            size_bytes: 0,
         });
     }
 
-    /// Every mutation performed: "RemovePodSandbox abc", "PullImage docker.io/library/x:1".
+    /// Every mutation performed: "remove-pod-sandbox abc", "pull-image docker.io/library/x:1".
     pub fn actions(&self) -> Vec<String> {
-        self.actions.lock().unwrap().clone()
+        self.ledger.actions()
     }
 
     /// Fail every call with `error` (say, `unavailable`: the socket is gone) until cleared.
     pub fn fail_with(&self, error: Option<CapError>) {
-        *self.failure.lock().unwrap() = error;
+        self.ledger.fail_with(error);
     }
 
     /// Pulls take this long (a stalled registry).
     pub fn pulls_take(&self, duration: Duration) {
         *self.pull_takes.lock().unwrap() = duration;
-    }
-
-    fn check(&self) -> Result<(), CapError> {
-        match self.failure.lock().unwrap().clone() {
-            Some(error) => Err(error),
-            None => Ok(()),
-        }
-    }
-
-    fn act(&self, action: String) -> Result<(), CapError> {
-        self.check()?;
-        self.actions.lock().unwrap().push(action);
-        Ok(())
     }
 
     fn find_image(&self, reference: &str) -> Option<Image> {
@@ -102,15 +91,21 @@ impl FakeCri {
 #[async_trait::async_trait]
 impl CriBackend for FakeCri {
     async fn version(&self) -> Result<RuntimeVersion, CapError> {
-        self.check()?;
-        Ok(self.version.lock().unwrap().clone())
+        self.ledger.check()?;
+        let set = self.version.lock().unwrap().clone();
+        // Until a test sets one: a runtime that names itself nothing.
+        Ok(set.unwrap_or_else(|| RuntimeVersion {
+            runtime_name: String::new(),
+            runtime_version: String::new(),
+            runtime_api_version: String::new(),
+        }))
     }
 
     async fn list_pod_sandboxes(
         &self,
         filter: &SandboxFilter,
     ) -> Result<Vec<PodSandbox>, CapError> {
-        self.check()?;
+        self.ledger.check()?;
         Ok(self
             .sandboxes
             .lock()
@@ -122,7 +117,7 @@ impl CriBackend for FakeCri {
     }
 
     async fn pod_sandbox_status(&self, id: &str) -> Result<SandboxStatus, CapError> {
-        self.check()?;
+        self.ledger.check()?;
         let sandboxes = self.sandboxes.lock().unwrap();
         let sandbox = sandboxes.iter().find(|s| s.id == id).ok_or_else(|| {
             CapError::NotFound(format!("cri pod-sandbox-status: no sandbox {id}"))
@@ -134,35 +129,33 @@ impl CriBackend for FakeCri {
         })
     }
 
-    async fn stop_pod_sandbox(&self, permit: Permit, id: &str) -> Result<(), CapError> {
-        let result = self.act(format!("StopPodSandbox {id}")).map(|()| {
-            for s in self
-                .sandboxes
-                .lock()
-                .unwrap()
-                .iter_mut()
-                .filter(|s| s.id == id)
-            {
-                s.state = SandboxState::NotReady;
-            }
-        });
-        permit.finish_with(&result);
-        result
+    async fn stop_pod_sandbox(&self, _: Permit, id: &str) -> Result<(), CapError> {
+        self.ledger
+            .act(Operation::StopPodSandbox.name(), id)
+            .map(|()| {
+                for s in self
+                    .sandboxes
+                    .lock()
+                    .unwrap()
+                    .iter_mut()
+                    .filter(|s| s.id == id)
+                {
+                    s.state = SandboxState::NotReady;
+                }
+            })
     }
 
-    async fn remove_pod_sandbox(&self, permit: Permit, id: &str) -> Result<(), CapError> {
-        let result = self
-            .act(format!("RemovePodSandbox {id}"))
-            .map(|()| self.sandboxes.lock().unwrap().retain(|s| s.id != id));
-        permit.finish_with(&result);
-        result
+    async fn remove_pod_sandbox(&self, _: Permit, id: &str) -> Result<(), CapError> {
+        self.ledger
+            .act(Operation::RemovePodSandbox.name(), id)
+            .map(|()| self.sandboxes.lock().unwrap().retain(|s| s.id != id))
     }
 
     async fn list_containers(
         &self,
         pod_sandbox_id: Option<&str>,
     ) -> Result<Vec<Container>, CapError> {
-        self.check()?;
+        self.ledger.check()?;
         let containers = self.containers.lock().unwrap();
         Ok(containers
             .iter()
@@ -172,35 +165,35 @@ impl CriBackend for FakeCri {
     }
 
     async fn list_images(&self) -> Result<Vec<Image>, CapError> {
-        self.check()?;
+        self.ledger.check()?;
         Ok(self.images.lock().unwrap().clone())
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<Image>, CapError> {
-        self.check()?;
+        self.ledger.check()?;
         Ok(self.find_image(image))
     }
 
     async fn pull_image(
         &self,
-        permit: Permit,
+        _: Permit,
         image: &str,
         timeout: Duration,
     ) -> Result<String, CapError> {
         let takes = *self.pull_takes.lock().unwrap();
-        let result = if takes > timeout {
+        if takes > timeout {
             tokio::time::sleep(timeout).await;
             Err(CapError::Timeout(format!(
                 "cri pull-image did not finish within {timeout:?}"
             )))
         } else {
             tokio::time::sleep(takes).await;
-            self.act(format!("PullImage {image}")).map(|()| {
-                self.add_image(image);
-                format!("sha256:{image}")
-            })
-        };
-        permit.finish_with(&result);
-        result
+            self.ledger
+                .act(Operation::PullImage.name(), image)
+                .map(|()| {
+                    self.add_image(image);
+                    format!("sha256:{image}")
+                })
+        }
     }
 }

@@ -17,3 +17,78 @@ pub use backend::{
 pub use fake::FakeCri;
 pub use grants::{CriGrant, Operation};
 pub use real::RealCri;
+
+use crate::capabilities::call::Call;
+use crate::capabilities::capability::{BackendEnv, Capability};
+use crate::wit::cri;
+use adapter::DEFAULT_SOCKET;
+use std::path::PathBuf;
+use std::sync::Arc;
+use wasmtime::component::{HasSelf, Linker};
+
+impl Capability for PluginCri {
+    const NAME: &'static str = "cri";
+    const MUTATIONS: &'static [&'static str] =
+        &["stop-pod-sandbox", "remove-pod-sandbox", "pull-image"];
+    type Grant = CriGrant;
+    type Settings = CriSettings;
+    type Backend = dyn CriBackend;
+    type Fake = FakeCri;
+
+    fn describe_grant(grant: &CriGrant) -> Vec<String> {
+        if !grant.read && grant.operations.is_empty() {
+            return vec![];
+        }
+        let operations: Vec<&str> = grant.operations.iter().map(|o| o.name()).collect();
+        let images: Vec<&str> = grant.images.iter().map(|p| p.0.as_str()).collect();
+        let states: Vec<&str> = grant.states.iter().map(|s| s.name()).collect();
+        let listed = |what: &str, items: &[&str]| {
+            if items.is_empty() {
+                String::new()
+            } else {
+                format!("; {what} {}", items.join(", "))
+            }
+        };
+        let namespaces: Vec<&str> = grant.namespaces.iter().map(String::as_str).collect();
+        vec![format!(
+            "{}operations: {}{}{}{}",
+            if grant.read { "read; " } else { "" },
+            if operations.is_empty() {
+                "none".to_string()
+            } else {
+                operations.join(", ")
+            },
+            listed("images", &images),
+            listed("sandboxes in namespaces", &namespaces),
+            listed("sandboxes in states", &states),
+        )]
+    }
+
+    fn real(settings: &CriSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn CriBackend>> {
+        let socket = settings
+            .endpoint
+            .clone()
+            .map_or_else(|| PathBuf::from(DEFAULT_SOCKET), |e| e.0);
+        Ok(Arc::new(RealCri::new(socket)))
+    }
+
+    fn fake() -> (Arc<dyn CriBackend>, Arc<FakeCri>) {
+        let fake = Arc::new(FakeCri::default());
+        (fake.clone(), fake)
+    }
+
+    fn for_call(backend: &Arc<dyn CriBackend>, grant: &CriGrant, call: &Arc<Call>) -> Self {
+        PluginCri {
+            backend: backend.clone(),
+            grant: grant.clone(),
+            call: call.clone(),
+        }
+    }
+
+    fn add_to_linker<T: Send + 'static>(
+        linker: &mut Linker<T>,
+        get: fn(&mut T) -> &mut Self,
+    ) -> wasmtime::Result<()> {
+        cri::add_to_linker::<T, HasSelf<Self>>(linker, get)
+    }
+}

@@ -268,7 +268,7 @@ impl CriBackend for RealCri {
         })
     }
 
-    async fn stop_pod_sandbox(&self, permit: Permit, id: &str) -> Result<(), CapError> {
+    async fn stop_pod_sandbox(&self, _: Permit, id: &str) -> Result<(), CapError> {
         let mut runtime = self.runtime().await;
         let request = timed(
             cri::StopPodSandboxRequest {
@@ -276,19 +276,17 @@ impl CriBackend for RealCri {
             },
             SANDBOX_TIMEOUT,
         );
-        let result = within(SANDBOX_TIMEOUT, "stop-pod-sandbox", async {
+        within(SANDBOX_TIMEOUT, "stop-pod-sandbox", async {
             runtime
                 .stop_pod_sandbox(request)
                 .await
                 .map(drop)
                 .map_err(|s| self.error("stop-pod-sandbox", s))
         })
-        .await;
-        permit.finish_with(&result);
-        result
+        .await
     }
 
-    async fn remove_pod_sandbox(&self, permit: Permit, id: &str) -> Result<(), CapError> {
+    async fn remove_pod_sandbox(&self, _: Permit, id: &str) -> Result<(), CapError> {
         let mut runtime = self.runtime().await;
         let request = timed(
             cri::RemovePodSandboxRequest {
@@ -296,16 +294,14 @@ impl CriBackend for RealCri {
             },
             SANDBOX_TIMEOUT,
         );
-        let result = within(SANDBOX_TIMEOUT, "remove-pod-sandbox", async {
+        within(SANDBOX_TIMEOUT, "remove-pod-sandbox", async {
             runtime
                 .remove_pod_sandbox(request)
                 .await
                 .map(drop)
                 .map_err(|s| self.error("remove-pod-sandbox", s))
         })
-        .await;
-        permit.finish_with(&result);
-        result
+        .await
     }
 
     async fn list_containers(
@@ -372,7 +368,7 @@ impl CriBackend for RealCri {
 
     async fn pull_image(
         &self,
-        permit: Permit,
+        _: Permit,
         name: &str,
         timeout: Duration,
     ) -> Result<String, CapError> {
@@ -385,18 +381,13 @@ impl CriBackend for RealCri {
             },
             timeout,
         );
-        let result = within(timeout, "pull-image", async {
+        within(timeout, "pull-image", async {
             images
                 .pull_image(request)
                 .await
                 .map(|r| r.into_inner().image_ref)
                 .map_err(|s| self.error("pull-image", s))
         })
-        .await;
-        match &result {
-            Ok(image_ref) => permit.finish(format!("ok {image_ref}")),
-            Err(_) => permit.finish_with(&result),
-        }
-        result
+        .await
     }
 }

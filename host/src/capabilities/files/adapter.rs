@@ -4,13 +4,11 @@
 //! the mutation gate.
 
 use super::backend::{DirEntry, FileBackend, FileKind, Metadata};
-use super::fake::FakeFiles;
 use super::grants::{FileGrant, Resolved, refuse_root, resolve};
-use super::real::RealFiles;
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{BackendEnv, Capability, NoSettings};
+use crate::capabilities::capability::Capability;
 use crate::capabilities::error::CapError;
-use crate::capabilities::gate::{Admission, Intent, diff};
+use crate::capabilities::gate::{Intent, diff};
 use crate::capabilities::limits::raise;
 use std::sync::Arc;
 
@@ -21,52 +19,9 @@ fn file_mode(path: &str, mode: Option<u32>) -> Result<u32, CapError> {
 }
 
 pub struct PluginFiles {
-    backend: Arc<dyn FileBackend>,
-    grants: Vec<FileGrant>,
+    pub(super) backend: Arc<dyn FileBackend>,
+    pub(super) grants: Vec<FileGrant>,
     pub(super) call: Arc<Call>,
-}
-
-impl Capability for PluginFiles {
-    const NAME: &'static str = "files";
-    const MUTATIONS: &'static [&'static str] = &["write", "remove"];
-    type Grant = Vec<FileGrant>;
-    type Settings = NoSettings;
-    type Backend = dyn FileBackend;
-    type Fake = FakeFiles;
-
-    fn describe_grant(grants: &Vec<FileGrant>) -> Vec<String> {
-        grants
-            .iter()
-            .map(|g| {
-                let access = if g.write { "read-write" } else { "read-only" };
-                format!("{} ({access})", g.path.display())
-            })
-            .collect()
-    }
-
-    fn real(_: &NoSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn FileBackend>> {
-        Ok(Arc::new(RealFiles))
-    }
-
-    fn fake() -> (Arc<dyn FileBackend>, Arc<FakeFiles>) {
-        let fake = Arc::new(FakeFiles::default());
-        (fake.clone(), fake)
-    }
-
-    fn for_call(backend: &Arc<dyn FileBackend>, grants: &Vec<FileGrant>, call: &Arc<Call>) -> Self {
-        PluginFiles {
-            backend: backend.clone(),
-            grants: grants.clone(),
-            call: call.clone(),
-        }
-    }
-
-    fn add_to_linker<T: Send + 'static>(
-        linker: &mut wasmtime::component::Linker<T>,
-        get: fn(&mut T) -> &mut Self,
-    ) -> wasmtime::Result<()> {
-        super::wit::add_to_linker(linker, get)
-    }
 }
 
 impl PluginFiles {
@@ -140,20 +95,18 @@ impl PluginFiles {
             .dry_run
             .then(|| diff::unified(&path, before.as_ref().map(|(c, _)| c.as_slice()), &contents));
         let intent = Intent {
-            capability: "files",
-            operation: "write",
+            capability: Self::NAME,
+            operation: super::WRITE,
             target: r.root.join(&r.rel).display().to_string(),
             detail,
             diff,
         };
-        match self.call.gate.admit(intent).await? {
-            Admission::Planned => Ok(true),
-            Admission::Go(permit) => {
-                self.backend
-                    .write(permit, &r.root, &r.rel, contents, mode)
-                    .await
-            }
-        }
+        self.call
+            .gate
+            .mutate(intent, Ok(true), |permit| {
+                self.backend.write(permit, &r.root, &r.rel, contents, mode)
+            })
+            .await
     }
 
     pub async fn remove(&self, path: String) -> Result<bool, CapError> {
@@ -168,16 +121,18 @@ impl PluginFiles {
             _ => format!("{} bytes", meta.size),
         };
         let intent = Intent {
-            capability: "files",
-            operation: "remove",
+            capability: Self::NAME,
+            operation: super::REMOVE,
             target: r.root.join(&r.rel).display().to_string(),
             detail,
             diff: None,
         };
-        match self.call.gate.admit(intent).await? {
-            Admission::Planned => Ok(true),
-            Admission::Go(permit) => self.backend.remove(permit, &r.root, &r.rel).await,
-        }
+        self.call
+            .gate
+            .mutate(intent, Ok(true), |permit| {
+                self.backend.remove(permit, &r.root, &r.rel)
+            })
+            .await
     }
 
     pub async fn list(&self, path: String) -> Result<Vec<DirEntry>, CapError> {

@@ -1,35 +1,15 @@
 //! The files backend: operations inside one granted root. `rel` is relative
 //! and free of `..`; the backend must still keep symlinks from leading out of
 //! `root`, and read only regular files (a FIFO, socket or device is refused,
-//! and no open may block). Mutations consume a [`Permit`] (only the mutation
-//! gate makes one) and finish it with their result when the effect is done,
-//! even if the reconcile that asked was cut off meanwhile.
+//! and no open may block). Mutations require a [`Permit`] (only the mutation
+//! gate makes one); one that goes on after the reconcile that asked was cut
+//! off carries it along ([`Permit::travels_with`]) to journal its own result.
 
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
 use std::path::Path;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileKind {
-    File,
-    Directory,
-    Symlink,
-    Other,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Metadata {
-    pub kind: FileKind,
-    pub size: u64,
-    pub mode: u32,
-    pub modified_ms: Option<u64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirEntry {
-    pub name: String,
-    pub kind: FileKind,
-}
+pub use crate::wit::files::{DirEntry, FileKind, Metadata};
 
 #[async_trait::async_trait]
 pub trait FileBackend: Send + Sync + 'static {

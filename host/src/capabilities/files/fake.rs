@@ -3,6 +3,7 @@
 
 use super::backend::{DirEntry, FileBackend, FileKind, Metadata};
 use crate::capabilities::error::CapError;
+use crate::capabilities::fakes::FakeLedger;
 use crate::capabilities::gate::Permit;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,30 +13,18 @@ use std::sync::Mutex;
 #[derive(Default)]
 pub struct FakeFiles {
     files: Mutex<BTreeMap<PathBuf, (Vec<u8>, u32)>>,
-    actions: Mutex<Vec<String>>,
-    failure: Mutex<Option<CapError>>,
+    ledger: FakeLedger,
 }
 
 impl FakeFiles {
     /// Every mutation performed, as "write /path" or "remove /path".
     pub fn actions(&self) -> Vec<String> {
-        self.actions.lock().unwrap().clone()
+        self.ledger.actions()
     }
 
     /// Fail every mutation with `error` until cleared with None.
     pub fn fail_mutations_with(&self, error: Option<CapError>) {
-        *self.failure.lock().unwrap() = error;
-    }
-
-    fn act(&self, action: &str, path: &Path) -> Result<(), CapError> {
-        if let Some(error) = self.failure.lock().unwrap().clone() {
-            return Err(error);
-        }
-        self.actions
-            .lock()
-            .unwrap()
-            .push(format!("{action} {}", path.display()));
-        Ok(())
+        self.ledger.fail_with(error);
     }
 
     pub fn put(&self, path: &str, contents: &[u8]) {
@@ -64,16 +53,24 @@ impl FakeFiles {
 
 impl FakeFiles {
     fn write_now(&self, path: &Path, contents: Vec<u8>, mode: u32) -> Result<bool, CapError> {
-        self.act("write", path)?;
+        self.ledger.act(super::WRITE, &path.display().to_string())?;
         let new = (contents, mode);
-        let old = self.files.lock().unwrap().insert(path.to_path_buf(), new.clone());
+        let old = self
+            .files
+            .lock()
+            .unwrap()
+            .insert(path.to_path_buf(), new.clone());
         Ok(old != Some(new))
     }
 
     fn remove_now(&self, path: &Path) -> Result<bool, CapError> {
-        self.act("remove", path)?;
+        self.ledger
+            .act(super::REMOVE, &path.display().to_string())?;
         if self.is_dir(path) {
-            return Err(CapError::Conflict(format!("{} is not empty", path.display())));
+            return Err(CapError::Conflict(format!(
+                "{} is not empty",
+                path.display()
+            )));
         }
         Ok(self.files.lock().unwrap().remove(path).is_some())
     }
@@ -106,21 +103,17 @@ impl FileBackend for FakeFiles {
 
     async fn write(
         &self,
-        permit: Permit,
+        _: Permit,
         root: &Path,
         rel: &Path,
         contents: Vec<u8>,
         mode: u32,
     ) -> Result<bool, CapError> {
-        let result = self.write_now(&root.join(rel), contents, mode);
-        permit.finish_with(&result);
-        result
+        self.write_now(&root.join(rel), contents, mode)
     }
 
-    async fn remove(&self, permit: Permit, root: &Path, rel: &Path) -> Result<bool, CapError> {
-        let result = self.remove_now(&root.join(rel));
-        permit.finish_with(&result);
-        result
+    async fn remove(&self, _: Permit, root: &Path, rel: &Path) -> Result<bool, CapError> {
+        self.remove_now(&root.join(rel))
     }
 
     async fn list(&self, root: &Path, rel: &Path) -> Result<Vec<DirEntry>, CapError> {

@@ -14,3 +14,57 @@ pub use backend::{DirEntry, FileBackend, FileKind, Metadata};
 pub use fake::FakeFiles;
 pub use grants::{FileGrant, Resolved, resolve};
 pub use real::RealFiles;
+
+use crate::capabilities::call::Call;
+use crate::capabilities::capability::{BackendEnv, Capability, NoSettings};
+use crate::wit::files;
+use std::sync::Arc;
+use wasmtime::component::{HasSelf, Linker};
+
+/// The mutating operations, as budgets, the journal, call counts and the
+/// fake name them.
+const WRITE: &str = "write";
+const REMOVE: &str = "remove";
+
+impl Capability for PluginFiles {
+    const NAME: &'static str = "files";
+    const MUTATIONS: &'static [&'static str] = &[WRITE, REMOVE];
+    type Grant = Vec<FileGrant>;
+    type Settings = NoSettings;
+    type Backend = dyn FileBackend;
+    type Fake = FakeFiles;
+
+    fn describe_grant(grants: &Vec<FileGrant>) -> Vec<String> {
+        grants
+            .iter()
+            .map(|g| {
+                let access = if g.write { "read-write" } else { "read-only" };
+                format!("{} ({access})", g.path.display())
+            })
+            .collect()
+    }
+
+    fn real(_: &NoSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn FileBackend>> {
+        Ok(Arc::new(RealFiles))
+    }
+
+    fn fake() -> (Arc<dyn FileBackend>, Arc<FakeFiles>) {
+        let fake = Arc::new(FakeFiles::default());
+        (fake.clone(), fake)
+    }
+
+    fn for_call(backend: &Arc<dyn FileBackend>, grants: &Vec<FileGrant>, call: &Arc<Call>) -> Self {
+        PluginFiles {
+            backend: backend.clone(),
+            grants: grants.clone(),
+            call: call.clone(),
+        }
+    }
+
+    fn add_to_linker<T: Send + 'static>(
+        linker: &mut Linker<T>,
+        get: fn(&mut T) -> &mut Self,
+    ) -> wasmtime::Result<()> {
+        files::add_to_linker::<T, HasSelf<Self>>(linker, get)
+    }
+}

@@ -275,24 +275,13 @@ impl FileBackend for RealFiles {
         mode: u32,
     ) -> Result<bool, CapError> {
         let (root, rel) = owned(root, rel);
-        // The permit travels with the work: a write the deadline cut off still
-        // journals its real result when it completes.
-        blocking(move || {
-            let result = Blocking.write(&root, &rel, &contents, mode);
-            permit.finish_with(&result);
-            result
-        })
-        .await
+        // A write the deadline cut off still journals its real result when it completes.
+        blocking(permit.travels_with(move || Blocking.write(&root, &rel, &contents, mode))).await
     }
 
     async fn remove(&self, permit: Permit, root: &Path, rel: &Path) -> Result<bool, CapError> {
         let (root, rel) = owned(root, rel);
-        blocking(move || {
-            let result = Blocking.remove(&root, &rel);
-            permit.finish_with(&result);
-            result
-        })
-        .await
+        blocking(permit.travels_with(move || Blocking.remove(&root, &rel))).await
     }
 
     async fn list(&self, root: &Path, rel: &Path) -> Result<Vec<DirEntry>, CapError> {
@@ -366,7 +355,9 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), dir.path().join("escape")).unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("link")).unwrap();
         for rel in ["escape/secret", "link"] {
-            let err = Blocking.read(dir.path(), Path::new(rel), 1 << 20).unwrap_err();
+            let err = Blocking
+                .read(dir.path(), Path::new(rel), 1 << 20)
+                .unwrap_err();
             assert!(matches!(err, CapError::Denied(_)), "{rel}: {err}");
         }
         let err = Blocking
@@ -399,20 +390,41 @@ mod tests {
             0,
         )
         .unwrap();
-        let err = Blocking.read(dir.path(), Path::new("fifo"), 1 << 20).unwrap_err();
+        let err = Blocking
+            .read(dir.path(), Path::new("fifo"), 1 << 20)
+            .unwrap_err();
         assert!(err.to_string().contains("not a regular file"), "{err}");
         std::fs::write(dir.path().join("big"), vec![0u8; 100]).unwrap();
         let err = Blocking.read(dir.path(), Path::new("big"), 99).unwrap_err();
-        assert!(err.to_string().contains("more than the 99 one read may return"), "{err}");
-        assert_eq!(Blocking.read(dir.path(), Path::new("big"), 100).unwrap().len(), 100);
+        assert!(
+            err.to_string()
+                .contains("more than the 99 one read may return"),
+            "{err}"
+        );
+        assert_eq!(
+            Blocking
+                .read(dir.path(), Path::new("big"), 100)
+                .unwrap()
+                .len(),
+            100
+        );
     }
 
     #[test]
     fn setuid_setgid_and_sticky_bits_never_reach_the_disk() {
         let dir = root();
-        assert!(Blocking.write(dir.path(), Path::new("x"), b"x", 0o7755).unwrap());
-        let mode = std::fs::metadata(dir.path().join("x")).unwrap().permissions();
-        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777, 0o755);
+        assert!(
+            Blocking
+                .write(dir.path(), Path::new("x"), b"x", 0o7755)
+                .unwrap()
+        );
+        let mode = std::fs::metadata(dir.path().join("x"))
+            .unwrap()
+            .permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777,
+            0o755
+        );
     }
 
     #[test]

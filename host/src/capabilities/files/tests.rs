@@ -1,4 +1,5 @@
 use super::*;
+use crate::capabilities::files::FakeFiles;
 use crate::capabilities::testing::{call, call_journaled};
 use crate::journal::{self, Filter};
 

@@ -3,11 +3,15 @@
 //! dry run (record the plan, perform nothing) -> host-wide budgets -> journal
 //! intent, fsynced -> perform -> journal result, the reconcile's mutation list.
 //!
-//! A backend's mutating methods take a [`Permit`], and only [`Gate::admit`]
-//! makes one: a capability cannot perform a mutation around the gate. A permit
-//! dropped unfinished (the reconcile hit its deadline, the guest trapped)
-//! journals the mutation as interrupted; after a crash the journal shows the
-//! intent without a result, which `tend journal` reads as interrupted too.
+//! An adapter makes a mutation with one call, [`Gate::mutate`]: the gate
+//! admits the intent, answers a dry run with the adapter's planned answer,
+//! and otherwise hands a [`Permit`] to the backend's mutating method and
+//! journals what it returns. Only the gate makes a permit and only the gate
+//! finishes one, so a capability can neither mutate around the gate nor
+//! journal a result of its own. A permit dropped unfinished (the reconcile
+//! hit its deadline, the guest trapped) journals the mutation as interrupted;
+//! after a crash the journal shows the intent without a result, which
+//! `tend journal` reads as interrupted too.
 
 mod budget;
 mod budgets;
@@ -22,6 +26,7 @@ pub use crate::journal::INTERRUPTED;
 use crate::journal::{Entry, Journal, Phase};
 use crate::text::inert;
 use serde::Serialize;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -114,12 +119,32 @@ pub struct Caller {
 /// refuse in a plan what they would refuse for real.
 pub type Planned = Arc<Mutex<Vec<(String, String)>>>;
 
+/// The answer of a performed mutation as the journal records it: "ok",
+/// unless the answer says more than success (a job that ended otherwise, the
+/// status an endpoint answered).
+pub trait Performed {
+    fn journal_result(&self) -> String {
+        "ok".to_string()
+    }
+}
+
+/// Removed or not, changed or not: success says it all.
+impl Performed for bool {}
+impl Performed for () {}
+
+/// The journal's result column: the answer's, or the error.
+fn journal_result<T: Performed>(result: &Result<T, CapError>) -> String {
+    match result {
+        Ok(answer) => answer.journal_result(),
+        Err(e) => e.to_string(),
+    }
+}
+
 /// What the gate decided.
-pub enum Admission {
+enum Admission {
     /// A dry run: recorded into the plan; answer as the real call would have.
     Planned,
-    /// Perform it: hand the permit to the backend, which finishes it with the
-    /// result when the effect is done (even after the reconcile was cut off).
+    /// Perform it under this permit.
     Go(Permit),
 }
 
@@ -219,8 +244,35 @@ impl Gate {
         Ok(())
     }
 
+    /// Make one mutation: admit `intent` (limits, dry run, budgets, the
+    /// journal's intent record), then answer a dry run with `planned`, the
+    /// answer the adapter gives for a mutation it only plans, or run `perform`
+    /// with the permit and journal the result it returns.
+    pub async fn mutate<T, Perform, Performing>(
+        &self,
+        intent: Intent,
+        planned: Result<T, CapError>,
+        perform: Perform,
+    ) -> Result<T, CapError>
+    where
+        T: Performed,
+        Perform: FnOnce(Permit) -> Performing,
+        Performing: Future<Output = Result<T, CapError>>,
+    {
+        let permit = match self.admit(intent).await? {
+            Admission::Planned => return planned,
+            Admission::Go(permit) => permit,
+        };
+        // Held here while the backend holds its own: whichever finishes first
+        // journals (a blocking write finishes itself, see [`Permit::travels_with`]).
+        let admitted = permit.0.clone();
+        let result = perform(permit).await;
+        admitted.close(journal_result(&result));
+        result
+    }
+
     /// Pass `intent` through dry run, budgets and the journal's intent record.
-    pub async fn admit(&self, intent: Intent) -> Result<Admission, CapError> {
+    async fn admit(&self, intent: Intent) -> Result<Admission, CapError> {
         self.within_limits(&intent)?;
         let operation = format!("{}.{}", intent.capability, intent.operation);
         let now = now_ms();
@@ -238,7 +290,7 @@ impl Gate {
                     .unwrap()
                     .push((operation, intent.target.clone()));
             }
-            self.record(&intent, Phase::Planned, super::error::outcome(&check));
+            self.record(&intent, Phase::Planned, journal_result(&check));
             return check.map(|()| Admission::Planned);
         }
         let spent_at = match inner.budgets.spend(&operation, &intent.target).await {
@@ -273,11 +325,11 @@ impl Gate {
             }
         }
         inner.in_flight.fetch_add(1, Ordering::SeqCst);
-        Ok(Admission::Go(Permit {
+        Ok(Admission::Go(Permit(Arc::new(Admitted {
             gate: self.clone(),
             id,
-            intent: Some(intent),
-        }))
+            intent: Mutex::new(Some(intent)),
+        }))))
     }
 
     fn entry(&self, intent: &Intent, id: &str, phase: Phase, result: String) -> Entry {
@@ -353,28 +405,47 @@ impl Gate {
     }
 }
 
-/// Leave to perform one admitted mutation: the backend consumes it and
-/// finishes it with the result when the effect is done. Dropped unfinished
-/// (the reconcile was cut off), it journals the mutation as interrupted.
-pub struct Permit {
+/// Leave to perform one admitted mutation: a backend's mutating methods
+/// require one, and only the gate makes one. The gate journals the result
+/// when the backend returns; dropped unfinished (the reconcile was cut off),
+/// the mutation is journaled as interrupted.
+pub struct Permit(Arc<Admitted>);
+
+/// The admitted mutation, shared by the gate and the backend's permit: the
+/// first to finish it journals, and the last to let go of an unfinished one
+/// journals it as interrupted.
+struct Admitted {
     gate: Gate,
     id: String,
-    intent: Option<Intent>,
+    intent: Mutex<Option<Intent>>,
 }
 
 impl Permit {
-    /// Journal the result ("ok", or the error) and list the mutation.
-    pub fn finish(mut self, result: String) {
-        self.close(result);
+    /// `work` carrying this permit, for work that goes on when the reconcile
+    /// that asked for it is cut off (a write on the blocking pool): it
+    /// journals its own result when it completes, not "interrupted".
+    pub fn travels_with<T: Performed>(
+        self,
+        work: impl FnOnce() -> Result<T, CapError>,
+    ) -> impl FnOnce() -> Result<T, CapError> {
+        move || {
+            let result = work();
+            self.0.close(journal_result(&result));
+            result
+        }
     }
 
-    /// Finish with the outcome of `result`.
-    pub fn finish_with<T>(self, result: &Result<T, CapError>) {
-        self.finish(super::error::outcome(result));
+    /// Journal the result ("ok", or the error) and list the mutation: the
+    /// gate's own tests finish permits by hand.
+    #[cfg(test)]
+    fn finish(self, result: String) {
+        self.0.close(result);
     }
+}
 
-    fn close(&mut self, result: String) {
-        let Some(intent) = self.intent.take() else {
+impl Admitted {
+    fn close(&self, result: String) {
+        let Some(intent) = self.intent.lock().unwrap().take() else {
             return;
         };
         let gate = &self.gate;
@@ -402,11 +473,9 @@ impl Permit {
     }
 }
 
-impl Drop for Permit {
+impl Drop for Admitted {
     fn drop(&mut self) {
-        if self.intent.is_some() {
-            self.close(INTERRUPTED.to_string());
-        }
+        self.close(INTERRUPTED.to_string());
     }
 }
 

@@ -193,3 +193,92 @@ async fn settle_waits_for_a_mutation_still_running() {
     finisher.await.unwrap();
     assert_eq!(gate.mutations()[0].result, "ok");
 }
+
+/// An answer that says more than "ok" in the journal.
+struct Job(&'static str);
+
+impl Performed for Job {
+    fn journal_result(&self) -> String {
+        format!("job {}", self.0)
+    }
+}
+
+#[tokio::test]
+async fn mutate_journals_what_the_backend_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = gate(dir.path(), false, budgets(10));
+    let answer = gate
+        .mutate(remove("/a"), Ok(Job("planned")), |_permit| async {
+            Ok(Job("failed"))
+        })
+        .await;
+    assert_eq!(answer.unwrap().0, "failed");
+    let refused = gate
+        .mutate(remove("/b"), Ok(()), |_permit| async {
+            Err(CapError::Unavailable("the bus is gone".into()))
+        })
+        .await;
+    assert!(refused.is_err());
+    gate.sync().await;
+    assert_eq!(
+        journaled(dir.path()),
+        [
+            ("/a".into(), "job failed".into()),
+            ("/b".into(), "unavailable: the bus is gone".into())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_dry_run_answers_the_planned_answer_without_performing() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = gate(dir.path(), true, budgets(10));
+    let answer = gate
+        .mutate(remove("/a"), Ok(true), |_permit| async {
+            panic!("a dry run performs nothing")
+        })
+        .await;
+    assert!(answer.unwrap());
+    assert!(gate.mutations()[0].dry_run);
+}
+
+#[tokio::test]
+async fn a_mutation_cut_off_mid_way_is_journaled_as_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = gate(dir.path(), false, budgets(10));
+    // Cut off once the mutation really runs (its intent journaled), however
+    // long the fsync before it takes.
+    let (running, is_running) = tokio::sync::oneshot::channel();
+    let stalled = gate.mutate(remove("/a"), Ok(()), |_permit| {
+        running.send(()).unwrap();
+        std::future::pending()
+    });
+    tokio::select! {
+        _ = stalled => panic!("a pending mutation cannot finish"),
+        _ = is_running => {}
+    }
+    assert_eq!(gate.mutations()[0].result, INTERRUPTED);
+}
+
+#[tokio::test]
+async fn work_carrying_its_permit_journals_its_own_result_after_a_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = gate(dir.path(), false, budgets(10));
+    let (started, wait) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let write = gate.mutate(remove("/a"), Ok(()), |permit| {
+        let work = permit.travels_with(move || {
+            started.send(()).unwrap();
+            released.recv().unwrap();
+            Ok(())
+        });
+        async { tokio::task::spawn_blocking(work).await.unwrap() }
+    });
+    let cut_off = tokio::time::timeout(Duration::from_millis(50), write).await;
+    assert!(cut_off.is_err(), "the reconcile was cut off");
+    wait.recv().unwrap();
+    assert!(gate.mutations().is_empty(), "the work still runs");
+    release.send(()).unwrap();
+    assert!(gate.settle(Duration::from_secs(5)).await);
+    assert_eq!(gate.mutations()[0].result, "ok");
+}

@@ -3,69 +3,23 @@
 //! the mutation gate.
 
 use super::backend::{DEFAULT_TIMEOUT, HttpBackend, HttpRequest, HttpResponse, is_safe};
-use super::fake::FakeHttp;
 use super::grants::{UrlPattern, check_url};
-use super::real::RealHttp;
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{BackendEnv, Capability, NoSettings};
+use crate::capabilities::capability::Capability;
 use crate::capabilities::error::CapError;
-use crate::capabilities::gate::{Admission, Intent};
+use crate::capabilities::gate::Intent;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub struct PluginHttp {
-    backend: Arc<dyn HttpBackend>,
-    grants: Vec<UrlPattern>,
+    pub(super) backend: Arc<dyn HttpBackend>,
+    pub(super) grants: Vec<UrlPattern>,
     pub(super) call: Arc<Call>,
 }
 
-impl Capability for PluginHttp {
-    const NAME: &'static str = "http";
-    const MUTATIONS: &'static [&'static str] = &["send"];
-    type Grant = Vec<UrlPattern>;
-    type Settings = NoSettings;
-    type Backend = dyn HttpBackend;
-    type Fake = FakeHttp;
-
-    fn describe_grant(grants: &Vec<UrlPattern>) -> Vec<String> {
-        grants.iter().map(|g| g.text.clone()).collect()
-    }
-
-    fn real(_: &NoSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn HttpBackend>> {
-        Ok(Arc::new(RealHttp::new()?))
-    }
-
-    fn fake() -> (Arc<dyn HttpBackend>, Arc<FakeHttp>) {
-        let fake = Arc::new(FakeHttp::default());
-        (fake.clone(), fake)
-    }
-
-    fn for_call(
-        backend: &Arc<dyn HttpBackend>,
-        grants: &Vec<UrlPattern>,
-        call: &Arc<Call>,
-    ) -> Self {
-        PluginHttp {
-            backend: backend.clone(),
-            grants: grants.clone(),
-            call: call.clone(),
-        }
-    }
-
-    fn add_to_linker<T: Send + 'static>(
-        linker: &mut wasmtime::component::Linker<T>,
-        get: fn(&mut T) -> &mut Self,
-    ) -> wasmtime::Result<()> {
-        super::wit::add_to_linker(linker, get)
-    }
-}
-
 impl PluginHttp {
-    pub async fn send(
-        &self,
-        mut request: HttpRequest,
-        timeout: Option<Duration>,
-    ) -> Result<HttpResponse, CapError> {
+    /// Send `request` within its `timeout_ms` ([`DEFAULT_TIMEOUT`] when it names none).
+    pub async fn send(&self, mut request: HttpRequest) -> Result<HttpResponse, CapError> {
         request.method = request.method.to_ascii_uppercase();
         check_url(
             &self.grants,
@@ -77,13 +31,15 @@ impl PluginHttp {
         if let Ok(parsed) = reqwest::Url::parse(&request.url) {
             request.url = parsed.to_string();
         }
-        let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
+        let timeout = request
+            .timeout_ms
+            .map_or(DEFAULT_TIMEOUT, |ms| Duration::from_millis(ms.into()));
         if is_safe(&request.method) {
             return self.backend.probe(request, timeout).await;
         }
         let intent = Intent {
-            capability: "http",
-            operation: "send",
+            capability: Self::NAME,
+            operation: super::SEND,
             target: request.url.clone(),
             detail: format!(
                 "{}, {} bytes",
@@ -92,19 +48,23 @@ impl PluginHttp {
             ),
             diff: None,
         };
-        match self.call.gate.admit(intent).await? {
-            Admission::Planned => Err(CapError::Denied(format!(
-                "dry run: {} {} is recorded in the plan, not sent",
-                request.method, request.url
-            ))),
-            Admission::Go(permit) => self.backend.send(permit, request, timeout).await,
-        }
+        let planned = Err(CapError::Denied(format!(
+            "dry run: {} {} is recorded in the plan, not sent",
+            request.method, request.url
+        )));
+        self.call
+            .gate
+            .mutate(intent, planned, |permit| {
+                self.backend.send(permit, request, timeout)
+            })
+            .await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capabilities::http::FakeHttp;
     use crate::capabilities::testing::call;
 
     fn http(dry_run: bool) -> (PluginHttp, Arc<FakeHttp>) {
@@ -123,6 +83,7 @@ mod tests {
             url: url.into(),
             headers: vec![],
             body: None,
+            timeout_ms: None,
         }
     }
 
@@ -130,7 +91,7 @@ mod tests {
     async fn granted_probes_reach_the_backend_and_are_no_mutation() {
         let (http, fake) = http(true);
         let response = http
-            .send(request("get", "http://127.0.0.1:5000/v2/"), None)
+            .send(request("get", "http://127.0.0.1:5000/v2/"))
             .await
             .unwrap();
         assert_eq!(response.status, 200);
@@ -145,7 +106,7 @@ mod tests {
     async fn ungranted_urls_never_reach_the_backend() {
         let (http, fake) = http(false);
         let err = http
-            .send(request("GET", "http://10.0.0.1:5000/v2/"), None)
+            .send(request("GET", "http://10.0.0.1:5000/v2/"))
             .await
             .unwrap_err();
         assert!(matches!(err, CapError::Denied(_)), "{err}");
@@ -156,7 +117,7 @@ mod tests {
     async fn other_methods_pass_the_gate() {
         let (real, fake) = http(false);
         let response = real
-            .send(request("POST", "http://127.0.0.1:5000/v2/"), None)
+            .send(request("POST", "http://127.0.0.1:5000/v2/"))
             .await
             .unwrap();
         assert_eq!(response.status, 200);
@@ -166,7 +127,7 @@ mod tests {
         );
         let (dry, _) = http(true);
         let err = dry
-            .send(request("POST", "http://127.0.0.1:5000/v2/"), None)
+            .send(request("POST", "http://127.0.0.1:5000/v2/"))
             .await
             .unwrap_err();
         assert!(

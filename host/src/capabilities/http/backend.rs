@@ -1,30 +1,20 @@
 //! The http backend. A request with a method that changes something can only
-//! be sent with a [`Permit`] from the mutation gate, which the backend
-//! finishes with the outcome; probes need none.
+//! be sent with a [`Permit`] from the mutation gate, which journals the
+//! outcome; probes need none.
 
 use crate::capabilities::error::CapError;
-use crate::capabilities::gate::Permit;
+use crate::capabilities::gate::{Performed, Permit};
 use std::time::Duration;
+
+/// The WIT records under the names the host gives them. A backend takes the
+/// timeout in force as its own argument and ignores the request's
+/// `timeout_ms` (the plugin's ask, which the adapter resolves).
+pub use crate::wit::http::{Request as HttpRequest, Response as HttpResponse};
 
 /// Longest response body handed to a plugin.
 pub const MAX_BODY: usize = 1 << 20;
 /// Per-request timeout when the plugin names none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpRequest {
-    pub method: String,
-    pub url: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Option<Vec<u8>>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpResponse {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
 
 /// Methods that only read: probes, sent even in a dry run.
 pub fn is_safe(method: &str) -> bool {
@@ -39,8 +29,7 @@ pub trait HttpBackend: Send + Sync + 'static {
         request: HttpRequest,
         timeout: Duration,
     ) -> Result<HttpResponse, CapError>;
-    /// Send any request; the body is bounded by [`MAX_BODY`]. Finishes the
-    /// permit with the outcome.
+    /// Send any request; the body is bounded by [`MAX_BODY`].
     async fn send(
         &self,
         permit: Permit,
@@ -57,10 +46,9 @@ pub fn not_a_probe(request: &HttpRequest) -> CapError {
     ))
 }
 
-/// The journal result of a sent request: "ok (status 201)" or the error.
-pub fn sent_outcome(result: &Result<HttpResponse, CapError>) -> String {
-    match result {
-        Ok(response) => format!("ok (status {})", response.status),
-        Err(e) => e.to_string(),
+/// A sent request is "ok (status 201)" in the journal.
+impl Performed for HttpResponse {
+    fn journal_result(&self) -> String {
+        format!("ok (status {})", self.status)
     }
 }

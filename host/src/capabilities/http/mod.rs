@@ -14,3 +14,54 @@ pub use backend::{DEFAULT_TIMEOUT, HttpBackend, HttpRequest, HttpResponse, MAX_B
 pub use fake::FakeHttp;
 pub use grants::{UrlPattern, check_url};
 pub use real::RealHttp;
+
+use crate::capabilities::call::Call;
+use crate::capabilities::capability::{BackendEnv, Capability, NoSettings};
+use crate::wit::http;
+use std::sync::Arc;
+use wasmtime::component::{HasSelf, Linker};
+
+/// The mutating operation (a request with a method that changes something),
+/// as budgets, the journal and call counts name it.
+const SEND: &str = "send";
+
+impl Capability for PluginHttp {
+    const NAME: &'static str = "http";
+    const MUTATIONS: &'static [&'static str] = &[SEND];
+    type Grant = Vec<UrlPattern>;
+    type Settings = NoSettings;
+    type Backend = dyn HttpBackend;
+    type Fake = FakeHttp;
+
+    fn describe_grant(grants: &Vec<UrlPattern>) -> Vec<String> {
+        grants.iter().map(|g| g.text.clone()).collect()
+    }
+
+    fn real(_: &NoSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn HttpBackend>> {
+        Ok(Arc::new(RealHttp::new()?))
+    }
+
+    fn fake() -> (Arc<dyn HttpBackend>, Arc<FakeHttp>) {
+        let fake = Arc::new(FakeHttp::default());
+        (fake.clone(), fake)
+    }
+
+    fn for_call(
+        backend: &Arc<dyn HttpBackend>,
+        grants: &Vec<UrlPattern>,
+        call: &Arc<Call>,
+    ) -> Self {
+        PluginHttp {
+            backend: backend.clone(),
+            grants: grants.clone(),
+            call: call.clone(),
+        }
+    }
+
+    fn add_to_linker<T: Send + 'static>(
+        linker: &mut Linker<T>,
+        get: fn(&mut T) -> &mut Self,
+    ) -> wasmtime::Result<()> {
+        http::add_to_linker::<T, HasSelf<Self>>(linker, get)
+    }
+}

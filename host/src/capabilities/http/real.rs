@@ -4,9 +4,7 @@
 //! and a kept-alive connection would keep answering for a cache that drops
 //! every new connection (containerd's pulls open new ones).
 
-use super::backend::{
-    HttpBackend, HttpRequest, HttpResponse, MAX_BODY, is_safe, not_a_probe, sent_outcome,
-};
+use super::backend::{HttpBackend, HttpRequest, HttpResponse, MAX_BODY, is_safe, not_a_probe};
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
 use std::time::Duration;
@@ -67,13 +65,11 @@ impl HttpBackend for RealHttp {
 
     async fn send(
         &self,
-        permit: Permit,
+        _: Permit,
         request: HttpRequest,
         timeout: Duration,
     ) -> Result<HttpResponse, CapError> {
-        let result = self.exchange(request, timeout).await;
-        permit.finish(sent_outcome(&result));
-        result
+        self.exchange(request, timeout).await
     }
 }
 
@@ -89,6 +85,7 @@ impl RealHttp {
                 url,
                 headers,
                 body,
+                timeout_ms: _,
             } = request;
             let parsed_method = reqwest::Method::from_bytes(method.as_bytes())
                 .map_err(|_| CapError::Invalid(format!("{method:?} is not an HTTP method")))?;

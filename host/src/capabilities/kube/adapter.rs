@@ -4,17 +4,15 @@
 //! `fields`) and Tend's own election Lease; inputs are bounded, lists are
 //! narrowed by the rule that allows them, every mutation passes the gate.
 
-use super::backend::{EventNote, KubeBackend, ListQuery, PatchBody, PatchKind, ResourceInfo};
-use super::fake::FakeKube;
+use super::backend::{EventNote, KubeBackend, ListQuery, PatchBody, PatchKind, ResourceInfo, Run};
 use super::grants::{
     Access, KubeRule, OwnLease, PatchShape, Verb, allow, check_key, check_object, check_own_lease,
     list_scope, needs_object,
 };
-use super::real::RealKube;
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{BackendEnv, Capability};
+use crate::capabilities::capability::Capability;
 use crate::capabilities::error::CapError;
-use crate::capabilities::gate::{Admission, Intent, Permit};
+use crate::capabilities::gate::{Intent, Performed, Permit};
 use crate::text::inert;
 use serde::Deserialize;
 use serde_json::Value;
@@ -52,80 +50,18 @@ pub struct ObjectKey {
     pub name: String,
 }
 
-/// A list as the plugin receives it: each object as JSON text.
+/// A list as the plugin receives it: each object as JSON text (a cached
+/// object's shared with its watch cache).
 pub struct ListedText {
-    pub items: Vec<String>,
+    pub items: Vec<Arc<str>>,
     pub continue_token: Option<String>,
     pub resource_version: String,
 }
 
 pub struct PluginKube {
-    backend: Arc<dyn KubeBackend>,
-    rules: Vec<KubeRule>,
+    pub(super) backend: Arc<dyn KubeBackend>,
+    pub(super) rules: Vec<KubeRule>,
     pub(super) call: Arc<Call>,
-}
-
-impl Capability for PluginKube {
-    const NAME: &'static str = "kube";
-    const MUTATIONS: &'static [&'static str] = &["create", "patch", "delete", "emit-event"];
-    type Grant = Vec<KubeRule>;
-    type Settings = KubeSettings;
-    type Backend = dyn KubeBackend;
-    type Fake = FakeKube;
-
-    fn describe_grant(rules: &Vec<KubeRule>) -> Vec<String> {
-        rules
-            .iter()
-            .map(|r| {
-                let verbs: Vec<&str> = r.verbs.iter().map(|v| v.name()).collect();
-                let group = if r.group.is_empty() {
-                    String::new()
-                } else {
-                    format!(".{}", r.group)
-                };
-                let namespaces = r
-                    .namespaces
-                    .as_ref()
-                    .map(|n| format!(" in {}", n.join(", ")))
-                    .unwrap_or_default();
-                let names = r
-                    .names
-                    .as_ref()
-                    .map(|n| format!(" named {}", n.join(", ")))
-                    .unwrap_or_default();
-                format!(
-                    "{}{group}{namespaces}{names}: {}",
-                    r.resource,
-                    verbs.join(", ")
-                )
-            })
-            .collect()
-    }
-
-    fn real(settings: &KubeSettings, env: &BackendEnv) -> anyhow::Result<Arc<dyn KubeBackend>> {
-        Ok(Arc::new(RealKube::new(settings, env.node_name)))
-    }
-
-    fn fake() -> (Arc<dyn KubeBackend>, Arc<FakeKube>) {
-        let fake = Arc::new(FakeKube::default());
-        (fake.clone(), fake)
-    }
-
-    fn for_call(backend: &Arc<dyn KubeBackend>, rules: &Vec<KubeRule>, call: &Arc<Call>) -> Self {
-        PluginKube {
-            // Charged to this plugin: its request bucket, caches and Events.
-            backend: backend.clone().for_plugin(call),
-            rules: rules.clone(),
-            call: call.clone(),
-        }
-    }
-
-    fn add_to_linker<T: Send + 'static>(
-        linker: &mut wasmtime::component::Linker<T>,
-        get: fn(&mut T) -> &mut Self,
-    ) -> wasmtime::Result<()> {
-        super::wit::add_to_linker(linker, get)
-    }
 }
 
 fn bounded(what: &str, text: &str, max: usize) -> Result<(), CapError> {
@@ -139,6 +75,25 @@ fn parse(what: &str, text: &str) -> Result<Value, CapError> {
 
 fn shown(value: &Value) -> Result<String, CapError> {
     serde_json::to_string(value).map_err(|e| CapError::Other(e.to_string()))
+}
+
+/// What a plan shows of a kube mutation: the object before (None: none)
+/// and after, as indented JSON without `managedFields`, as a unified diff
+/// bounded like a file's.
+fn object_diff(target: &str, before: Option<&Value>, after: &Value) -> String {
+    let text = |object: &Value| {
+        let mut object = object.clone();
+        if let Some(meta) = object["metadata"].as_object_mut() {
+            meta.remove("managedFields");
+        }
+        serde_json::to_string_pretty(&object).unwrap_or_default() + "\n"
+    };
+    let before = before.map(text);
+    crate::capabilities::gate::diff::unified(
+        target,
+        before.as_deref().map(str::as_bytes),
+        text(after).as_bytes(),
+    )
 }
 
 impl PluginKube {
@@ -235,23 +190,43 @@ impl PluginKube {
         )?)
     }
 
-    async fn admit(
+    /// One mutation through the gate. In a dry run `planned` is the answer:
+    /// the API server's own dry run (`dryRun=All`), with what the plan shows
+    /// of the change, asked before the gate records the plan; whatever it
+    /// answers (an error included) is the call's answer, as the real call's
+    /// would be. Else `perform` runs under the gate's permit.
+    async fn mutate<T, P, F>(
         &self,
         operation: &'static str,
         target: String,
         detail: String,
-    ) -> Result<Option<Permit>, CapError> {
+        planned: P,
+        perform: impl FnOnce(Permit) -> F,
+    ) -> Result<T, CapError>
+    where
+        T: Performed,
+        P: Future<Output = (Result<T, CapError>, Option<String>)>,
+        F: Future<Output = Result<T, CapError>>,
+    {
+        let (planned, diff) = if self.call.gate.dry_run() {
+            planned.await
+        } else {
+            // Never answered: the gate performs.
+            (
+                Err(CapError::Other(format!(
+                    "kube {operation} performed, not planned"
+                ))),
+                None,
+            )
+        };
         let intent = Intent {
-            capability: "kube",
+            capability: PluginKube::NAME,
             operation,
             target,
             detail,
-            diff: None,
+            diff,
         };
-        Ok(match self.call.gate.admit(intent).await? {
-            Admission::Planned => None,
-            Admission::Go(permit) => Some(permit),
-        })
+        self.call.gate.mutate(intent, planned, perform).await
     }
 
     fn target(info: &ResourceInfo, namespace: Option<&str>, name: &str) -> String {
@@ -296,8 +271,9 @@ impl PluginKube {
         Ok(object)
     }
 
-    /// The objects as JSON text, each serialized once (for the read
-    /// allowance and for the plugin). The rule allowing the list narrows it:
+    /// The objects as JSON text, serialized once by the backend (a cached
+    /// object when its watch delivered it), for the read allowance and for
+    /// the plugin. The rule allowing the list narrows it:
     /// its selectors (and its one name) are ANDed with the plugin's, and
     /// every result is checked against them again.
     pub async fn list(
@@ -336,14 +312,13 @@ impl PluginKube {
             .backend
             .list(&info, namespace.as_deref(), &narrowed)
             .await?;
-        list.items.retain(|o| scope.admits(o));
-        let items: Vec<String> = list.items.iter().map(Value::to_string).collect();
+        list.items.retain(|o| scope.admits(&o.view()));
         self.call.spend_read(
             "kube list",
-            items.iter().map(String::len).sum::<usize>() as u64,
+            list.items.iter().map(|o| o.json.len()).sum::<usize>() as u64,
         )?;
         Ok(ListedText {
-            items,
+            items: list.items.into_iter().map(|o| o.json).collect(),
             continue_token: list.continue_token,
             resource_version: list.resource_version,
         })
@@ -395,15 +370,22 @@ impl PluginKube {
         self.object_allowed(&info, &key, Verb::Create, Some(&object), None)
             .await?;
         let target = Self::target(&info, namespace.as_deref(), &name);
-        match self.admit("create", target, String::new()).await? {
-            None => shown(&object),
-            Some(permit) => shown(
-                &self
-                    .backend
-                    .create(permit, &info, namespace.as_deref(), object)
-                    .await?,
-            ),
-        }
+        let ns = namespace.as_deref();
+        let planned = async {
+            let would = self
+                .backend
+                .create(Run::DryRun, &info, ns, object.clone())
+                .await;
+            let diff = would.as_ref().ok().map(|w| object_diff(&target, None, w));
+            (would, diff)
+        };
+        let created = self
+            .mutate("create", target.clone(), String::new(), planned, |permit| {
+                self.backend
+                    .create(Run::Perform(permit), &info, ns, object.clone())
+            })
+            .await?;
+        shown(&created)
     }
 
     pub async fn patch(
@@ -423,27 +405,36 @@ impl PluginKube {
             .await?;
         let target = Self::target(&info, key.namespace.as_deref(), &key.name);
         let detail = format!("{} patch, {} bytes", kind.name(), patch.to_string().len());
-        match self.admit("patch", target, detail).await? {
-            None => self.get(&key).await,
-            Some(permit) => {
-                let manager = format!("tend-{}", self.call.plugin);
-                let patched = self
-                    .backend
-                    .patch(
-                        permit,
-                        &info,
-                        key.namespace.as_deref(),
-                        &key.name,
-                        PatchBody {
-                            kind,
-                            body: patch,
-                            manager,
-                        },
-                    )
-                    .await?;
-                shown(&patched)
-            }
-        }
+        let (ns, name) = (key.namespace.as_deref(), key.name.as_str());
+        let body = PatchBody {
+            kind,
+            body: patch,
+            manager: format!("tend-{}", self.call.plugin),
+        };
+        let planned = async {
+            // The current object only for the plan's diff: the plugin gets
+            // what the real patch answers.
+            let current = match self.backend.get(&info, ns, name).await {
+                Ok(current) => current,
+                Err(e) => return (Err(e), None),
+            };
+            let would = self
+                .backend
+                .patch(Run::DryRun, &info, ns, name, body.clone())
+                .await;
+            let diff = would
+                .as_ref()
+                .ok()
+                .map(|w| object_diff(&target, Some(&current), w));
+            (would, diff)
+        };
+        let patched = self
+            .mutate("patch", target.clone(), detail, planned, |permit| {
+                self.backend
+                    .patch(Run::Perform(permit), &info, ns, name, body.clone())
+            })
+            .await?;
+        shown(&patched)
     }
 
     pub async fn delete(&self, key: &ObjectKey) -> Result<(), CapError> {
@@ -451,14 +442,18 @@ impl PluginKube {
         self.object_allowed(&info, &key, Verb::Delete, None, None)
             .await?;
         let target = Self::target(&info, key.namespace.as_deref(), &key.name);
-        match self.admit("delete", target, String::new()).await? {
-            None => Ok(()),
-            Some(permit) => {
-                self.backend
-                    .delete(permit, &info, key.namespace.as_deref(), &key.name)
-                    .await
-            }
-        }
+        let (ns, name) = (key.namespace.as_deref(), key.name.as_str());
+        // The server's dry-run delete answers not-found for a missing object.
+        let planned = async {
+            (
+                self.backend.delete(Run::DryRun, &info, ns, name).await,
+                None,
+            )
+        };
+        self.mutate("delete", target, String::new(), planned, |permit| {
+            self.backend.delete(Run::Perform(permit), &info, ns, name)
+        })
+        .await
     }
 
     /// An Event about an object the plugin may read.
@@ -485,19 +480,20 @@ impl PluginKube {
             reporter: format!("tend-{}", self.call.plugin),
         };
         let target = Self::target(&info, key.namespace.as_deref(), &key.name);
-        match self
-            .admit("emit-event", target, format!("{reason}: {}", note.message))
-            .await?
-        {
-            None => Ok(()),
-            Some(permit) => self.backend.emit_event(permit, &info, &object, &note).await,
-        }
+        let detail = format!("{reason}: {}", note.message);
+        // Events are not sent in a dry run: the plan says which would be.
+        let planned = async { (Ok(()), None) };
+        self.mutate("emit-event", target, detail, planned, |permit| {
+            self.backend.emit_event(permit, &info, &object, &note)
+        })
+        .await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capabilities::kube::FakeKube;
     use crate::capabilities::testing::call;
     use serde_json::json;
 
@@ -570,6 +566,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_fake_applies_json_patches_and_applies_and_refuses_what_does_not_apply() {
+        let (kube, fake) = kube(OWN_NODE, false);
+        let labels = |fake: &FakeKube| {
+            fake.object("nodes", None, "node-1").unwrap()["metadata"]["labels"].clone()
+        };
+        let add = r#"[{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]"#;
+        kube.patch(&node("node-1"), PatchKind::Json, add)
+            .await
+            .unwrap();
+        assert_eq!(labels(&fake), json!({"a": "b"}));
+        let apply = r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1", "labels": {"c": "d"}}}"#;
+        kube.patch(&node("node-1"), PatchKind::Apply, apply)
+            .await
+            .unwrap();
+        assert_eq!(labels(&fake), json!({"a": "b", "c": "d"}));
+        // As the API server's 422: nothing changes, nothing is performed.
+        let missing = r#"[{"op": "replace", "path": "/metadata/labels/x", "value": "y"}]"#;
+        let err = kube
+            .patch(&node("node-1"), PatchKind::Json, missing)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), "invalid", "{err}");
+        assert_eq!(labels(&fake), json!({"a": "b", "c": "d"}));
+        assert_eq!(
+            fake.actions(),
+            ["patch nodes/node-1 json", "patch nodes/node-1 apply"]
+        );
+    }
+
+    #[tokio::test]
     async fn scopes_bounds_and_dry_runs() {
         let (kube, fake) = kube(OWN_NODE, true);
         let err = kube
@@ -602,6 +628,72 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.kind(), "not-found");
+    }
+
+    /// A plan asks the API server's dry run (here the fake's): the answer and
+    /// the grant check are the real call's, the plan shows the object's
+    /// diff, and nothing changes.
+    #[tokio::test]
+    async fn a_dry_run_is_the_servers_dry_run_under_the_same_grant() {
+        const PATCH_ONLY: &str = "kube = [{ resource = \"nodes\", verbs = [\"patch\", \"create\", \"delete\"], names = [\"$NODE\", \"node-3\"] }]";
+        let label = r#"{"metadata": {"labels": {"a": "b"}}}"#;
+        let (real, _) = kube(PATCH_ONLY, false);
+        let performed = real
+            .patch(&node("node-1"), PatchKind::Merge, label)
+            .await
+            .unwrap();
+        let (plan, fake) = kube(PATCH_ONLY, true);
+        let planned = plan
+            .patch(&node("node-1"), PatchKind::Merge, label)
+            .await
+            .unwrap();
+        assert_eq!(
+            planned, performed,
+            "a plan answers what the real patch does"
+        );
+        assert!(fake.actions().is_empty());
+        assert_eq!(
+            fake.object("nodes", None, "node-1").unwrap()["metadata"].get("labels"),
+            None
+        );
+        let mutations = plan.call.gate.mutations();
+        let diff = mutations[0].diff.as_deref().unwrap();
+        assert!(
+            diff.starts_with("--- nodes/node-1\n+++ nodes/node-1\n"),
+            "{diff}"
+        );
+        assert!(
+            diff.contains("+    \"labels\": {\n+      \"a\": \"b\"\n+    },"),
+            "{diff}"
+        );
+        assert_eq!(
+            mutations[0].describe(),
+            "would kube.patch nodes/node-1 (merge patch, 33 bytes)"
+        );
+
+        // Create: nothing before; delete: the object must exist.
+        let created = plan
+            .create("v1", "Node", None, r#"{"metadata": {"name": "node-3"}}"#)
+            .await
+            .unwrap();
+        assert_eq!(created, r#"{"metadata":{"name":"node-3"}}"#);
+        let diff = plan.call.gate.mutations()[1].diff.clone().unwrap();
+        assert!(
+            diff.starts_with("--- /dev/null\n+++ nodes/node-3\n"),
+            "{diff}"
+        );
+        assert!(
+            fake.object("nodes", None, "node-3").is_none(),
+            "a planned create creates nothing"
+        );
+        let err = plan.delete(&node("node-3")).await.unwrap_err();
+        assert_eq!(err.kind(), "not-found", "{err}");
+        plan.delete(&node("node-1")).await.unwrap();
+        assert!(
+            fake.object("nodes", None, "node-1").is_some(),
+            "a planned delete deletes nothing"
+        );
+        assert!(fake.actions().is_empty());
     }
 
     #[tokio::test]

@@ -1,9 +1,10 @@
 //! The Kubernetes backend: objects as JSON, kinds resolved by discovery.
-//! Mutations consume a [`Permit`] from the mutation gate.
+//! Mutations require a [`Permit`] from the mutation gate, or run as the API
+//! server's dry run ([`Run`]).
 
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
-use crate::capabilities::gate::Permit;
+use crate::capabilities::gate::{Performed, Permit};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -45,9 +46,65 @@ impl ListQuery {
     }
 }
 
+/// One listed object: its JSON text, shared (not copied) with the watch cache
+/// that holds it, and what the grant's re-check of a list reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listed {
+    pub json: Arc<str>,
+    view: View,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum View {
+    /// Read from the API server: the object itself, parsed already.
+    Whole(Value),
+    /// From a watch cache: compact JSON of its metadata (name, namespace,
+    /// labels) and the fields its cache's field selector names, parsed when
+    /// a list re-checks it (a parsed copy of every cached object would take
+    /// more memory than its text).
+    Summary(Arc<str>),
+}
+
+impl Listed {
+    /// An object read from the API server (serialized here, once).
+    pub fn whole(object: Value) -> Listed {
+        Listed {
+            json: object.to_string().into(),
+            view: View::Whole(object),
+        }
+    }
+
+    /// A cached object: its text and its summary (see [`View::Summary`]).
+    pub fn summarized(json: Arc<str>, summary: Arc<str>) -> Listed {
+        Listed {
+            json,
+            view: View::Summary(summary),
+        }
+    }
+
+    /// What the grant's re-check reads: the object, or its summary.
+    pub fn view(&self) -> std::borrow::Cow<'_, Value> {
+        match &self.view {
+            View::Whole(object) => std::borrow::Cow::Borrowed(object),
+            View::Summary(text) => {
+                std::borrow::Cow::Owned(serde_json::from_str(text).unwrap_or_default())
+            }
+        }
+    }
+
+    /// Bytes held: the text, and the summary if any.
+    pub fn bytes(&self) -> usize {
+        self.json.len()
+            + match &self.view {
+                View::Whole(_) => 0,
+                View::Summary(text) => text.len(),
+            }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ObjectList {
-    pub items: Vec<Value>,
+    pub items: Vec<Listed>,
     pub continue_token: Option<String>,
     pub resource_version: String,
 }
@@ -78,6 +135,24 @@ pub struct PatchBody {
     pub manager: String,
 }
 
+/// How a mutation goes to the API server: performed under the gate's permit
+/// (the gate journals its result), or sent with Kubernetes' server-side dry
+/// run (`dryRun=All`): validated and answered as it would be, nothing
+/// persisted, no permit needed.
+pub enum Run {
+    Perform(Permit),
+    DryRun,
+}
+
+impl Run {
+    pub fn dry(&self) -> bool {
+        matches!(self, Run::DryRun)
+    }
+}
+
+/// A performed create or patch answers the object; the journal says "ok".
+impl Performed for Value {}
+
 /// An object of a watched resource was added, changed or deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -107,21 +182,52 @@ pub trait KubeBackend: Send + Sync + 'static {
     async fn resolve(&self, api_version: &str, kind: &str) -> Result<ResourceInfo, CapError>;
     /// A resource by group and plural name (for grants and triggers).
     async fn resource(&self, group: &str, plural: &str) -> Result<ResourceInfo, CapError>;
-    async fn get(&self, r: &ResourceInfo, namespace: Option<&str>, name: &str) -> Result<Value, CapError>;
-    async fn list(&self, r: &ResourceInfo, namespace: Option<&str>, query: &ListQuery) -> Result<ObjectList, CapError>;
-    async fn create(&self, permit: Permit, r: &ResourceInfo, namespace: Option<&str>, object: Value) -> Result<Value, CapError>;
+    async fn get(
+        &self,
+        r: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, CapError>;
+    async fn list(
+        &self,
+        r: &ResourceInfo,
+        namespace: Option<&str>,
+        query: &ListQuery,
+    ) -> Result<ObjectList, CapError>;
+    /// The object as created (or, in a dry run, as it would be).
+    async fn create(
+        &self,
+        run: Run,
+        r: &ResourceInfo,
+        namespace: Option<&str>,
+        object: Value,
+    ) -> Result<Value, CapError>;
+    /// The object as patched (or, in a dry run, as it would be).
     async fn patch(
         &self,
-        permit: Permit,
+        run: Run,
         r: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
         patch: PatchBody,
     ) -> Result<Value, CapError>;
-    async fn delete(&self, permit: Permit, r: &ResourceInfo, namespace: Option<&str>, name: &str) -> Result<(), CapError>;
+    /// In a dry run: not-found when the object does not exist.
+    async fn delete(
+        &self,
+        run: Run,
+        r: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), CapError>;
     /// Record an Event about `object` (its JSON, for its uid and reference),
     /// raising the count of an identical recent one.
-    async fn emit_event(&self, permit: Permit, r: &ResourceInfo, object: &Value, note: &EventNote) -> Result<(), CapError>;
+    async fn emit_event(
+        &self,
+        permit: Permit,
+        r: &ResourceInfo,
+        object: &Value,
+        note: &EventNote,
+    ) -> Result<(), CapError>;
     /// Changes of `r` (in `namespace`, matching `labels` and `fields`), from
     /// the shared watch cache; the cache lives while a receiver does.
     async fn watch(

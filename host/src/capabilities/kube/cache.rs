@@ -1,4 +1,4 @@
-//! The shared watch cache: one reflector per (resource, namespace, label
+//! The shared watch cache: one watcher per (resource, namespace, label
 //! selector, field selector), whoever asks first starts it, every plugin reads
 //! from it, and it stops when nothing watches it and no list used it for
 //! [`IDLE`]. So a reconcile that reads cached objects costs the API server
@@ -10,20 +10,25 @@
 //! `kube-cache-bytes`; all caches together against `[host.kube] caches` and
 //! `cache-memory`. A list that would go beyond any of them is served by a
 //! direct read instead (the plugin sees the same objects, the API server one
-//! more request); a list cache that grows beyond them stops itself. Watch
+//! more request); a list cache that grows beyond them stops itself.
+//!
+//! Each object is kept as its JSON text, serialized once when the watch
+//! delivers it (per resourceVersion) and shared with every list that reads
+//! it, beside a small summary for the grant's re-check: a warm read copies
+//! nothing and serializes nothing. Watch
 //! triggers come from the operator's config and always get their cache: they
 //! take the place of an idle list-only cache when the count is reached, and
 //! are never stopped for their size.
 
-use super::backend::{Change, ResourceInfo};
+use super::backend::{Change, Listed, ResourceInfo};
 use crate::capabilities::error::CapError;
 use futures_util::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 
@@ -86,9 +91,13 @@ impl Direct {
 
     fn fix(self, plugin: &str) -> String {
         match self {
-            Direct::PluginCaches => format!("raise [plugins.{plugin}.limits] kube-caches, or list with fewer distinct selectors"),
+            Direct::PluginCaches => format!(
+                "raise [plugins.{plugin}.limits] kube-caches, or list with fewer distinct selectors"
+            ),
             Direct::PluginBytes | Direct::Outgrown => {
-                format!("raise [plugins.{plugin}.limits] kube-cache-bytes (or [host.kube] cache-memory), or list narrower")
+                format!(
+                    "raise [plugins.{plugin}.limits] kube-cache-bytes (or [host.kube] cache-memory), or list narrower"
+                )
             }
             Direct::HostMemory => "raise [host.kube] cache-memory".into(),
             Direct::HostCaches => "raise [host.kube] caches".into(),
@@ -96,9 +105,26 @@ impl Direct {
     }
 }
 
+/// A cache's objects by "namespace/name", kept by its task.
+#[derive(Default)]
+struct Objects {
+    live: HashMap<Box<str>, Listed>,
+    /// During a relist, the objects listed so far: reads see the live set
+    /// until the list is done.
+    relist: Option<HashMap<Box<str>, Listed>>,
+}
+
+/// A cache's objects as lists read them, and whether its first list has
+/// arrived (the sender ends with its task: a waiting read then reads directly).
+#[derive(Clone)]
+struct Store {
+    objects: Arc<RwLock<Objects>>,
+    ready: tokio::sync::watch::Receiver<bool>,
+}
+
 struct Entry {
     id: u64,
-    store: Store<DynamicObject>,
+    store: Store,
     changes: broadcast::Sender<Change>,
     task: tokio::task::JoinHandle<()>,
     last_read: Instant,
@@ -136,7 +162,12 @@ struct Usage {
 
 impl Usage {
     fn plugin(&self, plugin: &str) -> Arc<AtomicU64> {
-        self.plugins.lock().unwrap().entry(plugin.to_string()).or_default().clone()
+        self.plugins
+            .lock()
+            .unwrap()
+            .entry(plugin.to_string())
+            .or_default()
+            .clone()
     }
 }
 
@@ -171,7 +202,9 @@ type Outgrew = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// Drop the caches nothing needs any more, and those that outgrew a bound.
 fn sweep(entries: &mut HashMap<CacheKey, Entry>) {
-    entries.retain(|_, e| !e.outgrown.load(Ordering::Relaxed) && (!e.idle() || e.last_read.elapsed() < IDLE));
+    entries.retain(|_, e| {
+        !e.outgrown.load(Ordering::Relaxed) && (!e.idle() || e.last_read.elapsed() < IDLE)
+    });
 }
 
 fn api_resource(r: &ResourceInfo) -> ApiResource {
@@ -207,7 +240,9 @@ impl WatchCache {
                 let mut tick = tokio::time::interval(Duration::from_secs(60));
                 loop {
                     tick.tick().await;
-                    let Some(entries) = entries.upgrade() else { return };
+                    let Some(entries) = entries.upgrade() else {
+                        return;
+                    };
                     sweep(&mut entries.lock().unwrap());
                 }
             });
@@ -218,7 +253,11 @@ impl WatchCache {
     }
 
     /// Why `charge` may not start one more cache, if it may not.
-    fn refusal(&self, entries: &HashMap<CacheKey, Entry>, charge: Option<&Charge>) -> Option<Direct> {
+    fn refusal(
+        &self,
+        entries: &HashMap<CacheKey, Entry>,
+        charge: Option<&Charge>,
+    ) -> Option<Direct> {
         {
             let mut outgrew = self.outgrew.lock().unwrap();
             outgrew.retain(|_, at| at.elapsed() < IDLE);
@@ -227,7 +266,10 @@ impl WatchCache {
             }
         }
         if let Some(c) = charge {
-            let started = entries.values().filter(|e| e.started_by.as_deref() == Some(c.plugin)).count();
+            let started = entries
+                .values()
+                .filter(|e| e.started_by.as_deref() == Some(c.plugin))
+                .count();
             if started >= c.caches as usize {
                 return Some(Direct::PluginCaches);
             }
@@ -262,7 +304,12 @@ impl WatchCache {
 
     /// The objects of `key`, once its initial list has arrived; None when the
     /// list is to be read from the API server instead (a bound, counted).
-    pub async fn list(&self, client: &kube::Client, key: &CacheKey, charge: Option<&Charge<'_>>) -> Result<Option<Vec<serde_json::Value>>, CapError> {
+    pub async fn list(
+        &self,
+        client: &kube::Client,
+        key: &CacheKey,
+        charge: Option<&Charge<'_>>,
+    ) -> Result<Option<Vec<Listed>>, CapError> {
         let found = {
             let mut entries = self.entries();
             match entries.get_mut(key) {
@@ -281,30 +328,43 @@ impl WatchCache {
                 },
             }
         };
-        let (store, outgrown) = match found {
+        let (mut store, outgrown) = match found {
             Ok(found) => found,
             Err(why) => {
                 self.directed(charge.map(|c| c.plugin), why);
                 return Ok(None);
             }
         };
-        let ready = tokio::time::timeout(READY_TIMEOUT, store.wait_until_ready()).await.map_err(|_| {
-            CapError::Unavailable(format!(
-                "the watch cache of {} has not received its first list within {READY_TIMEOUT:?}: is the API server answering?",
-                key.resource.plural
-            ))
-        })?;
+        let ready = tokio::time::timeout(READY_TIMEOUT, store.ready.wait_for(|ready| *ready))
+            .await
+            .map_err(|_| {
+                CapError::Unavailable(format!(
+                    "the watch cache of {} has not received its first list within {READY_TIMEOUT:?}: is the API server answering?",
+                    key.resource.plural
+                ))
+            })?
+            .is_ok();
         if outgrown.load(Ordering::Relaxed) {
             self.directed(charge.map(|c| c.plugin), Direct::Outgrown);
             return Ok(None);
         }
-        ready.map_err(|e| CapError::Unavailable(format!("the watch cache of {} stopped: {e}", key.resource.plural)))?;
-        store
-            .state()
-            .iter()
-            .map(|o| serde_json::to_value(o.as_ref()).map_err(|e| CapError::Other(e.to_string())))
-            .collect::<Result<_, _>>()
-            .map(Some)
+        if !ready {
+            return Err(CapError::Unavailable(format!(
+                "the watch cache of {} stopped before its first list",
+                key.resource.plural
+            )));
+        }
+        // Shared, not copied: each object's text was made when it arrived.
+        Ok(Some(
+            store
+                .objects
+                .read()
+                .unwrap()
+                .live
+                .values()
+                .cloned()
+                .collect(),
+        ))
     }
 
     /// Changes of `key`'s objects, for triggers: always started, in the place
@@ -343,7 +403,7 @@ impl WatchCache {
         entry.changes.subscribe()
     }
 
-    /// How many reflectors run (one watch on the API server each).
+    /// How many caches run (one watch on the API server each).
     pub fn running(&self) -> usize {
         self.entries.lock().unwrap().len()
     }
@@ -362,7 +422,13 @@ impl WatchCache {
             running: entries.len(),
             bytes: self.usage.host.load(Ordering::Relaxed),
             plugins,
-            direct: self.direct.lock().unwrap().iter().map(|((p, why), n)| ((p.clone(), why.label()), *n)).collect(),
+            direct: self
+                .direct
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|((p, why), n)| ((p.clone(), why.label()), *n))
+                .collect(),
             evicted: self.evicted.load(Ordering::Relaxed),
         }
     }
@@ -380,20 +446,26 @@ impl WatchCache {
         if let Some(fields) = &key.fields {
             config = config.fields(fields);
         }
-        let writer = reflector::store::Writer::new(ar);
-        let store = writer.as_reader();
+        let objects = Arc::new(RwLock::new(Objects::default()));
+        let (ready, ready_rx) = tokio::sync::watch::channel(false);
+        let store = Store {
+            objects: objects.clone(),
+            ready: ready_rx,
+        };
         let (changes, _) = broadcast::channel(1024);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let bytes = Arc::new(AtomicU64::new(0));
         let held = Arc::new(AtomicBool::new(false));
         let outgrown = Arc::new(AtomicBool::new(false));
-        let mut meter = Meter {
-            own: bytes.clone(),
-            host: self.usage.host.clone(),
-            plugin: charge.map(|c| (self.usage.plugin(c.plugin), c.bytes)),
-            host_memory: self.bounds.memory,
-            live: HashMap::new(),
-            relist: None,
+        let mut writer = Writer {
+            objects,
+            paths: selector_paths(key.fields.as_deref()),
+            meter: Meter {
+                own: bytes.clone(),
+                host: self.usage.host.clone(),
+                plugin: charge.map(|c| (self.usage.plugin(c.plugin), c.bytes)),
+                host_memory: self.bounds.memory,
+            },
         };
         let stop = Stop {
             entries: Arc::downgrade(&self.entries),
@@ -408,10 +480,11 @@ impl WatchCache {
         let task = tokio::spawn(async move {
             // Nobody reads managedFields through a plugin's list worth caching them
             // (often half an object's size), as Kubewarden's reflector does.
-            let events = watcher(api, config).default_backoff().modify(|o: &mut DynamicObject| o.metadata.managed_fields = None);
-            let stream = reflector::reflector(writer, events);
-            futures_util::pin_mut!(stream);
-            while let Some(event) = stream.next().await {
+            let events = watcher(api, config)
+                .default_backoff()
+                .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None);
+            futures_util::pin_mut!(events);
+            while let Some(event) = events.next().await {
                 let event = match event {
                     Ok(event) => event,
                     Err(e) => {
@@ -419,9 +492,15 @@ impl WatchCache {
                         continue;
                     }
                 };
-                meter.apply(&event);
-                if let Some(host) = meter.over().filter(|_| !task_held.load(Ordering::Relaxed)) {
-                    // Ending drops the writer: a first read waiting for it gets a direct read.
+                if writer.apply(&event) {
+                    ready.send_replace(true);
+                }
+                if let Some(host) = writer
+                    .meter
+                    .over()
+                    .filter(|_| !task_held.load(Ordering::Relaxed))
+                {
+                    // Ending drops `ready`: a first read waiting for it gets a direct read.
                     task_outgrown.store(true, Ordering::Relaxed);
                     stop.remove(host);
                     return;
@@ -466,9 +545,15 @@ impl Stop {
     /// Remove the cache, holding back new ones of its plugin (or, when the
     /// host's memory was the bound, everyone's).
     fn remove(&self, host: bool) {
-        let who = if host { String::new() } else { self.plugin.clone() };
+        let who = if host {
+            String::new()
+        } else {
+            self.plugin.clone()
+        };
         self.outgrew.lock().unwrap().insert(who, Instant::now());
-        let Some(entries) = self.entries.upgrade() else { return };
+        let Some(entries) = self.entries.upgrade() else {
+            return;
+        };
         let mut entries = entries.lock().unwrap();
         if entries.get(&self.key).is_some_and(|e| e.id == self.id) {
             let removed = entries.remove(&self.key);
@@ -479,47 +564,142 @@ impl Stop {
     }
 }
 
-/// Counts a cache's bytes as its reflector stores objects, and charges them
-/// to the host and the plugin that started it until the cache ends.
+/// The paths a field selector names ("spec.nodeName=a,metadata.name!=b":
+/// spec.nodeName and metadata.name), which a cached object's summary keeps.
+fn selector_paths(fields: Option<&str>) -> Vec<Vec<String>> {
+    fields
+        .into_iter()
+        .flat_map(|f| f.split(','))
+        .filter_map(|term| {
+            let path = term.split(['!', '=']).next()?.trim();
+            (!path.is_empty()).then(|| path.split('.').map(str::to_string).collect())
+        })
+        .collect()
+}
+
+/// What a list's grant re-check reads of `o` (`ListScope::admits`): its
+/// name, namespace and labels, and the values at `paths`, as compact JSON.
+fn summary(o: &DynamicObject, paths: &[Vec<String>]) -> String {
+    let meta = &o.metadata;
+    let mut view = serde_json::json!({"metadata": {"name": meta.name, "namespace": meta.namespace, "labels": meta.labels}});
+    let mut metadata = None;
+    for path in paths {
+        let (top, rest) = match path.split_first() {
+            Some((top, rest)) if top == "metadata" => {
+                if matches!(rest, [f] if f == "name" || f == "namespace") {
+                    continue;
+                }
+                let whole =
+                    metadata.get_or_insert_with(|| serde_json::to_value(meta).unwrap_or_default());
+                (&*whole, rest)
+            }
+            _ => (&o.data, &path[..]),
+        };
+        let value = rest.iter().fold(top, |v, step| &v[step.as_str()]);
+        if value.is_null() {
+            continue;
+        }
+        let mut at = &mut view;
+        for step in path {
+            if !at.is_object() {
+                *at = Value::Object(Default::default());
+            }
+            at = at
+                .as_object_mut()
+                .unwrap()
+                .entry(step.clone())
+                .or_insert(Value::Null);
+        }
+        *at = value.clone();
+    }
+    view.to_string()
+}
+
+fn object_key(o: &DynamicObject) -> Box<str> {
+    format!(
+        "{}/{}",
+        o.metadata.namespace.as_deref().unwrap_or(""),
+        o.metadata.name.as_deref().unwrap_or("")
+    )
+    .into()
+}
+
+/// Keeps a cache's objects from its watch's events (each serialized once, on
+/// arrival) and charges their bytes.
+struct Writer {
+    objects: Arc<RwLock<Objects>>,
+    /// What each object's summary keeps beyond its metadata.
+    paths: Vec<Vec<String>>,
+    meter: Meter,
+}
+
+impl Writer {
+    fn cached(&self, o: &DynamicObject) -> Listed {
+        let json = serde_json::to_string(o).unwrap_or_default();
+        Listed::summarized(json.into(), summary(o, &self.paths).into())
+    }
+
+    /// Apply one event; true when a (re)list is done.
+    fn apply(&mut self, event: &watcher::Event<DynamicObject>) -> bool {
+        let held =
+            |map: &HashMap<Box<str>, Listed>| map.values().map(|l| l.bytes() as i64).sum::<i64>();
+        let mut objects = self.objects.write().unwrap();
+        let delta = match event {
+            watcher::Event::Apply(o) => {
+                let new = self.cached(o);
+                let size = new.bytes() as i64;
+                size - objects
+                    .live
+                    .insert(object_key(o), new)
+                    .map_or(0, |old| old.bytes() as i64)
+            }
+            watcher::Event::Delete(o) => -objects
+                .live
+                .remove(&object_key(o))
+                .map_or(0, |old| old.bytes() as i64),
+            watcher::Event::Init => -objects
+                .relist
+                .replace(HashMap::new())
+                .as_ref()
+                .map_or(0, held),
+            watcher::Event::InitApply(o) => {
+                let new = self.cached(o);
+                let size = new.bytes() as i64;
+                let relist = objects.relist.get_or_insert_with(HashMap::new);
+                size - relist
+                    .insert(object_key(o), new)
+                    .map_or(0, |old| old.bytes() as i64)
+            }
+            watcher::Event::InitDone => {
+                let listed = objects.relist.take().unwrap_or_default();
+                let delta = -held(&objects.live);
+                objects.live = listed;
+                delta
+            }
+        };
+        drop(objects);
+        self.meter.add(delta);
+        matches!(event, watcher::Event::InitDone)
+    }
+}
+
+/// Charges a cache's bytes to the host and the plugin that started it until
+/// the cache ends.
 struct Meter {
     own: Arc<AtomicU64>,
     host: Arc<AtomicU64>,
     /// The charged plugin's bytes and its bound.
     plugin: Option<(Arc<AtomicU64>, u64)>,
     host_memory: u64,
-    /// Bytes per stored object (namespace, name).
-    live: HashMap<(Option<String>, String), u64>,
-    /// During a relist, the objects listed so far: the store holds both sets
-    /// until the list is done.
-    relist: Option<HashMap<(Option<String>, String), u64>>,
-}
-
-/// Counts serialized bytes without keeping them.
-struct ByteCount(u64);
-
-impl std::io::Write for ByteCount {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len() as u64;
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn size(object: &DynamicObject) -> u64 {
-    let mut count = ByteCount(0);
-    let _ = serde_json::to_writer(&mut count, object);
-    count.0
-}
-
-fn object_key(o: &DynamicObject) -> (Option<String>, String) {
-    (o.metadata.namespace.clone(), o.metadata.name.clone().unwrap_or_default())
 }
 
 impl Meter {
     fn add(&self, delta: i64) {
-        let counters = [Some(&self.own), Some(&self.host), self.plugin.as_ref().map(|(p, _)| p)];
+        let counters = [
+            Some(&self.own),
+            Some(&self.host),
+            self.plugin.as_ref().map(|(p, _)| p),
+        ];
         for counter in counters.into_iter().flatten() {
             if delta >= 0 {
                 counter.fetch_add(delta as u64, Ordering::Relaxed);
@@ -529,39 +709,15 @@ impl Meter {
         }
     }
 
-    fn put(&mut self, relist: bool, o: &DynamicObject) {
-        let new = size(o) as i64;
-        let map = if relist { self.relist.get_or_insert_with(HashMap::new) } else { &mut self.live };
-        let old = map.insert(object_key(o), new as u64).unwrap_or(0) as i64;
-        self.add(new - old);
-    }
-
-    fn apply(&mut self, event: &watcher::Event<DynamicObject>) {
-        match event {
-            watcher::Event::Apply(o) => self.put(false, o),
-            watcher::Event::Delete(o) => {
-                let old = self.live.remove(&object_key(o)).unwrap_or(0) as i64;
-                self.add(-old);
-            }
-            watcher::Event::Init => {
-                let dropped: u64 = self.relist.take().map_or(0, |r| r.values().sum());
-                self.add(-(dropped as i64));
-                self.relist = Some(HashMap::new());
-            }
-            watcher::Event::InitApply(o) => self.put(true, o),
-            watcher::Event::InitDone => {
-                let old: u64 = self.live.values().sum();
-                self.add(-(old as i64));
-                self.live = self.relist.take().unwrap_or_default();
-            }
-        }
-    }
-
     /// Beyond the host's memory (Some(true)) or the charged plugin's bytes (Some(false)).
     fn over(&self) -> Option<bool> {
         if self.host.load(Ordering::Relaxed) > self.host_memory {
             Some(true)
-        } else if self.plugin.as_ref().is_some_and(|(p, max)| p.load(Ordering::Relaxed) > *max) {
+        } else if self
+            .plugin
+            .as_ref()
+            .is_some_and(|(p, max)| p.load(Ordering::Relaxed) > *max)
+        {
             Some(false)
         } else {
             None
@@ -596,16 +752,23 @@ mod tests {
         }
     }
 
-    /// Nothing answers there: the reflectors retry quietly, which is enough here.
+    /// Nothing answers there: the watchers retry quietly, which is enough here.
     fn client() -> kube::Client {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         kube::Client::try_from(config).unwrap()
     }
 
-    const BIG: HostBounds = HostBounds { caches: 64, memory: 1 << 30 };
+    const BIG: HostBounds = HostBounds {
+        caches: 64,
+        memory: 1 << 30,
+    };
 
     fn charge(plugin: &str, caches: u32) -> Charge<'_> {
-        Charge { plugin, caches, bytes: 1 << 20 }
+        Charge {
+            plugin,
+            caches,
+            bytes: 1 << 20,
+        }
     }
 
     /// Start the cache of `key` for `charge` without waiting for its list.
@@ -623,14 +786,31 @@ mod tests {
     /// the next plugin still gets caches, and a trigger always does.
     #[tokio::test]
     async fn caches_are_charged_to_the_plugin_that_starts_them() {
-        let cache = WatchCache::new(HostBounds { caches: 20, memory: 1 << 30 });
+        let cache = WatchCache::new(HostBounds {
+            caches: 20,
+            memory: 1 << 30,
+        });
         let hostile = charge("hostile", 16);
-        let started_count = (0..70).filter(|i| started(&cache, &key(*i), &hostile)).count();
+        let started_count = (0..70)
+            .filter(|i| started(&cache, &key(*i), &hostile))
+            .count();
         assert_eq!(started_count, 16);
-        assert!(cache.list(&client(), &key(100), Some(&hostile)).await.unwrap().is_none(), "a direct read");
-        assert_eq!(cache.stats().direct[&("hostile".to_string(), "kube-caches")], 1);
+        assert!(
+            cache
+                .list(&client(), &key(100), Some(&hostile))
+                .await
+                .unwrap()
+                .is_none(),
+            "a direct read"
+        );
+        assert_eq!(
+            cache.stats().direct[&("hostile".to_string(), "kube-caches")],
+            1
+        );
         let other = charge("other", 16);
-        let other_count = (200..210).filter(|i| started(&cache, &key(*i), &other)).count();
+        let other_count = (200..210)
+            .filter(|i| started(&cache, &key(*i), &other))
+            .count();
         assert_eq!(other_count, 4, "the host's 20 are reached");
         assert_eq!(cache.stats().plugins["hostile"].0, 16);
         // A trigger takes the place of the least recently read idle list cache.
@@ -642,12 +822,20 @@ mod tests {
 
     #[tokio::test]
     async fn triggers_start_beyond_the_count_when_nothing_is_idle() {
-        let cache = WatchCache::new(HostBounds { caches: 2, memory: 1 << 30 });
-        let held: Vec<_> = (0..3).map(|i| cache.subscribe(&client(), &key(i))).collect();
+        let cache = WatchCache::new(HostBounds {
+            caches: 2,
+            memory: 1 << 30,
+        });
+        let held: Vec<_> = (0..3)
+            .map(|i| cache.subscribe(&client(), &key(i)))
+            .collect();
         assert_eq!(cache.running(), 3);
         assert_eq!(cache.stats().evicted, 0);
         // Lists get no new cache beyond the count, but share the triggers'.
-        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("p", 16))), Some(Direct::HostCaches));
+        assert_eq!(
+            cache.refusal(&cache.entries(), Some(&charge("p", 16))),
+            Some(Direct::HostCaches)
+        );
         drop(held);
     }
 
@@ -662,52 +850,127 @@ mod tests {
         o
     }
 
-    fn meter(usage: &Usage, plugin: &str, bytes: u64, host_memory: u64) -> Meter {
-        Meter {
-            own: Arc::default(),
-            host: usage.host.clone(),
-            plugin: Some((usage.plugin(plugin), bytes)),
-            host_memory,
-            live: HashMap::new(),
-            relist: None,
+    fn writer(usage: &Usage, plugin: &str, bytes: u64, fields: Option<&str>) -> Writer {
+        Writer {
+            objects: Arc::default(),
+            paths: selector_paths(fields),
+            meter: Meter {
+                own: Arc::default(),
+                host: usage.host.clone(),
+                plugin: Some((usage.plugin(plugin), bytes)),
+                host_memory: 1 << 30,
+            },
         }
+    }
+
+    fn names(w: &Writer) -> Vec<String> {
+        let mut names: Vec<String> = w
+            .objects
+            .read()
+            .unwrap()
+            .live
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
+        names.sort();
+        names
     }
 
     #[test]
     fn bytes_are_counted_through_relists_and_released_when_the_cache_ends() {
         let usage = Usage::default();
-        let mut m = meter(&usage, "p", 10_000, 1 << 30);
+        let mut w = writer(&usage, "p", 10_000, None);
         let a = object("a", 1000);
-        let one = size(&a);
+        let one = w.cached(&a).bytes() as u64;
         assert!(one > 1000);
-        m.apply(&watcher::Event::Init);
-        m.apply(&watcher::Event::InitApply(a.clone()));
-        m.apply(&watcher::Event::InitApply(object("b", 1000)));
-        m.apply(&watcher::Event::InitDone);
+        assert!(!w.apply(&watcher::Event::Init));
+        w.apply(&watcher::Event::InitApply(a.clone()));
+        w.apply(&watcher::Event::InitApply(object("b", 1000)));
+        assert!(names(&w).is_empty(), "reads wait for the list to be done");
+        assert!(w.apply(&watcher::Event::InitDone), "ready");
+        assert_eq!(names(&w), ["default/a", "default/b"]);
         assert_eq!(usage.plugin("p").load(Ordering::Relaxed), 2 * one);
         // A relist holds both sets until it is done.
-        m.apply(&watcher::Event::Init);
-        m.apply(&watcher::Event::InitApply(a.clone()));
+        w.apply(&watcher::Event::Init);
+        w.apply(&watcher::Event::InitApply(a.clone()));
         assert_eq!(usage.host.load(Ordering::Relaxed), 3 * one);
-        m.apply(&watcher::Event::InitDone);
+        assert_eq!(
+            names(&w),
+            ["default/a", "default/b"],
+            "reads see the old set meanwhile"
+        );
+        w.apply(&watcher::Event::InitDone);
         assert_eq!(usage.host.load(Ordering::Relaxed), one);
-        m.apply(&watcher::Event::Apply(object("a", 12_000)));
-        assert_eq!(m.over(), Some(false), "beyond the plugin's 10000 bytes");
-        m.apply(&watcher::Event::Delete(object("a", 0)));
+        assert_eq!(names(&w), ["default/a"]);
+        w.apply(&watcher::Event::Apply(object("a", 12_000)));
+        assert_eq!(
+            w.meter.over(),
+            Some(false),
+            "beyond the plugin's 10000 bytes"
+        );
+        w.apply(&watcher::Event::Delete(object("a", 0)));
         assert_eq!(usage.host.load(Ordering::Relaxed), 0);
-        m.apply(&watcher::Event::Apply(a));
-        drop(m);
-        assert_eq!((usage.host.load(Ordering::Relaxed), usage.plugin("p").load(Ordering::Relaxed)), (0, 0));
+        w.apply(&watcher::Event::Apply(a));
+        drop(w);
+        assert_eq!(
+            (
+                usage.host.load(Ordering::Relaxed),
+                usage.plugin("p").load(Ordering::Relaxed)
+            ),
+            (0, 0)
+        );
+    }
+
+    /// Each object's text is made once, on arrival, and shared with every
+    /// read; its summary keeps what the grant's re-check reads.
+    #[test]
+    fn objects_are_kept_as_shared_text_with_a_summary_for_the_grant() {
+        let usage = Usage::default();
+        let mut w = writer(
+            &usage,
+            "p",
+            1 << 20,
+            Some("spec.nodeName=n1,metadata.name!=x"),
+        );
+        let mut pod = object("a", 10);
+        pod.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+        pod.data["spec"] = serde_json::json!({"nodeName": "n1", "containers": [{"name": "c"}]});
+        w.apply(&watcher::Event::Init);
+        w.apply(&watcher::Event::InitApply(pod.clone()));
+        w.apply(&watcher::Event::InitDone);
+        let first = w.objects.read().unwrap().live["default/a"].clone();
+        let again = w.objects.read().unwrap().live["default/a"].clone();
+        assert!(Arc::ptr_eq(&first.json, &again.json), "shared, not copied");
+        assert_eq!(
+            serde_json::from_str::<Value>(&first.json).unwrap(),
+            serde_json::to_value(&pod).unwrap()
+        );
+        assert_eq!(
+            *first.view(),
+            serde_json::json!({
+                "metadata": {"name": "a", "namespace": "default", "labels": {"app": "web"}},
+                "spec": {"nodeName": "n1"},
+            })
+        );
     }
 
     #[tokio::test]
     async fn a_plugin_over_its_bytes_or_the_host_over_its_memory_starts_no_cache() {
         let cache = WatchCache::new(BIG);
         cache.usage.plugin("p").store(2 << 20, Ordering::Relaxed);
-        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("p", 16))), Some(Direct::PluginBytes));
-        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("q", 16))), None);
+        assert_eq!(
+            cache.refusal(&cache.entries(), Some(&charge("p", 16))),
+            Some(Direct::PluginBytes)
+        );
+        assert_eq!(
+            cache.refusal(&cache.entries(), Some(&charge("q", 16))),
+            None
+        );
         cache.usage.host.store(2 << 30, Ordering::Relaxed);
-        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("q", 16))), Some(Direct::HostMemory));
+        assert_eq!(
+            cache.refusal(&cache.entries(), Some(&charge("q", 16))),
+            Some(Direct::HostMemory)
+        );
     }
 
     /// A cache that outgrew its plugin's bytes and stopped frees them, but the
@@ -725,9 +988,20 @@ mod tests {
         };
         stop.remove(false);
         assert_eq!(cache.running(), 0);
-        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("p", 16))), Some(Direct::Outgrown));
-        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("q", 16))), None, "only p's");
+        assert_eq!(
+            cache.refusal(&cache.entries(), Some(&charge("p", 16))),
+            Some(Direct::Outgrown)
+        );
+        assert_eq!(
+            cache.refusal(&cache.entries(), Some(&charge("q", 16))),
+            None,
+            "only p's"
+        );
         stop.remove(true);
-        assert_eq!(cache.refusal(&cache.entries(), Some(&charge("q", 16))), Some(Direct::Outgrown), "the host's memory: everyone's");
+        assert_eq!(
+            cache.refusal(&cache.entries(), Some(&charge("q", 16))),
+            Some(Direct::Outgrown),
+            "the host's memory: everyone's"
+        );
     }
 }

@@ -47,7 +47,9 @@ impl Discovery {
                 None => Known::Absent,
             },
             _ => match &*self.versions.lock().unwrap() {
-                Some((at, versions)) if fresh(at) && !versions.contains(api_version) => Known::Absent,
+                Some((at, versions)) if fresh(at) && !versions.contains(api_version) => {
+                    Known::Absent
+                }
                 _ => Known::Ask,
             },
         };
@@ -106,11 +108,18 @@ mod tests {
         assert_eq!(d.known("v1", "Widget", t0), Known::Ask);
         d.listed("v1", Some(vec![node()]), t0);
         for i in 0..300 {
-            assert_eq!(d.known("v1", &format!("Widget{i}"), t0 + Duration::from_secs(1)), Known::Absent);
+            assert_eq!(
+                d.known("v1", &format!("Widget{i}"), t0 + Duration::from_secs(1)),
+                Known::Absent
+            );
         }
         assert_eq!(d.saved(), 300);
         assert_eq!(d.known("v1", "Node", t0), Known::Found(node()));
-        assert_eq!(d.known("v1", "Widget", t0 + MISS_TTL), Known::Ask, "expired");
+        assert_eq!(
+            d.known("v1", "Widget", t0 + MISS_TTL),
+            Known::Ask,
+            "expired"
+        );
     }
 
     #[test]
@@ -124,7 +133,11 @@ mod tests {
         d.versions_listed(["v1".to_string(), "apps/v1".to_string()].into(), t0);
         assert!(!d.versions_due(t0 + Duration::from_secs(29)));
         assert_eq!(d.known("y.example/v1", "A", t0), Known::Absent);
-        assert_eq!(d.known("apps/v1", "Deployment", t0), Known::Ask, "served: ask for its kinds");
+        assert_eq!(
+            d.known("apps/v1", "Deployment", t0),
+            Known::Ask,
+            "served: ask for its kinds"
+        );
         // Absent group versions are bounded.
         for i in 0..(MAX_ABSENT * 2) {
             d.listed(&format!("g{i}/v1"), None, t0);

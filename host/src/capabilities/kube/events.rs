@@ -89,10 +89,18 @@ impl Correlator {
 /// text to a plugin: per reason, ever new reasons would be ever new Events).
 pub fn combined(name: &str, uid: &str, note: &EventNote) -> (String, EventNote) {
     let kind = if note.warning { "Warning" } else { "Normal" };
-    let digest = xxhash_rust::xxh3::xxh3_64(format!("{uid}\0{}\0{kind}\0combined", note.reporter).as_bytes());
+    let digest = xxhash_rust::xxh3::xxh3_64(
+        format!("{uid}\0{}\0{kind}\0combined", note.reporter).as_bytes(),
+    );
     let stem: String = name.chars().take(230).collect();
     let message = crate::text::cut(format!("{COMBINED}{}", note.message), 1024);
-    (format!("{stem}.{digest:016x}"), EventNote { message, ..note.clone() })
+    (
+        format!("{stem}.{digest:016x}"),
+        EventNote {
+            message,
+            ..note.clone()
+        },
+    )
 }
 
 #[cfg(test)]
@@ -111,7 +119,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_burst_per_object_and_reporter_then_combined_then_one_per_refill() {
         let c = Correlator::default();
-        let asked = (0..256).filter(|i| c.as_asked("u1", &note("tend-p", &format!("m{i}")))).count();
+        let asked = (0..256)
+            .filter(|i| c.as_asked("u1", &note("tend-p", &format!("m{i}"))))
+            .count();
         assert_eq!(asked, BURST as usize);
         assert_eq!(c.combined()["tend-p"], 256 - u64::from(BURST));
         // Another object, another reporter: their own bursts.
@@ -129,11 +139,25 @@ mod tests {
         assert_eq!(a, b, "whatever the message");
         assert_eq!(na.message, format!("{COMBINED}one"));
         assert!(nb.message.starts_with(COMBINED) && nb.message.len() <= 1024);
-        let warning = EventNote { warning: true, ..note("tend-p", "one") };
-        assert_ne!(combined("node-1", "u1", &warning).0, a, "a Warning is not combined with a Normal");
+        let warning = EventNote {
+            warning: true,
+            ..note("tend-p", "one")
+        };
+        assert_ne!(
+            combined("node-1", "u1", &warning).0,
+            a,
+            "a Warning is not combined with a Normal"
+        );
         assert_ne!(combined("node-1", "u1", &note("tend-q", "one")).0, a);
-        let other_reason = EventNote { reason: "Other".into(), ..note("tend-p", "two") };
-        assert_eq!(combined("node-1", "u1", &other_reason).0, a, "whatever the reason");
+        let other_reason = EventNote {
+            reason: "Other".into(),
+            ..note("tend-p", "two")
+        };
+        assert_eq!(
+            combined("node-1", "u1", &other_reason).0,
+            a,
+            "whatever the reason"
+        );
     }
 
     #[tokio::test(start_paused = true)]

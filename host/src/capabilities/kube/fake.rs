@@ -1,14 +1,19 @@
 //! An in-memory Kubernetes API for tests: a discovery table, objects by
 //! resource, namespace and name, recorded actions, injectable failures.
+//! Patches are applied as the API server (and the SDK's fake) applies them.
 
-use super::backend::{Change, EventNote, KubeBackend, ListQuery, ObjectList, PatchBody, PatchKind, ResourceInfo};
+use super::backend::{
+    Change, EventNote, KubeBackend, ListQuery, Listed, ObjectList, PatchBody, PatchKind,
+    ResourceInfo, Run,
+};
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
+use crate::capabilities::fakes::FakeLedger;
 use crate::capabilities::gate::Permit;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 
 type ObjectKey = (String, Option<String>, String);
@@ -16,8 +21,7 @@ type ObjectKey = (String, Option<String>, String);
 pub struct FakeKube {
     kinds: Vec<ResourceInfo>,
     objects: Mutex<BTreeMap<ObjectKey, Value>>,
-    actions: Mutex<Vec<String>>,
-    failure: Mutex<Option<CapError>>,
+    ledger: FakeLedger,
     changes: broadcast::Sender<Change>,
     requests: AtomicU64,
     /// What [`FakeKube::set_own_lease`] set.
@@ -27,13 +31,14 @@ pub struct FakeKube {
 impl Default for FakeKube {
     /// Knows Nodes, Pods, ConfigMaps, Leases and Events.
     fn default() -> Self {
-        let kind = |group: &str, version: &str, kind: &str, plural: &str, namespaced| ResourceInfo {
-            group: group.into(),
-            version: version.into(),
-            kind: kind.into(),
-            plural: plural.into(),
-            namespaced,
-        };
+        let kind =
+            |group: &str, version: &str, kind: &str, plural: &str, namespaced| ResourceInfo {
+                group: group.into(),
+                version: version.into(),
+                kind: kind.into(),
+                plural: plural.into(),
+                namespaced,
+            };
         FakeKube {
             kinds: vec![
                 kind("", "v1", "Node", "nodes", false),
@@ -43,8 +48,7 @@ impl Default for FakeKube {
                 kind("events.k8s.io", "v1", "Event", "events", true),
             ],
             objects: Mutex::default(),
-            actions: Mutex::default(),
-            failure: Mutex::default(),
+            ledger: FakeLedger::default(),
             changes: broadcast::channel(64).0,
             requests: AtomicU64::new(0),
             own_lease: std::sync::OnceLock::new(),
@@ -56,51 +60,71 @@ impl FakeKube {
     /// Put an object (its JSON, with metadata.name and, if namespaced, namespace).
     pub fn put(&self, plural: &str, object: Value) {
         let namespace = object["metadata"]["namespace"].as_str().map(str::to_string);
-        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let _ = self.changes.send(Change {
             resource: plural.into(),
             group: String::new(),
             namespace: namespace.clone(),
             name: name.clone(),
         });
-        self.objects.lock().unwrap().insert((plural.into(), namespace, name), object);
+        self.objects
+            .lock()
+            .unwrap()
+            .insert((plural.into(), namespace, name), object);
     }
 
     pub fn object(&self, plural: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
-        let key = (plural.to_string(), namespace.map(str::to_string), name.to_string());
+        let key = (
+            plural.to_string(),
+            namespace.map(str::to_string),
+            name.to_string(),
+        );
         self.objects.lock().unwrap().get(&key).cloned()
     }
 
-    /// Every mutation performed: "patch nodes/node-1 merge", "event nodes/node-1 Labeled".
+    /// Every mutation performed, in the SDK fake's words: "patch
+    /// nodes/node-1 merge", "delete pods/default/web", "event nodes/node-1
+    /// Labeled: ...".
     pub fn actions(&self) -> Vec<String> {
-        self.actions.lock().unwrap().clone()
+        self.ledger.actions()
     }
 
     /// Make `lease` Tend's own election Lease, as `[host.leader-election]` does (once).
     pub fn set_own_lease(&self, lease: super::grants::OwnLease) {
-        assert!(self.own_lease.set(lease).is_ok(), "FakeKube::set_own_lease: already set");
+        assert!(
+            self.own_lease.set(lease).is_ok(),
+            "FakeKube::set_own_lease: already set"
+        );
     }
 
     pub fn fail_with(&self, error: Option<CapError>) {
-        *self.failure.lock().unwrap() = error;
+        self.ledger.fail_with(error);
     }
 
-    fn check(&self) -> Result<(), CapError> {
+    /// A request to the API server: counted, as the real backend counts
+    /// what it sends, then failed if a failure is injected.
+    fn request(&self) -> Result<(), CapError> {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        match self.failure.lock().unwrap().clone() {
-            Some(error) => Err(error),
-            None => Ok(()),
+        self.ledger.check()
+    }
+
+    /// "pods/default/web", "nodes/node-1": as the SDK's fake names it.
+    fn target(r: &ResourceInfo, namespace: Option<&str>, name: &str) -> String {
+        match namespace.filter(|_| r.namespaced) {
+            Some(ns) => format!("{}/{ns}/{name}", r.plural),
+            None => format!("{}/{name}", r.plural),
         }
     }
 
-    fn act(&self, action: String) -> Result<(), CapError> {
-        self.check()?;
-        self.actions.lock().unwrap().push(action);
-        Ok(())
-    }
-
     fn key(r: &ResourceInfo, namespace: Option<&str>, name: &str) -> ObjectKey {
-        (r.plural.clone(), namespace.filter(|_| r.namespaced).map(str::to_string), name.to_string())
+        (
+            r.plural.clone(),
+            namespace.filter(|_| r.namespaced).map(str::to_string),
+            name.to_string(),
+        )
     }
 }
 
@@ -116,7 +140,11 @@ impl KubeBackend for FakeKube {
             .iter()
             .find(|k| k.api_version() == api_version && k.kind == kind)
             .cloned()
-            .ok_or_else(|| CapError::NotFound(format!("the API server has no kind {kind} in {api_version}")))
+            .ok_or_else(|| {
+                CapError::NotFound(format!(
+                    "the API server has no kind {kind} in {api_version}"
+                ))
+            })
     }
 
     async fn resource(&self, group: &str, plural: &str) -> Result<ResourceInfo, CapError> {
@@ -124,25 +152,46 @@ impl KubeBackend for FakeKube {
             .iter()
             .find(|k| k.group == group && k.plural == plural)
             .cloned()
-            .ok_or_else(|| CapError::NotFound(format!("the API server has no resource {plural} in group {group:?}")))
+            .ok_or_else(|| {
+                CapError::NotFound(format!(
+                    "the API server has no resource {plural} in group {group:?}"
+                ))
+            })
     }
 
-    async fn get(&self, r: &ResourceInfo, namespace: Option<&str>, name: &str) -> Result<Value, CapError> {
-        self.check()?;
+    async fn get(
+        &self,
+        r: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, CapError> {
+        self.request()?;
         let objects = self.objects.lock().unwrap();
         objects
             .get(&Self::key(r, namespace, name))
             .cloned()
-            .ok_or_else(|| CapError::NotFound(format!("get {}/{name}: {} \"{name}\" not found (NotFound)", r.plural, r.plural)))
+            .ok_or_else(|| {
+                CapError::NotFound(format!(
+                    "get {}/{name}: {} \"{name}\" not found (NotFound)",
+                    r.plural, r.plural
+                ))
+            })
     }
 
-    async fn list(&self, r: &ResourceInfo, namespace: Option<&str>, _: &ListQuery) -> Result<ObjectList, CapError> {
-        self.check()?;
+    async fn list(
+        &self,
+        r: &ResourceInfo,
+        namespace: Option<&str>,
+        _: &ListQuery,
+    ) -> Result<ObjectList, CapError> {
+        self.request()?;
         let objects = self.objects.lock().unwrap();
         let items = objects
             .iter()
-            .filter(|((plural, ns, _), _)| *plural == r.plural && (namespace.is_none() || ns.as_deref() == namespace))
-            .map(|(_, o)| o.clone())
+            .filter(|((plural, ns, _), _)| {
+                *plural == r.plural && (namespace.is_none() || ns.as_deref() == namespace)
+            })
+            .map(|(_, o)| Listed::whole(o.clone()))
             .collect();
         Ok(ObjectList {
             items,
@@ -150,56 +199,106 @@ impl KubeBackend for FakeKube {
         })
     }
 
-    async fn create(&self, permit: Permit, r: &ResourceInfo, namespace: Option<&str>, object: Value) -> Result<Value, CapError> {
-        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        let result = self.act(format!("create {}/{name}", r.plural)).map(|()| {
-            self.objects.lock().unwrap().insert(Self::key(r, namespace, &name), object.clone());
-            object
-        });
-        permit.finish_with(&result);
-        result
+    /// A dry run (as the API server's `dryRun=All`) answers the same and
+    /// changes nothing: no object, no action.
+    async fn create(
+        &self,
+        run: Run,
+        r: &ResourceInfo,
+        namespace: Option<&str>,
+        object: Value,
+    ) -> Result<Value, CapError> {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        self.request()?;
+        if !run.dry() {
+            self.ledger
+                .record("create", &Self::target(r, namespace, &name));
+            let key = Self::key(r, namespace, &name);
+            self.objects.lock().unwrap().insert(key, object.clone());
+        }
+        Ok(object)
     }
 
     async fn patch(
         &self,
-        permit: Permit,
+        run: Run,
         r: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
         patch: PatchBody,
     ) -> Result<Value, CapError> {
-        let result = self.act(format!("patch {}/{name} {}", r.plural, patch.kind.name())).and_then(|()| {
-            let mut objects = self.objects.lock().unwrap();
-            let object = objects
-                .get_mut(&Self::key(r, namespace, name))
-                .ok_or_else(|| CapError::NotFound(format!("patch {}/{name}: not found (NotFound)", r.plural)))?;
-            if patch.kind == PatchKind::Merge {
-                json_patch::merge(object, &patch.body);
-            }
-            Ok(object.clone())
-        });
-        permit.finish_with(&result);
-        result
+        self.request()?;
+        let target = Self::target(r, namespace, name);
+        let mut objects = self.objects.lock().unwrap();
+        let key = Self::key(r, namespace, name);
+        // A JSON patch that does not apply changes nothing and is not
+        // performed, as the API server answers 422.
+        let patched = match objects.get(&key) {
+            Some(object) => Ok(patched(object, &patch)
+                .map_err(|e| CapError::Invalid(format!("kube patch {target}: {e}")))?),
+            None => Err(CapError::NotFound(format!(
+                "patch {}/{name}: not found (NotFound)",
+                r.plural
+            ))),
+        };
+        if !run.dry() {
+            self.ledger
+                .record("patch", &format!("{target} {}", patch.kind.name()));
+        }
+        let patched = patched?;
+        if !run.dry() {
+            objects.insert(key, patched.clone());
+        }
+        Ok(patched)
     }
 
-    async fn delete(&self, permit: Permit, r: &ResourceInfo, namespace: Option<&str>, name: &str) -> Result<(), CapError> {
-        let result = self.act(format!("delete {}/{name}", r.plural)).and_then(|()| {
-            self.objects
-                .lock()
-                .unwrap()
-                .remove(&Self::key(r, namespace, name))
-                .map(drop)
-                .ok_or_else(|| CapError::NotFound(format!("delete {}/{name}: not found (NotFound)", r.plural)))
-        });
-        permit.finish_with(&result);
-        result
+    async fn delete(
+        &self,
+        run: Run,
+        r: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), CapError> {
+        self.request()?;
+        if !run.dry() {
+            self.ledger
+                .record("delete", &Self::target(r, namespace, name));
+        }
+        let key = Self::key(r, namespace, name);
+        let mut objects = self.objects.lock().unwrap();
+        let found = if run.dry() {
+            objects.contains_key(&key)
+        } else {
+            objects.remove(&key).is_some()
+        };
+        found.then_some(()).ok_or_else(|| {
+            CapError::NotFound(format!("delete {}/{name}: not found (NotFound)", r.plural))
+        })
     }
 
-    async fn emit_event(&self, permit: Permit, r: &ResourceInfo, object: &Value, note: &EventNote) -> Result<(), CapError> {
+    async fn emit_event(
+        &self,
+        _: Permit,
+        r: &ResourceInfo,
+        object: &Value,
+        note: &EventNote,
+    ) -> Result<(), CapError> {
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
-        let result = self.act(format!("event {}/{name} {}: {}", r.plural, note.reason, note.message));
-        permit.finish_with(&result);
-        result
+        let namespace = object["metadata"]["namespace"].as_str();
+        self.request()?;
+        self.ledger.record(
+            "event",
+            &format!(
+                "{} {}: {}",
+                Self::target(r, namespace, name),
+                note.reason,
+                note.message
+            ),
+        );
+        Ok(())
     }
 
     async fn watch(
@@ -228,4 +327,25 @@ impl KubeBackend for FakeKube {
     fn watches(&self) -> usize {
         self.changes.receiver_count()
     }
+}
+
+/// `object` with `patch` applied as the API server applies it: a merge patch
+/// (RFC 7386), a JSON patch (RFC 6902, all or nothing) or a server-side
+/// apply, which without field managers is a merge; the error says why a JSON
+/// patch does not apply, in the SDK fake's words.
+fn patched(object: &Value, patch: &PatchBody) -> Result<Value, String> {
+    let mut patched = object.clone();
+    match patch.kind {
+        PatchKind::Merge | PatchKind::Apply => json_patch::merge(&mut patched, &patch.body),
+        PatchKind::Json => {
+            let operations: json_patch::Patch = serde_json::from_value(patch.body.clone())
+                .map_err(|e| {
+                    format!("not a JSON patch ({e}); send a list of RFC 6902 operations")
+                })?;
+            json_patch::patch(&mut patched, &operations).map_err(|e| {
+                format!("the JSON patch does not apply ({e}); patch paths that exist, or `add` their parents first")
+            })?;
+        }
+    }
+    Ok(patched)
 }

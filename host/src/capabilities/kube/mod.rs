@@ -11,10 +11,94 @@ mod fake;
 mod grants;
 mod rate;
 mod real;
+mod source;
 mod wit;
 
 pub use adapter::{KubeSettings, ObjectKey, PluginKube};
-pub use backend::{Change, KubeBackend, ListQuery, ObjectList, PatchKind, ResourceInfo, render_metrics};
+pub use backend::{Change, KubeBackend, ListQuery, ObjectList, PatchKind, ResourceInfo};
 pub use fake::FakeKube;
 pub use grants::{KubeRule, OwnLease, Verb};
 pub use real::{RealKube, connect, map_error, user_agent};
+pub use source::KUBE_TRIGGER;
+
+use crate::capabilities::call::Call;
+use crate::capabilities::capability::{BackendEnv, Capability};
+use crate::capabilities::triggers::TriggerSource;
+use crate::wit::tend::plugin::kube;
+use source::KubeSource;
+use std::sync::Arc;
+use wasmtime::component::{HasSelf, Linker};
+
+impl Capability for PluginKube {
+    const NAME: &'static str = "kube";
+    const MUTATIONS: &'static [&'static str] = &["create", "patch", "delete", "emit-event"];
+    type Grant = Vec<KubeRule>;
+    type Settings = KubeSettings;
+    type Backend = dyn KubeBackend;
+    type Fake = FakeKube;
+
+    fn describe_grant(rules: &Vec<KubeRule>) -> Vec<String> {
+        rules
+            .iter()
+            .map(|r| {
+                let verbs: Vec<&str> = r.verbs.iter().map(|v| v.name()).collect();
+                let group = if r.group.is_empty() {
+                    String::new()
+                } else {
+                    format!(".{}", r.group)
+                };
+                let namespaces = r
+                    .namespaces
+                    .as_ref()
+                    .map(|n| format!(" in {}", n.join(", ")))
+                    .unwrap_or_default();
+                let names = r
+                    .names
+                    .as_ref()
+                    .map(|n| format!(" named {}", n.join(", ")))
+                    .unwrap_or_default();
+                format!(
+                    "{}{group}{namespaces}{names}: {}",
+                    r.resource,
+                    verbs.join(", ")
+                )
+            })
+            .collect()
+    }
+
+    fn real(settings: &KubeSettings, env: &BackendEnv) -> anyhow::Result<Arc<dyn KubeBackend>> {
+        Ok(Arc::new(RealKube::new(settings, env.node_name)))
+    }
+
+    fn fake() -> (Arc<dyn KubeBackend>, Arc<FakeKube>) {
+        let fake = Arc::new(FakeKube::default());
+        (fake.clone(), fake)
+    }
+
+    fn for_call(backend: &Arc<dyn KubeBackend>, rules: &Vec<KubeRule>, call: &Arc<Call>) -> Self {
+        PluginKube {
+            // Charged to this plugin: its request bucket, caches and Events.
+            backend: backend.clone().for_plugin(call),
+            rules: rules.clone(),
+            call: call.clone(),
+        }
+    }
+
+    fn add_to_linker<T: Send + 'static>(
+        linker: &mut Linker<T>,
+        get: fn(&mut T) -> &mut Self,
+    ) -> wasmtime::Result<()> {
+        kube::add_to_linker::<T, HasSelf<Self>>(linker, get)
+    }
+
+    fn trigger_source(
+        backend: &Arc<dyn KubeBackend>,
+    ) -> Option<Box<dyn TriggerSource<Vec<KubeRule>>>> {
+        Some(Box::new(KubeSource::new(backend.clone())))
+    }
+
+    fn render_metrics(backend: &dyn KubeBackend, _: &dyn Fn(&str) -> bool) -> String {
+        // The backend's own series, of no plugin: nothing to filter.
+        backend::render_metrics(backend)
+    }
+}

@@ -128,7 +128,9 @@ impl Throttle {
             None => Duration::ZERO,
             Some(a) => {
                 let mut plugins = self.plugins.lock().unwrap();
-                let bucket = plugins.entry(a.plugin.to_string()).or_insert_with(|| TokenBucket::new(a.qps, a.burst));
+                let bucket = plugins
+                    .entry(a.plugin.to_string())
+                    .or_insert_with(|| TokenBucket::new(a.qps, a.burst));
                 bucket.set(a.qps, a.burst);
                 match bucket.reserve(now, within) {
                     Some(wait) => wait,
@@ -146,7 +148,10 @@ impl Throttle {
                 bucket.give_back();
             }
             let (qps, _) = self.host_limits;
-            return Err(self.refused(a, format!("all plugins together make {qps} requests a second: raise [host.kube] qps")));
+            return Err(self.refused(
+                a,
+                format!("all plugins together make {qps} requests a second: raise [host.kube] qps"),
+            ));
         };
         let wait = plugin_wait.max(host_wait);
         if wait > Duration::ZERO {
@@ -166,7 +171,10 @@ impl Throttle {
         let w = waits.entry(a.plugin.to_string()).or_default();
         w.refused += 1;
         if w.refused == 1 {
-            tracing::warn!(plugin = a.plugin, "kube request rate: a call would wait past the reconcile's deadline; {fix}");
+            tracing::warn!(
+                plugin = a.plugin,
+                "kube request rate: a call would wait past the reconcile's deadline; {fix}"
+            );
         }
         CapError::Timeout(format!(
             "kube request rate: the next request slot comes after this reconcile's deadline ({:?} left); {fix}",
@@ -198,14 +206,23 @@ mod tests {
         let throttle = Throttle::new(100, 100);
         let start = Instant::now();
         for _ in 0..10 {
-            throttle.acquire(Some(&asker(Duration::from_secs(30)))).await.unwrap();
+            throttle
+                .acquire(Some(&asker(Duration::from_secs(30))))
+                .await
+                .unwrap();
         }
         assert_eq!(start.elapsed(), Duration::ZERO, "the burst goes at once");
         for _ in 0..10 {
-            throttle.acquire(Some(&asker(Duration::from_secs(30)))).await.unwrap();
+            throttle
+                .acquire(Some(&asker(Duration::from_secs(30))))
+                .await
+                .unwrap();
         }
         let took = start.elapsed();
-        assert!(took >= Duration::from_millis(1990) && took <= Duration::from_millis(2010), "{took:?}");
+        assert!(
+            took >= Duration::from_millis(1990) && took <= Duration::from_millis(2010),
+            "{took:?}"
+        );
         let waits = throttle.waits()["p"];
         assert_eq!((waits.count, waits.refused), (10, 0));
     }
@@ -214,29 +231,55 @@ mod tests {
     async fn a_slot_past_the_deadline_is_refused_and_takes_nothing() {
         let throttle = Throttle::new(100, 100);
         for _ in 0..10 {
-            throttle.acquire(Some(&asker(Duration::from_secs(30)))).await.unwrap();
+            throttle
+                .acquire(Some(&asker(Duration::from_secs(30))))
+                .await
+                .unwrap();
         }
-        let err = throttle.acquire(Some(&asker(Duration::from_millis(100)))).await.unwrap_err();
+        let err = throttle
+            .acquire(Some(&asker(Duration::from_millis(100))))
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), "timeout");
-        assert!(err.to_string().contains("raise [plugins.p.limits] kube-qps (now 5)"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("raise [plugins.p.limits] kube-qps (now 5)"),
+            "{err}"
+        );
         // The refused call took no token: the next one waits 200 ms, not 400.
         let start = Instant::now();
-        throttle.acquire(Some(&asker(Duration::from_secs(1)))).await.unwrap();
+        throttle
+            .acquire(Some(&asker(Duration::from_secs(1))))
+            .await
+            .unwrap();
         assert_eq!(start.elapsed(), Duration::from_millis(200));
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_host_bucket_bounds_all_plugins_and_host_calls_never_time_out() {
         let throttle = Throttle::new(2, 4);
-        let other = Asker { plugin: "q", ..asker(Duration::from_secs(30)) };
+        let other = Asker {
+            plugin: "q",
+            ..asker(Duration::from_secs(30))
+        };
         for _ in 0..2 {
-            throttle.acquire(Some(&asker(Duration::from_secs(30)))).await.unwrap();
+            throttle
+                .acquire(Some(&asker(Duration::from_secs(30))))
+                .await
+                .unwrap();
             throttle.acquire(Some(&other)).await.unwrap();
         }
         let start = Instant::now();
         throttle.acquire(Some(&other)).await.unwrap();
-        assert_eq!(start.elapsed(), Duration::from_millis(500), "the host's 2 QPS, not q's 5");
-        let err = throttle.acquire(Some(&asker(Duration::from_millis(10)))).await.unwrap_err();
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(500),
+            "the host's 2 QPS, not q's 5"
+        );
+        let err = throttle
+            .acquire(Some(&asker(Duration::from_millis(10))))
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("raise [host.kube] qps"), "{err}");
         throttle.acquire(None).await.unwrap();
     }

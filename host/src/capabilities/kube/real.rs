@@ -5,7 +5,10 @@
 //! the host's request tokens and charges the caches its lists start.
 
 use super::adapter::KubeSettings;
-use super::backend::{Change, EventNote, KubeBackend, ListQuery, ObjectList, PatchBody, PatchKind, ResourceInfo};
+use super::backend::{
+    Change, EventNote, KubeBackend, ListQuery, Listed, ObjectList, PatchBody, PatchKind,
+    ResourceInfo, Run,
+};
 use super::cache::{CacheKey, Charge, HostBounds, WatchCache};
 use super::discovery::{Discovery, Known};
 use super::events::Correlator;
@@ -14,7 +17,9 @@ use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
 use crate::units::ByteSize;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::discovery::Scope;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -91,7 +96,11 @@ impl RealKube {
 
     async fn client(&self) -> Result<kube::Client, CapError> {
         let agent = user_agent(&self.shared.node);
-        self.shared.client.get_or_try_init(|| connect(self.shared.kubeconfig.as_deref(), &agent)).await.cloned()
+        self.shared
+            .client
+            .get_or_try_init(|| connect(self.shared.kubeconfig.as_deref(), &agent))
+            .await
+            .cloned()
     }
 
     /// Before each request to the API server: wait for a token (the plugin's
@@ -116,7 +125,11 @@ impl RealKube {
         })
     }
 
-    async fn api(&self, r: &ResourceInfo, namespace: Option<&str>) -> Result<Api<DynamicObject>, CapError> {
+    async fn api(
+        &self,
+        r: &ResourceInfo,
+        namespace: Option<&str>,
+    ) -> Result<Api<DynamicObject>, CapError> {
         let client = self.client().await?;
         let ar = ApiResource {
             group: r.group.clone(),
@@ -132,7 +145,11 @@ impl RealKube {
     }
 
     /// The kinds `api_version` serves (None: the API server has no such group version).
-    async fn discover(&self, client: &kube::Client, api_version: &str) -> Result<Option<Vec<ResourceInfo>>, CapError> {
+    async fn discover(
+        &self,
+        client: &kube::Client,
+        api_version: &str,
+    ) -> Result<Option<Vec<ResourceInfo>>, CapError> {
         self.request().await?;
         let (group, version) = split_api_version(api_version);
         let listed = if group.is_empty() {
@@ -161,15 +178,29 @@ impl RealKube {
     }
 
     /// Every group version the API server serves ("v1", "apps/v1").
-    async fn group_versions(&self, client: &kube::Client) -> Result<std::collections::HashSet<String>, CapError> {
+    async fn group_versions(
+        &self,
+        client: &kube::Client,
+    ) -> Result<std::collections::HashSet<String>, CapError> {
         self.request().await?;
-        let core = client.list_core_api_versions().await.map_err(|e| map_error("discovery", e))?;
+        let core = client
+            .list_core_api_versions()
+            .await
+            .map_err(|e| map_error("discovery", e))?;
         self.request().await?;
-        let groups = client.list_api_groups().await.map_err(|e| map_error("discovery", e))?;
+        let groups = client
+            .list_api_groups()
+            .await
+            .map_err(|e| map_error("discovery", e))?;
         Ok(core
             .versions
             .into_iter()
-            .chain(groups.groups.into_iter().flat_map(|g| g.versions.into_iter().map(|v| v.group_version)))
+            .chain(
+                groups
+                    .groups
+                    .into_iter()
+                    .flat_map(|g| g.versions.into_iter().map(|v| v.group_version)),
+            )
             .collect())
     }
 }
@@ -177,7 +208,10 @@ impl RealKube {
 /// A client: `kubeconfig` (`[host.kube] kubeconfig`), else in-cluster, else
 /// `KUBECONFIG` (or ~/.kube/config). `agent` says who calls in the API
 /// server's audit log ("tend/0.1.0 (node-1)").
-pub async fn connect(kubeconfig: Option<&std::path::Path>, agent: &str) -> Result<kube::Client, CapError> {
+pub async fn connect(
+    kubeconfig: Option<&std::path::Path>,
+    agent: &str,
+) -> Result<kube::Client, CapError> {
     let mut config = match kubeconfig {
         Some(path) => {
             let unreadable = |e: &dyn std::fmt::Display| CapError::Unavailable(format!("[host.kube] kubeconfig {}: {e}", path.display()));
@@ -214,14 +248,20 @@ pub fn map_error(what: &str, e: kube::Error) -> CapError {
             match status.code {
                 404 => CapError::NotFound(message),
                 409 => CapError::Conflict(message),
-                410 => CapError::Conflict(format!("{message}: the resource version is too old; list again")),
+                410 => CapError::Conflict(format!(
+                    "{message}: the resource version is too old; list again"
+                )),
                 400 | 422 => CapError::Invalid(message),
-                401 | 403 => CapError::Denied(format!("{message}: the API server refused Tend's own credentials (check its RBAC: `tend rbac`)")),
+                401 | 403 => CapError::Denied(format!(
+                    "{message}: the API server refused Tend's own credentials (check its RBAC: `tend rbac`)"
+                )),
                 408 | 504 => CapError::Timeout(message),
                 _ => CapError::Other(message),
             }
         }
-        other => CapError::Unavailable(format!("{what}: the Kubernetes API did not answer: {other}")),
+        other => CapError::Unavailable(format!(
+            "{what}: the Kubernetes API did not answer: {other}"
+        )),
     }
 }
 
@@ -230,7 +270,8 @@ fn to_value(object: DynamicObject) -> Result<Value, CapError> {
 }
 
 fn from_value(object: Value) -> Result<DynamicObject, CapError> {
-    serde_json::from_value(object).map_err(|e| CapError::Invalid(format!("not a Kubernetes object: {e}")))
+    serde_json::from_value(object)
+        .map_err(|e| CapError::Invalid(format!("not a Kubernetes object: {e}")))
 }
 
 fn split_api_version(api_version: &str) -> (&str, &str) {
@@ -251,7 +292,11 @@ impl KubeBackend for RealKube {
         if let Some(info) = self.shared.kinds.lock().unwrap().get(&key) {
             return Ok(info.clone());
         }
-        let absent = || CapError::NotFound(format!("the API server has no kind {kind} in {api_version}"));
+        let absent = || {
+            CapError::NotFound(format!(
+                "the API server has no kind {kind} in {api_version}"
+            ))
+        };
         let discovery = &self.shared.discovery;
         let info = match discovery.known(api_version, kind, Instant::now()) {
             Known::Found(info) => info,
@@ -275,17 +320,30 @@ impl KubeBackend for RealKube {
     }
 
     async fn resource(&self, group: &str, plural: &str) -> Result<ResourceInfo, CapError> {
-        if let Some(info) = self.shared.kinds.lock().unwrap().values().find(|i| i.group == group && i.plural == plural) {
+        if let Some(info) = self
+            .shared
+            .kinds
+            .lock()
+            .unwrap()
+            .values()
+            .find(|i| i.group == group && i.plural == plural)
+        {
             return Ok(info.clone());
         }
         let client = self.client().await?;
         self.request().await?;
-        let api_group = kube::discovery::group(&client, group).await.map_err(|e| map_error("discovery", e))?;
+        let api_group = kube::discovery::group(&client, group)
+            .await
+            .map_err(|e| map_error("discovery", e))?;
         let (ar, caps) = api_group
             .recommended_resources()
             .into_iter()
             .find(|(ar, _)| ar.plural == plural)
-            .ok_or_else(|| CapError::NotFound(format!("the API server has no resource {plural} in group {group:?}")))?;
+            .ok_or_else(|| {
+                CapError::NotFound(format!(
+                    "the API server has no resource {plural} in group {group:?}"
+                ))
+            })?;
         let info = ResourceInfo {
             group: ar.group,
             version: ar.version,
@@ -298,13 +356,27 @@ impl KubeBackend for RealKube {
         Ok(info)
     }
 
-    async fn get(&self, r: &ResourceInfo, namespace: Option<&str>, name: &str) -> Result<Value, CapError> {
+    async fn get(
+        &self,
+        r: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, CapError> {
         let api = self.api(r, namespace).await?;
         self.request().await?;
-        to_value(api.get(name).await.map_err(|e| map_error(&format!("get {}/{name}", r.plural), e))?)
+        to_value(
+            api.get(name)
+                .await
+                .map_err(|e| map_error(&format!("get {}/{name}", r.plural), e))?,
+        )
     }
 
-    async fn list(&self, r: &ResourceInfo, namespace: Option<&str>, query: &ListQuery) -> Result<ObjectList, CapError> {
+    async fn list(
+        &self,
+        r: &ResourceInfo,
+        namespace: Option<&str>,
+        query: &ListQuery,
+    ) -> Result<ObjectList, CapError> {
         if query.cacheable() {
             let key = CacheKey {
                 resource: r.clone(),
@@ -313,7 +385,12 @@ impl KubeBackend for RealKube {
                 fields: query.field_selector.clone(),
             };
             let client = self.client().await?;
-            if let Some(items) = self.shared.cache.list(&client, &key, self.charge().as_ref()).await? {
+            if let Some(items) = self
+                .shared
+                .cache
+                .list(&client, &key, self.charge().as_ref())
+                .await?
+            {
                 return Ok(ObjectList {
                     items,
                     continue_token: None,
@@ -341,13 +418,16 @@ impl KubeBackend for RealKube {
         let mut held = 0u64;
         loop {
             self.request().await?;
-            let list = api.list(&params).await.map_err(|e| map_error(&format!("list {}", r.plural), e))?;
+            let list = api
+                .list(&params)
+                .await
+                .map_err(|e| map_error(&format!("list {}", r.plural), e))?;
             let continue_token = list.metadata.continue_.clone().filter(|c| !c.is_empty());
             out.resource_version = list.metadata.resource_version.clone().unwrap_or_default();
             for item in list.items {
-                let item = to_value(item)?;
+                let item = Listed::whole(to_value(item)?);
                 if let Some(call) = &self.call {
-                    held += item.to_string().len() as u64;
+                    held += item.json.len() as u64;
                     call.check_read(&format!("kube list {}", r.plural), held)?;
                 }
                 out.items.push(item);
@@ -362,30 +442,38 @@ impl KubeBackend for RealKube {
         }
     }
 
-    async fn create(&self, permit: Permit, r: &ResourceInfo, namespace: Option<&str>, object: Value) -> Result<Value, CapError> {
-        let result = async {
+    async fn create(
+        &self,
+        run: Run,
+        r: &ResourceInfo,
+        namespace: Option<&str>,
+        object: Value,
+    ) -> Result<Value, CapError> {
+        async {
             let api = self.api(r, namespace).await?;
+            let params = PostParams {
+                dry_run: run.dry(),
+                ..PostParams::default()
+            };
             self.request().await?;
             let created = api
-                .create(&PostParams::default(), &from_value(object)?)
+                .create(&params, &from_value(object)?)
                 .await
                 .map_err(|e| map_error(&format!("create {}", r.plural), e))?;
             to_value(created)
         }
-        .await;
-        permit.finish_with(&result);
-        result
+        .await
     }
 
     async fn patch(
         &self,
-        permit: Permit,
+        run: Run,
         r: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
         patch: PatchBody,
     ) -> Result<Value, CapError> {
-        let result = async {
+        async {
             let api = self.api(r, namespace).await?;
             let (params, patch) = match patch.kind {
                 PatchKind::Merge => (PatchParams::default(), Patch::Merge(patch.body)),
@@ -396,6 +484,7 @@ impl KubeBackend for RealKube {
                     (PatchParams::default(), Patch::Json(operations))
                 }
             };
+            let params = if run.dry() { params.dry_run() } else { params };
             self.request().await?;
             let patched = api
                 .patch(name, &params, &patch)
@@ -403,27 +492,39 @@ impl KubeBackend for RealKube {
                 .map_err(|e| map_error(&format!("patch {}/{name}", r.plural), e))?;
             to_value(patched)
         }
-        .await;
-        permit.finish_with(&result);
-        result
+        .await
     }
 
-    async fn delete(&self, permit: Permit, r: &ResourceInfo, namespace: Option<&str>, name: &str) -> Result<(), CapError> {
-        let result = async {
+    async fn delete(
+        &self,
+        run: Run,
+        r: &ResourceInfo,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), CapError> {
+        async {
             let api = self.api(r, namespace).await?;
+            let params = DeleteParams {
+                dry_run: run.dry(),
+                ..DeleteParams::default()
+            };
             self.request().await?;
-            api.delete(name, &DeleteParams::default())
+            api.delete(name, &params)
                 .await
                 .map(drop)
                 .map_err(|e| map_error(&format!("delete {}/{name}", r.plural), e))
         }
-        .await;
-        permit.finish_with(&result);
-        result
+        .await
     }
 
-    async fn emit_event(&self, permit: Permit, r: &ResourceInfo, object: &Value, note: &EventNote) -> Result<(), CapError> {
-        let result = async {
+    async fn emit_event(
+        &self,
+        _: Permit,
+        r: &ResourceInfo,
+        object: &Value,
+        note: &EventNote,
+    ) -> Result<(), CapError> {
+        async {
             let client = self.client().await?;
             let meta = &object["metadata"];
             let name = meta["name"].as_str().unwrap_or_default();
@@ -482,9 +583,7 @@ impl KubeBackend for RealKube {
                 }
             }
         }
-        .await;
-        permit.finish_with(&result);
-        result
+        .await
     }
 
     async fn watch(
@@ -541,19 +640,31 @@ impl KubeBackend for RealKube {
             "tend_kube_plugin_caches",
             "gauge",
             "Watch caches a plugin's lists started (kube-caches) and their bytes (kube-cache-bytes).",
-            cache.plugins.iter().map(|(p, (n, _))| (plugin(p), n.to_string())).collect(),
+            cache
+                .plugins
+                .iter()
+                .map(|(p, (n, _))| (plugin(p), n.to_string()))
+                .collect(),
         );
         family(
             "tend_kube_plugin_cache_bytes",
             "gauge",
             "Bytes of the watch caches a plugin's lists started.",
-            cache.plugins.iter().map(|(p, (_, b))| (plugin(p), b.to_string())).collect(),
+            cache
+                .plugins
+                .iter()
+                .map(|(p, (_, b))| (plugin(p), b.to_string()))
+                .collect(),
         );
         family(
             "tend_kube_direct_lists_total",
             "counter",
             "Lists read from the API server because a cache bound was reached, by the bound.",
-            cache.direct.iter().map(|((p, why), n)| (format!("{{plugin=\"{p}\",bound=\"{why}\"}}"), n.to_string())).collect(),
+            cache
+                .direct
+                .iter()
+                .map(|((p, why), n)| (format!("{{plugin=\"{p}\",bound=\"{why}\"}}"), n.to_string()))
+                .collect(),
         );
         family(
             "tend_kube_cache_evictions_total",
@@ -566,19 +677,28 @@ impl KubeBackend for RealKube {
             "tend_kube_rate_waits_total",
             "counter",
             "Plugin requests that waited for a token (kube-qps, kube-burst; [host.kube] qps, burst).",
-            waits.iter().map(|(p, w)| (plugin(p), w.count.to_string())).collect(),
+            waits
+                .iter()
+                .map(|(p, w)| (plugin(p), w.count.to_string()))
+                .collect(),
         );
         family(
             "tend_kube_rate_wait_seconds_total",
             "counter",
             "Seconds plugin requests waited for a token.",
-            waits.iter().map(|(p, w)| (plugin(p), format!("{:.3}", w.seconds))).collect(),
+            waits
+                .iter()
+                .map(|(p, w)| (plugin(p), format!("{:.3}", w.seconds)))
+                .collect(),
         );
         family(
             "tend_kube_rate_refused_total",
             "counter",
             "Plugin requests refused because their token came after the reconcile's deadline.",
-            waits.iter().map(|(p, w)| (plugin(p), w.refused.to_string())).collect(),
+            waits
+                .iter()
+                .map(|(p, w)| (plugin(p), w.refused.to_string()))
+                .collect(),
         );
         family(
             "tend_kube_discovery_misses_cached_total",
@@ -594,7 +714,12 @@ impl KubeBackend for RealKube {
                 .events
                 .combined()
                 .iter()
-                .map(|(reporter, n)| (plugin(reporter.strip_prefix("tend-").unwrap_or(reporter)), n.to_string()))
+                .map(|(reporter, n)| {
+                    (
+                        plugin(reporter.strip_prefix("tend-").unwrap_or(reporter)),
+                        n.to_string(),
+                    )
+                })
                 .collect(),
         );
         text

@@ -2,15 +2,11 @@
 
 use super::adapter::{ObjectKey, PluginKube};
 use super::backend::{ListQuery, PatchKind};
+use crate::capabilities::Capability;
 use crate::wit::tend::plugin::kube;
 use crate::wit::types;
-use wasmtime::component::{HasSelf, Linker};
 
 type WitResult<T> = Result<T, types::Error>;
-
-pub fn add_to_linker<T: Send + 'static>(linker: &mut Linker<T>, get: fn(&mut T) -> &mut PluginKube) -> wasmtime::Result<()> {
-    kube::add_to_linker::<T, HasSelf<PluginKube>>(linker, get)
-}
 
 fn key(k: kube::ObjectKey) -> ObjectKey {
     ObjectKey {
@@ -24,7 +20,7 @@ fn key(k: kube::ObjectKey) -> ObjectKey {
 impl kube::Host for PluginKube {
     async fn get(&mut self, k: kube::ObjectKey) -> WitResult<String> {
         let result = PluginKube::get(self, &key(k)).await;
-        self.call.counted("kube", "get", result)
+        self.call.counted(Self::NAME, "get", result)
     }
     async fn list(
         &mut self,
@@ -39,34 +35,54 @@ impl kube::Host for PluginKube {
             limit: params.limit,
             continue_token: params.continue_token,
         };
-        let result = PluginKube::list(self, &api_version, &kind, namespace.as_deref(), &query).await;
-        let list = self.call.counted("kube", "list", result)?;
+        let result =
+            PluginKube::list(self, &api_version, &kind, namespace.as_deref(), &query).await;
+        let list = self.call.counted(Self::NAME, "list", result)?;
         Ok(kube::ObjectList {
-            items: list.items,
+            // The WIT's list<string> owns its strings: one copy, no serializing.
+            items: list.items.iter().map(|text| text.to_string()).collect(),
             continue_token: list.continue_token,
             resource_version: list.resource_version,
         })
     }
-    async fn create(&mut self, api_version: String, kind: String, namespace: Option<String>, object: String) -> WitResult<String> {
-        let result = PluginKube::create(self, &api_version, &kind, namespace.as_deref(), &object).await;
-        self.call.counted("kube", "create", result)
+    async fn create(
+        &mut self,
+        api_version: String,
+        kind: String,
+        namespace: Option<String>,
+        object: String,
+    ) -> WitResult<String> {
+        let result =
+            PluginKube::create(self, &api_version, &kind, namespace.as_deref(), &object).await;
+        self.call.counted(Self::NAME, "create", result)
     }
-    async fn patch(&mut self, k: kube::ObjectKey, patch_type: kube::PatchType, patch: String) -> WitResult<String> {
+    async fn patch(
+        &mut self,
+        k: kube::ObjectKey,
+        patch_type: kube::PatchType,
+        patch: String,
+    ) -> WitResult<String> {
         let kind = match patch_type {
             kube::PatchType::Merge => PatchKind::Merge,
             kube::PatchType::Json => PatchKind::Json,
             kube::PatchType::Apply => PatchKind::Apply,
         };
         let result = PluginKube::patch(self, &key(k), kind, &patch).await;
-        self.call.counted("kube", "patch", result)
+        self.call.counted(Self::NAME, "patch", result)
     }
     async fn delete(&mut self, k: kube::ObjectKey) -> WitResult<()> {
         let result = PluginKube::delete(self, &key(k)).await;
-        self.call.counted("kube", "delete", result)
+        self.call.counted(Self::NAME, "delete", result)
     }
-    async fn emit_event(&mut self, k: kube::ObjectKey, event_type: kube::EventType, reason: String, message: String) -> WitResult<()> {
+    async fn emit_event(
+        &mut self,
+        k: kube::ObjectKey,
+        event_type: kube::EventType,
+        reason: String,
+        message: String,
+    ) -> WitResult<()> {
         let warning = event_type == kube::EventType::Warning;
         let result = PluginKube::emit_event(self, &key(k), warning, &reason, &message).await;
-        self.call.counted("kube", "emit-event", result)
+        self.call.counted(Self::NAME, "emit-event", result)
     }
 }

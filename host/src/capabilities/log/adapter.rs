@@ -3,11 +3,8 @@
 //! within the plugin's limits per reconcile and per minute.
 
 use super::backend::{Level, LogBackend};
-use super::fake::FakeLog;
 use super::grants::{LogCap, MinuteWindow, Spent};
-use super::real::TracingLog;
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{AlwaysGranted, BackendEnv, Capability, NoSettings};
 use crate::capabilities::limits::Limits;
 use crate::text::inert;
 use std::collections::HashMap;
@@ -20,48 +17,10 @@ static MINUTES: LazyLock<Mutex<HashMap<String, MinuteWindow<Instant>>>> =
     LazyLock::new(Mutex::default);
 
 pub struct PluginLog {
-    backend: Arc<dyn LogBackend>,
+    pub(super) backend: Arc<dyn LogBackend>,
     pub(super) call: Arc<Call>,
-    spent: Mutex<Spent>,
-    dropped: Mutex<usize>,
-}
-
-impl Capability for PluginLog {
-    const NAME: &'static str = "log";
-    const MUTATIONS: &'static [&'static str] = &[];
-    type Grant = AlwaysGranted;
-    type Settings = NoSettings;
-    type Backend = dyn LogBackend;
-    type Fake = FakeLog;
-
-    fn describe_grant(_: &AlwaysGranted) -> Vec<String> {
-        vec!["always granted".into()]
-    }
-
-    fn real(_: &NoSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn LogBackend>> {
-        Ok(Arc::new(TracingLog))
-    }
-
-    fn fake() -> (Arc<dyn LogBackend>, Arc<FakeLog>) {
-        let fake = Arc::new(FakeLog::default());
-        (fake.clone(), fake)
-    }
-
-    fn for_call(backend: &Arc<dyn LogBackend>, _: &AlwaysGranted, call: &Arc<Call>) -> Self {
-        PluginLog {
-            backend: backend.clone(),
-            call: call.clone(),
-            spent: Mutex::default(),
-            dropped: Mutex::default(),
-        }
-    }
-
-    fn add_to_linker<T: Send + 'static>(
-        linker: &mut wasmtime::component::Linker<T>,
-        get: fn(&mut T) -> &mut Self,
-    ) -> wasmtime::Result<()> {
-        super::wit::add_to_linker(linker, get)
-    }
+    pub(super) spent: Mutex<Spent>,
+    pub(super) dropped: Mutex<usize>,
 }
 
 /// Spend one line of `len` bytes from `plugin`'s current minute.
@@ -127,6 +86,7 @@ impl PluginLog {
 mod tests {
     use super::*;
     use crate::capabilities::testing::call_with_limits;
+    use crate::capabilities::{Capability, capability::AlwaysGranted};
 
     #[tokio::test]
     async fn lines_are_inert_and_bounded_per_reconcile_and_per_minute() {

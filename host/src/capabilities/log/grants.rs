@@ -81,7 +81,10 @@ mod tests {
     #[test]
     fn a_minute_window_refills_only_after_a_minute() {
         let t0 = std::time::Instant::now();
-        let cap = LogCap { lines: 2, bytes: 1 << 20 };
+        let cap = LogCap {
+            lines: 2,
+            bytes: 1 << 20,
+        };
         let mut window = MinuteWindow::new(t0);
         assert!(window.admit(t0, cap, 1) && window.admit(t0, cap, 1));
         assert!(!window.admit(t0 + Duration::from_secs(59), cap, 1));

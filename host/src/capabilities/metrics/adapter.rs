@@ -2,53 +2,14 @@
 //! records it under the plugin's name.
 
 use super::backend::{Kind, MetricsBackend};
-use super::fake::FakeMetrics;
 use super::grants::check;
-use super::real::SeriesStore;
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{AlwaysGranted, BackendEnv, Capability, NoSettings};
 use crate::capabilities::error::CapError;
 use std::sync::Arc;
 
 pub struct PluginMetrics {
-    backend: Arc<dyn MetricsBackend>,
+    pub(super) backend: Arc<dyn MetricsBackend>,
     pub(super) call: Arc<Call>,
-}
-
-impl Capability for PluginMetrics {
-    const NAME: &'static str = "metrics";
-    const MUTATIONS: &'static [&'static str] = &[];
-    type Grant = AlwaysGranted;
-    type Settings = NoSettings;
-    type Backend = dyn MetricsBackend;
-    type Fake = FakeMetrics;
-
-    fn describe_grant(_: &AlwaysGranted) -> Vec<String> {
-        vec!["always granted".into()]
-    }
-
-    fn real(_: &NoSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn MetricsBackend>> {
-        Ok(Arc::new(SeriesStore::default()))
-    }
-
-    fn fake() -> (Arc<dyn MetricsBackend>, Arc<FakeMetrics>) {
-        let fake = Arc::new(FakeMetrics::default());
-        (fake.clone(), fake)
-    }
-
-    fn for_call(backend: &Arc<dyn MetricsBackend>, _: &AlwaysGranted, call: &Arc<Call>) -> Self {
-        PluginMetrics {
-            backend: backend.clone(),
-            call: call.clone(),
-        }
-    }
-
-    fn add_to_linker<T: Send + 'static>(
-        linker: &mut wasmtime::component::Linker<T>,
-        get: fn(&mut T) -> &mut Self,
-    ) -> wasmtime::Result<()> {
-        super::wit::add_to_linker(linker, get)
-    }
 }
 
 impl PluginMetrics {
@@ -69,6 +30,7 @@ impl PluginMetrics {
 mod tests {
     use super::*;
     use crate::capabilities::testing::call;
+    use crate::capabilities::{Capability, capability::AlwaysGranted};
 
     #[test]
     fn plugins_record_under_their_own_name_and_counters_only_grow() {

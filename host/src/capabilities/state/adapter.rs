@@ -3,66 +3,24 @@
 //! never changes what the next real reconcile remembers.
 
 use super::backend::{Quota, StateBackend};
-use super::fake::FakeState;
-use super::grants::{check_key, check_value};
-use super::real::RedbState;
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{AlwaysGranted, BackendEnv, Capability, NoSettings};
 use crate::capabilities::error::CapError;
 use crate::capabilities::limits::raise;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use tend_grants::state::{check_key, check_value};
 
 pub struct PluginState {
-    backend: Arc<dyn StateBackend>,
+    pub(super) backend: Arc<dyn StateBackend>,
     pub(super) call: Arc<Call>,
-    overlay: Mutex<Overlay>,
+    pub(super) overlay: Mutex<Overlay>,
 }
 
 /// A dry run's state writes, and the bytes they hold (bounded).
 #[derive(Default)]
-struct Overlay {
+pub(super) struct Overlay {
     entries: BTreeMap<String, Option<Vec<u8>>>,
     bytes: u64,
-}
-
-impl Capability for PluginState {
-    const NAME: &'static str = "state";
-    const MUTATIONS: &'static [&'static str] = &[];
-    type Grant = AlwaysGranted;
-    type Settings = NoSettings;
-    type Backend = dyn StateBackend;
-    type Fake = FakeState;
-
-    fn describe_grant(_: &AlwaysGranted) -> Vec<String> {
-        vec!["always granted (its own keys only)".into()]
-    }
-
-    fn real(_: &NoSettings, env: &BackendEnv) -> anyhow::Result<Arc<dyn StateBackend>> {
-        Ok(Arc::new(RedbState::open(
-            &env.state_dir.join("state.redb"),
-        )?))
-    }
-
-    fn fake() -> (Arc<dyn StateBackend>, Arc<FakeState>) {
-        let fake = Arc::new(FakeState::default());
-        (fake.clone(), fake)
-    }
-
-    fn for_call(backend: &Arc<dyn StateBackend>, _: &AlwaysGranted, call: &Arc<Call>) -> Self {
-        PluginState {
-            backend: backend.clone(),
-            call: call.clone(),
-            overlay: Mutex::default(),
-        }
-    }
-
-    fn add_to_linker<T: Send + 'static>(
-        linker: &mut wasmtime::component::Linker<T>,
-        get: fn(&mut T) -> &mut Self,
-    ) -> wasmtime::Result<()> {
-        super::wit::add_to_linker(linker, get)
-    }
 }
 
 impl PluginState {
@@ -139,6 +97,7 @@ impl PluginState {
 mod tests {
     use super::*;
     use crate::capabilities::testing::call;
+    use crate::capabilities::{Capability, capability::AlwaysGranted, state::FakeState};
 
     fn state(backend: &Arc<FakeState>, plugin: &str, dry_run: bool) -> PluginState {
         let backend: Arc<dyn StateBackend> = backend.clone();

@@ -2,39 +2,32 @@
 
 use super::backend::{Quota, StateBackend};
 use crate::capabilities::error::CapError;
+use crate::capabilities::fakes::FakeLedger;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 #[derive(Default)]
 pub struct FakeState {
     entries: Mutex<BTreeMap<(String, String), Vec<u8>>>,
-    actions: Mutex<Vec<String>>,
-    failure: Mutex<Option<CapError>>,
+    ledger: FakeLedger,
 }
 
 impl FakeState {
     /// Every write, as "set plugin/key" or "delete plugin/key".
     pub fn actions(&self) -> Vec<String> {
-        self.actions.lock().unwrap().clone()
+        self.ledger.actions()
     }
 
     /// Fail every call with `error` until cleared with None.
     pub fn fail_with(&self, error: Option<CapError>) {
-        *self.failure.lock().unwrap() = error;
-    }
-
-    fn check(&self) -> Result<(), CapError> {
-        match self.failure.lock().unwrap().clone() {
-            Some(error) => Err(error),
-            None => Ok(()),
-        }
+        self.ledger.fail_with(error);
     }
 }
 
 #[async_trait::async_trait]
 impl StateBackend for FakeState {
     async fn get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, CapError> {
-        self.check()?;
+        self.ledger.check()?;
         let entries = self.entries.lock().unwrap();
         Ok(entries.get(&(plugin.into(), key.into())).cloned())
     }
@@ -45,19 +38,17 @@ impl StateBackend for FakeState {
         value: Vec<u8>,
         quota: Option<Quota>,
     ) -> Result<(), CapError> {
-        self.check()?;
+        self.ledger.check()?;
         if let Some(quota) = quota {
             let entries = self.entries.lock().unwrap();
             let mine = entries.iter().filter(|((p, k), _)| p == plugin && k != key);
-            let (keys, bytes) = mine.fold((1u64, (key.len() + value.len()) as u64), |(n, b), ((_, k), v)| {
-                (n + 1, b + (k.len() + v.len()) as u64)
-            });
+            let (keys, bytes) = mine.fold(
+                (1u64, (key.len() + value.len()) as u64),
+                |(n, b), ((_, k), v)| (n + 1, b + (k.len() + v.len()) as u64),
+            );
             quota.check(plugin, keys, bytes)?;
         }
-        self.actions
-            .lock()
-            .unwrap()
-            .push(format!("set {plugin}/{key}"));
+        self.ledger.record("set", &format!("{plugin}/{key}"));
         self.entries
             .lock()
             .unwrap()
@@ -65,16 +56,13 @@ impl StateBackend for FakeState {
         Ok(())
     }
     async fn delete(&self, plugin: &str, key: &str) -> Result<bool, CapError> {
-        self.check()?;
-        self.actions
-            .lock()
-            .unwrap()
-            .push(format!("delete {plugin}/{key}"));
+        self.ledger.check()?;
+        self.ledger.record("delete", &format!("{plugin}/{key}"));
         let mut entries = self.entries.lock().unwrap();
         Ok(entries.remove(&(plugin.into(), key.into())).is_some())
     }
     async fn list_keys(&self, plugin: &str, prefix: &str) -> Result<Vec<String>, CapError> {
-        self.check()?;
+        self.ledger.check()?;
         let entries = self.entries.lock().unwrap();
         Ok(entries
             .keys()

@@ -5,12 +5,58 @@
 mod adapter;
 mod backend;
 mod fake;
-mod grants;
 mod real;
 mod wit;
 
 pub use adapter::PluginState;
 pub use backend::{Quota, StateBackend};
 pub use fake::FakeState;
-pub use grants::{MAX_KEY, MAX_VALUE};
 pub use real::RedbState;
+/// The rules crate's bounds, shared with the SDK's fake.
+pub use tend_grants::state::{MAX_KEY, MAX_VALUE};
+
+use crate::capabilities::call::Call;
+use crate::capabilities::capability::{AlwaysGranted, BackendEnv, Capability, NoSettings};
+use crate::wit::state;
+use std::sync::Arc;
+use std::sync::Mutex;
+use wasmtime::component::{HasSelf, Linker};
+
+impl Capability for PluginState {
+    const NAME: &'static str = "state";
+    const MUTATIONS: &'static [&'static str] = &[];
+    type Grant = AlwaysGranted;
+    type Settings = NoSettings;
+    type Backend = dyn StateBackend;
+    type Fake = FakeState;
+
+    fn describe_grant(_: &AlwaysGranted) -> Vec<String> {
+        vec!["always granted (its own keys only)".into()]
+    }
+
+    fn real(_: &NoSettings, env: &BackendEnv) -> anyhow::Result<Arc<dyn StateBackend>> {
+        Ok(Arc::new(RedbState::open(
+            &env.state_dir.join("state.redb"),
+        )?))
+    }
+
+    fn fake() -> (Arc<dyn StateBackend>, Arc<FakeState>) {
+        let fake = Arc::new(FakeState::default());
+        (fake.clone(), fake)
+    }
+
+    fn for_call(backend: &Arc<dyn StateBackend>, _: &AlwaysGranted, call: &Arc<Call>) -> Self {
+        PluginState {
+            backend: backend.clone(),
+            call: call.clone(),
+            overlay: Mutex::default(),
+        }
+    }
+
+    fn add_to_linker<T: Send + 'static>(
+        linker: &mut Linker<T>,
+        get: fn(&mut T) -> &mut Self,
+    ) -> wasmtime::Result<()> {
+        state::add_to_linker::<T, HasSelf<Self>>(linker, get)
+    }
+}

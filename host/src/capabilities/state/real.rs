@@ -17,7 +17,12 @@ const USAGE: TableDefinition<&str, (u64, u64)> = TableDefinition::new("plugin-us
 /// The plugin's usage, computed once from TABLE when USAGE has no row yet
 /// (state written before quotas existed).
 fn usage(txn: &redb::WriteTransaction, plugin: &str) -> Result<(u64, u64), CapError> {
-    if let Some(row) = txn.open_table(USAGE).map_err(unavailable)?.get(plugin).map_err(unavailable)? {
+    if let Some(row) = txn
+        .open_table(USAGE)
+        .map_err(unavailable)?
+        .get(plugin)
+        .map_err(unavailable)?
+    {
         return Ok(row.value());
     }
     let table = txn.open_table(TABLE).map_err(unavailable)?;
@@ -28,12 +33,19 @@ fn usage(txn: &redb::WriteTransaction, plugin: &str) -> Result<(u64, u64), CapEr
         if p != plugin {
             break;
         }
-        totals = (totals.0 + 1, totals.1 + (key.len() + v.value().len()) as u64);
+        totals = (
+            totals.0 + 1,
+            totals.1 + (key.len() + v.value().len()) as u64,
+        );
     }
     Ok(totals)
 }
 
-fn set_usage(txn: &redb::WriteTransaction, plugin: &str, usage: (u64, u64)) -> Result<(), CapError> {
+fn set_usage(
+    txn: &redb::WriteTransaction,
+    plugin: &str,
+    usage: (u64, u64),
+) -> Result<(), CapError> {
     txn.open_table(USAGE)
         .map_err(unavailable)?
         .insert(plugin, usage)
@@ -179,7 +191,10 @@ mod tests {
                 .await
                 .unwrap();
             store.set("a", "other", b"3".to_vec(), None).await.unwrap();
-            store.set("ab", "written/x", b"4".to_vec(), None).await.unwrap();
+            store
+                .set("ab", "written/x", b"4".to_vec(), None)
+                .await
+                .unwrap();
             assert!(store.delete("a", "other").await.unwrap());
             assert!(!store.delete("a", "other").await.unwrap());
         }
@@ -207,10 +222,18 @@ mod tests {
         store.set("p", "a", vec![0; 45], quota).await.unwrap();
         store.set("p", "b", vec![0; 40], quota).await.unwrap();
         let err = store.set("p", "c", vec![], quota).await.unwrap_err();
-        assert!(err.to_string().contains("raise [plugins.p.limits] state-keys (now 2)"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("raise [plugins.p.limits] state-keys (now 2)"),
+            "{err}"
+        );
         let err = store.set("p", "b", vec![0; 60], quota).await.unwrap_err();
         assert!(err.to_string().contains("state-bytes"), "{err}");
-        assert_eq!(store.get("p", "b").await.unwrap().unwrap().len(), 40, "nothing stored");
+        assert_eq!(
+            store.get("p", "b").await.unwrap().unwrap().len(),
+            40,
+            "nothing stored"
+        );
         assert!(store.delete("p", "a").await.unwrap());
         store.set("p", "c", vec![0; 50], quota).await.unwrap();
         // Another plugin has its own quota.

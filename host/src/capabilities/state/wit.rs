@@ -1,33 +1,26 @@
 //! `tend:plugin/state` answered by the adapter.
 
 use super::adapter::PluginState;
+use crate::capabilities::Capability;
 use crate::wit::{state, types};
-use wasmtime::component::{HasSelf, Linker};
 
 type WitResult<T> = Result<T, types::Error>;
-
-pub fn add_to_linker<T: Send + 'static>(
-    linker: &mut Linker<T>,
-    get: fn(&mut T) -> &mut PluginState,
-) -> wasmtime::Result<()> {
-    state::add_to_linker::<T, HasSelf<PluginState>>(linker, get)
-}
 
 impl state::Host for PluginState {
     async fn get(&mut self, key: String) -> WitResult<Option<Vec<u8>>> {
         let result = PluginState::get(self, &key).await;
-        self.call.counted("state", "get", result)
+        self.call.counted(Self::NAME, "get", result)
     }
     async fn set(&mut self, key: String, value: Vec<u8>) -> WitResult<()> {
         let result = PluginState::set(self, &key, value).await;
-        self.call.counted("state", "set", result)
+        self.call.counted(Self::NAME, "set", result)
     }
     async fn delete(&mut self, key: String) -> WitResult<bool> {
         let result = PluginState::delete(self, &key).await;
-        self.call.counted("state", "delete", result)
+        self.call.counted(Self::NAME, "delete", result)
     }
     async fn list_keys(&mut self, prefix: String) -> WitResult<Vec<String>> {
         let result = PluginState::list_keys(self, &prefix).await;
-        self.call.counted("state", "list-keys", result)
+        self.call.counted(Self::NAME, "list-keys", result)
     }
 }

@@ -9,13 +9,11 @@
 //! one daemon-reload runs per reconcile.
 
 use super::backend::{JobKind, JobResult, SystemdBackend, UnitFileChange, UnitStatus};
-use super::fake::FakeSystemd;
 use super::grants::{Operation, SystemdGrant, check, check_operation, wildcard_match};
-use super::real::RealSystemd;
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{BackendEnv, Capability};
+use crate::capabilities::capability::Capability;
 use crate::capabilities::error::CapError;
-use crate::capabilities::gate::{Admission, Intent, Permit};
+use crate::capabilities::gate::Intent;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -30,80 +28,16 @@ pub struct SystemdSettings {
 }
 
 pub struct PluginSystemd {
-    backend: Arc<dyn SystemdBackend>,
-    grant: SystemdGrant,
+    pub(super) backend: Arc<dyn SystemdBackend>,
+    pub(super) grant: SystemdGrant,
     pub(super) call: Arc<Call>,
     /// Whether this reconcile has had its daemon-reload (done or planned).
-    reloaded: AtomicBool,
+    pub(super) reloaded: AtomicBool,
 }
 
 /// The rules crate's bound on names per call, shared with the SDK's fake.
 fn bounded(what: &str, names: &[impl AsRef<str>]) -> Result<(), CapError> {
     Ok(tend_grants::systemd::check_names(what, names)?)
-}
-
-const MUTATIONS: [&str; 9] = [
-    "start",
-    "stop",
-    "restart",
-    "reload-or-restart",
-    "try-restart",
-    "reset-failed",
-    "enable",
-    "disable",
-    "daemon-reload",
-];
-
-impl Capability for PluginSystemd {
-    const NAME: &'static str = "systemd";
-    const MUTATIONS: &'static [&'static str] = &MUTATIONS;
-    type Grant = SystemdGrant;
-    type Settings = SystemdSettings;
-    type Backend = dyn SystemdBackend;
-    type Fake = FakeSystemd;
-
-    fn describe_grant(grant: &SystemdGrant) -> Vec<String> {
-        if grant.units.is_empty() {
-            return vec![];
-        }
-        let units: Vec<&str> = grant.units.iter().map(|u| u.0.as_str()).collect();
-        let operations: Vec<&str> = grant.operations.iter().map(|o| o.name()).collect();
-        vec![format!(
-            "units {} (operations: {}{})",
-            units.join(", "),
-            if operations.is_empty() {
-                "none".to_string()
-            } else {
-                operations.join(", ")
-            },
-            if grant.watch { "; watched" } else { "" }
-        )]
-    }
-
-    fn real(settings: &SystemdSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn SystemdBackend>> {
-        Ok(Arc::new(RealSystemd::new(settings.bus.clone())))
-    }
-
-    fn fake() -> (Arc<dyn SystemdBackend>, Arc<FakeSystemd>) {
-        let fake = Arc::new(FakeSystemd::default());
-        (fake.clone(), fake)
-    }
-
-    fn for_call(backend: &Arc<dyn SystemdBackend>, grant: &SystemdGrant, call: &Arc<Call>) -> Self {
-        PluginSystemd {
-            backend: backend.clone(),
-            grant: grant.clone(),
-            call: call.clone(),
-            reloaded: AtomicBool::new(false),
-        }
-    }
-
-    fn add_to_linker<T: Send + 'static>(
-        linker: &mut wasmtime::component::Linker<T>,
-        get: fn(&mut T) -> &mut Self,
-    ) -> wasmtime::Result<()> {
-        super::wit::add_to_linker(linker, get)
-    }
 }
 
 impl PluginSystemd {
@@ -123,23 +57,15 @@ impl PluginSystemd {
             .collect())
     }
 
-    /// Pass a mutation of `target` through the gate; None in a dry run.
-    async fn admit(
-        &self,
-        operation: Operation,
-        target: String,
-    ) -> Result<Option<Permit>, CapError> {
-        let intent = Intent {
-            capability: "systemd",
+    /// What the gate records of `operation` on `target`.
+    fn intent(operation: Operation, target: String) -> Intent {
+        Intent {
+            capability: Self::NAME,
             operation: operation.name(),
             target,
             detail: String::new(),
             diff: None,
-        };
-        Ok(match self.call.gate.admit(intent).await? {
-            Admission::Planned => None,
-            Admission::Go(permit) => Some(permit),
-        })
+        }
     }
 
     pub async fn job(
@@ -149,10 +75,13 @@ impl PluginSystemd {
         unit: &str,
     ) -> Result<JobResult, CapError> {
         check(&self.grant, &self.call.plugin, unit, Some(operation))?;
-        match self.admit(operation, unit.to_string()).await? {
-            None => Ok(JobResult::Done),
-            Some(permit) => self.backend.job(permit, kind, unit).await,
-        }
+        let intent = Self::intent(operation, unit.to_string());
+        self.call
+            .gate
+            .mutate(intent, Ok(JobResult::Done), |permit| {
+                self.backend.job(permit, kind, unit)
+            })
+            .await
     }
 
     pub async fn reset_failed(&self, unit: &str) -> Result<(), CapError> {
@@ -162,10 +91,13 @@ impl PluginSystemd {
             unit,
             Some(Operation::ResetFailed),
         )?;
-        match self.admit(Operation::ResetFailed, unit.to_string()).await? {
-            None => Ok(()),
-            Some(permit) => self.backend.reset_failed(permit, unit).await,
-        }
+        let intent = Self::intent(Operation::ResetFailed, unit.to_string());
+        self.call
+            .gate
+            .mutate(intent, Ok(()), |permit| {
+                self.backend.reset_failed(permit, unit)
+            })
+            .await
     }
 
     pub async fn unit_files(
@@ -183,16 +115,19 @@ impl PluginSystemd {
             let links = self.links(&units).await?;
             self.check_links(operation, &units, links.iter().map(String::as_str))?;
         }
-        let Some(permit) = self.admit(operation, units.join(" ")).await? else {
-            return Ok(());
-        };
-        let result = if operation == Operation::Enable {
-            self.enable(&units).await
-        } else {
-            self.backend.disable(&units).await.map(drop)
-        };
-        permit.finish_with(&result);
-        result
+        let intent = Self::intent(operation, units.join(" "));
+        // The adapter performs these itself (an enable is held to the grant
+        // and rolled back), under the permit.
+        self.call
+            .gate
+            .mutate(intent, Ok(()), |_permit| async {
+                if operation == Operation::Enable {
+                    self.enable(&units).await
+                } else {
+                    self.backend.disable(&units).await.map(drop)
+                }
+            })
+            .await
     }
 
     fn check_links<'a>(
@@ -287,35 +222,23 @@ impl PluginSystemd {
                     .into(),
             ));
         }
-        match self
-            .admit(Operation::DaemonReload, "systemd".to_string())
-            .await?
-        {
-            None => Ok(()),
-            Some(permit) => self.backend.daemon_reload(permit).await,
-        }
+        let intent = Self::intent(Operation::DaemonReload, Self::NAME.to_string());
+        self.call
+            .gate
+            .mutate(intent, Ok(()), |permit| self.backend.daemon_reload(permit))
+            .await
     }
 }
 
 /// `error`, with what became of the changes it made.
 fn with_note(error: CapError, note: &str) -> CapError {
-    use CapError::*;
-    let noted = |m: String| format!("{m} ({note})");
-    match error {
-        Denied(m) => Denied(noted(m)),
-        NotFound(m) => NotFound(noted(m)),
-        Conflict(m) => Conflict(noted(m)),
-        Unavailable(m) => Unavailable(noted(m)),
-        Timeout(m) => Timeout(noted(m)),
-        Invalid(m) => Invalid(noted(m)),
-        BudgetExhausted(m) => BudgetExhausted(noted(m)),
-        Other(m) => Other(noted(m)),
-    }
+    error.map_message(|m| format!("{m} ({note})"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capabilities::systemd::FakeSystemd;
     use crate::capabilities::testing::call;
 
     fn systemd(operations: &[&str], dry_run: bool) -> (PluginSystemd, Arc<FakeSystemd>) {
@@ -354,7 +277,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(result, JobResult::Done);
-        assert_eq!(fake.actions(), ["RestartUnit tend-a.service"]);
+        assert_eq!(fake.actions(), ["restart tend-a.service"]);
         assert_eq!(
             systemd.call.gate.mutations()[0].describe(),
             "did systemd.restart tend-a.service"
@@ -453,10 +376,7 @@ mod tests {
         assert!(fake.links().is_empty(), "{:?}", fake.links());
         assert_eq!(
             fake.actions(),
-            [
-                "EnableUnitFiles tend-a.service",
-                "DisableUnitFiles tend-a.service"
-            ]
+            ["enable tend-a.service", "disable tend-a.service"]
         );
         let journaled = &systemd.call.gate.mutations()[0];
         assert!(
@@ -541,11 +461,11 @@ mod tests {
                 "{err}"
             );
         }
-        assert_eq!(fake.actions(), ["Reload"]);
+        assert_eq!(fake.actions(), ["daemon-reload"]);
         assert_eq!(systemd.call.gate.mutations().len(), 1);
         let next_reconcile = systemd_on(&fake, &["daemon-reload"]);
         next_reconcile.daemon_reload().await.unwrap();
-        assert_eq!(fake.actions(), ["Reload", "Reload"]);
+        assert_eq!(fake.actions(), ["daemon-reload", "daemon-reload"]);
     }
 
     #[tokio::test]

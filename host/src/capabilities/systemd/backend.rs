@@ -1,25 +1,36 @@
-//! The systemd backend: unit status and jobs over D-Bus. Mutations consume a
-//! [`Permit`] from the mutation gate and finish it with their result.
+//! The systemd backend: unit status and jobs over D-Bus. Mutations require a
+//! [`Permit`]: only the mutation gate makes one, and it journals their result.
 
+use super::grants::Operation;
 use crate::capabilities::error::CapError;
-use crate::capabilities::gate::Permit;
+use crate::capabilities::gate::{Performed, Permit};
 use std::time::Duration;
+
+pub use crate::wit::systemd::{JobResult, UnitStatus};
 
 /// How long a job may run before the call returns `timeout` (the job goes on).
 pub const JOB_TIMEOUT: Duration = Duration::from_secs(60);
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UnitStatus {
-    pub name: String,
-    pub load_state: String,
-    pub active_state: String,
-    pub sub_state: String,
-    pub unit_file_state: String,
-    pub fragment_path: Option<String>,
-    pub drop_in_paths: Vec<String>,
-    pub need_daemon_reload: bool,
-    pub active_enter_ms: Option<u64>,
-    pub n_restarts: Option<u32>,
+/// A unit as ListUnits reports it: its name and three states, nothing of
+/// its unit file (the same shape the fake gives).
+pub fn listed_unit(
+    name: impl Into<String>,
+    load_state: impl Into<String>,
+    active_state: impl Into<String>,
+    sub_state: impl Into<String>,
+) -> UnitStatus {
+    UnitStatus {
+        name: name.into(),
+        load_state: load_state.into(),
+        active_state: active_state.into(),
+        sub_state: sub_state.into(),
+        unit_file_state: String::new(),
+        fragment_path: None,
+        drop_in_paths: Vec::new(),
+        need_daemon_reload: false,
+        active_enter_ms: None,
+        n_restarts: None,
+    }
 }
 
 /// A job-based operation.
@@ -43,19 +54,20 @@ impl JobKind {
             JobKind::TryRestart => "TryRestartUnit",
         }
     }
+
+    /// The operation that asks for this job, as grants and budgets name it.
+    pub fn operation(self) -> Operation {
+        match self {
+            JobKind::Start => Operation::Start,
+            JobKind::Stop => Operation::Stop,
+            JobKind::Restart => Operation::Restart,
+            JobKind::ReloadOrRestart => Operation::ReloadOrRestart,
+            JobKind::TryRestart => Operation::TryRestart,
+        }
+    }
 }
 
-/// How a job ended: systemd's JobRemoved result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobResult {
-    Done,
-    Failed,
-    Canceled,
-    Timeout,
-    Dependency,
-    Skipped,
-}
-
+/// How a job ended (systemd's JobRemoved result), in its D-Bus spelling.
 impl JobResult {
     pub fn parse(text: &str) -> Option<JobResult> {
         Some(match text {
@@ -119,8 +131,8 @@ pub trait SystemdBackend: Send + Sync + 'static {
     /// systemd's own dry run of DisableUnitFiles, `Also=` units included).
     async fn unit_file_links(&self, unit: &str) -> Result<Vec<String>, CapError>;
     /// EnableUnitFiles without force (an existing link is never replaced):
-    /// the changes made. The adapter holds them to the grant and finishes
-    /// the gate's permit.
+    /// the changes made. The adapter holds them to the grant, under the
+    /// gate's permit.
     async fn enable(&self, units: &[String]) -> Result<Vec<UnitFileChange>, CapError>;
     /// DisableUnitFiles: the changes made.
     async fn disable(&self, units: &[String]) -> Result<Vec<UnitFileChange>, CapError>;
@@ -130,11 +142,12 @@ pub trait SystemdBackend: Send + Sync + 'static {
     async fn changes(&self) -> Result<tokio::sync::mpsc::Receiver<UnitChange>, CapError>;
 }
 
-/// The journal result of a job: "ok" when it is done, else how it ended.
-pub fn job_outcome(result: &Result<JobResult, CapError>) -> String {
-    match result {
-        Ok(JobResult::Done) => "ok".to_string(),
-        Ok(other) => format!("job {}", other.name()),
-        Err(e) => e.to_string(),
+/// A job is "ok" in the journal when it is done, else it says how it ended.
+impl Performed for JobResult {
+    fn journal_result(&self) -> String {
+        match self {
+            JobResult::Done => "ok".to_string(),
+            other => format!("job {}", other.name()),
+        }
     }
 }

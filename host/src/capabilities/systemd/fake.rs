@@ -3,9 +3,11 @@
 //! as each unit's scripted `[Install]` section says.
 
 use super::backend::{
-    JobKind, JobResult, SystemdBackend, UnitChange, UnitFileChange, UnitStatus, job_outcome,
+    JobKind, JobResult, SystemdBackend, UnitChange, UnitFileChange, UnitStatus, listed_unit,
 };
+use super::grants::Operation;
 use crate::capabilities::error::CapError;
+use crate::capabilities::fakes::FakeLedger;
 use crate::capabilities::gate::Permit;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -16,9 +18,8 @@ const CONFIG: &str = "/etc/systemd/system";
 #[derive(Default)]
 pub struct FakeSystemd {
     units: Mutex<BTreeMap<String, UnitStatus>>,
-    actions: Mutex<Vec<String>>,
+    ledger: FakeLedger,
     job_results: Mutex<BTreeMap<String, JobResult>>,
-    failure: Mutex<Option<CapError>>,
     watchers: Mutex<Vec<tokio::sync::mpsc::Sender<UnitChange>>>,
     /// The links enabling each unit makes, when scripted.
     installs: Mutex<BTreeMap<String, Vec<String>>>,
@@ -29,13 +30,7 @@ pub struct FakeSystemd {
 impl FakeSystemd {
     /// Put a unit in `active_state`; watchers see the change.
     pub fn set_unit(&self, unit: &str, active_state: &str) {
-        let status = UnitStatus {
-            name: unit.to_string(),
-            load_state: "loaded".into(),
-            active_state: active_state.into(),
-            sub_state: String::new(),
-            ..UnitStatus::default()
-        };
+        let status = listed_unit(unit, "loaded", active_state, "");
         self.units.lock().unwrap().insert(unit.to_string(), status);
         let change = UnitChange {
             unit: unit.to_string(),
@@ -82,7 +77,7 @@ impl FakeSystemd {
 
     /// Every mutation performed, as "restart kubelet.service", "daemon-reload".
     pub fn actions(&self) -> Vec<String> {
-        self.actions.lock().unwrap().clone()
+        self.ledger.actions()
     }
 
     /// Jobs on `unit` end with `result` from now on.
@@ -95,64 +90,41 @@ impl FakeSystemd {
 
     /// Fail every call with `error` (say, `unavailable`: the bus is gone) until cleared.
     pub fn fail_with(&self, error: Option<CapError>) {
-        *self.failure.lock().unwrap() = error;
-    }
-
-    fn check(&self) -> Result<(), CapError> {
-        match self.failure.lock().unwrap().clone() {
-            Some(error) => Err(error),
-            None => Ok(()),
-        }
-    }
-
-    fn act(&self, action: String) -> Result<(), CapError> {
-        self.check()?;
-        self.actions.lock().unwrap().push(action);
-        Ok(())
+        self.ledger.fail_with(error);
     }
 }
 
 #[async_trait::async_trait]
 impl SystemdBackend for FakeSystemd {
     async fn status(&self, unit: &str) -> Result<UnitStatus, CapError> {
-        self.check()?;
+        self.ledger.check()?;
         Ok(self
             .units
             .lock()
             .unwrap()
             .get(unit)
             .cloned()
-            .unwrap_or(UnitStatus {
-                name: unit.to_string(),
-                load_state: "not-found".into(),
-                active_state: "inactive".into(),
-                sub_state: "dead".into(),
-                ..UnitStatus::default()
-            }))
+            .unwrap_or_else(|| listed_unit(unit, "not-found", "inactive", "dead")))
     }
 
     async fn list_units(&self) -> Result<Vec<UnitStatus>, CapError> {
-        self.check()?;
+        self.ledger.check()?;
         Ok(self.units.lock().unwrap().values().cloned().collect())
     }
 
-    async fn job(&self, permit: Permit, kind: JobKind, unit: &str) -> Result<JobResult, CapError> {
-        let result = self.act(format!("{} {unit}", kind.method())).map(|()| {
+    async fn job(&self, _: Permit, kind: JobKind, unit: &str) -> Result<JobResult, CapError> {
+        self.ledger.act(kind.operation().name(), unit).map(|()| {
             let scripted = self.job_results.lock().unwrap().get(unit).copied();
             scripted.unwrap_or(JobResult::Done)
-        });
-        permit.finish(job_outcome(&result));
-        result
+        })
     }
 
-    async fn reset_failed(&self, permit: Permit, unit: &str) -> Result<(), CapError> {
-        let result = self.act(format!("ResetFailedUnit {unit}"));
-        permit.finish_with(&result);
-        result
+    async fn reset_failed(&self, _: Permit, unit: &str) -> Result<(), CapError> {
+        self.ledger.act(Operation::ResetFailed.name(), unit)
     }
 
     async fn unit_file_links(&self, unit: &str) -> Result<Vec<String>, CapError> {
-        self.check()?;
+        self.ledger.check()?;
         let links = self.links.lock().unwrap();
         Ok(self
             .install_links(unit)
@@ -164,7 +136,8 @@ impl SystemdBackend for FakeSystemd {
     /// Like systemd without force: the links not there yet are made; one that
     /// exists already is left alone (a real conflict is systemd's error).
     async fn enable(&self, units: &[String]) -> Result<Vec<UnitFileChange>, CapError> {
-        self.act(format!("EnableUnitFiles {}", units.join(" ")))?;
+        self.ledger
+            .act(Operation::Enable.name(), &units.join(" "))?;
         let mut links = self.links.lock().unwrap();
         let mut changes = vec![];
         for unit in units {
@@ -182,7 +155,8 @@ impl SystemdBackend for FakeSystemd {
     }
 
     async fn disable(&self, units: &[String]) -> Result<Vec<UnitFileChange>, CapError> {
-        self.act(format!("DisableUnitFiles {}", units.join(" ")))?;
+        self.ledger
+            .act(Operation::Disable.name(), &units.join(" "))?;
         let mut links = self.links.lock().unwrap();
         let mut changes = vec![];
         for unit in units {
@@ -199,14 +173,12 @@ impl SystemdBackend for FakeSystemd {
         Ok(changes)
     }
 
-    async fn daemon_reload(&self, permit: Permit) -> Result<(), CapError> {
-        let result = self.act("Reload".to_string());
-        permit.finish_with(&result);
-        result
+    async fn daemon_reload(&self, _: Permit) -> Result<(), CapError> {
+        self.ledger.act(Operation::DaemonReload.name(), "")
     }
 
     async fn changes(&self) -> Result<tokio::sync::mpsc::Receiver<UnitChange>, CapError> {
-        self.check()?;
+        self.ledger.check()?;
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         self.watchers.lock().unwrap().push(tx);
         Ok(rx)

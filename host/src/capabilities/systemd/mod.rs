@@ -6,6 +6,7 @@ mod backend;
 mod fake;
 mod grants;
 mod real;
+mod source;
 mod wit;
 
 pub use adapter::{PluginSystemd, SystemdSettings};
@@ -13,3 +14,83 @@ pub use backend::{JOB_TIMEOUT, JobKind, JobResult, SystemdBackend, UnitChange, U
 pub use fake::FakeSystemd;
 pub use grants::{Operation, SystemdGrant, UnitPattern, wildcard_match};
 pub use real::RealSystemd;
+pub use source::UNIT_TRIGGER;
+
+use crate::capabilities::call::Call;
+use crate::capabilities::capability::{BackendEnv, Capability};
+use crate::capabilities::triggers::TriggerSource;
+use crate::wit::systemd;
+use source::UnitSource;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use wasmtime::component::{HasSelf, Linker};
+
+const MUTATIONS: [&str; 9] = [
+    "start",
+    "stop",
+    "restart",
+    "reload-or-restart",
+    "try-restart",
+    "reset-failed",
+    "enable",
+    "disable",
+    "daemon-reload",
+];
+
+impl Capability for PluginSystemd {
+    const NAME: &'static str = "systemd";
+    const MUTATIONS: &'static [&'static str] = &MUTATIONS;
+    type Grant = SystemdGrant;
+    type Settings = SystemdSettings;
+    type Backend = dyn SystemdBackend;
+    type Fake = FakeSystemd;
+
+    fn describe_grant(grant: &SystemdGrant) -> Vec<String> {
+        if grant.units.is_empty() {
+            return vec![];
+        }
+        let units: Vec<&str> = grant.units.iter().map(|u| u.0.as_str()).collect();
+        let operations: Vec<&str> = grant.operations.iter().map(|o| o.name()).collect();
+        vec![format!(
+            "units {} (operations: {}{})",
+            units.join(", "),
+            if operations.is_empty() {
+                "none".to_string()
+            } else {
+                operations.join(", ")
+            },
+            if grant.watch { "; watched" } else { "" }
+        )]
+    }
+
+    fn real(settings: &SystemdSettings, _: &BackendEnv) -> anyhow::Result<Arc<dyn SystemdBackend>> {
+        Ok(Arc::new(RealSystemd::new(settings.bus.clone())))
+    }
+
+    fn fake() -> (Arc<dyn SystemdBackend>, Arc<FakeSystemd>) {
+        let fake = Arc::new(FakeSystemd::default());
+        (fake.clone(), fake)
+    }
+
+    fn for_call(backend: &Arc<dyn SystemdBackend>, grant: &SystemdGrant, call: &Arc<Call>) -> Self {
+        PluginSystemd {
+            backend: backend.clone(),
+            grant: grant.clone(),
+            call: call.clone(),
+            reloaded: AtomicBool::new(false),
+        }
+    }
+
+    fn add_to_linker<T: Send + 'static>(
+        linker: &mut Linker<T>,
+        get: fn(&mut T) -> &mut Self,
+    ) -> wasmtime::Result<()> {
+        systemd::add_to_linker::<T, HasSelf<Self>>(linker, get)
+    }
+
+    fn trigger_source(
+        backend: &Arc<dyn SystemdBackend>,
+    ) -> Option<Box<dyn TriggerSource<SystemdGrant>>> {
+        Some(Box::new(UnitSource::new(backend.clone())))
+    }
+}

@@ -5,7 +5,7 @@
 
 use super::backend::{
     JOB_TIMEOUT, JobKind, JobResult, SystemdBackend, UnitChange, UnitFileChange, UnitStatus,
-    job_outcome,
+    listed_unit,
 };
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
@@ -285,34 +285,23 @@ impl SystemdBackend for RealSystemd {
         let units: Vec<Listed> = self.manager("ListUnits", "ListUnits", &()).await?;
         Ok(units
             .into_iter()
-            .map(
-                |(name, _, load_state, active_state, sub_state, ..)| UnitStatus {
-                    name,
-                    load_state,
-                    active_state,
-                    sub_state,
-                    ..UnitStatus::default()
-                },
-            )
+            .map(|(name, _, load_state, active_state, sub_state, ..)| {
+                listed_unit(name, load_state, active_state, sub_state)
+            })
             .collect())
     }
 
-    async fn job(&self, permit: Permit, kind: JobKind, unit: &str) -> Result<JobResult, CapError> {
-        let result = self.run_job(kind, unit).await;
-        permit.finish(job_outcome(&result));
-        result
+    async fn job(&self, _: Permit, kind: JobKind, unit: &str) -> Result<JobResult, CapError> {
+        self.run_job(kind, unit).await
     }
 
-    async fn reset_failed(&self, permit: Permit, unit: &str) -> Result<(), CapError> {
-        let result = self
-            .manager::<_, ()>(
-                &format!("ResetFailedUnit {unit}"),
-                "ResetFailedUnit",
-                &(unit,),
-            )
-            .await;
-        permit.finish_with(&result);
-        result
+    async fn reset_failed(&self, _: Permit, unit: &str) -> Result<(), CapError> {
+        self.manager::<_, ()>(
+            &format!("ResetFailedUnit {unit}"),
+            "ResetFailedUnit",
+            &(unit,),
+        )
+        .await
     }
 
     async fn unit_file_links(&self, unit: &str) -> Result<Vec<String>, CapError> {
@@ -347,10 +336,8 @@ impl SystemdBackend for RealSystemd {
         Ok(changes.into_iter().map(unit_file_change).collect())
     }
 
-    async fn daemon_reload(&self, permit: Permit) -> Result<(), CapError> {
-        let result = self.manager::<_, ()>("Reload", "Reload", &()).await;
-        permit.finish_with(&result);
-        result
+    async fn daemon_reload(&self, _: Permit) -> Result<(), CapError> {
+        self.manager::<_, ()>("Reload", "Reload", &()).await
     }
 
     async fn changes(&self) -> Result<tokio::sync::mpsc::Receiver<UnitChange>, CapError> {

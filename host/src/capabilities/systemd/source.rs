@@ -4,10 +4,9 @@
 //! subscription serves every plugin; when the bus goes away it is opened
 //! again with backoff.
 
-use super::TriggerSource;
-use crate::capabilities::systemd::{SystemdBackend, SystemdGrant};
-use crate::config::Config;
-use crate::scheduler::{Trigger, Triggers, trigger};
+use super::backend::SystemdBackend;
+use super::grants::SystemdGrant;
+use crate::capabilities::triggers::{TriggerSink, TriggerSource};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,24 +32,24 @@ impl Drop for UnitSource {
     }
 }
 
-fn watched(config: &Config) -> Vec<(String, SystemdGrant)> {
-    config
-        .enabled_plugins()
-        .filter(|p| p.grants.systemd.watch && !p.grants.systemd.units.is_empty())
-        .map(|p| (p.name.clone(), p.grants.systemd.clone()))
-        .collect()
+/// The trigger kind: "unit", with the unit as its subject.
+pub const UNIT_TRIGGER: &str = "unit";
+
+/// Whether `grant` asks for unit triggers.
+fn watches(grant: &SystemdGrant) -> bool {
+    grant.watch && !grant.units.is_empty()
 }
 
-impl TriggerSource for UnitSource {
-    fn update(&mut self, config: &Config, triggers: &Triggers) {
+impl TriggerSource<SystemdGrant> for UnitSource {
+    fn update(&mut self, watchers: Vec<(String, SystemdGrant)>, sink: Arc<dyn TriggerSink>) {
         if let Some(task) = self.task.take() {
             task.abort();
         }
-        let watchers = watched(config);
+        let watchers: Vec<_> = watchers.into_iter().filter(|(_, g)| watches(g)).collect();
         if watchers.is_empty() {
             return;
         }
-        let (backend, triggers) = (self.backend.clone(), triggers.clone());
+        let backend = self.backend.clone();
         self.task = Some(tokio::spawn(async move {
             let mut backoff = Duration::from_millis(500);
             loop {
@@ -60,11 +59,7 @@ impl TriggerSource for UnitSource {
                         while let Some(change) = changes.recv().await {
                             for (plugin, grant) in &watchers {
                                 if grant.covers(&change.unit) {
-                                    let subject = change.unit.clone();
-                                    triggers.send(
-                                        plugin,
-                                        Trigger::with_subject(trigger::UNIT, subject),
-                                    );
+                                    sink.reconcile(plugin, UNIT_TRIGGER, change.unit.clone());
                                 }
                             }
                         }
@@ -82,14 +77,14 @@ impl TriggerSource for UnitSource {
         }));
     }
 
-    fn waits_on(&self, config: &Config, plugin: &str) -> Vec<String> {
-        watched(config)
-            .into_iter()
-            .filter(|(name, _)| name == plugin)
-            .map(|(_, grant)| {
-                let units: Vec<&str> = grant.units.iter().map(|u| u.0.as_str()).collect();
-                format!("active-state changes of units {}", units.join(", "))
-            })
-            .collect()
+    fn waits_on(&self, grant: &SystemdGrant) -> Vec<String> {
+        if !watches(grant) {
+            return vec![];
+        }
+        let units: Vec<&str> = grant.units.iter().map(|u| u.0.as_str()).collect();
+        vec![format!(
+            "active-state changes of units {}",
+            units.join(", ")
+        )]
     }
 }

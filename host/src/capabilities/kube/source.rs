@@ -4,10 +4,9 @@
 //! subscription to the shared watch cache, so ten plugins watching Nodes cost
 //! the API server one watch.
 
-use super::TriggerSource;
-use crate::capabilities::kube::{Change, KubeBackend, KubeRule, Verb};
-use crate::config::Config;
-use crate::scheduler::{Trigger, Triggers, trigger};
+use super::backend::{Change, KubeBackend};
+use super::grants::{KubeRule, Verb};
+use crate::capabilities::triggers::{TriggerSink, TriggerSource};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +34,10 @@ impl Drop for KubeSource {
     }
 }
 
+/// The trigger kind: "kube", with "<resource>/<namespace>/<name>" as its
+/// subject.
+pub const KUBE_TRIGGER: &str = "kube";
+
 /// One shared subscription: group, resource, namespace, label selector,
 /// field selector.
 type WatchKey = (
@@ -45,17 +48,15 @@ type WatchKey = (
     Option<String>,
 );
 
-/// Every watch the enabled plugins ask for, with who asked and their rules.
-fn watched(config: &Config) -> BTreeMap<WatchKey, Vec<(String, Vec<KubeRule>)>> {
-    let node = &config.host.node_name;
+/// Every watch `watchers` (plugins with their rules) ask for on `node`,
+/// with who asked and their rules.
+fn watched(
+    watchers: &[(String, Vec<KubeRule>)],
+    node: &str,
+) -> BTreeMap<WatchKey, Vec<(String, Vec<KubeRule>)>> {
     let mut watches: BTreeMap<WatchKey, Vec<(String, Vec<KubeRule>)>> = BTreeMap::new();
-    for plugin in config.enabled_plugins() {
-        for rule in plugin
-            .grants
-            .kube
-            .iter()
-            .filter(|r| r.verbs.contains(&Verb::Watch))
-        {
+    for (plugin, rules) in watchers {
+        for rule in rules.iter().filter(|r| r.verbs.contains(&Verb::Watch)) {
             let namespaces: Vec<Option<String>> = match &rule.namespaces {
                 Some(list) => list.iter().cloned().map(Some).collect(),
                 None => vec![None],
@@ -83,8 +84,8 @@ fn watched(config: &Config) -> BTreeMap<WatchKey, Vec<(String, Vec<KubeRule>)>> 
                     fields.clone(),
                 );
                 let watchers = watches.entry(key).or_default();
-                if !watchers.iter().any(|(name, _)| *name == plugin.name) {
-                    watchers.push((plugin.name.clone(), plugin.grants.kube.clone()));
+                if !watchers.iter().any(|(name, _)| name == plugin) {
+                    watchers.push((plugin.clone(), rules.clone()));
                 }
             }
         }
@@ -112,13 +113,14 @@ fn covers(rules: &[KubeRule], node: &str, change: &Change) -> bool {
     check(rules, "", node, &watch).is_ok()
 }
 
-impl TriggerSource for KubeSource {
-    fn update(&mut self, config: &Config, triggers: &Triggers) {
+impl TriggerSource<Vec<KubeRule>> for KubeSource {
+    fn update(&mut self, watchers: Vec<(String, Vec<KubeRule>)>, sink: Arc<dyn TriggerSink>) {
         for task in self.tasks.drain(..) {
             task.abort();
         }
-        for ((group, resource, namespace, labels, fields), watchers) in watched(config) {
-            let (backend, triggers) = (self.backend.clone(), triggers.clone());
+        let watches = watched(&watchers, self.backend.node_name());
+        for ((group, resource, namespace, labels, fields), watchers) in watches {
+            let (backend, sink) = (self.backend.clone(), sink.clone());
             self.tasks.push(tokio::spawn(async move {
                 let mut backoff = Duration::from_millis(500);
                 loop {
@@ -136,7 +138,7 @@ impl TriggerSource for KubeSource {
                                         change.group = group.clone();
                                         for (plugin, rules) in &watchers {
                                             if covers(rules, backend.node_name(), &change) {
-                                                triggers.send(plugin, Trigger::with_subject(trigger::KUBE, subject(&change)));
+                                                sink.reconcile(plugin, KUBE_TRIGGER, subject(&change));
                                             }
                                         }
                                     }
@@ -156,11 +158,11 @@ impl TriggerSource for KubeSource {
         }
     }
 
-    fn waits_on(&self, config: &Config, plugin: &str) -> Vec<String> {
-        watched(config)
-            .into_iter()
-            .filter(|(_, watchers)| watchers.iter().any(|(name, _)| name == plugin))
-            .map(|((group, resource, namespace, labels, fields), _)| {
+    fn waits_on(&self, rules: &Vec<KubeRule>) -> Vec<String> {
+        let plugin = [(String::new(), rules.clone())];
+        watched(&plugin, self.backend.node_name())
+            .into_keys()
+            .map(|(group, resource, namespace, labels, fields)| {
                 let group = if group.is_empty() {
                     String::new()
                 } else {
@@ -184,17 +186,25 @@ mod tests {
 
     #[test]
     fn plugins_share_watches_and_single_names_and_node_fields_narrow_them() {
-        let mut text = String::from(
-            "[host]\nplugins-dir = \"p\"\nstate-dir = \"s\"\nnode-name = \"node-1\"\n",
-        );
+        let rules = |text: &str| -> Vec<KubeRule> {
+            #[derive(serde::Deserialize)]
+            struct G {
+                kube: Vec<KubeRule>,
+            }
+            toml::from_str::<G>(text).unwrap().kube
+        };
+        let mut watchers = Vec::new();
         for plugin in ["a", "b"] {
-            text += &format!(
-                "[plugins.{plugin}.grants]\nkube = [{{ resource = \"nodes\", verbs = [\"watch\"] }}]\n"
-            );
+            watchers.push((
+                plugin.to_string(),
+                rules("kube = [{ resource = \"nodes\", verbs = [\"watch\"] }]"),
+            ));
         }
-        text += "[plugins.c.grants]\nkube = [{ resource = \"nodes\", verbs = [\"watch\"], names = [\"$NODE\"] },\n  { resource = \"pods\", verbs = [\"watch\"], field-selector = \"spec.nodeName=$NODE\" }]\n";
-        let config = Config::parse(std::path::Path::new("/t/tend.toml"), &text).unwrap();
-        let watches = watched(&config);
+        watchers.push((
+            "c".to_string(),
+            rules("kube = [{ resource = \"nodes\", verbs = [\"watch\"], names = [\"$NODE\"] },\n  { resource = \"pods\", verbs = [\"watch\"], field-selector = \"spec.nodeName=$NODE\" }]"),
+        ));
+        let watches = watched(&watchers, "node-1");
         let keys: Vec<(&str, Option<&str>, usize)> = watches
             .iter()
             .map(|((_, resource, _, _, fields), who)| {

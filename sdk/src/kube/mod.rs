@@ -1,0 +1,202 @@
+//! `tend:plugin/kube`: the Kubernetes API, objects as [`serde_json::Value`],
+//! for any API group, version and kind, within the plugin's `kube` rules
+//! (RBAC-like: group, resource, verb, namespace, name; `$NODE` is the host's
+//! node name).
+
+use crate::{NotProvided, Result};
+use serde_json::Value;
+
+mod fake;
+mod patch;
+mod rules;
+#[cfg(test)]
+mod tests;
+#[cfg(target_arch = "wasm32")]
+pub(crate) mod wasm;
+
+pub use fake::{FakeKube, RecordedEvent, RecordedPatch};
+pub use patch::merge_patch;
+pub use rules::IntoKubeRules;
+
+/// One object: `ObjectKey::cluster("v1", "Node", "node-1")`,
+/// `ObjectKey::namespaced("apps/v1", "Deployment", "default", "web")`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// "v1", "apps/v1", "coordination.k8s.io/v1".
+    pub api_version: String,
+    /// "Node", "Pod", "Lease".
+    pub kind: String,
+    /// None for cluster-scoped kinds.
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// A cluster-scoped object (a Node, a Namespace).
+    pub fn cluster(api_version: &str, kind: &str, name: &str) -> Self {
+        ObjectKey {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            namespace: None,
+            name: name.to_string(),
+        }
+    }
+
+    /// An object in `namespace` (a Pod, a ConfigMap).
+    pub fn namespaced(api_version: &str, kind: &str, namespace: &str, name: &str) -> Self {
+        ObjectKey {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            namespace: Some(namespace.to_string()),
+            name: name.to_string(),
+        }
+    }
+
+    /// The key of `object` (its apiVersion, kind, metadata.namespace and
+    /// metadata.name), or None when one of them is missing.
+    pub fn of(object: &Value) -> Option<Self> {
+        let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+        Some(ObjectKey {
+            api_version: text(&object["apiVersion"])?,
+            kind: text(&object["kind"])?,
+            namespace: text(&object["metadata"]["namespace"]),
+            name: text(&object["metadata"]["name"])?,
+        })
+    }
+}
+
+/// Which objects a list returns; the default lists them all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListParams {
+    /// "app=web,tier!=db".
+    pub label_selector: Option<String>,
+    /// "spec.nodeName=node-1".
+    pub field_selector: Option<String>,
+    /// Page size; a paged list goes to the API server, not the host's cache.
+    pub limit: Option<u32>,
+    /// The `continue_token` of the previous page.
+    pub continue_token: Option<String>,
+}
+
+impl ListParams {
+    /// Objects whose labels match `selector` ("app=web,tier!=db").
+    pub fn labels(selector: &str) -> Self {
+        ListParams {
+            label_selector: Some(selector.to_string()),
+            ..ListParams::default()
+        }
+    }
+
+    /// Objects whose fields match `selector` ("spec.nodeName=node-1").
+    pub fn fields(selector: &str) -> Self {
+        ListParams {
+            field_selector: Some(selector.to_string()),
+            ..ListParams::default()
+        }
+    }
+}
+
+/// One page of a list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ObjectList {
+    pub items: Vec<Value>,
+    /// Set when more pages follow: pass it in [`ListParams::continue_token`].
+    pub continue_token: Option<String>,
+    pub resource_version: String,
+}
+
+impl ObjectList {
+    /// The items' `metadata.name`s, in list order.
+    pub fn names(&self) -> Vec<&str> {
+        self.items
+            .iter()
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PatchType {
+    /// RFC 7386 JSON merge patch: `{"metadata": {"labels": {"a": "b"}}}`.
+    Merge,
+    /// RFC 6902 JSON patch: `[{"op": "add", "path": "/metadata/labels/a", "value": "b"}]`.
+    Json,
+    /// Server-side apply, with the field manager "tend-<plugin>".
+    Apply,
+}
+
+impl PatchType {
+    /// "merge", "json" or "apply".
+    pub fn name(self) -> &'static str {
+        match self {
+            PatchType::Merge => "merge",
+            PatchType::Json => "json",
+            PatchType::Apply => "apply",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// The Kubernetes API, within the plugin's grant: each call needs a rule
+/// covering its group, resource (the kind resolved by discovery), verb,
+/// namespace and name. Lists need `list` and are cut to the names the rules
+/// allow. Mutations pass the host's mutation gate (dry run, budgets, journal).
+pub trait Kube {
+    /// One object.
+    fn get(&self, key: &ObjectKey) -> Result<Value>;
+    /// Objects of one kind, in `namespace` or (None) in all namespaces.
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        params: &ListParams,
+    ) -> Result<ObjectList>;
+    /// Create `object` (it needs `metadata.name`); returns it as stored.
+    fn create(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        object: &Value,
+    ) -> Result<Value>;
+    /// Patch an object; returns it as stored.
+    fn patch(&self, key: &ObjectKey, patch_type: PatchType, patch: &Value) -> Result<Value>;
+    fn delete(&self, key: &ObjectKey) -> Result<()>;
+    /// Record an Event about an object the plugin may `get`; a repeat of the
+    /// same reason and message about the same object raises its count.
+    /// `reason` is a CamelCase word ("LabelApplied").
+    fn emit_event(
+        &self,
+        regarding: &ObjectKey,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) -> Result<()>;
+}
+
+impl Kube for NotProvided {
+    fn get(&self, _: &ObjectKey) -> Result<Value> {
+        Err(NotProvided::denied("kube"))
+    }
+    fn list(&self, _: &str, _: &str, _: Option<&str>, _: &ListParams) -> Result<ObjectList> {
+        Err(NotProvided::denied("kube"))
+    }
+    fn create(&self, _: &str, _: &str, _: Option<&str>, _: &Value) -> Result<Value> {
+        Err(NotProvided::denied("kube"))
+    }
+    fn patch(&self, _: &ObjectKey, _: PatchType, _: &Value) -> Result<Value> {
+        Err(NotProvided::denied("kube"))
+    }
+    fn delete(&self, _: &ObjectKey) -> Result<()> {
+        Err(NotProvided::denied("kube"))
+    }
+    fn emit_event(&self, _: &ObjectKey, _: EventType, _: &str, _: &str) -> Result<()> {
+        Err(NotProvided::denied("kube"))
+    }
+}

@@ -1,0 +1,98 @@
+//! The wasm glue: the host's `kube` import; objects cross it as JSON text.
+
+use super::{EventType, Kube, ListParams, ObjectKey, ObjectList, PatchType};
+use crate::__wasm::from_wit_error;
+use crate::bindings::tend::plugin::kube as wit;
+use crate::{Error, Result};
+use serde_json::Value;
+
+pub(crate) struct WasmKube;
+
+fn key(k: &ObjectKey) -> wit::ObjectKey {
+    wit::ObjectKey {
+        api_version: k.api_version.clone(),
+        kind: k.kind.clone(),
+        namespace: k.namespace.clone(),
+        name: k.name.clone(),
+    }
+}
+
+fn parse(call: &str, text: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| {
+        Error::Other(format!(
+            "kube {call}: the host answered with invalid JSON: {e}"
+        ))
+    })
+}
+
+fn text(call: &str, value: &Value) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| Error::Invalid(format!("kube {call}: not JSON: {e}")))
+}
+
+impl Kube for WasmKube {
+    fn get(&self, k: &ObjectKey) -> Result<Value> {
+        let object = wit::get(&key(k)).map_err(from_wit_error)?;
+        parse("get", &object)
+    }
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        params: &ListParams,
+    ) -> Result<ObjectList> {
+        let params = wit::ListParams {
+            label_selector: params.label_selector.clone(),
+            field_selector: params.field_selector.clone(),
+            limit: params.limit,
+            continue_token: params.continue_token.clone(),
+        };
+        let list = wit::list(api_version, kind, namespace, &params).map_err(from_wit_error)?;
+        Ok(ObjectList {
+            items: list
+                .items
+                .iter()
+                .map(|item| parse("list", item))
+                .collect::<Result<_>>()?,
+            continue_token: list.continue_token,
+            resource_version: list.resource_version,
+        })
+    }
+    fn create(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        object: &Value,
+    ) -> Result<Value> {
+        let object = text("create", object)?;
+        let created = wit::create(api_version, kind, namespace, &object).map_err(from_wit_error)?;
+        parse("create", &created)
+    }
+    fn patch(&self, k: &ObjectKey, patch_type: PatchType, patch: &Value) -> Result<Value> {
+        let patch_type = match patch_type {
+            PatchType::Merge => wit::PatchType::Merge,
+            PatchType::Json => wit::PatchType::Json,
+            PatchType::Apply => wit::PatchType::Apply,
+        };
+        let patch = text("patch", patch)?;
+        let patched = wit::patch(&key(k), patch_type, &patch).map_err(from_wit_error)?;
+        parse("patch", &patched)
+    }
+    fn delete(&self, k: &ObjectKey) -> Result<()> {
+        wit::delete(&key(k)).map_err(from_wit_error)
+    }
+    fn emit_event(
+        &self,
+        regarding: &ObjectKey,
+        event_type: EventType,
+        reason: &str,
+        message: &str,
+    ) -> Result<()> {
+        let event_type = match event_type {
+            EventType::Normal => wit::EventType::Normal,
+            EventType::Warning => wit::EventType::Warning,
+        };
+        wit::emit_event(&key(regarding), event_type, reason, message).map_err(from_wit_error)
+    }
+}
