@@ -5,7 +5,7 @@ use crate::{Error, NotProvided, Result};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tend_grants::cri::{CriGrant, Operation, SandboxRef, check_id, normalize_image};
+use tend_rules::cri::{CriGrant, Operation, SandboxRef, check_id, normalize_image};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SandboxState {
@@ -557,8 +557,8 @@ impl FakeCri {
             namespace: &found.sandbox.namespace,
             pod_name: &found.sandbox.pod_name,
             state: match found.sandbox.state {
-                SandboxState::Ready => tend_grants::cri::SandboxState::Ready,
-                SandboxState::NotReady => tend_grants::cri::SandboxState::NotReady,
+                SandboxState::Ready => tend_rules::cri::SandboxState::Ready,
+                SandboxState::NotReady => tend_rules::cri::SandboxState::NotReady,
             },
         };
         (grant.check_sandbox(&self.plugin, operation, &sandbox)).map_err(crate::Error::from)?;
@@ -585,7 +585,7 @@ impl Cri for FakeCri {
     }
     fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandbox>> {
         self.read("list-pod-sandboxes")?;
-        tend_grants::cri::check_filter_labels(&filter.labels).map_err(crate::Error::from)?;
+        tend_rules::cri::check_filter_labels(&filter.labels).map_err(crate::Error::from)?;
         if let Some(id) = &filter.id {
             check_id("sandbox id", id).map_err(crate::Error::from)?;
         }

@@ -4,7 +4,7 @@
 use crate::{Error, NotProvided, Result};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
-use tend_grants::files::{FileGrant, resolve};
+use tend_rules::files::{FileGrant, resolve};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileKind {
@@ -183,7 +183,7 @@ impl FakeFiles {
         self.add_parents(&path);
         self.files
             .borrow_mut()
-            .insert(path, (contents.to_vec(), tend_grants::files::DEFAULT_MODE));
+            .insert(path, (contents.to_vec(), tend_rules::files::DEFAULT_MODE));
         self
     }
 
@@ -248,7 +248,7 @@ impl Files for FakeFiles {
                 "{path} is a granted root directory, not a file"
             )));
         }
-        let mode = tend_grants::files::file_mode(path, mode).map_err(crate::Error::from)?;
+        let mode = tend_rules::files::file_mode(path, mode).map_err(crate::Error::from)?;
         let new = (contents.to_vec(), mode);
         self.add_parents(&key);
         let old = self.files.borrow_mut().insert(key, new.clone());

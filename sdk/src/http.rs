@@ -4,7 +4,7 @@ use crate::{Error, NotProvided, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Duration;
-use tend_grants::http::{UrlPattern, check_url};
+use tend_rules::http::{UrlPattern, check_url};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
@@ -71,7 +71,7 @@ pub(crate) mod wasm {
 
     /// The most requests one host `send-all` call takes (`wit/http.wit`);
     /// more go in successive batches of this size.
-    use tend_grants::http::MAX_SEND_ALL as SEND_ALL_MAX;
+    use tend_rules::http::MAX_SEND_ALL as SEND_ALL_MAX;
 
     fn to_wit(request: &Request) -> http::Request {
         http::Request {

@@ -5,7 +5,7 @@
 //! Plugin logic talks to the node only through the [`Host`] it is handed, so the
 //! same code runs natively against the in-memory fakes of [`testing`] in plain
 //! `cargo test`, without a wasm runtime. The fakes decide grants with the
-//! host's own rules ([`tend_grants`]): what the host would deny, they deny.
+//! host's own rules ([`tend_rules`]): what the host would deny, they deny.
 //!
 //! ```ignore
 //! struct Hello;

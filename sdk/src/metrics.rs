@@ -1,13 +1,13 @@
 //! `tend:plugin/metrics`: counters and gauges the host exports on `/metrics`
 //! as `tend_plugin_<name>{plugin="<plugin>", <labels>}`. Always granted and
-//! bounded by the rules of [`tend_grants::metrics`]: names whose family the
+//! bounded by the rules of [`tend_rules::metrics`]: names whose family the
 //! host declares itself (`state`, `last_success_timestamp_seconds`, the
 //! counter `load_errors`) are `invalid`.
 
 use crate::{Error, NotProvided, Result};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use tend_grants::metrics::{Kind, MAX_SERIES, check_series};
+use tend_rules::metrics::{Kind, MAX_SERIES, check_series};
 
 /// Numbers for operators' dashboards. A series is a name plus its label
 /// values; a plugin has at most [`MAX_SERIES`] of them.

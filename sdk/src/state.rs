@@ -4,7 +4,7 @@ use crate::{NotProvided, Result};
 use serde::{Serialize, de::DeserializeOwned};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use tend_grants::state::{check_key, check_value};
+use tend_rules::state::{check_key, check_value};
 
 /// The plugin's own persistent key-value store.
 pub trait State {

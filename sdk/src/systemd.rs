@@ -4,7 +4,7 @@
 use crate::{Error, NotProvided, Result};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use tend_grants::systemd::{Operation, SystemdGrant, wildcard_match};
+use tend_rules::systemd::{Operation, SystemdGrant, wildcard_match};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UnitStatus {
@@ -296,7 +296,7 @@ impl FakeSystemd {
     }
 
     fn unit_files(&self, operation: Operation, units: &[&str]) -> Result<()> {
-        tend_grants::systemd::check_names(operation.name(), units)
+        tend_rules::systemd::check_names(operation.name(), units)
             .map_err(crate::Error::from)?;
         for unit in units {
             self.check(unit, Some(operation))?;
@@ -335,7 +335,7 @@ impl Systemd for FakeSystemd {
             }))
     }
     fn list_units(&self, patterns: &[&str]) -> Result<Vec<UnitStatus>> {
-        tend_grants::systemd::check_names("list-units", patterns).map_err(crate::Error::from)?;
+        tend_rules::systemd::check_names("list-units", patterns).map_err(crate::Error::from)?;
         if let Some(error) = self.failure.borrow().clone() {
             return Err(error);
         }

@@ -93,11 +93,11 @@ impl FakeHost {
     }
 }
 
-/// How the fakes decide one shared grant case (`tend_grants::conformance`):
+/// How the fakes decide one shared grant case (`tend_rules::conformance`):
 /// the host runs the same cases through its adapters and compares.
-pub fn decide(case: &tend_grants::conformance::Case) -> tend_grants::conformance::Expect {
-    use tend_grants::Refusal;
-    use tend_grants::conformance::{Expect, Op, PLUGIN, SystemdCall};
+pub fn decide(case: &tend_rules::conformance::Case) -> tend_rules::conformance::Expect {
+    use tend_rules::Refusal;
+    use tend_rules::conformance::{Expect, Op, PLUGIN, SystemdCall};
     let host = FakeHost::named(PLUGIN);
     for grant in &case.files {
         host.files
@@ -169,7 +169,7 @@ pub fn decide(case: &tend_grants::conformance::Case) -> tend_grants::conformance
 }
 
 /// `grant` on the CRI fake, through its public grant methods.
-fn grant_cri(cri: &FakeCri, grant: &tend_grants::cri::CriGrant) {
+fn grant_cri(cri: &FakeCri, grant: &tend_rules::cri::CriGrant) {
     if grant.read {
         cri.grant_read();
     }
@@ -186,12 +186,12 @@ fn grant_cri(cri: &FakeCri, grant: &tend_grants::cri::CriGrant) {
 /// A kube case of the shared table, on the fake holding its objects.
 fn decide_kube(
     host: &FakeHost,
-    case: &tend_grants::conformance::Case,
-    op: &tend_grants::conformance::KubeOp,
-) -> tend_grants::conformance::Expect {
-    use tend_grants::Refusal;
-    use tend_grants::conformance::{Expect, KUBE_OWN_LEASE, KubeCall, kube_objects};
-    use tend_grants::kube::PatchShape;
+    case: &tend_rules::conformance::Case,
+    op: &tend_rules::conformance::KubeOp,
+) -> tend_rules::conformance::Expect {
+    use tend_rules::Refusal;
+    use tend_rules::conformance::{Expect, KUBE_OWN_LEASE, KubeCall, kube_objects};
+    use tend_rules::kube::PatchShape;
     for object in kube_objects() {
         host.kube.put(object);
     }
@@ -283,7 +283,7 @@ mod tests {
     /// The fakes decide every shared case as the host does.
     #[test]
     fn fakes_agree_with_the_conformance_cases() {
-        for case in tend_grants::conformance::cases() {
+        for case in tend_rules::conformance::cases() {
             assert_eq!(decide(&case), case.expect, "{:?}", case.op);
         }
     }

@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 /// The one error type of every capability; each case carries an
 /// operator-facing message. The host returns the very same type (it lives in
 /// the rules crate), so fakes and host agree on cases, kinds and display.
-pub use tend_grants::Error;
+pub use tend_rules::Error;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

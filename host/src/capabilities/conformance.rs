@@ -12,11 +12,11 @@ use super::state::PluginState;
 use super::systemd::{JobKind, Operation as SystemdOperation, PluginSystemd};
 use super::testing::call;
 use super::{CapError, Capability};
-use tend_grants::Refusal;
-use tend_grants::conformance::{
+use tend_rules::Refusal;
+use tend_rules::conformance::{
     self, Case, Expect, KUBE_OWN_LEASE, KubeCall, KubeOp, Op, SystemdCall,
 };
-use tend_grants::kube::PatchShape;
+use tend_rules::kube::PatchShape;
 
 fn decision(result: Result<(), (Option<&'static str>, String)>) -> Expect {
     match result {

@@ -1,11 +1,11 @@
 //! The one error of every capability, and its one conversion to and from the
 //! WIT `error` variant. The type itself lives in the rules crate
-//! ([`tend_grants::Error`]) so the SDK's fakes return the very same one.
+//! ([`tend_rules::Error`]) so the SDK's fakes return the very same one.
 
 use crate::wit::types;
 
 /// The WIT `error` variant, case for case, shared with the SDK.
-pub use tend_grants::Error as CapError;
+pub use tend_rules::Error as CapError;
 
 impl From<CapError> for types::Error {
     fn from(e: CapError) -> Self {

@@ -121,8 +121,8 @@ fn a_capability_is_its_wit_file_its_folders_and_a_line_in_each_list() {
                 "an entry for {name} in the SDK's capability_list!"
             );
             assert!(
-                root.join(format!("grants/src/{name}.rs")).exists(),
-                "grants/src/{name}.rs"
+                root.join(format!("rules/src/{name}.rs")).exists(),
+                "rules/src/{name}.rs"
             );
         }
     }

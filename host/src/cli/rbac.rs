@@ -258,7 +258,7 @@ mod tests {
     use super::*;
     use serde::Deserialize;
     use serde_json::Value;
-    use tend_grants::kube::{KubeRule, Verb};
+    use tend_rules::kube::{KubeRule, Verb};
 
     fn rules(json: &str) -> Vec<KubeRule> {
         serde_json::from_str(json).unwrap()

@@ -23,15 +23,15 @@ pub struct Metrics {
 
 /// Register a host family. Plugin families share the `tend_plugin_` prefix,
 /// so every host family under it must be one plugins are refused
-/// (`tend_grants::metrics::HOST_FAMILIES`), or `/metrics` could declare it
+/// (`tend_rules::metrics::HOST_FAMILIES`), or `/metrics` could declare it
 /// twice and Prometheus would reject the whole scrape.
 fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
     for desc in metric.desc() {
         let name = desc.fq_name.as_str();
         assert!(
             !name.starts_with("tend_plugin_")
-                || tend_grants::metrics::HOST_FAMILIES.contains(&name),
-            "host family {name} is under the plugins' prefix: add it to tend_grants::metrics::HOST_FAMILIES"
+                || tend_rules::metrics::HOST_FAMILIES.contains(&name),
+            "host family {name} is under the plugins' prefix: add it to tend_rules::metrics::HOST_FAMILIES"
         );
     }
     registry
@@ -199,7 +199,7 @@ mod tests {
         .flatten()
         .map(|d| d.fq_name.clone())
         .collect();
-        let mut reserved = tend_grants::metrics::HOST_FAMILIES
+        let mut reserved = tend_rules::metrics::HOST_FAMILIES
             .map(String::from)
             .to_vec();
         reserved.sort();

@@ -163,7 +163,7 @@ impl Config {
         }
         let mut seen: Vec<String> = Vec::new();
         for (n, image) in config.images.iter().enumerate() {
-            let full = tend_grants::cri::normalize_image(image)
+            let full = tend_rules::cri::normalize_image(image)
                 .map_err(|e| invalid(&format!("images[{n}]"), e.message()))?;
             if let Some(first) = seen.iter().position(|s| *s == full) {
                 return Err(invalid(

@@ -7,7 +7,7 @@ use crate::{Error, Result};
 use serde_json::{Map, Value};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use tend_grants::kube::{
+use tend_rules::kube::{
     Access, FieldSelector, KubeRule, LabelSelector, MAX_BODY, MAX_SELECTOR, OwnLease, PatchShape,
     Verb, check, check_event, check_key, check_object, check_own_lease, check_size, list_scope,
     needs_object,

@@ -1,7 +1,7 @@
 //! The rules [`super::FakeKube::grant`] takes: values, or text as written in the host config.
 
 use serde_json::Value;
-use tend_grants::kube::KubeRule;
+use tend_rules::kube::KubeRule;
 
 /// Rules for [`FakeKube::grant`]: a [`KubeRule`], a `Vec` or slice of them,
 /// or text, one rule or a list, written as in the host config (TOML inline

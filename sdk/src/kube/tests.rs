@@ -2,7 +2,7 @@ use super::rules::parse_rules;
 use super::*;
 use crate::Error;
 use serde_json::json;
-use tend_grants::kube::{KubeRule, Verb};
+use tend_rules::kube::{KubeRule, Verb};
 
 fn node(name: &str) -> ObjectKey {
     ObjectKey::cluster("v1", "Node", name)

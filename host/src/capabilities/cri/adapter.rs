@@ -73,7 +73,7 @@ impl PluginCri {
         filter: &SandboxFilter,
     ) -> Result<Vec<PodSandbox>, CapError> {
         self.read("list-pod-sandboxes")?;
-        tend_grants::cri::check_filter_labels(&filter.labels)?;
+        tend_rules::cri::check_filter_labels(&filter.labels)?;
         if let Some(id) = &filter.id {
             check_id("sandbox id", id)?;
         }
@@ -104,7 +104,7 @@ impl PluginCri {
 
     pub async fn image_status(&self, image: &str) -> Result<Option<Image>, CapError> {
         self.read("image-status")?;
-        let full = tend_grants::cri::normalize_image(image)?;
+        let full = tend_rules::cri::normalize_image(image)?;
         self.backend.image_status(&full).await
     }
 
@@ -130,13 +130,13 @@ impl PluginCri {
             Err(CapError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let sandbox = tend_grants::cri::SandboxRef {
+        let sandbox = tend_rules::cri::SandboxRef {
             id,
             namespace: &status.namespace,
             pod_name: &status.pod_name,
             state: match status.state {
-                SandboxState::Ready => tend_grants::cri::SandboxState::Ready,
-                SandboxState::NotReady => tend_grants::cri::SandboxState::NotReady,
+                SandboxState::Ready => tend_rules::cri::SandboxState::Ready,
+                SandboxState::NotReady => tend_rules::cri::SandboxState::NotReady,
             },
         };
         check_sandbox(&self.grant, &self.call.plugin, operation, &sandbox)?;

@@ -1,13 +1,13 @@
-//! What a plugin's CRI grant allows: the pure rules live in `tend-grants`
+//! What a plugin's CRI grant allows: the pure rules live in `tend-rules`
 //! (shared with the SDK's fake); here they meet the host's error type.
 
 use crate::capabilities::error::CapError;
-use tend_grants::cri::SandboxRef;
-pub use tend_grants::cri::{CriGrant, Operation};
+use tend_rules::cri::SandboxRef;
+pub use tend_rules::cri::{CriGrant, Operation};
 
 /// Is `id` a full sandbox or container id (`what`, for the message)?
 pub fn check_id(what: &str, id: &str) -> Result<(), CapError> {
-    Ok(tend_grants::cri::check_id(what, id)?)
+    Ok(tend_rules::cri::check_id(what, id)?)
 }
 
 /// May `plugin` stop or remove the resolved `sandbox`?

@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// The permission bits of a write, by the rules crate's rule (shared with
 /// the SDK's fake).
 fn file_mode(path: &str, mode: Option<u32>) -> Result<u32, CapError> {
-    Ok(tend_grants::files::file_mode(path, mode)?)
+    Ok(tend_rules::files::file_mode(path, mode)?)
 }
 
 pub struct PluginFiles {

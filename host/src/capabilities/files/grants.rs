@@ -1,9 +1,9 @@
-//! Which granted root covers a path: the pure rules live in `tend-grants`,
+//! Which granted root covers a path: the pure rules live in `tend-rules`,
 //! shared with the SDK's fakes so a plugin's unit tests get the host's exact
 //! decisions; here they meet the host's error type.
 
 use crate::capabilities::error::CapError;
-pub use tend_grants::files::{FileGrant, Resolved};
+pub use tend_rules::files::{FileGrant, Resolved};
 
 /// Resolve `path` inside the plugin's grants; a write needs `write = true`.
 /// Tend's own `/proc/<pid>` is never granted (its environment, memory and
@@ -14,8 +14,8 @@ pub fn resolve(
     path: &str,
     write: bool,
 ) -> Result<Resolved, CapError> {
-    let resolved = tend_grants::files::resolve(grants, plugin, path, write)?;
-    if tend_grants::files::is_own_proc(&resolved.root.join(&resolved.rel), std::process::id()) {
+    let resolved = tend_rules::files::resolve(grants, plugin, path, write)?;
+    if tend_rules::files::is_own_proc(&resolved.root.join(&resolved.rel), std::process::id()) {
         return Err(CapError::Denied(format!(
             "{path}: Tend's own /proc entries (its environment, memory, file descriptors) are never granted"
         )));

@@ -1,9 +1,9 @@
 //! Whether a URL matches one of the plugin's http grants: the pure rules live
-//! in `tend-grants`, shared with the SDK's fakes; here they meet the host's
+//! in `tend-rules`, shared with the SDK's fakes; here they meet the host's
 //! error type.
 
 use crate::capabilities::error::CapError;
-pub use tend_grants::http::UrlPattern;
+pub use tend_rules::http::UrlPattern;
 
 pub fn check_url(
     grants: &[UrlPattern],
@@ -11,7 +11,7 @@ pub fn check_url(
     method: &str,
     url: &str,
 ) -> Result<(), CapError> {
-    Ok(tend_grants::http::check_url(grants, plugin, method, url)?)
+    Ok(tend_rules::http::check_url(grants, plugin, method, url)?)
 }
 
 #[cfg(test)]

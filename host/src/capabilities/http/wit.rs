@@ -4,7 +4,7 @@ use super::adapter::PluginHttp;
 use crate::capabilities::Capability;
 use crate::wit::{http, types};
 
-use tend_grants::http::MAX_SEND_ALL;
+use tend_rules::http::MAX_SEND_ALL;
 
 impl PluginHttp {
     async fn counted_send(&self, req: http::Request) -> Result<http::Response, types::Error> {

@@ -39,7 +39,7 @@ pub struct KubeSettings {
 }
 
 // Bounds on what a plugin sends, shared with the SDK's fake.
-use tend_grants::kube::{MAX_BODY, MAX_NOTE, MAX_SELECTOR};
+use tend_rules::kube::{MAX_BODY, MAX_NOTE, MAX_SELECTOR};
 
 /// One object as the plugin names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +65,7 @@ pub struct PluginKube {
 }
 
 fn bounded(what: &str, text: &str, max: usize) -> Result<(), CapError> {
-    Ok(tend_grants::kube::check_size(what, text, max)?)
+    Ok(tend_rules::kube::check_size(what, text, max)?)
 }
 
 fn parse(what: &str, text: &str) -> Result<Value, CapError> {
@@ -464,7 +464,7 @@ impl PluginKube {
         reason: &str,
         message: &str,
     ) -> Result<(), CapError> {
-        tend_grants::kube::check_event(reason, message)?;
+        tend_rules::kube::check_event(reason, message)?;
         let (info, key) = self.resolve_key(key, Verb::Get).await?;
         let object = self
             .backend

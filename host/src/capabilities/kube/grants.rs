@@ -1,10 +1,10 @@
-//! What a plugin's kube rules allow: the pure rules live in `tend-grants`
+//! What a plugin's kube rules allow: the pure rules live in `tend-rules`
 //! (shared with the SDK's fake); here they meet the host's error type, and
 //! the Event naming the recorder aggregates by.
 
 use super::backend::EventNote;
 use crate::capabilities::error::CapError;
-pub use tend_grants::kube::{
+pub use tend_rules::kube::{
     Access, KubeRule, OwnLease, PatchShape, Verb, check, check_key, check_object, check_own_lease,
     list_scope, needs_object,
 };

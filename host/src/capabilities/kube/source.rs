@@ -10,7 +10,7 @@ use crate::capabilities::triggers::{TriggerSink, TriggerSource};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tend_grants::kube::{Access, NODE, check};
+use tend_rules::kube::{Access, NODE, check};
 
 pub struct KubeSource {
     backend: Arc<dyn KubeBackend>,

@@ -1,11 +1,11 @@
 //! Where plugin series live until `/metrics` renders them.
 
 use crate::capabilities::error::CapError;
-pub use tend_grants::metrics::Kind;
+pub use tend_rules::metrics::Kind;
 
 pub trait MetricsBackend: Send + Sync + 'static {
     /// Add to a counter or set a gauge of `plugin`; refused when it would be
-    /// the plugin's series number [`tend_grants::metrics::MAX_SERIES`] + 1.
+    /// the plugin's series number [`tend_rules::metrics::MAX_SERIES`] + 1.
     fn record(
         &self,
         plugin: &str,

@@ -1,8 +1,8 @@
 //! Metrics are always granted; what a plugin may record is the shape of a
-//! series (`tend-grants`, shared with the SDK's fake) and how many it has.
+//! series (`tend-rules`, shared with the SDK's fake) and how many it has.
 
 use crate::capabilities::error::CapError;
-use tend_grants::metrics::{Kind, check_series};
+use tend_rules::metrics::{Kind, check_series};
 
 /// Is this a series a plugin may record?
 pub fn check(

@@ -1,13 +1,13 @@
 //! The series of every plugin, in memory, rendered in the Prometheus text
 //! format under `tend_plugin_<name>` with the plugin as a label (the family
-//! names of `tend_grants::metrics::family`, which never name a host family).
+//! names of `tend_rules::metrics::family`, which never name a host family).
 
 use super::backend::{Kind, MetricsBackend};
 use crate::capabilities::error::CapError;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
-use tend_grants::metrics::{MAX_SERIES, family};
+use tend_rules::metrics::{MAX_SERIES, family};
 
 type SeriesKey = (Kind, String, Vec<(String, String)>);
 

@@ -8,7 +8,7 @@ use crate::capabilities::error::CapError;
 use crate::capabilities::limits::raise;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use tend_grants::state::{check_key, check_value};
+use tend_rules::state::{check_key, check_value};
 
 pub struct PluginState {
     pub(super) backend: Arc<dyn StateBackend>,

@@ -13,7 +13,7 @@ pub use backend::{Quota, StateBackend};
 pub use fake::FakeState;
 pub use real::RedbState;
 /// The rules crate's bounds, shared with the SDK's fake.
-pub use tend_grants::state::{MAX_KEY, MAX_VALUE};
+pub use tend_rules::state::{MAX_KEY, MAX_VALUE};
 
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::{AlwaysGranted, BackendEnv, Capability, NoSettings};

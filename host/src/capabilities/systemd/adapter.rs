@@ -37,7 +37,7 @@ pub struct PluginSystemd {
 
 /// The rules crate's bound on names per call, shared with the SDK's fake.
 fn bounded(what: &str, names: &[impl AsRef<str>]) -> Result<(), CapError> {
-    Ok(tend_grants::systemd::check_names(what, names)?)
+    Ok(tend_rules::systemd::check_names(what, names)?)
 }
 
 impl PluginSystemd {

@@ -1,9 +1,9 @@
 //! Which units and operations a plugin's systemd grant allows: the pure rules
-//! live in `tend-grants` (shared with the SDK's fake); here they meet the
+//! live in `tend-rules` (shared with the SDK's fake); here they meet the
 //! host's error type.
 
 use crate::capabilities::error::CapError;
-pub use tend_grants::systemd::{Operation, SystemdGrant, UnitPattern, wildcard_match};
+pub use tend_rules::systemd::{Operation, SystemdGrant, UnitPattern, wildcard_match};
 
 /// May `plugin` see `unit`, and perform `operation` on it?
 pub fn check(

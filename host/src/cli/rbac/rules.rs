@@ -25,7 +25,7 @@
 
 use crate::config::Scope;
 use std::collections::{BTreeMap, BTreeSet};
-use tend_grants::kube::{KubeRule, NODE, Verb};
+use tend_rules::kube::{KubeRule, NODE, Verb};
 
 /// How the comments name a scope.
 pub(super) fn scope_name(scope: Scope) -> &'static str {

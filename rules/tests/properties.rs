@@ -4,9 +4,9 @@
 use proptest::prelude::*;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Component;
-use tend_grants::Refusal;
-use tend_grants::files::{FileGrant, resolve};
-use tend_grants::http::{HostPattern, UrlPattern, check_url};
+use tend_rules::Refusal;
+use tend_rules::files::{FileGrant, resolve};
+use tend_rules::http::{HostPattern, UrlPattern, check_url};
 
 fn config() -> ProptestConfig {
     ProptestConfig {
@@ -194,12 +194,12 @@ proptest! {
         bad in prop_oneof![Just('/'), Just('?'), Just('#'), Just('%'), Just('\\'), (0u8..0x20).prop_map(char::from), Just('\u{7f}')],
         tail in "[a-z0-9.-]{0,20}",
     ) {
-        use tend_grants::ident::{KUBE_KIND, KUBE_NAME, KUBE_NAMESPACE, check};
+        use tend_rules::ident::{KUBE_KIND, KUBE_NAME, KUBE_NAMESPACE, check};
         let text = format!("{head}{bad}{tail}");
         for shape in [&KUBE_NAME, &KUBE_NAMESPACE, &KUBE_KIND] {
             let refused = check("x", &text, shape);
             prop_assert!(matches!(refused, Err(Refusal::Invalid(_))), "{text:?} passed");
         }
-        prop_assert!(tend_grants::kube::check_key("v1", "Pod", Some("default"), Some(&text)).is_err());
+        prop_assert!(tend_rules::kube::check_key("v1", "Pod", Some("default"), Some(&text)).is_err());
     }
 }

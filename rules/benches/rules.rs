@@ -3,12 +3,12 @@
 //! narrowing of a patch, each in nanoseconds per call (release). Numbers go
 //! to docs/benchmarks.md.
 //!
-//!   cargo bench -p tend-grants --bench rules
+//!   cargo bench -p tend-rules --bench rules
 
 use serde_json::{Value, json};
 use std::hint::black_box;
 use std::time::Instant;
-use tend_grants::kube::{
+use tend_rules::kube::{
     Access, KubeRule, PatchShape, Verb, check, check_key, check_object, list_scope,
 };
 
