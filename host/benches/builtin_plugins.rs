@@ -10,7 +10,7 @@
 //! - mirror-gate: from a cache going dark to its mirror being withdrawn.
 
 mod common;
-use common::{plugins_dir, timed_reconcile};
+use common::{bench_config, plugins_dir, timed_reconcile};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,10 +21,6 @@ use tend::capabilities::http::RealHttp;
 use tend::config::Config;
 use tend::runtime::Runtime;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-
-fn parse(text: &str) -> Config {
-    Config::parse(Path::new("/bench/tend.toml"), text).unwrap()
-}
 
 async fn reconcile(
     runtime: &Runtime,
@@ -107,12 +103,8 @@ async fn ipam_sweeper(runtime: &Runtime, plugins: &Path) {
         .unwrap();
     }
     std::fs::write(network.join("last_reserved_ip.0"), "10.85.3.250").unwrap();
-    let config = parse(&format!(
+    let config = bench_config(&format!(
         r#"
-[host]
-plugins-dir = "{plugins}"
-state-dir = "unused"
-node-name = "bench"
 [plugins.ipam-sweeper]
 file = "{plugins}/ipam-sweeper.wasm"
 [plugins.ipam-sweeper.grants]
@@ -145,10 +137,6 @@ grace = "1h"
 fn mirror_config(plugins: &Path, certs: &Path, caches: &[(&str, u16)], extra: &str) -> Config {
     let mut text = format!(
         r#"
-[host]
-plugins-dir = "{plugins}"
-state-dir = "unused"
-node-name = "bench"
 [plugins.mirror-gate]
 file = "{plugins}/mirror-gate.wasm"
 [plugins.mirror-gate.grants]
@@ -166,7 +154,7 @@ certs-dir = "{certs}"
             "[[plugins.mirror-gate.config.caches]]\nupstream = \"{upstream}\"\nendpoint = \"http://127.0.0.1:{port}\"\n"
         ));
     }
-    parse(&text)
+    bench_config(&text)
 }
 
 fn real_http_services() -> Services {

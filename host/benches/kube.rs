@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::time::Instant;
-use tend::capabilities::kube::{KubeBackend, KubeSettings, ListQuery, RealKube};
+use tend::capabilities::kube::{KubeBackend, KubeSettings, ListParams, RealKube};
 use tend_e2e::{KubeApi, rss_kib};
 
 const NODES: usize = 5000;
@@ -76,7 +76,7 @@ fn main() {
         let before = rss_kib(std::process::id());
         let allocated = live_bytes();
         let first = Instant::now();
-        let list = backend.list(&info, None, &ListQuery::default()).await.unwrap();
+        let list = backend.list(&info, None, &ListParams::default()).await.unwrap();
         assert_eq!(list.items.len(), NODES);
         let first = first.elapsed();
         let json: usize = list.items.iter().map(|o| o.json.len()).sum();
@@ -97,7 +97,7 @@ fn main() {
         let mut reads = Vec::new();
         for _ in 0..20 {
             let started = Instant::now();
-            let list = backend.list(&info, None, &ListQuery::default()).await.unwrap();
+            let list = backend.list(&info, None, &ListParams::default()).await.unwrap();
             reads.push(started.elapsed());
             assert_eq!(list.items.len(), NODES);
         }
@@ -111,7 +111,7 @@ fn main() {
         let mut checked = Vec::new();
         for _ in 0..20 {
             let started = Instant::now();
-            let list = backend.list(&info, None, &ListQuery::default()).await.unwrap();
+            let list = backend.list(&info, None, &ListParams::default()).await.unwrap();
             let named = list.items.iter().filter(|o| o.view()["metadata"]["name"].is_string()).count();
             checked.push(started.elapsed());
             assert_eq!(named, NODES);

@@ -10,7 +10,7 @@
 //!   way node-problem-detector runs its plugins.
 
 mod common;
-use common::{plugins_dir, timed_reconcile};
+use common::{bench_config, plugins_dir, timed_reconcile};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,10 +41,6 @@ fn report(what: &str, mut samples: Vec<Duration>) {
 fn config(plugins: &Path) -> Config {
     let text = format!(
         r#"
-[host]
-plugins-dir = "{plugins}"
-state-dir = "unused"
-node-name = "bench"
 [plugins.rust-noop]
 file = "{plugins}/chaos.wasm"
 [plugins.rust-noop.config]
@@ -69,7 +65,7 @@ endpoint = "http://cache.local"
 "#,
         plugins = plugins.display()
     );
-    Config::parse(Path::new("/bench/tend.toml"), &text).unwrap()
+    bench_config(&text)
 }
 
 fn main() {

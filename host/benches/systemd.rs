@@ -47,6 +47,7 @@ const READ_ONLY: &[&str] = &[
     "ListUnitFiles",
     "ListUnitFilesByPatterns",
     "GetUnitFileState",
+    "GetUnitFileLinks",
     "ListJobs",
     "Subscribe",
     "Introspect",

@@ -1,51 +1,13 @@
-//! The glue between the generated bindings and the SDK's types, used by
-//! [`crate::export_plugin!`] in the wasm build: describe, reconcile, error
-//! conversion, and the [`Host`] handing out each capability's wasm glue (in
-//! the capability's own module).
+//! The glue between the generated bindings and the SDK, used by
+//! [`crate::export_plugin!`] in the wasm build: reconcile, error conversion,
+//! and the [`Host`] handing out each capability's wasm glue (in the
+//! capability's own module).
 
 use crate::bindings::tend::plugin::types as wit;
-use crate::{Context, Error, Health, Host, Level, Plugin, PluginInfo, Result, Trigger};
-
-pub fn describe<P: Plugin>() -> wit::PluginInfo {
-    let PluginInfo {
-        name,
-        version,
-        summary,
-    } = P::info();
-    wit::PluginInfo {
-        name,
-        version,
-        summary,
-    }
-}
+use crate::{Error, Host, Level, Plugin, Result};
 
 pub fn reconcile<P: Plugin>(ctx: wit::Context) -> Result<wit::Outcome, wit::Error> {
-    let ctx = Context {
-        plugin: ctx.plugin,
-        config: ctx.config,
-        triggers: ctx
-            .triggers
-            .into_iter()
-            .map(|t| Trigger {
-                kind: t.kind,
-                subject: t.subject,
-            })
-            .collect(),
-        node_name: ctx.node_name,
-        dry_run: ctx.dry_run,
-    };
-    match P::reconcile(&ctx, &WasmHost) {
-        Ok(outcome) => Ok(wit::Outcome {
-            health: match outcome.health {
-                Health::Healthy => wit::Health::Healthy,
-                Health::Progressing => wit::Health::Progressing,
-                Health::Degraded => wit::Health::Degraded,
-            },
-            message: outcome.message,
-            requeue_after_ms: outcome.requeue_after.map(|d| d.as_millis() as u64),
-        }),
-        Err(e) => Err(to_wit_error(e)),
-    }
+    P::reconcile(&ctx, &WasmHost).map_err(to_wit_error)
 }
 
 fn to_wit_error(e: Error) -> wit::Error {
@@ -82,7 +44,7 @@ macro_rules! wasm_host {
     )*) => {
         impl Host for WasmHost {
             fn log(&self, level: Level, message: &str) {
-                crate::log::wasm_log(level, message);
+                crate::bindings::tend::plugin::log::log(level, message);
             }
             $(
                 fn $name(&self) -> &dyn crate::$trait {

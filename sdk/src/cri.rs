@@ -7,28 +7,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use tend_rules::cri::{CriGrant, Operation, SandboxRef, check_id, normalize_image};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SandboxState {
-    Ready,
-    NotReady,
-}
-
-/// A pod sandbox: its id, not the pod's name, is the identity to hang node
-/// resources on (a pod gets a new sandbox, a higher `attempt`, when re-created).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodSandbox {
-    pub id: String,
-    pub pod_name: String,
-    pub namespace: String,
-    pub uid: String,
-    /// 0 for the pod's first sandbox, then 1, 2, ...
-    pub attempt: u32,
-    pub state: SandboxState,
-    /// Nanoseconds since the Unix epoch.
-    pub created_at_ns: i64,
-    pub labels: Vec<(String, String)>,
-    pub annotations: Vec<(String, String)>,
-}
+/// The WIT records themselves: the host answers with these very types.
+pub use crate::bindings::tend::plugin::cri::{
+    Container, ContainerState, Image, PodSandbox, RuntimeVersion, SandboxFilter, SandboxState,
+    SandboxStatus,
+};
 
 impl PodSandbox {
     /// A sandbox of pod `uid`, named "pod-<uid>" in namespace "default",
@@ -49,15 +32,6 @@ impl PodSandbox {
     }
 }
 
-/// Which sandboxes to list: every field set must match; the default lists all.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SandboxFilter {
-    pub id: Option<String>,
-    pub state: Option<SandboxState>,
-    /// Labels that must all be present with these values.
-    pub labels: Vec<(String, String)>,
-}
-
 impl SandboxFilter {
     /// Whether `sandbox` passes every set field, as the runtime decides.
     pub fn matches(&self, sandbox: &PodSandbox) -> bool {
@@ -65,56 +39,6 @@ impl SandboxFilter {
             && self.state.is_none_or(|s| s == sandbox.state)
             && self.labels.iter().all(|l| sandbox.labels.contains(l))
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxStatus {
-    pub sandbox: PodSandbox,
-    /// The primary IP, when the sandbox has a pod network.
-    pub ip: Option<String>,
-    pub additional_ips: Vec<String>,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ContainerState {
-    Created,
-    Running,
-    Exited,
-    #[default]
-    Unknown,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Container {
-    pub id: String,
-    pub pod_sandbox_id: String,
-    pub name: String,
-    pub attempt: u32,
-    /// The image as the runtime resolved it (an image id or reference).
-    pub image: String,
-    pub image_ref: String,
-    pub state: ContainerState,
-    pub created_at_ns: i64,
-    pub labels: Vec<(String, String)>,
-    pub annotations: Vec<(String, String)>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Image {
-    pub id: String,
-    pub repo_tags: Vec<String>,
-    pub repo_digests: Vec<String>,
-    pub size_bytes: u64,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuntimeVersion {
-    /// "containerd", "cri-o".
-    pub runtime_name: String,
-    /// "1.6.20", "v1.7.13", ...
-    pub runtime_version: String,
-    /// The CRI API version the runtime speaks ("v1").
-    pub runtime_api_version: String,
 }
 
 /// The container runtime, within the plugin's grant: reads need `read = true`,
@@ -184,87 +108,15 @@ pub(crate) mod wasm {
 
     pub(crate) struct WasmCri;
 
-    fn sandbox_state(state: wit::SandboxState) -> SandboxState {
-        match state {
-            wit::SandboxState::Ready => SandboxState::Ready,
-            wit::SandboxState::NotReady => SandboxState::NotReady,
-        }
-    }
-
-    fn sandbox(s: wit::PodSandbox) -> PodSandbox {
-        PodSandbox {
-            id: s.id,
-            pod_name: s.pod_name,
-            namespace: s.namespace,
-            uid: s.uid,
-            attempt: s.attempt,
-            state: sandbox_state(s.state),
-            created_at_ns: s.created_at_ns,
-            labels: s.labels,
-            annotations: s.annotations,
-        }
-    }
-
-    fn container(c: wit::Container) -> Container {
-        Container {
-            id: c.id,
-            pod_sandbox_id: c.pod_sandbox_id,
-            name: c.name,
-            attempt: c.attempt,
-            image: c.image,
-            image_ref: c.image_ref,
-            state: match c.state {
-                wit::ContainerState::Created => ContainerState::Created,
-                wit::ContainerState::Running => ContainerState::Running,
-                wit::ContainerState::Exited => ContainerState::Exited,
-                wit::ContainerState::Unknown => ContainerState::Unknown,
-            },
-            created_at_ns: c.created_at_ns,
-            labels: c.labels,
-            annotations: c.annotations,
-        }
-    }
-
-    fn image(i: wit::Image) -> Image {
-        Image {
-            id: i.id,
-            repo_tags: i.repo_tags,
-            repo_digests: i.repo_digests,
-            size_bytes: i.size_bytes,
-        }
-    }
-
     impl Cri for WasmCri {
         fn version(&self) -> Result<RuntimeVersion> {
-            wit::version()
-                .map(|v| RuntimeVersion {
-                    runtime_name: v.runtime_name,
-                    runtime_version: v.runtime_version,
-                    runtime_api_version: v.runtime_api_version,
-                })
-                .map_err(from_wit_error)
+            wit::version().map_err(from_wit_error)
         }
         fn list_pod_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<PodSandbox>> {
-            let filter = wit::SandboxFilter {
-                id: filter.id.clone(),
-                state: filter.state.map(|s| match s {
-                    SandboxState::Ready => wit::SandboxState::Ready,
-                    SandboxState::NotReady => wit::SandboxState::NotReady,
-                }),
-                labels: filter.labels.clone(),
-            };
-            wit::list_pod_sandboxes(&filter)
-                .map(|list| list.into_iter().map(sandbox).collect())
-                .map_err(from_wit_error)
+            wit::list_pod_sandboxes(filter).map_err(from_wit_error)
         }
         fn pod_sandbox_status(&self, id: &str) -> Result<SandboxStatus> {
-            wit::pod_sandbox_status(id)
-                .map(|s| SandboxStatus {
-                    sandbox: sandbox(s.sandbox),
-                    ip: s.ip,
-                    additional_ips: s.additional_ips,
-                })
-                .map_err(from_wit_error)
+            wit::pod_sandbox_status(id).map_err(from_wit_error)
         }
         fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
             wit::stop_pod_sandbox(id).map_err(from_wit_error)
@@ -273,19 +125,13 @@ pub(crate) mod wasm {
             wit::remove_pod_sandbox(id).map_err(from_wit_error)
         }
         fn list_containers(&self, pod_sandbox_id: Option<&str>) -> Result<Vec<Container>> {
-            wit::list_containers(pod_sandbox_id)
-                .map(|list| list.into_iter().map(container).collect())
-                .map_err(from_wit_error)
+            wit::list_containers(pod_sandbox_id).map_err(from_wit_error)
         }
         fn list_images(&self) -> Result<Vec<Image>> {
-            wit::list_images()
-                .map(|list| list.into_iter().map(image).collect())
-                .map_err(from_wit_error)
+            wit::list_images().map_err(from_wit_error)
         }
         fn image_status(&self, reference: &str) -> Result<Option<Image>> {
-            wit::image_status(reference)
-                .map(|i| i.map(image))
-                .map_err(from_wit_error)
+            wit::image_status(reference).map_err(from_wit_error)
         }
         fn pull_image(&self, reference: &str, timeout: Duration) -> Result<String> {
             // Past u32 milliseconds (49 days) no reconcile deadline fits anyway.
@@ -692,6 +538,13 @@ mod tests {
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    /// The generated records keep the defaults the SDK promised (set by the
+    /// `generate!` options in `lib.rs`): a container of unknown state.
+    #[test]
+    fn a_default_container_is_in_the_unknown_state() {
+        assert_eq!(Container::default().state, ContainerState::Unknown);
+    }
     const GONE: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
     fn unavailable() -> Error {

@@ -6,27 +6,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use tend_rules::files::{FileGrant, resolve};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileKind {
-    File,
-    Directory,
-    Symlink,
-    Other,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Metadata {
-    pub kind: FileKind,
-    pub size: u64,
-    pub mode: u32,
-    pub modified_ms: Option<u64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirEntry {
-    pub name: String,
-    pub kind: FileKind,
-}
+/// The WIT records themselves: the host answers with these very types.
+pub use crate::bindings::tend::plugin::files::{DirEntry, FileKind, Metadata};
 
 /// Files inside the roots granted to the plugin, by absolute path.
 pub trait Files {
@@ -73,21 +54,12 @@ impl Files for NotProvided {
 /// The wasm glue: the host's `files` imports.
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
-    use super::{DirEntry, FileKind, Metadata};
+    use super::{DirEntry, Metadata};
     use crate::__wasm::from_wit_error;
     use crate::Result;
     use crate::bindings::tend::plugin::files;
 
     pub(crate) struct WasmFiles;
-
-    fn file_kind(kind: files::FileKind) -> FileKind {
-        match kind {
-            files::FileKind::File => FileKind::File,
-            files::FileKind::Directory => FileKind::Directory,
-            files::FileKind::Symlink => FileKind::Symlink,
-            files::FileKind::Other => FileKind::Other,
-        }
-    }
 
     impl crate::Files for WasmFiles {
         fn read(&self, path: &str) -> Result<Vec<u8>> {
@@ -100,29 +72,10 @@ pub(crate) mod wasm {
             files::remove(path).map_err(from_wit_error)
         }
         fn list(&self, path: &str) -> Result<Vec<DirEntry>> {
-            files::list_dir(path)
-                .map(|entries| {
-                    entries
-                        .into_iter()
-                        .map(|e| DirEntry {
-                            name: e.name,
-                            kind: file_kind(e.kind),
-                        })
-                        .collect()
-                })
-                .map_err(from_wit_error)
+            files::list_dir(path).map_err(from_wit_error)
         }
         fn metadata(&self, path: &str) -> Result<Option<Metadata>> {
-            files::stat(path)
-                .map(|m| {
-                    m.map(|m| Metadata {
-                        kind: file_kind(m.kind),
-                        size: m.size,
-                        mode: m.mode,
-                        modified_ms: m.modified_ms,
-                    })
-                })
-                .map_err(from_wit_error)
+            files::stat(path).map_err(from_wit_error)
         }
     }
 }

@@ -6,14 +6,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 use tend_rules::http::{UrlPattern, check_url};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    pub method: String,
-    pub url: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Option<Vec<u8>>,
-    pub timeout: Option<Duration>,
-}
+/// The WIT records themselves: the host takes and answers with these very types.
+pub use crate::bindings::tend::plugin::http::{Request, Response};
 
 impl Request {
     pub fn get(url: &str) -> Self {
@@ -22,21 +16,15 @@ impl Request {
             url: url.into(),
             headers: Vec::new(),
             body: None,
-            timeout: None,
+            timeout_ms: None,
         }
     }
 
+    /// Give up after `timeout` (in whole milliseconds, at most `u32::MAX`).
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
+        self.timeout_ms = Some(timeout.as_millis().min(u32::MAX as u128) as u32);
         self
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
 }
 
 /// Outbound HTTP to the URL patterns granted to the plugin.
@@ -65,7 +53,7 @@ pub(crate) mod wasm {
     use super::{Request, Response};
     use crate::__wasm::from_wit_error;
     use crate::Result;
-    use crate::bindings::tend::plugin::{http, types};
+    use crate::bindings::tend::plugin::http;
 
     pub(crate) struct WasmHttp;
 
@@ -73,39 +61,18 @@ pub(crate) mod wasm {
     /// more go in successive batches of this size.
     use tend_rules::http::MAX_SEND_ALL as SEND_ALL_MAX;
 
-    fn to_wit(request: &Request) -> http::Request {
-        http::Request {
-            method: request.method.clone(),
-            url: request.url.clone(),
-            headers: request.headers.clone(),
-            body: request.body.clone(),
-            timeout_ms: request
-                .timeout
-                .map(|t| t.as_millis().min(u32::MAX as u128) as u32),
-        }
-    }
-
-    fn from_wit(result: std::result::Result<http::Response, types::Error>) -> Result<Response> {
-        result
-            .map(|r| Response {
-                status: r.status,
-                headers: r.headers,
-                body: r.body,
-            })
-            .map_err(from_wit_error)
-    }
-
     impl crate::Http for WasmHttp {
         fn send(&self, request: &Request) -> Result<Response> {
-            from_wit(http::send(&to_wit(request)))
+            http::send(request).map_err(from_wit_error)
         }
 
         fn send_all(&self, requests: &[Request]) -> Vec<Result<Response>> {
             requests
                 .chunks(SEND_ALL_MAX)
                 .flat_map(|batch| {
-                    let batch: Vec<http::Request> = batch.iter().map(to_wit).collect();
-                    http::send_all(&batch).into_iter().map(from_wit)
+                    http::send_all(batch)
+                        .into_iter()
+                        .map(|r| r.map_err(from_wit_error))
                 })
                 .collect()
         }

@@ -116,8 +116,11 @@ pub use host::{Host, NotProvided};
 pub use log::Level;
 pub use types::{Context, Error, Health, Outcome, PluginInfo, Result, Trigger};
 
-/// The generated bindings of the `tend:plugin` world. Plugin authors do not need
-/// them: use [`Plugin`], [`Host`] and [`export_plugin!`].
+/// The generated bindings of the `tend:plugin` world, on every target: their
+/// records and enums are the SDK's public types (re-exported at the crate
+/// root, so each WIT record is written once), while only the wasm glue calls
+/// their imports. Plugin authors do not need the module itself: use
+/// [`Plugin`], [`Host`] and [`export_plugin!`].
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
@@ -126,6 +129,23 @@ pub mod bindings {
         pub_export_macro: true,
         export_macro_name: "export_world",
         default_bindings_module: "tend_sdk::bindings",
+        // The generated records and enums are the SDK's public types (re-exported
+        // under their own names), so they carry the derives plugins compare,
+        // hash and default them with.
+        additional_derives: [PartialEq, Eq, Hash],
+        additional_type_attributes: {
+            "tend:plugin/kube@0.1.0/object-key": [#[derive(PartialOrd, Ord)]],
+            "tend:plugin/kube@0.1.0/list-params": [#[derive(Default)]],
+            "tend:plugin/systemd@0.1.0/unit-status": [#[derive(Default)]],
+            "tend:plugin/cri@0.1.0/sandbox-filter": [#[derive(Default)]],
+            "tend:plugin/cri@0.1.0/container-state": [#[derive(Default)]],
+            "tend:plugin/cri@0.1.0/container": [#[derive(Default)]],
+            "tend:plugin/cri@0.1.0/image": [#[derive(Default)]],
+            "tend:plugin/cri@0.1.0/runtime-version": [#[derive(Default)]],
+        },
+        additional_member_attributes: {
+            "tend:plugin/cri@0.1.0/container-state.unknown": [#[default]],
+        },
     });
 }
 
@@ -146,7 +166,7 @@ macro_rules! export_plugin {
             struct TendExport;
             impl $crate::bindings::exports::tend::plugin::reconciler::Guest for TendExport {
                 fn describe() -> $crate::bindings::tend::plugin::types::PluginInfo {
-                    $crate::__wasm::describe::<$plugin>()
+                    <$plugin as $crate::Plugin>::info()
                 }
                 fn reconcile(
                     ctx: $crate::bindings::tend::plugin::types::Context,

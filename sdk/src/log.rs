@@ -2,28 +2,8 @@
 
 use std::cell::RefCell;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    Trace,
-    Debug,
-    Info,
-    Warn,
-    Error,
-}
-
-/// The wasm glue: one line to the host's log.
-#[cfg(target_arch = "wasm32")]
-pub(crate) fn wasm_log(level: Level, message: &str) {
-    use crate::bindings::tend::plugin::log;
-    let level = match level {
-        Level::Trace => log::Level::Trace,
-        Level::Debug => log::Level::Debug,
-        Level::Info => log::Level::Info,
-        Level::Warn => log::Level::Warn,
-        Level::Error => log::Level::Error,
-    };
-    log::log(level, message);
-}
+/// The WIT enum itself, ordered from `Trace` to `Error`.
+pub use crate::bindings::tend::plugin::log::Level;
 
 /// The fake: every line logged, for [`crate::testing::FakeHost::logs`].
 #[derive(Default)]

@@ -6,34 +6,8 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use tend_rules::systemd::{Operation, SystemdGrant, wildcard_match};
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UnitStatus {
-    pub name: String,
-    /// "loaded", "not-found", "masked", ...
-    pub load_state: String,
-    /// "active", "inactive", "failed", "activating", "deactivating", "reloading".
-    pub active_state: String,
-    pub sub_state: String,
-    /// "enabled", "disabled", "static", ... (empty when unknown).
-    pub unit_file_state: String,
-    pub fragment_path: Option<String>,
-    pub drop_in_paths: Vec<String>,
-    pub need_daemon_reload: bool,
-    /// When the unit last became active, milliseconds since the Unix epoch.
-    pub active_enter_ms: Option<u64>,
-    pub n_restarts: Option<u32>,
-}
-
-/// How a job ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobResult {
-    Done,
-    Failed,
-    Canceled,
-    Timeout,
-    Dependency,
-    Skipped,
-}
+/// The WIT records themselves: the host answers with these very types.
+pub use crate::bindings::tend::plugin::systemd::{JobResult, UnitStatus};
 
 /// systemd, within the plugin's grant. Job calls wait for the job to finish.
 pub trait Systemd {
@@ -104,62 +78,31 @@ pub(crate) mod wasm {
 
     pub(crate) struct WasmSystemd;
 
-    fn status(s: wit::UnitStatus) -> UnitStatus {
-        UnitStatus {
-            name: s.name,
-            load_state: s.load_state,
-            active_state: s.active_state,
-            sub_state: s.sub_state,
-            unit_file_state: s.unit_file_state,
-            fragment_path: s.fragment_path,
-            drop_in_paths: s.drop_in_paths,
-            need_daemon_reload: s.need_daemon_reload,
-            active_enter_ms: s.active_enter_ms,
-            n_restarts: s.n_restarts,
-        }
-    }
-
-    fn job(
-        r: std::result::Result<wit::JobResult, crate::bindings::tend::plugin::types::Error>,
-    ) -> Result<JobResult> {
-        r.map(|r| match r {
-            wit::JobResult::Done => JobResult::Done,
-            wit::JobResult::Failed => JobResult::Failed,
-            wit::JobResult::Canceled => JobResult::Canceled,
-            wit::JobResult::Timeout => JobResult::Timeout,
-            wit::JobResult::Dependency => JobResult::Dependency,
-            wit::JobResult::Skipped => JobResult::Skipped,
-        })
-        .map_err(from_wit_error)
-    }
-
     fn owned(units: &[&str]) -> Vec<String> {
         units.iter().map(|u| u.to_string()).collect()
     }
 
     impl crate::Systemd for WasmSystemd {
         fn status(&self, unit: &str) -> Result<UnitStatus> {
-            wit::status(unit).map(status).map_err(from_wit_error)
+            wit::status(unit).map_err(from_wit_error)
         }
         fn list_units(&self, patterns: &[&str]) -> Result<Vec<UnitStatus>> {
-            wit::list_units(&owned(patterns))
-                .map(|units| units.into_iter().map(status).collect())
-                .map_err(from_wit_error)
+            wit::list_units(&owned(patterns)).map_err(from_wit_error)
         }
         fn start(&self, unit: &str) -> Result<JobResult> {
-            job(wit::start(unit))
+            wit::start(unit).map_err(from_wit_error)
         }
         fn stop(&self, unit: &str) -> Result<JobResult> {
-            job(wit::stop(unit))
+            wit::stop(unit).map_err(from_wit_error)
         }
         fn restart(&self, unit: &str) -> Result<JobResult> {
-            job(wit::restart(unit))
+            wit::restart(unit).map_err(from_wit_error)
         }
         fn reload_or_restart(&self, unit: &str) -> Result<JobResult> {
-            job(wit::reload_or_restart(unit))
+            wit::reload_or_restart(unit).map_err(from_wit_error)
         }
         fn try_restart(&self, unit: &str) -> Result<JobResult> {
-            job(wit::try_restart(unit))
+            wit::try_restart(unit).map_err(from_wit_error)
         }
         fn reset_failed(&self, unit: &str) -> Result<()> {
             wit::reset_failed(unit).map_err(from_wit_error)

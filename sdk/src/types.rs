@@ -1,5 +1,5 @@
-//! The SDK's own mirror of the WIT `types` interface: plain Rust types with
-//! constructors, usable natively without the generated bindings.
+//! The WIT `types` interface: its generated records, with the constructors
+//! and helpers plugins and their tests use.
 
 use serde::de::DeserializeOwned;
 
@@ -10,14 +10,8 @@ pub use tend_rules::Error;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Why a reconcile runs; see `wit/types.wit`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Trigger {
-    /// "startup", "interval", "requeue", "file", "manual", or a later kind.
-    pub kind: String,
-    /// What changed, for kinds that have a subject (the path for "file").
-    pub subject: Option<String>,
-}
+/// The WIT records themselves: the host hands over and takes these very types.
+pub use crate::bindings::tend::plugin::types::{Context, Health, Outcome, PluginInfo, Trigger};
 
 impl Trigger {
     pub fn new(kind: &str) -> Self {
@@ -26,17 +20,6 @@ impl Trigger {
             subject: None,
         }
     }
-}
-
-/// Everything a plugin needs to know about one reconcile.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Context {
-    pub plugin: String,
-    /// The operator's `[plugins.<name>.config]` table as JSON text.
-    pub config: String,
-    pub triggers: Vec<Trigger>,
-    pub node_name: String,
-    pub dry_run: bool,
 }
 
 impl Context {
@@ -72,55 +55,34 @@ impl Context {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Health {
-    Healthy,
-    Progressing,
-    Degraded,
-}
-
-/// The result of a reconcile that ran to completion.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    pub health: Health,
-    pub message: String,
-    pub requeue_after: Option<std::time::Duration>,
-}
-
 impl Outcome {
     pub fn healthy(message: impl Into<String>) -> Self {
         Outcome {
             health: Health::Healthy,
             message: message.into(),
-            requeue_after: None,
+            requeue_after_ms: None,
         }
     }
     pub fn progressing(message: impl Into<String>) -> Self {
         Outcome {
             health: Health::Progressing,
             message: message.into(),
-            requeue_after: None,
+            requeue_after_ms: None,
         }
     }
     pub fn degraded(message: impl Into<String>) -> Self {
         Outcome {
             health: Health::Degraded,
             message: message.into(),
-            requeue_after: None,
+            requeue_after_ms: None,
         }
     }
-    /// Ask the host to run this plugin again after `after`.
+    /// Ask the host to run this plugin again after `after` (in whole
+    /// milliseconds).
     pub fn requeue_after(mut self, after: std::time::Duration) -> Self {
-        self.requeue_after = Some(after);
+        self.requeue_after_ms = Some(u64::try_from(after.as_millis()).unwrap_or(u64::MAX));
         self
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginInfo {
-    pub name: String,
-    pub version: String,
-    pub summary: String,
 }
 
 impl PluginInfo {

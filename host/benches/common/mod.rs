@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tend::capabilities::Services;
-use tend::config::PluginConfig;
+use tend::config::{Config, PluginConfig};
 use tend::runtime::{CallRequest, CompiledPlugin, ReconcileReport, Runtime};
 use tend::scheduler::Trigger;
 
@@ -15,6 +15,17 @@ pub fn plugins_dir() -> PathBuf {
         "run `cargo xtask plugins` first"
     );
     dir
+}
+
+/// A config of `plugins` (TOML text) under the `[host]` section every
+/// in-process bench shares: plugins from target/plugins, node "bench", a state
+/// dir that is never opened (the benches bring their own backends).
+pub fn bench_config(plugins: &str) -> Config {
+    let text = format!(
+        "[host]\nplugins-dir = \"{}\"\nstate-dir = \"unused\"\nnode-name = \"bench\"\n{plugins}",
+        plugins_dir().display()
+    );
+    Config::parse(Path::new("/bench/tend.toml"), &text).unwrap()
 }
 
 /// One reconcile on an interval trigger, as the scheduler asks for it, timed

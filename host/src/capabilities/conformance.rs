@@ -6,7 +6,7 @@ use super::capability::AlwaysGranted;
 use super::cri::{PluginCri, SandboxFilter};
 use super::files::PluginFiles;
 use super::http::{HttpRequest, PluginHttp};
-use super::kube::{ListQuery, OwnLease, PatchKind, PluginKube};
+use super::kube::{EventType, ListParams, ObjectKey, OwnLease, PatchType, PluginKube};
 use super::metrics::{Kind, PluginMetrics};
 use super::state::PluginState;
 use super::systemd::{JobKind, Operation as SystemdOperation, PluginSystemd};
@@ -52,7 +52,7 @@ async fn kube_on_the_host(case: &Case, op: &KubeOp) -> Expect {
         name: KUBE_OWN_LEASE.1.into(),
     });
     let kube = PluginKube::for_call(&backend, &case.kube, &call);
-    let key = super::kube::ObjectKey {
+    let key = ObjectKey {
         api_version: op.api_version.clone(),
         kind: op.kind.clone(),
         namespace: op.namespace.clone(),
@@ -61,10 +61,10 @@ async fn kube_on_the_host(case: &Case, op: &KubeOp) -> Expect {
     let result = match &op.call {
         KubeCall::Get => kube.get(&key).await.map(drop),
         KubeCall::List { labels, fields } => {
-            let query = ListQuery {
+            let query = ListParams {
                 label_selector: labels.clone(),
                 field_selector: fields.clone(),
-                ..ListQuery::default()
+                ..ListParams::default()
             };
             match kube
                 .list(&op.api_version, &op.kind, op.namespace.as_deref(), &query)
@@ -88,14 +88,17 @@ async fn kube_on_the_host(case: &Case, op: &KubeOp) -> Expect {
             .map(drop),
         KubeCall::Patch(shape, body) => {
             let kind = match shape {
-                PatchShape::Merge => PatchKind::Merge,
-                PatchShape::Json => PatchKind::Json,
-                PatchShape::Apply => PatchKind::Apply,
+                PatchShape::Merge => PatchType::Merge,
+                PatchShape::Json => PatchType::Json,
+                PatchShape::Apply => PatchType::Apply,
             };
             kube.patch(&key, kind, body).await.map(drop)
         }
         KubeCall::Delete => kube.delete(&key).await,
-        KubeCall::Event { reason, message } => kube.emit_event(&key, false, reason, message).await,
+        KubeCall::Event { reason, message } => {
+            kube.emit_event(&key, EventType::Normal, reason, message)
+                .await
+        }
     };
     decision(result.map_err(host_side))
 }

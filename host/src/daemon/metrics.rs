@@ -29,8 +29,7 @@ fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registr
     for desc in metric.desc() {
         let name = desc.fq_name.as_str();
         assert!(
-            !name.starts_with("tend_plugin_")
-                || tend_rules::metrics::HOST_FAMILIES.contains(&name),
+            !name.starts_with("tend_plugin_") || tend_rules::metrics::HOST_FAMILIES.contains(&name),
             "host family {name} is under the plugins' prefix: add it to tend_rules::metrics::HOST_FAMILIES"
         );
     }

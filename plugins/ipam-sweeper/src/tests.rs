@@ -72,7 +72,7 @@ fn the_allocation_of_a_ready_sandbox_is_kept_and_nothing_is_remembered() {
         outcome.message,
         "1 allocation(s) in 1 network(s), 1 sandbox(es)"
     );
-    assert_eq!(outcome.requeue_after, None);
+    assert_eq!(outcome.requeue_after_ms, None);
     assert_eq!(files(&host), ["10.85.0.2"]);
     assert!(host.state.list_keys("").unwrap().is_empty());
 }
@@ -88,7 +88,7 @@ fn an_unknown_sandbox_loses_its_ip_only_after_the_grace() {
         "1 allocation(s) in 1 network(s), 0 sandbox(es); 1 orphaned IP(s) waiting out the 5m grace: 10.85.0.3 (cbr0, sandbox 9e8d7c6b5a4f gone) 5m left"
     );
     assert_eq!(
-        outcome.requeue_after,
+        outcome.requeue_after_ms.map(Duration::from_millis),
         minutes(5),
         "run again when the grace ends"
     );
@@ -100,7 +100,7 @@ fn an_unknown_sandbox_loses_its_ip_only_after_the_grace() {
         "{}",
         outcome.message
     );
-    assert_eq!(outcome.requeue_after, Some(Duration::from_secs(90)));
+    assert_eq!(outcome.requeue_after_ms, Some(90_000));
     assert_eq!(files(&host), ["10.85.0.3"]);
 
     let outcome = pass(&host, T0 + 5 * MINUTE);

@@ -484,11 +484,7 @@ fn summarize(reports: &[Report], removed: usize) -> Outcome {
     Outcome {
         health,
         message,
-        requeue_after: reports
-            .iter()
-            .filter_map(|report| report.recheck_ms)
-            .min()
-            .map(Duration::from_millis),
+        requeue_after_ms: reports.iter().filter_map(|report| report.recheck_ms).min(),
     }
 }
 

@@ -43,7 +43,7 @@ fn healthy_cache_gets_a_hosts_toml() {
         )
     );
     let probe = &host.http.sent()[0];
-    assert_eq!(probe.timeout, Some(Duration::from_millis(2000)));
+    assert_eq!(probe.timeout_ms, Some(2000));
 }
 
 #[test]
@@ -55,7 +55,7 @@ fn unreachable_or_unhealthy_cache_gets_no_file_and_a_quick_requeue() {
         }
         let outcome = MirrorGate::reconcile(&context(DOCKER), &host).unwrap();
         assert_eq!(outcome.health, Health::Progressing, "{status:?}");
-        assert_eq!(outcome.requeue_after, Some(Duration::from_secs(5)));
+        assert_eq!(outcome.requeue_after_ms, Some(5_000));
         assert!(
             outcome.message.contains("waiting for docker.io"),
             "{}",
@@ -280,7 +280,7 @@ fn a_cache_that_stops_answering_is_withdrawn_after_withdraw_after() {
     answering(&host, PROBE);
     let outcome = run_at(&ctx, &host, T0);
     assert_eq!(
-        outcome.requeue_after, None,
+        outcome.requeue_after_ms, None,
         "nothing to watch while healthy"
     );
     assert_eq!(withdrawn_gauge(&host, "docker.io"), Some(0.0));
@@ -292,7 +292,7 @@ fn a_cache_that_stops_answering_is_withdrawn_after_withdraw_after() {
         outcome.message,
         "1 mirror(s) active; docker.io: mirror via http://127.0.0.1:5000 (failing for 0s, withdrawn after 10s: GET http://127.0.0.1:5000/v2/: no answer in 2s)"
     );
-    assert_eq!(outcome.requeue_after, Some(Duration::from_secs(5)));
+    assert_eq!(outcome.requeue_after_ms, Some(5_000));
     assert!(
         host.files.get(HOSTS).is_some(),
         "kept while failing briefly"
@@ -300,8 +300,8 @@ fn a_cache_that_stops_answering_is_withdrawn_after_withdraw_after() {
 
     let outcome = run_at(&ctx, &host, T0 + 8 * SECOND);
     assert_eq!(
-        outcome.requeue_after,
-        Some(Duration::from_secs(3)),
+        outcome.requeue_after_ms,
+        Some(3_000),
         "woken when withdraw-after ends"
     );
     assert!(host.files.get(HOSTS).is_some());
@@ -312,7 +312,7 @@ fn a_cache_that_stops_answering_is_withdrawn_after_withdraw_after() {
         outcome.message,
         "0 mirror(s) active; docker.io: withdrawn 0s (not answering: GET http://127.0.0.1:5000/v2/: no answer in 2s)"
     );
-    assert_eq!(outcome.requeue_after, Some(Duration::from_secs(5)));
+    assert_eq!(outcome.requeue_after_ms, Some(5_000));
     assert_eq!(host.files.get(HOSTS), None);
     assert!(
         host.logs().iter().any(|(level, line)| *level == Level::Warn
@@ -346,7 +346,7 @@ fn a_withdrawn_mirror_returns_after_its_cache_answers_for_restore_after() {
         outcome.message,
         "0 mirror(s) active; docker.io: withdrawn 34s (answering for 25s, restored after 30s)"
     );
-    assert_eq!(outcome.requeue_after, Some(Duration::from_secs(5)));
+    assert_eq!(outcome.requeue_after_ms, Some(5_000));
 
     let outcome = run_at(&ctx, &host, T0 + 50 * SECOND);
     assert_eq!(outcome.health, Health::Healthy);
@@ -354,7 +354,7 @@ fn a_withdrawn_mirror_returns_after_its_cache_answers_for_restore_after() {
         outcome.message,
         "1 mirror(s) active; docker.io: mirror via http://127.0.0.1:5000 (healthy)"
     );
-    assert_eq!(outcome.requeue_after, None);
+    assert_eq!(outcome.requeue_after_ms, None);
     assert!(host.files.get(HOSTS).is_some());
     assert_eq!(
         withdrawn_seconds(&host, "docker.io"),

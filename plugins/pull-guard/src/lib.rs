@@ -240,7 +240,7 @@ impl Part {
         let outcome = Outcome {
             health,
             message: message.join("; "),
-            requeue_after: None,
+            requeue_after_ms: None,
         };
         match requeue {
             Some(after) => outcome.requeue_after(after),
@@ -310,7 +310,15 @@ fn ensure_progress_deadline(ctx: &Context, host: &dyn Host, config: &Config) -> 
                 message += &format!("; {} {unit}", would("restarted", "would restart"));
             }
             Ok(result) => {
-                message += &format!("; restart of {unit} ended {result:?}, to be retried");
+                let result = match result {
+                    JobResult::Done => "Done",
+                    JobResult::Failed => "Failed",
+                    JobResult::Canceled => "Canceled",
+                    JobResult::Timeout => "Timeout",
+                    JobResult::Dependency => "Dependency",
+                    JobResult::Skipped => "Skipped",
+                };
+                message += &format!("; restart of {unit} ended {result}, to be retried");
                 return Ok(Part::new(Health::Degraded, message));
             }
             Err(e) => {

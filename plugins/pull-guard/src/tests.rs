@@ -521,7 +521,10 @@ fn failed_pulls_back_off_doubling_up_to_the_cap() {
             outcome.message
         );
         let wait = humantime::parse_duration(wait).unwrap();
-        assert_eq!(outcome.requeue_after, Some(wait));
+        assert_eq!(
+            outcome.requeue_after_ms.map(Duration::from_millis),
+            Some(wait)
+        );
         assert_eq!(pulls(&host), attempt);
 
         // Not tried again before its time.
@@ -616,7 +619,7 @@ fn pulls_that_no_longer_fit_the_reconciles_deadline_wait_for_the_next() {
         "{}",
         outcome.message
     );
-    assert_eq!(outcome.requeue_after, None);
+    assert_eq!(outcome.requeue_after_ms, None);
     assert_eq!(pulls(&host), 0);
 
     // A limit above pull-timeout, but the first pull uses most of it.
@@ -632,7 +635,7 @@ fn pulls_that_no_longer_fit_the_reconciles_deadline_wait_for_the_next() {
         "{}",
         outcome.message
     );
-    assert_eq!(outcome.requeue_after, Some(Duration::from_secs(1)));
+    assert_eq!(outcome.requeue_after_ms, Some(1_000));
     host.cri.set_time_left(Some(Duration::from_secs(20 * 60)));
     let outcome = run_at(&ctx, &host, T0 + 1000);
     assert_eq!(outcome.health, Health::Healthy, "{}", outcome.message);

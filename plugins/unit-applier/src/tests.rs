@@ -333,11 +333,11 @@ fn a_failure_mid_apply_resumes_with_each_restart_exactly_once() {
         "{}",
         outcome.message
     );
-    assert_eq!(outcome.requeue_after, Some(Duration::from_secs(5)));
+    assert_eq!(outcome.requeue_after_ms, Some(5_000));
     assert_eq!(text(&host, CONF).as_deref(), Some("a=2\n"));
     // Still down: the backoff grows.
     let outcome = reconcile(&host, &changed);
-    assert_eq!(outcome.requeue_after, Some(Duration::from_secs(10)));
+    assert_eq!(outcome.requeue_after_ms, Some(10_000));
 
     host.systemd.fail_with(None);
     let outcome = reconcile(&host, &changed);
@@ -613,7 +613,10 @@ fn jittered_restarts_wait_a_fixed_offset_per_node_then_happen_once() {
     let changed = with_jitter(set(declaration(), "/files/0/content", json!("a=2\n")));
     let outcome = reconcile_at(&host, &changed, NOW);
     assert_eq!(outcome.health, Health::Progressing, "{}", outcome.message);
-    assert_eq!(outcome.requeue_after, Some(offset));
+    assert_eq!(
+        outcome.requeue_after_ms.map(Duration::from_millis),
+        Some(offset)
+    );
     assert!(
         outcome.message.starts_with("waiting ") && outcome.message.contains("to restart a.service"),
         "{}",
@@ -627,7 +630,7 @@ fn jittered_restarts_wait_a_fixed_offset_per_node_then_happen_once() {
     assert_eq!(actions_since(&host, before), Vec::<String>::new());
     // An early reconcile (another trigger) keeps waiting for the same moment.
     let early = reconcile_at(&host, &changed, NOW + offset.as_millis() as u64 - 1);
-    assert_eq!(early.requeue_after, Some(Duration::from_millis(1)));
+    assert_eq!(early.requeue_after_ms, Some(1));
     let due = reconcile_at(&host, &changed, NOW + offset.as_millis() as u64);
     assert_eq!(due.health, Health::Healthy, "{}", due.message);
     assert_eq!(actions_since(&host, before), ["restart a.service"]);
@@ -635,7 +638,9 @@ fn jittered_restarts_wait_a_fixed_offset_per_node_then_happen_once() {
     let again = with_jitter(set(declaration(), "/files/0/content", json!("a=3\n")));
     let later = NOW + 10 * window;
     assert_eq!(
-        reconcile_at(&host, &again, later).requeue_after,
+        reconcile_at(&host, &again, later)
+            .requeue_after_ms
+            .map(Duration::from_millis),
         Some(offset)
     );
 
@@ -730,7 +735,12 @@ fn an_ungranted_unit_degrades_naming_the_grant_and_nothing_else_breaks() {
         "{}",
         outcome.message
     );
-    assert!(outcome.requeue_after.is_some());
+    assert!(
+        outcome
+            .requeue_after_ms
+            .map(Duration::from_millis)
+            .is_some()
+    );
     assert!(host.systemd.actions().is_empty());
 }
 
@@ -817,11 +827,7 @@ fn a_restart_still_running_after_an_interruption_is_waited_for_not_issued_again(
         Vec::<String>::new(),
         "no second restart"
     );
-    assert_eq!(
-        outcome.requeue_after,
-        Some(Duration::from_millis(200)),
-        "it looks again soon"
-    );
+    assert_eq!(outcome.requeue_after_ms, Some(200), "it looks again soon");
 
     // The job finished: the timestamp moved, the restart counts as done.
     host.systemd.put_unit(UnitStatus {

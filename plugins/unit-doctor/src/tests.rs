@@ -70,8 +70,8 @@ fn stored(host: &FakeHost) -> UnitState {
         .unwrap_or_default()
 }
 
-fn secs(s: u64) -> Option<Duration> {
-    Some(Duration::from_secs(s))
+fn secs(s: u64) -> Option<u64> {
+    Some(s * 1000)
 }
 
 #[test]
@@ -81,7 +81,7 @@ fn a_healthy_unit_gets_no_action_and_no_requeue() {
     let outcome = run(&context(&active_check("")), &host, &clock);
     assert_eq!(outcome.health, Health::Healthy);
     assert_eq!(outcome.message, "healthy: kubelet.service");
-    assert_eq!(outcome.requeue_after, None);
+    assert_eq!(outcome.requeue_after_ms, None);
     assert!(host.systemd.actions().is_empty());
     assert!(
         host.state.list_keys("").unwrap().is_empty(),
@@ -97,7 +97,7 @@ fn failing_for_less_than_fail_after_waits_and_requeues_when_it_would_elapse() {
     let ctx = context(&active_check(""));
     let outcome = run(&ctx, &host, &clock);
     assert_eq!(outcome.health, Health::Progressing);
-    assert_eq!(outcome.requeue_after, secs(60));
+    assert_eq!(outcome.requeue_after_ms, secs(60));
     assert_eq!(
         outcome.message,
         "kubelet.service failing (active-state failed); restart in 1m"
@@ -107,7 +107,7 @@ fn failing_for_less_than_fail_after_waits_and_requeues_when_it_would_elapse() {
     clock.set(T0 + 20_000);
     let outcome = run(&ctx, &host, &clock);
     assert_eq!(outcome.health, Health::Progressing);
-    assert_eq!(outcome.requeue_after, secs(40), "{}", outcome.message);
+    assert_eq!(outcome.requeue_after_ms, secs(40), "{}", outcome.message);
     assert!(host.systemd.actions().is_empty());
 
     // Passing once resets the clock of continuous failure.
@@ -118,7 +118,7 @@ fn failing_for_less_than_fail_after_waits_and_requeues_when_it_would_elapse() {
     host.systemd.set_unit(KUBELET, "failed");
     clock.set(T0 + 70_000);
     let outcome = run(&ctx, &host, &clock);
-    assert_eq!(outcome.requeue_after, secs(60));
+    assert_eq!(outcome.requeue_after_ms, secs(60));
     assert!(host.systemd.actions().is_empty());
 }
 
@@ -138,7 +138,7 @@ fn failing_past_fail_after_restarts_once_then_backs_off() {
         outcome.message,
         "restarted kubelet.service after failing for 1m (active-state failed); backing off for 30s"
     );
-    assert_eq!(outcome.requeue_after, secs(30));
+    assert_eq!(outcome.requeue_after_ms, secs(30));
     let state = stored(&host);
     assert_eq!(state.restarts_ms, [T0 + 60_000]);
     assert_eq!(state.backoff_until_ms, Some(T0 + 90_000));
@@ -150,10 +150,7 @@ fn failing_past_fail_after_restarts_once_then_backs_off() {
         clock.set(T0 + at);
         let outcome = run(&ctx, &host, &clock);
         assert_eq!(outcome.health, Health::Progressing);
-        assert_eq!(
-            outcome.requeue_after,
-            Some(Duration::from_millis(90_000 - at))
-        );
+        assert_eq!(outcome.requeue_after_ms, Some(90_000 - at));
         assert!(
             outcome.message.contains("backing off"),
             "{}",
@@ -165,7 +162,7 @@ fn failing_past_fail_after_restarts_once_then_backs_off() {
     // After it, continuous failure is counted afresh.
     clock.set(T0 + 90_000);
     let outcome = run(&ctx, &host, &clock);
-    assert_eq!(outcome.requeue_after, secs(60), "{}", outcome.message);
+    assert_eq!(outcome.requeue_after_ms, secs(60), "{}", outcome.message);
     assert_eq!(restarts(&host), 1);
     clock.set(T0 + 150_000);
     run(&ctx, &host, &clock);
@@ -199,7 +196,7 @@ fn a_flapping_unit_is_not_restarted_beyond_max_restarts_in_the_window() {
         outcome.message,
         "kubelet.service flapped: 4 restarts needed in 10m (max-restarts 3); not restarting; check the unit (last failure: active-state failed)"
     );
-    assert_eq!(outcome.requeue_after, None);
+    assert_eq!(outcome.requeue_after_ms, None);
     assert!(
         host.logs()
             .iter()
@@ -262,7 +259,7 @@ fn a_unit_trigger_with_fail_after_zero_restarts_in_that_reconcile() {
     let outcome = run(&ctx, &host, &clock);
     assert_eq!(host.systemd.actions(), ["restart kubelet.service"]);
     assert_eq!(outcome.health, Health::Progressing);
-    assert_eq!(outcome.requeue_after, secs(30));
+    assert_eq!(outcome.requeue_after_ms, secs(30));
     // The restart's own state changes trigger it again: it backs off.
     let outcome = run(&ctx, &host, &clock);
     assert_eq!(restarts(&host), 1);
@@ -309,7 +306,7 @@ fn http_probe_decides_by_status_and_restarts_after_fail_after() {
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].url, HEALTHZ);
     assert_eq!(sent[0].method, "GET");
-    assert_eq!(sent[0].timeout, Some(Duration::from_millis(2000)));
+    assert_eq!(sent[0].timeout_ms, Some(2000));
 
     host.http.status(HEALTHZ, 503);
     let outcome = run(&ctx, &host, &clock);
@@ -318,7 +315,7 @@ fn http_probe_decides_by_status_and_restarts_after_fail_after() {
         outcome.message,
         "kubelet.service failing (GET http://127.0.0.1:10248/healthz answered 503); restart in 10s"
     );
-    assert_eq!(outcome.requeue_after, secs(10));
+    assert_eq!(outcome.requeue_after_ms, secs(10));
 
     // Connection refused is a failure too.
     host.http.respond(
@@ -346,10 +343,7 @@ fn expected_statuses_and_timeout_are_configurable() {
         r#"{{"unit": "{KUBELET}", "probe": {{"http": {{"url": "{HEALTHZ}", "expect-status": [200, 204], "timeout-ms": 500}}}}}}"#
     );
     assert_eq!(run(&context(&check), &host, &clock).health, Health::Healthy);
-    assert_eq!(
-        host.http.sent()[0].timeout,
-        Some(Duration::from_millis(500))
-    );
+    assert_eq!(host.http.sent()[0].timeout_ms, Some(500));
 }
 
 #[test]
@@ -378,7 +372,7 @@ fn an_unavailable_systemd_is_degraded_with_its_message() {
         outcome.message,
         "kubelet.service: cannot read its status: unavailable: system bus went away"
     );
-    assert_eq!(outcome.requeue_after, None);
+    assert_eq!(outcome.requeue_after_ms, None);
     assert!(host.systemd.actions().is_empty());
 
     // Back: judged normally, nothing counted in between.
@@ -464,7 +458,7 @@ fn checks_are_summarized_worst_first_with_the_earliest_requeue() {
     );
     let outcome = run(&ctx, &host, &clock);
     assert_eq!(outcome.health, Health::Progressing);
-    assert_eq!(outcome.requeue_after, secs(45));
+    assert_eq!(outcome.requeue_after_ms, secs(45));
     assert_eq!(
         outcome.message,
         "b.service failing (active-state failed); restart in 1m30s; c.service failing (active-state failed); restart in 45s; healthy: a.service"
@@ -504,7 +498,7 @@ fn a_backwards_clock_never_stretches_a_backoff() {
     run(&ctx, &host, &clock);
     clock.set(T0 - 3_600_000);
     let outcome = run(&ctx, &host, &clock);
-    assert_eq!(outcome.requeue_after, secs(30));
+    assert_eq!(outcome.requeue_after_ms, secs(30));
 }
 
 #[test]

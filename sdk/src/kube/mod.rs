@@ -18,19 +18,12 @@ pub use fake::{FakeKube, RecordedEvent, RecordedPatch};
 pub use patch::merge_patch;
 pub use rules::IntoKubeRules;
 
+/// The WIT records themselves: the host takes these very types. (A list's
+/// items cross the WIT as JSON text; [`ObjectList`] holds them parsed.)
+pub use crate::bindings::tend::plugin::kube::{EventType, ListParams, ObjectKey, PatchType};
+
 /// One object: `ObjectKey::cluster("v1", "Node", "node-1")`,
 /// `ObjectKey::namespaced("apps/v1", "Deployment", "default", "web")`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    /// "v1", "apps/v1", "coordination.k8s.io/v1".
-    pub api_version: String,
-    /// "Node", "Pod", "Lease".
-    pub kind: String,
-    /// None for cluster-scoped kinds.
-    pub namespace: Option<String>,
-    pub name: String,
-}
-
 impl ObjectKey {
     /// A cluster-scoped object (a Node, a Namespace).
     pub fn cluster(api_version: &str, kind: &str, name: &str) -> Self {
@@ -63,19 +56,6 @@ impl ObjectKey {
             name: text(&object["metadata"]["name"])?,
         })
     }
-}
-
-/// Which objects a list returns; the default lists them all.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ListParams {
-    /// "app=web,tier!=db".
-    pub label_selector: Option<String>,
-    /// "spec.nodeName=node-1".
-    pub field_selector: Option<String>,
-    /// Page size; a paged list goes to the API server, not the host's cache.
-    pub limit: Option<u32>,
-    /// The `continue_token` of the previous page.
-    pub continue_token: Option<String>,
 }
 
 impl ListParams {
@@ -115,16 +95,6 @@ impl ObjectList {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PatchType {
-    /// RFC 7386 JSON merge patch: `{"metadata": {"labels": {"a": "b"}}}`.
-    Merge,
-    /// RFC 6902 JSON patch: `[{"op": "add", "path": "/metadata/labels/a", "value": "b"}]`.
-    Json,
-    /// Server-side apply, with the field manager "tend-<plugin>".
-    Apply,
-}
-
 impl PatchType {
     /// "merge", "json" or "apply".
     pub fn name(self) -> &'static str {
@@ -134,12 +104,6 @@ impl PatchType {
             PatchType::Apply => "apply",
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventType {
-    Normal,
-    Warning,
 }
 
 /// The Kubernetes API, within the plugin's grant: each call needs a rule

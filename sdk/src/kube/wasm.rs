@@ -8,15 +8,6 @@ use serde_json::Value;
 
 pub(crate) struct WasmKube;
 
-fn key(k: &ObjectKey) -> wit::ObjectKey {
-    wit::ObjectKey {
-        api_version: k.api_version.clone(),
-        kind: k.kind.clone(),
-        namespace: k.namespace.clone(),
-        name: k.name.clone(),
-    }
-}
-
 fn parse(call: &str, text: &str) -> Result<Value> {
     serde_json::from_str(text).map_err(|e| {
         Error::Other(format!(
@@ -31,7 +22,7 @@ fn text(call: &str, value: &Value) -> Result<String> {
 
 impl Kube for WasmKube {
     fn get(&self, k: &ObjectKey) -> Result<Value> {
-        let object = wit::get(&key(k)).map_err(from_wit_error)?;
+        let object = wit::get(k).map_err(from_wit_error)?;
         parse("get", &object)
     }
     fn list(
@@ -41,13 +32,7 @@ impl Kube for WasmKube {
         namespace: Option<&str>,
         params: &ListParams,
     ) -> Result<ObjectList> {
-        let params = wit::ListParams {
-            label_selector: params.label_selector.clone(),
-            field_selector: params.field_selector.clone(),
-            limit: params.limit,
-            continue_token: params.continue_token.clone(),
-        };
-        let list = wit::list(api_version, kind, namespace, &params).map_err(from_wit_error)?;
+        let list = wit::list(api_version, kind, namespace, params).map_err(from_wit_error)?;
         Ok(ObjectList {
             items: list
                 .items
@@ -70,17 +55,12 @@ impl Kube for WasmKube {
         parse("create", &created)
     }
     fn patch(&self, k: &ObjectKey, patch_type: PatchType, patch: &Value) -> Result<Value> {
-        let patch_type = match patch_type {
-            PatchType::Merge => wit::PatchType::Merge,
-            PatchType::Json => wit::PatchType::Json,
-            PatchType::Apply => wit::PatchType::Apply,
-        };
         let patch = text("patch", patch)?;
-        let patched = wit::patch(&key(k), patch_type, &patch).map_err(from_wit_error)?;
+        let patched = wit::patch(k, patch_type, &patch).map_err(from_wit_error)?;
         parse("patch", &patched)
     }
     fn delete(&self, k: &ObjectKey) -> Result<()> {
-        wit::delete(&key(k)).map_err(from_wit_error)
+        wit::delete(k).map_err(from_wit_error)
     }
     fn emit_event(
         &self,
@@ -89,10 +69,6 @@ impl Kube for WasmKube {
         reason: &str,
         message: &str,
     ) -> Result<()> {
-        let event_type = match event_type {
-            EventType::Normal => wit::EventType::Normal,
-            EventType::Warning => wit::EventType::Warning,
-        };
-        wit::emit_event(&key(regarding), event_type, reason, message).map_err(from_wit_error)
+        wit::emit_event(regarding, event_type, reason, message).map_err(from_wit_error)
     }
 }

@@ -4,7 +4,10 @@
 //! `fields`) and Tend's own election Lease; inputs are bounded, lists are
 //! narrowed by the rule that allows them, every mutation passes the gate.
 
-use super::backend::{EventNote, KubeBackend, ListQuery, PatchBody, PatchKind, ResourceInfo, Run};
+use super::backend::{
+    EventNote, EventType, KubeBackend, ListParams, ObjectKey, PatchBody, PatchType, ResourceInfo,
+    Run,
+};
 use super::grants::{
     Access, KubeRule, OwnLease, PatchShape, Verb, allow, check_key, check_object, check_own_lease,
     list_scope, needs_object,
@@ -41,17 +44,10 @@ pub struct KubeSettings {
 // Bounds on what a plugin sends, shared with the SDK's fake.
 use tend_rules::kube::{MAX_BODY, MAX_NOTE, MAX_SELECTOR};
 
-/// One object as the plugin names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectKey {
-    pub api_version: String,
-    pub kind: String,
-    pub namespace: Option<String>,
-    pub name: String,
-}
-
 /// A list as the plugin receives it: each object as JSON text (a cached
-/// object's shared with its watch cache).
+/// object's shared with its watch cache). Host-only: the WIT's `object-list`
+/// owns its strings, so the one copy into it is made at the WIT boundary,
+/// after the read allowance is charged.
 pub struct ListedText {
     pub items: Vec<Arc<str>>,
     pub continue_token: Option<String>,
@@ -281,7 +277,7 @@ impl PluginKube {
         api_version: &str,
         kind: &str,
         namespace: Option<&str>,
-        query: &ListQuery,
+        query: &ListParams,
     ) -> Result<ListedText, CapError> {
         for selector in [
             &query.label_selector,
@@ -303,7 +299,7 @@ impl PluginKube {
             query.label_selector.as_deref(),
             query.field_selector.as_deref(),
         )?;
-        let narrowed = ListQuery {
+        let narrowed = ListParams {
             label_selector: scope.label_selector.clone(),
             field_selector: scope.field_selector.clone(),
             ..query.clone()
@@ -391,15 +387,15 @@ impl PluginKube {
     pub async fn patch(
         &self,
         key: &ObjectKey,
-        kind: PatchKind,
+        kind: PatchType,
         patch: &str,
     ) -> Result<String, CapError> {
         let patch = parse("patch", patch)?;
         let (info, key) = self.resolve_key(key, Verb::Patch).await?;
         let shape = match kind {
-            PatchKind::Merge => PatchShape::Merge,
-            PatchKind::Json => PatchShape::Json,
-            PatchKind::Apply => PatchShape::Apply,
+            PatchType::Merge => PatchShape::Merge,
+            PatchType::Json => PatchShape::Json,
+            PatchType::Apply => PatchShape::Apply,
         };
         self.object_allowed(&info, &key, Verb::Patch, None, Some((shape, &patch)))
             .await?;
@@ -460,7 +456,7 @@ impl PluginKube {
     pub async fn emit_event(
         &self,
         key: &ObjectKey,
-        warning: bool,
+        event_type: EventType,
         reason: &str,
         message: &str,
     ) -> Result<(), CapError> {
@@ -473,7 +469,7 @@ impl PluginKube {
         self.object_allowed(&info, &key, Verb::Get, Some(&object), None)
             .await?;
         let note = EventNote {
-            warning,
+            event_type,
             reason: reason.to_string(),
             // Escaping can lengthen the note past what the API server takes.
             message: crate::text::cut(inert(message).into_owned(), MAX_NOTE),
@@ -534,7 +530,7 @@ mod tests {
         let (kube, fake) = kube(OWN_NODE, false);
         kube.patch(
             &node("node-1"),
-            PatchKind::Merge,
+            PatchType::Merge,
             r#"{"metadata": {"labels": {"a": "b"}}}"#,
         )
         .await
@@ -544,7 +540,7 @@ mod tests {
             "b"
         );
         let err = kube
-            .patch(&node("node-2"), PatchKind::Merge, "{}")
+            .patch(&node("node-2"), PatchType::Merge, "{}")
             .await
             .unwrap_err();
         assert!(
@@ -554,7 +550,7 @@ mod tests {
             "{err}"
         );
         let listed = kube
-            .list("v1", "Node", None, &ListQuery::default())
+            .list("v1", "Node", None, &ListParams::default())
             .await
             .unwrap();
         assert_eq!(listed.items.len(), 1, "the list is cut to node-1");
@@ -572,19 +568,19 @@ mod tests {
             fake.object("nodes", None, "node-1").unwrap()["metadata"]["labels"].clone()
         };
         let add = r#"[{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]"#;
-        kube.patch(&node("node-1"), PatchKind::Json, add)
+        kube.patch(&node("node-1"), PatchType::Json, add)
             .await
             .unwrap();
         assert_eq!(labels(&fake), json!({"a": "b"}));
         let apply = r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1", "labels": {"c": "d"}}}"#;
-        kube.patch(&node("node-1"), PatchKind::Apply, apply)
+        kube.patch(&node("node-1"), PatchType::Apply, apply)
             .await
             .unwrap();
         assert_eq!(labels(&fake), json!({"a": "b", "c": "d"}));
         // As the API server's 422: nothing changes, nothing is performed.
         let missing = r#"[{"op": "replace", "path": "/metadata/labels/x", "value": "y"}]"#;
         let err = kube
-            .patch(&node("node-1"), PatchKind::Json, missing)
+            .patch(&node("node-1"), PatchType::Json, missing)
             .await
             .unwrap_err();
         assert_eq!(err.kind(), "invalid", "{err}");
@@ -607,13 +603,13 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("cluster-scoped"), "{err}");
         let err = kube
-            .patch(&node("node-1"), PatchKind::Merge, &"x".repeat(MAX_BODY + 1))
+            .patch(&node("node-1"), PatchType::Merge, &"x".repeat(MAX_BODY + 1))
             .await
             .unwrap_err();
         assert_eq!(err.kind(), "invalid");
         kube.patch(
             &node("node-1"),
-            PatchKind::Merge,
+            PatchType::Merge,
             r#"{"metadata": {"labels": {"a": "b"}}}"#,
         )
         .await
@@ -639,12 +635,12 @@ mod tests {
         let label = r#"{"metadata": {"labels": {"a": "b"}}}"#;
         let (real, _) = kube(PATCH_ONLY, false);
         let performed = real
-            .patch(&node("node-1"), PatchKind::Merge, label)
+            .patch(&node("node-1"), PatchType::Merge, label)
             .await
             .unwrap();
         let (plan, fake) = kube(PATCH_ONLY, true);
         let planned = plan
-            .patch(&node("node-1"), PatchKind::Merge, label)
+            .patch(&node("node-1"), PatchType::Merge, label)
             .await
             .unwrap();
         assert_eq!(
@@ -699,7 +695,7 @@ mod tests {
     #[tokio::test]
     async fn events_need_a_readable_object_and_a_plain_reason() {
         let (kube, fake) = kube(OWN_NODE, false);
-        kube.emit_event(&node("node-1"), false, "LabelsApplied", "set a=b\n")
+        kube.emit_event(&node("node-1"), EventType::Normal, "LabelsApplied", "set a=b\n")
             .await
             .unwrap();
         assert_eq!(
@@ -707,14 +703,14 @@ mod tests {
             ["event nodes/node-1 LabelsApplied: set a=b\\n"]
         );
         assert_eq!(
-            kube.emit_event(&node("node-2"), false, "X", "y")
+            kube.emit_event(&node("node-2"), EventType::Normal, "X", "y")
                 .await
                 .unwrap_err()
                 .kind(),
             "denied"
         );
         assert_eq!(
-            kube.emit_event(&node("node-1"), false, "bad reason", "y")
+            kube.emit_event(&node("node-1"), EventType::Normal, "bad reason", "y")
                 .await
                 .unwrap_err()
                 .kind(),

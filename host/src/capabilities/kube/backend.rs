@@ -8,7 +8,11 @@ use crate::capabilities::gate::{Performed, Permit};
 use serde_json::Value;
 use std::sync::Arc;
 
-/// A kind as discovery resolves it.
+// The plugin's own words, as the WIT generates them.
+pub use crate::wit::kube::{EventType, ListParams, ObjectKey, PatchType};
+
+/// A kind as discovery resolves it (host-only: plugins name kinds by
+/// api-version and kind, never by resource).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ResourceInfo {
     /// "" for the core group.
@@ -30,15 +34,20 @@ impl ResourceInfo {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ListQuery {
-    pub label_selector: Option<String>,
-    pub field_selector: Option<String>,
-    pub limit: Option<u32>,
-    pub continue_token: Option<String>,
+/// The unfiltered, unpaged list (the generated record has no `Default` of
+/// its own).
+impl Default for ListParams {
+    fn default() -> Self {
+        ListParams {
+            label_selector: None,
+            field_selector: None,
+            limit: None,
+            continue_token: None,
+        }
+    }
 }
 
-impl ListQuery {
+impl ListParams {
     /// A paged list goes to the API server; others can be served from a
     /// watch cache.
     pub fn cacheable(&self) -> bool {
@@ -102,6 +111,9 @@ impl Listed {
     }
 }
 
+/// A list as the backend answers it. Host-only, unlike the WIT's
+/// `object-list`: its items share the watch cache's text and carry what the
+/// grant's re-check reads, where the generated list owns plain strings.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ObjectList {
     pub items: Vec<Listed>,
@@ -109,27 +121,33 @@ pub struct ObjectList {
     pub resource_version: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PatchKind {
-    Merge,
-    Json,
-    Apply,
-}
-
-impl PatchKind {
+impl PatchType {
+    /// As the plan's detail and the fake's actions spell it.
     pub fn name(self) -> &'static str {
         match self {
-            PatchKind::Merge => "merge",
-            PatchKind::Json => "json",
-            PatchKind::Apply => "apply",
+            PatchType::Merge => "merge",
+            PatchType::Json => "json",
+            PatchType::Apply => "apply",
         }
     }
 }
 
-/// A patch as the plugin sent it, with the field manager for server-side apply.
+impl EventType {
+    /// The Event's `type` as Kubernetes spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// A patch as the plugin sent it, parsed, with the field manager for
+/// server-side apply: host-only, as the WIT passes the body as text and
+/// knows no manager.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PatchBody {
-    pub kind: PatchKind,
+    pub kind: PatchType,
     pub body: Value,
     /// "tend-<plugin>".
     pub manager: String,
@@ -153,7 +171,8 @@ impl Run {
 /// A performed create or patch answers the object; the journal says "ok".
 impl Performed for Value {}
 
-/// An object of a watched resource was added, changed or deleted.
+/// An object of a watched resource was added, changed or deleted (host-only:
+/// plugins see it as a trigger, not as a WIT record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
     pub resource: String,
@@ -162,10 +181,11 @@ pub struct Change {
     pub name: String,
 }
 
-/// What an Event says about an object.
+/// What an Event says about an object, with who reports it (the WIT's
+/// `emit-event` passes these as arguments, not as one record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventNote {
-    pub warning: bool,
+    pub event_type: EventType,
     pub reason: String,
     pub message: String,
     /// Who reports: "tend-<plugin>".
@@ -192,7 +212,7 @@ pub trait KubeBackend: Send + Sync + 'static {
         &self,
         r: &ResourceInfo,
         namespace: Option<&str>,
-        query: &ListQuery,
+        query: &ListParams,
     ) -> Result<ObjectList, CapError>;
     /// The object as created (or, in a dry run, as it would be).
     async fn create(

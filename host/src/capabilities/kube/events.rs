@@ -88,7 +88,7 @@ impl Correlator {
 /// reporter and type, whatever the message and reason (a reason is free
 /// text to a plugin: per reason, ever new reasons would be ever new Events).
 pub fn combined(name: &str, uid: &str, note: &EventNote) -> (String, EventNote) {
-    let kind = if note.warning { "Warning" } else { "Normal" };
+    let kind = note.event_type.name();
     let digest = xxhash_rust::xxh3::xxh3_64(
         format!("{uid}\0{}\0{kind}\0combined", note.reporter).as_bytes(),
     );
@@ -106,10 +106,11 @@ pub fn combined(name: &str, uid: &str, note: &EventNote) -> (String, EventNote) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capabilities::kube::EventType;
 
     fn note(reporter: &str, message: &str) -> EventNote {
         EventNote {
-            warning: false,
+            event_type: EventType::Normal,
             reason: "Flood".into(),
             message: message.into(),
             reporter: reporter.into(),
@@ -140,7 +141,7 @@ mod tests {
         assert_eq!(na.message, format!("{COMBINED}one"));
         assert!(nb.message.starts_with(COMBINED) && nb.message.len() <= 1024);
         let warning = EventNote {
-            warning: true,
+            event_type: EventType::Warning,
             ..note("tend-p", "one")
         };
         assert_ne!(

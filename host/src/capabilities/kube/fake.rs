@@ -3,7 +3,7 @@
 //! Patches are applied as the API server (and the SDK's fake) applies them.
 
 use super::backend::{
-    Change, EventNote, KubeBackend, ListQuery, Listed, ObjectList, PatchBody, PatchKind,
+    Change, EventNote, KubeBackend, ListParams, Listed, ObjectList, PatchBody, PatchType,
     ResourceInfo, Run,
 };
 use crate::capabilities::call::Call;
@@ -182,7 +182,7 @@ impl KubeBackend for FakeKube {
         &self,
         r: &ResourceInfo,
         namespace: Option<&str>,
-        _: &ListQuery,
+        _: &ListParams,
     ) -> Result<ObjectList, CapError> {
         self.request()?;
         let objects = self.objects.lock().unwrap();
@@ -336,8 +336,8 @@ impl KubeBackend for FakeKube {
 fn patched(object: &Value, patch: &PatchBody) -> Result<Value, String> {
     let mut patched = object.clone();
     match patch.kind {
-        PatchKind::Merge | PatchKind::Apply => json_patch::merge(&mut patched, &patch.body),
-        PatchKind::Json => {
+        PatchType::Merge | PatchType::Apply => json_patch::merge(&mut patched, &patch.body),
+        PatchType::Json => {
             let operations: json_patch::Patch = serde_json::from_value(patch.body.clone())
                 .map_err(|e| {
                     format!("not a JSON patch ({e}); send a list of RFC 6902 operations")

@@ -38,10 +38,11 @@ pub fn event_name(name: &str, uid: &str, note: &EventNote) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capabilities::kube::EventType;
 
     fn note(message: &str) -> EventNote {
         EventNote {
-            warning: false,
+            event_type: EventType::Normal,
             reason: "Labeled".into(),
             message: message.into(),
             reporter: "tend-p".into(),

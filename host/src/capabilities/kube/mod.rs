@@ -14,8 +14,10 @@ mod real;
 mod source;
 mod wit;
 
-pub use adapter::{KubeSettings, ObjectKey, PluginKube};
-pub use backend::{Change, KubeBackend, ListQuery, ObjectList, PatchKind, ResourceInfo};
+pub use adapter::{KubeSettings, PluginKube};
+pub use backend::{
+    Change, EventType, KubeBackend, ListParams, ObjectKey, ObjectList, PatchType, ResourceInfo,
+};
 pub use fake::FakeKube;
 pub use grants::{KubeRule, OwnLease, Verb};
 pub use real::{RealKube, connect, map_error, user_agent};
@@ -24,7 +26,7 @@ pub use source::KUBE_TRIGGER;
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::{BackendEnv, Capability};
 use crate::capabilities::triggers::TriggerSource;
-use crate::wit::tend::plugin::kube;
+use crate::wit::kube;
 use source::KubeSource;
 use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};

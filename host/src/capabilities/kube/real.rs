@@ -6,7 +6,7 @@
 
 use super::adapter::KubeSettings;
 use super::backend::{
-    Change, EventNote, KubeBackend, ListQuery, Listed, ObjectList, PatchBody, PatchKind,
+    Change, EventNote, KubeBackend, ListParams, Listed, ObjectList, PatchBody, PatchType,
     ResourceInfo, Run,
 };
 use super::cache::{CacheKey, Charge, HostBounds, WatchCache};
@@ -18,7 +18,7 @@ use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
 use crate::units::ByteSize;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams,
 };
 use kube::discovery::Scope;
 use serde_json::{Value, json};
@@ -375,7 +375,7 @@ impl KubeBackend for RealKube {
         &self,
         r: &ResourceInfo,
         namespace: Option<&str>,
-        query: &ListQuery,
+        query: &ListParams,
     ) -> Result<ObjectList, CapError> {
         if query.cacheable() {
             let key = CacheKey {
@@ -399,12 +399,13 @@ impl KubeBackend for RealKube {
             }
         }
         let api = self.api(r, namespace).await?;
-        let mut params = ListParams {
+        // The plugin's parameters as kube-rs takes them.
+        let mut params = kube::api::ListParams {
             label_selector: query.label_selector.clone(),
             field_selector: query.field_selector.clone(),
             limit: query.limit,
             continue_token: query.continue_token.clone(),
-            ..ListParams::default()
+            ..kube::api::ListParams::default()
         };
         // A whole list read directly (no cache for it) comes in pages, each
         // held only while the plugin's read allowance still covers it: a list
@@ -476,9 +477,9 @@ impl KubeBackend for RealKube {
         async {
             let api = self.api(r, namespace).await?;
             let (params, patch) = match patch.kind {
-                PatchKind::Merge => (PatchParams::default(), Patch::Merge(patch.body)),
-                PatchKind::Apply => (PatchParams::apply(&patch.manager), Patch::Apply(patch.body)),
-                PatchKind::Json => {
+                PatchType::Merge => (PatchParams::default(), Patch::Merge(patch.body)),
+                PatchType::Apply => (PatchParams::apply(&patch.manager), Patch::Apply(patch.body)),
+                PatchType::Json => {
                     let operations: json_patch::Patch = serde_json::from_value(patch.body)
                         .map_err(|e| CapError::Invalid(format!("not a JSON patch: {e}")))?;
                     (PatchParams::default(), Patch::Json(operations))
@@ -563,7 +564,7 @@ impl KubeBackend for RealKube {
                         "action": note.reason,
                         "reason": note.reason,
                         "note": note.message,
-                        "type": if note.warning { "Warning" } else { "Normal" },
+                        "type": note.event_type.name(),
                         "regarding": {
                             "apiVersion": r.api_version(),
                             "kind": r.kind,

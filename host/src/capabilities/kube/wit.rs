@@ -1,25 +1,15 @@
 //! `tend:plugin/kube` answered by the adapter.
 
-use super::adapter::{ObjectKey, PluginKube};
-use super::backend::{ListQuery, PatchKind};
+use super::adapter::PluginKube;
 use crate::capabilities::Capability;
-use crate::wit::tend::plugin::kube;
+use crate::wit::kube;
 use crate::wit::types;
 
 type WitResult<T> = Result<T, types::Error>;
 
-fn key(k: kube::ObjectKey) -> ObjectKey {
-    ObjectKey {
-        api_version: k.api_version,
-        kind: k.kind,
-        namespace: k.namespace,
-        name: k.name,
-    }
-}
-
 impl kube::Host for PluginKube {
-    async fn get(&mut self, k: kube::ObjectKey) -> WitResult<String> {
-        let result = PluginKube::get(self, &key(k)).await;
+    async fn get(&mut self, key: kube::ObjectKey) -> WitResult<String> {
+        let result = PluginKube::get(self, &key).await;
         self.call.counted(Self::NAME, "get", result)
     }
     async fn list(
@@ -29,14 +19,8 @@ impl kube::Host for PluginKube {
         namespace: Option<String>,
         params: kube::ListParams,
     ) -> WitResult<kube::ObjectList> {
-        let query = ListQuery {
-            label_selector: params.label_selector,
-            field_selector: params.field_selector,
-            limit: params.limit,
-            continue_token: params.continue_token,
-        };
         let result =
-            PluginKube::list(self, &api_version, &kind, namespace.as_deref(), &query).await;
+            PluginKube::list(self, &api_version, &kind, namespace.as_deref(), &params).await;
         let list = self.call.counted(Self::NAME, "list", result)?;
         Ok(kube::ObjectList {
             // The WIT's list<string> owns its strings: one copy, no serializing.
@@ -58,31 +42,25 @@ impl kube::Host for PluginKube {
     }
     async fn patch(
         &mut self,
-        k: kube::ObjectKey,
+        key: kube::ObjectKey,
         patch_type: kube::PatchType,
         patch: String,
     ) -> WitResult<String> {
-        let kind = match patch_type {
-            kube::PatchType::Merge => PatchKind::Merge,
-            kube::PatchType::Json => PatchKind::Json,
-            kube::PatchType::Apply => PatchKind::Apply,
-        };
-        let result = PluginKube::patch(self, &key(k), kind, &patch).await;
+        let result = PluginKube::patch(self, &key, patch_type, &patch).await;
         self.call.counted(Self::NAME, "patch", result)
     }
-    async fn delete(&mut self, k: kube::ObjectKey) -> WitResult<()> {
-        let result = PluginKube::delete(self, &key(k)).await;
+    async fn delete(&mut self, key: kube::ObjectKey) -> WitResult<()> {
+        let result = PluginKube::delete(self, &key).await;
         self.call.counted(Self::NAME, "delete", result)
     }
     async fn emit_event(
         &mut self,
-        k: kube::ObjectKey,
+        key: kube::ObjectKey,
         event_type: kube::EventType,
         reason: String,
         message: String,
     ) -> WitResult<()> {
-        let warning = event_type == kube::EventType::Warning;
-        let result = PluginKube::emit_event(self, &key(k), warning, &reason, &message).await;
+        let result = PluginKube::emit_event(self, &key, event_type, &reason, &message).await;
         self.call.counted(Self::NAME, "emit-event", result)
     }
 }
