@@ -641,6 +641,28 @@ pub fn needs_object(rules: &[KubeRule], node: &str, access: &Access) -> bool {
     covering.peek().is_some() && covering.all(KubeRule::selects)
 }
 
+/// A created object's namespace: a `metadata.namespace` in the body must be
+/// the call's (the call's namespace is what the grant was checked against),
+/// and the call's is written into the body. `invalid` otherwise; the echoed
+/// value is JSON (control characters escaped) and cut short.
+pub fn body_namespace(object: &mut Value, namespace: Option<&str>) -> Result<(), Refusal> {
+    match (&object["metadata"]["namespace"], namespace) {
+        (Value::Null, _) => {}
+        (Value::String(inside), Some(ns)) if inside == ns => {}
+        (inside, _) => {
+            return Err(Refusal::Invalid(format!(
+                "kube create: metadata.namespace {} does not match the namespace of the call ({}); name the same namespace in both, or leave it out of the object",
+                crate::shown(&inside.to_string()),
+                namespace.unwrap_or("none: the kind is cluster-scoped")
+            )));
+        }
+    }
+    if let (Some(ns), Some(meta)) = (namespace, object["metadata"].as_object_mut()) {
+        meta.insert("namespace".into(), ns.into());
+    }
+    Ok(())
+}
+
 /// The object-level decision on `access`: some rule allowing it matches
 /// `object` (as stored, or a create's body) with its selectors and, for a
 /// patch, covers every path the patch touches with its `fields`. `object`

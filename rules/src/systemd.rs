@@ -169,6 +169,19 @@ impl SystemdGrant {
         units: &[String],
         links: impl IntoIterator<Item = &'a str>,
     ) -> Result<(), Refusal> {
+        let verb = if operation == Operation::Disable {
+            "remove"
+        } else {
+            "link"
+        };
+        let units = crate::shown(&units.join(" ")).into_owned();
+        let refuse = |link: &str, why: String, add: &str| {
+            Refusal::Denied(format!(
+                "systemd {} of {units} would {verb} {link}, {why}: add \"{}\" to units in [plugins.{plugin}.grants] systemd",
+                operation.name(),
+                crate::shown(add),
+            ))
+        };
         for link in links {
             let unit = linked_unit(link);
             // A dependency of a unit the grant does not cover ties that unit
@@ -179,37 +192,29 @@ impl SystemdGrant {
                 && !self.covers(owner)
                 && !(kind == ".wants" && owner.ends_with(".target"))
             {
-                return Err(Refusal::Denied(format!(
-                    "systemd {} of {} would {} {link}, a dependency of {} ({}By= in the [Install] section), which no systemd grant covers: only targets may want a granted unit; add \"{}\" to units in [plugins.{plugin}.grants] systemd if the plugin should manage it",
-                    operation.name(),
-                    crate::shown(&units.join(" ")),
-                    if operation == Operation::Disable {
-                        "remove"
-                    } else {
-                        "link"
-                    },
-                    crate::shown(owner),
-                    match kind {
-                        ".wants" => "Wanted",
-                        ".requires" => "Required",
-                        _ => "Upheld",
-                    },
-                    crate::shown(owner),
-                )));
+                let by = match kind {
+                    ".wants" => "Wanted",
+                    ".requires" => "Required",
+                    _ => "Upheld",
+                };
+                return Err(refuse(
+                    link,
+                    format!(
+                        "a dependency of {} ({by}By= in the [Install] section), which no systemd grant covers (only targets may want a granted unit)",
+                        crate::shown(owner)
+                    ),
+                    owner,
+                ));
             }
             if !self.covers(unit) {
-                return Err(Refusal::Denied(format!(
-                    "systemd {} of {} would {} {link}, unit {}, which no systemd grant covers (the [Install] section names it: WantedBy=, Alias= or Also=): add \"{}\" to units in [plugins.{plugin}.grants] systemd",
-                    operation.name(),
-                    crate::shown(&units.join(" ")),
-                    if operation == Operation::Disable {
-                        "remove"
-                    } else {
-                        "link"
-                    },
-                    crate::shown(unit),
-                    crate::shown(unit),
-                )));
+                return Err(refuse(
+                    link,
+                    format!(
+                        "unit {}, which no systemd grant covers (the [Install] section names it: WantedBy=, Alias= or Also=)",
+                        crate::shown(unit)
+                    ),
+                    unit,
+                ));
             }
         }
         Ok(())

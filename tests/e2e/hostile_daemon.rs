@@ -47,6 +47,8 @@ fn post_http(port: u16, path: &str) -> (u16, String) {
     request(stream, "POST", path)
 }
 
+/// A POST on the control socket; the whole response, headers included (the
+/// rate limit's `Retry-After` is asserted).
 fn post_socket(sandbox: &Sandbox, path: &str) -> (u16, String) {
     let stream = std::os::unix::net::UnixStream::connect(sandbox.path("state/tend.sock")).unwrap();
     stream
@@ -57,15 +59,11 @@ fn post_socket(sandbox: &Sandbox, path: &str) -> (u16, String) {
 
 /// CPU seconds (user + system) `pid` has used so far.
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command (which may hold spaces) start after ") ".
-    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
     let per_second = std::process::Command::new("getconf")
         .arg("CLK_TCK")
         .output()
         .unwrap();
-    ticks
+    tend_e2e::cpu_ticks(pid) as f64
         / String::from_utf8_lossy(&per_second.stdout)
             .trim()
             .parse::<f64>()

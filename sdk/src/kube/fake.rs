@@ -548,22 +548,7 @@ impl Kube for FakeKube {
         }
         let (info, namespace) = self.scoped(api_version, kind, namespace, Some(&name))?;
         let mut object = object.clone();
-        match (&object["metadata"]["namespace"], &namespace) {
-            (Value::Null, _) => {}
-            (Value::String(inside), Some(ns)) if inside == ns => {}
-            (inside, _) => {
-                return Err(Error::Invalid(format!(
-                    "kube create: metadata.namespace {} does not match the namespace of the call ({}); name the same namespace in both, or leave it out of the object",
-                    inert(&inside.to_string()),
-                    namespace
-                        .as_deref()
-                        .unwrap_or("none: the kind is cluster-scoped")
-                )));
-            }
-        }
-        if let (Some(ns), Some(meta)) = (&namespace, object["metadata"].as_object_mut()) {
-            meta.insert("namespace".into(), ns.clone().into());
-        }
+        tend_rules::kube::body_namespace(&mut object, namespace.as_deref())?;
         let key = ObjectKey {
             api_version: api_version.to_string(),
             kind: kind.to_string(),

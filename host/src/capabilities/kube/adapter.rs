@@ -340,22 +340,7 @@ impl PluginKube {
         let (info, namespace) = self
             .resolve(api_version, kind, namespace, Some(&name))
             .await?;
-        match (&object["metadata"]["namespace"], &namespace) {
-            (Value::Null, _) => {}
-            (Value::String(inside), Some(ns)) if inside == ns => {}
-            (inside, _) => {
-                return Err(CapError::Invalid(format!(
-                    "kube create: metadata.namespace {} does not match the namespace of the call ({}); name the same namespace in both, or leave it out of the object",
-                    inert(&crate::text::cut(inside.to_string(), 128)),
-                    namespace
-                        .as_deref()
-                        .unwrap_or("none: the kind is cluster-scoped")
-                )));
-            }
-        }
-        if let (Some(ns), Some(meta)) = (&namespace, object["metadata"].as_object_mut()) {
-            meta.insert("namespace".into(), ns.clone().into());
-        }
+        tend_rules::kube::body_namespace(&mut object, namespace.as_deref())?;
         let key = ObjectKey {
             api_version: api_version.into(),
             kind: kind.into(),
