@@ -171,8 +171,7 @@ pub struct FakeCri {
     containers: RefCell<Vec<Container>>,
     images: RefCell<Vec<Image>>,
     actions: RefCell<Vec<String>>,
-    failure: RefCell<Option<Error>>,
-    call_failures: RefCell<BTreeMap<String, Error>>,
+    failures: crate::testing::ScriptedFailures,
     pull_failures: RefCell<BTreeMap<String, Error>>,
     pull_durations: RefCell<BTreeMap<String, Duration>>,
     time_left: Cell<Option<Duration>>,
@@ -205,8 +204,7 @@ impl FakeCri {
             containers: RefCell::default(),
             images: RefCell::default(),
             actions: RefCell::default(),
-            failure: RefCell::default(),
-            call_failures: RefCell::default(),
+            failures: crate::testing::ScriptedFailures::new("FakeCri", &CALLS),
             pull_failures: RefCell::default(),
             pull_durations: RefCell::default(),
             time_left: Cell::new(None),
@@ -306,22 +304,14 @@ impl FakeCri {
     /// Every call fails with `error` (say, `unavailable`: the runtime is
     /// down) until cleared with None.
     pub fn fail_with(&self, error: Option<Error>) -> &Self {
-        *self.failure.borrow_mut() = error;
+        self.failures.fail_with(error);
         self
     }
 
     /// The call named `call` as in the WIT ("list-pod-sandboxes", "version",
     /// ...) fails with `error` until cleared with None.
     pub fn fail_call(&self, call: &str, error: Option<Error>) -> &Self {
-        assert!(
-            CALLS.contains(&call),
-            "FakeCri::fail_call: no call {call:?}, expected one of {CALLS:?}"
-        );
-        let mut failures = self.call_failures.borrow_mut();
-        match error {
-            Some(error) => failures.insert(call.to_string(), error),
-            None => failures.remove(call),
-        };
+        self.failures.fail_call(call, error);
         self
     }
 
@@ -367,15 +357,7 @@ impl FakeCri {
 
     /// A scripted failure of `call`, if any.
     fn failing(&self, call: &str) -> Result<()> {
-        match self.failure.borrow().clone() {
-            Some(error) => Err(error),
-            None => self
-                .call_failures
-                .borrow()
-                .get(call)
-                .cloned()
-                .map_or(Ok(()), Err),
-        }
+        self.failures.check(call)
     }
 
     fn read(&self, call: &str) -> Result<()> {

@@ -33,3 +33,32 @@ fn status_kib(pid: u32, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"));
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
+
+/// "PID: command line" of each living process that a peer owns: one whose
+/// `/proc/PID/cgroup` text satisfies `in_cgroup`, or whose command line names
+/// the peer's directory `dir`. Zombies (empty command lines) and processes
+/// gone since the listing are left out.
+pub fn peer_processes(dir: &std::path::Path, in_cgroup: impl Fn(&str) -> bool) -> Vec<String> {
+    let dir = dir.to_string_lossy().into_owned();
+    let dir_slash = format!("{dir}/");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+        let names_dir = args.iter().any(|a| *a == dir || a.contains(&dir_slash));
+        if !args.is_empty() && (in_cgroup(&cgroup) || names_dir) {
+            found.push(format!("{pid}: {}", args.join(" ")));
+        }
+    }
+    found
+}

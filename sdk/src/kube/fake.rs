@@ -111,8 +111,7 @@ pub struct FakeKube {
     actions: RefCell<Vec<String>>,
     patches: RefCell<Vec<RecordedPatch>>,
     events: RefCell<Vec<RecordedEvent>>,
-    failure: RefCell<Option<Error>>,
-    call_failures: RefCell<BTreeMap<String, Error>>,
+    failures: crate::testing::ScriptedFailures,
 }
 
 impl crate::testing::Fake for FakeKube {
@@ -149,8 +148,7 @@ impl FakeKube {
             actions: RefCell::default(),
             patches: RefCell::default(),
             events: RefCell::default(),
-            failure: RefCell::default(),
-            call_failures: RefCell::default(),
+            failures: crate::testing::ScriptedFailures::new("FakeKube", &CALLS),
         }
     }
 
@@ -235,22 +233,14 @@ impl FakeKube {
     /// Every call fails with `error` (say, `unavailable`: the API server is
     /// down) until cleared with None. Grant checks come first, as on the host.
     pub fn fail_with(&self, error: Option<Error>) -> &Self {
-        *self.failure.borrow_mut() = error;
+        self.failures.fail_with(error);
         self
     }
 
     /// The call named `call` as in the WIT ("get", "list", "create", "patch",
     /// "delete", "emit-event") fails with `error` until cleared with None.
     pub fn fail_call(&self, call: &str, error: Option<Error>) -> &Self {
-        assert!(
-            CALLS.contains(&call),
-            "FakeKube::fail_call: no call {call:?}, expected one of {CALLS:?}"
-        );
-        let mut failures = self.call_failures.borrow_mut();
-        match error {
-            Some(error) => failures.insert(call.to_string(), error),
-            None => failures.remove(call),
-        };
+        self.failures.fail_call(call, error);
         self
     }
 
@@ -419,15 +409,7 @@ impl FakeKube {
 
     /// A scripted failure of `call`, if any.
     fn failing(&self, call: &str) -> Result<()> {
-        match self.failure.borrow().clone() {
-            Some(error) => Err(error),
-            None => self
-                .call_failures
-                .borrow()
-                .get(call)
-                .cloned()
-                .map_or(Ok(()), Err),
-        }
+        self.failures.check(call)
     }
 
     fn stored(

@@ -462,37 +462,17 @@ pub struct CriPeerProcesses {
 impl CriPeerProcesses {
     /// "PID: command line" of each living process of the peer.
     pub fn list(&self) -> Vec<String> {
-        let dir = self.dir.to_string_lossy().into_owned();
-        let dir_slash = format!("{dir}/");
         let (exact, below) = (
             format!("/{}", self.cgroup_parent),
             format!("/{}/", self.cgroup_parent),
         );
-        let mut found = Vec::new();
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-                continue;
-            };
-            let args: Vec<String> = cmdline
-                .split(|b| *b == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
-            // Every hierarchy: "ID:CONTROLLERS:PATH" (v1) and "0::PATH" (v2).
-            let in_cgroup = cgroup.lines().any(|l| {
+        // Every hierarchy: "ID:CONTROLLERS:PATH" (v1) and "0::PATH" (v2).
+        crate::process::peer_processes(&self.dir, |cgroup| {
+            cgroup.lines().any(|l| {
                 let path = l.splitn(3, ':').nth(2).unwrap_or_default();
                 path == exact || path.starts_with(&below)
-            });
-            let names_dir = args.iter().any(|a| *a == dir || a.contains(&dir_slash));
-            if !args.is_empty() && (in_cgroup || names_dir) {
-                found.push(format!("{pid}: {}", args.join(" ")));
-            }
-        }
-        found
+            })
+        })
     }
 
     /// Mount points at or under the peer's directory.

@@ -183,32 +183,11 @@ pub struct PeerProcesses {
 impl PeerProcesses {
     /// "PID: command line" of each living process of the peer.
     pub fn list(&self) -> Vec<String> {
-        let dir = self.dir.to_string_lossy().into_owned();
-        let dir_slash = format!("{dir}/");
         let name = self.cgroup.file_name().unwrap().to_string_lossy();
         let (exact, below) = (format!("0::/{name}"), format!("0::/{name}/"));
-        let mut found = Vec::new();
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            // Gone since read_dir, or a zombie (empty command line): not running.
-            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-                continue;
-            };
-            let args: Vec<String> = cmdline
-                .split(|b| *b == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
-            let in_cgroup = cgroup.lines().any(|l| l == exact || l.starts_with(&below));
-            let names_dir = args.iter().any(|a| *a == dir || a.contains(&dir_slash));
-            if !args.is_empty() && (in_cgroup || names_dir) {
-                found.push(format!("{pid}: {}", args.join(" ")));
-            }
-        }
-        found
+        crate::process::peer_processes(&self.dir, |cgroup| {
+            cgroup.lines().any(|l| l == exact || l.starts_with(&below))
+        })
     }
 
     /// Whether the peer's cgroup directory still exists.
