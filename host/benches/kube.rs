@@ -53,7 +53,7 @@ fn main() {
         .build()
         .unwrap();
     tokio.block_on(async {
-        let client = tend::capabilities::kube::connect(Some(&kubeconfig), "tend-bench").await.unwrap();
+        let client = tend::capabilities::kube::connect(Some(&kubeconfig), "tend-bench", true).await.unwrap();
         let nodes: Api<Node> = Api::all(client);
         let created = Instant::now();
         for i in 0..NODES {

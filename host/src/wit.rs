@@ -11,4 +11,4 @@ wasmtime::component::bindgen!({
     additional_derives: [PartialEq, Eq],
 });
 
-pub use self::tend::plugin::{cri, files, http, kube, log, metrics, state, systemd, types};
+pub use self::tend::plugin::{cloud, cri, files, http, kube, log, metrics, state, systemd, types};

@@ -5,8 +5,8 @@
 //! A [`Shape`] is what one kind of identifier looks like (a Kubernetes object
 //! name, a namespace, an API group...); [`check`] refuses, with one message
 //! form, anything that is not of its shape. Every capability that puts a
-//! plugin's identifier into a URL (Kubernetes today; cloud instance and
-//! security-group IDs next) adds its shapes here and calls [`check`] before
+//! plugin's identifier into a URL (Kubernetes, CRI, cloud instance and
+//! security-group IDs) adds its shapes here and calls [`check`] before
 //! its grant check.
 
 use crate::Refusal;
@@ -118,6 +118,43 @@ pub const CRI_ID: Shape = Shape {
     valid: |text| text.len() == 64 && text.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')),
 };
 
+fn hex(text: &str) -> bool {
+    text.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'))
+}
+
+/// "8-4-4-4-12" lower- or upper-case hexadecimal digits.
+fn uuid(text: &str) -> bool {
+    let parts: Vec<&str> = text.split('-').collect();
+    parts.iter().map(|p| p.len()).eq([8, 4, 4, 4, 12])
+        && parts
+            .iter()
+            .all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// `prefix` then 8 or 17 lower-case hexadecimal digits (an AWS resource ID).
+fn aws_id(text: &str, prefix: &str) -> bool {
+    text.strip_prefix(prefix)
+        .is_some_and(|rest| matches!(rest.len(), 8 | 17) && hex(rest))
+}
+
+/// A cloud instance: an AWS instance ID or an OpenStack server UUID.
+pub const CLOUD_INSTANCE_ID: Shape = Shape {
+    description: "an instance ID: an AWS instance ID (\"i-\" and 8 or 17 lower-case hexadecimal digits) or an OpenStack server UUID",
+    example: "i-0123456789abcdef0",
+    max: 36,
+    empty: false,
+    valid: |text| aws_id(text, "i-") || uuid(text),
+};
+
+/// A cloud security group: an AWS group ID or an OpenStack (Neutron) UUID.
+pub const CLOUD_GROUP_ID: Shape = Shape {
+    description: "a security group ID: an AWS group ID (\"sg-\" and 8 or 17 lower-case hexadecimal digits) or an OpenStack security group UUID",
+    example: "sg-0123456789abcdef0",
+    max: 36,
+    empty: false,
+    valid: |text| aws_id(text, "sg-") || uuid(text),
+};
+
 /// Whether `text` could leave its place in a URL path whatever the shape:
 /// a separator, query, fragment, escape or control character, or a dot
 /// segment.
@@ -227,6 +264,35 @@ mod tests {
         ] {
             assert!(!ok(bad, &CRI_ID), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn cloud_ids_are_aws_ids_or_uuids() {
+        for good in [
+            "i-0123456789abcdef0",
+            "i-01234567",
+            "8f7c2a1e-3b4d-4e5f-9a0b-1c2d3e4f5a6b",
+        ] {
+            assert!(ok(good, &CLOUD_INSTANCE_ID), "{good}");
+        }
+        for bad in [
+            "",
+            "i-",
+            "i-0123456789abcdef",
+            "i-0123456789ABCDEF0",
+            "sg-0123456789abcdef0",
+            "i-01234567/../x",
+            "8f7c2a1e-3b4d-4e5f-9a0b-1c2d3e4f5a6b/action",
+            "8f7c2a1e-3b4d-4e5f-9a0b-1c2d3e4f5a6b?all_tenants=1",
+            "8f7c2a1e3b4d4e5f9a0b1c2d3e4f5a6b",
+            "../servers",
+        ] {
+            assert!(!ok(bad, &CLOUD_INSTANCE_ID), "{bad:?}");
+        }
+        assert!(ok("sg-0123456789abcdef0", &CLOUD_GROUP_ID));
+        assert!(ok("8f7c2a1e-3b4d-4e5f-9a0b-1c2d3e4f5a6b", &CLOUD_GROUP_ID));
+        assert!(!ok("i-0123456789abcdef0", &CLOUD_GROUP_ID));
+        assert!(!ok("sg-1234/rules", &CLOUD_GROUP_ID));
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! - [`systemd::SystemdGrant::check`]: whether a unit and an operation are granted.
 //! - [`cri::CriGrant::check_pull`]: whether an image (written out in full) may be pulled.
 //! - [`ident::check`]: whether an identifier a plugin puts into a URL path has its shape.
+//! - [`cloud::CloudGrant`]: which cloud operations, owned instances and security
+//!   groups are granted; [`cloud::RuleSpec`]: when two security group rules are the same.
 //! - [`kube::check`]: whether a Kubernetes API call is granted (RBAC-like rules).
 //! - Input bounds both sides enforce: [`systemd::check_names`],
 //!   [`kube::check_size`], [`kube::check_event`], [`cri::check_filter_labels`],
@@ -22,6 +24,7 @@
 //!
 //! The crate builds for `wasm32-wasip2` as well as natively.
 
+pub mod cloud;
 pub mod conformance;
 pub mod cri;
 mod error;

@@ -68,6 +68,16 @@ macro_rules! capability_list {
                 types: [EventType, ListParams, ObjectKey, ObjectList, PatchType],
                 testing: [IntoKubeRules, RecordedEvent, RecordedPatch, merge_patch],
             },
+            /// The cloud provider's instances and security groups, within the
+            /// granted operations, ownership tags and group IDs.
+            cloud: Cloud {
+                wasm: WasmCloud,
+                fake: FakeCloud,
+                types: [
+                    Direction, EtherType, Instance, InstanceState, OwnerTag, PortRange, Protocol,
+                    Remote, Rule, SecurityGroup,
+                ],
+            },
         }
     };
     // Fills in the optional parts, so each callback matches one plain shape.
@@ -142,9 +152,12 @@ pub mod bindings {
             "tend:plugin/cri@0.1.0/container": [#[derive(Default)]],
             "tend:plugin/cri@0.1.0/image": [#[derive(Default)]],
             "tend:plugin/cri@0.1.0/runtime-version": [#[derive(Default)]],
+            "tend:plugin/cloud@0.1.0/instance-state": [#[derive(Default)]],
+            "tend:plugin/cloud@0.1.0/instance": [#[derive(Default)]],
         },
         additional_member_attributes: {
             "tend:plugin/cri@0.1.0/container-state.unknown": [#[default]],
+            "tend:plugin/cloud@0.1.0/instance-state.unknown": [#[default]],
         },
     });
 }

@@ -549,20 +549,34 @@ fn a_planned_patch_is_the_servers_dry_run_under_the_same_grant() {
 /// The daemon first: a tuple drops in field order, and the daemon prints its
 /// log from the sandbox when a test fails, so the sandbox must outlive it.
 fn elector(api: &KubeApi, node: &str) -> (Daemon, u16, Sandbox) {
-    let port = free_port();
-    let sandbox = Sandbox::new();
-    sandbox
-        .add_plugin("chaos", "cluster-job")
-        .add_plugin("chaos", "node-job");
-    let host = kube_host(api, Some(port))
-        + "[host.leader-election]\nnamespace = \"kube-system\"\nname = \"tend\"\nlease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n";
     let plugins = chaos(
         "cluster-job",
         "scope = \"cluster\"\ninterval = \"1s\"\n",
         None,
         "mode = \"ok\"",
     ) + &chaos("node-job", "interval = \"1s\"\n", None, "mode = \"ok\"");
-    sandbox.config_on_node(node, &host, &plugins);
+    replica(api, node, "", &["cluster-job", "node-job"], &plugins)
+}
+
+/// One `tend run` of a leader-election test: node-name `node`, `[host]`
+/// lines `host` beside the election's, the chaos plugins `names` configured
+/// by `plugins`.
+fn replica(
+    api: &KubeApi,
+    node: &str,
+    host: &str,
+    names: &[&str],
+    plugins: &str,
+) -> (Daemon, u16, Sandbox) {
+    let port = free_port();
+    let sandbox = Sandbox::new();
+    for name in names {
+        sandbox.add_plugin("chaos", name);
+    }
+    let host = kube_host(api, Some(port))
+        + "[host.leader-election]\nnamespace = \"kube-system\"\nname = \"tend\"\nlease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n"
+        + host;
+    sandbox.config_on_node(node, &host, plugins);
     let daemon = sandbox.daemon();
     (daemon, port, sandbox)
 }
@@ -737,13 +751,13 @@ fn a_lease_handed_to_the_follower_by_a_third_writer_never_makes_two_leaders() {
         true => (a.1, b.1),
         false => (b.1, a.1),
     };
-    let (holder_id, follower_id) = (
-        leader(holder)["identity"].clone(),
-        leader(follower)["identity"].clone(),
-    );
+    let holder_id = leader(holder)["identity"].clone();
     wait_until(WITHIN, "the follower to see the holder", || {
         leader(follower)["holder"] == holder_id
     });
+    // Read once the follower has published a round: before, its identity is
+    // empty, and a record forged with an empty holder is a released Lease.
+    let follower_id = leader(follower)["identity"].clone();
 
     let mut forged = lease(&api);
     forged["spec"]["holderIdentity"] = follower_id.clone();
@@ -850,6 +864,144 @@ fn tend_rbac_prints_the_deploy_examples() {
             "tend rbac -c examples/deploy/{scope}-config.toml differs from rbac-{scope}.yaml"
         );
     }
+}
+
+/// A list served by a watch cache answers `unavailable` while the cache's
+/// watch has been failing for longer than its grace (10 s), never the stale
+/// Node list; once the API server answers again, the cache lists anew and
+/// serves what changed meanwhile.
+#[test]
+fn a_cache_whose_watch_fails_answers_unavailable_then_serves_again() {
+    let api = KubeApi::start();
+    create_node(&api, "n-1");
+    create_node(&api, "n-2");
+    let port = free_port();
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("chaos", "lister");
+    sandbox.config_on_node(
+        "n-1",
+        &kube_host(&api, Some(port)),
+        &chaos(
+            "lister",
+            "interval = \"1s\"\n",
+            Some(r#"[{ resource = "nodes", verbs = ["list", "watch"] }]"#),
+            "mode = \"kube-list\"\napi-version = \"v1\"\nkind = \"Node\"",
+        ),
+    );
+    let _daemon = sandbox.daemon();
+    tend_e2e::wait_for_plugin(port, "lister", "a cached list", |p| {
+        p["last"]["message"] == "listed 2 Node: n-1, n-2"
+    });
+    wait_until(WITHIN, "tend's watch on nodes", || {
+        api.open_watches("nodes") == 1
+    });
+
+    // tend's requests fail (503) and its watch ends; the test's are answered.
+    let failing_from = Instant::now();
+    api.outage(120.0, Some("tend/"));
+    create_node(&api, "n-3");
+    let refused = tend_e2e::wait_for_plugin(port, "lister", "the list refused", |p| {
+        p["last"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("the watch of nodes has been failing since"))
+    });
+    let refused_after = failing_from.elapsed();
+    let message = refused["last"]["message"].as_str().unwrap();
+    eprintln!("refused {refused_after:?} into the outage: {message}");
+    assert!(
+        message.contains("unavailable") && message.contains("cached contents are not served"),
+        "{refused:#}"
+    );
+    assert!(message.contains("503 ServiceUnavailable"), "{message}");
+    assert!(
+        refused_after >= Duration::from_secs(10),
+        "refused {refused_after:?} into the outage, within the grace"
+    );
+    // Not served stale on any later reconcile of the outage either.
+    let runs = reconciles(port, "lister");
+    let again = tend_e2e::wait_for_plugin(port, "lister", "reconciles during the outage", |p| {
+        p["reconciles"].as_u64().unwrap() >= runs + 2
+    });
+    assert!(
+        again["last"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("has been failing since")),
+        "{again:#}"
+    );
+
+    api.end_outage();
+    tend_e2e::wait_for_plugin(port, "lister", "the list served again", |p| {
+        p["last"]["message"] == "listed 3 Node: n-1, n-2, n-3"
+    });
+}
+
+/// A budget spent by the leader stays spent after a fail-over: the leader
+/// shares its ledger in the Lease (annotation tend.dev/budgets) right after
+/// the spend, and the replica taking the Lease over merges it before its
+/// first cluster reconcile, so it refuses the same deletion as
+/// `budget-exhausted` within the same hour instead of spending the budget again.
+#[test]
+fn a_budget_spent_by_the_leader_stays_spent_after_a_fail_over() {
+    let api = KubeApi::start();
+    let configmaps = "/api/v1/namespaces/default/configmaps";
+    let doomed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "doomed"}});
+    let (code, body) = call(&api, "POST", configmaps, Some(&doomed));
+    assert_eq!(code, 201, "{body}");
+    let budget = "[host.budgets.deletes]\noperations = [\"kube.delete\"]\nmax = 1\nper = \"1h\"\n";
+    let reaper = chaos(
+        "reaper",
+        "scope = \"cluster\"\ninterval = \"1s\"\n",
+        Some(r#"[{ resource = "configmaps", namespaces = ["default"], verbs = ["delete"] }]"#),
+        "mode = \"kube-call\"\nop = \"delete\"\napi-version = \"v1\"\nkind = \"ConfigMap\"\nnamespace = \"default\"\nname = \"doomed\"",
+    );
+    let a = replica(&api, "a", budget, &["reaper"], &reaper);
+    let b = replica(&api, "b", budget, &["reaper"], &reaper);
+    wait_until(WITHIN, "a leader", || leading(a.1) || leading(b.1));
+    // Daemons first: each prints its log from its sandbox when a test fails.
+    let ((holder, holder_port, _holder_sandbox), (follower, port, _sandbox)) = match leading(a.1) {
+        true => (a, b),
+        false => (b, a),
+    };
+    let exhausted = |p: &Value| {
+        p["last"]["message"].as_str().is_some_and(|m| {
+            m.starts_with("budget-exhausted: ")
+                && m.contains("budget \"deletes\" allows 1 of kube.delete per 1h")
+        })
+    };
+
+    // The leader deletes once, then its budget refuses; its Lease says so.
+    tend_e2e::wait_for_plugin(
+        holder_port,
+        "reaper",
+        "the leader's budget spent",
+        exhausted,
+    );
+    let exists = || call(&api, "GET", &format!("{configmaps}/doomed"), None).0 == 200;
+    assert!(!exists(), "the leader's one deletion");
+    let annotations = lease(&api)["metadata"]["annotations"].clone();
+    let shared = annotations["tend.dev/budgets"].as_str().unwrap_or_default();
+    assert!(shared.contains(r#""deletes":[["#), "{annotations:#}");
+    let (code, body) = call(&api, "POST", configmaps, Some(&doomed));
+    assert_eq!(code, 201, "{body}");
+
+    // kill -9 the leader: the follower takes over and refuses the same deletion.
+    drop(holder);
+    wait_until(Duration::from_secs(15), "the follower to take over", || {
+        leading(port)
+    });
+    let refused = tend_e2e::wait_for_plugin(port, "reaper", "the new leader's reconcile", |p| {
+        p["reconciles"].as_u64().unwrap_or(0) >= 2
+    });
+    assert!(exhausted(&refused), "{refused:#}");
+    assert!(exists(), "the new leader spent the budget again");
+    let shared = lease(&api)["metadata"]["annotations"]["tend.dev/budgets"].clone();
+    assert!(
+        shared
+            .as_str()
+            .is_some_and(|s| s.contains(r#""deletes":[["#)),
+        "the new leader shares the merged ledger: {shared}"
+    );
+    drop(follower);
 }
 
 /// kube-rs's watcher behind the shared cache survives a 410: the fake keeps

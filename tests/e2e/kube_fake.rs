@@ -1659,6 +1659,37 @@ fn blackhole_hangs_one_client_then_drops_its_connections() {
 }
 
 #[test]
+fn an_outage_fails_one_clients_requests_and_ends_its_watches() {
+    let api = KubeApi::start();
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+    let get = |agent: &str| {
+        api.call_raw("GET", leases, "application/json", "", Some(agent), WITHIN)
+            .unwrap()
+    };
+    let mut watch = api.watch_as(&format!("{leases}?watch=1"), "holder/1");
+    wait_until(WITHIN, "the holder's watch", || {
+        api.open_watches("leases") == 1
+    });
+    api.outage(60.0, Some("holder"));
+    let (status, body) = get("holder/1");
+    assert_eq!(status, 503, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (&body["kind"], &body["reason"]),
+        (&json!("Status"), &json!("ServiceUnavailable"))
+    );
+    let started = Instant::now();
+    assert!(watch.next(WITHIN).is_none(), "an event during the outage");
+    assert!(started.elapsed() < WITHIN, "the watch was not ended");
+    wait_until(WITHIN, "the watch to be gone", || {
+        api.open_watches("leases") == 0
+    });
+    assert_eq!(get("other/1").0, 200, "only the holder's requests fail");
+    api.end_outage();
+    assert_eq!(get("holder/1").0, 200);
+}
+
+#[test]
 fn kubectl_cordons_and_drains_a_node() {
     let node = "apiVersion: v1
 kind: Node

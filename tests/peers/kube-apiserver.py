@@ -57,6 +57,9 @@ Admin endpoints for tests (never blackholed, not counted):
   POST /fake/bookmark               send a BOOKMARK now to every watch that allows them
   POST /fake/blackhole?seconds=N[&userAgent=SUBSTR]  hang matching requests for N s
   DELETE /fake/blackhole            end a blackhole now
+  POST /fake/outage?seconds=N[&userAgent=SUBSTR]  for N s, matching requests answer 503
+                                    ServiceUnavailable at once and their open watches end
+  DELETE /fake/outage               end an outage now
   POST /fake/reset                  remove every object (but the default namespaces)
   GET  /fake/state                  resourceVersion, compaction point, history size
   POST /fake/tokens  {"token": T, "user": U}  register a bearer token for user U
@@ -1711,6 +1714,8 @@ class Server:
         self.blackhole_until = 0.0
         self.blackhole_agent = None
         self.blackhole_event = asyncio.Event()
+        self.outage_until = 0.0
+        self.outage_agent = None
         self.reset_counts()
         self.watches_opened = 0
         self.log_file = None
@@ -1769,6 +1774,17 @@ class Server:
         if path == "/fake/blackhole" and request.method == "DELETE":
             self.end_blackhole(self.blackhole_event)
             return web.json_response({"ok": True})
+        if path == "/fake/outage" and request.method == "POST":
+            seconds = float(q.get("seconds", "30"))
+            self.outage_until = time.monotonic() + seconds
+            self.outage_agent = q.get("userAgent") or None
+            for w in list(self.store.watchers):
+                if self.agent_matches(self.outage_agent, w.request):
+                    w.queue.put_nowait(("END", None))
+            return web.json_response({"seconds": seconds, "userAgent": self.outage_agent})
+        if path == "/fake/outage" and request.method == "DELETE":
+            self.outage_until = 0.0
+            return web.json_response({"ok": True})
         if path == "/fake/reset" and request.method == "POST":
             self.reset()
             return web.json_response(self.state())
@@ -1793,10 +1809,15 @@ class Server:
             self.blackhole_agent = None
         event.set()
 
+    @staticmethod
+    def agent_matches(agent, request):
+        return agent is None or agent in request.headers.get("User-Agent", "")
+
     def blackholed(self, request):
-        if time.monotonic() >= self.blackhole_until:
-            return False
-        return self.blackhole_agent is None or self.blackhole_agent in request.headers.get("User-Agent", "")
+        return time.monotonic() < self.blackhole_until and self.agent_matches(self.blackhole_agent, request)
+
+    def in_outage(self, request):
+        return time.monotonic() < self.outage_until and self.agent_matches(self.outage_agent, request)
 
     def reset(self):
         s = self.store
@@ -1932,6 +1953,10 @@ class Server:
             if request.transport is not None:
                 request.transport.close()
             return web.Response(status=503)
+        if self.in_outage(request):
+            entry["code"] = 503
+            error = ApiError(503, "ServiceUnavailable", "the server is currently unable to handle the request (a test's outage)")
+            return web.json_response(error.status(), status=503)
         try:
             resp = await handler(request)
         except ApiError as e:
@@ -2284,6 +2309,8 @@ class Server:
                     type_, obj = await asyncio.wait_for(w.queue.get(), timeout=max(wait, 0.001))
                 except asyncio.TimeoutError:
                     continue
+                if type_ == "END":
+                    break
                 if self.blackholed(request):
                     await self.blackhole_event.wait()
                     if request.transport is not None:

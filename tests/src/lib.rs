@@ -5,7 +5,8 @@
 //! This file holds what every test uses (paths, ports, HTTP, waiting);
 //! [`sandbox`] a scratch directory and its config, [`daemon`] a running
 //! `tend run` and what it serves, [`peers`] the real peers on loopback,
-//! [`process`] what /proc says of a process's memory and CPU. Each
+//! [`process`] what /proc says of a process's memory and CPU, [`cloud`] one
+//! harness over both cloud peers. Each
 //! is re-exported here, so tests `use tend_e2e::{...}` without module paths.
 
 use std::io::Read;
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+pub mod cloud;
 pub mod daemon;
 pub mod peers;
 pub mod process;

@@ -66,11 +66,18 @@ impl Sandbox {
 
     /// Run `tend ARGS... -c tend.toml` to completion.
     pub fn tend(&self, args: &[&str]) -> Outcome {
+        self.tend_with_env(args, &[])
+    }
+
+    /// [`Sandbox::tend`] with extra environment variables (a cloud's
+    /// credentials, which a reconcile run in the command's own process needs).
+    pub fn tend_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Outcome {
         let output = Command::new(tend_bin())
             .args(args)
             .arg("-c")
             .arg(self.path("tend.toml"))
             .env("TEND_LOG", "warn")
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         Outcome::from(output)

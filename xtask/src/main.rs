@@ -2,6 +2,8 @@
 //! command installs what is missing first (the wasm target, Debian packages
 //! when run as root, a venv with componentize-py).
 
+mod cluster_demo;
+
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -14,17 +16,25 @@ const RUST_PLUGINS: &[(&str, &str)] = &[
     ("unit-applier", "unit-applier"),
     ("ipam-sweeper", "ipam-sweeper"),
     ("pull-guard", "pull-guard"),
+    ("node-reaper", "node-reaper"),
+    ("secgroup-guard", "secgroup-guard"),
     ("chaos", "chaos"),
 ];
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 /// Everything target/venv holds: componentize-py builds the Python plugins; the
 /// fake Kubernetes API server (tests/peers/kube-apiserver.py) runs on aiohttp,
-/// jsonpatch and PyYAML.
+/// jsonpatch and PyYAML, and so do the OpenStack fake (tests/peers/openstack-fake.py)
+/// and the AWS proxy (tests/peers/aws-proxy.py); moto[server] is the EC2 emulator
+/// behind that proxy (moto_server, and boto3 for tests/peers/aws-seed.py);
+/// python-openstackclient is the real `openstack` CLI the OpenStack fake is tested
+/// against (tests/e2e/cloud_peers.rs).
 const VENV_PACKAGES: &[&str] = &[
     COMPONENTIZE_PY,
     "aiohttp==3.14.5",
     "jsonpatch==1.47",
     "PyYAML==6.0.3",
+    "moto[server]==5.2.5",
+    "python-openstackclient==10.5.0",
 ];
 /// Debian packages the tests and the demo need: (command, package).
 const DEBIAN: &[(&str, &str)] = &[
@@ -64,7 +74,7 @@ fn main() -> ExitCode {
         "demo" => demo(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <plugins|test|demo>\n  plugins  build every plugin into target/plugins/\n  test     everything: unit and end-to-end tests\n  demo     run tend on examples/quickstart against a local registry"
+                "usage: cargo xtask <plugins|test|demo>\n  plugins  build every plugin into target/plugins/\n  test     everything: unit and end-to-end tests\n  demo     run tend on examples/quickstart (a registry, systemd, containerd) and examples/cluster (fake Kubernetes and OpenStack)"
             );
             return ExitCode::from(2);
         }
@@ -692,5 +702,5 @@ fn demo() -> Result<()> {
         work.display(),
         config.display()
     );
-    Ok(())
+    cluster_demo::run_demo(&tend)
 }

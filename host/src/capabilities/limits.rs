@@ -47,6 +47,11 @@ pub struct Limits {
     /// Bytes (serialized objects) of the watch caches this plugin started
     /// (beyond: no new caches, direct reads).
     pub kube_cache_bytes: ByteSize,
+    /// Cloud API requests per second (every page counts; a token bucket kept
+    /// across reconciles, waited for as `kube-qps`).
+    pub cloud_qps: u32,
+    /// Cloud requests the bucket holds.
+    pub cloud_burst: u32,
 }
 
 impl Default for Limits {
@@ -71,6 +76,8 @@ impl Default for Limits {
             kube_burst: 10,
             kube_caches: 16,
             kube_cache_bytes: ByteSize(32 << 20),
+            cloud_qps: 5,
+            cloud_burst: 10,
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod error;
 pub mod fakes;
 pub mod gate;
 pub mod limits;
+pub mod rate;
 pub mod registry;
 mod services;
 pub mod triggers;

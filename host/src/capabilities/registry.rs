@@ -23,6 +23,7 @@ macro_rules! capability_list {
             cri: $crate::capabilities::cri::PluginCri,
             metrics: $crate::capabilities::metrics::PluginMetrics,
             kube: $crate::capabilities::kube::PluginKube,
+            cloud: $crate::capabilities::cloud::PluginCloud,
         }
     };
 }

@@ -18,16 +18,24 @@ fn caller(plugin: &str, dry_run: bool) -> Caller {
     }
 }
 
+/// Budgets of `rules` whose ledgers are kept in memory.
+pub fn budgets_in_memory(rules: Vec<BudgetRule>) -> Arc<Budgets> {
+    Arc::new(Budgets::new(rules, Arc::new(FakeState::default())))
+}
+
 /// A call with no journal and no budgets.
 pub fn call(plugin: &str, dry_run: bool) -> Arc<Call> {
-    let budgets = Arc::new(Budgets::new(vec![], Arc::new(FakeState::default())));
-    call_limited(plugin, dry_run, Limits::default(), budgets)
+    call_limited(
+        plugin,
+        dry_run,
+        Limits::default(),
+        budgets_in_memory(vec![]),
+    )
 }
 
 /// A call with no journal under `limits`.
 pub fn call_with_limits(plugin: &str, dry_run: bool, limits: Limits) -> Arc<Call> {
-    let budgets = Arc::new(Budgets::new(vec![], Arc::new(FakeState::default())));
-    call_limited(plugin, dry_run, limits, budgets)
+    call_limited(plugin, dry_run, limits, budgets_in_memory(vec![]))
 }
 
 fn call_limited(plugin: &str, dry_run: bool, limits: Limits, budgets: Arc<Budgets>) -> Arc<Call> {
@@ -44,7 +52,7 @@ pub fn call_journaled(
     state_dir: &Path,
     rules: Vec<BudgetRule>,
 ) -> Arc<Call> {
-    let budgets = Arc::new(Budgets::new(rules, Arc::new(FakeState::default())));
+    let budgets = budgets_in_memory(rules);
     let journal = Arc::new(Journal::open(state_dir).unwrap());
     let limits = Limits::default();
     Call::new(

@@ -206,11 +206,11 @@ fn capability_settings_and_grants_are_checked_per_capability() {
         err.contains("this capability is always granted to every plugin: remove this key"),
         "{err}"
     );
-    let unknown = format!("{HOST}[plugins.a.grants]\ncloud = []\n");
+    let unknown = format!("{HOST}[plugins.a.grants]\ngpu = []\n");
     let err = error_of(&unknown);
     assert!(
         err.contains(
-            "unknown field `cloud`, expected one of `log`, `state`, `files`, `http`, `systemd`, `cri`, `metrics`, `kube`"
+            "unknown field `gpu`, expected one of `log`, `state`, `files`, `http`, `systemd`, `cri`, `metrics`, `kube`, `cloud`"
         ),
         "{err}"
     );
@@ -244,4 +244,39 @@ fn cluster_scope_needs_a_lease_that_lapses_after_its_holder_gives_up() {
         err.contains("retry-period < renew-deadline < lease-duration"),
         "{err}"
     );
+}
+
+#[test]
+fn cloud_settings_grants_and_limits_parse_and_a_bad_provider_names_its_line() {
+    let text = "[host]\nplugins-dir='p'\nstate-dir='s'\n[host.cloud]\nprovider = \"openstack\"\ncloud = \"prod\"\nqps = 4\n\
+        [plugins.reaper.grants]\ncloud = { operations = [\"list-instances\", \"delete-instance\"], instances = [{ tag = \"kubernetes.io/cluster/a\", value = \"owned\" }] }\n\
+        [plugins.reaper.limits]\ncloud-qps = 2\n";
+    let config = parse(text).unwrap();
+    let cloud = &config.host.capabilities.cloud;
+    assert_eq!(
+        cloud.provider,
+        Some(crate::capabilities::cloud::Provider::OpenStack)
+    );
+    assert_eq!((cloud.qps, cloud.burst), (4, 20));
+    let reaper = &config.plugins["reaper"];
+    assert_eq!(
+        reaper.grants.cloud.instances[0].tag,
+        "kubernetes.io/cluster/a"
+    );
+    assert_eq!(
+        (reaper.limits.cloud_qps, reaper.limits.cloud_burst),
+        (2, 10)
+    );
+    let err = error_of(&text.replace("\"openstack\"", "\"gce\""));
+    assert!(
+        err.starts_with("/srv/tend/tend.toml:5:12: unknown cloud provider \"gce\": expected \"openstack\" or \"aws\""),
+        "{err}"
+    );
+    let err = error_of(&text.replace("qps = 4", "endpoint = \"keystone:5000\""));
+    assert!(
+        err.contains(":7:") && err.contains("expected an http:// or https:// URL"),
+        "{err}"
+    );
+    let err = error_of(&text.replace("qps = 4", "regoin = \"x\""));
+    assert!(err.contains(":7:1: unknown field `regoin`"), "{err}");
 }

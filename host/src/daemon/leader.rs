@@ -10,12 +10,21 @@
 //! leading at once and wait for that record to lapse like anyone else's, so
 //! no writer but the elector itself can make a host lead, or two hosts lead.
 //!
+//! The leader also shares the host's budget ledgers in the Lease's
+//! [`BUDGETS_ANNOTATION`], written with every renewal and at once after a
+//! spend; a host taking the Lease over merges them into its own before it
+//! leads, so a fail-over does not refill a budget. The merge is a union of
+//! spends: a forged annotation can only make budgets stricter (for at most
+//! one period), and, being part of the record, it makes the holder that did
+//! not write it stop leading like any other rewrite.
+//!
 //! It runs as a trigger source: on becoming the leader it reconciles every
 //! cluster-scope plugin (trigger "leader"); the runner asks [`Leadership`]
 //! before each reconcile of one and cuts a reconcile in flight when
 //! leadership is lost.
 
 use crate::capabilities::CapError;
+use crate::capabilities::gate::Budgets;
 use crate::capabilities::kube::{connect, map_error, user_agent};
 use crate::config::{Config, LeaderElection, Scope};
 use crate::scheduler::sources::TriggerSource;
@@ -27,6 +36,9 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
+
+/// The Lease annotation holding the leader's budget ledgers ([`Budgets::shared`]).
+pub const BUDGETS_ANNOTATION: &str = "tend.dev/budgets";
 
 /// Who leads, as `/status` shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -54,6 +66,8 @@ pub struct LeaseRecord {
     /// created), kept on renewal (client-go's rule).
     pub acquired: String,
     pub transitions: i32,
+    /// The budget ledgers in [`BUDGETS_ANNOTATION`] ("" when none).
+    pub budgets: String,
     pub resource_version: String,
 }
 
@@ -96,6 +110,11 @@ pub struct Elector {
     me: String,
     settings: LeaderElection,
     store: Arc<dyn LeaseStore>,
+    /// The host's budgets, shared through the Lease.
+    budgets: Arc<Budgets>,
+    /// The resourceVersion of the last record whose budgets were merged: a
+    /// take retried on the same record merges it once.
+    merged: Option<String>,
     seen: Option<(LeaseRecord, Instant)>,
     /// The last record this elector wrote, with the resourceVersion the server gave it.
     written: Option<LeaseRecord>,
@@ -117,7 +136,12 @@ fn micro(at: Timestamp) -> String {
 }
 
 impl Elector {
-    pub fn new(me: String, settings: LeaderElection, store: Arc<dyn LeaseStore>) -> Self {
+    pub fn new(
+        me: String,
+        settings: LeaderElection,
+        store: Arc<dyn LeaseStore>,
+        budgets: Arc<Budgets>,
+    ) -> Self {
         let state = Leadership {
             identity: me.clone(),
             lease: format!("{}/{}", settings.namespace, settings.name),
@@ -128,6 +152,8 @@ impl Elector {
             me,
             settings,
             store,
+            budgets,
+            merged: None,
             seen: None,
             written: None,
             attempted: None,
@@ -214,6 +240,7 @@ impl Elector {
             renewed: at.clone(),
             acquired: at,
             transitions: 0,
+            budgets: String::new(),
             resource_version: String::new(),
         };
         match (&step, &self.seen) {
@@ -236,9 +263,18 @@ impl Elector {
             (Step::Take, Some((old, _))) => {
                 record.transitions = old.transitions + 1;
                 record.resource_version = old.resource_version.clone();
+                // Before the first write, so the record carries both ledgers,
+                // and before leading, so no reconcile spends from a refilled budget.
+                if !old.budgets.is_empty() && self.merged.as_ref() != Some(&old.resource_version) {
+                    self.merged = Some(old.resource_version.clone());
+                    if let Err(e) = self.budgets.merge_shared(&old.budgets).await {
+                        tracing::warn!(lease = %self.state.lease, "cannot merge the budgets of the Lease's {BUDGETS_ANNOTATION}: {e}");
+                    }
+                }
             }
             _ => {}
         }
+        record.budgets = self.budgets.shared().await;
         self.attempted = Some(record.clone());
         let write = match step {
             Step::Create => tokio::time::timeout(bound, self.store.create(&record)).await,
@@ -299,7 +335,7 @@ impl KubeLeases {
         let agent = user_agent(&self.identity);
         let client = self
             .client
-            .get_or_try_init(|| connect(self.kubeconfig.as_deref(), &agent))
+            .get_or_try_init(|| connect(self.kubeconfig.as_deref(), &agent, true))
             .await?;
         Ok(Api::namespaced(client.clone(), &self.settings.namespace))
     }
@@ -315,6 +351,8 @@ impl KubeLeases {
                 name: Some(self.settings.name.clone()),
                 namespace: Some(self.settings.namespace.clone()),
                 resource_version: Some(record.resource_version.clone()).filter(|v| !v.is_empty()),
+                annotations: (!record.budgets.is_empty())
+                    .then(|| [(BUDGETS_ANNOTATION.to_string(), record.budgets.clone())].into()),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
@@ -338,8 +376,14 @@ impl LeaseStore for KubeLeases {
             .get_opt(&self.settings.name)
             .await
             .map_err(|e| map_error("get lease", e))?;
-        Ok(lease.map(|lease| {
+        Ok(lease.map(|mut lease| {
             let spec = lease.spec.unwrap_or_default();
+            let budgets = lease
+                .metadata
+                .annotations
+                .as_mut()
+                .and_then(|a| a.remove(BUDGETS_ANNOTATION))
+                .unwrap_or_default();
             LeaseRecord {
                 holder: spec.holder_identity.unwrap_or_default(),
                 duration: Duration::from_secs(
@@ -351,6 +395,7 @@ impl LeaseStore for KubeLeases {
                     .map(|t| t.0.to_string())
                     .unwrap_or_default(),
                 transitions: spec.lease_transitions.unwrap_or(0),
+                budgets,
                 resource_version: lease.metadata.resource_version.unwrap_or_default(),
             }
         }))
@@ -386,6 +431,7 @@ pub struct LeaderSource {
     state: watch::Sender<Leadership>,
     running: Option<(LeaderElection, tokio::task::JoinHandle<()>)>,
     cluster_plugins: watch::Sender<Vec<String>>,
+    budgets: Arc<Budgets>,
 }
 
 impl LeaderSource {
@@ -393,6 +439,7 @@ impl LeaderSource {
         identity: String,
         kubeconfig: Option<std::path::PathBuf>,
         state: watch::Sender<Leadership>,
+        budgets: Arc<Budgets>,
     ) -> Self {
         LeaderSource {
             identity,
@@ -400,6 +447,7 @@ impl LeaderSource {
             state,
             running: None,
             cluster_plugins: watch::channel(Vec::new()).0,
+            budgets,
         }
     }
 }
@@ -437,7 +485,13 @@ impl TriggerSource for LeaderSource {
             self.identity.clone(),
             self.kubeconfig.clone(),
         ));
-        let mut elector = Elector::new(self.identity.clone(), settings.clone(), store);
+        let budgets = self.budgets.clone();
+        let mut elector = Elector::new(
+            self.identity.clone(),
+            settings.clone(),
+            store,
+            budgets.clone(),
+        );
         let (state, triggers, plugins) = (
             self.state.clone(),
             triggers.clone(),
@@ -448,7 +502,11 @@ impl TriggerSource for LeaderSource {
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
+                // A spend while leading is shared at once, not at the next renewal.
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = budgets.spent(), if elector.state.leading => {}
+                }
                 let was_leading = elector.state.leading;
                 elector.round().await;
                 state.send_replace(elector.state.clone());
@@ -478,6 +536,8 @@ impl TriggerSource for LeaderSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capabilities::gate::BudgetRule;
+    use crate::capabilities::testing::budgets_in_memory;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -555,11 +615,21 @@ mod tests {
     /// An elector on `shared` whose clock is tokio's (paused) clock, so that
     /// the times it writes differ as the test's time passes.
     fn elector(name: &str, shared: &Arc<Shared>) -> (Elector, Arc<View>) {
+        elector_with(name, shared, vec![])
+    }
+
+    /// The same, its host with the budgets `rules`.
+    fn elector_with(
+        name: &str,
+        shared: &Arc<Shared>,
+        rules: Vec<BudgetRule>,
+    ) -> (Elector, Arc<View>) {
         let view = Arc::new(View {
             shared: shared.clone(),
             silent: AtomicBool::new(false),
         });
-        let mut elector = Elector::new(name.into(), settings(), view.clone());
+        let budgets = budgets_in_memory(rules);
+        let mut elector = Elector::new(name.into(), settings(), view.clone(), budgets);
         let start = Instant::now();
         elector.clock = Box::new(move || {
             Timestamp::UNIX_EPOCH
@@ -743,6 +813,73 @@ mod tests {
         assert_eq!(shared.lease().acquired, taken.acquired);
     }
 
+    /// The leader's spends are in the Lease as soon as it renews after them;
+    /// the host taking the Lease over merges them before it leads, so its
+    /// budget is as used up as the dead leader's, and it shares both.
+    #[tokio::test(start_paused = true)]
+    async fn a_takeover_keeps_the_budget_the_leader_spent() {
+        let rules = vec![BudgetRule {
+            name: "deletes".into(),
+            operations: vec!["kube.delete".into()],
+            max: 2,
+            per: Duration::from_secs(3600),
+            min_interval_per_target: Duration::ZERO,
+        }];
+        let shared = Arc::new(Shared::default());
+        let (mut a, _) = elector_with("a", &shared, rules.clone());
+        let (mut b, _) = elector_with("b", &shared, rules);
+        rounds(&mut [&mut a, &mut b], 4).await;
+        assert!(a.state.leading && !b.state.leading);
+        b.budgets.spend("kube.delete", "follower's").await.unwrap();
+        a.budgets.spend("kube.delete", "x").await.unwrap();
+        a.round().await;
+        let lease = shared.lease();
+        assert!(lease.budgets.contains(r#""deletes":[["#), "{lease:?}");
+        assert!(lease.budgets.contains(r#""x"]"#), "{lease:?}");
+        assert!(
+            !lease.budgets.contains("follower's"),
+            "only the leader writes"
+        );
+        // a dies; b takes over with a's spend merged before it leads.
+        let log = rounds(&mut [&mut b], 20).await;
+        assert!(log.last().unwrap().1 == [true], "{log:?}");
+        let err = b.budgets.spend("kube.delete", "z").await.unwrap_err();
+        assert_eq!(err.kind(), "budget-exhausted", "{err}");
+        let lease = shared.lease();
+        for spend in [r#""x"]"#, r#""follower's"]"#] {
+            assert!(lease.budgets.contains(spend), "{spend} in {lease:?}");
+        }
+    }
+
+    /// A forged annotation is a rewrite like any other: the holder stops
+    /// leading; and whoever takes the Lease merges it, which only adds spends.
+    #[tokio::test(start_paused = true)]
+    async fn a_forged_budget_annotation_makes_nobody_leader() {
+        let shared = Arc::new(Shared::default());
+        let (mut a, _) = elector("a", &shared);
+        let (mut b, _) = elector("b", &shared);
+        rounds(&mut [&mut a, &mut b], 4).await;
+        assert!(a.state.leading);
+        let forged = LeaseRecord {
+            budgets: r#"{"deletes":[[0,"forged"]]}"#.into(),
+            ..shared.lease()
+        };
+        shared.store(&forged);
+        a.round().await;
+        b.round().await;
+        assert!(
+            !a.state.leading && !b.state.leading,
+            "{:?} {:?}",
+            a.state,
+            b.state
+        );
+        assert!(
+            a.state.note.contains("rewritten by someone else"),
+            "{:?}",
+            a.state
+        );
+    }
+
     #[test]
     fn the_rule() {
         let now = Instant::now();
@@ -752,6 +889,7 @@ mod tests {
             renewed: String::new(),
             acquired: String::new(),
             transitions: 0,
+            budgets: String::new(),
             resource_version: "1".into(),
         };
         assert_eq!(decide(None, false, now), Step::Create);

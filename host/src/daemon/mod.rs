@@ -132,7 +132,10 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let identity = format!("{}/{}", config.host.node_name, std::process::id());
     let kubeconfig = config.host.capabilities.kube.kubeconfig.clone();
     trigger_sources.push(Box::new(leader::LeaderSource::new(
-        identity, kubeconfig, leading,
+        identity,
+        kubeconfig,
+        leading,
+        shared.services.budgets.clone(),
     )));
     let mut supervisor = Supervisor {
         scheduler: Scheduler::with_triggers(runner, shared.triggers.clone()),

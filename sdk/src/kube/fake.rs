@@ -635,13 +635,16 @@ impl Kube for FakeKube {
         check_event(reason, message).map_err(crate::Error::from)?;
         let (kind, namespace) = self.named(regarding, Verb::Get)?;
         self.failing("emit-event")?;
-        let object = self.stored("get", &kind, namespace.as_deref(), &regarding.name)?;
+        // As the host: the object need not exist unless the rules need it.
+        let object = self
+            .stored("get", &kind, namespace.as_deref(), &regarding.name)
+            .ok();
         self.object_allowed(
             &kind,
             namespace.as_deref(),
             &regarding.name,
             Verb::Get,
-            Some(&object),
+            object.as_ref(),
             None,
         )?;
         let message = inert(message);

@@ -21,24 +21,11 @@ pub fn kube_python() -> PathBuf {
     static PYTHON: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     PYTHON
         .get_or_init(|| {
-            let python = std::env::var_os("TEND_KUBE_PYTHON").map_or_else(
-                || workspace_root().join("target/venv/bin/python"),
-                PathBuf::from,
-            );
-            let ok = Command::new(&python)
-                .args(["-c", "import aiohttp, jsonpatch, yaml"])
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            match ok {
-                true => Ok(python),
-                false => Err(format!(
-                    "{} lacks aiohttp, jsonpatch or PyYAML, which the fake Kubernetes API server \
-                     (tests/peers/kube-apiserver.py) needs: run `cargo xtask test`, which installs \
-                     them into target/venv",
-                    python.display()
-                )),
-            }
+            super::venv_python(
+                "TEND_KUBE_PYTHON",
+                "aiohttp, jsonpatch, yaml",
+                "the fake Kubernetes API server (tests/peers/kube-apiserver.py)",
+            )
         })
         .clone()
         .unwrap_or_else(|e| panic!("{e}"))
@@ -291,6 +278,22 @@ impl KubeApi {
     /// End a blackhole now.
     pub fn end_blackhole(&self) {
         self.admin("DELETE", "/fake/blackhole");
+    }
+
+    /// For `seconds`, requests (from a User-Agent containing `agent`, when
+    /// given) answer 503 at once and their open watches end: the API server
+    /// failing, not silent.
+    pub fn outage(&self, seconds: f64, agent: Option<&str>) {
+        let mut path = format!("/fake/outage?seconds={seconds}");
+        if let Some(agent) = agent {
+            path.push_str(&format!("&userAgent={}", url_encode(agent)));
+        }
+        self.admin("POST", &path);
+    }
+
+    /// End an outage now.
+    pub fn end_outage(&self) {
+        self.admin("DELETE", "/fake/outage");
     }
 
     /// Remove every object but the default namespaces (each removal is a

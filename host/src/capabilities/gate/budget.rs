@@ -169,6 +169,30 @@ impl Ledger {
         }
     }
 
+    /// The spends remembered, oldest first: (time, target).
+    pub fn spends(&self) -> impl Iterator<Item = (u64, &str)> {
+        self.spends.iter().map(|s| (s.at_ms, s.target.as_str()))
+    }
+
+    /// Add the spends of another ledger of the same budget (another replica's)
+    /// not recorded here yet: a union, so it can only make the budget stricter.
+    /// A spend dated after `now_ms` (a skewed clock, or a forged record) counts
+    /// as spent now, so none holds a slot for longer than the rules do.
+    pub fn merge(&mut self, rule: &BudgetRule, other: &[(u64, String)], now_ms: u64) {
+        for (at_ms, target) in other {
+            let spend = Spend {
+                at_ms: (*at_ms).min(now_ms),
+                target: target.clone(),
+            };
+            if !self.spends.contains(&spend) {
+                self.spends.push(spend);
+            }
+        }
+        self.spends.sort_by_key(|s| s.at_ms);
+        let memory = rule.memory_ms();
+        self.spends.retain(|s| s.at_ms + memory > now_ms);
+    }
+
     /// Record a spend and forget what no rule needs any more.
     pub fn spend(&mut self, rule: &BudgetRule, target: &str, now_ms: u64) {
         self.spends.push(Spend {
@@ -287,6 +311,32 @@ mod tests {
             "{}",
             refusal.message
         );
+    }
+
+    #[test]
+    fn a_merge_is_a_union_that_never_reaches_past_now() {
+        let rule = rule(3, 10, 0);
+        let mut ledger = Ledger::default();
+        ledger.spend(&rule, "/a", 5 * MIN);
+        let other = [
+            (5 * MIN, "/a".to_string()),
+            (2 * MIN, "/b".to_string()),
+            (100 * MIN, "/future".to_string()),
+        ];
+        ledger.merge(&rule, &other, 6 * MIN);
+        let spends: Vec<_> = ledger.spends().collect();
+        assert_eq!(
+            spends,
+            [(2 * MIN, "/b"), (5 * MIN, "/a"), (6 * MIN, "/future")],
+            "the same spend once, the future one now"
+        );
+        assert!(
+            ledger
+                .check(&rule, "files.remove", "/c", 6 * MIN, &[])
+                .is_err()
+        );
+        // The future spend leaves the window one period after now, not after 100 minutes.
+        assert_eq!(ledger.used(&rule, 16 * MIN), 0);
     }
 
     #[test]

@@ -1,18 +1,29 @@
 //! Host-wide budgets for destructive operations, shared by every plugin
 //! because one engine runs every actor on the node. Each budget's ledger is
 //! persisted with the plugin state, so a restart or a `tend reconcile` run
-//! outside the daemon spends from the same budget.
+//! outside the daemon spends from the same budget. With leader election, the
+//! leader also shares them through the election Lease ([`Budgets::shared`]),
+//! and a replica that takes the Lease over merges them into its own
+//! ([`Budgets::merge_shared`]): a fail-over does not refill a budget.
 
 use super::budget::{BudgetRule, Ledger};
 use crate::capabilities::error::CapError;
 use crate::capabilities::state::StateBackend;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// The state namespace of the ledgers: not a valid plugin name, so no plugin
 /// can ever read or write it.
 const LEDGERS: &str = "tend/budgets";
+
+/// At most this much of the ledgers is shared (a Lease's annotations may
+/// hold 256 KiB in all): about a thousand spends with short targets.
+pub const SHARED_BYTES: usize = 64 * 1024;
+
+/// The shared form of the ledgers: per budget, its spends as [time in ms, target].
+type Shared = BTreeMap<String, Vec<(u64, String)>>;
 
 pub struct Budgets {
     rules: RwLock<Arc<Vec<BudgetRule>>>,
@@ -20,6 +31,10 @@ pub struct Budgets {
     store: Arc<dyn StateBackend>,
     /// Persisting takes turns, so the newest ledger is what is written last.
     persist: tokio::sync::Mutex<()>,
+    /// Notified on every spend, for sharing it at once.
+    spent: tokio::sync::Notify,
+    /// The ledgers outgrew [`SHARED_BYTES`] (said once until they fit again).
+    trimmed: AtomicBool,
 }
 
 /// One budget as `/status` shows it.
@@ -41,7 +56,104 @@ impl Budgets {
             ledgers: Mutex::default(),
             store,
             persist: tokio::sync::Mutex::const_new(()),
+            spent: tokio::sync::Notify::new(),
+            trimmed: AtomicBool::new(false),
         }
+    }
+
+    /// Wait for the next spend (or the one since the last wait).
+    pub async fn spent(&self) {
+        self.spent.notified().await
+    }
+
+    /// The ledgers of the configured budgets as JSON, `{"budget": [[ms,
+    /// "target"], ...]}`, at most [`SHARED_BYTES`]: beyond it, the oldest
+    /// spends are left out (said once), as they free first anyway.
+    pub async fn shared(&self) -> String {
+        let rules = self.rules.read().unwrap().clone();
+        let mut spends = Vec::new();
+        for rule in rules.iter() {
+            if let Err(e) = self.load(&rule.name).await {
+                tracing::warn!(budget = %rule.name, "cannot read budget ledger to share it: {e}");
+                continue;
+            }
+            let ledgers = self.ledgers.lock().unwrap();
+            spends.extend(
+                ledgers[&rule.name]
+                    .spends()
+                    .map(|(at, target)| (at, rule.name.clone(), target.to_string())),
+            );
+        }
+        // Newest first (a ledger is oldest first), to keep the newest.
+        spends.reverse();
+        spends.sort_by_key(|s| std::cmp::Reverse(s.0));
+        let mut shared = Shared::new();
+        let mut size = 2;
+        let total = spends.len();
+        for (at, name, target) in spends {
+            let entry = serde_json::to_string(&(at, &target)).expect("a spend serializes");
+            let budget = match shared.contains_key(&name) {
+                true => 0,
+                false => {
+                    serde_json::to_string(&name)
+                        .expect("a name serializes")
+                        .len()
+                        + 4
+                }
+            };
+            if size + budget + entry.len() + 1 > SHARED_BYTES {
+                break;
+            }
+            size += budget + entry.len() + 1;
+            shared.entry(name).or_default().push((at, target));
+        }
+        for spends in shared.values_mut() {
+            spends.reverse();
+        }
+        let kept: usize = shared.values().map(Vec::len).sum();
+        let trimmed = kept < total;
+        if trimmed && !self.trimmed.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "the budgets hold {total} spends, more than the election Lease's {SHARED_BYTES} bytes share: the oldest {} are not shared, so a replica taking over may spend them again; lower max (or per) of [host.budgets]",
+                total - kept
+            );
+        }
+        if !trimmed {
+            self.trimmed.store(false, Ordering::Relaxed);
+        }
+        serde_json::to_string(&shared).expect("ledgers serialize")
+    }
+
+    /// Add the spends of `shared` (another replica's [`Budgets::shared`]) to
+    /// the ledgers of the budgets configured here, and persist them. A union:
+    /// whatever `shared` says can only make a budget stricter, for at most
+    /// one period.
+    pub async fn merge_shared(&self, shared: &str) -> Result<(), CapError> {
+        let shared: Shared = serde_json::from_str(shared).map_err(|e| {
+            CapError::Other(format!(
+                "the shared budget ledgers are unreadable ({e}): the spends of the previous leader are not known here"
+            ))
+        })?;
+        let rules: Vec<BudgetRule> = self
+            .rules
+            .read()
+            .unwrap()
+            .iter()
+            .filter(|r| shared.contains_key(&r.name))
+            .cloned()
+            .collect();
+        for rule in &rules {
+            self.load(&rule.name).await?;
+        }
+        {
+            let now_ms = super::now_ms();
+            let mut ledgers = self.ledgers.lock().unwrap();
+            for rule in &rules {
+                let ledger = ledgers.get_mut(&rule.name).expect("loaded above");
+                ledger.merge(rule, &shared[&rule.name], now_ms);
+            }
+        }
+        self.persist(&rules).await
     }
 
     /// Apply a reloaded config; ledgers of kept budgets keep their spends.
@@ -135,6 +247,7 @@ impl Budgets {
             self.refund(operation, target, now_ms).await;
             return Err(e);
         }
+        self.spent.notify_one();
         Ok(now_ms)
     }
 
@@ -250,6 +363,56 @@ mod tests {
         );
         budgets.refund("files.remove", "/a", at).await;
         assert_eq!(budgets.status(at).await[0].used, 0);
+    }
+
+    /// What one replica shares, another merges: its budget is used up too,
+    /// and what it shares next carries both replicas' spends.
+    #[tokio::test]
+    async fn shared_ledgers_merge_into_another_replicas() {
+        let leader = Budgets::new(rules(), Arc::new(FakeState::default()));
+        leader.spend("files.remove", "/a").await.unwrap();
+        let at = leader.spend("files.remove", "/b").await.unwrap();
+        let successor = Budgets::new(rules(), Arc::new(FakeState::default()));
+        let own = successor.spend("files.remove", "/own").await.unwrap();
+        successor
+            .merge_shared(&leader.shared().await)
+            .await
+            .unwrap();
+        let err = successor.spend("files.remove", "/c").await.unwrap_err();
+        assert_eq!(err.kind(), "budget-exhausted");
+        assert_eq!(successor.status(at.max(own)).await[0].used, 3);
+        let shared: Shared = serde_json::from_str(&successor.shared().await).unwrap();
+        let targets: Vec<&str> = shared["removals"].iter().map(|(_, t)| t.as_str()).collect();
+        assert_eq!(targets.len(), 3);
+        for target in ["/a", "/b", "/own"] {
+            assert!(targets.contains(&target), "{targets:?}");
+        }
+        assert!(successor.merge_shared("not json").await.is_err());
+    }
+
+    /// Beyond the bound, the newest spends are shared, the oldest left out.
+    #[tokio::test]
+    async fn the_shared_ledgers_keep_the_newest_spends_within_the_bound() {
+        let mut rules = rules();
+        rules[0].max = 100_000;
+        let budgets = Budgets::new(rules, Arc::new(FakeState::default()));
+        let long = "x".repeat(1000);
+        for i in 0..100 {
+            budgets
+                .spend("files.remove", &format!("/{i}/{long}"))
+                .await
+                .unwrap();
+        }
+        let text = budgets.shared().await;
+        assert!(text.len() <= SHARED_BYTES, "{}", text.len());
+        let shared: Shared = serde_json::from_str(&text).unwrap();
+        let kept = &shared["removals"];
+        assert!(kept.len() >= 60 && kept.len() < 100, "{}", kept.len());
+        assert!(
+            kept.last().unwrap().1.starts_with("/99/"),
+            "the newest is kept"
+        );
+        assert!(kept.windows(2).all(|w| w[0].0 <= w[1].0), "oldest first");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,6 +1,5 @@
 use super::*;
 use crate::capabilities::limits::Limits;
-use crate::capabilities::state::FakeState;
 use crate::journal::{self, Filter};
 use std::time::Duration;
 
@@ -12,7 +11,7 @@ fn budgets(max: u32) -> Arc<Budgets> {
         per: Duration::from_secs(600),
         min_interval_per_target: Duration::ZERO,
     };
-    Arc::new(Budgets::new(vec![rule], Arc::new(FakeState::default())))
+    crate::capabilities::testing::budgets_in_memory(vec![rule])
 }
 
 fn gate(dir: &std::path::Path, dry_run: bool, budgets: Arc<Budgets>) -> Gate {

@@ -437,7 +437,10 @@ impl PluginKube {
         .await
     }
 
-    /// An Event about an object the plugin may read.
+    /// An Event about an object the plugin may read. The object need not
+    /// exist (node-reaper reports on instances that never became Nodes),
+    /// unless the plugin's rule has selectors: only an object can show it
+    /// matches them.
     pub async fn emit_event(
         &self,
         key: &ObjectKey,
@@ -447,12 +450,21 @@ impl PluginKube {
     ) -> Result<(), CapError> {
         tend_rules::kube::check_event(reason, message)?;
         let (info, key) = self.resolve_key(key, Verb::Get).await?;
-        let object = self
+        // A missing object is none; the rules get it again when they need it.
+        let object = match self
             .backend
             .get(&info, key.namespace.as_deref(), &key.name)
+            .await
+        {
+            Ok(object) => Some(object),
+            Err(CapError::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        self.object_allowed(&info, &key, Verb::Get, object.as_ref(), None)
             .await?;
-        self.object_allowed(&info, &key, Verb::Get, Some(&object), None)
-            .await?;
+        let object = object.unwrap_or_else(|| {
+            serde_json::json!({"metadata": {"name": key.name, "namespace": key.namespace}})
+        });
         let note = EventNote {
             event_type,
             reason: reason.to_string(),

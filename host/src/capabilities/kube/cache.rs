@@ -19,6 +19,15 @@
 //! triggers come from the operator's config and always get their cache: they
 //! take the place of an idle list-only cache when the count is reached, and
 //! are never stopped for their size.
+//!
+//! A cache serves only while its watch works: when the watch fails (the API
+//! server answers errors, a re-list fails) the cache is marked failing, and
+//! once that has lasted [`FAILING_GRACE`] its reads answer `unavailable`
+//! instead of contents that may be minutes old (a node reaper must never act
+//! on those). Each failure restarts the watch with a fresh list, after a
+//! backoff: that list is what proves the API server answers again (kube's own
+//! resumption re-watches silently, with no event to tell), and the objects it
+//! finds changed are sent to triggers as the missed watch events would have been.
 
 use super::backend::{Change, Listed, ResourceInfo};
 use crate::capabilities::error::CapError;
@@ -36,6 +45,13 @@ use tokio::sync::broadcast;
 pub const IDLE: Duration = Duration::from_secs(300);
 /// How long a first read waits for the initial list.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a watch may fail before its cache stops serving: longer than
+/// the usual blip (a dropped connection, one retry and a re-list take a
+/// second or two), far shorter than anything acting on what it reads.
+pub const FAILING_GRACE: Duration = Duration::from_secs(10);
+/// The watch's retry after a failure: doubling from the first to the last.
+const RETRY_FIRST: Duration = Duration::from_millis(800);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CacheKey {
@@ -114,12 +130,56 @@ struct Objects {
     relist: Option<HashMap<Box<str>, Listed>>,
 }
 
-/// A cache's objects as lists read them, and whether its first list has
-/// arrived (the sender ends with its task: a waiting read then reads directly).
+/// Since when a cache's watch has been failing, and its last error.
+#[derive(Debug, Clone)]
+struct Failing {
+    since: tokio::time::Instant,
+    /// `since` as a wall-clock time, for the message.
+    at: std::time::SystemTime,
+    last_error: String,
+}
+
+/// The health of a cache's watch: None while it works.
+type Health = Arc<Mutex<Option<Failing>>>;
+
+fn failed(health: &Health, error: String) {
+    let mut health = health.lock().unwrap();
+    match health.as_mut() {
+        Some(failing) => failing.last_error = error,
+        None => {
+            *health = Some(Failing {
+                since: tokio::time::Instant::now(),
+                at: std::time::SystemTime::now(),
+                last_error: error,
+            })
+        }
+    }
+}
+
+/// A cache's objects as lists read them, whether its first list has arrived
+/// (the sender ends with its task: a waiting read then reads directly), and
+/// whether its watch works.
 #[derive(Clone)]
 struct Store {
     objects: Arc<RwLock<Objects>>,
     ready: tokio::sync::watch::Receiver<bool>,
+    health: Health,
+}
+
+impl Store {
+    /// Why the contents may not be served: the watch has been failing for
+    /// [`FAILING_GRACE`] or longer.
+    fn stale(&self, resource: &str) -> Option<CapError> {
+        let health = self.health.lock().unwrap();
+        let failing = health.as_ref()?;
+        (failing.since.elapsed() >= FAILING_GRACE).then(|| {
+            CapError::Unavailable(format!(
+                "the watch of {resource} has been failing since {} ({}); its cached contents are not served until it lists again: is the API server answering?",
+                humantime::format_rfc3339_seconds(failing.at),
+                failing.last_error
+            ))
+        })
+    }
 }
 
 struct Entry {
@@ -354,6 +414,9 @@ impl WatchCache {
                 key.resource.plural
             )));
         }
+        if let Some(stale) = store.stale(&key.resource.plural) {
+            return Err(stale);
+        }
         // Shared, not copied: each object's text was made when it arrived.
         Ok(Some(
             store
@@ -446,18 +509,39 @@ impl WatchCache {
         if let Some(fields) = &key.fields {
             config = config.fields(fields);
         }
+        self.start_with(key, charge, move || {
+            // Nobody reads managedFields through a plugin's list worth caching them
+            // (often half an object's size), as Kubewarden's reflector does.
+            watcher(api.clone(), config.clone())
+                .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
+        })
+    }
+
+    /// Start the cache of `key` on the watch streams `watch` starts.
+    fn start_with<S>(
+        &self,
+        key: &CacheKey,
+        charge: Option<&Charge>,
+        watch: impl Fn() -> S + Send + 'static,
+    ) -> Entry
+    where
+        S: futures_util::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>
+            + Send
+            + 'static,
+    {
         let objects = Arc::new(RwLock::new(Objects::default()));
         let (ready, ready_rx) = tokio::sync::watch::channel(false);
         let store = Store {
             objects: objects.clone(),
             ready: ready_rx,
+            health: Health::default(),
         };
         let (changes, _) = broadcast::channel(1024);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let bytes = Arc::new(AtomicU64::new(0));
         let held = Arc::new(AtomicBool::new(false));
         let outgrown = Arc::new(AtomicBool::new(false));
-        let mut writer = Writer {
+        let writer = Writer {
             objects,
             paths: selector_paths(key.fields.as_deref()),
             meter: Meter {
@@ -474,49 +558,18 @@ impl WatchCache {
             outgrew: self.outgrew.clone(),
             plugin: charge.map(|c| c.plugin.to_string()).unwrap_or_default(),
         };
-        let sender = changes.clone();
-        let (group, resource) = (key.resource.group.clone(), key.resource.plural.clone());
-        let (task_held, task_outgrown) = (held.clone(), outgrown.clone());
-        let task = tokio::spawn(async move {
-            // Nobody reads managedFields through a plugin's list worth caching them
-            // (often half an object's size), as Kubewarden's reflector does.
-            let events = watcher(api, config)
-                .default_backoff()
-                .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None);
-            futures_util::pin_mut!(events);
-            while let Some(event) = events.next().await {
-                let event = match event {
-                    Ok(event) => event,
-                    Err(e) => {
-                        tracing::warn!(resource = %resource, "kube watch: {}; retrying with backoff", crate::text::inert(&e.to_string()));
-                        continue;
-                    }
-                };
-                if writer.apply(&event) {
-                    ready.send_replace(true);
-                }
-                if let Some(host) = writer
-                    .meter
-                    .over()
-                    .filter(|_| !task_held.load(Ordering::Relaxed))
-                {
-                    // Ending drops `ready`: a first read waiting for it gets a direct read.
-                    task_outgrown.store(true, Ordering::Relaxed);
-                    stop.remove(host);
-                    return;
-                }
-                let object = match event {
-                    watcher::Event::Apply(o) | watcher::Event::Delete(o) => o,
-                    _ => continue,
-                };
-                let _ = sender.send(Change {
-                    resource: resource.clone(),
-                    group: group.clone(),
-                    namespace: object.metadata.namespace.clone(),
-                    name: object.metadata.name.clone().unwrap_or_default(),
-                });
-            }
-        });
+        let feed = Feed {
+            writer,
+            ready,
+            health: store.health.clone(),
+            changes: changes.clone(),
+            resource: key.resource.plural.clone(),
+            group: key.resource.group.clone(),
+            held: held.clone(),
+            outgrown: outgrown.clone(),
+            stop,
+        };
+        let task = tokio::spawn(feed.run(watch));
         Entry {
             id,
             store,
@@ -561,6 +614,100 @@ impl Stop {
             // Dropping the entry aborts this very task: harmless, it is returning.
             drop(removed);
         }
+    }
+}
+
+/// A cache's task: feeds its watch's events to its objects, its readiness,
+/// its health and its triggers.
+struct Feed {
+    writer: Writer,
+    ready: tokio::sync::watch::Sender<bool>,
+    health: Health,
+    changes: broadcast::Sender<Change>,
+    resource: String,
+    group: String,
+    /// A trigger holds the cache: never stopped for its size.
+    held: Arc<AtomicBool>,
+    outgrown: Arc<AtomicBool>,
+    stop: Stop,
+}
+
+impl Feed {
+    /// Watch with the streams `watch` starts, each from a fresh list: a
+    /// failure marks the cache failing and, after a backoff, starts the next.
+    async fn run<S>(mut self, watch: impl Fn() -> S)
+    where
+        S: futures_util::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
+    {
+        let mut retry = RETRY_FIRST;
+        loop {
+            let events = watch();
+            futures_util::pin_mut!(events);
+            let error = loop {
+                match events.next().await {
+                    Some(Ok(event)) => {
+                        if self.apply(event).is_break() {
+                            return;
+                        }
+                        if self.health.lock().unwrap().is_none() {
+                            retry = RETRY_FIRST;
+                        }
+                    }
+                    Some(Err(e)) => break describe(&e),
+                    None => return,
+                }
+            };
+            let error = crate::text::inert(&error).into_owned();
+            tracing::warn!(resource = %self.resource, "kube watch: {error}; listing again in {retry:?}");
+            failed(&self.health, error);
+            tokio::time::sleep(retry).await;
+            retry = (retry * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// Apply one event; Break when the cache outgrew its bound and stopped.
+    fn apply(&mut self, event: watcher::Event<DynamicObject>) -> std::ops::ControlFlow<()> {
+        let was_ready = *self.ready.borrow();
+        let changed = self.writer.apply(&event);
+        if !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_)) {
+            // A list done or an event: the API server answers again.
+            *self.health.lock().unwrap() = None;
+        }
+        if let Some(changed) = changed {
+            self.ready.send_replace(true);
+            if was_ready {
+                // A re-list: what changed meanwhile, as the missed events would have said.
+                for key in changed {
+                    self.send(&key);
+                }
+            }
+        }
+        if let Some(host) = self
+            .writer
+            .meter
+            .over()
+            .filter(|_| !self.held.load(Ordering::Relaxed))
+        {
+            // Ending drops `ready`: a first read waiting for it gets a direct read.
+            self.outgrown.store(true, Ordering::Relaxed);
+            self.stop.remove(host);
+            return std::ops::ControlFlow::Break(());
+        }
+        if let watcher::Event::Apply(o) | watcher::Event::Delete(o) = &event {
+            self.send(&object_key(o));
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+
+    /// Tell triggers the object at `key` ("namespace/name") changed.
+    fn send(&self, key: &str) {
+        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+        let _ = self.changes.send(Change {
+            resource: self.resource.clone(),
+            group: self.group.clone(),
+            namespace: (!namespace.is_empty()).then(|| namespace.to_string()),
+            name: name.to_string(),
+        });
     }
 }
 
@@ -639,11 +786,13 @@ impl Writer {
         Listed::summarized(json.into(), summary(o, &self.paths).into())
     }
 
-    /// Apply one event; true when a (re)list is done.
-    fn apply(&mut self, event: &watcher::Event<DynamicObject>) -> bool {
+    /// Apply one event; when a (re)list is done, the keys of the objects it
+    /// found added, changed or gone.
+    fn apply(&mut self, event: &watcher::Event<DynamicObject>) -> Option<Vec<Box<str>>> {
         let held =
             |map: &HashMap<Box<str>, Listed>| map.values().map(|l| l.bytes() as i64).sum::<i64>();
         let mut objects = self.objects.write().unwrap();
+        let mut changed = None;
         let delta = match event {
             watcher::Event::Apply(o) => {
                 let new = self.cached(o);
@@ -673,14 +822,42 @@ impl Writer {
             watcher::Event::InitDone => {
                 let listed = objects.relist.take().unwrap_or_default();
                 let delta = -held(&objects.live);
-                objects.live = listed;
+                let old = std::mem::replace(&mut objects.live, listed);
+                changed = Some(differences(&old, &objects.live));
                 delta
             }
         };
         drop(objects);
         self.meter.add(delta);
-        matches!(event, watcher::Event::InitDone)
+        changed
     }
+}
+
+/// A watch error in one line: an API answer as its code, reason and message
+/// (kube's text of it ends in a dump of the whole Status).
+fn describe(e: &watcher::Error) -> String {
+    use watcher::Error::{InitialListFailed, WatchError, WatchFailed, WatchStartFailed};
+    let (what, status) = match e {
+        InitialListFailed(kube::Error::Api(s)) => ("list", s),
+        WatchStartFailed(kube::Error::Api(s))
+        | WatchFailed(kube::Error::Api(s))
+        | WatchError(s) => ("watch", s),
+        other => return other.to_string(),
+    };
+    format!(
+        "{what}: {} {}: {}",
+        status.code, status.reason, status.message
+    )
+}
+
+/// The keys of the objects added, changed or gone from `old` to `new`.
+fn differences(old: &HashMap<Box<str>, Listed>, new: &HashMap<Box<str>, Listed>) -> Vec<Box<str>> {
+    let changed = new
+        .iter()
+        .filter(|(k, l)| old.get(*k).is_none_or(|o| o.json != l.json))
+        .map(|(k, _)| k);
+    let gone = old.keys().filter(|k| !new.contains_key(*k));
+    changed.chain(gone).cloned().collect()
 }
 
 /// Charges a cache's bytes to the host and the plugin that started it until
@@ -883,11 +1060,11 @@ mod tests {
         let a = object("a", 1000);
         let one = w.cached(&a).bytes() as u64;
         assert!(one > 1000);
-        assert!(!w.apply(&watcher::Event::Init));
+        assert!(w.apply(&watcher::Event::Init).is_none());
         w.apply(&watcher::Event::InitApply(a.clone()));
         w.apply(&watcher::Event::InitApply(object("b", 1000)));
         assert!(names(&w).is_empty(), "reads wait for the list to be done");
-        assert!(w.apply(&watcher::Event::InitDone), "ready");
+        assert!(w.apply(&watcher::Event::InitDone).is_some(), "ready");
         assert_eq!(names(&w), ["default/a", "default/b"]);
         assert_eq!(usage.plugin("p").load(Ordering::Relaxed), 2 * one);
         // A relist holds both sets until it is done.
@@ -1003,5 +1180,139 @@ mod tests {
             Some(Direct::Outgrown),
             "the host's memory: everyone's"
         );
+    }
+
+    type Scripted = Result<watcher::Event<DynamicObject>, watcher::Error>;
+
+    /// A cache of `key(0)` whose watch streams all read what the test sends.
+    fn scripted(cache: &WatchCache) -> tokio::sync::mpsc::UnboundedSender<Scripted> {
+        let (send, receive) = tokio::sync::mpsc::unbounded_channel();
+        let receive = Arc::new(tokio::sync::Mutex::new(receive));
+        let entry = cache.start_with(&key(0), None, move || {
+            futures_util::stream::unfold(receive.clone(), |receive| async move {
+                let next = receive.lock().await.recv().await?;
+                Some((next, receive))
+            })
+        });
+        cache.entries().insert(key(0), entry);
+        send
+    }
+
+    fn unavailable(message: &str) -> Scripted {
+        let status = kube::core::Status::failure(message, "ServiceUnavailable").with_code(503);
+        Err(watcher::Error::WatchError(Box::new(status)))
+    }
+
+    fn listing(objects: &[&str]) -> Vec<Scripted> {
+        let mut events = vec![Ok(watcher::Event::Init)];
+        events.extend(
+            objects
+                .iter()
+                .map(|name| Ok(watcher::Event::InitApply(object(name, 1)))),
+        );
+        events.push(Ok(watcher::Event::InitDone));
+        events
+    }
+
+    async fn listed(cache: &WatchCache) -> Result<Vec<String>, CapError> {
+        let listed = cache.list(&client(), &key(0), None).await?.expect("cached");
+        let mut names: Vec<String> = listed
+            .iter()
+            .map(|l| {
+                let object: Value = serde_json::from_str(&l.json).unwrap();
+                object["metadata"]["name"].as_str().unwrap().to_string()
+            })
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Let the cache's task take what was sent (and its retry's backoff
+    /// pass, in paused time) until `done` holds.
+    async fn until(done: impl Fn() -> bool) {
+        for _ in 0..1000 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the cache's task never got there");
+    }
+
+    /// A watch failing for longer than the grace makes reads unavailable,
+    /// never stale; its next list serves again and tells triggers what changed.
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_watch_is_not_served_after_the_grace_and_is_again_once_it_lists() {
+        let cache = WatchCache::new(BIG);
+        let send = scripted(&cache);
+        let health = cache.entries()[&key(0)].store.health.clone();
+        let mut changes = cache.entries()[&key(0)].changes.subscribe();
+        for event in listing(&["a"]) {
+            send.send(event).unwrap();
+        }
+        assert_eq!(listed(&cache).await.unwrap(), ["a"]);
+
+        send.send(unavailable("the API server is down")).unwrap();
+        until(|| health.lock().unwrap().is_some()).await;
+        assert_eq!(
+            listed(&cache).await.unwrap(),
+            ["a"],
+            "served within the grace"
+        );
+        tokio::time::sleep(FAILING_GRACE).await;
+        // The re-list fails too: the same failure, its newer error.
+        send.send(unavailable("still down")).unwrap();
+        until(|| {
+            health
+                .lock()
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .last_error
+                .contains("still down")
+        })
+        .await;
+        let refused = listed(&cache).await.unwrap_err();
+        assert_eq!(refused.kind(), "unavailable");
+        let message = refused.to_string();
+        let since = humantime::format_rfc3339_seconds(health.lock().unwrap().as_ref().unwrap().at)
+            .to_string();
+        assert!(
+            message.contains(&format!("the watch of pods has been failing since {since}"))
+                && message.contains("(watch: 503 ServiceUnavailable: still down)")
+                && message.contains("cached contents are not served"),
+            "{message}"
+        );
+
+        // A re-list started is not yet an answer; one done is.
+        send.send(Ok(watcher::Event::Init)).unwrap();
+        send.send(Ok(watcher::Event::InitApply(object("b", 1))))
+            .unwrap();
+        until(|| {
+            cache.entries()[&key(0)]
+                .store
+                .objects
+                .read()
+                .unwrap()
+                .relist
+                .as_ref()
+                .is_some_and(|r| !r.is_empty())
+        })
+        .await;
+        assert_eq!(listed(&cache).await.unwrap_err().kind(), "unavailable");
+        send.send(Ok(watcher::Event::InitDone)).unwrap();
+        until(|| health.lock().unwrap().is_none()).await;
+        assert_eq!(listed(&cache).await.unwrap(), ["b"]);
+        let mut changed = vec![
+            changes.try_recv().unwrap().name,
+            changes.try_recv().unwrap().name,
+        ];
+        changed.sort();
+        assert_eq!(
+            changed,
+            ["a", "b"],
+            "a gone and b added while the watch failed"
+        );
+        assert!(changes.try_recv().is_err());
     }
 }

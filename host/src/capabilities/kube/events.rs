@@ -10,7 +10,7 @@
 //! Optional budgets (`kube.emit-event`) still apply first, in the gate.
 
 use super::backend::EventNote;
-use super::rate::TokenBucket;
+use crate::capabilities::rate::TokenBucket;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;

@@ -9,7 +9,6 @@ mod discovery;
 mod events;
 mod fake;
 mod grants;
-mod rate;
 mod real;
 mod source;
 mod wit;

@@ -12,7 +12,7 @@ use super::backend::{
 use super::cache::{CacheKey, Charge, HostBounds, WatchCache};
 use super::discovery::{Discovery, Known};
 use super::events::Correlator;
-use super::rate::{Asker, Throttle};
+use crate::capabilities::rate::{Asker, Throttle};
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
@@ -51,6 +51,10 @@ impl Default for KubeSettings {
 /// What every plugin's view shares.
 struct Shared {
     kubeconfig: Option<PathBuf>,
+    /// Plugin calls and the watch caches: it does not retry a failing API
+    /// server itself, so a call answers `unavailable` at once (the plugin's
+    /// next pass, or the watch's own backoff, retries) instead of waiting
+    /// out its deadline, and a cache learns at once that its watch fails.
     client: OnceCell<kube::Client>,
     kinds: Mutex<HashMap<(String, String), ResourceInfo>>,
     discovery: Discovery,
@@ -84,7 +88,7 @@ impl RealKube {
                     caches: settings.caches as usize,
                     memory: settings.cache_memory.0,
                 }),
-                throttle: Throttle::new(settings.qps, settings.burst),
+                throttle: Throttle::new("kube", settings.qps, settings.burst),
                 events: Correlator::default(),
                 requests: AtomicU64::new(0),
                 node: node.to_string(),
@@ -96,9 +100,10 @@ impl RealKube {
 
     async fn client(&self) -> Result<kube::Client, CapError> {
         let agent = user_agent(&self.shared.node);
+        let kubeconfig = self.shared.kubeconfig.as_deref();
         self.shared
             .client
-            .get_or_try_init(|| connect(self.shared.kubeconfig.as_deref(), &agent))
+            .get_or_try_init(|| connect(kubeconfig, &agent, false))
             .await
             .cloned()
     }
@@ -208,9 +213,13 @@ impl RealKube {
 /// A client: `kubeconfig` (`[host.kube] kubeconfig`), else in-cluster, else
 /// `KUBECONFIG` (or ~/.kube/config). `agent` says who calls in the API
 /// server's audit log ("tend/0.1.0 (node-1)").
+/// A client of the API server; `retry_unavailable`: it retries requests
+/// answered 429, 503 or 504 itself, with a backoff (kube's default), so the
+/// caller sees them only once that gives up, minutes later.
 pub async fn connect(
     kubeconfig: Option<&std::path::Path>,
     agent: &str,
+    retry_unavailable: bool,
 ) -> Result<kube::Client, CapError> {
     let mut config = match kubeconfig {
         Some(path) => {
@@ -232,6 +241,7 @@ pub async fn connect(
     if let Ok(agent) = http::HeaderValue::from_str(agent) {
         config.headers.push((http::header::USER_AGENT, agent));
     }
+    config.default_retry = retry_unavailable;
     kube::Client::try_from(config).map_err(|e| CapError::Unavailable(format!("kube client: {e}")))
 }
 
@@ -529,7 +539,11 @@ impl KubeBackend for RealKube {
             let client = self.client().await?;
             let meta = &object["metadata"];
             let name = meta["name"].as_str().unwrap_or_default();
-            let uid = meta["uid"].as_str().unwrap_or_default();
+            // An object that does not exist (yet) has no uid: its name stands in.
+            let uid = meta["uid"]
+                .as_str()
+                .map_or_else(|| format!("absent:{name}"), str::to_string);
+            let uid = uid.as_str();
             // Cluster-scoped objects' events live in "default", as the kubelet's do.
             let namespace = meta["namespace"].as_str().unwrap_or("default");
             let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client, namespace);

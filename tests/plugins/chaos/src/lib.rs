@@ -17,6 +17,8 @@
 //!   its error, if any, is the reconcile's error.
 //!
 //! Hostile modes, each an attack the host must contain (tests/e2e/hostile.rs):
+//! - `{"mode": "cloud-calls", "calls": [...]}`: cloud calls with any identifiers,
+//!   ungranted operations and instances of other owners (see `cloud.rs`).
 //! - `{"mode": "write", "path": P, "content": C, "file-mode": M}`: `write` with a mode
 //!   (for example setuid 0o4755).
 //! - `{"mode": "get", "url": U}`: one GET; its error is the reconcile's error.
@@ -68,6 +70,8 @@
 //! - `{"mode": "kube-event-flood", "api-version": A, "kind": K, "namespace": NS?,
 //!   "name": X, "count": N, "requeue-ms": R}`: N Warning Events "Flood" about X,
 //!   each with a message never seen before, then asks to run again after R ms.
+
+mod cloud;
 
 use serde::Deserialize;
 use tend_sdk::{
@@ -236,6 +240,10 @@ enum Mode {
         count: u32,
         #[serde(default)]
         distinct_kinds: bool,
+    },
+    /// Cloud calls, each in turn (see `cloud.rs`).
+    CloudCalls {
+        calls: Vec<cloud::CloudCall>,
     },
     /// `count` Events with distinct messages about one object, then requeue.
     #[serde(rename_all = "kebab-case")]
@@ -413,6 +421,7 @@ impl Plugin for Chaos {
                 }
                 Ok(Outcome::healthy(format!("recorded {recorded} series")))
             }
+            Mode::CloudCalls { calls } => Ok(Outcome::healthy(cloud::run_all(host, &calls))),
             Mode::CriSandboxes { op, ids } => {
                 let results: Vec<String> = ids
                     .iter()

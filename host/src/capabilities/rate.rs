@@ -1,10 +1,10 @@
-//! Client-side request rate of plugin traffic to the Kubernetes API: a token
-//! bucket per plugin (`[plugins.X.limits] kube-qps`, `kube-burst`) and one for
-//! all plugins together (`[host.kube] qps`, `burst`), as client-go's
-//! `flowcontrol` bounds a whole client. A call without a token waits for one
-//! (not an error) unless the wait would outlast the reconcile's deadline. The
-//! leader elector has its own client and never passes here, so its renewals
-//! never queue behind plugin traffic.
+//! Client-side request rate of plugin traffic to a remote API (kube, cloud): a
+//! token bucket per plugin (`[plugins.X.limits] <capability>-qps`,
+//! `<capability>-burst`) and one for all plugins together (`[host.<capability>]
+//! qps`, `burst`), as client-go's `flowcontrol` bounds a whole client. A call
+//! without a token waits for one (not an error) unless the wait would outlast
+//! the reconcile's deadline. Host traffic (kube's leader elector has its own
+//! client) never passes here, so it never queues behind plugin traffic.
 
 use crate::capabilities::error::CapError;
 use crate::capabilities::limits::raise;
@@ -102,6 +102,8 @@ pub struct Waits {
 }
 
 pub struct Throttle {
+    /// "kube": in messages and in the limits' names ("kube-qps").
+    capability: &'static str,
     host: Mutex<TokenBucket>,
     host_limits: (u32, u32),
     plugins: Mutex<HashMap<String, TokenBucket>>,
@@ -109,8 +111,9 @@ pub struct Throttle {
 }
 
 impl Throttle {
-    pub fn new(qps: u32, burst: u32) -> Self {
+    pub fn new(capability: &'static str, qps: u32, burst: u32) -> Self {
         Throttle {
+            capability,
             host: Mutex::new(TokenBucket::new(qps, burst)),
             host_limits: (qps, burst),
             plugins: Mutex::default(),
@@ -136,7 +139,8 @@ impl Throttle {
                     Some(wait) => wait,
                     None => {
                         drop(plugins);
-                        return Err(self.refused(a, raise(a.plugin, "kube-qps", a.qps)));
+                        let limit = format!("{}-qps", self.capability);
+                        return Err(self.refused(a, raise(a.plugin, &limit, a.qps)));
                     }
                 }
             }
@@ -150,7 +154,10 @@ impl Throttle {
             let (qps, _) = self.host_limits;
             return Err(self.refused(
                 a,
-                format!("all plugins together make {qps} requests a second: raise [host.kube] qps"),
+                format!(
+                    "all plugins together make {qps} requests a second: raise [host.{}] qps",
+                    self.capability
+                ),
             ));
         };
         let wait = plugin_wait.max(host_wait);
@@ -173,12 +180,13 @@ impl Throttle {
         if w.refused == 1 {
             tracing::warn!(
                 plugin = a.plugin,
-                "kube request rate: a call would wait past the reconcile's deadline; {fix}"
+                "{} request rate: a call would wait past the reconcile's deadline; {fix}",
+                self.capability
             );
         }
         CapError::Timeout(format!(
-            "kube request rate: the next request slot comes after this reconcile's deadline ({:?} left); {fix}",
-            a.within
+            "{} request rate: the next request slot comes after this reconcile's deadline ({:?} left); {fix}",
+            self.capability, a.within
         ))
     }
 
@@ -203,7 +211,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_burst_then_the_rate() {
-        let throttle = Throttle::new(100, 100);
+        let throttle = Throttle::new("kube", 100, 100);
         let start = Instant::now();
         for _ in 0..10 {
             throttle
@@ -229,7 +237,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_slot_past_the_deadline_is_refused_and_takes_nothing() {
-        let throttle = Throttle::new(100, 100);
+        let throttle = Throttle::new("kube", 100, 100);
         for _ in 0..10 {
             throttle
                 .acquire(Some(&asker(Duration::from_secs(30))))
@@ -257,7 +265,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_host_bucket_bounds_all_plugins_and_host_calls_never_time_out() {
-        let throttle = Throttle::new(2, 4);
+        let throttle = Throttle::new("kube", 2, 4);
         let other = Asker {
             plugin: "q",
             ..asker(Duration::from_secs(30))

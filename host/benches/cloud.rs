@@ -1,0 +1,142 @@
+//! The cloud capability and its plugins (numbers go to docs/benchmarks.md).
+//! Needs `cargo xtask plugins` first, and the venv `cargo xtask test` makes
+//! (moto, the Kubernetes and OpenStack fakes).
+//!
+//!   cargo bench -p tend --bench cloud
+//!
+//! - node-reaper in the sandbox over 10,000 instances and 10,000 Nodes (the
+//!   host's in-memory cloud and Kubernetes backends): one whole reconcile,
+//!   listing both across the WIT boundary, parsing, deciding, reporting;
+//! - API requests of one node-reaper pass, counted at the peer (the OpenStack
+//!   fake, moto behind its proxy);
+//! - idle RSS of the release `tend run` with the cloud capability (each
+//!   provider) and node-reaper loaded.
+
+mod common;
+use common::{bench_config, timed_reconcile};
+use serde_json::json;
+use std::time::Duration;
+use tend::capabilities::Services;
+use tend::capabilities::cloud::FakeCloud;
+use tend::runtime::Runtime;
+use tend_e2e::cloud::{CloudPeer, Provider};
+use tend_e2e::{KubeApi, Sandbox, plugin_status, rss_kib, time_until};
+
+const COUNT: usize = 10_000;
+const OWNER: (&str, &str) = ("kubernetes-cluster", "bench");
+
+fn reaper_config(extra_host: &str) -> String {
+    format!(
+        "{extra_host}[plugins.node-reaper]\nscope = \"cluster\"\ninterval = \"1h\"\n\
+         [plugins.node-reaper.grants]\n\
+         cloud = {{ operations = [\"list-instances\", \"delete-instance\"], instances = [{{ tag = \"{0}\", value = \"{1}\" }}] }}\n\
+         kube = [{{ resource = \"nodes\", verbs = [\"get\", \"list\", \"watch\"] }}]\n\
+         [plugins.node-reaper.limits]\nread-per-reconcile = \"256MiB\"\nread-per-call = \"128MiB\"\n\
+         [plugins.node-reaper.config]\nowner = {{ tag = \"{0}\", value = \"{1}\" }}\nmode = \"report\"\n",
+        OWNER.0, OWNER.1
+    )
+}
+
+/// One node-reaper reconcile over 10,000 instances and Nodes, in process.
+fn reaper_in_the_sandbox() {
+    let config = bench_config(&format!(
+        "[host.leader-election]\nnamespace = \"kube-system\"\nname = \"bench\"\n{}",
+        reaper_config("")
+    ));
+    let (services, fakes) = Services::fake();
+    for n in 0..COUNT {
+        let id = format!("i-{n:017x}");
+        let mut instance = FakeCloud::instance(&id, &format!("ip-{n}"), &[OWNER]);
+        instance.created_at_ms = 1_000;
+        instance.private_addresses = vec![format!("10.{}.{}.{}", n >> 16, (n >> 8) & 255, n & 255)];
+        fakes.cloud.add_instance(instance);
+        fakes.kube.put(
+            "nodes",
+            json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": format!("ip-{n}"), "uid": format!("u-{n}")},
+                "spec": {"providerID": format!("aws:///us-east-1a/{id}")},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            }),
+        );
+    }
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    tokio.block_on(async {
+        let runtime = Runtime::new(None).unwrap();
+        let plugin_config = &config.plugins["node-reaper"];
+        let plugin = runtime.load(&plugin_config.file).unwrap();
+        let mut times = Vec::new();
+        let mut message = String::new();
+        for _ in 0..11 {
+            let (elapsed, report) = timed_reconcile(&runtime, &plugin, plugin_config, &services).await;
+            message = report.result.expect("node-reaper reconciles").message;
+            times.push(elapsed);
+        }
+        times.sort();
+        println!(
+            "node-reaper, {COUNT} instances + {COUNT} Nodes, one reconcile in the sandbox (median of 11): {:.1} ms (min {:.1}, max {:.1})\n  outcome: {message}",
+            times[5].as_secs_f64() * 1e3,
+            times[0].as_secs_f64() * 1e3,
+            times[10].as_secs_f64() * 1e3,
+        );
+    });
+}
+
+/// The release daemon with node-reaper against `provider` (50 instances, one
+/// Node each): the requests of one pass, counted at the peer, then idle RSS.
+fn daemon_with(provider: Provider) {
+    let peer = CloudPeer::start(provider);
+    let instances = 50;
+    let api = KubeApi::start();
+    for (n, id) in peer.add_instances(instances, &[OWNER]).iter().enumerate() {
+        let scheme = match provider {
+            Provider::OpenStack => "openstack",
+            Provider::Aws => "aws",
+        };
+        let node = json!({"apiVersion": "v1", "kind": "Node",
+                          "metadata": {"name": format!("node-{n}")},
+                          "spec": {"providerID": format!("{scheme}:///{id}")},
+                          "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        let (code, body) = api.call("POST", "/api/v1/nodes", Some(&node));
+        assert_eq!(code, 201, "{body}");
+    }
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("node-reaper", "node-reaper");
+    let port = tend_e2e::free_port();
+    sandbox.config_with_host(
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\n{}\n[host.kube]\nkubeconfig = \"{}\"\n[host.leader-election]\nnamespace = \"kube-system\"\nname = \"bench\"\n",
+            peer.host_config(),
+            api.kubeconfig().display()
+        ),
+        &reaper_config(""),
+    );
+    let env: Vec<(&str, String)> = peer.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let daemon = sandbox.daemon_with_env(&env);
+    time_until(Duration::from_secs(60), "node-reaper's first pass", || {
+        plugin_status(port, "node-reaper")["reconciles"].as_u64() >= Some(1)
+    });
+    peer.clear_requests();
+    sandbox.tend_with_env(&["reconcile", "node-reaper"], &env);
+    let requests = peer.request_count();
+    std::thread::sleep(Duration::from_secs(5));
+    println!(
+        "{provider:?}, {instances} instances and Nodes: one node-reaper pass made {requests} requests; idle RSS of tend {} KiB",
+        rss_kib(daemon.pid())
+    );
+}
+
+fn main() {
+    // SAFETY: no other thread runs yet. The harness runs `tend` from TEND_BIN:
+    // here the release build cargo made for this bench.
+    unsafe { std::env::set_var("TEND_BIN", env!("CARGO_BIN_EXE_tend")) };
+    reaper_in_the_sandbox();
+    for provider in [Provider::OpenStack, Provider::Aws] {
+        daemon_with(provider);
+    }
+}

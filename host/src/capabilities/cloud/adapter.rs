@@ -1,0 +1,348 @@
+//! The `cloud` adapter of one reconcile. Every call checks identifiers for
+//! their shape first (before the grant, before any request), then the grant,
+//! then asks the backend. Instances are the plugin's only through a granted
+//! ownership tag, key and value, as the provider reports it: a listing keeps
+//! only instances that carry it (a provider ignoring the filter cannot widen
+//! the grant), and one instance is fetched (or taken from what this reconcile
+//! already listed) before anything is done to it. Every mutation passes the
+//! gate, its target naming the instance or group and the rule.
+
+use super::backend::{CloudBackend, Instance, InstanceState, OwnerTag, Rule, SecurityGroup};
+use super::grants::{
+    CloudGrant, Operation, check_group, check_group_id, check_group_name, check_instance_id,
+    check_operation, check_owned, check_owner, check_rule, describe_rule,
+};
+use crate::capabilities::call::Call;
+use crate::capabilities::capability::Capability;
+use crate::capabilities::error::CapError;
+use crate::capabilities::gate::Intent;
+use crate::text::{cut, inert};
+use serde::{Deserialize, Deserializer, de::Error as _};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// `[host.cloud]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CloudSettings {
+    /// Whose API: without one every call is `unavailable`.
+    pub provider: Option<Provider>,
+    /// OpenStack: the clouds.yaml entry (else `OS_CLOUD`, else the `OS_*`
+    /// variables).
+    pub cloud: Option<String>,
+    /// The region (else the provider's environment: `OS_REGION_NAME`, `AWS_REGION`).
+    pub region: Option<String>,
+    /// Override, for tests: the EC2 endpoint (AWS) or the Keystone auth URL
+    /// (OpenStack).
+    pub endpoint: Option<Endpoint>,
+    /// Requests a second of all plugins together (each plugin also has its
+    /// own `cloud-qps`).
+    pub qps: u32,
+    pub burst: u32,
+}
+
+impl Default for CloudSettings {
+    fn default() -> Self {
+        CloudSettings {
+            provider: None,
+            cloud: None,
+            region: None,
+            endpoint: None,
+            qps: 10,
+            burst: 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    OpenStack,
+    Aws,
+}
+
+impl<'de> Deserialize<'de> for Provider {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        match text.as_str() {
+            "openstack" => Ok(Provider::OpenStack),
+            "aws" => Ok(Provider::Aws),
+            _ => Err(D::Error::custom(format!(
+                "unknown cloud provider {:?}: expected \"openstack\" or \"aws\"",
+                inert(&text)
+            ))),
+        }
+    }
+}
+
+/// An http(s) URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint(pub String);
+
+impl<'de> Deserialize<'de> for Endpoint {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        match reqwest::Url::parse(&text) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {
+                Ok(Endpoint(text))
+            }
+            _ => Err(D::Error::custom(format!(
+                "invalid cloud endpoint {:?}: expected an http:// or https:// URL, for example \"https://keystone.example.com:5000/v3\"",
+                inert(&text)
+            ))),
+        }
+    }
+}
+
+/// The most instances one reconcile remembers (beyond: fetched when acted on).
+const REMEMBERED: usize = 4096;
+/// The most bytes of a provider's instance name a journal target shows.
+const SHOWN_NAME: usize = 128;
+
+pub struct PluginCloud {
+    pub(super) backend: Arc<dyn CloudBackend>,
+    pub(super) grant: CloudGrant,
+    pub(super) call: Arc<Call>,
+    /// The instances this reconcile listed or got, by ID: a following delete
+    /// or add-to-group needs no request to learn their tags, state and groups.
+    pub(super) seen: Mutex<HashMap<String, Instance>>,
+}
+
+impl PluginCloud {
+    fn plugin(&self) -> &str {
+        &self.call.plugin
+    }
+
+    fn remember(&self, instance: &Instance) {
+        let mut seen = self.seen.lock().unwrap();
+        if seen.len() < REMEMBERED || seen.contains_key(&instance.id) {
+            seen.insert(instance.id.clone(), instance.clone());
+        }
+    }
+
+    /// Every instance tagged `owner` that really carries it.
+    pub async fn list_instances(&self, owner: &OwnerTag) -> Result<Vec<Instance>, CapError> {
+        check_owner(&self.grant, self.plugin(), &owner.key, &owner.value)?;
+        let mut instances = self.backend.list_instances(owner).await?;
+        instances.retain(|i| {
+            i.tags
+                .iter()
+                .any(|(k, v)| *k == owner.key && *v == owner.value)
+        });
+        for instance in &instances {
+            self.remember(instance);
+        }
+        Ok(instances)
+    }
+
+    /// Instance `id` for `operation`: its shape, the operation granted, the
+    /// instance (remembered when `cached`, else fetched), then its ownership.
+    /// None when the provider does not have it.
+    async fn owned(
+        &self,
+        operation: Operation,
+        id: &str,
+        cached: bool,
+    ) -> Result<Option<Instance>, CapError> {
+        check_instance_id(id)?;
+        check_operation(
+            &self.grant,
+            self.plugin(),
+            operation,
+            &format!("instance {id}"),
+        )?;
+        let remembered = cached
+            .then(|| self.seen.lock().unwrap().get(id).cloned())
+            .flatten();
+        let instance = match remembered {
+            Some(instance) => instance,
+            None => match self.backend.get_instance(id).await? {
+                Some(instance) => {
+                    self.remember(&instance);
+                    instance
+                }
+                None => return Ok(None),
+            },
+        };
+        check_owned(&self.grant, self.plugin(), operation, id, &instance.tags)?;
+        Ok(Some(instance))
+    }
+
+    pub async fn get_instance(&self, id: &str) -> Result<Instance, CapError> {
+        match self.owned(Operation::GetInstance, id, false).await? {
+            Some(i) if i.state != InstanceState::Terminated => Ok(i),
+            _ => Err(CapError::NotFound(format!(
+                "cloud get-instance: no instance {id}"
+            ))),
+        }
+    }
+
+    /// Delete instance `id`; one already gone, deleting or terminated is
+    /// success, with no request and no mutation.
+    pub async fn delete_instance(&self, id: &str) -> Result<(), CapError> {
+        let Some(instance) = self.owned(Operation::DeleteInstance, id, true).await? else {
+            return Ok(());
+        };
+        if matches!(
+            instance.state,
+            InstanceState::Deleting | InstanceState::Terminated
+        ) {
+            return Ok(());
+        }
+        let intent = self.intent(Operation::DeleteInstance, target(&instance), String::new());
+        self.call
+            .gate
+            .mutate(intent, Ok(()), |permit| {
+                self.backend.delete_instance(permit, id)
+            })
+            .await?;
+        if let Some(seen) = self.seen.lock().unwrap().get_mut(id) {
+            seen.state = InstanceState::Deleting;
+        }
+        Ok(())
+    }
+
+    /// The granted groups among `ids` (every granted group when empty).
+    pub async fn list_security_groups(
+        &self,
+        ids: &[String],
+    ) -> Result<Vec<SecurityGroup>, CapError> {
+        for id in ids {
+            check_group_id(id)?;
+        }
+        let operation = Operation::ListSecurityGroups;
+        let wanted: Vec<String> = if ids.is_empty() {
+            check_operation(
+                &self.grant,
+                self.plugin(),
+                operation,
+                "every granted security group",
+            )?;
+            self.grant
+                .security_groups
+                .iter()
+                .map(|g| g.0.clone())
+                .collect()
+        } else {
+            for id in ids {
+                check_group(&self.grant, self.plugin(), operation, id)?;
+            }
+            ids.to_vec()
+        };
+        if wanted.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut groups = self.backend.list_security_groups(&wanted).await?;
+        groups.retain(|g| wanted.contains(&g.id));
+        Ok(groups)
+    }
+
+    /// The ID of the one granted group named `name`.
+    pub async fn find_security_group(&self, name: &str) -> Result<String, CapError> {
+        check_group_name(name)?;
+        let operation = Operation::ListSecurityGroups;
+        let what = format!("security groups named {name:?}");
+        check_operation(&self.grant, self.plugin(), operation, &what)?;
+        let groups = self.backend.find_security_groups(name).await?;
+        let (granted, ungranted): (Vec<_>, Vec<_>) = groups
+            .iter()
+            .filter(|g| g.name == name)
+            .map(|g| g.id.as_str())
+            .partition(|id| self.grant.security_groups.iter().any(|g| g.0 == *id));
+        match granted.as_slice() {
+            [id] => Ok(id.to_string()),
+            [] if ungranted.is_empty() => Err(CapError::NotFound(format!(
+                "cloud find-security-group: no security group is named {name:?}"
+            ))),
+            [] => Err(CapError::NotFound(format!(
+                "cloud find-security-group: no granted security group is named {name:?}; {} {} that name but {} not granted: add {} to security-groups in [plugins.{}.grants] cloud",
+                shown_ids(&ungranted),
+                if ungranted.len() == 1 { "has" } else { "have" },
+                if ungranted.len() == 1 { "is" } else { "are" },
+                ungranted
+                    .iter()
+                    .map(|id| format!("{:?}", inert(id)))
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+                self.plugin()
+            ))),
+            several => Err(CapError::Conflict(format!(
+                "cloud find-security-group: {} granted security groups are named {name:?} ({}): pin the group by its ID instead of its name",
+                several.len(),
+                shown_ids(several)
+            ))),
+        }
+    }
+
+    /// Add `rule` to `group_id` unless the provider has an equal one.
+    pub async fn ensure_rule(&self, group_id: &str, rule: &Rule) -> Result<bool, CapError> {
+        check_group_id(group_id)?;
+        check_rule(rule)?;
+        check_group(&self.grant, self.plugin(), Operation::EnsureRule, group_id)?;
+        let detail = rule
+            .description
+            .as_deref()
+            .map(|d| format!("description {:?}", inert(d)))
+            .unwrap_or_default();
+        let target = format!("{group_id} {}", describe_rule(rule));
+        let intent = self.intent(Operation::EnsureRule, target, detail);
+        self.call
+            .gate
+            .mutate(intent, Ok(true), |permit| {
+                self.backend.ensure_rule(permit, group_id, rule)
+            })
+            .await
+    }
+
+    /// Make instance `instance_id` a member of `group_id`: false when it
+    /// already is (no mutation).
+    pub async fn add_to_group(&self, instance_id: &str, group_id: &str) -> Result<bool, CapError> {
+        check_instance_id(instance_id)?;
+        check_group_id(group_id)?;
+        check_group(&self.grant, self.plugin(), Operation::AddToGroup, group_id)?;
+        let Some(instance) = self.owned(Operation::AddToGroup, instance_id, true).await? else {
+            return Err(CapError::NotFound(format!(
+                "cloud add-to-group: no instance {instance_id}"
+            )));
+        };
+        if instance.security_groups.iter().any(|g| g == group_id) {
+            return Ok(false);
+        }
+        let target = format!("{} to {group_id}", target(&instance));
+        let intent = self.intent(Operation::AddToGroup, target, String::new());
+        let added = self
+            .call
+            .gate
+            .mutate(intent, Ok(true), |permit| {
+                self.backend.add_to_group(permit, &instance, group_id)
+            })
+            .await?;
+        if let Some(seen) = self.seen.lock().unwrap().get_mut(instance_id) {
+            seen.security_groups.push(group_id.to_string());
+        }
+        Ok(added)
+    }
+
+    fn intent(&self, operation: Operation, target: String, detail: String) -> Intent {
+        Intent {
+            capability: Self::NAME,
+            operation: operation.name(),
+            target,
+            detail,
+            diff: None,
+        }
+    }
+}
+
+/// "i-0abc (name node-7)": the provider's name bounded and inert.
+fn target(instance: &Instance) -> String {
+    let name = cut(inert(&instance.name).into_owned(), SHOWN_NAME);
+    format!("{} (name {name})", instance.id)
+}
+
+/// Provider IDs in a message (they did not pass our shape checks: inert).
+fn shown_ids(ids: &[&str]) -> String {
+    ids.iter()
+        .map(|id| inert(id).into_owned())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,199 @@
+//! What a plugin's cloud grant allows: the pure rules live in `tend-rules`
+//! (shared with the SDK's fake); here they meet the host's error type and the
+//! WIT's rule record.
+
+use super::backend::{Direction, EtherType, Protocol, Remote, Rule};
+use crate::capabilities::error::CapError;
+use tend_rules::cloud as rules;
+pub use tend_rules::cloud::{CloudGrant, Operation, RuleSpec};
+
+/// Is `id` an instance ID (before any request)?
+pub fn check_instance_id(id: &str) -> Result<(), CapError> {
+    Ok(rules::check_instance_id(id)?)
+}
+
+/// Is `id` a security group ID (before any request)?
+pub fn check_group_id(id: &str) -> Result<(), CapError> {
+    Ok(rules::check_group_id(id)?)
+}
+
+/// Is `name` a security group name to look up?
+pub fn check_group_name(name: &str) -> Result<(), CapError> {
+    Ok(rules::check_group_name(name)?)
+}
+
+/// May `plugin` perform `operation` (on `what`, for the message)?
+pub fn check_operation(
+    grant: &CloudGrant,
+    plugin: &str,
+    operation: Operation,
+    what: &str,
+) -> Result<(), CapError> {
+    Ok(grant.check_operation(plugin, operation, what)?)
+}
+
+/// May `plugin` list the instances tagged `key` = `value`?
+pub fn check_owner(
+    grant: &CloudGrant,
+    plugin: &str,
+    key: &str,
+    value: &str,
+) -> Result<(), CapError> {
+    Ok(grant.check_owner(plugin, key, value)?)
+}
+
+/// May `plugin` perform `operation` on instance `id`, which carries `tags`?
+pub fn check_owned(
+    grant: &CloudGrant,
+    plugin: &str,
+    operation: Operation,
+    id: &str,
+    tags: &[(String, String)],
+) -> Result<(), CapError> {
+    let pairs = tags.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    Ok(grant.check_owned(plugin, operation, id, pairs)?)
+}
+
+/// May `plugin` perform `operation` on security group `id`?
+pub fn check_group(
+    grant: &CloudGrant,
+    plugin: &str,
+    operation: Operation,
+    id: &str,
+) -> Result<(), CapError> {
+    Ok(grant.check_group(plugin, operation, id)?)
+}
+
+/// Is `rule` a rule a provider can hold?
+pub fn check_rule(rule: &Rule) -> Result<(), CapError> {
+    Ok(spec(rule).check(rule.description.as_deref())?)
+}
+
+/// The WIT rule as the rules crate sees it (what "the same rule" compares).
+pub fn spec(rule: &Rule) -> RuleSpec {
+    RuleSpec {
+        direction: match rule.direction {
+            Direction::Ingress => rules::Direction::Ingress,
+            Direction::Egress => rules::Direction::Egress,
+        },
+        ether_type: match rule.ether_type {
+            EtherType::Ipv4 => rules::EtherType::Ipv4,
+            EtherType::Ipv6 => rules::EtherType::Ipv6,
+        },
+        protocol: match rule.protocol {
+            Protocol::Any => rules::Protocol::Any,
+            Protocol::Tcp => rules::Protocol::Tcp,
+            Protocol::Udp => rules::Protocol::Udp,
+            Protocol::Icmp => rules::Protocol::Icmp,
+            Protocol::Icmpv6 => rules::Protocol::Icmpv6,
+            Protocol::Number(n) => rules::Protocol::Number(n),
+        },
+        ports: rule.ports.map(|p| (p.min, p.max)),
+        remote: match &rule.remote {
+            Remote::Cidr(cidr) => rules::Remote::Cidr(cidr.clone()),
+            Remote::Group(id) => rules::Remote::Group(id.clone()),
+        },
+    }
+}
+
+/// A rule in the words of the journal: "ingress ipv4 tcp 1-65535 from
+/// 10.244.0.0/16", "egress ipv6 icmpv6 type 128 code 0 from group sg-1".
+pub fn describe_rule(rule: &Rule) -> String {
+    let direction = match rule.direction {
+        Direction::Ingress => "ingress",
+        Direction::Egress => "egress",
+    };
+    let ether = match rule.ether_type {
+        EtherType::Ipv4 => "ipv4",
+        EtherType::Ipv6 => "ipv6",
+    };
+    let protocol = match rule.protocol {
+        Protocol::Any => "any".to_string(),
+        Protocol::Tcp => "tcp".to_string(),
+        Protocol::Udp => "udp".to_string(),
+        Protocol::Icmp => "icmp".to_string(),
+        Protocol::Icmpv6 => "icmpv6".to_string(),
+        Protocol::Number(n) => format!("protocol {n}"),
+    };
+    let ports = match (rule.protocol, rule.ports) {
+        (_, None) => String::new(),
+        (Protocol::Icmp | Protocol::Icmpv6, Some(p)) => format!(" type {} code {}", p.min, p.max),
+        (_, Some(p)) => format!(" {}-{}", p.min, p.max),
+    };
+    let remote = match &rule.remote {
+        Remote::Cidr(cidr) => cidr.clone(),
+        Remote::Group(id) => format!("group {id}"),
+    };
+    format!("{direction} {ether} {protocol}{ports} from {remote}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::cloud::PortRange;
+
+    fn rule(protocol: Protocol, ports: Option<(u16, u16)>, remote: Remote) -> Rule {
+        Rule {
+            direction: Direction::Ingress,
+            ether_type: EtherType::Ipv4,
+            protocol,
+            ports: ports.map(|(min, max)| PortRange { min, max }),
+            remote,
+            description: None,
+        }
+    }
+
+    #[test]
+    fn refusals_become_capability_errors() {
+        let grant: CloudGrant = toml::from_str(
+            "operations = [\"ensure-rule\"]\nsecurity-groups = [\"sg-0123456789abcdef0\"]",
+        )
+        .unwrap();
+        assert!(check_group(&grant, "p", Operation::EnsureRule, "sg-0123456789abcdef0").is_ok());
+        let err = check_group(&grant, "p", Operation::AddToGroup, "sg-0123456789abcdef0");
+        assert_eq!(err.unwrap_err().kind(), "denied");
+        assert_eq!(check_instance_id("i-1/../x").unwrap_err().kind(), "invalid");
+        let tcp_all = rule(
+            Protocol::Tcp,
+            Some((1, 65535)),
+            Remote::Cidr("10.244.0.0/16".into()),
+        );
+        assert!(check_rule(&tcp_all).is_ok());
+        let backwards = rule(
+            Protocol::Tcp,
+            Some((22, 1)),
+            Remote::Cidr("10.0.0.0/8".into()),
+        );
+        assert_eq!(check_rule(&backwards).unwrap_err().kind(), "invalid");
+    }
+
+    #[test]
+    fn rules_are_described_as_given() {
+        let tcp_all = rule(
+            Protocol::Tcp,
+            Some((1, 65535)),
+            Remote::Cidr("10.244.0.0/16".into()),
+        );
+        assert_eq!(
+            describe_rule(&tcp_all),
+            "ingress ipv4 tcp 1-65535 from 10.244.0.0/16"
+        );
+        let ping = rule(
+            Protocol::Icmp,
+            Some((8, 0)),
+            Remote::Group("sg-0123456789abcdef0".into()),
+        );
+        assert_eq!(
+            describe_rule(&ping),
+            "ingress ipv4 icmp type 8 code 0 from group sg-0123456789abcdef0"
+        );
+        assert_eq!(
+            describe_rule(&rule(
+                Protocol::Number(47),
+                None,
+                Remote::Cidr("0.0.0.0/0".into())
+            )),
+            "ingress ipv4 protocol 47 from 0.0.0.0/0"
+        );
+    }
+}

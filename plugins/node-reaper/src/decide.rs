@@ -1,0 +1,612 @@
+//! The decision of one pass, with no I/O: which instances are registered,
+//! which are candidates, which breakers are open, what may be deleted now,
+//! and what to remember. Pure and linear (hash maps by instance ID, name and
+//! IP), so a benchmark can drive it natively with 10,000 instances and Nodes.
+
+use crate::nodes::NodeInfo;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use tend_sdk::{Instance, InstanceState, OwnerTag};
+
+/// What the decision is told by the config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// The cluster's ownership tag: only instances carrying it are judged.
+    pub owner: OwnerTag,
+    pub registration_timeout_ms: u64,
+    /// The tag naming an instance's pool; without it, one pool ("").
+    pub pool_tag: Option<String>,
+    /// Registration timeouts of pools, by the pool tag's value.
+    pub pool_timeouts_ms: HashMap<String, u64>,
+    pub error_grace_ms: u64,
+    /// Delete errored instances even when they once were Nodes.
+    pub delete_errored_all: bool,
+    /// A candidate must have been one this long, over two passes at least.
+    pub confirm_after_ms: u64,
+    pub max_fraction: f64,
+    pub min_breaker_candidates: usize,
+    pub max_not_ready: f64,
+    pub max_deletions_per_pass: usize,
+    pub protect_tag: String,
+    /// The operator's reset token: a new value clears the latched breakers.
+    pub breaker_reset: String,
+    /// Recent launches remembered per pool for the churn guard.
+    pub churn_window: usize,
+    /// Failed registrations among them that trip it (when most failed).
+    pub churn_min_failures: usize,
+}
+
+impl Policy {
+    /// The defaults of the config, for the cluster `owner`.
+    pub fn new(owner: OwnerTag) -> Self {
+        Policy {
+            owner,
+            registration_timeout_ms: 20 * MINUTE,
+            pool_tag: None,
+            pool_timeouts_ms: HashMap::new(),
+            error_grace_ms: 5 * MINUTE,
+            delete_errored_all: false,
+            confirm_after_ms: MINUTE,
+            max_fraction: 0.5,
+            min_breaker_candidates: 3,
+            max_not_ready: 0.5,
+            max_deletions_per_pass: 1,
+            protect_tag: "tend.dev/protect".into(),
+            breaker_reset: String::new(),
+            churn_window: 6,
+            churn_min_failures: 3,
+        }
+    }
+
+    fn pool_of<'a>(&self, instance: &'a Instance) -> &'a str {
+        let tag = self.pool_tag.as_deref();
+        tag.and_then(|key| instance.tag(key)).unwrap_or_default()
+    }
+
+    fn timeout_ms(&self, pool: &str) -> u64 {
+        let timeout = self.pool_timeouts_ms.get(pool);
+        timeout.copied().unwrap_or(self.registration_timeout_ms)
+    }
+}
+
+const MINUTE: u64 = 60_000;
+
+/// What the plugin remembers between passes (one JSON value in `state`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+pub struct Memory {
+    /// When the Node listing last succeeded after failing (or first
+    /// succeeded): registration timeouts count from no earlier.
+    pub api_healthy_since_ms: Option<u64>,
+    /// When the Node listing started failing, while it fails.
+    pub api_down_since_ms: Option<u64>,
+    /// Candidates of the last pass, by instance ID: when first seen as one.
+    pub candidates: BTreeMap<String, u64>,
+    /// Instances in error, by ID: when first seen so.
+    pub errored_since: BTreeMap<String, u64>,
+    /// Listed instances that were ever matched to a Node.
+    pub ever_matched: BTreeSet<String>,
+    /// The deletion in flight of each pool.
+    pub in_flight: BTreeMap<String, InFlight>,
+    /// Each pool's most recent launches, newest first: the churn guard's view.
+    pub launches: BTreeMap<String, Vec<Launch>>,
+    /// Latched breakers ("max-fraction", "churn:<pool>"), open until the
+    /// operator changes `breaker-reset`.
+    pub latched: BTreeMap<String, Latch>,
+    /// The `breaker-reset` the latches were set under.
+    pub breaker_reset: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct InFlight {
+    pub id: String,
+    pub since_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Launch {
+    pub id: String,
+    pub created_at_ms: i64,
+    pub registered: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Latch {
+    pub since_ms: u64,
+    pub why: String,
+}
+
+/// The Node listing of this pass: listing the cloud came first.
+pub enum Nodes<'a> {
+    Listed(&'a [NodeInfo]),
+    /// Any error of the listing (an unsynced or failing watch answers
+    /// `unavailable`), with its message.
+    Failed(&'a str),
+}
+
+/// When the pass runs and whether it is the first after a start or a
+/// leader change (which never deletes).
+#[derive(Debug, Clone, Copy)]
+pub struct Pass {
+    pub now_ms: u64,
+    pub first: bool,
+}
+
+/// Which key matched an instance to a Node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchedBy {
+    ProviderId,
+    Name,
+    InternalIp,
+}
+
+/// Why an instance is a candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// Running or pending and no Node after its registration timeout.
+    RegistrationTimeout,
+    /// In error past the grace, and never a Node (or `delete-errored = "all"`).
+    Errored,
+}
+
+impl Why {
+    /// The `reason` label of the deletions counter.
+    pub fn label(self) -> &'static str {
+        match self {
+            Why::RegistrationTimeout => "registration_timeout",
+            Why::Errored => "error",
+        }
+    }
+}
+
+/// A breaker: while one is open, nothing (or nothing in its pool) is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BreakerKind {
+    NodeListing,
+    NoNodes,
+    NotReady,
+    MaxFraction,
+    /// Per pool: most recent registrations there failed.
+    Churn,
+}
+
+impl BreakerKind {
+    pub const ALL: [BreakerKind; 5] = [
+        BreakerKind::NodeListing,
+        BreakerKind::NoNodes,
+        BreakerKind::NotReady,
+        BreakerKind::MaxFraction,
+        BreakerKind::Churn,
+    ];
+
+    /// Its name in messages and the `breaker` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            BreakerKind::NodeListing => "node_listing",
+            BreakerKind::NoNodes => "no_nodes",
+            BreakerKind::NotReady => "not_ready",
+            BreakerKind::MaxFraction => "max_fraction",
+            BreakerKind::Churn => "churn",
+        }
+    }
+}
+
+/// An open breaker and why, for the outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Breaker {
+    pub kind: BreakerKind,
+    pub detail: String,
+}
+
+/// Why a candidate is not deleted this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skip {
+    /// The first pass after a start or a leader change only looks.
+    FirstPass,
+    /// Seen as a candidate for less than `confirm-after` (or only now).
+    Unconfirmed {
+        left_ms: u64,
+    },
+    /// It carries the protect tag.
+    Protected,
+    Breaker(BreakerKind),
+    /// Its pool's previous victim (this ID) is not gone yet.
+    InFlight(String),
+    /// The per-pass cap is reached.
+    Cap,
+    /// The host's budget refused a deletion this pass (set by the caller).
+    Budget,
+}
+
+impl Skip {
+    /// Its name in counts and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Skip::FirstPass => "first pass",
+            Skip::Unconfirmed { .. } => "unconfirmed",
+            Skip::Protected => "protected",
+            Skip::Breaker(_) => "breaker",
+            Skip::InFlight(_) => "in flight",
+            Skip::Cap => "cap",
+            Skip::Budget => "budget",
+        }
+    }
+}
+
+/// What the pass makes of one instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// A Node matches it: kept.
+    Registered(MatchedBy),
+    /// Unregistered (or errored) and still within its timeout (grace).
+    Young {
+        why: Why,
+        left_ms: u64,
+    },
+    /// Deleting, terminated, rebooting, stopped by an operator or in a state
+    /// the provider's words do not say: left alone.
+    Skipped(InstanceState),
+    /// In error, but once a Node: reported, not deleted.
+    ErroredOnceRegistered,
+    Candidate {
+        why: Why,
+        skip: Skip,
+    },
+    Delete {
+        why: Why,
+    },
+}
+
+/// One instance's verdict: `index` into the instances given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub index: usize,
+    pub pool: String,
+    pub action: Action,
+}
+
+/// Instances by what they are, for the `instances` gauge.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub registered: usize,
+    /// Unregistered, within their registration timeout.
+    pub unregistered: usize,
+    /// Unregistered past their registration timeout.
+    pub long_unregistered: usize,
+    pub error: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// One per owned instance, in the order given; none when the Node
+    /// listing failed.
+    pub verdicts: Vec<Verdict>,
+    pub counts: Counts,
+    /// Open breakers (churn once per pool).
+    pub breakers: Vec<Breaker>,
+    pub memory: Memory,
+    /// When something waiting becomes due (a timeout, a confirmation).
+    pub next_due_in_ms: Option<u64>,
+}
+
+/// The Nodes by every key an instance can match them by.
+struct NodeIndex<'a> {
+    by_instance_id: HashSet<&'a str>,
+    by_name: HashSet<&'a str>,
+    by_ip: HashSet<&'a str>,
+}
+
+impl<'a> NodeIndex<'a> {
+    fn new(nodes: &'a [NodeInfo]) -> Self {
+        NodeIndex {
+            by_instance_id: nodes
+                .iter()
+                .filter_map(|n| n.instance_id.as_deref())
+                .collect(),
+            by_name: nodes.iter().map(|n| n.name.as_str()).collect(),
+            by_ip: (nodes.iter())
+                .flat_map(|n| n.internal_ips.iter().map(String::as_str))
+                .collect(),
+        }
+    }
+
+    /// The provider ID first, then the name, then an InternalIP: any match
+    /// keeps the instance, so extra keys only ever protect.
+    fn matches(&self, instance: &Instance) -> Option<MatchedBy> {
+        if self.by_instance_id.contains(instance.id.as_str()) {
+            Some(MatchedBy::ProviderId)
+        } else if self.by_name.contains(instance.name.as_str()) {
+            Some(MatchedBy::Name)
+        } else if (instance.private_addresses.iter()).any(|ip| self.by_ip.contains(ip.as_str())) {
+            Some(MatchedBy::InternalIp)
+        } else {
+            None
+        }
+    }
+}
+
+/// Judge every instance of the cluster against the Nodes, once.
+pub fn decide(
+    policy: &Policy,
+    memory: &Memory,
+    instances: &[Instance],
+    nodes: Nodes,
+    pass: Pass,
+) -> Decision {
+    let now = pass.now_ms;
+    let nodes = match nodes {
+        Nodes::Listed(nodes) => nodes,
+        Nodes::Failed(why) => return listing_failed(memory, why, now),
+    };
+    let owned: Vec<(usize, &Instance)> = (instances.iter().enumerate())
+        .filter(|(_, i)| i.is_owned_by(&policy.owner))
+        .collect();
+    let mut next = Memory {
+        // Healthy again (or for the first time): timeouts restart here.
+        api_healthy_since_ms: match (memory.api_down_since_ms, memory.api_healthy_since_ms) {
+            (None, Some(since)) => Some(since),
+            _ => Some(now),
+        },
+        api_down_since_ms: None,
+        breaker_reset: policy.breaker_reset.clone(),
+        latched: match memory.breaker_reset == policy.breaker_reset {
+            true => memory.latched.clone(),
+            false => BTreeMap::new(),
+        },
+        ..Memory::default()
+    };
+    let healthy_since = next.api_healthy_since_ms.unwrap_or(now);
+    let live = |i: &Instance| i.state != InstanceState::Terminated;
+    let by_id: HashMap<&str, &Instance> = owned.iter().map(|(_, i)| (i.id.as_str(), *i)).collect();
+    for (pool, flight) in &memory.in_flight {
+        if by_id.get(flight.id.as_str()).is_some_and(|i| live(i)) {
+            next.in_flight.insert(pool.clone(), flight.clone());
+        }
+    }
+
+    let index = NodeIndex::new(nodes);
+    let mut counts = Counts::default();
+    let mut verdicts = Vec::with_capacity(owned.len());
+    let mut candidates: Vec<(usize, Why)> = Vec::new();
+    let mut launches: BTreeMap<&str, Vec<Launch>> = BTreeMap::new();
+    let mut due: Vec<u64> = Vec::new();
+    for &(at, instance) in &owned {
+        let pool = policy.pool_of(instance);
+        let id = instance.id.as_str();
+        let launch = |registered| Launch {
+            id: id.to_string(),
+            created_at_ms: instance.created_at_ms,
+            registered,
+        };
+        let action = if let Some(by) = index.matches(instance) {
+            counts.registered += 1;
+            next.ever_matched.insert(id.to_string());
+            launches.entry(pool).or_default().push(launch(true));
+            Action::Registered(by)
+        } else {
+            if memory.ever_matched.contains(id) {
+                next.ever_matched.insert(id.to_string());
+            }
+            let (why, due_ms) = match instance.state {
+                InstanceState::Running | InstanceState::Pending => {
+                    let created = u64::try_from(instance.created_at_ms).unwrap_or(0);
+                    let start = created.max(healthy_since);
+                    (Why::RegistrationTimeout, start + policy.timeout_ms(pool))
+                }
+                InstanceState::Error => {
+                    counts.error += 1;
+                    let since = memory.errored_since.get(id).copied().unwrap_or(now);
+                    next.errored_since.insert(id.to_string(), since);
+                    if memory.ever_matched.contains(id) && !policy.delete_errored_all {
+                        verdicts.push(verdict(at, pool, Action::ErroredOnceRegistered));
+                        continue;
+                    }
+                    (Why::Errored, since + policy.error_grace_ms)
+                }
+                state => {
+                    verdicts.push(verdict(at, pool, Action::Skipped(state)));
+                    continue;
+                }
+            };
+            let timed_out = why == Why::RegistrationTimeout;
+            if now < due_ms {
+                counts.unregistered += usize::from(timed_out);
+                due.push(due_ms - now);
+                Action::Young {
+                    why,
+                    left_ms: due_ms - now,
+                }
+            } else {
+                counts.long_unregistered += usize::from(timed_out);
+                launches.entry(pool).or_default().push(launch(false));
+                if instance.tag(&policy.protect_tag).is_some() {
+                    Action::Candidate {
+                        why,
+                        skip: Skip::Protected,
+                    }
+                } else {
+                    candidates.push((verdicts.len(), why));
+                    Action::Delete { why }
+                }
+            }
+        };
+        verdicts.push(verdict(at, pool, action));
+    }
+
+    let mut breakers = Vec::new();
+    let cluster = owned.iter().filter(|(_, i)| live(i)).count();
+    let not_ready = nodes.iter().filter(|n| !n.ready).count();
+    if nodes.is_empty() && cluster > 0 {
+        breakers.push(Breaker {
+            kind: BreakerKind::NoNodes,
+            detail: format!("the Node listing is empty while {cluster} instance(s) exist"),
+        });
+    }
+    // Only Nodes count: an instance that never registered is not an
+    // unhealthy Node, so this breaker cannot block its own repair.
+    if !nodes.is_empty() && not_ready as f64 > policy.max_not_ready * nodes.len() as f64 {
+        breakers.push(Breaker {
+            kind: BreakerKind::NotReady,
+            detail: format!(
+                "{not_ready} of {} Node(s) are NotReady, over max-not-ready = {}",
+                nodes.len(),
+                policy.max_not_ready
+            ),
+        });
+    }
+    let fraction_tripped = candidates.len() > policy.min_breaker_candidates
+        && candidates.len() as f64 > policy.max_fraction * cluster as f64;
+    if fraction_tripped && !next.latched.contains_key(MAX_FRACTION) {
+        let why = format!(
+            "{} candidate(s) of {cluster} instance(s), over max-fraction = {}",
+            candidates.len(),
+            policy.max_fraction
+        );
+        next.latched
+            .insert(MAX_FRACTION.into(), Latch { since_ms: now, why });
+    }
+    next.launches = merge_launches(&memory.launches, launches, policy.churn_window);
+    for (pool, recent) in &next.launches {
+        let failed = recent.iter().filter(|l| !l.registered).count();
+        let key = churn_key(pool);
+        if failed >= policy.churn_min_failures
+            && failed * 2 > recent.len()
+            && !next.latched.contains_key(&key)
+        {
+            let why = format!(
+                "{failed} of the {} most recent launches in pool {} never registered",
+                recent.len(),
+                shown_pool(pool)
+            );
+            next.latched.insert(key, Latch { since_ms: now, why });
+        }
+    }
+    for (key, latch) in &next.latched {
+        let kind = match key.as_str() {
+            MAX_FRACTION => BreakerKind::MaxFraction,
+            _ => BreakerKind::Churn,
+        };
+        breakers.push(Breaker {
+            kind,
+            detail: format!("{} (latched; change breaker-reset to clear)", latch.why),
+        });
+    }
+    let global = (breakers.iter())
+        .find(|b| b.kind != BreakerKind::Churn)
+        .map(|b| b.kind);
+
+    // Oldest first: the longest-waiting candidate goes first.
+    candidates.sort_by_key(|(v, _)| instances[verdicts[*v].index].created_at_ms);
+    let seen = match pass.first {
+        true => &BTreeMap::new(),
+        false => &memory.candidates,
+    };
+    let mut taken: HashMap<String, String> = HashMap::new();
+    for (v, why) in candidates {
+        let instance = &instances[verdicts[v].index];
+        let pool = verdicts[v].pool.clone();
+        let first_seen = seen.get(&instance.id).copied();
+        next.candidates
+            .insert(instance.id.clone(), first_seen.unwrap_or(now));
+        let confirmed_at = first_seen.unwrap_or(now) + policy.confirm_after_ms;
+        let skip = if pass.first {
+            due.push(policy.confirm_after_ms.max(1));
+            Some(Skip::FirstPass)
+        } else if first_seen.is_none() || now < confirmed_at {
+            due.push(confirmed_at.saturating_sub(now).max(1));
+            Some(Skip::Unconfirmed {
+                left_ms: confirmed_at.saturating_sub(now),
+            })
+        } else if let Some(kind) = global {
+            Some(Skip::Breaker(kind))
+        } else if next.latched.contains_key(&churn_key(&pool)) {
+            Some(Skip::Breaker(BreakerKind::Churn))
+        } else if let Some(flight) = next.in_flight.get(&pool) {
+            Some(Skip::InFlight(flight.id.clone()))
+        } else if let Some(victim) = taken.get(&pool) {
+            Some(Skip::InFlight(victim.clone()))
+        } else if taken.len() >= policy.max_deletions_per_pass {
+            Some(Skip::Cap)
+        } else {
+            taken.insert(pool, instance.id.clone());
+            None
+        };
+        if let Some(skip) = skip {
+            verdicts[v].action = Action::Candidate { why, skip };
+        }
+    }
+    Decision {
+        verdicts,
+        counts,
+        breakers,
+        memory: next,
+        next_due_in_ms: due.into_iter().min(),
+    }
+}
+
+const MAX_FRACTION: &str = "max-fraction";
+
+fn churn_key(pool: &str) -> String {
+    format!("churn:{pool}")
+}
+
+/// A pool for operators: its tag value, or "(untagged)".
+pub fn shown_pool(pool: &str) -> &str {
+    if pool.is_empty() { "(untagged)" } else { pool }
+}
+
+fn verdict(index: usize, pool: &str, action: Action) -> Verdict {
+    Verdict {
+        index,
+        pool: pool.to_string(),
+        action,
+    }
+}
+
+/// The Node listing failed: nothing is judged, the outage is remembered
+/// (its time never counts towards a registration timeout).
+fn listing_failed(memory: &Memory, why: &str, now: u64) -> Decision {
+    let mut next = memory.clone();
+    next.api_down_since_ms = memory.api_down_since_ms.or(Some(now));
+    Decision {
+        verdicts: vec![],
+        counts: Counts::default(),
+        breakers: vec![Breaker {
+            kind: BreakerKind::NodeListing,
+            detail: format!("listing Nodes failed: {why}"),
+        }],
+        memory: next,
+        next_due_in_ms: None,
+    }
+}
+
+/// Each pool's `window` most recent launches, newest first: this pass's
+/// observations replace the remembered ones of the same instance.
+fn merge_launches(
+    previous: &BTreeMap<String, Vec<Launch>>,
+    mut now: BTreeMap<&str, Vec<Launch>>,
+    window: usize,
+) -> BTreeMap<String, Vec<Launch>> {
+    let mut merged = BTreeMap::new();
+    let pools: BTreeSet<&str> = (previous.keys().map(String::as_str))
+        .chain(now.keys().copied())
+        .collect();
+    for pool in pools {
+        let mut recent = now.remove(pool).unwrap_or_default();
+        let fresh: HashSet<String> = recent.iter().map(|l| l.id.clone()).collect();
+        let old = previous.get(pool).into_iter().flatten();
+        recent.extend(old.filter(|l| !fresh.contains(&l.id)).cloned());
+        recent.sort_by(|a, b| (b.created_at_ms, &b.id).cmp(&(a.created_at_ms, &a.id)));
+        recent.truncate(window);
+        if !recent.is_empty() {
+            merged.insert(pool.to_string(), recent);
+        }
+    }
+    merged
+}
+
+#[cfg(test)]
+mod tests;

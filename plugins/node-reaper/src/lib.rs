@@ -1,0 +1,635 @@
+//! node-reaper: delete cloud instances that never became Kubernetes Nodes.
+//!
+//! An instance that boots but never registers (a broken image, a bootstrap
+//! token expired, a network that never came up) costs money and a place in
+//! its pool's quota forever; one in ERROR that never registered too. Reapers
+//! have also deleted what they should not: Kubernikus deleted pool `ab`'s
+//! nodes while managing pool `a` (membership by a name prefix),
+//! cluster-autoscaler's unhealthy-cluster breaker counted unregistered
+//! instances as unhealthy and so blocked its own repair, and reapers acting
+//! on a stale or empty Node list deleted healthy nodes. So:
+//!
+//! - **Membership** is the cluster's ownership tag, key and value (`owner`:
+//!   AWS `kubernetes.io/cluster/<name> = owned`, an OpenStack metadata key),
+//!   never a name prefix: the host lists only instances carrying it.
+//! - **Matching**: an instance is a Node's when a Node's `spec.providerID`
+//!   names its ID (every form: `aws:///zone/i-x`, `aws:///i-x`,
+//!   `openstack:///uuid`, `openstack:///region/uuid`), else its name is a
+//!   Node's name, else one of its private addresses is a Node's InternalIP.
+//!   Any match keeps it: extra keys only ever protect.
+//! - **Order and freshness**: the cloud is listed first, then the Nodes (from
+//!   the host's watch cache: any error, such as `unavailable` from a watch not
+//!   synced, is "the Node listing failed"). The first pass after a start or a
+//!   leader change (triggers "startup", "leader") never deletes, and a
+//!   candidate is deleted only once it has been one in two passes at least
+//!   `confirm-after` apart.
+//! - **Timeouts**: an instance is a candidate once it has had no Node for
+//!   `registration-timeout` (per pool: `[pools.<pool-tag value>]`), counted
+//!   from the latest of its creation and the moment the Node listing last
+//!   became healthy, so an API server outage never counts. An instance in
+//!   ERROR that never matched a Node is a candidate after `error-grace`
+//!   (from when it was first seen in error); one that ever matched (remembered
+//!   in state) is reported, not deleted, unless `delete-errored = "all"`. An
+//!   instance with a Node is never deleted. Instances deleting, terminated,
+//!   rebooting, stopped by an operator or in a state the provider's words do
+//!   not tell (`unknown`) are skipped.
+//! - **Breakers**, before any deletion, each reported: nothing is deleted
+//!   when the Node listing fails or is empty while instances exist, when more
+//!   than `max-fraction` of the cluster's instances are candidates (and more
+//!   than `min-breaker-candidates`), or when more than `max-not-ready` of the
+//!   Nodes are NotReady (unregistered instances are not Nodes, so they never
+//!   count). The churn guard stops deletions in a pool where most of the
+//!   `churn-window` most recent launches never registered (at least
+//!   `churn-min-failures`): replacing instances does not fix a broken image
+//!   or network. The max-fraction breaker and the churn guard **latch**: they
+//!   stay open until the operator looks and changes `breaker-reset` to any new
+//!   value (say, the date), then reloads the config.
+//! - **Rate**: at most `max-deletions-per-pass` deletions a pass and one in
+//!   flight per pool (until its victim is gone from the listing: a delete is
+//!   never re-sent), by instance ID only. The host budget on
+//!   `cloud.delete-instance` has the last word: `budget-exhausted` stops the
+//!   pass's deletions, and is reported.
+//! - **Report mode** (the default, `mode = "report"`) decides everything and
+//!   deletes nothing; `mode = "enforce"` deletes. An instance tagged
+//!   `protect-tag` (any value) is never deleted.
+//!
+//! It says what it did: the outcome counts instances, candidates, deletions
+//! and skips by reason (young, unconfirmed, breaker, budget, cap, in flight,
+//! protected) in one bounded line; the log names each instance and its
+//! reason; each deletion is an Event (`InstanceDeleted`, or
+//! `InstanceWouldDelete` in report mode or a dry run) about the Node named
+//! like the instance, when that Node exists; metrics: `instances{state}`
+//! (registered, unregistered, long_unregistered, error),
+//! `deletions_total{reason}` (registration_timeout, error) and
+//! `breaker_open{breaker}`. A Node deletion reconciles it (its kube grant
+//! watches Nodes). Its memory is one JSON value in `state` (`reaper`).
+//!
+//! ```toml
+//! [plugins.node-reaper]
+//! scope = "cluster"                     # runs on the leader only
+//! interval = "1m"
+//! [plugins.node-reaper.grants]
+//! cloud = { operations = ["list-instances", "delete-instance"], instances = [{ tag = "kubernetes.io/cluster/demo", value = "owned" }] }
+//! kube = [{ resource = "nodes", verbs = ["get", "list", "watch"] }]
+//! [plugins.node-reaper.config]
+//! owner = { tag = "kubernetes.io/cluster/demo", value = "owned" }
+//! mode = "enforce"                      # default "report"
+//! registration-timeout = "25m"          # default "20m"
+//! error-grace = "5m"
+//! delete-errored = "never-registered"   # or "all"
+//! confirm-after = "1m"
+//! max-fraction = 0.5
+//! min-breaker-candidates = 3
+//! max-not-ready = 0.5
+//! max-deletions-per-pass = 1
+//! protect-tag = "tend.dev/protect"
+//! pool-tag = "pool"                     # default: none, one pool
+//! churn-window = 6
+//! churn-min-failures = 3
+//! breaker-reset = "2024-05-01"          # change to clear latched breakers
+//! [plugins.node-reaper.config.pools.gpu]
+//! registration-timeout = "45m"
+//!
+//! [host.budgets.instance-deletions]
+//! operations = ["cloud.delete-instance"]
+//! max = 5
+//! per = "1h"
+//! ```
+
+pub mod decide;
+pub mod nodes;
+
+use decide::{Action, BreakerKind, Decision, Memory, Nodes, Pass, Policy, Skip, Verdict, Why};
+use nodes::NodeInfo;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tend_sdk::{
+    Context, Error, EventType, Health, Host, Instance, ListParams, ObjectKey, Outcome, OwnerTag,
+    Plugin, PluginInfo, Result,
+};
+
+/// State key of the [`Memory`].
+const MEMORY: &str = "reaper";
+/// The longest outcome message: one line, counts only.
+const MAX_MESSAGE: usize = 4096;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum Mode {
+    #[default]
+    Report,
+    Enforce,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum DeleteErrored {
+    #[default]
+    NeverRegistered,
+    All,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct PoolConfig {
+    #[serde(with = "humantime_serde")]
+    registration_timeout: Duration,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct Config {
+    owner: OwnerTag,
+    #[serde(default)]
+    mode: Mode,
+    #[serde(default = "default_registration_timeout", with = "humantime_serde")]
+    registration_timeout: Duration,
+    #[serde(default = "default_error_grace", with = "humantime_serde")]
+    error_grace: Duration,
+    #[serde(default)]
+    delete_errored: DeleteErrored,
+    #[serde(default = "default_confirm_after", with = "humantime_serde")]
+    confirm_after: Duration,
+    #[serde(default = "half")]
+    max_fraction: f64,
+    #[serde(default = "three")]
+    min_breaker_candidates: usize,
+    #[serde(default = "half")]
+    max_not_ready: f64,
+    #[serde(default = "one")]
+    max_deletions_per_pass: usize,
+    #[serde(default = "default_protect_tag")]
+    protect_tag: String,
+    pool_tag: Option<String>,
+    #[serde(default)]
+    pools: BTreeMap<String, PoolConfig>,
+    #[serde(default = "six")]
+    churn_window: usize,
+    #[serde(default = "three")]
+    churn_min_failures: usize,
+    #[serde(default)]
+    breaker_reset: String,
+}
+
+fn default_registration_timeout() -> Duration {
+    Duration::from_secs(20 * 60)
+}
+fn default_error_grace() -> Duration {
+    Duration::from_secs(5 * 60)
+}
+fn default_confirm_after() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_protect_tag() -> String {
+    "tend.dev/protect".into()
+}
+fn half() -> f64 {
+    0.5
+}
+fn one() -> usize {
+    1
+}
+fn three() -> usize {
+    3
+}
+fn six() -> usize {
+    6
+}
+
+fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Config {
+    /// The config checked; an `invalid` error names the key that is wrong.
+    fn load(ctx: &Context) -> Result<(Config, Policy)> {
+        let config: Config = ctx.config()?;
+        let invalid = |key: &str, why: &str| Err(ctx.invalid_config(key, why));
+        for (key, value) in [
+            ("max-fraction", config.max_fraction),
+            ("max-not-ready", config.max_not_ready),
+        ] {
+            if !(value > 0.0 && value <= 1.0) {
+                return invalid(key, "must be a fraction above 0 and at most 1, such as 0.5");
+            }
+        }
+        if config.confirm_after.is_zero() {
+            return invalid(
+                "confirm-after",
+                "must be more than 0s: a candidate is confirmed by a second, later pass",
+            );
+        }
+        if config.max_deletions_per_pass == 0 {
+            return invalid(
+                "max-deletions-per-pass",
+                "must be at least 1: to delete nothing, set mode = \"report\"",
+            );
+        }
+        if config.churn_window == 0 || config.churn_min_failures == 0 {
+            return invalid(
+                "churn-window",
+                "churn-window and churn-min-failures must be at least 1",
+            );
+        }
+        if !config.pools.is_empty() && config.pool_tag.is_none() {
+            return invalid(
+                "pools",
+                "pools are named by the value of a tag: set pool-tag (for example \"pool\")",
+            );
+        }
+        let policy = Policy {
+            owner: config.owner.clone(),
+            registration_timeout_ms: ms(config.registration_timeout),
+            pool_tag: config.pool_tag.clone(),
+            pool_timeouts_ms: (config.pools.iter())
+                .map(|(pool, c)| (pool.clone(), ms(c.registration_timeout)))
+                .collect(),
+            error_grace_ms: ms(config.error_grace),
+            delete_errored_all: config.delete_errored == DeleteErrored::All,
+            confirm_after_ms: ms(config.confirm_after),
+            max_fraction: config.max_fraction,
+            min_breaker_candidates: config.min_breaker_candidates,
+            max_not_ready: config.max_not_ready,
+            max_deletions_per_pass: config.max_deletions_per_pass,
+            protect_tag: config.protect_tag.clone(),
+            breaker_reset: config.breaker_reset.clone(),
+            churn_window: config.churn_window,
+            churn_min_failures: config.churn_min_failures,
+        };
+        Ok((config, policy))
+    }
+}
+
+pub struct NodeReaper;
+
+impl Plugin for NodeReaper {
+    fn info() -> PluginInfo {
+        PluginInfo::new(
+            "node-reaper",
+            env!("CARGO_PKG_VERSION"),
+            "deletes cloud instances of the cluster that never registered as Nodes, behind breakers",
+        )
+    }
+
+    fn reconcile(ctx: &Context, host: &dyn Host) -> Result<Outcome> {
+        run(ctx, host, tend_sdk::wall_clock_ms())
+    }
+}
+
+/// One pass at wall-clock time `now_ms` (milliseconds since the epoch).
+pub fn run(ctx: &Context, host: &dyn Host, now_ms: u64) -> Result<Outcome> {
+    let (config, policy) = Config::load(ctx)?;
+    let memory: Memory = host.state().get_json(MEMORY)?.unwrap_or_default();
+    // The cloud first: a Node registered meanwhile is then in the Node list.
+    let instances = match host.cloud().list_instances(&policy.owner) {
+        Ok(instances) => instances,
+        Err(e) => {
+            return Ok(Outcome::degraded(format!(
+                "deleted nothing: listing the cluster's instances failed: {e}"
+            )));
+        }
+    };
+    let listed = list_nodes(host);
+    let nodes = match &listed {
+        Ok(nodes) => Nodes::Listed(nodes),
+        Err(e) => Nodes::Failed(e.message()),
+    };
+    let pass = Pass {
+        now_ms,
+        first: ctx.triggered_by("startup") || ctx.triggered_by("leader"),
+    };
+    let mut decision = decide::decide(&policy, &memory, &instances, nodes, pass);
+    let mut report = Report {
+        mode: config.mode,
+        dry_run: ctx.dry_run,
+        instances: instances.len(),
+        nodes: listed.as_ref().map_or(0, Vec::len),
+        ..Report::default()
+    };
+    execute(
+        host,
+        &config,
+        &instances,
+        &mut decision,
+        &mut report,
+        now_ms,
+    );
+    for verdict in &decision.verdicts {
+        log_verdict(host, &instances[verdict.index], verdict, &report);
+    }
+    record_metrics(host, &decision)?;
+    if decision.memory != memory {
+        host.state().set_json(MEMORY, &decision.memory)?;
+    }
+    Ok(report.outcome(&decision))
+}
+
+/// Every Node, all pages; any error is the listing's failure.
+fn list_nodes(host: &dyn Host) -> Result<Vec<NodeInfo>> {
+    let mut nodes = Vec::new();
+    let mut params = ListParams::default();
+    loop {
+        let page = host.kube().list("v1", "Node", None, &params)?;
+        nodes.extend(page.items.iter().filter_map(NodeInfo::from_object));
+        match page.continue_token {
+            Some(token) => params.continue_token = Some(token),
+            None => return Ok(nodes),
+        }
+    }
+}
+
+/// Delete what the decision allows (in enforce mode), in order, until the
+/// host's budget or a denial stops the pass.
+fn execute(
+    host: &dyn Host,
+    config: &Config,
+    instances: &[Instance],
+    decision: &mut Decision,
+    report: &mut Report,
+    now_ms: u64,
+) {
+    let mut stopped = false;
+    for verdict in &mut decision.verdicts {
+        let Action::Delete { why } = verdict.action else {
+            continue;
+        };
+        let instance = &instances[verdict.index];
+        if config.mode == Mode::Report {
+            report.deleted.push(instance.id.clone());
+            emit_event(host, instance, "InstanceWouldDelete", why, report);
+            continue;
+        }
+        if stopped {
+            verdict.action = Action::Candidate {
+                why,
+                skip: Skip::Budget,
+            };
+            continue;
+        }
+        match host.cloud().delete_instance(&instance.id) {
+            // A dry run's gate deleted nothing: no deletion to count or wait
+            // for, and the plan lists the event it would send.
+            Ok(()) if report.dry_run => {
+                report.deleted.push(instance.id.clone());
+                emit_event(host, instance, "InstanceWouldDelete", why, report);
+            }
+            Ok(()) => {
+                let flight = decide::InFlight {
+                    id: instance.id.clone(),
+                    since_ms: now_ms,
+                };
+                (decision.memory.in_flight).insert(verdict.pool.clone(), flight);
+                report.deleted.push(instance.id.clone());
+                let labels = [("reason", why.label())];
+                if let Err(e) = host.metrics().counter_add("deletions", &labels, 1.0) {
+                    report.failures.push(format!("metric deletions: {e}"));
+                }
+                emit_event(host, instance, "InstanceDeleted", why, report);
+            }
+            Err(Error::BudgetExhausted(m)) => {
+                stopped = true;
+                report.budget = Some(m);
+                verdict.action = Action::Candidate {
+                    why,
+                    skip: Skip::Budget,
+                };
+            }
+            Err(e) => {
+                stopped = matches!(e, Error::Denied(_));
+                report
+                    .failures
+                    .push(format!("deleting {}: {e}", instance.id));
+            }
+        }
+    }
+}
+
+/// An Event about the Node named like `instance`: it exists only when the
+/// instance registered under another key, so a missing Node is no failure.
+fn emit_event(host: &dyn Host, instance: &Instance, reason: &str, why: Why, report: &Report) {
+    let key = ObjectKey::cluster("v1", "Node", &instance.name);
+    let message = format!(
+        "{} instance {} ({}): {}",
+        report.verb(),
+        instance.id,
+        instance.name,
+        describe_why(why)
+    );
+    match host
+        .kube()
+        .emit_event(&key, EventType::Normal, reason, &message)
+    {
+        Ok(()) | Err(Error::NotFound(_) | Error::Invalid(_)) => {}
+        Err(e) => host.log(
+            tend_sdk::Level::Warn,
+            &format!("event {reason} about Node {}: {e}", instance.name),
+        ),
+    }
+}
+
+fn describe_why(why: Why) -> &'static str {
+    match why {
+        Why::RegistrationTimeout => "it never registered as a Node within its registration timeout",
+        Why::Errored => "it is in error and never registered as a Node",
+    }
+}
+
+/// One line per instance that is not plainly registered: the reasons the
+/// outcome only counts.
+fn log_verdict(host: &dyn Host, instance: &Instance, verdict: &Verdict, report: &Report) {
+    use tend_sdk::Level;
+    let name = format!(
+        "instance {} ({}, pool {})",
+        instance.id,
+        instance.name,
+        decide::shown_pool(&verdict.pool)
+    );
+    let (level, what) = match &verdict.action {
+        Action::Registered(_) => return,
+        Action::Young { why, left_ms } => (
+            Level::Debug,
+            format!("{} left before it counts ({why:?})", human(*left_ms)),
+        ),
+        Action::Skipped(state) => (Level::Debug, format!("skipped: it is {}", state.name())),
+        Action::ErroredOnceRegistered => (
+            Level::Warn,
+            "in error, once a Node: reported, not deleted (delete-errored = \"all\" deletes it)"
+                .to_string(),
+        ),
+        Action::Candidate { why, skip } => (
+            Level::Info,
+            format!(
+                "candidate ({}), not deleted: {}",
+                why.label(),
+                describe_skip(skip)
+            ),
+        ),
+        Action::Delete { why } => (Level::Info, format!("{}: {}", report.verb(), why.label())),
+    };
+    host.log(level, &format!("{name}: {what}"));
+}
+
+fn describe_skip(skip: &Skip) -> String {
+    match skip {
+        Skip::FirstPass => "the first pass after a start or a leader change only looks".into(),
+        Skip::Unconfirmed { left_ms } => {
+            format!("unconfirmed, confirmed by a pass in {}", human(*left_ms))
+        }
+        Skip::Protected => "protected by its protect tag".into(),
+        Skip::Breaker(kind) => format!("breaker {} is open", kind.name()),
+        Skip::InFlight(id) => format!("its pool's deletion of {id} is in flight"),
+        Skip::Cap => "max-deletions-per-pass reached".into(),
+        Skip::Budget => "the host's deletion budget is spent".into(),
+    }
+}
+
+/// The gauges of this pass (breakers: 1 open, 0 closed).
+fn record_metrics(host: &dyn Host, decision: &Decision) -> Result<()> {
+    let metrics = host.metrics();
+    let counts = decision.counts;
+    if !decision.verdicts.is_empty() {
+        for (state, count) in [
+            ("registered", counts.registered),
+            ("unregistered", counts.unregistered),
+            ("long_unregistered", counts.long_unregistered),
+            ("error", counts.error),
+        ] {
+            metrics.gauge_set("instances", &[("state", state)], count as f64)?;
+        }
+    }
+    for kind in BreakerKind::ALL {
+        let open = decision.breakers.iter().any(|b| b.kind == kind);
+        metrics.gauge_set(
+            "breaker_open",
+            &[("breaker", kind.name())],
+            f64::from(u8::from(open)),
+        )?;
+    }
+    Ok(())
+}
+
+/// What the pass did, for the outcome.
+#[derive(Default)]
+struct Report {
+    mode: Mode,
+    dry_run: bool,
+    instances: usize,
+    nodes: usize,
+    /// Deleted (or, in report mode or a dry run, would be).
+    deleted: Vec<String>,
+    /// The budget's refusal, when it stopped the pass.
+    budget: Option<String>,
+    failures: Vec<String>,
+}
+
+impl Report {
+    fn verb(&self) -> &'static str {
+        if self.mode == Mode::Report || self.dry_run {
+            "would delete"
+        } else {
+            "deleted"
+        }
+    }
+
+    fn outcome(&self, decision: &Decision) -> Outcome {
+        let mode = match self.mode {
+            Mode::Report => "report mode",
+            Mode::Enforce => "enforce mode",
+        };
+        let c = decision.counts;
+        let mut parts = vec![format!(
+            "{mode}: {} instance(s), {} Node(s)",
+            self.instances, self.nodes
+        )];
+        if !decision.verdicts.is_empty() {
+            parts.push(format!(
+                "{} registered, {} unregistered, {} long-unregistered, {} in error",
+                c.registered, c.unregistered, c.long_unregistered, c.error
+            ));
+        }
+        let mut skips: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut candidates = 0;
+        let mut errored_once = 0;
+        for verdict in &decision.verdicts {
+            match &verdict.action {
+                Action::Candidate { skip, .. } => {
+                    candidates += 1;
+                    *skips.entry(skip.name()).or_default() += 1;
+                }
+                Action::Delete { .. } => candidates += 1,
+                Action::ErroredOnceRegistered => errored_once += 1,
+                _ => {}
+            }
+        }
+        if candidates > 0 {
+            let mut text = format!("{candidates} candidate(s)");
+            if !self.deleted.is_empty() {
+                text += &format!(", {} {}", self.verb(), self.deleted.join(", "));
+            }
+            if !skips.is_empty() {
+                let skips: Vec<String> = skips.iter().map(|(k, n)| format!("{n} {k}")).collect();
+                text += &format!(", skipped: {}", skips.join(", "));
+            }
+            parts.push(text);
+        }
+        if errored_once > 0 {
+            parts.push(format!(
+                "{errored_once} in error that once were Nodes (reported, not deleted)"
+            ));
+        }
+        let breakers: Vec<String> = (decision.breakers.iter())
+            .map(|b| format!("{}: {}", b.kind.name(), b.detail))
+            .collect();
+        if !breakers.is_empty() {
+            parts.push(format!("breakers open: {}", breakers.join("; ")));
+        }
+        if let Some(budget) = &self.budget {
+            parts.push(format!("deletions stopped by the host budget: {budget}"));
+        }
+        if !self.failures.is_empty() {
+            parts.push(format!("failed: {}", self.failures.join("; ")));
+        }
+        let message = bounded(parts.join("; "));
+        let waiting = decision.next_due_in_ms;
+        let health = if !breakers.is_empty() || !self.failures.is_empty() || self.budget.is_some() {
+            Health::Degraded
+        } else if candidates > self.deleted.len() || errored_once > 0 {
+            Health::Progressing
+        } else {
+            Health::Healthy
+        };
+        let outcome = Outcome {
+            health,
+            message,
+            requeue_after_ms: None,
+        };
+        match waiting {
+            Some(ms) => outcome.requeue_after(Duration::from_millis(ms)),
+            None => outcome,
+        }
+    }
+}
+
+/// One line of at most [`MAX_MESSAGE`] bytes.
+fn bounded(message: String) -> String {
+    let line = message.replace(['\n', '\r'], " ");
+    if line.len() <= MAX_MESSAGE {
+        return line;
+    }
+    let mut end = MAX_MESSAGE - 3;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &line[..end])
+}
+
+/// A duration for operators, rounded up to the second: "4m 12s".
+fn human(ms: u64) -> String {
+    tend_sdk::human_duration(Duration::from_millis(ms))
+}
+
+tend_sdk::export_plugin!(NodeReaper);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,801 @@
+//! node-reaper end to end, against both providers: the real `tend` (cluster
+//! scope, leader election on the Kubernetes API fake), the real
+//! node-reaper.wasm, Nodes in the Kubernetes API fake, and the OpenStack fake
+//! or moto behind its proxy. Each test body is written once over
+//! [`CloudPeer`] and runs for each provider (AWS has no ERROR state, so
+//! those cases are OpenStack's only). Every deletion is counted at the peer,
+//! not taken from tend's word; where something must not happen, the test
+//! first waits for the passes that would have done it.
+
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use tend_e2e::cloud::{CloudPeer, ListingFault, Provider, Seeded};
+use tend_e2e::{Daemon, KubeApi, Sandbox, free_port, plugin_status, wait_for_plugin, wait_until};
+
+const WITHIN: Duration = Duration::from_secs(30);
+const REAPER: &str = "node-reaper";
+/// The cluster's ownership tag (key and value) in most tests.
+const OWNER: (&str, &str) = ("kubernetes.io/cluster/a", "owned");
+
+/// A cluster: the Kubernetes API fake, a cloud peer, and (once started) a
+/// daemon running node-reaper. The daemon drops first: it prints its log
+/// from the sandbox when a test fails.
+struct Cluster {
+    daemon: Option<Daemon>,
+    port: u16,
+    sandbox: Sandbox,
+    api: KubeApi,
+    cloud: CloudPeer,
+}
+
+impl Cluster {
+    fn start(provider: Provider) -> Cluster {
+        Cluster {
+            daemon: None,
+            port: free_port(),
+            sandbox: Sandbox::new(),
+            api: KubeApi::start(),
+            cloud: CloudPeer::start(provider),
+        }
+    }
+
+    /// Write the config: `host` lines (keys of `[host]` first, then its
+    /// tables) before the kube, leader-election and cloud sections, then
+    /// `plugins`.
+    fn configure(&self, host: &str, plugins: &str) {
+        let host = format!(
+            "listen = \"127.0.0.1:{}\"\n{host}[host.kube]\nkubeconfig = \"{}\"\n[host.leader-election]\nnamespace = \"kube-system\"\nname = \"tend\"\nlease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n{}",
+            self.port,
+            self.api.kubeconfig().display(),
+            self.cloud.host_config(),
+        );
+        self.sandbox.config_on_node("tend-0", &host, plugins);
+    }
+
+    /// Configure, copy the plugin under each of `names`, start `tend run`.
+    fn run(&mut self, host: &str, names: &[&str], plugins: &str) {
+        for name in names {
+            self.sandbox.add_plugin(REAPER, name);
+        }
+        self.configure(host, plugins);
+        self.restart();
+    }
+
+    /// Start `tend run` (again) on the sandbox's config and state.
+    fn restart(&mut self) {
+        let daemon = self.with_cloud_env(|env| self.sandbox.daemon_with_env(env));
+        self.daemon = Some(daemon);
+    }
+
+    /// `run` given the environment tend needs for the cloud's credentials.
+    fn with_cloud_env<T>(&self, run: impl FnOnce(&[(&str, &str)]) -> T) -> T {
+        let env = self.cloud.env();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        run(&env)
+    }
+
+    /// A pass now (`tend reconcile`, through the daemon, which allows one a
+    /// second): what it printed.
+    fn reconcile_now(&self) -> String {
+        let mut printed = String::new();
+        wait_until(WITHIN, "a manual reconcile", || {
+            let out = self.tend(&["reconcile", REAPER]);
+            printed = format!("{}{}", out.stdout, out.stderr);
+            !printed.contains("429 Too Many Requests")
+        });
+        printed
+    }
+
+    /// Run `tend ARGS` to completion with the cloud's credentials.
+    fn tend(&self, args: &[&str]) -> tend_e2e::Outcome {
+        self.with_cloud_env(|env| self.sandbox.tend_with_env(args, env))
+    }
+
+    fn stop(&mut self) {
+        let daemon = self.daemon.take().expect("a running daemon");
+        assert!(daemon.terminate(WITHIN), "tend did not exit cleanly");
+    }
+
+    /// A Ready Node `name`, with `spec.providerID` and an InternalIP when given.
+    fn add_node(&self, name: &str, provider_id: Option<&str>, internal_ip: Option<&str>) {
+        let mut node = json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        });
+        if let Some(id) = provider_id {
+            node["spec"] = json!({"providerID": id});
+        }
+        if let Some(ip) = internal_ip {
+            node["status"]["addresses"] = json!([{"type": "InternalIP", "address": ip}]);
+        }
+        let (code, body) = self.api.call("POST", "/api/v1/nodes", Some(&node));
+        assert_eq!(code, 201, "create Node {name}: {body}");
+    }
+
+    fn delete_node(&self, name: &str) {
+        let (code, body) = self
+            .api
+            .call("DELETE", &format!("/api/v1/nodes/{name}"), None);
+        assert_eq!(code, 200, "delete Node {name}: {body}");
+    }
+
+    /// An instance of the cluster in pool `pool` ("" for none), with no Node.
+    fn unregistered(&self, name: &str, pool: &str) -> Seeded {
+        self.cloud.add_instance(name, &owned_in(pool))
+    }
+
+    /// An instance of the cluster with a Node of its name.
+    fn registered(&self, name: &str) -> Seeded {
+        let seeded = self.cloud.add_instance(name, &owned_in(""));
+        self.add_node(name, None, None);
+        seeded
+    }
+
+    fn status(&self, plugin: &str) -> Value {
+        plugin_status(self.port, plugin)
+    }
+
+    fn reconciles(&self, plugin: &str) -> u64 {
+        self.status(plugin)["reconciles"].as_u64().unwrap_or(0)
+    }
+
+    /// Wait until `plugin`'s last outcome message satisfies `condition`.
+    fn wait_outcome(&self, plugin: &str, what: &str, condition: impl Fn(&str) -> bool) -> String {
+        let status = wait_for_plugin(self.port, plugin, what, |p| {
+            p["last"]["message"].as_str().is_some_and(&condition)
+        });
+        status["last"]["message"].as_str().unwrap().to_string()
+    }
+
+    /// Wait for `passes` more reconciles of `plugin`; the last outcome message.
+    fn wait_passes(&self, plugin: &str, passes: u64) -> String {
+        let until = self.reconciles(plugin) + passes;
+        let status = wait_for_plugin(self.port, plugin, &format!("{passes} more passes"), |p| {
+            p["reconciles"].as_u64().unwrap_or(0) >= until
+        });
+        status["last"]["message"].as_str().unwrap_or("").to_string()
+    }
+
+    fn wait_gone(&self, instance: &Seeded) {
+        wait_until(WITHIN, &format!("{} to be deleted", instance.name), || {
+            !self.cloud.live_ids().contains(&instance.id)
+        });
+    }
+
+    /// The outcomes the reapers logged, in order.
+    fn outcomes(&self) -> Vec<String> {
+        let daemon = self.daemon.as_ref().expect("a running daemon");
+        (daemon.log().lines())
+            .filter(|l| l.contains("enforce mode: ") || l.contains("report mode: "))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Assert the peer got exactly one delete for each of `deleted`, none for
+    /// any of `kept`, and still holds every one of `kept`.
+    fn assert_deletes(&self, deleted: &[&Seeded], kept: &[&Seeded]) {
+        let live = self.cloud.live_ids();
+        for instance in deleted {
+            assert_eq!(
+                self.cloud.deletes(Some(&instance.id)),
+                1,
+                "deletes of {}",
+                instance.name
+            );
+            assert!(
+                !live.contains(&instance.id),
+                "{} still exists",
+                instance.name
+            );
+        }
+        for instance in kept {
+            assert_eq!(
+                self.cloud.deletes(Some(&instance.id)),
+                0,
+                "deletes of {}",
+                instance.name
+            );
+            assert!(live.contains(&instance.id), "{} is gone", instance.name);
+        }
+        assert_eq!(self.cloud.deletes(None), deleted.len(), "deletes in all");
+    }
+}
+
+/// The IDs an outcome line says its pass deleted ("N candidate(s), deleted
+/// A, B, skipped: ...").
+fn deleted_in(line: &str) -> Vec<&str> {
+    let Some((_, deleted)) = line.split_once(" candidate(s), deleted ") else {
+        return vec![];
+    };
+    let clause = deleted.split(';').next().unwrap_or_default();
+    (clause.split(", "))
+        .take_while(|part| !part.starts_with("skipped: "))
+        .filter_map(|part| part.split(' ').next())
+        .collect()
+}
+
+/// The owner tag, and `pool = <pool>` unless `pool` is empty.
+fn owned_in(pool: &str) -> Vec<(&str, &str)> {
+    let mut tags = vec![OWNER];
+    if !pool.is_empty() {
+        tags.push(("pool", pool));
+    }
+    tags
+}
+
+/// `[plugins.NAME]` running node-reaper for the cluster `owner` (tag key,
+/// value "owned") every `interval`: `config` lines after short timeouts and
+/// no max-fraction breaker (1.0), each unless `config` sets it.
+fn reaper(name: &str, owner: &str, interval: &str, config: &str) -> String {
+    // The keys `config` sets before its tables (a pool's own timeout is not one).
+    let set = config.split("\n[").next().unwrap_or_default();
+    let defaults: String = [
+        ("registration-timeout", "\"2s\""),
+        ("error-grace", "\"2s\""),
+        ("confirm-after", "\"1s\""),
+        ("max-fraction", "1.0"),
+    ]
+    .iter()
+    .filter(|(key, _)| !set.contains(&format!("{key} =")))
+    .map(|(key, value)| format!("{key} = {value}\n"))
+    .collect();
+    format!(
+        r#"[plugins.{name}]
+scope = "cluster"
+interval = "{interval}"
+[plugins.{name}.grants]
+cloud = {{ operations = ["list-instances", "delete-instance"], instances = [{{ tag = "{owner}", value = "owned" }}] }}
+kube = [{{ resource = "nodes", verbs = ["get", "list", "watch"] }}]
+[plugins.{name}.config]
+owner = {{ tag = "{owner}", value = "owned" }}
+pool-tag = "pool"
+{defaults}{config}
+"#
+    )
+}
+
+/// The reaper's registration timeout in `pool`: a table, so last.
+fn pool_timeout(pool: &str, timeout: &str) -> String {
+    format!("[plugins.{REAPER}.config.pools.{pool}]\nregistration-timeout = \"{timeout}\"\n")
+}
+
+/// `plugins` run on every host, not only the leader: a test where tend's
+/// requests fail for longer than the renew deadline (the watch cache's
+/// grace is longer) would otherwise see the leader step down instead.
+fn node_scoped(plugins: &str) -> String {
+    plugins.replace("scope = \"cluster\"\n", "")
+}
+
+/// The reaper of cluster `a`, every second, `config` lines added.
+fn reaper_a(config: &str) -> String {
+    reaper(REAPER, OWNER.0, "1s", config)
+}
+
+/// Each test body, run once per provider (`openstack::NAME`, `aws::NAME`).
+macro_rules! for_each_provider {
+    ($($name:ident),* $(,)?) => {
+        mod openstack {
+            $( #[test] fn $name() { super::$name(tend_e2e::cloud::Provider::OpenStack) } )*
+        }
+        mod aws {
+            $( #[test] fn $name() { super::$name(tend_e2e::cloud::Provider::Aws) } )*
+        }
+    };
+}
+
+for_each_provider!(
+    only_instances_that_never_registered_are_deleted,
+    an_empty_node_listing_deletes_nothing,
+    a_listing_failing_between_pages_deletes_nothing,
+    too_many_candidates_open_the_max_fraction_breaker,
+    the_first_pass_after_a_start_deletes_nothing,
+    the_cap_and_the_budget_bound_deletions_across_passes_and_a_restart,
+    report_mode_and_tend_plan_delete_nothing,
+    pool_a_and_pool_ab_never_touch_each_others_instances,
+    a_slow_delete_is_sent_once,
+    a_deleted_node_reconciles_the_reaper_at_once,
+    an_api_server_failing_for_a_while_deletes_nothing,
+    a_node_cache_never_synced_deletes_nothing,
+    the_first_pass_after_leading_again_deletes_nothing,
+);
+
+/// An instance past its registration timeout with no Node is deleted; a
+/// young one and one matched by any key (every providerID form, the name, an
+/// InternalIP) are kept. OpenStack: one in ERROR that never registered is
+/// deleted after the grace; one that was a Node is reported, not deleted.
+fn only_instances_that_never_registered_are_deleted(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    let cloud = &cluster.cloud;
+    let doomed = cluster.unregistered("doomed", "");
+    let young = cluster.unregistered("young", "young");
+    let mut kept = vec![young.clone()];
+    let by_id = cloud.add_instance("by-provider-id", &owned_in(""));
+    for (i, provider_id) in by_id.provider_ids.iter().enumerate() {
+        // One instance per form: each Node names only its own.
+        let instance = match i {
+            0 => by_id.clone(),
+            _ => cloud.add_instance(&format!("by-provider-id-{i}"), &owned_in("")),
+        };
+        let provider_id = provider_id.replace(&by_id.id, &instance.id);
+        cluster.add_node(&format!("node-{i}"), Some(&provider_id), None);
+        kept.push(instance);
+    }
+    kept.push(cluster.registered("by-name"));
+    let by_ip = cloud.add_instance("by-ip", &owned_in(""));
+    cluster.add_node("other-name", None, Some(&by_ip.private_ip));
+    kept.push(by_ip);
+    let mut deleted = vec![doomed.clone()];
+    let once_a_node = (provider == Provider::OpenStack).then(|| {
+        deleted.push(cloud.add_errored_instance("errored", &owned_in("errors")));
+        cluster.registered("once-a-node")
+    });
+    let config = format!(
+        "mode = \"enforce\"\nmax-deletions-per-pass = 5\n{}",
+        pool_timeout("young", "1h")
+    );
+    cluster.run("", &[REAPER], &reaper_a(&config));
+
+    for instance in &deleted {
+        cluster.wait_gone(instance);
+    }
+    if let Some(instance) = &once_a_node {
+        // A Node, then in ERROR and its Node gone: reported, never deleted.
+        cluster.cloud.set_errored(&instance.id);
+        cluster.delete_node(&instance.name);
+        cluster.wait_outcome(REAPER, "the errored former Node reported", |m| {
+            m.contains("1 in error that once were Nodes (reported, not deleted)")
+        });
+        kept.push(instance.clone());
+    }
+    cluster.wait_passes(REAPER, 3);
+    let deleted: Vec<&Seeded> = deleted.iter().collect();
+    cluster.assert_deletes(&deleted, &kept.iter().collect::<Vec<_>>());
+}
+
+/// Instances but no Node at all: the listing is taken for false, nothing is
+/// deleted, and the outcome says why; a Node appearing lets the reaper act.
+fn an_empty_node_listing_deletes_nothing(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    let doomed = cluster.unregistered("doomed", "");
+    cluster.run("", &[REAPER], &reaper_a("mode = \"enforce\""));
+    let message = cluster.wait_outcome(REAPER, "the confirmed candidate held back", |m| {
+        m.contains("skipped: 1 breaker")
+    });
+    assert!(
+        message.contains(
+            "breakers open: no_nodes: the Node listing is empty while 1 instance(s) exist"
+        ),
+        "{message}"
+    );
+    cluster.wait_passes(REAPER, 2);
+    cluster.assert_deletes(&[], &[&doomed]);
+
+    cluster.add_node("unrelated", None, None);
+    cluster.wait_gone(&doomed);
+}
+
+/// A listing answered 5xx between its pages: nothing is deleted, and the
+/// outcome says the listing failed; once it pages again, the reaper acts.
+fn a_listing_failing_between_pages_deletes_nothing(provider: Provider) {
+    a_listing_failing_between_pages(provider, ListingFault::ServerError);
+}
+
+/// The same for a page cut short (OpenStack: the proxy in front of moto
+/// cuts none).
+#[test]
+fn a_listing_truncated_between_pages_deletes_nothing() {
+    a_listing_failing_between_pages(Provider::OpenStack, ListingFault::Truncated);
+}
+
+/// The reaper runs hourly: its passes come from its own requeues (a
+/// timeout or a confirmation due) and from the test (`tend reconcile`), so
+/// the fault is switched on between passes, never in the middle of one.
+fn a_listing_failing_between_pages(provider: Provider, fault: ListingFault) {
+    let mut cluster = Cluster::start(provider);
+    let registered = cluster.registered("registered");
+    let pages = cluster.cloud.instances_for_two_pages();
+    let doomed = cluster.cloud.add_instances(pages, &owned_in(""));
+    // So many launches that never registered would latch the churn guard.
+    let config = format!("mode = \"enforce\"\nchurn-min-failures = {}", pages + 1);
+    cluster.run("", &[REAPER], &reaper(REAPER, OWNER.0, "1h", &config));
+    cluster.wait_passes(REAPER, 1);
+
+    cluster.cloud.fail_listings_after_the_first_page(fault);
+    let failing_since = Instant::now();
+    let failed = "deleted nothing: listing the cluster's instances failed";
+    let message = cluster.wait_outcome(REAPER, "the listing failing", |m| m.starts_with(failed));
+    assert!(message.contains("(page 2"), "{message}");
+    // Past the registration timeout and a confirmation, failing all along.
+    wait_until(WITHIN, "the timeouts to pass", || {
+        failing_since.elapsed() > Duration::from_secs(4)
+    });
+    for _ in 0..2 {
+        let printed = cluster.reconcile_now();
+        assert!(printed.contains(failed), "{printed}");
+    }
+    assert_eq!(
+        cluster.cloud.deletes(None),
+        0,
+        "deleted while the listing failed"
+    );
+
+    cluster.cloud.clear_faults();
+    let printed = cluster.reconcile_now();
+    let unconfirmed = format!("{pages} candidate(s), skipped: {pages} unconfirmed");
+    assert!(printed.contains(&unconfirmed), "{printed}");
+    wait_until(WITHIN, "a deletion once listings work", || {
+        cluster.cloud.deletes(None) > 0
+    });
+    let live = cluster.cloud.live_ids();
+    assert!(live.contains(&registered.id));
+    assert!(doomed.iter().any(|id| !live.contains(id)));
+}
+
+/// More candidates than max-fraction of the cluster: nothing is deleted,
+/// the breaker is reported (and latched).
+fn too_many_candidates_open_the_max_fraction_breaker(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    let registered = cluster.registered("registered");
+    let doomed: Vec<Seeded> = (0..4)
+        .map(|i| cluster.unregistered(&format!("doomed-{i}"), &format!("p{i}")))
+        .collect();
+    let config = "mode = \"enforce\"\nmax-fraction = 0.5\nmax-deletions-per-pass = 4";
+    cluster.run("", &[REAPER], &reaper_a(config));
+    let message = cluster.wait_outcome(REAPER, "the breaker holding back every candidate", |m| {
+        m.contains("skipped: 4 breaker")
+    });
+    assert!(
+        message.contains("breakers open: max_fraction: 4 candidate(s) of 5 instance(s), over max-fraction = 0.5 (latched"),
+        "{message}"
+    );
+    cluster.wait_passes(REAPER, 2);
+    let mut kept: Vec<&Seeded> = doomed.iter().collect();
+    kept.push(&registered);
+    cluster.assert_deletes(&[], &kept);
+}
+
+/// A candidate confirmed before a restart is not deleted by the first pass
+/// after it (report mode first, then enforce on the same state), only by a
+/// later one.
+fn the_first_pass_after_a_start_deletes_nothing(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    cluster.registered("registered");
+    let doomed = cluster.unregistered("doomed", "");
+    cluster.run(
+        "",
+        &[REAPER],
+        &reaper(
+            REAPER,
+            OWNER.0,
+            "1h",
+            "mode = \"report\"\nconfirm-after = \"3s\"",
+        ),
+    );
+    cluster.wait_outcome(REAPER, "a confirmed candidate", |m| {
+        m.contains(&format!("would delete {}", doomed.id))
+    });
+    cluster.stop();
+
+    cluster.configure(
+        "",
+        &reaper(
+            REAPER,
+            OWNER.0,
+            "1h",
+            "mode = \"enforce\"\nconfirm-after = \"3s\"",
+        ),
+    );
+    cluster.restart();
+    let first = wait_for_plugin(cluster.port, REAPER, "the first pass", |p| {
+        p["reconciles"] == 1
+    });
+    let message = first["last"]["message"].as_str().unwrap();
+    assert!(message.contains("skipped: 1 first pass"), "{first:#}");
+    assert_eq!(cluster.cloud.deletes(None), 0, "the first pass deleted");
+    cluster.wait_gone(&doomed);
+    assert_eq!(cluster.cloud.deletes(None), 1);
+}
+
+/// Four candidates (in four pools), two deletions a pass, a budget of
+/// three an hour: two go in one pass, one in the next, the last is refused
+/// by the budget, also after a restart on the same state.
+fn the_cap_and_the_budget_bound_deletions_across_passes_and_a_restart(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    let registered = cluster.registered("registered");
+    let doomed: Vec<Seeded> = (0..4)
+        .map(|i| cluster.unregistered(&format!("doomed-{i}"), &format!("p{i}")))
+        .collect();
+    let budget = "[host.budgets.instance-deletions]\noperations = [\"cloud.delete-instance\"]\nmax = 3\nper = \"1h\"\n";
+    let config = "mode = \"enforce\"\nmax-deletions-per-pass = 2";
+    cluster.run(budget, &[REAPER], &reaper_a(config));
+    let refused = |m: &str| m.contains("deletions stopped by the host budget");
+    cluster.wait_outcome(REAPER, "the budget spent", refused);
+    wait_until(WITHIN, "three deletions", || {
+        cluster.cloud.deletes(None) == 3
+    });
+    let per_pass: Vec<usize> = (cluster.outcomes().iter())
+        .map(|line| deleted_in(line).len())
+        .filter(|&n| n > 0)
+        .collect();
+    assert_eq!(
+        per_pass,
+        [2, 1],
+        "deletions per pass: {:#?}",
+        cluster.outcomes()
+    );
+
+    cluster.stop();
+    cluster.restart();
+    let message = cluster.wait_outcome(REAPER, "the budget refusing after the restart", refused);
+    assert!(message.contains("skipped: 1 budget"), "{message}");
+    cluster.wait_passes(REAPER, 2);
+    let live = cluster.cloud.live_ids();
+    assert_eq!(cluster.cloud.deletes(None), 3, "the budget was spent again");
+    let left: Vec<&Seeded> = doomed.iter().filter(|d| live.contains(&d.id)).collect();
+    assert_eq!(left.len(), 1, "{live:?}");
+    assert!(live.contains(&registered.id));
+}
+
+/// Report mode says what it would delete and deletes nothing; so does
+/// `tend plan` on an enforcing config, from live data and the saved state.
+fn report_mode_and_tend_plan_delete_nothing(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    let registered = cluster.registered("registered");
+    let doomed = cluster.unregistered("doomed", "");
+    cluster.run("", &[REAPER], &reaper_a(""));
+    let would = format!("would delete {}", doomed.id);
+    cluster.wait_outcome(REAPER, "the reported deletion", |m| {
+        m.starts_with("report mode: ") && m.contains(&would)
+    });
+    cluster.wait_passes(REAPER, 2);
+    cluster.assert_deletes(&[], &[&doomed, &registered]);
+    cluster.stop();
+
+    cluster.configure("", &reaper_a("mode = \"enforce\""));
+    let plan = cluster.tend(&["plan", REAPER]);
+    assert!(plan.success, "{}{}", plan.stdout, plan.stderr);
+    assert!(
+        plan.stdout.contains("enforce mode: ") && plan.stdout.contains(&would),
+        "{}",
+        plan.stdout
+    );
+    cluster.assert_deletes(&[], &[&doomed, &registered]);
+}
+
+/// Two clusters whose names are prefixes of each other (`a`, `ab`), each
+/// with a reaper owning its tag: each deletes its own unregistered
+/// instance and never one of the other's.
+fn pool_a_and_pool_ab_never_touch_each_others_instances(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    let cloud = &cluster.cloud;
+    let owner_ab = ("kubernetes.io/cluster/ab", "owned");
+    let a_doomed = cluster.unregistered("a-doomed", "");
+    let a_kept = cluster.registered("a-kept");
+    let ab_doomed = cloud.add_instance("ab-doomed", &[owner_ab]);
+    let ab_kept = cloud.add_instance("ab-kept", &[owner_ab]);
+    cluster.add_node("ab-kept", None, None);
+    let plugins = reaper("reaper-a", OWNER.0, "1s", "mode = \"enforce\"")
+        + &reaper("reaper-ab", owner_ab.0, "1s", "mode = \"enforce\"");
+    cluster.run("", &["reaper-a", "reaper-ab"], &plugins);
+    cluster.wait_gone(&a_doomed);
+    cluster.wait_gone(&ab_doomed);
+    for plugin in ["reaper-a", "reaper-ab"] {
+        cluster.wait_passes(plugin, 2);
+    }
+    cluster.assert_deletes(&[&a_doomed, &ab_doomed], &[&a_kept, &ab_kept]);
+    let journal = tend_e2e::journal(&cluster.sandbox);
+    for (plugin, own, other) in [
+        ("reaper-a", &a_doomed, &ab_doomed),
+        ("reaper-ab", &ab_doomed, &a_doomed),
+    ] {
+        let targets: Vec<&str> = (journal.iter())
+            .filter(|e| e["plugin"] == plugin)
+            .filter_map(|e| e["target"].as_str())
+            .collect();
+        assert!(
+            targets.iter().any(|t| t.contains(&own.id)),
+            "{plugin}: {targets:#?}"
+        );
+        assert!(
+            !targets.iter().any(|t| t.contains(&other.id)),
+            "{plugin}: {targets:#?}"
+        );
+    }
+}
+
+/// While a deletion is under way (OpenStack: "deleting" for a while; AWS:
+/// TerminateInstances held by the proxy), the passes that follow send no
+/// second delete.
+fn a_slow_delete_is_sent_once(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    let registered = cluster.registered("registered");
+    let doomed = cluster.unregistered("doomed", "");
+    cluster.cloud.slow_deletes(6);
+    cluster.run("", &[REAPER], &reaper_a("mode = \"enforce\""));
+    wait_until(WITHIN, "the delete", || cluster.cloud.deletes(None) == 1);
+    cluster.wait_passes(REAPER, 3);
+    if provider == Provider::OpenStack {
+        let server = cluster.cloud.live_ids();
+        assert!(server.contains(&doomed.id), "those passes saw it deleting");
+    }
+    cluster.wait_gone(&doomed);
+    cluster.wait_passes(REAPER, 2);
+    cluster.assert_deletes(&[&doomed], &[&registered]);
+}
+
+/// A Node deleted at the API server reconciles the reaper at once (its
+/// interval is an hour): the instance it stood for, now unregistered, is
+/// deleted within seconds.
+fn a_deleted_node_reconciles_the_reaper_at_once(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    cluster.registered("stays");
+    let leaving = cluster.registered("leaving");
+    cluster.run(
+        "",
+        &[REAPER],
+        &reaper(REAPER, OWNER.0, "1h", "mode = \"enforce\""),
+    );
+    wait_for_plugin(cluster.port, REAPER, "the first pass", |p| {
+        p["reconciles"] == 1
+    });
+    wait_until(WITHIN, "tend's watch on Nodes", || {
+        cluster.api.open_watches("nodes") > 0
+    });
+
+    let deleted_at = Instant::now();
+    cluster.delete_node(&leaving.name);
+    let woken = wait_for_plugin(cluster.port, REAPER, "a pass for the deletion", |p| {
+        p["last"]["triggers"].as_array().is_some_and(|t| {
+            t.iter().any(|t| {
+                t.as_str()
+                    .is_some_and(|t| t.starts_with("kube:nodes") && t.contains("leaving"))
+            })
+        })
+    });
+    assert!(deleted_at.elapsed() < Duration::from_secs(5), "{woken:#}");
+    cluster.wait_gone(&leaving);
+    assert!(
+        deleted_at.elapsed() < Duration::from_secs(15),
+        "deleted {:?} after its Node",
+        deleted_at.elapsed()
+    );
+    assert_eq!(cluster.cloud.deletes(None), 1);
+}
+
+/// The API server failing for longer than the watch cache's grace: the
+/// Node listing fails (never a stale list), nothing is deleted, and once it
+/// answers again the registration timeout counts from then.
+fn an_api_server_failing_for_a_while_deletes_nothing(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    let registered = cluster.registered("registered");
+    let config = format!("mode = \"enforce\"\n{}", pool_timeout("slow", "5s"));
+    cluster.run("", &[REAPER], &node_scoped(&reaper_a(&config)));
+    cluster.wait_passes(REAPER, 1);
+    wait_until(WITHIN, "tend's watch on Nodes", || {
+        cluster.api.open_watches("nodes") > 0
+    });
+
+    cluster.api.outage(120.0, Some("tend/"));
+    let message = cluster.wait_outcome(REAPER, "the Node listing refused", |m| {
+        m.contains("node_listing")
+    });
+    assert!(message.contains("listing Nodes failed"), "{message}");
+    let doomed = cluster.unregistered("doomed", "slow");
+    let failing_since = Instant::now();
+    wait_until(WITHIN, "the outage to outlast the timeouts", || {
+        failing_since.elapsed() > Duration::from_secs(7)
+    });
+    cluster.wait_passes(REAPER, 1);
+    assert_eq!(cluster.cloud.deletes(None), 0, "deleted during the outage");
+
+    cluster.api.end_outage();
+    let healthy_since = Instant::now();
+    cluster.wait_gone(&doomed);
+    assert!(
+        healthy_since.elapsed() >= Duration::from_secs(5),
+        "deleted {:?} after the API server answered again, within the 5s registration timeout",
+        healthy_since.elapsed()
+    );
+    cluster.assert_deletes(&[&doomed], &[&registered]);
+}
+
+/// The API server failing from the start: the Node cache never syncs, the
+/// Node listing fails, nothing is deleted; once it answers, the reaper acts.
+fn a_node_cache_never_synced_deletes_nothing(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    let registered = cluster.registered("registered");
+    let doomed = cluster.unregistered("doomed", "");
+    cluster.api.outage(120.0, Some("tend/"));
+    let plugins = node_scoped(&reaper_a("mode = \"enforce\""));
+    cluster.run("", &[REAPER], &plugins);
+    let message = cluster.wait_outcome(REAPER, "the Node listing refused", |m| {
+        m.contains("node_listing")
+    });
+    assert!(message.contains("listing Nodes failed"), "{message}");
+    let failing_since = Instant::now();
+    wait_until(WITHIN, "the outage to outlast the timeouts", || {
+        failing_since.elapsed() > Duration::from_secs(4)
+    });
+    let message = cluster.wait_passes(REAPER, 1);
+    assert!(message.contains("node_listing"), "{message}");
+    assert_eq!(
+        cluster.cloud.deletes(None),
+        0,
+        "deleted with no Node listing"
+    );
+
+    cluster.api.end_outage();
+    cluster.wait_gone(&doomed);
+    cluster.assert_deletes(&[&doomed], &[&registered]);
+}
+
+/// A host that stops leading and leads again: its first pass as the leader
+/// again deletes nothing, although its memory holds a candidate the pass
+/// would otherwise confirm; a later pass deletes it. Meanwhile `tend plan`
+/// through this daemon says it would delete it, and neither deletes nor
+/// counts a deletion.
+fn the_first_pass_after_leading_again_deletes_nothing(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    cluster.registered("registered");
+    let doomed = cluster.unregistered("doomed", "");
+    let config = "mode = \"enforce\"\nconfirm-after = \"3s\"";
+    cluster.run("", &[REAPER], &reaper(REAPER, OWNER.0, "1h", config));
+    cluster.wait_outcome(REAPER, "a candidate seen", |m| {
+        m.contains("skipped: 1 unconfirmed")
+    });
+    let seen = Instant::now();
+
+    // Another writer holds the Lease: this host stops leading, and takes it
+    // back once the other has not renewed it for lease-duration.
+    let path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/tend";
+    let hand_the_lease_away = || {
+        let (code, mut lease) = cluster.api.call("GET", path, None);
+        assert_eq!(code, 200, "{lease}");
+        lease["spec"]["holderIdentity"] = json!("another-host");
+        let now = humantime::format_rfc3339_micros(std::time::SystemTime::now());
+        lease["spec"]["renewTime"] = json!(now.to_string());
+        let (code, body) = cluster.api.call("PUT", path, Some(&lease));
+        assert_eq!(code, 200, "{body}");
+    };
+    hand_the_lease_away();
+    let leading = || tend_e2e::status(cluster.port)["leader"]["leading"] == true;
+    wait_until(WITHIN, "this host to stop leading", || !leading());
+    wait_until(WITHIN, "the confirmation to be due", || {
+        seen.elapsed() > Duration::from_millis(3500)
+    });
+    hand_the_lease_away();
+    let plan = cluster.tend(&["plan", REAPER]);
+    let would = format!("would delete {}", doomed.id);
+    assert!(
+        plan.stdout.contains(&would),
+        "{}{}",
+        plan.stdout,
+        plan.stderr
+    );
+    assert!(!leading(), "the plan ran on a leader");
+    let deletions = || tend_e2e::metric(cluster.port, "tend_plugin_deletions_total");
+    assert_eq!(cluster.cloud.deletes(None), 0, "the plan deleted");
+    assert_eq!(deletions(), None, "the plan counted a deletion");
+
+    let passes = cluster.reconciles(REAPER);
+    let again = wait_for_plugin(cluster.port, REAPER, "the pass on leading again", |p| {
+        p["reconciles"].as_u64().unwrap_or(0) > passes
+    });
+    let triggers = &again["last"]["triggers"];
+    assert!(
+        triggers
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t == "leader")),
+        "{again:#}"
+    );
+    let message = again["last"]["message"].as_str().unwrap();
+    assert!(message.contains("skipped: 1 first pass"), "{again:#}");
+    assert_eq!(
+        cluster.cloud.deletes(None),
+        0,
+        "the first pass as the leader again deleted"
+    );
+    cluster.wait_gone(&doomed);
+    assert_eq!(cluster.cloud.deletes(None), 1);
+    assert_eq!(deletions(), Some(1.0));
+}

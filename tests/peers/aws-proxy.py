@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""A project-owned proxy in front of moto_server (tests/peers/moto.sh): Tend's AWS backend
+talks to EC2 through it, so tests can see every call it made and make moto misbehave the
+way EC2 can, without changing moto.
+
+    aws-proxy.py PORT UPSTREAM_URL [--state-dir DIR]
+
+PORT 0 picks a free port. With --state-dir, the chosen port goes to DIR/port (written once
+the proxy listens) and the PID to DIR/aws-proxy.pid.
+
+Every request is forwarded to moto unchanged (method, path, query, headers but Host, body)
+and moto's answer comes back unchanged, but for the faults below. POST /moto-api/reset is
+forwarded like any other request (it empties moto). The proxy's own endpoints, /proxy/*,
+are not forwarded and not logged:
+
+  GET    /proxy/requests   the log since the last DELETE: [{"method", "path", "action",
+                           "params", "status", "ts"}]; action is the EC2 Action from the
+                           form body or the query (null for other requests), params the
+                           whole form (EC2 query parameters are unique keys)
+  DELETE /proxy/requests   empty the log
+  POST   /proxy/faults     merge faults into the current ones (each key optional):
+     "fail": {"action": "DescribeInstances", "status": 500, "after": 1, "times": 1,
+              "code"?: "InternalError"}
+         matching requests after the first `after` answer `status` with an EC2 error body
+         (`times` times; -1 = always), without reaching moto;
+     "corrupt_next_token": {"action": "DescribeInstances", "after": 0}
+         the matching answers carrying a NextToken are counted; the one after the first
+         `after` gets a NextToken moto never issued, so the next page request fails as
+         moto fails on an unknown token (500); once;
+     "slow": {"action": "TerminateInstances", "ms": 2000}
+         matching requests are held this long before they are forwarded.
+     A list of such objects is accepted for "fail" and "slow".
+  POST   /proxy/faults/clear   no faults
+  GET    /proxy/faults         the current faults
+"""
+import argparse
+import asyncio
+import os
+import re
+import signal
+import time
+import urllib.parse
+import uuid
+
+import aiohttp
+from aiohttp import web
+
+HOP_BY_HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive",
+              "content-encoding"}
+ERROR_CODES = {400: "InvalidParameterValue", 401: "AuthFailure", 403: "UnauthorizedOperation",
+               500: "InternalError", 503: "Unavailable"}
+NEXT_TOKEN = re.compile(rb"<nextToken>([^<]*)</nextToken>")
+
+
+def ec2_error(status, code, message):
+    body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>{code}</Code>'
+            f"<Message>{message}</Message></Error></Errors><RequestID>{uuid.uuid4()}</RequestID></Response>")
+    return web.Response(status=status, body=body.encode(), content_type="text/xml")
+
+
+class Proxy:
+    def __init__(self, upstream):
+        self.upstream = upstream.rstrip("/")
+        self.session = None
+        self.log = []
+        self.faults = {}
+        self.counts = {}
+
+    def hit(self, key, action):
+        """The fault `key` firing for this request's `action` (and counting it), or None."""
+        faults = self.faults.get(key)
+        if faults is None or action is None:
+            return None
+        for i, fault in enumerate(faults if isinstance(faults, list) else [faults]):
+            if fault.get("action") not in (None, action):
+                continue
+            n = self.counts.get((key, i), 0)
+            self.counts[(key, i)] = n + 1
+            after, times = fault.get("after", 0), fault.get("times", 1)
+            if n >= after and (times == -1 or n < after + times):
+                return fault
+        return None
+
+    async def forward(self, request):
+        body = await request.read()
+        params = dict(urllib.parse.parse_qsl(request.query_string))
+        if request.method == "POST" and body and "x-www-form-urlencoded" in request.headers.get("Content-Type", ""):
+            params.update(urllib.parse.parse_qsl(body.decode("utf-8", "replace")))
+        action = params.get("Action") if "Action" in params else None
+        entry = {"method": request.method, "path": request.path, "action": action,
+                 "params": params if action else {}, "status": 0, "ts": time.time()}
+        self.log.append(entry)
+        slow = self.hit("slow", action)
+        if slow:
+            await asyncio.sleep(slow.get("ms", 0) / 1000)
+        fail = self.hit("fail", action)
+        if fail:
+            status = int(fail.get("status", 500))
+            entry["status"] = status
+            return ec2_error(status, fail.get("code") or ERROR_CODES.get(status, "InternalError"),
+                             f"proxy fault: {action} fails with {status}")
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        url = self.upstream + request.path_qs
+        try:
+            async with self.session.request(request.method, url, headers=headers, data=body,
+                                            allow_redirects=False) as upstream:
+                payload = await upstream.read()
+                status = upstream.status
+                out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+        except aiohttp.ClientError as e:
+            entry["status"] = 502
+            return web.Response(status=502, text=f"the proxy could not reach moto: {e}")
+        if status == 200 and NEXT_TOKEN.search(payload) and self.hit("corrupt_next_token", action):
+            payload = NEXT_TOKEN.sub(f"<nextToken>{uuid.uuid4().hex}</nextToken>".encode(), payload, count=1)
+        entry["status"] = status
+        return web.Response(status=status, body=payload, headers=out_headers)
+
+    async def control(self, request):
+        tail = request.match_info["tail"]
+        if tail == "requests" and request.method in ("GET", "DELETE"):
+            if request.method == "DELETE":
+                self.log = []
+            return web.json_response(self.log)
+        if tail == "faults" and request.method == "GET":
+            return web.json_response(self.faults)
+        if tail == "faults" and request.method == "POST":
+            try:
+                body = await request.json()
+            except ValueError:
+                return web.json_response({"error": "the body is not JSON"}, status=400)
+            for key, value in body.items():
+                if key not in ("fail", "corrupt_next_token", "slow"):
+                    return web.json_response({"error": f"unknown fault {key}"}, status=400)
+                self.faults[key] = value
+                self.counts = {k: v for k, v in self.counts.items() if k[0] != key}
+            return web.json_response(self.faults)
+        if tail == "faults/clear" and request.method == "POST":
+            self.faults, self.counts = {}, {}
+            return web.json_response({})
+        return web.json_response({"error": f"no proxy endpoint {request.method} /proxy/{tail}"}, status=404)
+
+
+async def main():
+    ap = argparse.ArgumentParser(description="A logging, fault-injecting proxy in front of moto_server")
+    ap.add_argument("port", type=int)
+    ap.add_argument("upstream")
+    ap.add_argument("--state-dir")
+    args = ap.parse_args()
+    proxy = Proxy(args.upstream)
+    proxy.session = aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=120))
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_route("*", "/proxy/{tail:.*}", proxy.control)
+    app.router.add_route("*", "/{tail:.*}", proxy.forward)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", args.port, reuse_address=True)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    if args.state_dir:
+        os.makedirs(args.state_dir, exist_ok=True)
+        with open(os.path.join(args.state_dir, "aws-proxy.pid"), "w") as f:
+            f.write(f"{os.getpid()}\n")
+        tmp = os.path.join(args.state_dir, ".port.tmp")
+        with open(tmp, "w") as f:
+            f.write(f"{port}\n")
+        os.rename(tmp, os.path.join(args.state_dir, "port"))
+    print(f"AWS proxy listening on http://127.0.0.1:{port}, forwarding to {args.upstream}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await proxy.session.close()
+    await runner.cleanup()
+    if args.state_dir:
+        for name in ("aws-proxy.pid", "port"):
+            try:
+                os.remove(os.path.join(args.state_dir, name))
+            except FileNotFoundError:
+                pass
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,228 @@
+//! The cluster half of `cargo xtask demo`: tend with examples/cluster/tend.toml
+//! against the project's Kubernetes API fake (one Node) and OpenStack fake (the
+//! cluster's instances and security group), both on loopback and stopped on
+//! exit. node-reaper, in report mode, names the instance that never became a
+//! Node and deletes nothing; secgroup-guard adds the pod network's rules and
+//! the missing membership.
+
+use crate::{componentize_py, outcomes, root, run, step, wait_for};
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Where examples/cluster/tend.toml expects the peers.
+const KUBE_PORT: u16 = 5060;
+const OPENSTACK_PORT: u16 = 5061;
+const WORK: &str = "/tmp/tend-cluster";
+/// The cluster's security group, pinned by ID in the example's grants.
+const GROUP: &str = "5ec6a0a1-0000-4000-8000-00000000de70";
+/// The instances: registered (a Node names it), never registered (30 minutes
+/// old: past the example's 10 minute timeout) and young (a minute old).
+const REGISTERED: &str = "0b3c1f4e-1111-4a1a-9a1a-000000000001";
+const NEVER_REGISTERED: &str = "0b3c1f4e-2222-4a1a-9a1a-000000000002";
+const YOUNG: &str = "0b3c1f4e-3333-4a1a-9a1a-000000000003";
+
+/// A peer started by one of the project's scripts (`<script> start DIR PORT`
+/// prints its URL), stopped by PID on drop (`<script> stop DIR`).
+struct ScriptPeer {
+    script: PathBuf,
+    dir: PathBuf,
+    url: String,
+}
+
+impl ScriptPeer {
+    fn start(script: &str, dir: &Path, port: u16) -> Result<Self> {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            bail!(
+                "127.0.0.1:{port} is in use; examples/cluster/tend.toml expects {script} there: free the port and try again"
+            );
+        }
+        let script = root().join("tests/peers").join(script);
+        let _ = Command::new(&script).arg("stop").arg(dir).status();
+        let output = Command::new(&script)
+            .arg("start")
+            .arg(dir)
+            .arg(port.to_string())
+            .output()?;
+        let peer = ScriptPeer {
+            script,
+            dir: dir.to_path_buf(),
+            url: String::from_utf8_lossy(&output.stdout).trim().to_string(),
+        };
+        if !output.status.success() {
+            bail!(
+                "{} did not start: {}",
+                peer.script.display(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(peer)
+    }
+
+    /// POST `body` (JSON) to `path`, as the seeding scripts of a test would.
+    fn post(&self, path: &str, body: &serde_json::Value) -> Result<()> {
+        run(Command::new("curl")
+            .args(["-fsS", "-o", "/dev/null", "-X", "POST"])
+            .args(["-H", "content-type: application/json", "--data-binary"])
+            .arg(body.to_string())
+            .arg(format!("{}{path}", self.url)))
+        .with_context(|| format!("seeding {path}"))
+    }
+
+    fn get(&self, path: &str) -> Result<serde_json::Value> {
+        let output = Command::new("curl")
+            .args(["-fsS"])
+            .arg(format!("{}{path}", self.url))
+            .output()?;
+        Ok(serde_json::from_slice(&output.stdout)?)
+    }
+}
+
+impl Drop for ScriptPeer {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.script)
+            .arg("stop")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+fn server(
+    id: &str,
+    name: &str,
+    age_seconds: u64,
+    address: &str,
+    groups: &[&str],
+) -> serde_json::Value {
+    serde_json::json!({
+        "id": id,
+        "name": name,
+        "age_seconds": age_seconds,
+        "metadata": {"kubernetes-cluster": "demo"},
+        "addresses": {"private": [address]},
+        "security_groups": groups,
+    })
+}
+
+pub fn run_demo(tend: &Path) -> Result<()> {
+    // The fakes run on the project's venv (aiohttp).
+    componentize_py()?;
+    let config = root().join("examples/cluster/tend.toml");
+    let work = Path::new(WORK);
+    let _ = std::fs::remove_dir_all(work.join("state"));
+    step(&format!(
+        "starting the project's Kubernetes API fake on 127.0.0.1:{KUBE_PORT} and its OpenStack fake (Keystone, Nova, Neutron) on 127.0.0.1:{OPENSTACK_PORT}"
+    ));
+    let kube = ScriptPeer::start("kube-apiserver.sh", &work.join("kube"), KUBE_PORT)?;
+    let cloud = ScriptPeer::start("openstack.sh", &work.join("openstack"), OPENSTACK_PORT)?;
+    kube.post(
+        "/api/v1/nodes",
+        &serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "demo-node-1"},
+            "spec": {"providerID": format!("openstack:///{REGISTERED}")},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.11"}],
+            },
+        }),
+    )?;
+    cloud.post(
+        "/fake/security-groups",
+        &serde_json::json!({
+            "id": GROUP, "name": "demo-nodes",
+            "rules": [{"direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
+                       "port_range_min": 22, "port_range_max": 22,
+                       "remote_ip_prefix": "10.244.0.0/16", "description": "ssh only"}],
+        }),
+    )?;
+    cloud.post(
+        "/fake/servers",
+        &server(REGISTERED, "demo-node-1", 3600, "10.0.0.11", &[GROUP]),
+    )?;
+    cloud.post(
+        "/fake/servers",
+        &server(NEVER_REGISTERED, "demo-node-2", 1800, "10.0.0.12", &[GROUP]),
+    )?;
+    cloud.post(
+        "/fake/servers",
+        &server(YOUNG, "demo-node-3", 60, "10.0.0.13", &[]),
+    )?;
+    step(
+        "the cloud: demo-node-1 (a Node), demo-node-2 (30 min old, no Node), demo-node-3 (1 min old, not in the group); the group demo-nodes has only a tcp/22 rule from the pod CIDR",
+    );
+
+    let clouds_yaml = work.join("openstack/clouds.yaml");
+    let tend_cmd = |args: &[&str]| {
+        let mut cmd = Command::new(tend);
+        cmd.args(args)
+            .arg("-c")
+            .arg(&config)
+            .env("OS_CLIENT_CONFIG_FILE", &clouds_yaml);
+        cmd
+    };
+    step("tend check: the cluster config is valid and both plugins compile");
+    run(&mut tend_cmd(&["check"]))?;
+
+    step(
+        "tend run: until node-reaper has reported twice and secgroup-guard has repaired the group",
+    );
+    let log_path = root().join("target/demo/tend-cluster.log");
+    let mut daemon = tend_cmd(&["run"])
+        .stderr(std::fs::File::create(&log_path)?)
+        .spawn()?;
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let reported = || {
+        outcomes(&log(), "node-reaper")
+            .iter()
+            .any(|m| m.contains("would delete"))
+    };
+    let guarded = || {
+        outcomes(&log(), "secgroup-guard")
+            .iter()
+            .any(|m| m.contains("added"))
+    };
+    let done = wait_for(&mut daemon, Duration::from_secs(90), || {
+        reported() && guarded()
+    })?;
+    run(Command::new("kill").args(["-TERM", &daemon.id().to_string()]))?;
+    let status = daemon.wait()?;
+    let state = cloud.get("/fake/state")?;
+    drop(cloud);
+    drop(kube);
+
+    step("what happened in the cluster");
+    let text = log();
+    for plugin in ["node-reaper", "secgroup-guard"] {
+        eprintln!("{plugin}:");
+        for outcome in outcomes(&text, plugin) {
+            eprintln!("  {outcome}");
+        }
+    }
+    let servers: Vec<&str> = state["servers"]
+        .as_array()
+        .map(|s| s.iter().filter_map(|s| s["name"].as_str()).collect())
+        .unwrap_or_default();
+    eprintln!(
+        "instances still in the cloud (report mode deletes nothing): {}",
+        servers.join(", ")
+    );
+    let rules = state["security_groups"]
+        .as_array()
+        .and_then(|groups| groups.iter().find(|g| g["id"] == GROUP))
+        .and_then(|g| g["security_group_rules"].as_array())
+        .map_or(0, Vec::len);
+    eprintln!("the group demo-nodes now holds {rules} rules");
+    if !done || servers.len() != 3 {
+        bail!(
+            "the cluster part of the demo did not complete; see the log {}",
+            log_path.display()
+        );
+    }
+    eprintln!(
+        "tend stopped on SIGTERM with {status}. The config is {}",
+        config.display()
+    );
+    Ok(())
+}
