@@ -20,6 +20,7 @@ use tend::capabilities::Services;
 use tend::capabilities::cloud::FakeCloud;
 use tend::runtime::Runtime;
 use tend_e2e::cloud::{CloudPeer, Provider};
+use tend_e2e::peers::openstack::OpenStackFake;
 use tend_e2e::{KubeApi, Sandbox, plugin_status, rss_kib, time_until};
 
 const COUNT: usize = 10_000;
@@ -86,10 +87,14 @@ fn reaper_in_the_sandbox() {
     });
 }
 
-/// The release daemon with node-reaper against `provider` (50 instances, one
-/// Node each): the requests of one pass, counted at the peer, then idle RSS.
-fn daemon_with(provider: Provider) {
-    let peer = CloudPeer::start(provider);
+/// The release daemon with node-reaper against `peer` (50 instances, one
+/// Node each): the requests of one pass, counted at the peer, then idle RSS
+/// of a daemon started on a warm compile cache (as a restarted node's is).
+fn daemon_with(peer: CloudPeer) {
+    let provider = match peer {
+        CloudPeer::OpenStack(_) => Provider::OpenStack,
+        CloudPeer::Aws(_) => Provider::Aws,
+    };
     let instances = 50;
     let api = KubeApi::start();
     for (n, id) in peer.add_instances(instances, &[OWNER]).iter().enumerate() {
@@ -117,10 +122,16 @@ fn daemon_with(provider: Provider) {
     );
     let env: Vec<(&str, String)> = peer.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let first_pass = || {
+        time_until(Duration::from_secs(60), "node-reaper's first pass", || {
+            plugin_status(port, "node-reaper")["reconciles"].as_u64() >= Some(1)
+        })
+    };
+    let filling = sandbox.daemon_with_env(&env);
+    first_pass();
+    drop(filling); // the compile cache now holds node-reaper's Cranelift build
     let daemon = sandbox.daemon_with_env(&env);
-    time_until(Duration::from_secs(60), "node-reaper's first pass", || {
-        plugin_status(port, "node-reaper")["reconciles"].as_u64() >= Some(1)
-    });
+    first_pass();
     peer.clear_requests();
     sandbox.tend_with_env(&["reconcile", "node-reaper"], &env);
     let requests = peer.request_count();
@@ -136,7 +147,7 @@ fn main() {
     // here the release build cargo made for this bench.
     unsafe { std::env::set_var("TEND_BIN", env!("CARGO_BIN_EXE_tend")) };
     reaper_in_the_sandbox();
-    for provider in [Provider::OpenStack, Provider::Aws] {
-        daemon_with(provider);
-    }
+    // The OpenStack fake with Nova's and Neutron's usual page size (1000).
+    daemon_with(CloudPeer::OpenStack(OpenStackFake::start()));
+    daemon_with(CloudPeer::start(Provider::Aws));
 }

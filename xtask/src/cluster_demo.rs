@@ -176,7 +176,7 @@ pub fn run_demo(tend: &Path) -> Result<()> {
     let reported = || {
         outcomes(&log(), "node-reaper")
             .iter()
-            .any(|m| m.contains("would delete"))
+            .any(|m| m.contains(&format!("would delete {NEVER_REGISTERED}")))
     };
     let guarded = || {
         outcomes(&log(), "secgroup-guard")
@@ -198,6 +198,15 @@ pub fn run_demo(tend: &Path) -> Result<()> {
         eprintln!("{plugin}:");
         for outcome in outcomes(&text, plugin) {
             eprintln!("  {outcome}");
+        }
+    }
+    eprintln!("node-reaper's reasons (its log and its Event):");
+    for line in text.lines().filter(|l| l.contains("would delete")) {
+        if let Some((_, said)) = line
+            .split_once("log::backend: ")
+            .or_else(|| line.split_once("did kube.emit-event "))
+        {
+            eprintln!("  {}", said.trim_end_matches(" plugin=\"node-reaper\""));
         }
     }
     let servers: Vec<&str> = state["servers"]

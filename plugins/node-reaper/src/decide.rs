@@ -345,10 +345,12 @@ pub fn decide(
         .filter(|(_, i)| i.is_owned_by(&policy.owner))
         .collect();
     let mut next = Memory {
-        // Healthy again (or for the first time): timeouts restart here.
+        // Healthy again after an outage it saw: timeouts restart here. With
+        // no outage ever seen, creation times count as they are.
         api_healthy_since_ms: match (memory.api_down_since_ms, memory.api_healthy_since_ms) {
             (None, Some(since)) => Some(since),
-            _ => Some(now),
+            (None, None) => Some(0),
+            (Some(_), _) => Some(now),
         },
         api_down_since_ms: None,
         breaker_reset: policy.breaker_reset.clone(),

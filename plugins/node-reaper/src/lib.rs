@@ -26,7 +26,8 @@
 //! - **Timeouts**: an instance is a candidate once it has had no Node for
 //!   `registration-timeout` (per pool: `[pools.<pool-tag value>]`), counted
 //!   from the latest of its creation and the moment the Node listing last
-//!   became healthy, so an API server outage never counts. An instance in
+//!   became healthy again after failing, so an API server outage it saw never
+//!   counts (with none seen, the creation time counts). An instance in
 //!   ERROR that never matched a Node is a candidate after `error-grace`
 //!   (from when it was first seen in error); one that ever matched (remembered
 //!   in state) is reported, not deleted, unless `delete-errored = "all"`. An

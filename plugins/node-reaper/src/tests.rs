@@ -23,8 +23,11 @@ fn host() -> FakeHost {
         .grant(r#"{ resource = "nodes", verbs = ["get", "list", "watch"] }"#);
     for (id, name) in [(STUCK, "stuck-1"), (HEALTHY, "healthy-1")] {
         host.cloud.put_instance(
-            Instance::new(id, name, InstanceState::Running)
-                .with_tag("kubernetes.io/cluster/demo", "owned"),
+            Instance {
+                created_at_ms: T0 as i64,
+                ..Instance::new(id, name, InstanceState::Running)
+            }
+            .with_tag("kubernetes.io/cluster/demo", "owned"),
         );
     }
     host.kube.put(json!({
@@ -50,7 +53,7 @@ fn pass(host: &FakeHost, config: &str, trigger: &str, now: u64) -> Outcome {
 /// A startup pass, then passes until STUCK is confirmed: the last outcome.
 fn until_confirmed(host: &FakeHost, config: &str) -> Outcome {
     pass(host, config, "startup", T0);
-    // Timeouts count from the first healthy listing (T0): 20m later.
+    // Both were created at T0: STUCK times out 20m later.
     pass(host, config, "interval", T0 + 21 * MIN);
     pass(host, config, "interval", T0 + 22 * MIN)
 }

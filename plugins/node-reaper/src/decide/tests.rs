@@ -285,6 +285,25 @@ fn confirm_after_is_configurable() {
 }
 
 #[test]
+fn with_no_outage_ever_seen_the_creation_time_counts() {
+    let fresh = run(
+        &policy(),
+        &Memory::default(),
+        &[running(1)],
+        &[node_of(9)],
+        T0 + 21 * MIN,
+    );
+    assert_eq!(fresh.memory.api_healthy_since_ms, Some(0));
+    assert_eq!(
+        actions(&fresh),
+        [Action::Candidate {
+            why: Why::RegistrationTimeout,
+            skip: Skip::Unconfirmed { left_ms: MIN }
+        }]
+    );
+}
+
+#[test]
 fn outage_time_never_counts() {
     let nodes = [node_of(9)];
     // The Node listing fails from T0 + 5m to T0 + 30m.
