@@ -346,6 +346,38 @@ impl RuleSpec {
         self.normalized() == other.normalized()
     }
 
+    /// The rule in the words of the journal, the SDK fake's actions and
+    /// plugin messages: "ingress ipv4 tcp 22-22 from 10.244.0.0/16",
+    /// "egress ipv6 icmpv6 type 128 code 0 from group sg-1".
+    pub fn describe(&self) -> String {
+        let direction = match self.direction {
+            Direction::Ingress => "ingress",
+            Direction::Egress => "egress",
+        };
+        let ether = match self.ether_type {
+            EtherType::Ipv4 => "ipv4",
+            EtherType::Ipv6 => "ipv6",
+        };
+        let protocol = match self.protocol {
+            Protocol::Any => "any".to_string(),
+            Protocol::Tcp => "tcp".to_string(),
+            Protocol::Udp => "udp".to_string(),
+            Protocol::Icmp => "icmp".to_string(),
+            Protocol::Icmpv6 => "icmpv6".to_string(),
+            Protocol::Number(n) => format!("protocol {n}"),
+        };
+        let ports = match (self.protocol.is_icmp(), self.ports) {
+            (_, None) => String::new(),
+            (true, Some((kind, code))) => format!(" type {kind} code {code}"),
+            (false, Some((min, max))) => format!(" {min}-{max}"),
+        };
+        let remote = match &self.remote {
+            Remote::Cidr(cidr) => crate::shown(cidr).into_owned(),
+            Remote::Group(id) => format!("group {}", crate::shown(id)),
+        };
+        format!("{direction} {ether} {protocol}{ports} from {remote}")
+    }
+
     /// Is this a rule a provider can hold? Ports only for tcp, udp and ICMP
     /// (min <= max for tcp and udp; ICMP type and code up to 255), a CIDR of
     /// the rule's ether type, a group of its ID shape, a description of
@@ -597,6 +629,23 @@ mod tests {
             ..all_tcp.clone()
         };
         assert!(!all_tcp.same(&egress));
+    }
+
+    #[test]
+    fn a_rule_in_words() {
+        assert_eq!(
+            rule(Protocol::Tcp, Some((22, 22)), "10.244.0.0/16").describe(),
+            "ingress ipv4 tcp 22-22 from 10.244.0.0/16"
+        );
+        let ping = RuleSpec {
+            direction: Direction::Egress,
+            remote: Remote::Group("sg-01234567".into()),
+            ..rule(Protocol::Icmpv6, Some((128, 0)), "fd00::/8")
+        };
+        assert_eq!(
+            ping.describe(),
+            "egress ipv6 icmpv6 type 128 code 0 from group sg-01234567"
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! host and the SDK's fakes each run [`cases`] and compare their answers.
 //!
 //! Every capability is covered: files, http, systemd, cri, kube (against the
-//! objects of [`kube_objects`]), metrics and state, each with the grant
+//! objects of [`kube_objects`]), cloud (on a cloud without instances), metrics
+//! and state, each with the grant
 //! decisions of its rules module and the input bounds
 //! ([`crate::systemd::check_names`], [`crate::kube::check_size`],
 //! [`crate::cri::check_filter_labels`], [`crate::files::file_mode`],
@@ -11,6 +12,7 @@
 //! before the check) are tested where they live.
 
 use crate::Refusal;
+use crate::cloud::CloudGrant;
 use crate::cri::{CriGrant, MAX_FILTER_LABELS, MAX_LABEL_TEXT, Operation as CriOperation};
 use crate::files::{FileGrant, OWN_PROC};
 use crate::http::UrlPattern;
@@ -44,6 +46,8 @@ pub enum Op {
     CriRemove(String),
     /// A CRI sandbox listing filtered on these labels.
     CriList(Vec<(String, String)>),
+    /// A cloud call, on a cloud without instances or groups.
+    Cloud(CloudCall),
     /// A state write of `len` bytes under `key` (state is always granted).
     StateSet {
         key: String,
@@ -65,6 +69,23 @@ pub struct KubeOp {
     pub namespace: Option<String>,
     /// The object's name (unused by lists; a create's body names its own).
     pub name: String,
+}
+
+/// One cloud call of a plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloudCall {
+    ListInstances {
+        tag: String,
+        value: String,
+    },
+    GetInstance(String),
+    DeleteInstance(String),
+    FindSecurityGroup(String),
+    /// A tcp ingress rule over every port from `cidr` into `group`.
+    EnsureRule {
+        group: String,
+        cidr: String,
+    },
 }
 
 /// One systemd call of a plugin.
@@ -123,6 +144,7 @@ pub struct Case {
     pub kube: Vec<KubeRule>,
     pub systemd: SystemdGrant,
     pub cri: CriGrant,
+    pub cloud: CloudGrant,
     pub op: Op,
     pub expect: Expect,
 }
@@ -135,8 +157,24 @@ fn ungranted(op: Op, expect: Expect) -> Case {
         kube: Vec::new(),
         systemd: SystemdGrant::default(),
         cri: CriGrant::default(),
+        cloud: CloudGrant::default(),
         op,
         expect,
+    }
+}
+
+/// `call` under a grant of listing and getting pool `a`'s instances and of
+/// adding rules to one group.
+fn cloud(call: CloudCall, expect: Expect) -> Case {
+    let grant = serde_json::from_value(json!({
+        "operations": ["list-instances", "get-instance", "list-security-groups", "ensure-rule"],
+        "instances": [{"tag": "kubernetes.io/cluster/a", "value": "owned"}],
+        "security-groups": ["sg-0123456789abcdef0"],
+    }))
+    .expect("valid grant");
+    Case {
+        cloud: grant,
+        ..ungranted(Op::Cloud(call), expect)
     }
 }
 
@@ -463,7 +501,76 @@ pub fn cases() -> Vec<Case> {
     .chain(bound_cases())
     .chain(systemd_cases())
     .chain(cri_cases())
+    .chain(cloud_cases())
     .collect()
+}
+
+/// Cloud: owners by key and value, IDs and rules by shape, groups by ID.
+fn cloud_cases() -> Vec<Case> {
+    use Expect::Allowed;
+    let p = |s: &str| s.to_string();
+    vec![
+        cloud(
+            CloudCall::ListInstances {
+                tag: p("kubernetes.io/cluster/a"),
+                value: p("owned"),
+            },
+            Allowed,
+        ),
+        cloud(
+            CloudCall::ListInstances {
+                tag: p("kubernetes.io/cluster/ab"),
+                value: p("owned"),
+            },
+            denied(
+                "cloud list-instances of instances tagged kubernetes.io/cluster/ab=owned is not granted: add { tag = \"kubernetes.io/cluster/ab\", value = \"owned\" } to instances in [plugins.conformance.grants] cloud",
+            ),
+        ),
+        cloud(
+            CloudCall::GetInstance(p("i-0123456789abcdef0/../x")),
+            invalid(
+                "cloud instance id \"i-0123456789abcdef0/../x\": expected an instance ID: an AWS instance ID (\"i-\" and 8 or 17 lower-case hexadecimal digits) or an OpenStack server UUID, for example \"i-0123456789abcdef0\"",
+            ),
+        ),
+        cloud(CloudCall::GetInstance(p("i-0123456789abcdef0")), Allowed),
+        cloud(
+            CloudCall::DeleteInstance(p("i-0123456789abcdef0")),
+            denied(
+                "cloud delete-instance of instance i-0123456789abcdef0 is not granted: add \"delete-instance\" to operations in [plugins.conformance.grants] cloud",
+            ),
+        ),
+        cloud(
+            CloudCall::FindSecurityGroup(p("nodes\nx")),
+            invalid(
+                "cloud security group name \"nodes\\nx\": expected non-empty printable text of at most 255 bytes",
+            ),
+        ),
+        cloud(
+            CloudCall::EnsureRule {
+                group: p("sg-0123456789abcdef0"),
+                cidr: p("10.244.0.0/16"),
+            },
+            Allowed,
+        ),
+        cloud(
+            CloudCall::EnsureRule {
+                group: p("sg-0123456789abcdef1"),
+                cidr: p("10.244.0.0/16"),
+            },
+            denied(
+                "cloud ensure-rule of security group sg-0123456789abcdef1 is not granted: add \"sg-0123456789abcdef1\" to security-groups in [plugins.conformance.grants] cloud",
+            ),
+        ),
+        cloud(
+            CloudCall::EnsureRule {
+                group: p("sg-0123456789abcdef0"),
+                cidr: p("10.244.0.0/33"),
+            },
+            invalid(
+                "cloud rule: \"10.244.0.0/33\" is not a CIDR: expected for example \"10.244.0.0/16\" or \"fd00:10:244::/56\"",
+            ),
+        ),
+    ]
 }
 
 /// Input bounds: file modes, kube bodies and Events, state keys and values.
@@ -996,6 +1103,7 @@ mod tests {
             Op::Kube(_) => "kube",
             Op::Systemd(_) => "systemd",
             Op::CriRemove(_) | Op::CriList(_) => "cri",
+            Op::Cloud(_) => "cloud",
             Op::Metric { .. } => "metrics",
             Op::StateSet { .. } => "state",
         };
@@ -1007,7 +1115,7 @@ mod tests {
         }
         println!("cases (all, refused): {counts:?}");
         for name in [
-            "files", "http", "kube", "systemd", "cri", "metrics", "state",
+            "files", "http", "kube", "systemd", "cri", "cloud", "metrics", "state",
         ] {
             let (all, refused) = counts.get(name).copied().unwrap_or_default();
             assert!(
@@ -1032,9 +1140,9 @@ mod tests {
                 }
                 Op::WriteMode(path, mode) => resolve(&case.files, PLUGIN, path, true)
                     .and_then(|_| crate::files::file_mode(path, Some(*mode)).map(drop)),
-                // Kube decisions need objects, systemd and cri calls a host:
-                // the host and the SDK's fake run them.
-                Op::Kube(_) | Op::Systemd(_) | Op::CriList(_) => continue,
+                // Kube decisions need objects, systemd, cri and cloud calls
+                // a host: the host and the SDK's fake run them.
+                Op::Kube(_) | Op::Systemd(_) | Op::CriList(_) | Op::Cloud(_) => continue,
                 Op::CriRemove(id) => crate::cri::check_id("sandbox id", id).and_then(|()| {
                     case.cri
                         .check_operation(PLUGIN, CriOperation::RemovePodSandbox, id)

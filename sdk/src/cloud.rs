@@ -150,33 +150,10 @@ impl Rule {
         self.spec().same(&other.spec())
     }
 
-    /// "ingress ipv4 tcp 22-22 10.0.0.0/8": the rule in an action or a message.
+    /// "ingress ipv4 tcp 22-22 from 10.0.0.0/8": the rule in an action or a
+    /// message, as the host journals it ([`RuleSpec::describe`]).
     pub fn describe(&self) -> String {
-        let direction = match self.direction {
-            Direction::Ingress => "ingress",
-            Direction::Egress => "egress",
-        };
-        let ether = match self.ether_type {
-            EtherType::Ipv4 => "ipv4",
-            EtherType::Ipv6 => "ipv6",
-        };
-        let protocol = match self.protocol {
-            Protocol::Any => "any".to_string(),
-            Protocol::Tcp => "tcp".to_string(),
-            Protocol::Udp => "udp".to_string(),
-            Protocol::Icmp => "icmp".to_string(),
-            Protocol::Icmpv6 => "icmpv6".to_string(),
-            Protocol::Number(n) => format!("protocol {n}"),
-        };
-        let ports = self.ports.map(|p| format!(" {}-{}", p.min, p.max));
-        let remote = match &self.remote {
-            Remote::Cidr(cidr) => cidr.clone(),
-            Remote::Group(id) => format!("group {id}"),
-        };
-        format!(
-            "{direction} {ether} {protocol}{} {remote}",
-            ports.unwrap_or_default()
-        )
+        self.spec().describe()
     }
 
     /// Is this a rule a provider can hold ([`RuleSpec::check`])?
@@ -297,7 +274,7 @@ const CALLS: [&str; 7] = [
 ///   finishing it would. Deleting one already deleting, terminated or gone
 ///   succeeds and sends nothing.
 /// - Every mutation sent is recorded ([`FakeCloud::actions`]:
-///   "delete-instance i-...", "ensure-rule sg-... ingress ipv4 tcp
+///   "delete-instance i-...", "ensure-rule sg-... ingress ipv4 tcp from
 ///   10.244.0.0/16", "add-to-group i-... sg-..."); calls answered false
 ///   (a duplicate rule, a member already) send nothing.
 /// - Failures are injected with [`FakeCloud::fail_with`] and
@@ -352,10 +329,16 @@ impl FakeCloud {
         }
         let parsed: Grants = toml::from_str(&format!("cloud = {grant}"))
             .unwrap_or_else(|e| panic!("FakeCloud::grant: {e} in {grant}"));
+        self.extend_grant(&parsed.cloud)
+    }
+
+    /// Add what `grant` grants (a grant already parsed, as the conformance
+    /// table holds them).
+    pub fn extend_grant(&self, grant: &CloudGrant) -> &Self {
         let mut granted = self.grant.borrow_mut();
-        granted.operations.extend(parsed.cloud.operations);
-        granted.instances.extend(parsed.cloud.instances);
-        granted.security_groups.extend(parsed.cloud.security_groups);
+        granted.operations.extend(grant.operations.iter().copied());
+        granted.instances.extend(grant.instances.iter().cloned());
+        granted.security_groups.extend(grant.security_groups.iter().cloned());
         self
     }
 
@@ -416,7 +399,7 @@ impl FakeCloud {
     }
 
     /// Every mutation sent, in order: "delete-instance i-...",
-    /// "ensure-rule sg-... ingress ipv4 tcp 10.244.0.0/16",
+    /// "ensure-rule sg-... ingress ipv4 tcp from 10.244.0.0/16",
     /// "add-to-group i-... sg-...".
     pub fn actions(&self) -> Vec<String> {
         self.actions.borrow().clone()

@@ -151,6 +151,30 @@ pub fn decide(case: &tend_rules::conformance::Case) -> tend_rules::conformance::
             };
             host.cri().list_pod_sandboxes(&filter).map(drop)
         }
+        Op::Cloud(call) => {
+            use tend_rules::conformance::CloudCall;
+            host.cloud.extend_grant(&case.cloud);
+            let cloud = host.cloud();
+            match call {
+                CloudCall::ListInstances { tag, value } => cloud
+                    .list_instances(&crate::OwnerTag::new(tag, value))
+                    .map(drop),
+                CloudCall::GetInstance(id) => cloud.get_instance(id).map(drop),
+                CloudCall::DeleteInstance(id) => cloud.delete_instance(id),
+                CloudCall::FindSecurityGroup(name) => cloud.find_security_group(name).map(drop),
+                CloudCall::EnsureRule { group, cidr } => {
+                    let rule = crate::Rule {
+                        direction: crate::Direction::Ingress,
+                        ether_type: crate::EtherType::Ipv4,
+                        protocol: crate::Protocol::Tcp,
+                        ports: None,
+                        remote: crate::Remote::Cidr(cidr.clone()),
+                        description: None,
+                    };
+                    cloud.ensure_rule(group, &rule).map(drop)
+                }
+            }
+        }
         Op::StateSet { key, len } => host.state().set(key, &vec![0; *len]),
         Op::Metric {
             counter: true,

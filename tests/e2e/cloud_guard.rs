@@ -864,6 +864,47 @@ fn the_plugin_request_rate_bounds_what_reaches_the_peer(provider: Provider) {
     );
 }
 
+/// OpenStack: a token the cloud expires while tend still holds it (a token
+/// expiring mid-pass) costs one 401, one new token and one retry of the
+/// request: the call succeeds.
+#[test]
+fn an_openstack_token_expired_under_tend_is_renewed_and_the_call_retried() {
+    let cloud = Cloud::start(Provider::OpenStack);
+    let CloudPeer::OpenStack(fake) = &cloud.0 else {
+        unreachable!("started for OpenStack")
+    };
+    let instance = cloud.add_instance("node-1", &[(OWNER_TAG, "owned")]).id;
+    let sandbox = Sandbox::new();
+    let grant = format!("operations = [\"get-instance\"], {}", owner_grant("owned"));
+    let config = calls(&[json!({"op": "get-instance", "id": instance})]);
+    let plugins = plugin(&sandbox, "chaos", "chaos", &grant, &config);
+    sandbox.config_with_host(&cloud.host_config(), &plugins);
+    let env = cloud.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let daemon = sandbox.daemon_with_env(&env);
+    // The startup pass takes the daemon's token.
+    daemon.wait_for_log(
+        std::time::Duration::from_secs(30),
+        &["plugin=chaos", &format!("get-instance {instance}: node-1")],
+    );
+    fake.fault(&json!({"expire_tokens": true}));
+    fake.clear_requests();
+
+    let out = tend(&sandbox, &cloud, &["reconcile", "chaos"]);
+    assert!(
+        out.contains("by the tend daemon"),
+        "the daemon ran it: {out}"
+    );
+    assert_eq!(
+        result_of(&out, "get-instance", &instance),
+        "node-1",
+        "{out}"
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.with_status(401), 1, "{:#?}", &*requests);
+    assert_eq!(requests.token_requests(), 1, "{:#?}", &*requests);
+}
+
 /// `mod openstack` and `mod aws`, each running every body for its provider.
 macro_rules! both {
     ($($body:ident),* $(,)?) => {

@@ -19,12 +19,8 @@ dir=${2:?$usage}
 here=$(cd "$(dirname "$0")" && pwd)
 pidfile=$dir/kube-apiserver.pid
 
-# Alive and not a zombie (nobody may reap an orphan here).
-running() {
-  local state
-  state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
-  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
-}
+# shellcheck source=lib.sh
+source "$here/lib.sh"
 
 case $cmd in
 start)
@@ -40,40 +36,15 @@ start)
   setsid "$python" "$here/kube-apiserver.py" "$port" --state-dir "$dir" "$@" \
     </dev/null >/dev/null 2>"$dir/server.err" &
   pid=$!
-  for _ in $(seq 1 200); do
-    if [ -s "$dir/port" ]; then
-      url=http://127.0.0.1:$(cat "$dir/port")
-      if curl -fsS -o /dev/null "$url/version" 2>/dev/null; then
-        echo "$url"
-        exit 0
-      fi
-    fi
-    if ! running "$pid"; then
-      echo "the fake API server exited at start:" >&2
-      cat "$dir/server.err" >&2
-      exit 1
-    fi
-    sleep 0.05
-  done
-  echo "the fake API server did not answer within 10 s" >&2
-  kill -KILL "$pid" 2>/dev/null || true
-  exit 1
+  probe='[ -s "$dir/port" ] && curl -fsS -o /dev/null "http://127.0.0.1:$(cat "$dir/port")/version" 2>/dev/null'
+  wait_for "$pid" "$probe" "the fake API server" "$dir/server.err" || exit 1
+  echo "http://127.0.0.1:$(cat "$dir/port")"
   ;;
 stop)
-  [ -f "$pidfile" ] || exit 0
-  pid=$(cat "$pidfile")
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 100); do
-    running "$pid" || { rm -f "$pidfile" "$dir/port"; exit 0; }
-    sleep 0.05
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  sleep 0.1
-  rm -f "$pidfile" "$dir/port"
-  if running "$pid"; then
-    echo "the fake API server (PID $pid) did not stop" >&2
-    exit 1
-  fi
+  failed=0
+  stop_pidfile "$pidfile" || failed=1
+  rm -f "$dir/port"
+  exit $failed
   ;;
 *)
   echo "$usage" >&2

@@ -19,48 +19,8 @@ cmd=${1:?$usage}
 dir=${2:?$usage}
 here=$(cd "$(dirname "$0")" && pwd)
 
-# Alive and not a zombie (nobody may reap an orphan here).
-running() {
-  local state
-  state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
-  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
-}
-
-# Stop the process whose PID is in $1: SIGTERM, SIGKILL after 5 s.
-stop_pidfile() {
-  local pidfile=$1 pid
-  [ -f "$pidfile" ] || return 0
-  pid=$(cat "$pidfile")
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 100); do
-    running "$pid" || { rm -f "$pidfile"; return 0; }
-    sleep 0.05
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  sleep 0.1
-  rm -f "$pidfile"
-  if running "$pid"; then
-    echo "$(basename "$pidfile" .pid) (PID $pid) did not stop" >&2
-    return 1
-  fi
-}
-
-# Wait until `$2` (a command) succeeds while the process $1 lives; $3 names it.
-wait_for() {
-  local pid=$1 check=$2 what=$3
-  for _ in $(seq 1 400); do
-    if eval "$check"; then return 0; fi
-    if ! running "$pid"; then
-      echo "$what exited at start:" >&2
-      cat "$dir/$what.err" >&2
-      return 1
-    fi
-    sleep 0.05
-  done
-  echo "$what did not answer within 20 s" >&2
-  kill -KILL "$pid" 2>/dev/null || true
-  return 1
-}
+# shellcheck source=lib.sh
+source "$here/lib.sh"
 
 case $cmd in
 start)
@@ -83,12 +43,12 @@ start)
   warm="curl -fsS -o /dev/null -X POST -d 'Action=DescribeInstances&Version=2016-11-15' \
     -H 'Authorization: AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/ec2/aws4_request, SignedHeaders=host, Signature=0' \
     $moto_url/ 2>/dev/null"
-  wait_for "$(cat "$dir/moto.pid")" "$warm" moto || exit 1
+  wait_for "$(cat "$dir/moto.pid")" "$warm" moto "$dir/moto.err" || exit 1
   setsid "$python" "$here/aws-proxy.py" "$port" "$moto_url" --state-dir "$dir" \
     </dev/null >/dev/null 2>"$dir/aws-proxy.err" &
   proxy_pid=$!
   wait_for "$proxy_pid" '[ -s "$dir/port" ] && curl -fsS -o /dev/null "http://127.0.0.1:$(cat "$dir/port")/proxy/faults" 2>/dev/null' \
-    aws-proxy || exit 1
+    aws-proxy "$dir/aws-proxy.err" || exit 1
   echo "http://127.0.0.1:$(cat "$dir/port")"
   ;;
 stop)

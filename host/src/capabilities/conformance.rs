@@ -3,6 +3,7 @@
 //! host would answer.
 
 use super::capability::AlwaysGranted;
+use super::cloud::{Direction, EtherType, OwnerTag, PluginCloud, Protocol, Remote, Rule};
 use super::cri::{PluginCri, SandboxFilter};
 use super::files::PluginFiles;
 use super::http::{HttpRequest, PluginHttp};
@@ -14,7 +15,7 @@ use super::testing::call;
 use super::{CapError, Capability};
 use tend_rules::Refusal;
 use tend_rules::conformance::{
-    self, Case, Expect, KUBE_OWN_LEASE, KubeCall, KubeOp, Op, SystemdCall,
+    self, Case, CloudCall, Expect, KUBE_OWN_LEASE, KubeCall, KubeOp, Op, SystemdCall,
 };
 use tend_rules::kube::PatchShape;
 
@@ -170,6 +171,35 @@ async fn on_the_host(case: &Case) -> Expect {
                 .list_pod_sandboxes(&filter)
                 .await
                 .map(drop)
+        }
+        Op::Cloud(cloud) => {
+            let (backend, _) = PluginCloud::fake();
+            let adapter = PluginCloud::for_call(&backend, &case.cloud, &call);
+            match cloud {
+                CloudCall::ListInstances { tag, value } => adapter
+                    .list_instances(&OwnerTag {
+                        key: tag.clone(),
+                        value: value.clone(),
+                    })
+                    .await
+                    .map(drop),
+                CloudCall::GetInstance(id) => adapter.get_instance(id).await.map(drop),
+                CloudCall::DeleteInstance(id) => adapter.delete_instance(id).await,
+                CloudCall::FindSecurityGroup(name) => {
+                    adapter.find_security_group(name).await.map(drop)
+                }
+                CloudCall::EnsureRule { group, cidr } => {
+                    let rule = Rule {
+                        direction: Direction::Ingress,
+                        ether_type: EtherType::Ipv4,
+                        protocol: Protocol::Tcp,
+                        ports: None,
+                        remote: Remote::Cidr(cidr.clone()),
+                        description: None,
+                    };
+                    adapter.ensure_rule(group, &rule).await.map(drop)
+                }
+            }
         }
         Op::StateSet { key, len } => {
             let (backend, _) = PluginState::fake();

@@ -212,12 +212,12 @@ mod tests {
         assert_eq!(
             described,
             [
-                "ingress ipv4 tcp 10.244.0.0/16",
-                "ingress ipv4 udp 10.244.0.0/16",
-                "ingress ipv4 icmp 10.244.0.0/16",
-                "ingress ipv6 tcp fd00:10:244::/56",
-                "ingress ipv6 udp fd00:10:244::/56",
-                "ingress ipv6 icmpv6 fd00:10:244::/56",
+                "ingress ipv4 tcp from 10.244.0.0/16",
+                "ingress ipv4 udp from 10.244.0.0/16",
+                "ingress ipv4 icmp from 10.244.0.0/16",
+                "ingress ipv6 tcp from fd00:10:244::/56",
+                "ingress ipv6 udp from fd00:10:244::/56",
+                "ingress ipv6 icmpv6 from fd00:10:244::/56",
             ]
         );
         assert!(rules.iter().all(|r| r.check().is_ok()));
@@ -272,13 +272,16 @@ mod tests {
         let parse = |json: &str| serde_json::from_str::<ExtraRule>(json).unwrap().rule();
         let rule =
             parse(r#"{"protocol": "tcp", "ports": "30000-32767", "cidr": "0.0.0.0/0"}"#).unwrap();
-        assert_eq!(rule.describe(), "ingress ipv4 tcp 30000-32767 0.0.0.0/0");
+        assert_eq!(
+            rule.describe(),
+            "ingress ipv4 tcp 30000-32767 from 0.0.0.0/0"
+        );
         let rule =
             parse(r#"{"direction": "egress", "protocol": "4", "group": "sg-0123456789abcdef0"}"#)
                 .unwrap();
         assert_eq!(
             rule.describe(),
-            "egress ipv4 protocol 4 group sg-0123456789abcdef0"
+            "egress ipv4 protocol 4 from group sg-0123456789abcdef0"
         );
         for (bad, why) in [
             (

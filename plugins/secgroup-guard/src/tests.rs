@@ -54,9 +54,9 @@ fn adds_what_is_missing_and_a_second_pass_changes_nothing() {
     assert_eq!(
         host.cloud.actions(),
         [
-            format!("ensure-rule {GROUP} ingress ipv4 tcp 10.244.0.0/16"),
-            format!("ensure-rule {GROUP} ingress ipv4 udp 10.244.0.0/16"),
-            format!("ensure-rule {GROUP} ingress ipv4 icmp 10.244.0.0/16"),
+            format!("ensure-rule {GROUP} ingress ipv4 tcp from 10.244.0.0/16"),
+            format!("ensure-rule {GROUP} ingress ipv4 udp from 10.244.0.0/16"),
+            format!("ensure-rule {GROUP} ingress ipv4 icmp from 10.244.0.0/16"),
             format!("add-to-group {OUTSIDER} {GROUP}"),
         ]
     );
@@ -92,7 +92,7 @@ fn pod_cidrs_come_from_kubeadm_when_not_configured() {
     let actions = host.cloud.actions();
     assert_eq!(actions.len(), 13, "{actions:?}");
     assert!(actions.contains(&format!(
-        "ensure-rule {GROUP} egress ipv6 icmpv6 fd00:10:244::/56"
+        "ensure-rule {GROUP} egress ipv6 icmpv6 from fd00:10:244::/56"
     )));
 }
 

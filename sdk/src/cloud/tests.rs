@@ -149,8 +149,8 @@ fn rules_are_the_same_only_with_the_full_port_range() {
     assert_eq!(
         cloud.actions(),
         [
-            format!("ensure-rule {GROUP} ingress ipv4 tcp 22-22 10.244.0.0/16"),
-            format!("ensure-rule {GROUP} ingress ipv4 tcp 10.244.0.0/16"),
+            format!("ensure-rule {GROUP} ingress ipv4 tcp 22-22 from 10.244.0.0/16"),
+            format!("ensure-rule {GROUP} ingress ipv4 tcp from 10.244.0.0/16"),
         ]
     );
     let err = cloud.ensure_rule(OTHER_GROUP, &tcp(None)).unwrap_err();

@@ -96,35 +96,9 @@ pub fn spec(rule: &Rule) -> RuleSpec {
     }
 }
 
-/// A rule in the words of the journal: "ingress ipv4 tcp 1-65535 from
-/// 10.244.0.0/16", "egress ipv6 icmpv6 type 128 code 0 from group sg-1".
+/// A rule in the words of the journal ([`RuleSpec::describe`]).
 pub fn describe_rule(rule: &Rule) -> String {
-    let direction = match rule.direction {
-        Direction::Ingress => "ingress",
-        Direction::Egress => "egress",
-    };
-    let ether = match rule.ether_type {
-        EtherType::Ipv4 => "ipv4",
-        EtherType::Ipv6 => "ipv6",
-    };
-    let protocol = match rule.protocol {
-        Protocol::Any => "any".to_string(),
-        Protocol::Tcp => "tcp".to_string(),
-        Protocol::Udp => "udp".to_string(),
-        Protocol::Icmp => "icmp".to_string(),
-        Protocol::Icmpv6 => "icmpv6".to_string(),
-        Protocol::Number(n) => format!("protocol {n}"),
-    };
-    let ports = match (rule.protocol, rule.ports) {
-        (_, None) => String::new(),
-        (Protocol::Icmp | Protocol::Icmpv6, Some(p)) => format!(" type {} code {}", p.min, p.max),
-        (_, Some(p)) => format!(" {}-{}", p.min, p.max),
-    };
-    let remote = match &rule.remote {
-        Remote::Cidr(cidr) => cidr.clone(),
-        Remote::Group(id) => format!("group {id}"),
-    };
-    format!("{direction} {ether} {protocol}{ports} from {remote}")
+    spec(rule).describe()
 }
 
 #[cfg(test)]
