@@ -172,13 +172,12 @@ impl CloudGrant {
         if self.operations.contains(&operation) {
             return Ok(());
         }
-        Err(Refusal::Denied(format!(
-            "cloud {} of {} is not granted: add \"{}\" to operations in {}",
+        Err(crate::operation_not_granted(
+            "cloud",
             operation.name(),
-            crate::shown(what),
-            operation.name(),
-            Self::table(plugin)
-        )))
+            what,
+            plugin,
+        ))
     }
 
     /// May `plugin` list the instances tagged `key` = `value`?

@@ -243,13 +243,12 @@ impl CriGrant {
         if self.operations.contains(&operation) {
             return Ok(());
         }
-        Err(Refusal::Denied(format!(
-            "cri {} of {} is not granted: add \"{}\" to operations in {}",
+        Err(crate::operation_not_granted(
+            "cri",
             operation.name(),
-            crate::shown(what),
-            operation.name(),
-            Self::table(plugin)
-        )))
+            what,
+            plugin,
+        ))
     }
 
     /// May `plugin` perform `operation` (stop or remove) on `sandbox`, as

@@ -74,6 +74,21 @@ impl std::fmt::Display for Refusal {
 
 impl std::error::Error for Refusal {}
 
+/// The refusal of an operation a capability grant does not list: "cri
+/// remove-pod-sandbox of X is not granted: add \"remove-pod-sandbox\" to
+/// operations in [plugins.P.grants] cri".
+pub(crate) fn operation_not_granted(
+    capability: &str,
+    operation: &str,
+    what: &str,
+    plugin: &str,
+) -> Refusal {
+    Refusal::Denied(format!(
+        "{capability} {operation} of {} is not granted: add \"{operation}\" to operations in [plugins.{plugin}.grants] {capability}",
+        shown(what)
+    ))
+}
+
 /// `text`, cut to its first 64 bytes (on a character boundary) and `…` when it
 /// is longer than 80: refusals of oversized input must not echo all of it.
 pub(crate) fn shown(text: &str) -> std::borrow::Cow<'_, str> {

@@ -27,18 +27,7 @@ start)
   port=${3:-0}
   shift $(($# < 3 ? $# : 3))
   python=${KUBE_FAKE_PYTHON:-$here/../../target/venv/bin/python}
-  if ! "$python" -c 'import aiohttp, jsonpatch, yaml' 2>/dev/null; then
-    echo "the fake API server needs aiohttp, jsonpatch and PyYAML in $python: run \`cargo xtask test\`" >&2
-    exit 1
-  fi
-  mkdir -p "$dir"
-  rm -f "$dir/port"
-  setsid "$python" "$here/kube-apiserver.py" "$port" --state-dir "$dir" "$@" \
-    </dev/null >/dev/null 2>"$dir/server.err" &
-  pid=$!
-  probe='[ -s "$dir/port" ] && curl -fsS -o /dev/null "http://127.0.0.1:$(cat "$dir/port")/version" 2>/dev/null'
-  wait_for "$pid" "$probe" "the fake API server" "$dir/server.err" || exit 1
-  echo "http://127.0.0.1:$(cat "$dir/port")"
+  start_python_peer "the fake API server" "$python" "aiohttp, jsonpatch, yaml" kube-apiserver.py /version "$dir" "$port" "$@"
   ;;
 stop)
   failed=0

@@ -45,3 +45,25 @@ wait_for() {
   kill -KILL "$pid" 2>/dev/null || true
   return 1
 }
+
+# start_python_peer WHAT PYTHON IMPORTS SCRIPT PROBE DIR PORT [ARGS...]:
+# start the peer SCRIPT (beside these scripts) with PYTHON, which must import
+# IMPORTS (a Python import list), as `SCRIPT PORT --state-dir DIR ARGS...`;
+# it writes DIR/port and its PID file. Print its URL once GET URL+PROBE
+# answers. WHAT names it in messages; its stderr is DIR/server.err.
+start_python_peer() {
+  local what=$1 python=$2 imports=$3 script=$4 probe=$5 dir=$6 port=$7
+  shift 7
+  if ! "$python" -c "import $imports" 2>/dev/null; then
+    echo "$what needs $imports in $python: run \`cargo xtask test\`" >&2
+    return 1
+  fi
+  mkdir -p "$dir"
+  rm -f "$dir/port"
+  setsid "$python" "$(dirname "${BASH_SOURCE[0]}")/$script" "$port" --state-dir "$dir" "$@" \
+    </dev/null >/dev/null 2>"$dir/server.err" &
+  local pid=$! check
+  check="[ -s '$dir/port' ] && curl -fsS -o /dev/null \"http://127.0.0.1:\$(cat '$dir/port')$probe\" 2>/dev/null"
+  wait_for "$pid" "$check" "$what" "$dir/server.err" || return 1
+  echo "http://127.0.0.1:$(cat "$dir/port")"
+}

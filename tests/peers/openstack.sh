@@ -30,18 +30,7 @@ start)
   port=${3:-0}
   shift $(($# < 3 ? $# : 3))
   python=${OPENSTACK_FAKE_PYTHON:-$here/../../target/venv/bin/python}
-  if ! "$python" -c 'import aiohttp' 2>/dev/null; then
-    echo "the OpenStack fake needs aiohttp in $python: run \`cargo xtask test\`" >&2
-    exit 1
-  fi
-  mkdir -p "$dir"
-  rm -f "$dir/port"
-  setsid "$python" "$here/openstack-fake.py" "$port" --state-dir "$dir" "$@" \
-    </dev/null >/dev/null 2>"$dir/server.err" &
-  pid=$!
-  probe='[ -s "$dir/port" ] && curl -fsS -o /dev/null "http://127.0.0.1:$(cat "$dir/port")/identity/v3" 2>/dev/null'
-  wait_for "$pid" "$probe" "the OpenStack fake" "$dir/server.err" || exit 1
-  echo "http://127.0.0.1:$(cat "$dir/port")"
+  start_python_peer "the OpenStack fake" "$python" "aiohttp" openstack-fake.py /identity/v3 "$dir" "$port" "$@"
   ;;
 stop)
   failed=0

@@ -3,7 +3,7 @@
 //! cluster's instances and security group), both on loopback and stopped on
 //! exit. node-reaper, in report mode, names the instance that never became a
 //! Node and deletes nothing; secgroup-guard adds the pod network's rules and
-//! the missing membership.
+//! the missing membership. [`ScriptPeer`] starts the node demo's registry too.
 
 use crate::{componentize_py, outcomes, root, run, step, wait_for};
 use anyhow::{Context, Result, bail};
@@ -23,19 +23,22 @@ const REGISTERED: &str = "0b3c1f4e-1111-4a1a-9a1a-000000000001";
 const NEVER_REGISTERED: &str = "0b3c1f4e-2222-4a1a-9a1a-000000000002";
 const YOUNG: &str = "0b3c1f4e-3333-4a1a-9a1a-000000000003";
 
-/// A peer started by one of the project's scripts (`<script> start DIR PORT`
-/// prints its URL), stopped by PID on drop (`<script> stop DIR`).
-struct ScriptPeer {
+/// A peer started by one of the project's scripts (`<script> start DIR PORT`,
+/// which prints its URL if it has one), stopped by PID on drop (`<script>
+/// stop DIR`). The node demo's registry is one too.
+pub struct ScriptPeer {
     script: PathBuf,
     dir: PathBuf,
     url: String,
 }
 
 impl ScriptPeer {
-    fn start(script: &str, dir: &Path, port: u16) -> Result<Self> {
+    /// `example` (the config expecting the peer on `port`) is named when the
+    /// port is taken.
+    pub fn start(script: &str, dir: &Path, port: u16, example: &str) -> Result<Self> {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
             bail!(
-                "127.0.0.1:{port} is in use; examples/cluster/tend.toml expects {script} there: free the port and try again"
+                "127.0.0.1:{port} is in use; {example} expects {script}'s peer there: free the port and try again"
             );
         }
         let script = root().join("tests/peers").join(script);
@@ -114,8 +117,14 @@ pub fn run_demo(tend: &Path) -> Result<()> {
     step(&format!(
         "starting the project's Kubernetes API fake on 127.0.0.1:{KUBE_PORT} and its OpenStack fake (Keystone, Nova, Neutron) on 127.0.0.1:{OPENSTACK_PORT}"
     ));
-    let kube = ScriptPeer::start("kube-apiserver.sh", &work.join("kube"), KUBE_PORT)?;
-    let cloud = ScriptPeer::start("openstack.sh", &work.join("openstack"), OPENSTACK_PORT)?;
+    const EXAMPLE: &str = "examples/cluster/tend.toml";
+    let kube = ScriptPeer::start("kube-apiserver.sh", &work.join("kube"), KUBE_PORT, EXAMPLE)?;
+    let cloud = ScriptPeer::start(
+        "openstack.sh",
+        &work.join("openstack"),
+        OPENSTACK_PORT,
+        EXAMPLE,
+    )?;
     kube.post(
         "/api/v1/nodes",
         &serde_json::json!({

@@ -284,35 +284,6 @@ fn test() -> Result<()> {
         .env("TEND_BIN", root().join("target/debug/tend")))
 }
 
-/// A local registry started with the project's peer script, stopped on drop.
-struct DemoRegistry(PathBuf);
-
-impl DemoRegistry {
-    fn start(port: u16) -> Result<Self> {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            bail!(
-                "127.0.0.1:{port} is in use; examples/quickstart/tend.toml expects the stand-in cache there: free the port and try again"
-            );
-        }
-        let dir = root().join("target/demo/registry");
-        let _ = std::fs::remove_dir_all(&dir);
-        run(Command::new(root().join("tests/peers/registry.sh"))
-            .arg("start")
-            .arg(&dir)
-            .arg(port.to_string()))?;
-        Ok(DemoRegistry(dir))
-    }
-}
-
-impl Drop for DemoRegistry {
-    fn drop(&mut self) {
-        let _ = Command::new(root().join("tests/peers/registry.sh"))
-            .arg("stop")
-            .arg(&self.0)
-            .status();
-    }
-}
-
 /// The demo's systemd (tests/peers/systemd.sh), stopped on drop.
 struct DemoSystemd(PathBuf);
 
@@ -502,7 +473,14 @@ fn demo() -> Result<()> {
     step(&format!(
         "starting a real OCI registry on 127.0.0.1:{QUICKSTART_REGISTRY_PORT} as a stand-in registry cache"
     ));
-    let registry = DemoRegistry::start(QUICKSTART_REGISTRY_PORT)?;
+    let registry_dir = root().join("target/demo/registry");
+    let _ = std::fs::remove_dir_all(&registry_dir);
+    let registry = cluster_demo::ScriptPeer::start(
+        "registry.sh",
+        &registry_dir,
+        QUICKSTART_REGISTRY_PORT,
+        "examples/quickstart/tend.toml",
+    )?;
     step("starting a real systemd in private namespaces, on its own bus (not this machine's)");
     let systemd = DemoSystemd::start(&work.join("systemd"))?;
     step(&format!(

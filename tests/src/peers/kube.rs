@@ -321,21 +321,7 @@ impl KubeApi {
         let Some(mut child) = self.child.take() else {
             return true;
         };
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            if child.try_wait().unwrap().is_some() {
-                return true;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        super::stop_child(&mut child, Duration::from_secs(5))
     }
 }
 
