@@ -1084,10 +1084,386 @@ fn kube_cases() -> Vec<Case> {
     ]
 }
 
+/// The table as data, `sdk/conformance.json`, for the fakes of every
+/// language (the Python and JavaScript SDKs run it through `tend-fakes`):
+/// grants as an operator writes them under `[plugins.NAME.grants]`, calls as
+/// WIT functions with their WIT-named arguments, expectations as outcomes.
+/// The file's format is described in `sdk/fakes/README.md`.
+pub fn to_json() -> Value {
+    let cases: Vec<Value> = cases().iter().map(Case::to_json).collect();
+    json!({
+        "plugin": PLUGIN,
+        "kube": {
+            "node-name": "node-1",
+            "own-lease": {"namespace": KUBE_OWN_LEASE.0, "name": KUBE_OWN_LEASE.1},
+            "objects": kube_objects(),
+        },
+        "cases": cases,
+    })
+}
+
+impl Case {
+    /// One case as data: see [`to_json`].
+    pub fn to_json(&self) -> Value {
+        let (cap, function, args) = self.op.call();
+        let expect = match &self.expect {
+            Expect::Allowed => json!({"outcome": "allowed"}),
+            Expect::Refused(refusal) => {
+                let error = crate::Error::from(refusal.clone());
+                json!({"outcome": "refused", "kind": error.kind(), "message": error.message()})
+            }
+            Expect::Listed(names) => json!({"outcome": "listed", "names": names}),
+        };
+        json!({
+            "grants": self.grants(),
+            "call": {"cap": cap, "fn": function, "args": compress(args)},
+            "expect": expect,
+        })
+    }
+
+    /// The grants in `tend.toml` shape, capabilities without any left out.
+    pub fn grants(&self) -> Value {
+        let mut grants = serde_json::Map::new();
+        let mut put = |cap: &str, value: Value, empty: bool| {
+            if !empty {
+                grants.insert(cap.to_string(), value);
+            }
+        };
+        let files: Vec<Value> = self
+            .files
+            .iter()
+            .map(|g| json!({"path": g.path.to_string_lossy(), "write": g.write}))
+            .collect();
+        put("files", json!(files), files.is_empty());
+        let http: Vec<&str> = self.http.iter().map(|p| p.text.as_str()).collect();
+        put("http", json!(http), http.is_empty());
+        let kube: Vec<Value> = self.kube.iter().map(kube_rule).collect();
+        put("kube", json!(kube), kube.is_empty());
+        let systemd = &self.systemd;
+        let units: Vec<&str> = systemd.units.iter().map(|u| u.0.as_str()).collect();
+        let operations: Vec<&str> = systemd.operations.iter().map(|o| o.name()).collect();
+        put(
+            "systemd",
+            json!({"units": units, "operations": operations, "watch": systemd.watch}),
+            *systemd == crate::systemd::SystemdGrant::default(),
+        );
+        let cri = &self.cri;
+        put(
+            "cri",
+            json!({
+                "read": cri.read,
+                "operations": cri.operations.iter().map(|o| o.name()).collect::<Vec<_>>(),
+                "images": cri.images.iter().map(|i| i.0.as_str()).collect::<Vec<_>>(),
+                "namespaces": cri.namespaces,
+                "states": cri.states.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            }),
+            *cri == CriGrant::default(),
+        );
+        let cloud = &self.cloud;
+        put(
+            "cloud",
+            json!({
+                "operations": cloud.operations.iter().map(|o| o.name()).collect::<Vec<_>>(),
+                "instances": cloud.instances.iter().map(|o| json!({"tag": o.tag, "value": o.value})).collect::<Vec<_>>(),
+                "security-groups": cloud.security_groups.iter().map(|g| g.0.as_str()).collect::<Vec<_>>(),
+            }),
+            *cloud == CloudGrant::default(),
+        );
+        Value::Object(grants)
+    }
+}
+
+/// A kube rule as the config writes it, optional keys only when set.
+fn kube_rule(rule: &KubeRule) -> Value {
+    let mut object = serde_json::Map::new();
+    if !rule.group.is_empty() {
+        object.insert("group".into(), json!(rule.group));
+    }
+    object.insert("resource".into(), json!(rule.resource));
+    let verbs: Vec<&str> = rule.verbs.iter().map(|v| v.name()).collect();
+    object.insert("verbs".into(), json!(verbs));
+    let optional = [
+        ("namespaces", json!(rule.namespaces)),
+        ("names", json!(rule.names)),
+        ("label-selector", json!(rule.label_selector)),
+        ("field-selector", json!(rule.field_selector)),
+        ("fields", json!(rule.fields)),
+    ];
+    for (key, value) in optional {
+        if !value.is_null() {
+            object.insert(key.into(), value);
+        }
+    }
+    Value::Object(object)
+}
+
+impl Op {
+    /// The WIT call: interface, function and arguments by their WIT names
+    /// (`list<u8>` as base64, objects and patches as JSON text).
+    pub fn call(&self) -> (&'static str, &'static str, Value) {
+        let x = base64(b"x");
+        match self {
+            Op::Read(path) => ("files", "read", json!({"path": path})),
+            Op::Write(path) => (
+                "files",
+                "write",
+                json!({"path": path, "contents": x, "mode": null}),
+            ),
+            Op::WriteMode(path, mode) => (
+                "files",
+                "write",
+                json!({"path": path, "contents": x, "mode": mode}),
+            ),
+            Op::Remove(path) => ("files", "remove", json!({"path": path})),
+            Op::List(path) => ("files", "list-dir", json!({"path": path})),
+            Op::Stat(path) => ("files", "stat", json!({"path": path})),
+            Op::Send { method, url } => (
+                "http",
+                "send",
+                json!({"req": {"method": method, "url": url, "headers": [], "body": null, "timeout-ms": null}}),
+            ),
+            Op::Kube(op) => op.call(),
+            Op::Systemd(call) => match call {
+                SystemdCall::Status(unit) => ("systemd", "status", json!({"unit": unit})),
+                SystemdCall::ListUnits(patterns) => {
+                    ("systemd", "list-units", json!({"patterns": patterns}))
+                }
+                SystemdCall::Restart(unit) => ("systemd", "restart", json!({"unit": unit})),
+                SystemdCall::Enable(units) => ("systemd", "enable", json!({"units": units})),
+                SystemdCall::DaemonReload => ("systemd", "daemon-reload", json!({})),
+            },
+            Op::CriRemove(id) => ("cri", "remove-pod-sandbox", json!({"id": id})),
+            Op::CriList(labels) => (
+                "cri",
+                "list-pod-sandboxes",
+                json!({"filter": {"id": null, "state": null, "labels": labels}}),
+            ),
+            Op::Cloud(call) => call.call(),
+            Op::StateSet { key, len } => (
+                "state",
+                "set",
+                json!({"key": key, "value": base64(&vec![0; *len])}),
+            ),
+            Op::Metric { counter, name } => (
+                "metrics",
+                if *counter { "counter-add" } else { "gauge-set" },
+                json!({"name": name, "labels": [], "value": 1.0}),
+            ),
+        }
+    }
+}
+
+impl KubeOp {
+    fn call(&self) -> (&'static str, &'static str, Value) {
+        let key = json!({
+            "api-version": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+        });
+        let (function, args) = match &self.call {
+            KubeCall::Get => ("get", json!({"key": key})),
+            KubeCall::Delete => ("delete", json!({"key": key})),
+            KubeCall::List { labels, fields } => (
+                "list",
+                json!({
+                    "api-version": self.api_version,
+                    "kind": self.kind,
+                    "namespace": self.namespace,
+                    "params": {"label-selector": labels, "field-selector": fields, "limit": null, "continue-token": null},
+                }),
+            ),
+            KubeCall::Create(body) => (
+                "create",
+                json!({"api-version": self.api_version, "kind": self.kind, "namespace": self.namespace, "object": body}),
+            ),
+            KubeCall::Patch(shape, body) => {
+                let shape = match shape {
+                    PatchShape::Merge => "merge",
+                    PatchShape::Json => "json",
+                    PatchShape::Apply => "apply",
+                };
+                (
+                    "patch",
+                    json!({"key": key, "patch-type": shape, "patch": body}),
+                )
+            }
+            KubeCall::Event { reason, message } => (
+                "emit-event",
+                json!({"regarding": key, "event-type": "normal", "reason": reason, "message": message}),
+            ),
+        };
+        ("kube", function, args)
+    }
+}
+
+impl CloudCall {
+    fn call(&self) -> (&'static str, &'static str, Value) {
+        let (function, args) = match self {
+            CloudCall::ListInstances { tag, value } => (
+                "list-instances",
+                json!({"owner": {"key": tag, "value": value}}),
+            ),
+            CloudCall::GetInstance(id) => ("get-instance", json!({"id": id})),
+            CloudCall::DeleteInstance(id) => ("delete-instance", json!({"id": id})),
+            CloudCall::FindSecurityGroup(name) => ("find-security-group", json!({"name": name})),
+            CloudCall::EnsureRule { group, cidr } => (
+                "ensure-rule",
+                json!({"group-id": group, "rule": {
+                    "direction": "ingress", "ether-type": "ipv4", "protocol": "tcp",
+                    "ports": null, "remote": {"cidr": cidr}, "description": null,
+                }}),
+            ),
+        };
+        ("cloud", function, args)
+    }
+}
+
+/// `bytes` in standard, padded base64: how `list<u8>` crosses JSON.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Strings longer than this are stored as a repeat when they have one.
+const COMPRESS_OVER: usize = 4096;
+
+/// `value` with every long string that repeats a unit of 1 to 4 characters
+/// written `{"$repeat": UNIT, "times": N, "before": A, "after": B}` (it
+/// stands for `A + UNIT * N + B`), so megabyte bodies stay small in the file.
+pub fn compress(value: Value) -> Value {
+    match value {
+        Value::String(text) if text.len() > COMPRESS_OVER => {
+            let Some((start, unit, times)) = longest_repeat(&text) else {
+                return Value::String(text);
+            };
+            let end = start + unit * times;
+            json!({
+                "$repeat": &text[start..start + unit],
+                "times": times,
+                "before": &text[..start],
+                "after": &text[end..],
+            })
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(compress).collect()),
+        Value::Object(object) => {
+            Value::Object(object.into_iter().map(|(k, v)| (k, compress(v))).collect())
+        }
+        other => other,
+    }
+}
+
+/// The longest run of one unit of 1 to 4 ASCII bytes repeated: its start,
+/// the unit's length and how many times it repeats.
+fn longest_repeat(text: &str) -> Option<(usize, usize, usize)> {
+    let bytes = text.as_bytes();
+    let mut best: Option<(usize, usize, usize)> = None;
+    for unit in 1..=4 {
+        let mut start = 0;
+        while start + unit <= bytes.len() {
+            let mut times = 1;
+            while bytes[start + times * unit..]
+                .get(..unit)
+                .is_some_and(|next| next == &bytes[start..start + unit])
+            {
+                times += 1;
+            }
+            let covered = times * unit;
+            let ascii = bytes[start..start + unit].is_ascii();
+            if ascii && times > 1 && best.is_none_or(|(_, u, t)| covered > u * t) {
+                best = Some((start, unit, times));
+            }
+            start += covered.max(1);
+        }
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{files::resolve, http::check_url};
+
+    /// `sdk/conformance.json` is [`to_json`]; `UPDATE_CONFORMANCE=1` rewrites it.
+    #[test]
+    fn the_committed_table_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk/conformance.json");
+        let text = serde_json::to_string_pretty(&to_json()).expect("JSON") + "\n";
+        if std::env::var_os("UPDATE_CONFORMANCE").is_some_and(|v| v == "1") {
+            std::fs::write(path, &text).expect("write sdk/conformance.json");
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == text,
+            "sdk/conformance.json is stale: run `UPDATE_CONFORMANCE=1 cargo test -p tend-rules` and commit it"
+        );
+    }
+
+    /// The exported grants read back, through the config's own types, as the
+    /// grants of the case: they are what an operator writes.
+    #[test]
+    fn exported_grants_are_the_config_shapes() {
+        fn read<T: serde::de::DeserializeOwned + Default>(grants: &Value, cap: &str) -> T {
+            grants
+                .get(cap)
+                .map(|g| serde_json::from_value(g.clone()).expect("a grant the config reads"))
+                .unwrap_or_default()
+        }
+        for case in cases() {
+            let grants = case.grants();
+            assert_eq!(read::<Vec<FileGrant>>(&grants, "files"), case.files);
+            assert_eq!(read::<Vec<UrlPattern>>(&grants, "http"), case.http);
+            assert_eq!(read::<Vec<KubeRule>>(&grants, "kube"), case.kube);
+            assert_eq!(read::<SystemdGrant>(&grants, "systemd"), case.systemd);
+            assert_eq!(read::<CriGrant>(&grants, "cri"), case.cri);
+            assert_eq!(read::<CloudGrant>(&grants, "cloud"), case.cloud);
+        }
+    }
+
+    /// Compressed strings expand back to themselves.
+    #[test]
+    fn long_strings_compress_to_repeats() {
+        let expand = |v: &Value| match v {
+            Value::String(s) => s.clone(),
+            v => {
+                let unit = v["$repeat"].as_str().unwrap();
+                let times = v["times"].as_u64().unwrap() as usize;
+                format!(
+                    "{}{}{}",
+                    v["before"].as_str().unwrap(),
+                    unit.repeat(times),
+                    v["after"].as_str().unwrap()
+                )
+            }
+        };
+        for text in [
+            format!("/etc/{}", "a/".repeat(2100)),
+            base64(&[0; 4097 * 3 + 1]),
+            format!("{{\"a\":\"{}\"}}", "x".repeat(5000)),
+            "short".to_string(),
+        ] {
+            let compressed = compress(json!(text));
+            assert_eq!(expand(&compressed), text);
+            assert!(compressed.to_string().len() < 200, "{compressed}");
+        }
+        assert_eq!(base64(b"hi\n"), "aGkK");
+        assert_eq!(base64(b"x"), "eA==");
+        assert_eq!(base64(b"xy"), "eHk=");
+    }
 
     /// Every capability has cases, refusals among them.
     #[test]

@@ -252,6 +252,18 @@ impl FakeCri {
         self
     }
 
+    /// Add what `grant` grants (a grant already parsed, as the conformance
+    /// table and the other languages' fakes hold them).
+    pub fn extend_grant(&self, grant: &CriGrant) -> &Self {
+        let mut current = self.grant.borrow_mut();
+        current.read |= grant.read;
+        current.operations.extend(grant.operations.iter().copied());
+        current.images.extend(grant.images.iter().cloned());
+        current.namespaces.extend(grant.namespaces.iter().cloned());
+        current.states.extend(grant.states.iter().copied());
+        self
+    }
+
     /// The runtime reports itself as `name` `version` ("containerd", "1.6.20").
     pub fn set_version(&self, name: &str, version: &str) -> &Self {
         *self.version.borrow_mut() = RuntimeVersion {

@@ -162,9 +162,15 @@ impl FakeSystemd {
         let text = serde_json::json!({ "units": patterns, "operations": operations });
         let grant: SystemdGrant =
             serde_json::from_value(text).unwrap_or_else(|e| panic!("FakeSystemd::grant: {e}"));
+        self.extend_grant(&grant)
+    }
+
+    /// Add what `grant` grants (a grant already parsed, as the conformance
+    /// table and the other languages' fakes hold them).
+    pub fn extend_grant(&self, grant: &SystemdGrant) -> &Self {
         let mut current = self.grant.borrow_mut();
-        current.units.extend(grant.units);
-        current.operations.extend(grant.operations);
+        current.units.extend(grant.units.iter().cloned());
+        current.operations.extend(grant.operations.iter().copied());
         self
     }
 

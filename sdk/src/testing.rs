@@ -106,10 +106,8 @@ pub fn decide(case: &tend_rules::conformance::Case) -> tend_rules::conformance::
     for pattern in &case.http {
         host.http.grant(&pattern.text);
     }
-    let units: Vec<&str> = case.systemd.units.iter().map(|u| u.0.as_str()).collect();
-    let operations: Vec<&str> = case.systemd.operations.iter().map(|o| o.name()).collect();
-    host.systemd.grant(&units, &operations);
-    grant_cri(&host.cri, &case.cri);
+    host.systemd.extend_grant(&case.systemd);
+    host.cri.extend_grant(&case.cri);
     if let Op::Kube(op) = &case.op {
         return decide_kube(&host, case, op);
     }
@@ -190,21 +188,6 @@ pub fn decide(case: &tend_rules::conformance::Case) -> tend_rules::conformance::
         Err(crate::Error::Invalid(m)) => Expect::Refused(Refusal::Invalid(m)),
         Ok(()) | Err(_) => Expect::Allowed,
     }
-}
-
-/// `grant` on the CRI fake, through its public grant methods.
-fn grant_cri(cri: &FakeCri, grant: &tend_rules::cri::CriGrant) {
-    if grant.read {
-        cri.grant_read();
-    }
-    let operations: Vec<&str> = grant.operations.iter().map(|o| o.name()).collect();
-    let images: Vec<&str> = grant.images.iter().map(|i| i.0.as_str()).collect();
-    let namespaces: Vec<&str> = grant.namespaces.iter().map(String::as_str).collect();
-    let states: Vec<&str> = grant.states.iter().map(|s| s.name()).collect();
-    cri.grant_operations(&operations)
-        .grant_images(&images)
-        .grant_namespaces(&namespaces)
-        .grant_states(&states);
 }
 
 /// A kube case of the shared table, on the fake holding its objects.

@@ -5,7 +5,7 @@
 //! Node and deletes nothing; secgroup-guard adds the pod network's rules and
 //! the missing membership. [`ScriptPeer`] starts the node demo's registry too.
 
-use crate::{componentize_py, outcomes, root, run, step, wait_for};
+use crate::{outcomes, root, run, step, wait_for};
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -110,7 +110,7 @@ fn server(
 
 pub fn run_demo(tend: &Path) -> Result<()> {
     // The fakes run on the project's venv (aiohttp).
-    componentize_py()?;
+    crate::venv()?;
     let config = root().join("examples/cluster/tend.toml");
     let work = Path::new(WORK);
     let _ = std::fs::remove_dir_all(work.join("state"));

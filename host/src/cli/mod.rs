@@ -1,6 +1,7 @@
 //! The `tend` command line.
 
 mod journal;
+mod new;
 mod node;
 mod once;
 mod rbac;
@@ -91,6 +92,22 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
+    /// Write a new plugin project: the starter plugin in LANG, its unit test
+    /// against the SDK's fakes, a sample config with the narrowest grants, a
+    /// README, build.sh and test.sh.
+    New {
+        /// The plugin's name, as in [plugins.NAME].
+        name: String,
+        #[arg(long, value_enum)]
+        lang: new::Lang,
+        /// Where to write it (default: ./NAME); must not exist.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The Tend source checkout whose wit/ and sdk/ the project uses
+        /// (default: $TEND_SOURCE, else the checkout tend was built from).
+        #[arg(long)]
+        tend: Option<PathBuf>,
+    },
     /// Look at plugin components.
     Plugins {
         #[command(subcommand)]
@@ -133,6 +150,12 @@ pub fn main() -> ExitCode {
             Command::Plan { name, config } => once::plan(&config, name.as_deref()).await,
             Command::Reconcile { name, config } => once::reconcile(&config, &name).await,
             Command::Rbac { config } => rbac::print(&config),
+            Command::New {
+                name,
+                lang,
+                dir,
+                tend,
+            } => new::run(&name, lang, dir, tend),
             Command::Plugins {
                 command: PluginsCommand::Inspect { file },
             } => validate::inspect(&file).await,

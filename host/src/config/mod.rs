@@ -379,7 +379,7 @@ fn budget_rules(
     Ok(rules)
 }
 
-fn is_valid_plugin_name(name: &str) -> bool {
+pub(crate) fn is_valid_plugin_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
         && name

@@ -36,9 +36,21 @@ fn pooling() -> PoolingAllocationConfig {
 
 /// The Winch (baseline compiler) engine. On-demand allocation: it serves a
 /// plugin only until the Cranelift build is ready, so it reserves nothing.
+///
+/// Winch compiles the functions, but the entry trampolines (one per function
+/// that escapes: exported or in a table, which for componentize-py's
+/// dynamically linked CPython is nearly all 10,600 of them) are still compiled
+/// by Cranelift, and at its default settings they were a third of a Winch
+/// build. They are a few instructions each, run once per host-to-guest call,
+/// so they are built without optimization and with the single-pass register
+/// allocator: the 18 MB Python component's Winch build went from 1460 to
+/// 1000-1100 ms of CPU (docs/benchmarks.md).
 pub fn build_baseline() -> anyhow::Result<Engine> {
     let mut config = config();
-    config.strategy(wasmtime::Strategy::Winch);
+    config
+        .strategy(wasmtime::Strategy::Winch)
+        .cranelift_opt_level(wasmtime::OptLevel::None)
+        .cranelift_regalloc_algorithm(wasmtime::RegallocAlgorithm::SinglePass);
     Ok(Engine::new(&config)?)
 }
 

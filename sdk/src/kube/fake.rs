@@ -194,25 +194,32 @@ impl FakeKube {
     /// `metadata.namespace`; a uid and resourceVersion are added when absent.
     /// Panics otherwise: a test setup error.
     pub fn put(&self, object: Value) -> &Self {
-        let key = ObjectKey::of(&object).unwrap_or_else(|| {
-            panic!("FakeKube::put: the object needs apiVersion, kind and metadata.name: {object}")
-        });
+        self.try_put(object)
+            .unwrap_or_else(|e| panic!("FakeKube::put: {e}"));
+        self
+    }
+
+    /// [`FakeKube::put`], answering what is wrong with `object` instead of
+    /// panicking (for callers outside Rust tests, such as `tend-fakes`).
+    pub fn try_put(&self, object: Value) -> std::result::Result<(), String> {
+        let Some(key) = ObjectKey::of(&object) else {
+            return Err(format!(
+                "the object needs apiVersion, kind and metadata.name: {object}"
+            ));
+        };
         let kind = self
             .resolve(&key.api_version, &key.kind)
-            .unwrap_or_else(|e| panic!("FakeKube::put: {e} (teach it with add_kind)"));
-        assert_eq!(
-            kind.namespaced,
-            key.namespace.is_some(),
-            "FakeKube::put: {} is {}: {object}",
-            kind.kind,
-            if kind.namespaced {
+            .map_err(|e| format!("{e} (teach it with add_kind)"))?;
+        if kind.namespaced != key.namespace.is_some() {
+            let fix = if kind.namespaced {
                 "namespaced: set metadata.namespace"
             } else {
                 "cluster-scoped: drop metadata.namespace"
-            }
-        );
+            };
+            return Err(format!("{} is {fix}: {object}", kind.kind));
+        }
         self.store(&kind, key.namespace.as_deref(), &key.name, object);
-        self
+        Ok(())
     }
 
     /// The object stored under `key` now, if any.

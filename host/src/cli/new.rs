@@ -1,0 +1,300 @@
+//! `tend new NAME --lang LANG`: a plugin project to start from, in any language
+//! with a Tend SDK. The templates (`templates/LANG/`, compiled into the binary)
+//! are one starter plugin each, so every language's project builds, has a
+//! passing unit test against its SDK's fakes, a sample config with the
+//! narrowest grants and a README (templates/README.md says what they hold).
+//! What every language shares (the sample config) is in `templates/common/`.
+
+use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
+use include_dir::{Dir, DirEntry, include_dir};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+static TEMPLATES: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../templates");
+
+/// The checkout this binary was built from: its `wit/` and `sdk/` serve
+/// `tend new` until the SDKs are published.
+const BUILT_FROM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Lang {
+    Rust,
+    Python,
+    Js,
+    C,
+    Go,
+}
+
+impl Lang {
+    fn dir(self) -> &'static str {
+        match self {
+            Lang::Rust => "rust",
+            Lang::Python => "python",
+            Lang::Js => "js",
+            Lang::C => "c",
+            Lang::Go => "go",
+        }
+    }
+}
+
+/// What the placeholders of a template become.
+struct Names {
+    name: String,
+    tend: String,
+}
+
+impl Names {
+    fn fill(&self, text: &str) -> String {
+        text.replace("{{name}}", &self.name)
+            .replace("{{name_snake}}", &self.name.replace('-', "_"))
+            .replace("{{tend}}", &self.tend)
+    }
+}
+
+/// Writes the project and says what to do next.
+pub fn run(
+    name: &str,
+    lang: Lang,
+    dir: Option<PathBuf>,
+    tend: Option<PathBuf>,
+) -> Result<ExitCode> {
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    let tend = tend_source(tend)?;
+    let files = create(name, lang, &dir, &tend)?;
+    println!("created {} ({} plugin {name}):", dir.display(), lang.dir());
+    for file in &files {
+        println!("  {}", file.display());
+    }
+    println!(
+        "next: cd {} && ./test.sh && ./build.sh, then `tend plan {name} -c tend.toml` (README.md says more)",
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The names a plugin can have in `[plugins.NAME]` that are also identifiers
+/// in every template language once `-` becomes `_`.
+fn check_name(name: &str) -> Result<()> {
+    if !crate::config::is_valid_plugin_name(name)
+        || !name.starts_with(|c: char| c.is_ascii_lowercase())
+        || name.ends_with('-')
+    {
+        bail!(
+            "invalid plugin name {name:?}: expected lowercase letters, digits and '-', starting with a letter and not ending with '-' (for example \"node-probe\")"
+        );
+    }
+    Ok(())
+}
+
+/// `--tend`, else `$TEND_SOURCE`, else the checkout this binary was built from.
+fn tend_source(given: Option<PathBuf>) -> Result<PathBuf> {
+    let (dir, from) = match given {
+        Some(dir) => (dir, "--tend"),
+        None => match std::env::var_os("TEND_SOURCE") {
+            Some(dir) => (PathBuf::from(dir), "TEND_SOURCE"),
+            None => (
+                PathBuf::from(BUILT_FROM),
+                "the checkout tend was built from",
+            ),
+        },
+    };
+    if !dir.join("wit/world.wit").is_file() || !dir.join("sdk").is_dir() {
+        bail!(
+            "{} ({from}) is not a Tend source checkout (no wit/world.wit and sdk/): pass --tend DIR, the checkout whose wit/ and sdk/ the project should use",
+            dir.display()
+        );
+    }
+    std::path::absolute(&dir)
+        .map(|d| d.components().collect())
+        .with_context(|| format!("resolve {}", dir.display()))
+}
+
+/// Renders `templates/LANG` into `dir`, which must not exist yet: written
+/// beside it first and renamed into place, so a failure leaves nothing behind.
+/// Returns the files written, relative to `dir`.
+fn create(name: &str, lang: Lang, dir: &Path, tend: &Path) -> Result<Vec<PathBuf>> {
+    check_name(name)?;
+    let (Some(common), Some(template)) =
+        (TEMPLATES.get_dir("common"), TEMPLATES.get_dir(lang.dir()))
+    else {
+        bail!("no template for {} in this build of tend", lang.dir());
+    };
+    if dir.exists() {
+        bail!(
+            "{} exists already: pass another --dir, or remove it first",
+            dir.display()
+        );
+    }
+    let names = Names {
+        name: name.to_string(),
+        tend: tend.to_string_lossy().into_owned(),
+    };
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(parent).with_context(|| format!("create {}", parent.display()))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".tend-new-")
+        .tempdir_in(parent)
+        .with_context(|| format!("write into {}", parent.display()))?;
+    let mut written = Vec::new();
+    write_dir(
+        common,
+        Path::new("common"),
+        staging.path(),
+        &names,
+        &mut written,
+    )?;
+    write_dir(
+        template,
+        Path::new(lang.dir()),
+        staging.path(),
+        &names,
+        &mut written,
+    )?;
+    std::fs::rename(staging.path(), dir)
+        .with_context(|| format!("move the project into {}", dir.display()))?;
+    // The staging directory is the project now: nothing left to clean up.
+    std::mem::forget(staging);
+    written.sort();
+    Ok(written)
+}
+
+fn write_dir(
+    template: &Dir<'static>,
+    root: &Path,
+    out: &Path,
+    names: &Names,
+    written: &mut Vec<PathBuf>,
+) -> Result<()> {
+    for entry in template.entries() {
+        let relative = entry
+            .path()
+            .strip_prefix(root)
+            .expect("inside the template");
+        let target = out.join(names.fill(&relative.to_string_lossy()));
+        match entry {
+            DirEntry::Dir(sub) => {
+                std::fs::create_dir_all(&target)?;
+                write_dir(sub, root, out, names, written)?;
+            }
+            DirEntry::File(file) => {
+                let contents = match file.contents_utf8() {
+                    Some(text) => names.fill(text).into_bytes(),
+                    None => file.contents().to_vec(),
+                };
+                std::fs::write(&target, contents)
+                    .with_context(|| format!("write {}", target.display()))?;
+                if target.extension().is_some_and(|e| e == "sh") {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))?;
+                }
+                written.push(target.strip_prefix(out).expect("inside").to_path_buf());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [Lang; 5] = [Lang::Rust, Lang::Python, Lang::Js, Lang::C, Lang::Go];
+
+    fn source() -> PathBuf {
+        tend_source(None).expect("built from a checkout")
+    }
+
+    #[test]
+    fn every_language_renders_a_project_with_its_scripts_and_a_valid_config() {
+        let tmp = tempfile::tempdir().unwrap();
+        for lang in ALL {
+            let dir = tmp.path().join(lang.dir());
+            let files = create("node-probe", lang, &dir, &source()).unwrap();
+            for wanted in ["README.md", "build.sh", "test.sh", "tend.toml"] {
+                assert!(
+                    files.contains(&PathBuf::from(wanted)),
+                    "{lang:?} lacks {wanted}: {files:?}"
+                );
+            }
+            for file in &files {
+                let text = std::fs::read(dir.join(file)).unwrap();
+                let text = String::from_utf8_lossy(&text);
+                for placeholder in ["{{name}}", "{{name_snake}}", "{{tend}}"] {
+                    assert!(
+                        !text.contains(placeholder),
+                        "{lang:?} {file:?} keeps {placeholder}"
+                    );
+                }
+            }
+            let mode = {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::metadata(dir.join("build.sh"))
+                    .unwrap()
+                    .permissions()
+                    .mode()
+            };
+            assert_eq!(mode & 0o111, 0o111, "{lang:?} build.sh is not executable");
+            let config = crate::config::Config::load(&dir.join("tend.toml"))
+                .unwrap_or_else(|e| panic!("{lang:?} tend.toml: {e}"));
+            let plugin = config
+                .plugins
+                .get("node-probe")
+                .expect("configures the plugin");
+            assert!(plugin.enabled, "{lang:?}: the sample enables the plugin");
+        }
+    }
+
+    #[test]
+    fn the_names_are_filled_in_paths_and_contents() {
+        let names = Names {
+            name: "node-probe".into(),
+            tend: "/src/tend".into(),
+        };
+        assert_eq!(
+            names.fill("{{name_snake}}.py: {{name}} uses {{tend}}/wit"),
+            "node_probe.py: node-probe uses /src/tend/wit"
+        );
+    }
+
+    #[test]
+    fn an_existing_directory_is_left_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("mine.txt"), "keep").unwrap();
+        let err = create("node-probe", Lang::Rust, tmp.path(), &source()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("exists already: pass another --dir"),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(tmp.path().join("mine.txt")).unwrap(),
+            "keep"
+        );
+    }
+
+    #[test]
+    fn names_that_are_not_identifiers_everywhere_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        for bad in [
+            "", "Probe", "9probe", "-probe", "probe-", "pro_be", "a/b", "../x",
+        ] {
+            let err = create(bad, Lang::Go, &tmp.path().join("x"), &source()).unwrap_err();
+            assert!(
+                err.to_string().starts_with("invalid plugin name"),
+                "{bad:?}: {err}"
+            );
+        }
+        assert!(!tmp.path().join("x").exists());
+    }
+
+    #[test]
+    fn a_directory_without_wit_and_sdk_is_not_a_source() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = tend_source(Some(tmp.path().to_path_buf())).unwrap_err();
+        assert!(err.to_string().contains("pass --tend DIR"), "{err}");
+    }
+}

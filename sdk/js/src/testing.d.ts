@@ -1,0 +1,105 @@
+import type {
+  Context, Cloud, ContainerState, Cri, Files, Http, Instance, JobResult, Kube, Log, Level, Metrics, ObjectKey,
+  PodSandbox, Request, Response, SandboxState, SandboxStatus, Container, SecurityGroup, State, Systemd, Trigger, UnitStatus,
+} from "./wit.js";
+import type { TendError } from "./errors.js";
+
+/** A grant as an operator writes it under `[plugins.NAME.grants]`, as JSON. */
+type Grant = unknown;
+interface Failing {
+  /** Every call fails with `error` (null: none). */
+  failWith(error: TendError | null): void;
+  /** Calls of the WIT function `call` fail with `error` (null: none). */
+  failCall(call: string, error: TendError | null): void;
+  /** The mutations made, as "verb target" lines. */
+  actions(): string[];
+}
+
+/**
+ * A plugin's host for tests, backed by the Rust SDK's fakes: pass it as `host`.
+ * Nothing is granted at first; denial messages name `plugin` ("test-plugin").
+ */
+export class FakeHost {
+  constructor(plugin?: string);
+  files: Files & {
+    grant(grant: Grant): void;
+    put(path: string, contents: Uint8Array | string): void;
+    get(path: string): Uint8Array | null;
+    paths(): string[];
+  };
+  http: Http & {
+    grant(patterns: string[]): void;
+    /** Answer `method url` with this response or error. */
+    respond(method: string, url: string, response: Response | TendError): void;
+    /** Answer GET `url` with this status and an empty body. */
+    status(url: string, status: number): void;
+    sent(): Request[];
+    batches(): number[];
+  };
+  state: State;
+  log: Log;
+  metrics: Metrics & {
+    counter(name: string, labels: [string, string][]): number;
+    gauge(name: string, labels: [string, string][]): number | null;
+  };
+  systemd: Systemd & {
+    grant(grant: Grant): void;
+    setUnit(unit: string, activeState: string): void;
+    putUnit(status: UnitStatus): void;
+    jobResult(unit: string, result: JobResult): void;
+    failWith(error: TendError | null): void;
+    actions(): string[];
+  };
+  cri: Cri & Failing & {
+    grant(grant: Grant): void;
+    setVersion(name: string, version: string): void;
+    addSandbox(id: string, uid: string, attempt: number, state: SandboxState): void;
+    putSandbox(sandbox: PodSandbox): void;
+    putSandboxStatus(status: SandboxStatus): void;
+    addContainer(container: Container): void;
+    addImage(reference: string): void;
+    failPull(image: string, error: TendError | null): void;
+    pullTakes(image: string, ms: number): void;
+    setTimeLeft(ms: number | null): void;
+    sandboxIds(): string[];
+  };
+  kube: Kube & Failing & {
+    grant(rules: Grant): void;
+    /** The node `$NODE` stands for (default "node-1"). */
+    setNodeName(node: string): void;
+    nodeName(): string;
+    setOwnLease(namespace: string, name: string): void;
+    addKind(apiVersion: string, kind: string, plural: string, namespaced: boolean): void;
+    /** Store an object (the object itself, not JSON text). */
+    put(object: object): void;
+    object(key: ObjectKey): object | null;
+    remove(key: ObjectKey): object | null;
+    patches(): { key: unknown; "patch-type": string; patch: unknown }[];
+    events(): { regarding: unknown; "event-type": string; reason: string; message: string; count: number }[];
+  };
+  cloud: Cloud & Failing & {
+    grant(grant: Grant): void;
+    putInstance(instance: Instance): void;
+    putGroup(group: SecurityGroup): void;
+    instance(id: string): Instance | null;
+    removeInstance(id: string): Instance | null;
+    group(id: string): SecurityGroup | null;
+    removeGroup(id: string): SecurityGroup | null;
+  };
+  /** What the plugin logged. */
+  logs(): { level: Level; message: string }[];
+  /** The plugin name denial messages use. */
+  plugin(): string;
+  /** Free the fake now (else when garbage collected). */
+  close(): void;
+}
+
+/** A context like the host's: a manual trigger on node "test-node"; `config` as an object or JSON text. */
+export function testContext(
+  plugin: string,
+  config?: object | string,
+  options?: { nodeName?: string; triggers?: Trigger[]; dryRun?: boolean },
+): Context;
+
+/** Where the fakes module is: $TEND_FAKES_WASM, else target/tend-fakes.wasm of the checkout. */
+export function fakesPath(): string;

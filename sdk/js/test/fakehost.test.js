@@ -1,0 +1,66 @@
+// FakeHost's setup and inspection calls, and argument checking, through
+// the fakes module: values cross the ABI both ways in the plugin's shapes.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { NotFoundError, UnavailableError, decodeUtf8 } from "../src/index.js";
+import { FakeHost, testContext } from "../src/testing.js";
+
+test("scripted sandboxes, instances and units come back as the plugin sees them", () => {
+  const host = new FakeHost("p");
+  host.cri.grant({ read: true });
+  const sandbox = { id: "sb1", podName: "web", namespace: "default", uid: "u1", attempt: 0, state: "not-ready", createdAtNs: 5, labels: [["app", "web"]], annotations: [] };
+  host.cri.putSandbox(sandbox);
+  assert.deepEqual(host.cri.listPodSandboxes({ labels: [["app", "web"]] }), [sandbox]);
+  assert.deepEqual(host.cri.sandboxIds(), ["sb1"]);
+
+  host.cloud.grant({ operations: ["get-instance"], instances: [{ tag: "owner", value: "me" }] });
+  const instance = { id: "i-0123456789abcdef0", name: "n", state: "running", status: "running", taskState: null, createdAtMs: 1, zone: null, privateAddresses: [], publicAddresses: [], securityGroups: [], tags: [["owner", "me"]], providerId: "aws:///z/i-0123456789abcdef0" };
+  host.cloud.putInstance(instance);
+  assert.deepEqual(host.cloud.getInstance(instance.id), instance);
+  assert.deepEqual(host.cloud.instance("i-0fffffffffffffff0"), null);
+
+  host.systemd.grant({ units: ["kubelet.service"], operations: ["restart"] });
+  host.systemd.setUnit("kubelet.service", "failed");
+  assert.equal(host.systemd.status("kubelet.service").activeState, "failed");
+  assert.equal(host.systemd.restart("kubelet.service"), "done");
+  assert.deepEqual(host.systemd.actions(), ["restart kubelet.service"]);
+  host.systemd.failWith(new UnavailableError("no bus"));
+  assert.throws(() => host.systemd.status("kubelet.service"), (e) => e instanceof UnavailableError && e.message === "no bus");
+  host.close();
+});
+
+test("state, files, http and metrics as a plugin uses them", () => {
+  const host = new FakeHost("p");
+  assert.equal(host.state.get("k"), null);
+  assert.equal(host.state.set("k", "v"), undefined);
+  assert.equal(decodeUtf8(host.state.get("k")), "v");
+  host.files.put("/etc/x.conf", "a=1");
+  assert.deepEqual(host.files.paths().includes("/etc/x.conf"), true);
+  host.http.grant(["http://127.0.0.1:*/*"]);
+  host.http.status("http://127.0.0.1:1/h", 503);
+  assert.equal(host.http.send({ method: "GET", url: "http://127.0.0.1:1/h", headers: [] }).status, 503);
+  assert.equal(host.http.sent()[0].timeoutMs, null);
+  host.http.respond("GET", "http://127.0.0.1:1/gone", new NotFoundError("scripted"));
+  assert.throws(() => host.http.send({ method: "GET", url: "http://127.0.0.1:1/gone", headers: [] }), NotFoundError);
+  host.metrics.counterAdd("probes", [["result", "ok"]], 2);
+  assert.equal(host.metrics.counter("probes", [["result", "ok"]]), 2);
+  host.log.log("warn", "careful");
+  assert.deepEqual(host.logs(), [{ level: "warn", message: "careful" }]);
+  assert.equal(host.plugin(), "p");
+  host.close();
+});
+
+test("wrong arguments fail with a TypeError naming them", () => {
+  const host = new FakeHost();
+  assert.throws(() => host.state.get("a", "b"), /^TypeError: state.get: takes 1 arguments, got 2$/);
+  assert.throws(() => host.state.get(), /^TypeError: state.get: key: expected a string, got nothing$/);
+  assert.throws(() => host.files.write("/x", 5), /^TypeError: files.write: contents: expected a Uint8Array or a string, got number$/);
+  assert.throws(() => host.log.log("loud", "x"), /^TypeError: log.log: level: expected one of "trace", "debug", "info", "warn", "error", got "loud"$/);
+  assert.throws(() => host.http.respond("GET", "u", {}), /^TypeError: http.respond: response.status: expected a number \(u16\), got nothing$/);
+  host.close();
+});
+
+test("testContext looks like the host's", () => {
+  assert.deepEqual(testContext("p", { a: 1 }), { plugin: "p", config: '{"a":1}', triggers: [{ kind: "manual", subject: null }], nodeName: "test-node", dryRun: false });
+});

@@ -1,0 +1,201 @@
+/* Unit test of {{name}}: the plugin compiled natively against this file's own
+ * stubs of the imports it calls (state, http, kube, files), which answer like
+ * the host does and allocate their results with malloc as the canonical ABI
+ * does, so the sanitizers test.sh builds with catch a leak or a double free. */
+#include "tend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(cond, ...)                                                              \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond);                \
+            fprintf(stderr, __VA_ARGS__);                                             \
+            fprintf(stderr, "\n");                                                    \
+            exit(1);                                                                  \
+        }                                                                             \
+    } while (0)
+
+/* The node, as the stubs answer for it. */
+static struct {
+    const char *plugin;
+    char runs[32];             /* state key "runs"; "" when absent */
+    int http_status;           /* the answer to any GET */
+    const char *node;          /* the Node that exists, or NULL */
+    const char *files_root;    /* the one files grant (write = true), or NULL */
+    char report_path[256];     /* the last write */
+    char report[512];
+} node;
+
+static plugin_string_t dup_str(const char *s) {
+    plugin_string_t out;
+    plugin_string_dup(&out, s);
+    return out;
+}
+
+static bool str_is(plugin_string_t s, const char *want) {
+    return s.len == strlen(want) && memcmp(s.ptr, want, s.len) == 0;
+}
+
+static void copy(char *dst, size_t cap, const uint8_t *src, size_t len) {
+    CHECK(len < cap, "%zu bytes do not fit the stub's buffer", len);
+    memcpy(dst, src, len);
+    dst[len] = 0;
+}
+
+bool tend_plugin_state_get(plugin_string_t *key, plugin_option_list_u8_t *ret,
+                           tend_plugin_state_error_t *err) {
+    (void)err;
+    CHECK(str_is(*key, "runs"), "unexpected state key %.*s", TEND_STR(*key));
+    ret->is_some = node.runs[0] != 0;
+    if (ret->is_some) {
+        plugin_string_t value = dup_str(node.runs);
+        ret->val = tend_bytes(value);
+    }
+    return true;
+}
+
+bool tend_plugin_state_set(plugin_string_t *key, plugin_list_u8_t *value,
+                           tend_plugin_state_error_t *err) {
+    (void)err;
+    CHECK(str_is(*key, "runs"), "unexpected state key %.*s", TEND_STR(*key));
+    copy(node.runs, sizeof node.runs, value->ptr, value->len);
+    return true;
+}
+
+bool tend_plugin_http_send(tend_plugin_http_request_t *req, tend_plugin_http_response_t *ret,
+                           tend_plugin_http_error_t *err) {
+    (void)err;
+    CHECK(str_is(req->method, "GET"), "method %.*s", TEND_STR(req->method));
+    CHECK(req->timeout_ms.is_some && req->timeout_ms.val == 2000, "the probe's timeout");
+    *ret = (tend_plugin_http_response_t){.status = (uint16_t)node.http_status};
+    return true;
+}
+
+bool tend_plugin_kube_get(tend_plugin_kube_object_key_t *key, plugin_string_t *ret,
+                          tend_plugin_kube_error_t *err) {
+    CHECK(str_is(key->api_version, "v1") && str_is(key->kind, "Node"), "a Node");
+    if (node.node != NULL && str_is(key->name, node.node)) {
+        *ret = dup_str("{\"kind\":\"Node\"}");
+        return true;
+    }
+    *err = tend_error(TEND_PLUGIN_TYPES_ERROR_NOT_FOUND, "nodes %.*s not found",
+                      TEND_STR(key->name));
+    return false;
+}
+
+/* The host's refusal when no grant covers the path (tend-rules files::resolve). */
+bool tend_plugin_files_write(plugin_string_t *path, plugin_list_u8_t *contents,
+                             uint32_t *maybe_mode, bool *ret, tend_plugin_files_error_t *err) {
+    CHECK(maybe_mode == NULL, "the default mode");
+    size_t root = node.files_root ? strlen(node.files_root) : 0;
+    if (node.files_root == NULL || path->len <= root ||
+        memcmp(path->ptr, node.files_root, root) != 0 || path->ptr[root] != '/') {
+        int parent = (int)path->len;
+        while (parent > 1 && path->ptr[parent - 1] != '/') parent--;
+        if (parent > 1) parent--;
+        *err = tend_error(TEND_PLUGIN_TYPES_ERROR_DENIED,
+                          "no files grant covers %.*s: add { path = \"%.*s\", write = true } "
+                          "to [plugins.%s.grants] files",
+                          TEND_STR(*path), parent, (const char *)path->ptr, node.plugin);
+        return false;
+    }
+    copy(node.report_path, sizeof node.report_path, path->ptr, path->len);
+    copy(node.report, sizeof node.report, contents->ptr, contents->len);
+    *ret = true;
+    return true;
+}
+
+/* A reconcile of `config` on node-1, with a context the plugin owns. */
+static bool reconcile(const char *config, tend_plugin_types_outcome_t *outcome,
+                      tend_error_t *err) {
+    tend_context_t *ctx = calloc(1, sizeof *ctx);
+    tend_plugin_types_trigger_t *trigger = calloc(1, sizeof *trigger);
+    CHECK(ctx != NULL && trigger != NULL, "out of memory");
+    trigger->kind = dup_str("manual");
+    *ctx = (tend_context_t){
+        .plugin = dup_str(node.plugin),
+        .config = dup_str(config),
+        .triggers = {trigger, 1},
+        .node_name = dup_str("node-1"),
+    };
+    bool done = exports_tend_plugin_reconciler_reconcile(ctx, outcome, err);
+    free(ctx);
+    return done;
+}
+
+static const char *const CONFIG =
+    "{\"report\":\"/var/lib/probe/report.txt\",\"url\":\"http://127.0.0.1:10248/healthz\"}";
+
+static void healthy_runs_count_and_report(void) {
+    node = (typeof(node)){.plugin = "probe", .http_status = 200, .node = "node-1",
+                          .files_root = "/var/lib/probe"};
+    for (int run = 1; run <= 2; run++) {
+        tend_plugin_types_outcome_t outcome;
+        tend_error_t err;
+        CHECK(reconcile(CONFIG, &outcome, &err), "failed: %s: %.*s", tend_error_kind(&err),
+              TEND_STR(tend_error_message(&err)));
+        char line[160];
+        snprintf(line, sizeof line,
+                 "probe run %d: http://127.0.0.1:10248/healthz answered 200; node node-1 found",
+                 run);
+        CHECK(outcome.health == TEND_PLUGIN_TYPES_HEALTH_HEALTHY, "health %u", outcome.health);
+        CHECK(str_is(outcome.message, line), "summary %.*s", TEND_STR(outcome.message));
+        CHECK(strcmp(node.report_path, "/var/lib/probe/report.txt") == 0, "%s", node.report_path);
+        CHECK(strncmp(node.report, line, strlen(line)) == 0 &&
+                  strcmp(node.report + strlen(line), "\n") == 0,
+              "report %s", node.report);
+        CHECK(atoi(node.runs) == run, "runs %s", node.runs);
+        tend_plugin_types_outcome_free(&outcome);
+    }
+}
+
+static void missing_node_degrades(void) {
+    node = (typeof(node)){.plugin = "probe", .http_status = 503, .files_root = "/var/lib/probe"};
+    tend_plugin_types_outcome_t outcome;
+    tend_error_t err;
+    CHECK(reconcile(CONFIG, &outcome, &err), "failed: %.*s", TEND_STR(tend_error_message(&err)));
+    CHECK(outcome.health == TEND_PLUGIN_TYPES_HEALTH_DEGRADED, "health %u", outcome.health);
+    CHECK(str_is(outcome.message,
+                 "probe run 1: http://127.0.0.1:10248/healthz answered 503; node node-1 missing"),
+          "summary %.*s", TEND_STR(outcome.message));
+    tend_plugin_types_outcome_free(&outcome);
+}
+
+static void expect_error(const char *config, uint8_t kind, const char *message) {
+    tend_plugin_types_outcome_t outcome;
+    tend_error_t err;
+    CHECK(!reconcile(config, &outcome, &err), "succeeded: %.*s", TEND_STR(outcome.message));
+    CHECK(err.tag == kind, "kind %s", tend_error_kind(&err));
+    CHECK(str_is(tend_error_message(&err), message), "message %.*s",
+          TEND_STR(tend_error_message(&err)));
+    tend_plugin_types_error_free(&err);
+}
+
+static void without_a_files_grant_the_write_is_denied(void) {
+    node = (typeof(node)){.plugin = "probe", .http_status = 200, .node = "node-1"};
+    expect_error(CONFIG, TEND_PLUGIN_TYPES_ERROR_DENIED,
+                 "no files grant covers /var/lib/probe/report.txt: add { path = "
+                 "\"/var/lib/probe\", write = true } to [plugins.probe.grants] files");
+}
+
+static void a_bad_config_names_the_key_and_an_example(void) {
+    node = (typeof(node)){.plugin = "probe"};
+    expect_error("{\"report\":\"/r\"}", TEND_PLUGIN_TYPES_ERROR_INVALID,
+                 "[plugins.probe.config] url: expected a string, for example "
+                 "\"http://127.0.0.1:10248/healthz\"");
+    expect_error("{\"url\":\"http://x/\",\"report\":7}", TEND_PLUGIN_TYPES_ERROR_INVALID,
+                 "[plugins.probe.config] report: expected a string, for example "
+                 "\"/var/lib/{{name}}/report.txt\"");
+}
+
+int main(void) {
+    healthy_runs_count_and_report();
+    missing_node_degrades();
+    without_a_files_grant_the_write_is_denied();
+    a_bad_config_names_the_key_and_an_example();
+    puts("{{name}}: 4 tests passed");
+    return 0;
+}

@@ -1,0 +1,7 @@
+//go:build wasip1
+
+package main
+
+import "tend/sdk/plugin"
+
+func init() { plugin.Export(probe{}) }

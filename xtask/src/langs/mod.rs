@@ -1,0 +1,128 @@
+//! Plugins in every language with an SDK. Each language's module builds the
+//! project `tend new` writes for it (as target/plugins/LANG-probe.wasm, which
+//! tests/e2e/languages.rs runs) and its other plugins into target/plugins/,
+//! and runs its SDK's and that project's unit tests with the language's own
+//! runner; its toolchain comes from Debian, PyPI (target/venv) or npm (under
+//! target/).
+
+mod c;
+mod go;
+mod js;
+mod python;
+mod rust;
+
+use crate::{root, run, step};
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// One language: how its plugins are built and its SDK tested.
+pub struct Lang {
+    pub name: &'static str,
+    /// Build the language's plugins into the given directory.
+    pub plugins: fn(&Path) -> Result<()>,
+    /// Run the SDK's unit tests (and the template's).
+    pub test: fn() -> Result<()>,
+}
+
+pub const ALL: &[Lang] = &[rust::LANG, python::LANG, js::LANG, c::LANG, go::LANG];
+
+/// The `tend` binary that renders the templates.
+static TEND: OnceLock<PathBuf> = OnceLock::new();
+
+pub fn use_tend(tend: &Path) {
+    TEND.get_or_init(|| tend.to_path_buf());
+}
+
+/// `tend new LANG-probe --lang LANG` into target/new/LANG (written afresh),
+/// against this checkout's wit/ and sdk/: the project's directory.
+pub fn render(lang: &str) -> Result<PathBuf> {
+    let tend = TEND
+        .get()
+        .context("xtask: render before use_tend (build tend first)")?;
+    let dir = root().join("target/new").join(lang);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("remove {}", dir.display()))?;
+    }
+    step(&format!("tend new {lang}-probe --lang {lang}"));
+    run(Command::new(tend)
+        .args(["new", &format!("{lang}-probe"), "--lang", lang, "--dir"])
+        .arg(&dir)
+        .arg("--tend")
+        .arg(root()))?;
+    Ok(dir)
+}
+
+/// The Rust SDK's fakes (sdk/fakes) for wasm32-unknown-unknown, no imports:
+/// what the Python and JavaScript SDKs' `FakeHost` run (sdk/fakes/README.md).
+/// Built once per xtask run into target/tend-fakes.wasm, where both look by
+/// default; its path.
+pub fn fakes_wasm() -> Result<PathBuf> {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(wasm) = BUILT.get() {
+        return Ok(wasm.clone());
+    }
+    step("building the SDK fakes (tend-fakes) for wasm32-unknown-unknown");
+    run(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))?;
+    run(crate::cargo().args([
+        "build",
+        "-p",
+        "tend-fakes",
+        "--target",
+        "wasm32-unknown-unknown",
+        "--release",
+    ]))?;
+    let built = root().join("target/wasm32-unknown-unknown/release/tend_fakes.wasm");
+    let wasm = root().join("target/tend-fakes.wasm");
+    std::fs::copy(&built, &wasm)
+        .with_context(|| format!("copy {} to {}", built.display(), wasm.display()))?;
+    Ok(BUILT.get_or_init(|| wasm).clone())
+}
+
+/// The project `render` wrote for `lang`, for its tests.
+pub fn rendered(lang: &str) -> Result<PathBuf> {
+    let dir = root().join("target/new").join(lang);
+    if !dir.is_dir() {
+        bail!(
+            "{} is missing: build the plugins first (`cargo xtask plugins`)",
+            dir.display()
+        );
+    }
+    Ok(dir)
+}
+
+/// Runs a rendered project's `build.sh` or `test.sh`, with `path` before PATH
+/// and the variables `env`.
+pub fn script(dir: &Path, name: &str, path: &[PathBuf], env: &[(&str, &Path)]) -> Result<()> {
+    let mut dirs = path.to_vec();
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    run(Command::new(dir.join(name))
+        .current_dir(dir)
+        .env("PATH", std::env::join_paths(dirs)?)
+        .envs(env.iter().copied()))
+}
+
+/// Copies the project's `LANG-probe.wasm` into `out`.
+pub fn collect(dir: &Path, lang: &str, out: &Path) -> Result<()> {
+    let file = format!("{lang}-probe.wasm");
+    std::fs::copy(dir.join(&file), out.join(&file))
+        .with_context(|| format!("{}/build.sh made no {file}", dir.display()))?;
+    Ok(())
+}
+
+/// `cargo xtask lang NAME`: that language's plugins, then its tests.
+pub fn one(name: Option<&str>) -> Result<()> {
+    let Some(lang) = ALL.iter().find(|l| Some(l.name) == name) else {
+        let names: Vec<&str> = ALL.iter().map(|l| l.name).collect();
+        bail!("usage: cargo xtask lang <{}>", names.join("|"));
+    };
+    crate::ensure_debian_packages()?;
+    use_tend(&crate::build_tend()?);
+    let out = root().join("target/plugins");
+    std::fs::create_dir_all(&out)?;
+    (lang.plugins)(&out)?;
+    (lang.test)()
+}

@@ -1,0 +1,73 @@
+//! Python plugins, built with componentize-py from the venv, and the Python
+//! SDK (sdk/python), tested with pytest against the Rust SDK's fakes
+//! compiled to wasm (super::fakes_wasm).
+
+use super::{collect, render, rendered, script};
+use crate::{newest_mtime, root, run, step, venv_bin};
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const LANG: super::Lang = super::Lang {
+    name: "python",
+    plugins,
+    test,
+};
+
+fn plugins(out: &Path) -> Result<()> {
+    super::fakes_wasm()?;
+    let wit: Vec<PathBuf> = std::fs::read_dir(root().join("wit"))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    for entry in std::fs::read_dir(root().join("examples/plugins"))? {
+        let dir = entry?.path();
+        if !dir.join("app.py").exists() {
+            continue;
+        }
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let target = out.join(format!("{name}.wasm"));
+        let sources = wit.iter().cloned().chain([dir.join("app.py")]);
+        if target.exists() && newest_mtime([target.clone()]) >= newest_mtime(sources) {
+            continue;
+        }
+        step(&format!(
+            "building Python plugin {name} with componentize-py"
+        ));
+        run(Command::new(venv_bin("componentize-py")?)
+            .current_dir(&dir)
+            .arg("-d")
+            .arg(root().join("wit"))
+            .args(["-w", "plugin", "componentize", "app", "-o"])
+            .arg(&target))?;
+    }
+    let dir = render("python")?;
+    script(&dir, "build.sh", &[venv()?], &[])?;
+    collect(&dir, "python", out)
+}
+
+/// The venv's bin directory: componentize-py, python, pytest.
+fn venv() -> Result<PathBuf> {
+    Ok(venv_bin("python")?.parent().expect("the venv's bin").to_path_buf())
+}
+
+/// pytest on sdk/python: the wrappers, config, the adapter against
+/// componentize-py's bindings (the venv on PATH), and every case of
+/// sdk/conformance.json against the fakes.
+fn test() -> Result<()> {
+    step("pytest sdk/python (the Python SDK against the wasm fakes)");
+    let mut path = vec![venv()?];
+    path.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    run(Command::new(venv_bin("pytest")?)
+        .current_dir(root().join("sdk/python"))
+        .args(["-q", "-p", "no:cacheprovider"])
+        .env("PATH", std::env::join_paths(path)?)
+        .env("TEND_FAKES_WASM", super::fakes_wasm()?))?;
+    script(
+        &rendered("python")?,
+        "test.sh",
+        &[venv()?],
+        &[("TEND_FAKES_WASM", &super::fakes_wasm()?)],
+    )
+}

@@ -1,0 +1,36 @@
+//! The Rust project `tend new` writes (the built-in plugins are workspace
+//! members, built by `plugins` in main.rs). It is a workspace of its own: it
+//! gets this workspace's lock file and target directory, so the dependencies
+//! it shares with the workspace are the same versions, compiled once.
+
+use super::{collect, render, rendered, script};
+use crate::root;
+use anyhow::Result;
+use std::path::Path;
+
+pub const LANG: super::Lang = super::Lang {
+    name: "rust",
+    plugins,
+    test,
+};
+
+fn plugins(out: &Path) -> Result<()> {
+    let dir = render("rust")?;
+    std::fs::copy(root().join("Cargo.lock"), dir.join("Cargo.lock"))?;
+    script(
+        &dir,
+        "build.sh",
+        &[],
+        &[("CARGO_TARGET_DIR", &root().join("target"))],
+    )?;
+    collect(&dir, "rust", out)
+}
+
+fn test() -> Result<()> {
+    script(
+        &rendered("rust")?,
+        "test.sh",
+        &[],
+        &[("CARGO_TARGET_DIR", &root().join("target"))],
+    )
+}
