@@ -4,53 +4,10 @@
 //!
 //!   cargo bench -p tend --bench daemon
 
-use std::path::Path;
+mod landing;
+use landing::{land, settle, start};
 use std::time::{Duration, Instant};
-use tend_e2e::{
-    Daemon, Sandbox, cpu_ticks, digest_of, free_port, http_get, peak_rss_kib, plugin,
-    plugin_status, rss_kib, time_until,
-};
-
-/// Write the sandbox's config (its own compile cache, a fresh port) and start
-/// the release `tend run` on it; returns once /readyz says ready.
-fn start(sandbox: &Sandbox, plugins: &str) -> (Daemon, u16) {
-    let port = free_port();
-    sandbox.config_with_host(
-        &format!("cache-dir = \"cache\"\nlisten = \"127.0.0.1:{port}\""),
-        plugins,
-    );
-    let daemon = sandbox.daemon_with_env(&[("TEND_LOG", "warn")]);
-    time_until(Duration::from_secs(30), "/readyz", || {
-        http_get(port, "/readyz").is_ok_and(|(_, body)| body == "ready\n")
-    });
-    (daemon, port)
-}
-
-/// Land `source` as plugins/`name`.wasm (write beside, rename) and time until a
-/// reconcile ran on it.
-fn land(sandbox: &Sandbox, port: u16, name: &str, source: &Path) -> Duration {
-    let target = sandbox.path(&format!("plugins/{name}.wasm"));
-    let staging = sandbox.path(&format!("{name}.staging"));
-    std::fs::copy(source, &staging).unwrap();
-    let want = digest_of(source);
-    let runs_before = plugin_status(port, name)["reconciles"]
-        .as_u64()
-        .unwrap_or(0);
-    let started = Instant::now();
-    std::fs::rename(&staging, &target).unwrap();
-    time_until(Duration::from_secs(120), "a reconcile on it", || {
-        let p = plugin_status(port, name);
-        p["reconciles"].as_u64() > Some(runs_before) && p["last"]["digest"] == want.as_str()
-    });
-    started.elapsed()
-}
-
-/// Wait (untimed) until the Cranelift build replaced the Winch one, so it is cached.
-fn settle(port: u16, name: &str) {
-    time_until(Duration::from_secs(120), "the Cranelift build", || {
-        plugin_status(port, name)["compiler"] == "cranelift"
-    });
-}
+use tend_e2e::{Sandbox, cpu_ticks, peak_rss_kib, plugin, plugin_status, rss_kib, time_until};
 
 /// Delete the plugin's file and wait until the daemon reports it missing.
 fn unland(sandbox: &Sandbox, port: u16, name: &str) {
@@ -76,7 +33,7 @@ fn main() {
         ),
     ] {
         let sandbox = Sandbox::new();
-        let (_daemon, port) = start(&sandbox, &format!("[plugins.{name}]\n{config}"));
+        let (_daemon, port) = start(&sandbox, &format!("[plugins.{name}]\n{config}"), "warn");
         let cold = land(&sandbox, port, name, &plugin(file));
         settle(port, name);
         unland(&sandbox, port, name);
@@ -92,11 +49,11 @@ fn main() {
     let sandbox = Sandbox::new();
     sandbox.add_plugin("mirror-gate", "mirror-gate");
     let config = "[plugins.mirror-gate]\ninterval = \"1h\"\n[plugins.mirror-gate.grants]\nfiles = [{ path = \"/tmp/tend-bench-certs.d\", write = true }]\n[plugins.mirror-gate.config]\ncerts-dir = \"/tmp/tend-bench-certs.d\"\n";
-    let (filling, port) = start(&sandbox, config);
+    let (filling, port) = start(&sandbox, config, "warn");
     settle(port, "mirror-gate");
     drop(filling); // the compile cache now holds the Cranelift build
     let started = Instant::now();
-    let (daemon, port) = start(&sandbox, config);
+    let (daemon, port) = start(&sandbox, config, "warn");
     time_until(Duration::from_secs(30), "the first reconcile", || {
         plugin_status(port, "mirror-gate")["reconciles"].as_u64() >= Some(1)
     });

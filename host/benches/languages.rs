@@ -78,8 +78,10 @@ fn main() {
             Err(_) => "fails".to_string(),
         };
         let cold = runtime.load(&file).unwrap();
-        let cached = p50((0..20).map(|_| runtime.load(&file).unwrap().load_time).collect());
-        let mut run = |name: &str, ok: bool| {
+        let cached = p50((0..20)
+            .map(|_| runtime.load(&file).unwrap().load_time)
+            .collect());
+        let run = |name: &str, ok: bool| {
             let plugin_config = &config.plugins[name];
             tokio.block_on(async {
                 let mut samples = Vec::with_capacity(iterations);

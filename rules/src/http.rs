@@ -10,6 +10,18 @@
 /// holds open at once.
 pub const MAX_SEND_ALL: usize = 32;
 
+/// Whether one `send-all` may carry `count` requests. The host refuses a
+/// longer call whole, answering each of its requests `invalid` with this
+/// message (nothing is sent); the fakes answer the same.
+pub fn check_send_all(count: usize) -> Result<(), String> {
+    if count > MAX_SEND_ALL {
+        return Err(format!(
+            "send-all takes at most {MAX_SEND_ALL} requests, got {count}: split the call"
+        ));
+    }
+    Ok(())
+}
+
 use crate::{Refusal, shown};
 use serde::{Deserialize, Deserializer, de::Error as _};
 use std::fmt;
@@ -422,6 +434,16 @@ pub fn check_url(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn send_all_takes_at_most_max_send_all_requests() {
+        assert_eq!(check_send_all(0), Ok(()));
+        assert_eq!(check_send_all(MAX_SEND_ALL), Ok(()));
+        assert_eq!(
+            check_send_all(MAX_SEND_ALL + 1),
+            Err("send-all takes at most 32 requests, got 33: split the call".into())
+        );
+    }
 
     fn grants(patterns: &[&str]) -> Vec<UrlPattern> {
         patterns

@@ -70,11 +70,13 @@ static const uint8_t *skip_ws(const uint8_t *p, const uint8_t *end) {
 }
 
 /* The end of the string literal starting at `p` (on its opening quote), just
- * past the closing quote, or NULL when it is unterminated. */
+ * past the closing quote, or NULL when it is unterminated. A backslash skips
+ * the byte after it, when there is one: `p` never passes `end`, which even
+ * unread would be undefined behaviour. */
 static const uint8_t *string_end(const uint8_t *p, const uint8_t *end) {
     for (p++; p < end; p++) {
         if (*p == '\\') {
-            p++;
+            if (++p >= end) return NULL;
         } else if (*p == '"') {
             return p + 1;
         }

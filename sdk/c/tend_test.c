@@ -48,7 +48,16 @@ int main(void) {
     CASE("{\"url\"", "url", TEND_JSON_MALFORMED, NULL);
     CASE("{\"url\":", "url", TEND_JSON_MALFORMED, NULL);
     CASE("{\"url\":\"unterminated", "url", TEND_JSON_MALFORMED, NULL);
+    /* A literal cut off after a backslash, as the wanted value, a key and a
+     * skipped value: the scanner must stop at the end, not step one past it
+     * (undefined behaviour even unread, which no sanitizer reports). */
     CASE("{\"url\":\"ends in a backslash\\", "url", TEND_JSON_MALFORMED, NULL);
+    CASE("{\"url\":\"\\", "url", TEND_JSON_MALFORMED, NULL);
+    CASE("{\"url\\", "url", TEND_JSON_MALFORMED, NULL);
+    CASE("{\"a\":\"x\\", "url", TEND_JSON_MALFORMED, NULL);
+    CASE("{\"a\":[\"x\\", "url", TEND_JSON_MALFORMED, NULL);
+    CASE("{\"a\":\"\\\\\",\"url\":\"after an escaped backslash\"}", "url", TEND_JSON_OK,
+         "after an escaped backslash");
     CASE("{\"a\":\"\\u12", "url", TEND_JSON_MALFORMED, NULL);
     CASE("{\"a\":1", "url", TEND_JSON_MALFORMED, NULL);
     CASE("{\"a\":1 \"url\":\"u\"}", "url", TEND_JSON_MALFORMED, NULL);

@@ -4,7 +4,7 @@ use crate::{Error, NotProvided, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Duration;
-use tend_rules::http::{UrlPattern, check_url};
+use tend_rules::http::{MAX_SEND_ALL, UrlPattern, check_send_all, check_url};
 
 /// The WIT records themselves: the host takes and answers with these very types.
 pub use crate::bindings::tend::plugin::http::{Request, Response};
@@ -83,8 +83,10 @@ pub(crate) mod wasm {
 /// [`FakeHttp::grant`] matches is refused with the host's message (no grant at
 /// all refuses everything) and not sent; a granted request is answered per
 /// method and URL, and anything unscripted is `unavailable`, like a connection
-/// refused. Records every request it sent, and the size of each
-/// [`Http::send_all`] batch (whose requests it answers one by one, as `send`).
+/// refused. Records every request it sent, and the size of each host
+/// `send-all` call (whose requests it answers one by one, as `send`):
+/// [`Http::send_all`] makes one per [`MAX_SEND_ALL`] requests, as the wasm
+/// glue does, and [`FakeHttp::send_batch`] is one such call.
 pub struct FakeHttp {
     plugin: String,
     grants: RefCell<Vec<UrlPattern>>,
@@ -154,7 +156,23 @@ impl FakeHttp {
         self.sent.borrow().clone()
     }
 
-    /// How many requests each [`Http::send_all`] call carried, in order: a
+    /// One host `send-all` call, answered as the host answers it: each
+    /// request as [`Http::send`], in order; more than [`MAX_SEND_ALL`]
+    /// requests are refused whole, each answered `invalid` with the host's
+    /// message (nothing is sent, no batch recorded). [`Http::send_all`] never
+    /// makes one that long: like the wasm glue, it splits the requests.
+    pub fn send_batch(&self, requests: &[Request]) -> Vec<Result<Response>> {
+        if let Err(refused) = check_send_all(requests.len()) {
+            return requests
+                .iter()
+                .map(|_| Err(Error::Invalid(refused.clone())))
+                .collect();
+        }
+        self.batches.borrow_mut().push(requests.len());
+        requests.iter().map(|request| self.send(request)).collect()
+    }
+
+    /// How many requests each host `send-all` call carried, in order: a
     /// plugin that probes concurrently shows one batch per reconcile.
     pub fn batches(&self) -> Vec<usize> {
         self.batches.borrow().clone()
@@ -180,9 +198,13 @@ impl Http for FakeHttp {
             })
     }
 
+    /// As the wasm glue does: the requests go in host `send-all` calls of at
+    /// most [`MAX_SEND_ALL`] each (see [`FakeHttp::send_batch`]).
     fn send_all(&self, requests: &[Request]) -> Vec<Result<Response>> {
-        self.batches.borrow_mut().push(requests.len());
-        requests.iter().map(|request| self.send(request)).collect()
+        requests
+            .chunks(MAX_SEND_ALL)
+            .flat_map(|batch| self.send_batch(batch))
+            .collect()
     }
 }
 
@@ -248,6 +270,27 @@ mod tests {
         assert_eq!(kinds, ["unavailable", "denied", "ok"]);
         assert_eq!(http.sent(), [requests[0].clone(), requests[2].clone()]);
         assert_eq!(http.batches(), [3]);
+    }
+
+    /// The host refuses a `send-all` of more than 32 requests whole; the
+    /// SDK's `send_all` splits longer lists as the wasm glue does.
+    #[test]
+    fn a_host_send_all_takes_at_most_32_requests() {
+        let http = FakeHttp::new("p");
+        http.grant("http://127.0.0.1:*/*")
+            .status("http://127.0.0.1:1/", 200);
+        let requests = vec![Request::get("http://127.0.0.1:1/"); MAX_SEND_ALL + 1];
+        let refused = http.send_batch(&requests);
+        assert_eq!(refused.len(), 33);
+        assert!(refused.iter().all(|r| r
+            == &Err(Error::Invalid(
+                "send-all takes at most 32 requests, got 33: split the call".into()
+            ))));
+        assert!(http.sent().is_empty() && http.batches().is_empty());
+        assert!(http.send_batch(&requests[..32]).iter().all(Result::is_ok));
+        let results = http.send_all(&requests);
+        assert!(results.iter().all(|r| r.as_ref().is_ok_and(|r| r.status == 200)));
+        assert_eq!(http.batches(), [32, 32, 1]);
     }
 
     /// An implementation written before `send_all` gets it, sequentially.

@@ -1,7 +1,11 @@
 /* Unit test of {{name}}: the plugin compiled natively against this file's own
- * stubs of the imports it calls (state, http, kube, files), which answer like
- * the host does and allocate their results with malloc as the canonical ABI
- * does, so the sanitizers test.sh builds with catch a leak or a double free. */
+ * stubs of the imports it calls (state, http, kube, files). The stubs are
+ * scripted, not faithful: they know no grants and none of the host's rules
+ * (those are written once, in Tend's Rust crate tend-rules; for grant-faithful
+ * answers run `tend plan` against the real host). Every call succeeds unless a
+ * test scripts its failure in `node`. They allocate their results with malloc
+ * as the canonical ABI does, so the sanitizers test.sh builds with catch a
+ * leak or a double free. */
 #include "tend.h"
 
 #include <stdio.h>
@@ -18,16 +22,31 @@
         }                                                                             \
     } while (0)
 
+/* A scripted failure: the call answers error `kind` with `message` (NULL: the
+ * call succeeds). */
+typedef struct {
+    uint8_t kind; /* TEND_PLUGIN_TYPES_ERROR_... */
+    const char *message;
+} failure_t;
+
 /* The node, as the stubs answer for it. */
 static struct {
     const char *plugin;
     char runs[32];             /* state key "runs"; "" when absent */
-    int http_status;           /* the answer to any GET */
-    const char *node;          /* the Node that exists, or NULL */
-    const char *files_root;    /* the one files grant (write = true), or NULL */
+    int http_status;           /* the answer to the GET ... */
+    failure_t http_fails;      /* ... unless it fails */
+    const char *node;          /* the Node that exists, or NULL: not-found */
+    failure_t files_fails;     /* the write fails */
     char report_path[256];     /* the last write */
     char report[512];
 } node;
+
+/* What Tend's host answers a write of the report when no files grant covers
+ * it (tend-rules files::resolve), copied here as test data: the stubs know no
+ * grants. Tend's tests/e2e/languages.rs checks the host's message end to end. */
+static const char *const DENIED_WRITE =
+    "no files grant covers /var/lib/probe/report.txt: add { path = \"/var/lib/probe\", "
+    "write = true } to [plugins.probe.grants] files";
 
 static plugin_string_t dup_str(const char *s) {
     plugin_string_t out;
@@ -43,6 +62,13 @@ static void copy(char *dst, size_t cap, const uint8_t *src, size_t len) {
     CHECK(len < cap, "%zu bytes do not fit the stub's buffer", len);
     memcpy(dst, src, len);
     dst[len] = 0;
+}
+
+/* Answer the scripted failure, if any: true when there is one. */
+static bool fails(failure_t failure, tend_error_t *err) {
+    if (failure.message == NULL) return false;
+    *err = tend_error(failure.kind, "%s", failure.message);
+    return true;
 }
 
 bool tend_plugin_state_get(plugin_string_t *key, plugin_option_list_u8_t *ret,
@@ -67,9 +93,9 @@ bool tend_plugin_state_set(plugin_string_t *key, plugin_list_u8_t *value,
 
 bool tend_plugin_http_send(tend_plugin_http_request_t *req, tend_plugin_http_response_t *ret,
                            tend_plugin_http_error_t *err) {
-    (void)err;
     CHECK(str_is(req->method, "GET"), "method %.*s", TEND_STR(req->method));
     CHECK(req->timeout_ms.is_some && req->timeout_ms.val == 2000, "the probe's timeout");
+    if (fails(node.http_fails, err)) return false;
     *ret = (tend_plugin_http_response_t){.status = (uint16_t)node.http_status};
     return true;
 }
@@ -81,27 +107,15 @@ bool tend_plugin_kube_get(tend_plugin_kube_object_key_t *key, plugin_string_t *r
         *ret = dup_str("{\"kind\":\"Node\"}");
         return true;
     }
-    *err = tend_error(TEND_PLUGIN_TYPES_ERROR_NOT_FOUND, "nodes %.*s not found",
+    *err = tend_error(TEND_PLUGIN_TYPES_ERROR_NOT_FOUND, "stub: no Node %.*s",
                       TEND_STR(key->name));
     return false;
 }
 
-/* The host's refusal when no grant covers the path (tend-rules files::resolve). */
 bool tend_plugin_files_write(plugin_string_t *path, plugin_list_u8_t *contents,
                              uint32_t *maybe_mode, bool *ret, tend_plugin_files_error_t *err) {
     CHECK(maybe_mode == NULL, "the default mode");
-    size_t root = node.files_root ? strlen(node.files_root) : 0;
-    if (node.files_root == NULL || path->len <= root ||
-        memcmp(path->ptr, node.files_root, root) != 0 || path->ptr[root] != '/') {
-        int parent = (int)path->len;
-        while (parent > 1 && path->ptr[parent - 1] != '/') parent--;
-        if (parent > 1) parent--;
-        *err = tend_error(TEND_PLUGIN_TYPES_ERROR_DENIED,
-                          "no files grant covers %.*s: add { path = \"%.*s\", write = true } "
-                          "to [plugins.%s.grants] files",
-                          TEND_STR(*path), parent, (const char *)path->ptr, node.plugin);
-        return false;
-    }
+    if (fails(node.files_fails, err)) return false;
     copy(node.report_path, sizeof node.report_path, path->ptr, path->len);
     copy(node.report, sizeof node.report, contents->ptr, contents->len);
     *ret = true;
@@ -130,8 +144,7 @@ static const char *const CONFIG =
     "{\"report\":\"/var/lib/probe/report.txt\",\"url\":\"http://127.0.0.1:10248/healthz\"}";
 
 static void healthy_runs_count_and_report(void) {
-    node = (typeof(node)){.plugin = "probe", .http_status = 200, .node = "node-1",
-                          .files_root = "/var/lib/probe"};
+    node = (typeof(node)){.plugin = "probe", .http_status = 200, .node = "node-1"};
     for (int run = 1; run <= 2; run++) {
         tend_plugin_types_outcome_t outcome;
         tend_error_t err;
@@ -153,15 +166,23 @@ static void healthy_runs_count_and_report(void) {
 }
 
 static void missing_node_degrades(void) {
-    node = (typeof(node)){.plugin = "probe", .http_status = 503, .files_root = "/var/lib/probe"};
-    tend_plugin_types_outcome_t outcome;
-    tend_error_t err;
-    CHECK(reconcile(CONFIG, &outcome, &err), "failed: %.*s", TEND_STR(tend_error_message(&err)));
-    CHECK(outcome.health == TEND_PLUGIN_TYPES_HEALTH_DEGRADED, "health %u", outcome.health);
-    CHECK(str_is(outcome.message,
-                 "probe run 1: http://127.0.0.1:10248/healthz answered 503; node node-1 missing"),
-          "summary %.*s", TEND_STR(outcome.message));
-    tend_plugin_types_outcome_free(&outcome);
+    node = (typeof(node)){.plugin = "probe", .http_status = 503};
+    const char *const want[] = {
+        "probe run 1: http://127.0.0.1:10248/healthz answered 503; node node-1 missing",
+        "probe run 2: http://127.0.0.1:10248/healthz unreachable (connection refused); "
+        "node node-1 missing",
+    };
+    for (int run = 1; run <= 2; run++) {
+        if (run == 2)
+            node.http_fails = (failure_t){TEND_PLUGIN_TYPES_ERROR_UNAVAILABLE, "connection refused"};
+        tend_plugin_types_outcome_t outcome;
+        tend_error_t err;
+        CHECK(reconcile(CONFIG, &outcome, &err), "failed: %.*s",
+              TEND_STR(tend_error_message(&err)));
+        CHECK(outcome.health == TEND_PLUGIN_TYPES_HEALTH_DEGRADED, "health %u", outcome.health);
+        CHECK(str_is(outcome.message, want[run - 1]), "summary %.*s", TEND_STR(outcome.message));
+        tend_plugin_types_outcome_free(&outcome);
+    }
 }
 
 static void expect_error(const char *config, uint8_t kind, const char *message) {
@@ -174,11 +195,12 @@ static void expect_error(const char *config, uint8_t kind, const char *message) 
     tend_plugin_types_error_free(&err);
 }
 
+/* The host's refusal, scripted: the plugin fails with it unchanged. */
 static void without_a_files_grant_the_write_is_denied(void) {
-    node = (typeof(node)){.plugin = "probe", .http_status = 200, .node = "node-1"};
-    expect_error(CONFIG, TEND_PLUGIN_TYPES_ERROR_DENIED,
-                 "no files grant covers /var/lib/probe/report.txt: add { path = "
-                 "\"/var/lib/probe\", write = true } to [plugins.probe.grants] files");
+    node = (typeof(node)){.plugin = "probe", .http_status = 200, .node = "node-1",
+                          .files_fails = {TEND_PLUGIN_TYPES_ERROR_DENIED, DENIED_WRITE}};
+    expect_error(CONFIG, TEND_PLUGIN_TYPES_ERROR_DENIED, DENIED_WRITE);
+    CHECK(node.report_path[0] == 0, "a denied write wrote %s", node.report_path);
 }
 
 static void a_bad_config_names_the_key_and_an_example(void) {

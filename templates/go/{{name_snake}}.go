@@ -19,7 +19,8 @@
 //	report = "/var/lib/{{name}}/report.txt"     the file the report line goes to
 //
 // The logic is plain Go against tend.Host, so {{name_snake}}_test.go runs it
-// natively against tend/sdk/fake; main_wasip1.go exports it in the component.
+// natively against the scripted host of tend/sdk/fake; main_wasip1.go exports
+// it in the component.
 package main
 
 import (

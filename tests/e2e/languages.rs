@@ -4,10 +4,13 @@
 //! against the project's Kubernetes API fake (tests/peers/kube-apiserver.py)
 //! for both its kube call and its HTTP probe. Each exercises files, http,
 //! state and kube under the narrowest grants, and is denied like any other
-//! plugin when a grant is missing.
+//! plugin when a grant is missing. And a JavaScript build Winch cannot
+//! compile (QuickJS `--opt-size`: tail calls) still loads in the daemon, by
+//! Cranelift, saying so.
 
 use serde_json::json;
-use tend_e2e::{KubeApi, Sandbox};
+use std::time::Duration;
+use tend_e2e::{KubeApi, Sandbox, free_port, http_get, plugin_status, wait_until};
 
 const NODE: &str = "e2e-node";
 
@@ -73,7 +76,10 @@ fn starter_plugin_runs(lang: &str) {
     );
     assert!(run.stdout.contains(&denied), "{}", run.stdout);
     let report = std::fs::read_to_string(format!("{reports}/report.txt")).unwrap();
-    assert!(report.contains(" run 2: "), "the denied run wrote: {report}");
+    assert!(
+        report.contains(" run 2: "),
+        "the denied run wrote: {report}"
+    );
 }
 
 #[test]
@@ -99,4 +105,46 @@ fn c_starter_plugin() {
 #[test]
 fn go_starter_plugin() {
     starter_plugin_runs("go");
+}
+
+#[test]
+fn a_component_winch_cannot_compile_is_compiled_by_cranelift() {
+    let api = KubeApi::start();
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("js-tailcall", "js-tailcall");
+    let reports = sandbox.path("reports");
+    std::fs::create_dir_all(&reports).unwrap();
+    let url = format!("{}/healthz", api.url());
+    let port = free_port();
+    // Its own compile cache: a cached build would skip Winch altogether.
+    let host = format!(
+        "cache-dir = \"cache\"\nlisten = \"127.0.0.1:{port}\"\n[host.kube]\nkubeconfig = \"{}\"\n",
+        api.kubeconfig().display()
+    );
+    let plugins = probe_config("js-tailcall", true, &url, reports.to_str().unwrap());
+    sandbox.config_with_host(&host, &plugins);
+    let daemon = sandbox.daemon_with_env(&[("TEND_LOG", "info")]);
+    wait_until(Duration::from_secs(30), "/readyz", || {
+        http_get(port, "/readyz").is_ok_and(|(_, body)| body == "ready\n")
+    });
+    wait_until(Duration::from_secs(60), "a reconcile", || {
+        plugin_status(port, "js-tailcall")["reconciles"].as_u64() >= Some(1)
+    });
+    let status = plugin_status(port, "js-tailcall");
+    // No Node in this API server: the plugin ran and said so.
+    assert_eq!(status["last"]["health"], "degraded", "{status}");
+    let ran = "answered 200; node e2e-node missing";
+    assert!(
+        status["last"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with(ran),
+        "{status}"
+    );
+    assert_eq!(status["compiler"], "cranelift", "{status}");
+    let log = daemon.log();
+    assert!(
+        log.contains("Winch cannot compile it (") && log.contains("compiled by Cranelift instead"),
+        "{log}"
+    );
 }

@@ -15,6 +15,8 @@ use std::time::Duration;
 const KUBE_PORT: u16 = 5060;
 const OPENSTACK_PORT: u16 = 5061;
 const WORK: &str = "/tmp/tend-cluster";
+/// The languages of the starter plugin (`tend new`) the demo runs.
+const LANGS: [&str; 5] = ["rust", "python", "js", "c", "go"];
 /// The cluster's security group, pinned by ID in the example's grants.
 const GROUP: &str = "5ec6a0a1-0000-4000-8000-00000000de70";
 /// The instances: registered (a Node names it), never registered (30 minutes
@@ -137,6 +139,18 @@ pub fn run_demo(tend: &Path) -> Result<()> {
             },
         }),
     )?;
+    // This host's own Node, which the starter plugins look up.
+    kube.post(
+        "/api/v1/nodes",
+        &serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "cluster-demo"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }),
+    )?;
+    for lang in LANGS {
+        std::fs::create_dir_all(work.join("reports").join(lang))?;
+    }
     cloud.post(
         "/fake/security-groups",
         &serde_json::json!({
@@ -171,11 +185,11 @@ pub fn run_demo(tend: &Path) -> Result<()> {
             .env("OS_CLIENT_CONFIG_FILE", &clouds_yaml);
         cmd
     };
-    step("tend check: the cluster config is valid and both plugins compile");
+    step("tend check: the cluster config is valid and every plugin compiles");
     run(&mut tend_cmd(&["check"]))?;
 
     step(
-        "tend run: until node-reaper has reported twice and secgroup-guard has repaired the group",
+        "tend run: until node-reaper has reported twice, secgroup-guard has repaired the group and the starter plugin has run in every language",
     );
     let log_path = root().join("target/demo/tend-cluster.log");
     let mut daemon = tend_cmd(&["run"])
@@ -192,8 +206,15 @@ pub fn run_demo(tend: &Path) -> Result<()> {
             .iter()
             .any(|m| m.contains("added"))
     };
+    let probed = || {
+        LANGS.iter().all(|lang| {
+            outcomes(&log(), &format!("{lang}-probe"))
+                .iter()
+                .any(|m| m.starts_with("healthy: "))
+        })
+    };
     let done = wait_for(&mut daemon, Duration::from_secs(90), || {
-        reported() && guarded()
+        reported() && guarded() && probed()
     })?;
     run(Command::new("kill").args(["-TERM", &daemon.id().to_string()]))?;
     let status = daemon.wait()?;
@@ -203,7 +224,11 @@ pub fn run_demo(tend: &Path) -> Result<()> {
 
     step("what happened in the cluster");
     let text = log();
-    for plugin in ["node-reaper", "secgroup-guard"] {
+    let probes = LANGS.map(|lang| format!("{lang}-probe"));
+    let plugins = ["node-reaper", "secgroup-guard"]
+        .into_iter()
+        .chain(probes.iter().map(String::as_str));
+    for plugin in plugins {
         eprintln!("{plugin}:");
         for outcome in outcomes(&text, plugin) {
             eprintln!("  {outcome}");

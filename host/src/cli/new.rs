@@ -105,9 +105,25 @@ fn tend_source(given: Option<PathBuf>) -> Result<PathBuf> {
             dir.display()
         );
     }
-    std::path::absolute(&dir)
+    let dir: PathBuf = std::path::absolute(&dir)
         .map(|d| d.components().collect())
-        .with_context(|| format!("resolve {}", dir.display()))
+        .with_context(|| format!("resolve {}", dir.display()))?;
+    check_source_path(&dir)?;
+    Ok(dir)
+}
+
+/// The checkout's path lands unquoted in shell scripts, TOML, JSON and go.mod:
+/// only characters that mean nothing in any of them.
+fn check_source_path(dir: &Path) -> Result<()> {
+    let text = dir.to_str().unwrap_or_default();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._/+-".contains(c);
+    if text.is_empty() || !text.chars().all(plain) {
+        bail!(
+            "{}: the projects `tend new` writes name this path in scripts and manifests, so it may hold only letters, digits and . _ / + -: use a checkout at a plainer path, or a symlink to it, with --tend",
+            crate::text::inert(&dir.to_string_lossy())
+        );
+    }
+    Ok(())
 }
 
 /// Renders `templates/LANG` into `dir`, which must not exist yet: written
@@ -120,7 +136,7 @@ fn create(name: &str, lang: Lang, dir: &Path, tend: &Path) -> Result<Vec<PathBuf
     else {
         bail!("no template for {} in this build of tend", lang.dir());
     };
-    if dir.exists() {
+    if dir.symlink_metadata().is_ok() {
         bail!(
             "{} exists already: pass another --dir, or remove it first",
             dir.display()
@@ -154,10 +170,20 @@ fn create(name: &str, lang: Lang, dir: &Path, tend: &Path) -> Result<Vec<PathBuf
         &names,
         &mut written,
     )?;
-    std::fs::rename(staging.path(), dir)
-        .with_context(|| format!("move the project into {}", dir.display()))?;
-    // The staging directory is the project now: nothing left to clean up.
-    std::mem::forget(staging);
+    // Never over something that appeared at `dir` meanwhile.
+    rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        staging.path(),
+        rustix::fs::CWD,
+        dir,
+        rustix::fs::RenameFlags::NOREPLACE,
+    )
+    .with_context(|| format!("move the project into {}", dir.display()))?;
+    // The staging directory is the project now: keep it, with a project's mode
+    // (a temporary directory is 0700).
+    let _ = staging.keep();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     written.sort();
     Ok(written)
 }
@@ -238,6 +264,11 @@ mod tests {
                     .mode()
             };
             assert_eq!(mode & 0o111, 0o111, "{lang:?} build.sh is not executable");
+            let dir_mode = {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::metadata(&dir).unwrap().permissions().mode()
+            };
+            assert_eq!(dir_mode & 0o777, 0o755, "{lang:?}: the project's mode");
             let config = crate::config::Config::load(&dir.join("tend.toml"))
                 .unwrap_or_else(|e| panic!("{lang:?} tend.toml: {e}"));
             let plugin = config
@@ -289,6 +320,34 @@ mod tests {
             );
         }
         assert!(!tmp.path().join("x").exists());
+    }
+
+    #[test]
+    fn a_dangling_symlink_counts_as_existing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(tmp.path().join("nowhere"), &link).unwrap();
+        let err = create("node-probe", Lang::C, &link, &source()).unwrap_err();
+        assert!(err.to_string().contains("exists already"), "{err}");
+        assert!(!tmp.path().join("nowhere").exists());
+    }
+
+    #[test]
+    fn a_source_path_that_scripts_would_misread_is_refused() {
+        for bad in [
+            "/src/my tend",
+            "/src/$(reboot)",
+            "/src/a\"b",
+            "/src/`x`",
+            "/src/a\nb",
+        ] {
+            let err = check_source_path(Path::new(bad)).unwrap_err();
+            assert!(
+                err.to_string().contains("may hold only letters"),
+                "{bad:?}: {err}"
+            );
+        }
+        check_source_path(Path::new("/work/tend-1.0/src+x")).unwrap();
     }
 
     #[test]

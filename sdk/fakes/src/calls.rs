@@ -133,7 +133,8 @@ pub(crate) fn call(
         ("files", _) => run!(path: String => answer(host.files().metadata(&path))),
         ("http", "send") => run!(req: Request => answer(host.http().send(&req))),
         ("http", _) => run!(reqs: Vec<Request> => {
-            let results: Vec<Value> = host.http().send_all(&reqs).into_iter().map(answer).collect();
+            // One host call, not the SDK's splitting `send_all`: over 32 requests are refused.
+            let results: Vec<Value> = host.http.send_batch(&reqs).into_iter().map(answer).collect();
             json!({ "ok": results })
         }),
         ("systemd", _) => systemd(host, function, a)?,
@@ -380,6 +381,10 @@ mod tests {
         );
         assert_eq!(all["ok"][0]["ok"]["status"], 204);
         assert_eq!(all["ok"][1]["err"]["kind"], "unavailable");
+        let over = call("http", "send-all", json!({"reqs": vec![req.clone(); 33]}));
+        let refused = json!({"err": {"kind": "invalid", "message": "send-all takes at most 32 requests, got 33: split the call"}});
+        assert_eq!(over["ok"], json!(vec![refused; 33]));
+        assert_eq!(setup("http", "batches", json!({})), json!({"ok": [2]}));
         setup(
             "kube",
             "grant",

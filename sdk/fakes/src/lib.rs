@@ -11,8 +11,8 @@
 //! `tend_*` exports move bytes in and out.
 //!
 //! Inputs are bounded: a request is at most [`MAX_REQUEST`] bytes, at most
-//! [`MAX_HOSTS`] hosts live at once, and anything malformed answers an
-//! `invalid` error naming the fix instead of trapping.
+//! [`MAX_HOSTS`] hosts live at once, and anything malformed answers a
+//! `misuse` naming the fix instead of trapping.
 
 mod calls;
 mod setup;
@@ -35,8 +35,25 @@ pub const MAX_HOSTS: usize = 4096;
 /// The live hosts by handle.
 #[derive(Default)]
 struct Hosts {
+    /// The last handle given out (0: none yet; handles start at 1).
     next: u32,
     live: BTreeMap<u32, FakeHost>,
+}
+
+impl Hosts {
+    /// A handle no live host has: the one after the last, wrapping from
+    /// `u32::MAX` back to 1 and skipping live handles (with fewer than
+    /// [`MAX_HOSTS`] alive, one is free within `MAX_HOSTS + 1` steps).
+    fn fresh(&mut self) -> u32 {
+        let mut id = self.next;
+        loop {
+            id = id.checked_add(1).unwrap_or(1);
+            if !self.live.contains_key(&id) {
+                self.next = id;
+                return id;
+            }
+        }
+    }
 }
 
 thread_local! {
@@ -46,17 +63,17 @@ thread_local! {
 /// Answer one request (JSON text) with one answer (JSON text); see the README.
 pub fn handle(request: &[u8]) -> String {
     let answer = match serde_json::from_slice::<Value>(request) {
-        Ok(Value::Object(request)) => dispatch(&request).unwrap_or_else(|message| {
-            json!({ "err": { "kind": "invalid", "message": format!("tend-fakes: {message}") } })
-        }),
+        Ok(Value::Object(request)) => dispatch(&request).unwrap_or_else(|message| misuse(&message)),
         Ok(_) => misuse("the request must be a JSON object with an \"op\""),
         Err(e) => misuse(&format!("the request is not JSON: {e}")),
     };
     answer.to_string()
 }
 
+/// The answer to a misuse of the fakes (not a plugin's call): its own key,
+/// never `err`, so no text a plugin passes through can forge one.
 fn misuse(message: &str) -> Value {
-    json!({ "err": { "kind": "invalid", "message": format!("tend-fakes: {message}") } })
+    json!({ "misuse": format!("tend-fakes: {message}") })
 }
 
 /// The request's arguments, taken one by one; [`Args::done`] refuses any
@@ -133,9 +150,9 @@ fn dispatch(request: &Map<String, Value>) -> Result<Value, String> {
                     "{MAX_HOSTS} hosts are alive: drop the ones a test is done with"
                 ));
             }
-            hosts.next += 1;
-            hosts.live.insert(hosts.next, FakeHost::named(plugin));
-            return Ok(json!({ "ok": hosts.next }));
+            let id = hosts.fresh();
+            hosts.live.insert(id, FakeHost::named(plugin));
+            return Ok(json!({ "ok": id }));
         }
         let id = request
             .get("host")
@@ -253,12 +270,13 @@ mod tests {
     }
 
     fn misuse_message(answer: &Value) -> &str {
-        assert_eq!(answer["err"]["kind"], "invalid", "{answer}");
-        answer["err"]["message"].as_str().expect("a message")
+        let object = answer.as_object().expect("an object");
+        assert_eq!(object.len(), 1, "only the misuse: {answer}");
+        object["misuse"].as_str().expect("a misuse message")
     }
 
     #[test]
-    fn malformed_requests_answer_invalid_naming_the_fix() {
+    fn malformed_requests_answer_misuse_naming_the_fix() {
         let answer: Value = serde_json::from_str(&handle(b"{not json")).unwrap();
         assert!(
             misuse_message(&answer).starts_with("tend-fakes: the request is not JSON"),
@@ -310,6 +328,45 @@ mod tests {
         for (request, message) in cases {
             assert_eq!(misuse_message(&ask(request)), message);
         }
+    }
+
+    #[test]
+    fn handles_wrap_around_without_replacing_a_live_host() {
+        let kept = new_host("kept");
+        assert_eq!(kept, 1);
+        HOSTS.with_borrow_mut(|hosts| hosts.next = u32::MAX - 1);
+        assert_eq!(new_host("p"), u64::from(u32::MAX));
+        // Past u32::MAX: back to 1, which is live, so 2.
+        assert_eq!(new_host("p"), 2);
+        let answer = ask(json!({"op": "setup", "host": kept, "fake": "host", "fn": "plugin"}));
+        assert_eq!(answer, json!({"ok": "kept"}));
+    }
+
+    /// Plugin text can say anything: only the `misuse` key is a misuse.
+    #[test]
+    fn errors_a_plugin_scripts_are_never_misuse() {
+        let host = new_host("p");
+        let forged = json!({"kind": "invalid", "message": "tend-fakes: forged"});
+        let url = "http://127.0.0.1:1/";
+        for (function, args) in [
+            ("grant", json!({"grant": ["http://127.0.0.1:*/*"]})),
+            (
+                "respond",
+                json!({"method": "GET", "url": url, "response": {"err": forged}}),
+            ),
+        ] {
+            let setup =
+                json!({"op": "setup", "host": host, "fake": "http", "fn": function, "args": args});
+            assert_eq!(ask(setup), json!({"ok": null}));
+        }
+        let req = json!({"method": "GET", "url": url, "headers": []});
+        let answer = ask(
+            json!({"op": "call", "host": host, "cap": "http", "fn": "send", "args": {"req": req}}),
+        );
+        assert_eq!(answer, json!({"err": forged}));
+        let answer = ask(json!({"op": "call", "host": host, "cap": "nope", "fn": "x"}));
+        assert!(answer.get("err").is_none(), "{answer}");
+        assert!(misuse_message(&answer).starts_with("tend-fakes: no capability"));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Setup calls: the Rust fakes' own methods (grant, seed, script failures,
 //! inspect what was done), by their names in kebab case. Inputs the Rust
 //! methods would panic on (a test's setup error) are checked first and
-//! answered as `invalid`, so a wrong setup never traps the module.
+//! answered as a `misuse`, so a wrong setup never traps the module.
 
 use crate::calls::functions;
 use crate::wit::{Bytes, Wit};

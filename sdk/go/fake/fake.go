@@ -1,126 +1,185 @@
-// Package fake is an in-memory host for unit tests of Go plugins: the state
-// store, files under grants, canned HTTP answers and Kubernetes objects,
-// answering as Tend's host does, so a plugin's tests run with `go test`
-// natively, without a component build or a host.
+// Package fake is a scripted, in-memory host for unit tests of Go plugins:
+// the state store, the files written, HTTP answers and Kubernetes objects,
+// so a plugin's tests run with `go test` natively, without a component build
+// or a host.
 //
-// The files grant checks and their `denied` messages are the host's
-// (tend-rules files::resolve) for plain absolute paths; the host also
-// normalizes paths, refuses `..` and resolves symlinks, which a test of a
-// plugin's logic has no need of.
+// It is scripted, not faithful: it knows no grants and none of the host's
+// rules. Every call succeeds (a write is kept, a state key is stored) unless
+// the test scripted an error for it, with Fail on the capability: say
+//
+//	h.Files.Fail("/var/lib/probe/report.txt", tend.Denied, "no files grant covers …")
+//
+// and that write answers exactly that error. A test of how a plugin handles
+// a refusal copies the host's message as test data and checks that the
+// plugin propagates it unchanged. Only Tend's host decides grants (the Rust
+// crate tend-rules, written once); for grant-faithful answers run
+// `tend plan` against the real host.
+//
+// An HTTP request to a URL with nothing scripted, or a Kubernetes get of an
+// object that is not in Kube.Objects, answers an error whose message starts
+// with "fake:", which is none of the host's.
 package fake
 
 import (
-	"path"
-	"strings"
-
 	"tend/sdk"
 )
 
-// Grant is one `[plugins.NAME.grants] files` entry.
-type Grant struct {
-	Path  string
-	Write bool
-}
-
-// Host is the fake node. Set its fields, call Caps for the plugin, then look
-// at State and Files.
+// Host is the fake node. Script its capabilities, call Caps for the plugin,
+// then look at State.Values, Files.Written and HTTP.Sent.
 type Host struct {
-	// Plugin is the configured name the host's messages mention.
-	Plugin string
-	State  map[string][]byte
-	// Files holds every file written, by path.
-	Files  map[string][]byte
-	Grants []Grant
-	// Answers maps a URL to its answer: a Response, or an error (for example
-	// tend.Errorf(tend.Unavailable, "connection refused")). A URL without
-	// one is unavailable.
-	Answers map[string]Answer
-	// Objects maps an object's key to its JSON text.
-	Objects map[tend.ObjectKey]string
+	State *State
+	Files *Files
+	HTTP  *HTTP
+	Kube  *Kube
 }
 
-// Answer is what the fake HTTP capability answers for one URL.
-type Answer struct {
-	Response tend.Response
-	Err      error
-}
-
-// New is an empty node for plugin.
-func New(plugin string) *Host {
+// New is an empty node: no state, no files, no answers, no objects.
+func New() *Host {
 	return &Host{
-		Plugin:  plugin,
-		State:   map[string][]byte{},
-		Files:   map[string][]byte{},
-		Answers: map[string]Answer{},
-		Objects: map[tend.ObjectKey]string{},
+		State: &State{Values: map[string][]byte{}},
+		Files: &Files{Written: map[string][]byte{}},
+		HTTP:  &HTTP{},
+		Kube:  &Kube{Objects: map[tend.ObjectKey]string{}},
 	}
 }
 
 // Caps is the capabilities the plugin's Reconcile gets.
 func (h *Host) Caps() tend.Host {
-	return tend.Host{State: state{h}, Files: files{h}, HTTP: web{h}, Kube: kube{h}}
+	return tend.Host{State: h.State, Files: h.Files, HTTP: h.HTTP, Kube: h.Kube}
 }
 
-type state struct{ h *Host }
+// failures is the errors scripted for a capability, by what the call names.
+type failures[K comparable] map[K]tend.Error
 
-func (s state) Get(key string) ([]byte, bool, error) {
-	value, ok := s.h.State[key]
+func (f *failures[K]) add(key K, kind tend.Kind, message string) {
+	if *f == nil {
+		*f = failures[K]{}
+	}
+	(*f)[key] = tend.Error{Kind: kind, Message: message}
+}
+
+// of is the error scripted for key (a fresh *tend.Error each call), or nil.
+func (f failures[K]) of(key K) error {
+	if err, ok := f[key]; ok {
+		return &err
+	}
+	return nil
+}
+
+// State is the plugin's key-value store: Values, by key.
+type State struct {
+	Values map[string][]byte
+	failed failures[string]
+}
+
+// Fail scripts every Get and Set of key to answer an *tend.Error of kind
+// with message.
+func (s *State) Fail(key string, kind tend.Kind, message string) {
+	s.failed.add(key, kind, message)
+}
+
+// Get implements tend.State.
+func (s *State) Get(key string) ([]byte, bool, error) {
+	if err := s.failed.of(key); err != nil {
+		return nil, false, err
+	}
+	value, ok := s.Values[key]
 	return value, ok, nil
 }
 
-func (s state) Set(key string, value []byte) error {
-	s.h.State[key] = append([]byte(nil), value...)
+// Set implements tend.State.
+func (s *State) Set(key string, value []byte) error {
+	if err := s.failed.of(key); err != nil {
+		return err
+	}
+	s.Values[key] = append([]byte(nil), value...)
 	return nil
 }
 
-type files struct{ h *Host }
+// Files is files on the node: Written holds every file written, by path.
+type Files struct {
+	Written map[string][]byte
+	failed  failures[string]
+}
 
-func (f files) Write(file string, contents []byte) (bool, error) {
-	if err := f.h.writable(file); err != nil {
+// Fail scripts every write of path to answer an *tend.Error of kind with
+// message, and write nothing.
+func (f *Files) Fail(path string, kind tend.Kind, message string) {
+	f.failed.add(path, kind, message)
+}
+
+// Write implements tend.Files.
+func (f *Files) Write(path string, contents []byte) (bool, error) {
+	if err := f.failed.of(path); err != nil {
 		return false, err
 	}
-	old, existed := f.h.Files[file]
-	f.h.Files[file] = append([]byte(nil), contents...)
+	old, existed := f.Written[path]
+	f.Written[path] = append([]byte(nil), contents...)
 	return !existed || string(old) != string(contents), nil
 }
 
-// writable is the host's decision on a write: the innermost covering grant
-// must have write = true.
-func (h *Host) writable(file string) error {
-	var grant *Grant
-	for i, g := range h.Grants {
-		covers := file == g.Path || strings.HasPrefix(file, strings.TrimSuffix(g.Path, "/")+"/")
-		if covers && (grant == nil || len(g.Path) > len(grant.Path) || (len(g.Path) == len(grant.Path) && g.Write)) {
-			grant = &h.Grants[i]
+// HTTP answers requests by URL, as scripted with Answer and Fail; Sent is
+// every request sent, in order.
+type HTTP struct {
+	Sent    []tend.Request
+	answers map[string]tend.Response
+	failed  failures[string]
+}
+
+// Answer scripts every request to url to answer resp.
+func (h *HTTP) Answer(url string, resp tend.Response) {
+	if h.answers == nil {
+		h.answers = map[string]tend.Response{}
+	}
+	h.answers[url] = resp
+	delete(h.failed, url)
+}
+
+// Fail scripts every request to url to answer an *tend.Error of kind with
+// message.
+func (h *HTTP) Fail(url string, kind tend.Kind, message string) {
+	h.failed.add(url, kind, message)
+	delete(h.answers, url)
+}
+
+// Send implements tend.HTTP.
+func (h *HTTP) Send(req tend.Request) (tend.Response, error) {
+	h.Sent = append(h.Sent, req)
+	if err := h.failed.of(req.URL); err != nil {
+		return tend.Response{}, err
+	}
+	resp, ok := h.answers[req.URL]
+	if !ok {
+		return tend.Response{}, tend.Errorf(tend.Other, "fake: nothing scripted for %s %s: call HTTP.Answer or HTTP.Fail", req.Method, req.URL)
+	}
+	return resp, nil
+}
+
+// Kube is the Kubernetes API: Objects maps an object's key to its JSON text.
+type Kube struct {
+	Objects map[tend.ObjectKey]string
+	failed  failures[tend.ObjectKey]
+}
+
+// Fail scripts every get of key to answer an *tend.Error of kind with
+// message.
+func (k *Kube) Fail(key tend.ObjectKey, kind tend.Kind, message string) {
+	k.failed.add(key, kind, message)
+}
+
+// Get implements tend.Kube: a scripted error, else the object, else
+// NotFound with the fake's own message.
+func (k *Kube) Get(key tend.ObjectKey) (string, error) {
+	if err := k.failed.of(key); err != nil {
+		return "", err
+	}
+	object, ok := k.Objects[key]
+	if !ok {
+		name := key.Name
+		if key.Namespace != "" {
+			name = key.Namespace + "/" + name
 		}
-	}
-	switch {
-	case grant == nil:
-		return tend.Errorf(tend.Denied, "no files grant covers %s: add { path = %q, write = true } to [plugins.%s.grants] files",
-			file, path.Dir(file), h.Plugin)
-	case !grant.Write:
-		return tend.Errorf(tend.Denied, "%s is granted read-only by { path = %q }: set write = true on that grant in [plugins.%s.grants] files",
-			file, grant.Path, h.Plugin)
-	}
-	return nil
-}
-
-type web struct{ h *Host }
-
-func (w web) Send(req tend.Request) (tend.Response, error) {
-	answer, ok := w.h.Answers[req.URL]
-	if !ok {
-		return tend.Response{}, tend.Errorf(tend.Unavailable, "%s %s: connection refused", req.Method, req.URL)
-	}
-	return answer.Response, answer.Err
-}
-
-type kube struct{ h *Host }
-
-func (k kube) Get(key tend.ObjectKey) (string, error) {
-	object, ok := k.h.Objects[key]
-	if !ok {
-		return "", tend.Errorf(tend.NotFound, "%s %s %q not found", key.APIVersion, key.Kind, key.Name)
+		return "", tend.Errorf(tend.NotFound, "fake: no %s %s %s in Kube.Objects", key.APIVersion, key.Kind, name)
 	}
 	return object, nil
 }

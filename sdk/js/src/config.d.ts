@@ -22,5 +22,6 @@ export type Parsed<S> = { [K in keyof S]: S[K] extends Field<infer T> ? T : neve
 /**
  * `ctx.config` read against `fields` (camelCase keys read the config's kebab-case
  * keys), or an `InvalidError`: `[plugins.NAME.config] url: expected a string, for example "..."`.
+ * A key `fields` does not name is refused: `[plugins.NAME.config] urls: unknown key; expected one of url`.
  */
 export function read<S extends Record<string, Field<unknown>>>(ctx: Pick<Context, "plugin" | "config">, fields: S): Parsed<S>;

@@ -4,8 +4,11 @@
 //   [plugins.node-probe.config] url: expected a string, for example "http://127.0.0.1:10248/healthz"
 //
 // Spec keys are camelCase; the config's keys are their kebab case
-// (`expectStatus` reads `expect-status`). Unknown keys are ignored, as the
-// Rust SDK's serde does.
+// (`expectStatus` reads `expect-status`). An unknown key is refused, as the
+// Python SDK's `config.parse` refuses it, so a misspelt key never silently
+// reads as its default:
+//
+//   [plugins.node-probe.config] urls: unknown key; expected one of url, expect-status
 
 import { InvalidError } from "./errors.js";
 import { kebab } from "./names.js";
@@ -50,6 +53,10 @@ class Reader {
     throw this.error(path, `expected ${spec.what}${example}`);
   }
   table(fields, value, prefix) {
+    const known = Object.keys(fields).map(kebab);
+    for (const key of Object.keys(value)) {
+      if (!known.includes(key)) throw this.error(prefix + key, `unknown key; expected one of ${known.join(", ")}`);
+    }
     const out = {};
     for (const [key, spec] of Object.entries(fields)) out[key] = this.read(spec, value[kebab(key)], prefix + kebab(key));
     return out;

@@ -16,11 +16,23 @@ interface Failing {
 }
 
 /**
+ * A misuse of the fakes (a setup call they refuse, a missing module, a host
+ * whose fakes instance trapped): the message says what to fix. Not a
+ * `TendError`, so a plugin's own `catch` never swallows it.
+ */
+export class FakesError extends Error {}
+
+/**
  * A plugin's host for tests, backed by the Rust SDK's fakes: pass it as `host`.
  * Nothing is granted at first; denial messages name `plugin` ("test-plugin").
+ * Each host lives on the fakes instance it was made on: if that instance
+ * traps (a bug in the fakes), every call of the host throws a `FakesError`,
+ * and new hosts get a new instance.
  */
 export class FakeHost {
   constructor(plugin?: string);
+  /** This host's handle on its fakes instance. */
+  readonly handle: number;
   files: Files & {
     grant(grant: Grant): void;
     put(path: string, contents: Uint8Array | string): void;
@@ -90,7 +102,7 @@ export class FakeHost {
   logs(): { level: Level; message: string }[];
   /** The plugin name denial messages use. */
   plugin(): string;
-  /** Free the fake now (else when garbage collected). */
+  /** Free the fake now (else when garbage collected); nothing to free once its instance trapped. */
   close(): void;
 }
 
@@ -103,3 +115,6 @@ export function testContext(
 
 /** Where the fakes module is: $TEND_FAKES_WASM, else target/tend-fakes.wasm of the checkout. */
 export function fakesPath(): string;
+
+/** @internal The fakes instance new hosts are made on (the SDK's own tests trap it). */
+export function fakesInstance(): { exports: WebAssembly.Exports; trapped: string | null };

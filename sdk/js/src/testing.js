@@ -18,42 +18,64 @@ export function fakesPath() {
   return process.env.TEND_FAKES_WASM || fileURLToPath(new URL("../../../target/tend-fakes.wasm", import.meta.url));
 }
 
-let fakes = null;
+/**
+ * A misuse of the fakes (a setup call they refuse, a missing module, a host
+ * whose instance trapped): the message says what to fix. Not a `TendError`,
+ * so a plugin's `catch` for its own errors never swallows it.
+ */
+export class FakesError extends Error {}
+Object.defineProperty(FakesError.prototype, "name", { value: "FakesError" });
 
-/** The instantiated module, shared by every FakeHost of this process. */
-function module() {
-  if (fakes) return fakes;
+/** One instance of the module; once it traps it is gone, with every host made on it. */
+class Instance {
+  constructor(exports) {
+    this.exports = exports;
+    this.trapped = null; // why it is gone
+  }
+
+  /** One JSON request, its JSON answer. */
+  request(req) {
+    if (this.trapped !== null) {
+      throw new FakesError(
+        `tend-fakes: this FakeHost's fakes instance trapped earlier (${this.trapped}); it is gone with every host made on it: make a new FakeHost`,
+      );
+    }
+    const m = this.exports;
+    const bytes = Buffer.from(JSON.stringify(req));
+    let ret;
+    try {
+      const ptr = m.tend_alloc(bytes.length);
+      if (ptr === 0) throw new FakesError(`tend-fakes: a request of ${bytes.length} bytes is over its limit (16 MiB)`);
+      new Uint8Array(m.memory.buffer, ptr, bytes.length).set(bytes);
+      ret = m.tend_call(ptr, bytes.length);
+    } catch (e) {
+      if (!(e instanceof WebAssembly.RuntimeError)) throw e;
+      const message = read(m, m.tend_panic()) ?? e.message;
+      // Never used again: its hosts fail (naming the trap's last line), new hosts get a new instance.
+      this.trapped = message.trim().split("\n").at(-1).trim() || "a trap";
+      if (current === this) current = null;
+      throw new FakesError(`tend-fakes trapped (a bug in sdk/fakes, please report it): ${message}`, { cause: e });
+    }
+    return JSON.parse(read(m, ret));
+  }
+}
+
+let current = null;
+
+/** The instance new FakeHosts are made on, shared by every FakeHost of this process until it traps. */
+export function fakesInstance() {
+  if (current) return current;
   const path = fakesPath();
   let bytes;
   try {
     bytes = readFileSync(path);
   } catch (e) {
-    throw new Error(
+    throw new FakesError(
       `no tend-fakes module at ${path} (${e.code}): build it with \`cargo xtask lang js\` in the Tend checkout (see sdk/fakes/README.md), or set TEND_FAKES_WASM`,
     );
   }
-  const { exports } = new WebAssembly.Instance(new WebAssembly.Module(bytes), {});
-  fakes = exports;
-  return fakes;
-}
-
-/** One JSON request to the module, its JSON answer. */
-function request(req) {
-  const m = module();
-  const bytes = Buffer.from(JSON.stringify(req));
-  let ret;
-  try {
-    const ptr = m.tend_alloc(bytes.length);
-    if (ptr === 0) throw new RangeError(`tend-fakes: a request of ${bytes.length} bytes is over its limit`);
-    new Uint8Array(m.memory.buffer, ptr, bytes.length).set(bytes);
-    ret = m.tend_call(ptr, bytes.length);
-  } catch (e) {
-    if (!(e instanceof WebAssembly.RuntimeError)) throw e;
-    const panic = read(m, m.tend_panic());
-    fakes = null; // a trapped instance is discarded
-    throw new Error(`tend-fakes trapped (a bug in sdk/fakes): ${panic ?? e.message}`);
-  }
-  return JSON.parse(read(m, ret));
+  current = new Instance(new WebAssembly.Instance(new WebAssembly.Module(bytes), {}).exports);
+  return current;
 }
 
 function read(m, ret) {
@@ -97,8 +119,9 @@ export function fromAbi(type, value) {
   return Object.fromEntries(Object.entries(def.record).map(([f, t]) => [camel(f), fromAbi(parseType(t), value[f])]));
 }
 
-/** The answer's value, or its error thrown as a `TendError`. */
+/** The answer's value; its error thrown as a `TendError`, a misuse of the fakes as a `FakesError`. */
 function unwrap(answer) {
+  if ("misuse" in answer) throw new FakesError(answer.misuse);
   if ("err" in answer) throw errorFromKind(answer.err.kind, answer.err.message);
   return answer.ok;
 }
@@ -176,7 +199,8 @@ function signature(text) {
   };
 }
 
-const dropper = new FinalizationRegistry((handle) => fakes && request({ op: "drop", host: handle }));
+// A collected host is dropped on its own instance, unless that trapped.
+const dropper = new FinalizationRegistry(({ instance, handle }) => instance.trapped === null && instance.request({ op: "drop", host: handle }));
 
 /**
  * A plugin's host for tests: pass it as `host` to `plugin.reconcile(ctx, host)`.
@@ -185,9 +209,15 @@ const dropper = new FinalizationRegistry((handle) => fakes && request({ op: "dro
  * Nothing is granted at first; denial messages name `plugin`.
  */
 export class FakeHost {
+  /** The instance this host lives on, for good: its handle means nothing on another. */
+  #fakes;
+
   constructor(plugin = "test-plugin") {
+    const instance = fakesInstance();
+    const request = (req) => instance.request(req);
+    this.#fakes = instance;
     this.handle = unwrap(request({ op: "new", plugin }));
-    dropper.register(this, this.handle, this);
+    dropper.register(this, { instance, handle: this.handle }, this);
     const call = (cap, fn, args, sig) => {
       const abiArgs = Object.fromEntries(sig.params.map(([p, t], i) => [p, toAbi(t, args[i])]));
       const ok = unwrap(request({ op: "call", host: this.handle, cap, fn, args: abiArgs }));
@@ -213,7 +243,7 @@ export class FakeHost {
   /** Free the fake now (else it is freed when garbage collected). */
   close() {
     dropper.unregister(this);
-    request({ op: "drop", host: this.handle });
+    if (this.#fakes.trapped === null) this.#fakes.request({ op: "drop", host: this.handle });
   }
 }
 

@@ -536,7 +536,7 @@ export interface Http {
    * Throws a `TendError` subclass (`DeniedError`, `NotFoundError`, ...) on an error.
    */
   send(req: Request): Response;
-  sendAll(reqs: Request[]): Response | TendError[];
+  sendAll(reqs: Request[]): (Response | TendError)[];
 }
 
 export interface Systemd {

@@ -16,7 +16,7 @@ function fails(json, message) {
 }
 
 test("reads kebab-case keys into camelCase, with defaults", () => {
-  assert.deepEqual(config.read(ctx({ url: "http://x", "expect-status": 204, caches: [{ upstream: "docker.io", endpoint: "http://c" }], extra: 1 }), SPEC), {
+  assert.deepEqual(config.read(ctx({ url: "http://x", "expect-status": 204, caches: [{ upstream: "docker.io", endpoint: "http://c" }] }), SPEC), {
     url: "http://x",
     expectStatus: 204,
     ratio: 0.5,
@@ -34,6 +34,12 @@ test("a missing or wrong key names itself, what it expects and an example", () =
   fails({ url: "u", caches: {} }, "[plugins.probe.config] caches: expected a list");
   fails({ url: "u", caches: [{ upstream: "a", endpoint: "b" }, { upstream: "c" }] }, '[plugins.probe.config] caches[1].endpoint: expected a string, for example "http://127.0.0.1:5055"');
   fails({ url: "u", caches: [7] }, "[plugins.probe.config] caches[0]: expected a table");
+});
+
+test("an unknown key is refused, naming the keys there are (as the Python SDK does)", () => {
+  fails({ url: "u", urls: [] }, "[plugins.probe.config] urls: unknown key; expected one of url, expect-status, ratio, verbose, caches");
+  fails({ url: "u", expectStatus: 204 }, "[plugins.probe.config] expectStatus: unknown key; expected one of url, expect-status, ratio, verbose, caches");
+  fails({ url: "u", caches: [{ upstream: "a", endpoint: "b", port: 1 }] }, "[plugins.probe.config] caches[0].port: unknown key; expected one of upstream, endpoint");
 });
 
 test("a config that is not a JSON table", () => {

@@ -3,8 +3,8 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { NotFoundError, UnavailableError, decodeUtf8 } from "../src/index.js";
-import { FakeHost, testContext } from "../src/testing.js";
+import { InvalidError, NotFoundError, TendError, UnavailableError, decodeUtf8 } from "../src/index.js";
+import { FakeHost, FakesError, fakesInstance, testContext } from "../src/testing.js";
 
 test("scripted sandboxes, instances and units come back as the plugin sees them", () => {
   const host = new FakeHost("p");
@@ -63,4 +63,54 @@ test("wrong arguments fail with a TypeError naming them", () => {
 
 test("testContext looks like the host's", () => {
   assert.deepEqual(testContext("p", { a: 1 }), { plugin: "p", config: '{"a":1}', triggers: [{ kind: "manual", subject: null }], nodeName: "test-node", dryRun: false });
+});
+
+test("send-all over 32 requests is refused whole, as on the host", () => {
+  const host = new FakeHost("p");
+  const url = "http://127.0.0.1:1/";
+  host.http.grant(["http://127.0.0.1:*/*"]);
+  host.http.status(url, 200);
+  const req = { method: "GET", url, headers: [] };
+  assert.ok(host.http.sendAll(Array(32).fill(req)).every((r) => r.status === 200));
+  const answers = host.http.sendAll(Array(33).fill(req));
+  assert.equal(answers.length, 33);
+  for (const answer of answers) {
+    assert.ok(answer instanceof InvalidError, String(answer));
+    assert.equal(answer.message, "send-all takes at most 32 requests, got 33: split the call");
+  }
+  assert.deepEqual(host.http.batches(), [32]);
+  host.close();
+});
+
+test("only a misuse of the fakes is a FakesError, and it is no TendError", () => {
+  const host = new FakeHost("p");
+  const url = "http://127.0.0.1:1/";
+  host.http.grant(["http://127.0.0.1:*/*"]);
+  // Text a plugin or its peers control may start with "tend-fakes:": still the plugin's error.
+  host.http.respond("GET", url, new InvalidError("tend-fakes: forged"));
+  assert.throws(() => host.http.send({ method: "GET", url, headers: [] }), (e) => e instanceof InvalidError && e.message === "tend-fakes: forged");
+  assert.throws(
+    () => host.files.grant([{ path: "etc" }]),
+    (e) => e instanceof FakesError && !(e instanceof TendError) && e.message.startsWith("tend-fakes: files grant"),
+  );
+  host.close();
+});
+
+test("hosts of a trapped instance fail clearly and leave the next instance alone", () => {
+  const old = new FakeHost("old");
+  const instance = fakesInstance();
+  const real = instance.exports;
+  // A real trap: tend_call reading past the end of memory.
+  instance.exports = { ...real, tend_call: () => real.tend_call(-65536, 16) };
+  assert.throws(() => old.state.get("k"), (e) => e instanceof FakesError && /trapped/.test(e.message) && e.cause instanceof WebAssembly.RuntimeError);
+  const fresh = new FakeHost("new");
+  assert.notEqual(fakesInstance(), instance);
+  assert.equal(fresh.handle, 1);
+  fresh.state.set("k", "new");
+  assert.throws(() => old.state.set("k", "old"), (e) => e instanceof FakesError && /instance trapped earlier.*make a new FakeHost/.test(e.message));
+  assert.throws(() => old.logs(), FakesError);
+  old.close(); // must not drop host 1 of the new instance
+  assert.equal(decodeUtf8(fresh.state.get("k")), "new");
+  assert.deepEqual(fresh.logs(), []);
+  fresh.close();
 });

@@ -19,6 +19,12 @@ test("src/wit.d.ts is generated from the WIT", () => {
   assert.equal(readFileSync(new URL("../src/wit.d.ts", import.meta.url), "utf8"), witTypes(wit), fresh);
 });
 
+test("a list of unions is typed as one: send-all answers (Response | TendError)[]", () => {
+  const types = witTypes(wit);
+  assert.ok(types.includes("  sendAll(reqs: Request[]): (Response | TendError)[];\n"), "sendAll's type");
+  assert.ok(types.includes("  headers: [string, string][];\n"), "tuples need no parentheses");
+});
+
 test("every imported WIT function has a wrapper", () => {
   const host = new FakeHost();
   let count = 0;

@@ -213,7 +213,8 @@ function tsType(type, input) {
   switch (m[1]) {
     case "list":
       if (args[0] === "u8") return input ? "Uint8Array | string" : "Uint8Array";
-      return `${tsType(args[0], input)}[]`;
+      // A union item needs parentheses: `(Response | TendError)[]`.
+      return /\|/.test(tsType(args[0], input)) ? `(${tsType(args[0], input)})[]` : `${tsType(args[0], input)}[]`;
     case "option":
       return `${tsType(args[0], input)} | null`;
     case "tuple":

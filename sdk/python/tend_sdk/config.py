@@ -4,7 +4,8 @@
     [plugins.node-probe.config] url: expected a string, for example "http://127.0.0.1:10248/healthz"
 
 Keys are the fields' names in kebab case (`expect_status` is `expect-status`);
-a field without a default is required; `key(example=...)` gives the example
+a key no field names is refused (`urls: unknown key; expected one of url`, as
+the JS SDK's `config.read` does); a field without a default is required; `key(example=...)` gives the example
 the error shows (`{plugin}` in it becomes the plugin's name). Supported types: str, int, float, bool, list[T], dict,
 Optional[T] and nested dataclasses.
 """

@@ -130,6 +130,8 @@ class Http(Capability):
     """Outbound HTTP to the granted URL patterns."""
 
     CAP = "http"
+    #: The most requests one `send_all` takes (wit/http.wit).
+    MAX_SEND_ALL = 32
 
     def send(self, request: Request) -> Response:
         return self._call("send", Response, req=request)
@@ -138,7 +140,9 @@ class Http(Capability):
         return self.send(Request(url, "GET", timeout_ms=timeout_ms))
 
     def send_all(self, requests: list[Request]) -> list[Union[Response, TendError]]:
-        """Up to 32 requests at once; each answer a `Response` or the `TendError` it failed with."""
+        """At most `MAX_SEND_ALL` (32) requests, sent concurrently; each answer a `Response` or the
+        `TendError` it failed with, in order. The host refuses a longer list whole: every answer
+        is then `Invalid` ("send-all takes at most 32 requests, got 33: split the call")."""
         return self._call("send-all", Results(Response), reqs=list(requests))
 
 
@@ -295,15 +299,21 @@ class Host:
     """What a reconcile can reach: `log`, then one attribute per capability."""
 
     def __init__(self, backend: Backend):
+        # The one list of capabilities (`tend_sdk.testing.FakeHost` swaps in
+        # each one's fake through `_capability`).
         self._backend = backend
-        self.state = State(backend)
-        self.files = Files(backend)
-        self.http = Http(backend)
-        self.systemd = Systemd(backend)
-        self.cri = Cri(backend)
-        self.metrics = Metrics(backend)
-        self.kube = Kube(backend)
-        self.cloud = Cloud(backend)
+        self.state = self._capability(State, backend)
+        self.files = self._capability(Files, backend)
+        self.http = self._capability(Http, backend)
+        self.systemd = self._capability(Systemd, backend)
+        self.cri = self._capability(Cri, backend)
+        self.metrics = self._capability(Metrics, backend)
+        self.kube = self._capability(Kube, backend)
+        self.cloud = self._capability(Cloud, backend)
+
+    def _capability(self, kind: type, backend: Backend) -> Any:
+        """The wrapper of one capability over `backend`."""
+        return kind(backend)
 
     def log(self, level: Level, message: str) -> None:
         """A line in the host's log, tagged with the plugin's name (always granted)."""

@@ -47,7 +47,9 @@ from .types import (
 
 
 class FakesError(RuntimeError):
-    """The fakes could not be loaded, or a setup call was refused: the message says what to fix."""
+    """The fakes could not be loaded, were misused (a setup call refused, a
+    host used after its instance trapped): the message says what to fix. Not
+    a `TendError`, so a plugin's `except TendError` never swallows it."""
 
 
 def wasm_path() -> Path:
@@ -80,6 +82,7 @@ class _Module:
                 "or point TEND_FAKES_WASM at a tend-fakes.wasm"
             )
         self._wasmtime = wasmtime
+        self.trapped: Optional[str] = None  # why this instance is gone, once it trapped
         engine = wasmtime.Engine()
         self._store = wasmtime.Store(engine)
         instance = wasmtime.Instance(self._store, wasmtime.Module.from_file(engine, str(path)), [])
@@ -97,6 +100,11 @@ class _Module:
         return text
 
     def request(self, request: dict) -> dict:
+        if self.trapped is not None:
+            raise FakesError(
+                f"tend-fakes: this FakeHost's fakes instance trapped earlier ({self.trapped}); "
+                "it is gone with every host made on it: make a new FakeHost"
+            )
         data = json.dumps(request, separators=(",", ":")).encode()
         ptr = self._alloc(self._store, len(data))
         if ptr == 0:
@@ -107,7 +115,10 @@ class _Module:
         except self._wasmtime.Trap as trap:
             packed = self._panic(self._store)
             message = self._take(packed) if packed else str(trap)
-            _Module._shared = None  # a trapped instance is not used again
+            # Never used again: its hosts fail (naming the trap's last line), new ones get a new instance.
+            self.trapped = ([line.strip() for line in message.splitlines() if line.strip()] or ["a trap"])[-1]
+            if _Module._shared is self:
+                _Module._shared = None
             raise FakesError(f"tend-fakes trapped (a bug in tend-fakes, please report it): {message}") from trap
 
 
@@ -115,16 +126,17 @@ class _FakeBackend:
     """Plugin calls and setup calls of one fake host, through the module."""
 
     def __init__(self, plugin: str):
+        # The instance this host lives on, for good: after a trap its handle
+        # means nothing on the next instance, so calls fail instead.
         self._module = _Module.shared()
         self.id = self._ok(self._module.request({"op": "new", "plugin": plugin}))
 
     @staticmethod
     def _ok(answer: dict) -> Any:
+        if "misuse" in answer:
+            raise FakesError(answer["misuse"])
         if "err" in answer:
-            err = answer["err"]
-            if err["message"].startswith("tend-fakes:"):
-                raise FakesError(err["message"])
-            raise from_kind(err["kind"], err["message"])
+            raise from_kind(answer["err"]["kind"], answer["err"]["message"])
         return answer["ok"]
 
     def call(self, cap: str, fn: str, args: list[tuple[str, Any]], returns: Any) -> Any:
@@ -148,8 +160,8 @@ class _FakeBackend:
         return self._ok(self._module.request(request))
 
     def drop(self) -> None:
-        # Only on the instance that made the host: a trap replaces it.
-        if _Module._shared is self._module:
+        # Only on the instance that made the host, and only while it lives.
+        if self._module.trapped is None:
             self._module.request({"op": "drop", "host": self.id})
 
 
@@ -437,19 +449,14 @@ class FakeHost(_host.Host):
 
     def __init__(self, plugin: str = "test"):
         backend = _FakeBackend(plugin)
-        super().__init__(backend)
         self._fakes = backend
         self.plugin = plugin
-        self.state = FakeState(backend)
-        self.files = FakeFiles(backend)
-        self.http = FakeHttp(backend)
-        self.systemd = FakeSystemd(backend)
-        self.cri = FakeCri(backend)
-        self.metrics = FakeMetrics(backend)
-        self.kube = FakeKube(backend)
-        self.cloud = FakeCloud(backend)
-        for fake in (self.state, self.files, self.http, self.systemd, self.cri, self.metrics, self.kube, self.cloud):
-            fake._backend = backend
+        super().__init__(backend)
+
+    def _capability(self, kind: type, backend: Any) -> Any:
+        """Each capability of `Host` as its fake (`files` is a `FakeFiles`): the `_Fake` subclass of `kind`."""
+        (fake,) = [cls for cls in _Fake.__subclasses__() if issubclass(cls, kind)]
+        return fake(backend)
 
     def grant(self, **grants: Any) -> "FakeHost":
         """Every grant of a `[plugins.NAME.grants]` table, as JSON: `grant(files=[...], http=[...])`."""

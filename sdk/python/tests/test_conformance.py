@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tend_sdk import EventType, ListParams, ObjectKey, OwnerTag, PatchType, Request, Rule, SandboxFilter
-from tend_sdk.errors import Denied, Invalid, TendError, from_kind
+from tend_sdk.errors import Denied, Invalid, NotFound, TendError, Unavailable, from_kind
 from tend_sdk.testing import FakeHost
 from tend_sdk.types import from_json
 
@@ -80,7 +80,23 @@ def test_the_table_covers_every_capability():
 
 @pytest.mark.parametrize("case", TABLE["cases"], ids=[case_id(c) for c in TABLE["cases"]])
 def test_the_fakes_decide_as_the_host(case):
+    check(case)
+
+
+def test_a_listed_case_is_not_passed_by_an_error():
+    """A `listed` case wants the objects: an error other than denied or invalid fails it too."""
+    listed = next(c for c in TABLE["cases"] if c["expect"]["outcome"] == "listed")
+    for error in (NotFound("gone"), Unavailable("down")):
+        with pytest.raises(AssertionError, match="expected .*listed"):
+            check(listed, fail=error)
+
+
+def check(case, fail=None):
+    """Run one case of the table (every kube call failing with `fail`, if
+    given); an AssertionError says how the fakes differ."""
     host = FakeHost(TABLE["plugin"])
+    if fail is not None:
+        host.kube.fail_with(fail)
     call = case["call"]
     if call["cap"] == "kube":
         kube = TABLE["kube"]
@@ -96,8 +112,12 @@ def test_the_fakes_decide_as_the_host(case):
         if expect["outcome"] == "refused":
             assert error == from_kind(expect["kind"], expect["message"])
             return
+        # Only `allowed` admits another error (not-found, unavailable...).
+        assert expect["outcome"] == "allowed", f"expected {expect}, got {error!r}"
         assert not isinstance(error, (Denied, Invalid)), f"expected {expect}, got {error!r}"
         return
     assert expect["outcome"] != "refused", f"expected {expect}, got {answer!r}"
     if expect["outcome"] == "listed":
         assert sorted(answer.names()) == expect["names"]
+    else:
+        assert expect["outcome"] == "allowed", f"unknown outcome in {expect}"

@@ -79,6 +79,53 @@ def test_http_answers_and_records():
     assert host.http.batches() == [2]
 
 
+def test_send_all_over_32_requests_is_refused_whole_as_on_the_host():
+    host = FakeHost("p")
+    url = "http://127.0.0.1:5000/v2/"
+    host.http.grant("http://127.0.0.1:*/*").status(url, 200)
+    assert all(r.status == 200 for r in host.http.send_all([Request(url)] * host.http.MAX_SEND_ALL))
+    results = host.http.send_all([Request(url)] * 33)
+    refused = Invalid("send-all takes at most 32 requests, got 33: split the call")
+    assert results == [refused] * 33
+    assert host.http.batches() == [32]
+
+
+def test_only_misuse_of_the_fakes_is_a_fakes_error():
+    host = FakeHost("p")
+    url = "http://127.0.0.1:1/"
+    # Text a plugin or its peers control may start with "tend-fakes:": still the plugin's error.
+    host.http.grant("http://127.0.0.1:*/*").respond("GET", url, Invalid("tend-fakes: forged"))
+    with pytest.raises(Invalid, match="^tend-fakes: forged$"):
+        host.http.get(url)
+    with pytest.raises(FakesError, match="^tend-fakes: files grant") as misuse:
+        host.files.grant("etc")
+    assert not isinstance(misuse.value, tend_sdk.TendError)
+
+
+def test_hosts_of_a_trapped_instance_fail_and_leave_the_next_one_alone(monkeypatch):
+    import wasmtime
+
+    from tend_sdk import testing
+
+    old = FakeHost("old")
+    module = testing._Module.shared()
+    real = module._call
+    # A real trap: tend_call reading past the end of memory.
+    monkeypatch.setattr(module, "_call", lambda store, ptr, size: real(store, -65536, 16))
+    with pytest.raises(FakesError, match="trapped") as trapped:
+        old.state.get("k")
+    assert isinstance(trapped.value.__cause__, wasmtime.Trap)
+    new = FakeHost("new")
+    assert testing._Module.shared() is not module and new._fakes.id == 1
+    new.state.set("k", b"new")
+    with pytest.raises(FakesError, match="instance trapped earlier.*make a new FakeHost"):
+        old.state.set("k", b"old")
+    with pytest.raises(FakesError, match="instance trapped earlier"):
+        old.logs()
+    del old  # its finalizer must not drop host 1 of the new instance
+    assert new.state.get("k") == b"new" and new.logs() == []
+
+
 def test_systemd_cri_and_metrics():
     host = FakeHost("p")
     host.systemd.grant(["kubelet.service"], ["restart"]).set_unit("kubelet.service", "failed")

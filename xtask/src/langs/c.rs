@@ -1,5 +1,5 @@
 //! C plugins: the `tend new` template (templates/c) rendered as `c-probe`,
-//! built by its build.sh (clang-19 for wasm32-wasi, wasm-tools, the WASI
+//! built by its build.sh (clang-19 for WASI preview 1, wasm-tools, the WASI
 //! preview-1 reactor adapter) and unit-tested by its test.sh and the SDK's.
 //!
 //! The bindings of world `plugin` are committed (sdk/c/bindings, and

@@ -47,7 +47,10 @@ fn plugins(out: &Path) -> Result<()> {
 
 /// The venv's bin directory: componentize-py, python, pytest.
 fn venv() -> Result<PathBuf> {
-    Ok(venv_bin("python")?.parent().expect("the venv's bin").to_path_buf())
+    Ok(venv_bin("python")?
+        .parent()
+        .expect("the venv's bin")
+        .to_path_buf())
 }
 
 /// pytest on sdk/python: the wrappers, config, the adapter against

@@ -4,7 +4,7 @@ use super::adapter::PluginHttp;
 use crate::capabilities::Capability;
 use crate::wit::{http, types};
 
-use tend_rules::http::MAX_SEND_ALL;
+use tend_rules::http::check_send_all;
 
 impl PluginHttp {
     async fn counted_send(&self, req: http::Request) -> Result<http::Response, types::Error> {
@@ -22,11 +22,7 @@ impl http::Host for PluginHttp {
         &mut self,
         reqs: Vec<http::Request>,
     ) -> Vec<Result<http::Response, types::Error>> {
-        if reqs.len() > MAX_SEND_ALL {
-            let refused = format!(
-                "send-all takes at most {MAX_SEND_ALL} requests, got {}: split the call",
-                reqs.len()
-            );
+        if let Err(refused) = check_send_all(reqs.len()) {
             return reqs
                 .iter()
                 .map(|_| Err(types::Error::Invalid(refused.clone())))
