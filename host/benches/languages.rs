@@ -12,11 +12,13 @@
 //! the guest are measured.
 
 mod common;
+mod winch;
 use common::{bench_config, plugins_dir, timed_reconcile};
 use serde_json::json;
 use std::time::{Duration, Instant};
 use tend::capabilities::Services;
 use tend::runtime::Runtime;
+use winch::winch_engine;
 
 const LANGS: [(&str, usize); 5] = [
     ("rust", 2000),
@@ -47,12 +49,7 @@ fn main() {
     let config = bench_config(&text);
     let cache = tempfile::tempdir().unwrap();
     let runtime = Runtime::new(Some(cache.path())).unwrap();
-    let mut winch_config = wasmtime::Config::new();
-    winch_config
-        .strategy(wasmtime::Strategy::Winch)
-        .epoch_interruption(true)
-        .wasm_component_model(true);
-    let winch = wasmtime::Engine::new(&winch_config).unwrap();
+    let winch = winch_engine();
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -10,6 +10,7 @@
 //!   way node-problem-detector runs its plugins.
 
 mod common;
+mod winch;
 use common::{bench_config, plugins_dir, timed_reconcile};
 use std::path::Path;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use tend::capabilities::state::{FakeState, RedbState};
 use tend::config::Config;
 use tend::journal::Journal;
 use tend::runtime::Runtime;
+use winch::winch_engine;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -96,12 +98,7 @@ fn main() {
     }
 
     println!("\n== the same components compiled by Winch, wasmtime's baseline compiler ==");
-    let mut winch_config = wasmtime::Config::new();
-    winch_config
-        .strategy(wasmtime::Strategy::Winch)
-        .epoch_interruption(true)
-        .wasm_component_model(true);
-    let winch = wasmtime::Engine::new(&winch_config).unwrap();
+    let winch = winch_engine();
     for name in ["chaos", "mirror-gate", "python-http-check"] {
         let bytes = std::fs::read(plugins.join(format!("{name}.wasm"))).unwrap();
         let started = Instant::now();

@@ -43,19 +43,28 @@ impl Operation {
 
     /// The name in grants, budgets and the journal: "reload-or-restart".
     pub fn name(self) -> &'static str {
-        match self {
-            Operation::Start => "start",
-            Operation::Stop => "stop",
-            Operation::Restart => "restart",
-            Operation::ReloadOrRestart => "reload-or-restart",
-            Operation::TryRestart => "try-restart",
-            Operation::ResetFailed => "reset-failed",
-            Operation::Enable => "enable",
-            Operation::Disable => "disable",
-            Operation::DaemonReload => "daemon-reload",
-        }
+        MUTATIONS[self as usize]
     }
 }
+
+/// Every function of the WIT `systemd` interface, by its WIT name: the two
+/// reads, then each [`Operation`] in [`Operation::ALL`]'s order.
+pub const CALLS: [&str; 11] = [
+    "status",
+    "list-units",
+    "start",
+    "stop",
+    "restart",
+    "reload-or-restart",
+    "try-restart",
+    "reset-failed",
+    "enable",
+    "disable",
+    "daemon-reload",
+];
+
+/// The mutating functions: the names of [`Operation::ALL`].
+pub const MUTATIONS: &[&str] = CALLS.split_at(2).1;
 
 /// A unit name pattern: unit-name characters and `*` (any run of them).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,6 +274,16 @@ mod tests {
             operations: operations.to_vec(),
             watch: false,
         }
+    }
+
+    #[test]
+    fn each_operation_is_named_as_grants_spell_it() {
+        for operation in Operation::ALL {
+            let parsed: Operation =
+                serde_json::from_value(serde_json::json!(operation.name())).unwrap();
+            assert_eq!(parsed, operation);
+        }
+        assert_eq!(MUTATIONS.len(), Operation::ALL.len());
     }
 
     #[test]

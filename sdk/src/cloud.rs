@@ -253,7 +253,7 @@ pub(crate) mod wasm {
 }
 
 /// The calls [`FakeCloud::fail_call`] can make fail: the WIT function names.
-const CALLS: [&str; 7] = [
+pub const CALLS: [&str; 7] = [
     "list-instances",
     "get-instance",
     "delete-instance",

@@ -142,7 +142,7 @@ pub(crate) mod wasm {
 }
 
 /// The calls [`FakeCri::fail_call`] can make fail: the WIT function names.
-const CALLS: [&str; 9] = [
+pub const CALLS: [&str; 9] = [
     "version",
     "list-pod-sandboxes",
     "pod-sandbox-status",

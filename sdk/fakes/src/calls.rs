@@ -5,7 +5,7 @@ use crate::wit::{Bytes, answer};
 use crate::{Args, unknown_fn};
 use serde_json::{Value, json};
 use std::time::Duration;
-use tend_sdk::testing::FakeHost;
+use tend_sdk::testing::{CLOUD_CALLS, CRI_CALLS, FakeHost, KUBE_CALLS, SYSTEMD_CALLS};
 use tend_sdk::{Host, Level, Request, Rule};
 
 /// The capabilities and their functions, as in the WIT.
@@ -14,53 +14,11 @@ pub(crate) const CAPABILITIES: [(&str, &[&str]); 9] = [
     ("state", &["get", "set", "delete", "list-keys"]),
     ("files", &["read", "write", "remove", "list-dir", "stat"]),
     ("http", &["send", "send-all"]),
-    (
-        "systemd",
-        &[
-            "status",
-            "list-units",
-            "start",
-            "stop",
-            "restart",
-            "reload-or-restart",
-            "try-restart",
-            "reset-failed",
-            "enable",
-            "disable",
-            "daemon-reload",
-        ],
-    ),
-    (
-        "cri",
-        &[
-            "version",
-            "list-pod-sandboxes",
-            "pod-sandbox-status",
-            "stop-pod-sandbox",
-            "remove-pod-sandbox",
-            "list-containers",
-            "list-images",
-            "image-status",
-            "pull-image",
-        ],
-    ),
+    ("systemd", &SYSTEMD_CALLS),
+    ("cri", &CRI_CALLS),
     ("metrics", &["counter-add", "gauge-set"]),
-    (
-        "kube",
-        &["get", "list", "create", "patch", "delete", "emit-event"],
-    ),
-    (
-        "cloud",
-        &[
-            "list-instances",
-            "get-instance",
-            "delete-instance",
-            "list-security-groups",
-            "find-security-group",
-            "ensure-rule",
-            "add-to-group",
-        ],
-    ),
+    ("kube", &KUBE_CALLS),
+    ("cloud", &CLOUD_CALLS),
 ];
 
 /// The WIT functions of `cap`, or what to write instead.

@@ -13,9 +13,6 @@ use tend_rules::kube::{
     needs_object,
 };
 
-/// The calls [`FakeKube::fail_call`] can make fail: the WIT function names.
-const CALLS: [&str; 6] = ["get", "list", "create", "patch", "delete", "emit-event"];
-
 /// A kind the fake's discovery knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Kind {
@@ -148,7 +145,7 @@ impl FakeKube {
             actions: RefCell::default(),
             patches: RefCell::default(),
             events: RefCell::default(),
-            failures: crate::testing::ScriptedFailures::new("FakeKube", &CALLS),
+            failures: crate::testing::ScriptedFailures::new("FakeKube", &super::CALLS),
         }
     }
 

@@ -15,6 +15,9 @@ mod tests;
 pub(crate) mod wasm;
 
 pub use fake::{FakeKube, RecordedEvent, RecordedPatch};
+
+/// The calls [`FakeKube::fail_call`] can make fail: the WIT function names.
+pub const CALLS: [&str; 6] = ["get", "list", "create", "patch", "delete", "emit-event"];
 pub use patch::merge_patch;
 pub use rules::IntoKubeRules;
 

@@ -25,21 +25,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use wasmtime::component::{HasSelf, Linker};
 
-const MUTATIONS: [&str; 9] = [
-    "start",
-    "stop",
-    "restart",
-    "reload-or-restart",
-    "try-restart",
-    "reset-failed",
-    "enable",
-    "disable",
-    "daemon-reload",
-];
 
 impl Capability for PluginSystemd {
     const NAME: &'static str = "systemd";
-    const MUTATIONS: &'static [&'static str] = &MUTATIONS;
+    const MUTATIONS: &'static [&'static str] = tend_rules::systemd::MUTATIONS;
     type Grant = SystemdGrant;
     type Settings = SystemdSettings;
     type Backend = dyn SystemdBackend;
