@@ -453,19 +453,28 @@ def to_json(value: Any) -> Any:
     return value
 
 
-def from_json(hint: Any, value: Any) -> Any:
-    """A value of type `hint` from the fakes' ABI."""
+def _containers(hint: Any, value: Any, convert: Any) -> tuple[bool, Any]:
+    """What `from_json` and `from_wit` share: none, optionals, lists and
+    tuples, each item converted by `convert`. (False, None) for anything else."""
     if value is None:
-        return None
+        return True, None
     inner = _optional(hint)
     if inner is not None:
-        return from_json(inner, value)
+        return True, convert(inner, value)
     origin = typing.get_origin(hint)
     if origin is list:
         (item,) = typing.get_args(hint)
-        return [from_json(item, v) for v in value]
+        return True, [convert(item, v) for v in value]
     if origin is tuple:
-        return tuple(from_json(h, v) for h, v in zip(typing.get_args(hint), value))
+        return True, tuple(convert(h, v) for h, v in zip(typing.get_args(hint), value))
+    return False, None
+
+
+def from_json(hint: Any, value: Any) -> Any:
+    """A value of type `hint` from the fakes' ABI."""
+    done, converted = _containers(hint, value, from_json)
+    if done:
+        return converted
     if hint is bytes:
         return base64.b64decode(value)
     if isinstance(hint, type) and issubclass(hint, WitEnum):
@@ -504,17 +513,9 @@ def to_wit(value: Any, module: Any) -> Any:
 
 def from_wit(hint: Any, value: Any) -> Any:
     """A value of type `hint` from componentize-py's classes."""
-    if value is None:
-        return None
-    inner = _optional(hint)
-    if inner is not None:
-        return from_wit(inner, value)
-    origin = typing.get_origin(hint)
-    if origin is list:
-        (item,) = typing.get_args(hint)
-        return [from_wit(item, v) for v in value]
-    if origin is tuple:
-        return tuple(from_wit(h, v) for h, v in zip(typing.get_args(hint), value))
+    done, converted = _containers(hint, value, from_wit)
+    if done:
+        return converted
     if hint is bytes:
         return bytes(value)
     if isinstance(hint, type) and issubclass(hint, WitEnum):
