@@ -39,7 +39,7 @@ fn main() {
     for (lang, _) in LANGS {
         let name = format!("{lang}-probe");
         text += &format!(
-            "[plugins.{name}]\n[plugins.{name}.grants]\nfiles = [{{ path = \"/var/lib/probe\", write = true }}]\nhttp = [\"http://probe.local/healthz\"]\nkube = [{{ resource = \"nodes\", verbs = [\"get\"], names = [\"$NODE\"] }}]\n[plugins.{name}.config]\nurl = \"http://probe.local/healthz\"\nreport = \"/var/lib/probe/report.txt\"\n"
+            "[plugins.{name}]\n[plugins.{name}.grants]\nfiles = [{{ path = \"/var/lib/probe\", write = true }}]\nhttp = [\"http://probe.local/healthz\"]\nkube = [{{ resource = \"nodes\", verbs = [\"get\"], names = [\"bench\"] }}]\n[plugins.{name}.config]\nurl = \"http://probe.local/healthz\"\nreport = \"/var/lib/probe/report.txt\"\n"
         );
         text += &format!(
             "[plugins.{lang}-trivial]\nfile = \"{}/{name}.wasm\"\n",

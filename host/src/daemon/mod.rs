@@ -31,8 +31,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
 /// Quiet time after changes in the plugins dir or to the config file. Short,
-/// because it is part of a reload's latency when a file is written in place (a
-/// file renamed into place is loaded at once); a file caught half-written
+/// because it is part of every reload's latency; a file caught half-written
 /// fails to load, its next write event loads it again, and the last content wins.
 const RELOAD_QUIET: Duration = Duration::from_millis(25);
 
