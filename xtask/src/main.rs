@@ -1,6 +1,7 @@
-//! `cargo xtask plugins | test | demo`: build orchestration for Tend. Each
-//! command installs what is missing first (the wasm target, Debian packages
-//! when run as root, a venv with componentize-py).
+//! `cargo xtask plugins | test | demo | lang LANG`: build orchestration for
+//! Tend. Each command installs what is missing first (the wasm targets, Debian
+//! packages when run as root, a venv with componentize-py and the other
+//! languages' tools, npm tools under target/npm).
 
 mod cluster_demo;
 mod langs;
@@ -95,7 +96,7 @@ fn main() -> ExitCode {
         "demo" => demo(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <plugins|test|demo>\n  plugins  build every plugin into target/plugins/\n  test     everything: unit and end-to-end tests\n  demo     run tend on examples/quickstart (a registry, systemd, containerd) and examples/cluster (fake Kubernetes and OpenStack)"
+                "usage: cargo xtask <plugins|test|demo|lang LANG>\n  plugins  build every plugin into target/plugins/\n  test     everything: unit and end-to-end tests\n  demo     run tend on examples/quickstart (a registry, systemd, containerd) and examples/cluster (fake Kubernetes and OpenStack)\n  lang     one language's plugins and SDK tests (rust, python, js, c, go)"
             );
             return ExitCode::from(2);
         }
@@ -144,16 +145,18 @@ pub(crate) fn has_command(name: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn ensure_wasm_target() -> Result<()> {
+/// The Rust target `target` (wasm32-wasip2 for plugins, wasm32-unknown-unknown
+/// for the SDK fakes), added when missing.
+pub(crate) fn ensure_wasm_target(target: &str) -> Result<()> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()?;
     if !String::from_utf8_lossy(&installed.stdout)
         .lines()
-        .any(|l| l == "wasm32-wasip2")
+        .any(|l| l == target)
     {
-        step("installing the wasm32-wasip2 target");
-        run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
+        step(&format!("installing the {target} target"));
+        run(Command::new("rustup").args(["target", "add", target]))?;
     }
     Ok(())
 }
@@ -191,14 +194,18 @@ pub(crate) fn ensure_debian_packages() -> Result<()> {
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
-/// componentize-py in a venv under target/ with the rest of VENV_PACKAGES,
-/// installed on first use and again whenever the list changes.
-pub(crate) fn venv_bin(name: &str) -> Result<PathBuf> {
-    venv()?;
-    Ok(root().join("target/venv/bin").join(name))
+/// The venv's bin directory (componentize-py, pytest, wasm-tools, go, ...).
+pub(crate) fn venv_bin_dir() -> Result<PathBuf> {
+    Ok(venv()?.join("bin"))
 }
 
-/// The venv under target/ with VENV_PACKAGES, its path.
+/// The program `name` of the venv's bin directory.
+pub(crate) fn venv_bin(name: &str) -> Result<PathBuf> {
+    Ok(venv_bin_dir()?.join(name))
+}
+
+/// The venv under target/ with VENV_PACKAGES, installed on first use and again
+/// whenever the list changes: its path.
 pub(crate) fn venv() -> Result<PathBuf> {
     let venv = root().join("target/venv");
     let bin = venv.join("bin/python");
@@ -233,7 +240,7 @@ pub(crate) fn newest_mtime(paths: impl IntoIterator<Item = PathBuf>) -> std::tim
 /// language's (`tend`, the binary just built, renders their `tend new` templates).
 fn plugins(tend: &Path) -> Result<()> {
     ensure_debian_packages()?;
-    ensure_wasm_target()?;
+    ensure_wasm_target("wasm32-wasip2")?;
     langs::use_tend(tend);
     let out = root().join("target/plugins");
     std::fs::create_dir_all(&out)?;

@@ -43,8 +43,8 @@ fn pooling() -> PoolingAllocationConfig {
 /// by Cranelift, and at its default settings they were a third of a Winch
 /// build. They are a few instructions each, run once per host-to-guest call,
 /// so they are built without optimization and with the single-pass register
-/// allocator: the 18 MB Python component's Winch build went from 1460 to
-/// 1000-1100 ms of CPU (docs/benchmarks.md).
+/// allocator: the 18 MB Python component's Winch build went from about 1470
+/// to 970-1260 ms of CPU (docs/benchmarks.md).
 pub fn build_baseline() -> anyhow::Result<Engine> {
     let mut config = config();
     config

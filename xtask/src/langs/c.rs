@@ -10,7 +10,7 @@
 //! helpers shared with the Go module live here.
 
 use super::{collect, render, rendered, script};
-use crate::{cargo, root, run, step, venv_bin};
+use crate::{cargo, root, run, step, venv_bin_dir};
 use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,8 +43,7 @@ pub(super) fn tools() -> Result<Vec<PathBuf>> {
         step("extracting the WASI preview-1 reactor adapter");
         run(Command::new(bindgen()?).arg("adapter").arg(&adapter))?;
     }
-    let wasm_tools = venv_bin("wasm-tools")?;
-    Ok(vec![wasm_tools.parent().unwrap().to_path_buf()])
+    Ok(vec![venv_bin_dir()?])
 }
 
 /// sdk/c/bindgen, built into target/tools/bindgen: its binary.

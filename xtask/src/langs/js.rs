@@ -8,8 +8,8 @@
 //! (sdk/js, `node --test`, against target/tend-fakes.wasm) and the template's.
 
 use super::{collect, render, rendered, script};
-use crate::{has_command, root, run, step};
-use anyhow::{Result, bail};
+use crate::{root, run, step};
+use anyhow::Result;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -24,14 +24,8 @@ const TOOLING: [&str; 2] = ["package.json", "package-lock.json"];
 
 /// target/npm/node_modules/.bin with the pinned tools, installed when missing
 /// or when sdk/js/tooling changed.
+/// (Node and npm themselves come with the Debian packages main.rs ensures.)
 fn tools() -> Result<PathBuf> {
-    for tool in ["node", "npm"] {
-        if !has_command(tool) {
-            bail!(
-                "{tool} not found: install Node.js 20 or later (Debian: apt-get install nodejs npm)"
-            );
-        }
-    }
     let prefix = root().join("target/npm");
     let bin = prefix.join("node_modules/.bin");
     let source = root().join("sdk/js/tooling");
@@ -65,16 +59,12 @@ fn plugins(out: &Path) -> Result<()> {
     script(&dir, "build.sh", std::slice::from_ref(&bin), &[])?;
     collect(&dir, "js", out)?;
     step("building js-tailcall.wasm (QuickJS --opt-size: tail calls, Cranelift only)");
-    let mut path = vec![bin];
-    path.extend(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    ));
     run(Command::new("node")
         .arg(root().join("sdk/js/bin/tend-js-build.mjs"))
         .arg(dir.join("js_probe.js"))
         .arg(out.join("js-tailcall.wasm"))
         .arg("--opt-size")
-        .env("PATH", std::env::join_paths(path)?))
+        .env("PATH", super::path_with(&[bin])?))
 }
 
 fn test() -> Result<()> {

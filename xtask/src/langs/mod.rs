@@ -64,7 +64,7 @@ pub fn fakes_wasm() -> Result<PathBuf> {
         return Ok(wasm.clone());
     }
     step("building the SDK fakes (tend-fakes) for wasm32-unknown-unknown");
-    run(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))?;
+    crate::ensure_wasm_target("wasm32-unknown-unknown")?;
     run(crate::cargo().args([
         "build",
         "-p",
@@ -92,16 +92,21 @@ pub fn rendered(lang: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// PATH with `dirs` before it: where the language's tools are found first.
+pub fn path_with(dirs: &[PathBuf]) -> Result<std::ffi::OsString> {
+    let mut all = dirs.to_vec();
+    all.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    Ok(std::env::join_paths(all)?)
+}
+
 /// Runs a rendered project's `build.sh` or `test.sh`, with `path` before PATH
 /// and the variables `env`.
 pub fn script(dir: &Path, name: &str, path: &[PathBuf], env: &[(&str, &Path)]) -> Result<()> {
-    let mut dirs = path.to_vec();
-    dirs.extend(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    ));
     run(Command::new(dir.join(name))
         .current_dir(dir)
-        .env("PATH", std::env::join_paths(dirs)?)
+        .env("PATH", path_with(path)?)
         .envs(env.iter().copied()))
 }
 

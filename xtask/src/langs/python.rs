@@ -3,7 +3,7 @@
 //! compiled to wasm (super::fakes_wasm).
 
 use super::{collect, render, rendered, script};
-use crate::{newest_mtime, root, run, step, venv_bin};
+use crate::{newest_mtime, root, run, step, venv_bin, venv_bin_dir};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,16 +41,8 @@ fn plugins(out: &Path) -> Result<()> {
             .arg(&target))?;
     }
     let dir = render("python")?;
-    script(&dir, "build.sh", &[venv()?], &[])?;
+    script(&dir, "build.sh", &[venv_bin_dir()?], &[])?;
     collect(&dir, "python", out)
-}
-
-/// The venv's bin directory: componentize-py, python, pytest.
-fn venv() -> Result<PathBuf> {
-    Ok(venv_bin("python")?
-        .parent()
-        .expect("the venv's bin")
-        .to_path_buf())
 }
 
 /// pytest on sdk/python: the wrappers, config, the adapter against
@@ -58,19 +50,15 @@ fn venv() -> Result<PathBuf> {
 /// sdk/conformance.json against the fakes.
 fn test() -> Result<()> {
     step("pytest sdk/python (the Python SDK against the wasm fakes)");
-    let mut path = vec![venv()?];
-    path.extend(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    ));
     run(Command::new(venv_bin("pytest")?)
         .current_dir(root().join("sdk/python"))
         .args(["-q", "-p", "no:cacheprovider"])
-        .env("PATH", std::env::join_paths(path)?)
+        .env("PATH", super::path_with(&[venv_bin_dir()?])?)
         .env("TEND_FAKES_WASM", super::fakes_wasm()?))?;
     script(
         &rendered("python")?,
         "test.sh",
-        &[venv()?],
+        &[venv_bin_dir()?],
         &[("TEND_FAKES_WASM", &super::fakes_wasm()?)],
     )
 }
