@@ -187,6 +187,19 @@ backoff-ms = 1000
     assert_eq!(proc_status(pids[0], "CapBnd"), "0000000000000000");
     assert_eq!(proc_status(pids[0], "NoNewPrivs"), "1");
     assert_eq!(proc_status(pids[0], "Seccomp"), "2");
+    // ProtectSystem=strict: tend's root is read-only. PrivateTmp=yes: its /tmp
+    // is not the host's.
+    let mountinfo = std::fs::read_to_string(format!("/proc/{}/mountinfo", pids[0])).unwrap();
+    let root = mountinfo
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .rfind(|f| f[4] == "/")
+        .unwrap();
+    assert!(root[5].split(',').any(|o| o == "ro"), "{root:?}");
+    let marker = tempfile::NamedTempFile::new().unwrap();
+    let seen_from_tend = Path::new(&format!("/proc/{}/root", pids[0]))
+        .join(marker.path().strip_prefix("/").unwrap());
+    assert!(marker.path().exists() && !seen_from_tend.exists());
     // StateDirectory=: systemd made tend's state directory, 0700.
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&state.0).unwrap().permissions().mode();

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -171,8 +171,16 @@ fn runtime_layer(tend: &Path) -> Result<Layer> {
         .arg(tend)
         .output()
         .context("cannot run ldd (Debian: libc-bin)")?;
+    let listed = String::from_utf8_lossy(&output.stdout);
+    if let Some(missing) = listed.lines().find(|l| l.contains("not found")) {
+        bail!(
+            "{} needs a library this machine lacks ({}): install it and build again",
+            tend.display(),
+            missing.trim()
+        );
+    }
     let mut entries = Vec::new();
-    for library in ldd_paths(&String::from_utf8_lossy(&output.stdout)) {
+    for library in ldd_paths(&listed) {
         let data = std::fs::read(&library).with_context(|| format!("read {library}"))?;
         entries.push(Entry::file(&library, 0o755, data));
     }
@@ -429,7 +437,7 @@ fn archive(image: &Image) -> Result<Vec<u8>> {
 }
 
 /// Write the archive to `out` atomically (a temp file beside it, renamed over).
-fn write_archive(image: &Image, out: &PathBuf) -> Result<()> {
+fn write_archive(image: &Image, out: &Path) -> Result<()> {
     let dir = out.parent().unwrap();
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(".tend.oci.tar.tmp");
@@ -572,6 +580,29 @@ mod tests {
             ]
         );
         assert!(ldd_paths("\tstatically linked\n").is_empty());
+    }
+
+    #[test]
+    fn the_built_in_plugins_are_every_crate_of_plugins_and_no_test_plugin() {
+        let mut crates: Vec<String> = std::fs::read_dir(root().join("plugins"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        crates.sort();
+        let mut built_in = BUILT_IN_PLUGINS.to_vec();
+        built_in.sort();
+        assert_eq!(crates, built_in);
+        assert!(
+            crate::TEST_PLUGINS
+                .iter()
+                .all(|t| !BUILT_IN_PLUGINS.contains(t))
+        );
+    }
+
+    #[test]
+    fn a_missing_plugin_names_the_command_that_builds_it() {
+        let error = plugins_layer(Path::new("/nonexistent")).err().unwrap();
+        assert!(format!("{error:#}").contains("run `cargo xtask plugins`"));
     }
 
     #[test]
