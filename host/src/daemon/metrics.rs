@@ -156,6 +156,15 @@ impl Metrics {
             "tend_config_rejected",
             "1 while the last config change was rejected (the last good config keeps running).",
         );
+        let start_time = gauge(
+            "tend_start_time_seconds",
+            "Unix time this tend process started (what a plugin that never succeeded is measured from).",
+        );
+        start_time.set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+        );
         let leader = gauge(
             "tend_leader",
             "1 while this host holds the [host.leader-election] Lease (only with leader election).",
