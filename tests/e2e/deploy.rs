@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use tend_e2e::{
-    Daemon, KubeApi, Sandbox, free_port, http_get, metric, plugin, status, tend_bin, wait_until,
-    workspace_root,
+    Daemon, KubeApi, Sandbox, free_port, http_get, kubectl_bin, metric, plugin, status, tend_bin,
+    wait_until, workspace_root,
 };
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -151,9 +151,24 @@ fn run(program: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// `kubectl kustomize DIR`, parsed.
+/// `kubectl kustomize DIR`, parsed: the same with the oldest and the newest
+/// kubectl the tests run (kustomize 5.0 and 5.6).
 fn kustomize(dir: &Path) -> Vec<Value> {
-    documents(&run("kubectl", &["kustomize", dir.to_str().unwrap()]))
+    let render = |version: &str| {
+        let kubectl = kubectl_bin(version);
+        documents(&run(
+            kubectl.to_str().unwrap(),
+            &["kustomize", dir.to_str().unwrap()],
+        ))
+    };
+    let newest = render("1.33");
+    assert_eq!(
+        render("1.27"),
+        newest,
+        "kubectl 1.27 and 1.33 render {}",
+        dir.display()
+    );
+    newest
 }
 
 fn deploy_dir() -> PathBuf {
