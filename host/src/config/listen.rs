@@ -26,10 +26,12 @@ impl Listen {
             Listen::Addr(addr) => Ok(*addr),
             Listen::Env { var, port } => {
                 let value = env(var).filter(|v| !v.is_empty()).ok_or_else(|| {
-                    format!("[host] listen = \"${var}:{port}\" but ${var} is not set: set it to this host's IP address (in a pod, from the downward API: fieldRef status.podIP)")
+                    format!("[host] listen = \"{self}\" but ${var} is not set: set it to this host's IP address (in a pod, from the downward API: fieldRef status.podIP)")
                 })?;
                 let ip: IpAddr = value.trim().parse().map_err(|_| {
-                    format!("[host] listen = \"${var}:{port}\" but ${var} = {value:?} is not an IP address")
+                    format!(
+                        "[host] listen = \"{self}\" but ${var} = {value:?} is not an IP address"
+                    )
                 })?;
                 Ok(SocketAddr::new(ip, *port))
             }
