@@ -327,6 +327,10 @@ fn the_kustomization_renders_a_deployment_that_works_on_real_nodes() {
     // name and the pod's address from the downward API, AppArmor and SELinux
     // settings that let D-Bus and the host-path writes through.
     let spec = &ds["spec"];
+    assert_eq!(
+        spec["template"]["spec"]["automountServiceAccountToken"], false,
+        "no RBAC for the node agent, so no token"
+    );
     assert_eq!(spec["updateStrategy"]["rollingUpdate"]["maxSurge"], 0);
     assert_eq!(spec["updateStrategy"]["rollingUpdate"]["maxUnavailable"], 1);
     let pod = &spec["template"]["spec"];
