@@ -263,6 +263,13 @@ fn the_kustomization_renders_a_deployment_that_works_on_real_nodes() {
     let objects = kustomize(&deploy);
 
     assert_rbac_is_what_tend_rbac_prints(&objects);
+    // `kubectl apply --prune -l app.kubernetes.io/part-of=tend` sees every object.
+    for o in &objects {
+        assert_eq!(
+            o["metadata"]["labels"]["app.kubernetes.io/part-of"], "tend",
+            "{o}"
+        );
+    }
 
     // The configs as generated ConfigMaps, each under a hashed name the pods mount.
     let mounts = |workload: &Value| -> String {
