@@ -28,10 +28,12 @@ pub enum Kind {
 /// The host's own families that plugin families could be mistaken for: every
 /// family the host declares under `tend_plugin_` (a host test checks this
 /// list against its registry, so a new host family cannot be forgotten).
-pub const HOST_FAMILIES: [&str; 3] = [
+pub const HOST_FAMILIES: [&str; 5] = [
     "tend_plugin_state",
     "tend_plugin_last_success_timestamp_seconds",
     "tend_plugin_load_errors_total",
+    "tend_plugin_consecutive_failures",
+    "tend_plugin_interval_seconds",
 ];
 
 /// Name endings that belong to histogram and summary series.

@@ -1880,6 +1880,10 @@ fn rbac_objects_authorize_a_service_account_token() {
         for scope in ["node", "cluster"] {
             let manifest =
                 read(&workspace_root().join(format!("examples/deploy/rbac-{scope}.yaml")));
+            // The node example's plugins have no kube grant: no objects to apply.
+            if !manifest.contains("\nkind: ") {
+                continue;
+            }
             let out = k.apply(&manifest, &[]);
             assert!(out.success(), "rbac-{scope}.yaml: {out:?}");
         }

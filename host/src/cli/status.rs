@@ -14,12 +14,13 @@ macro_rules! say {
 /// GET `path` from the daemon of `config_path`.
 async fn fetch(config_path: &Path, path: &str) -> anyhow::Result<String> {
     let config = Config::load(config_path)?;
-    let Some(addr) = config.host.listen else {
+    let Some(listen) = &config.host.listen else {
         anyhow::bail!(
             "{} has no [host] listen address: set listen = \"127.0.0.1:9464\" and restart tend to query it",
             config_path.display()
         );
     };
+    let addr = listen.resolve().map_err(anyhow::Error::msg)?;
     let url = format!("http://{addr}{path}");
     let response = reqwest::get(&url)
         .await

@@ -3,6 +3,9 @@
 //! then resolved into absolute paths and defaults.
 
 pub mod diff;
+mod listen;
+
+pub use listen::Listen;
 
 pub use crate::capabilities::Grants;
 pub use crate::capabilities::limits::Limits;
@@ -36,7 +39,7 @@ pub struct HostConfig {
     pub node_name: String,
     pub dry_run: bool,
     /// Where `/metrics`, `/healthz`, `/readyz` and `/status` are served; off when None.
-    pub listen: Option<std::net::SocketAddr>,
+    pub listen: Option<Listen>,
     /// Compiled artifacts beyond this size are evicted (those no plugin uses, oldest first).
     pub cache_max_size: ByteSize,
     /// `[host.budgets.<name>]`: host-wide budgets for destructive operations.
@@ -138,7 +141,7 @@ macro_rules! raw_host {
             node_name: Option<String>,
             #[serde(default)]
             dry_run: bool,
-            listen: Option<std::net::SocketAddr>,
+            listen: Option<Listen>,
             cache_max_size: Option<ByteSize>,
             #[serde(default)]
             budgets: BTreeMap<Spanned<String>, RawBudget>,
@@ -241,7 +244,11 @@ impl Config {
                     .unwrap_or_else(|| raw.host.state_dir.join("cache")),
             ),
             state_dir: base.join(&raw.host.state_dir),
-            node_name: raw.host.node_name.unwrap_or_else(hostname),
+            node_name: node_name(
+                raw.host.node_name,
+                std::env::var("NODE_NAME").ok(),
+                hostname,
+            ),
             dry_run: raw.host.dry_run,
             listen: raw.host.listen,
             cache_max_size: raw.host.cache_max_size.unwrap_or(ByteSize(1 << 30)),
@@ -399,6 +406,19 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, column)
+}
+
+/// `[host] node-name`, else the environment's `NODE_NAME` (in a pod, from the
+/// downward API: `spec.nodeName`, right even when the kubelet runs with
+/// `--hostname-override`), else the hostname.
+fn node_name(
+    configured: Option<String>,
+    env: Option<String>,
+    hostname: impl FnOnce() -> String,
+) -> String {
+    configured
+        .or(env.filter(|name| !name.trim().is_empty()))
+        .unwrap_or_else(hostname)
 }
 
 fn hostname() -> String {

@@ -138,7 +138,10 @@ fn url_patterns_parse_into_parts() {
 fn listen_and_cache_size_parse_and_bad_addresses_are_located() {
     let text = "[host]\nplugins-dir = 'p'\nstate-dir = 's'\nlisten = '127.0.0.1:9464'\ncache-max-size = '256MiB'\n";
     let config = parse(text).unwrap();
-    assert_eq!(config.host.listen, Some("127.0.0.1:9464".parse().unwrap()));
+    assert_eq!(
+        config.host.listen,
+        Some(Listen::Addr("127.0.0.1:9464".parse().unwrap()))
+    );
     assert_eq!(config.host.cache_max_size, ByteSize(256 << 20));
     assert_eq!(
         parse("[host]\nplugins-dir = 'p'\nstate-dir = 's'\n")
@@ -152,6 +155,23 @@ fn listen_and_cache_size_parse_and_bad_addresses_are_located() {
         err.starts_with("/srv/tend/tend.toml:4:10: invalid socket address"),
         "{err}"
     );
+    let err = error_of("[host]\nplugins-dir = 'p'\nstate-dir = 's'\nlisten = '$POD_IP'\n");
+    assert!(
+        err.starts_with("/srv/tend/tend.toml:4:10: \"$POD_IP\": expected \"$VAR:PORT\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn node_name_is_the_configured_one_else_node_name_from_the_environment_else_the_hostname() {
+    let host = || "host-a".to_string();
+    assert_eq!(
+        node_name(Some("set".into()), Some("env".into()), host),
+        "set"
+    );
+    assert_eq!(node_name(None, Some("node-7".into()), host), "node-7");
+    assert_eq!(node_name(None, Some(" ".into()), host), "host-a");
+    assert_eq!(node_name(None, None, host), "host-a");
 }
 
 const HOST: &str = "[host]\nplugins-dir = \"p\"\nstate-dir = \"s\"\n";

@@ -1,6 +1,7 @@
 //! `[host] listen`: read-only endpoints only: `/metrics` (Prometheus text),
-//! `/healthz`, `/readyz` (ready once every enabled plugin has loaded or failed
-//! to load), `/status` and `/status/NAME` (JSON). Commands that act
+//! `/healthz`, `/readyz` (503 saying why while the last config change was
+//! rejected or an enabled plugin is loading, failed to load or is missing),
+//! `/status` and `/status/NAME` (JSON). Commands that act
 //! (`reconcile`, `plan`) go over the control socket ([`super::control`]); a
 //! POST here answers 405 saying so. Connections are bounded ([`super::listen`]).
 
@@ -56,28 +57,26 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>
     }
     match path {
         "/metrics" => {
+            let host = super::metrics::HostGauges {
+                ready: readiness(shared).is_none(),
+                config_rejected: shared.config_error.read().unwrap().is_some(),
+                leading: (shared.config.read().unwrap().host.leader_election.is_some())
+                    .then(|| shared.leadership.borrow().leading),
+            };
             let table = shared.table.read().unwrap();
             // The host's own families, then each capability's (only of
             // plugins still configured).
-            let mut text = shared.metrics.render(&table);
+            let mut text = shared.metrics.render(&table, &host);
             let configured = |plugin: &str| table.plugins.contains_key(plugin);
             let backends = &shared.services.backends;
             text.push_str(&backends.render_metrics(&configured));
             respond(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
         "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
-        "/readyz" => {
-            let table = shared.table.read().unwrap();
-            if table.is_ready() {
-                respond(StatusCode::OK, "text/plain", "ready\n".into())
-            } else {
-                respond(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain",
-                    "loading plugins\n".into(),
-                )
-            }
-        }
+        "/readyz" => match readiness(shared) {
+            None => respond(StatusCode::OK, "text/plain", "ready\n".into()),
+            Some(why) => respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why),
+        },
         "/status" => respond(
             StatusCode::OK,
             "application/json",
@@ -89,6 +88,25 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>
             "try /metrics, /healthz, /readyz, /status or /status/NAME\n".into(),
         ),
     }
+}
+
+/// Why tend is not ready (`/readyz` 503), or None: the last config change
+/// was rejected (the last good config keeps running, but the fleet should not
+/// roll on), or an enabled plugin is loading, failed to load or is missing.
+pub(super) fn readiness(shared: &Shared) -> Option<String> {
+    let mut reasons: Vec<String> = shared
+        .config_error
+        .read()
+        .unwrap()
+        .iter()
+        .map(|e| format!("config rejected, the last good config keeps running: {e}"))
+        .collect();
+    reasons.extend(shared.table.read().unwrap().not_ready());
+    (!reasons.is_empty()).then(|| {
+        let mut text = reasons.join("\n");
+        text.push('\n');
+        text
+    })
 }
 
 /// The answer to anything but GET: commands that act are not served here.

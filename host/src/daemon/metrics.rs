@@ -15,8 +15,14 @@ pub struct Metrics {
     pub traps: IntCounterVec,
     pub load_errors: IntCounterVec,
     pub last_success: IntGaugeVec,
+    pub budget_refusals: IntCounterVec,
     plugin_state: IntGaugeVec,
+    consecutive_failures: IntGaugeVec,
+    interval: IntGaugeVec,
     plugins_loaded: IntGauge,
+    ready: IntGauge,
+    config_rejected: IntGauge,
+    leader: IntGauge,
     pub compile_cache: IntCounterVec,
     pub reloads: IntCounterVec,
 }
@@ -73,6 +79,11 @@ impl Metrics {
             "Component files that failed to compile or validate.",
             &["plugin"],
         );
+        let budget_refusals = counter(
+            "tend_budget_refusals_total",
+            "Mutations a host budget refused, by plugin.",
+            &["plugin"],
+        );
         let compile_cache = counter(
             "tend_compile_cache_total",
             "Component loads by compile-cache result (hit, miss, corrupt).",
@@ -120,9 +131,43 @@ impl Metrics {
             )
             .unwrap(),
         );
-        let plugins_loaded = register(
-            &registry,
-            IntGauge::new("tend_plugins_loaded", "Plugins with a loaded component.").unwrap(),
+        let plugin_gauge = |name: &str, help: &str| {
+            register(
+                &registry,
+                IntGaugeVec::new(Opts::new(name, help), &["plugin"]).unwrap(),
+            )
+        };
+        let consecutive_failures = plugin_gauge(
+            "tend_plugin_consecutive_failures",
+            "Failed reconciles in a row (0 after a success).",
+        );
+        let interval = plugin_gauge(
+            "tend_plugin_interval_seconds",
+            "The plugin's configured interval (enabled plugins that have one).",
+        );
+        let gauge =
+            |name: &str, help: &str| register(&registry, IntGauge::new(name, help).unwrap());
+        let plugins_loaded = gauge("tend_plugins_loaded", "Plugins with a loaded component.");
+        let ready = gauge(
+            "tend_ready",
+            "1 when /readyz answers 200: the last config change applied and every enabled plugin runs the file the config names.",
+        );
+        let config_rejected = gauge(
+            "tend_config_rejected",
+            "1 while the last config change was rejected (the last good config keeps running).",
+        );
+        let start_time = gauge(
+            "tend_start_time_seconds",
+            "Unix time this tend process started (what a plugin that never succeeded is measured from).",
+        );
+        start_time.set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+        );
+        let leader = gauge(
+            "tend_leader",
+            "1 while this host holds the [host.leader-election] Lease (only with leader election).",
         );
         Metrics {
             registry,
@@ -133,23 +178,51 @@ impl Metrics {
             traps,
             load_errors,
             last_success,
+            budget_refusals,
             plugin_state,
+            consecutive_failures,
+            interval,
             plugins_loaded,
+            ready,
+            config_rejected,
+            leader,
             compile_cache,
             reloads,
         }
     }
 
-    /// The text exposition, with the per-plugin gauges refreshed from `table`.
-    pub fn render(&self, table: &PluginTable) -> String {
+    /// The text exposition, with the per-plugin gauges refreshed from `table`
+    /// and the host's from `host`. Every configured plugin's series of the
+    /// families alerts read are present from the start (zero), so an alert on
+    /// a rate or an absence sees them.
+    pub fn render(&self, table: &PluginTable, host: &HostGauges) -> String {
         self.plugin_state.reset();
+        self.consecutive_failures.reset();
+        self.interval.reset();
         for (name, entry) in &table.plugins {
+            let name = name.as_str();
             for state in Lifecycle::ALL {
                 self.plugin_state
-                    .with_label_values(&[name.as_str(), state.name()])
+                    .with_label_values(&[name, state.name()])
                     .set(i64::from(entry.state == state));
             }
+            self.consecutive_failures
+                .with_label_values(&[name])
+                .set(i64::from(entry.failures));
+            if let (true, Some(every)) = (entry.config.enabled, entry.config.interval) {
+                self.interval
+                    .with_label_values(&[name])
+                    .set(every.as_secs() as i64);
+            }
+            for result in RECONCILE_RESULTS {
+                self.reconciles.with_label_values(&[name, result]);
+            }
+            self.load_errors.with_label_values(&[name]);
+            self.budget_refusals.with_label_values(&[name]);
         }
+        self.ready.set(i64::from(host.ready));
+        self.config_rejected.set(i64::from(host.config_rejected));
+        self.leader.set(i64::from(host.leading.unwrap_or(false)));
         self.plugins_loaded.set(
             table
                 .plugins
@@ -157,12 +230,27 @@ impl Metrics {
                 .filter(|e| e.compiled.is_some())
                 .count() as i64,
         );
+        let mut families = self.registry.gather();
+        if host.leading.is_none() {
+            families.retain(|f| f.name() != "tend_leader");
+        }
         let mut out = Vec::new();
         TextEncoder::new()
-            .encode(&self.registry.gather(), &mut out)
+            .encode(&families, &mut out)
             .expect("text encoding cannot fail");
         String::from_utf8(out).expect("metrics are UTF-8")
     }
+}
+
+/// The `result` labels of `tend_reconciles_total`.
+pub const RECONCILE_RESULTS: [&str; 5] = ["ok", "error", "trap", "deadline", "memory"];
+
+/// The host's own state for `/metrics`.
+pub struct HostGauges {
+    pub ready: bool,
+    pub config_rejected: bool,
+    /// Whether this host leads; None without `[host.leader-election]`.
+    pub leading: Option<bool>,
 }
 
 /// The `result` label of `tend_mutations_total`.
@@ -193,6 +281,8 @@ mod tests {
             metrics.plugin_state.desc(),
             metrics.last_success.desc(),
             metrics.load_errors.desc(),
+            metrics.consecutive_failures.desc(),
+            metrics.interval.desc(),
         ]
         .into_iter()
         .flatten()
@@ -205,5 +295,63 @@ mod tests {
         let mut declared = declared;
         declared.sort();
         assert_eq!(declared, reserved);
+    }
+}
+
+#[cfg(test)]
+mod render_tests {
+    use super::*;
+    use crate::daemon::table::PluginEntry;
+
+    fn table() -> PluginTable {
+        let text = "[host]\nplugins-dir = '/p'\nstate-dir = '/s'\n[plugins.a]\ninterval = '30s'\n[plugins.b]\nenabled = false\ninterval = '1m'\n";
+        let config = crate::config::Config::parse(std::path::Path::new("/t.toml"), text).unwrap();
+        let mut table = PluginTable::default();
+        for (name, plugin) in &config.plugins {
+            table
+                .plugins
+                .insert(name.clone(), PluginEntry::new(plugin.clone()));
+        }
+        table.plugins.get_mut("a").unwrap().failures = 3;
+        table
+    }
+
+    #[test]
+    fn the_families_alerts_read_are_present_from_the_start() {
+        let metrics = Metrics::new();
+        let host = HostGauges {
+            ready: false,
+            config_rejected: true,
+            leading: None,
+        };
+        let text = metrics.render(&table(), &host);
+        for line in [
+            "tend_reconciles_total{plugin=\"a\",result=\"error\"} 0",
+            "tend_plugin_load_errors_total{plugin=\"b\"} 0",
+            "tend_budget_refusals_total{plugin=\"a\"} 0",
+            "tend_plugin_consecutive_failures{plugin=\"a\"} 3",
+            "tend_plugin_interval_seconds{plugin=\"a\"} 30",
+            "tend_ready 0",
+            "tend_config_rejected 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from:\n{text}"
+            );
+        }
+        // Disabled plugins have no interval; hosts without an election no leader gauge.
+        assert!(
+            !text.contains("tend_plugin_interval_seconds{plugin=\"b\"}"),
+            "{text}"
+        );
+        assert!(!text.contains("tend_leader"), "{text}");
+        let host = HostGauges {
+            ready: true,
+            config_rejected: false,
+            leading: Some(false),
+        };
+        let text = metrics.render(&table(), &host);
+        assert!(text.lines().any(|l| l == "tend_leader 0"), "{text}");
+        assert!(text.lines().any(|l| l == "tend_ready 1"), "{text}");
     }
 }

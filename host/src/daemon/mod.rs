@@ -116,8 +116,11 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         pooling = runtime.pooling,
         "tend starting"
     );
-    let _server = match config.host.listen {
-        Some(addr) => Some(http::serve(addr, shared.clone()).await?),
+    let _server = match &config.host.listen {
+        Some(listen) => {
+            let addr = listen.resolve().map_err(anyhow::Error::msg)?;
+            Some(http::serve(addr, shared.clone()).await?)
+        }
         None => None,
     };
     let state_dir = config.host.state_dir.clone();

@@ -191,15 +191,14 @@ fn count(metrics: &Metrics, plugin: &str, report: &ReconcileReport, time_ms: u64
         metrics.traps.with_label_values(&[plugin, cause]).inc();
     }
     for mutation in &report.mutations {
+        let result = mutation_result(mutation);
         metrics
             .mutations
-            .with_label_values(&[
-                plugin,
-                mutation.capability,
-                mutation.operation,
-                mutation_result(mutation),
-            ])
+            .with_label_values(&[plugin, mutation.capability, mutation.operation, result])
             .inc();
+        if result == "refused" {
+            metrics.budget_refusals.with_label_values(&[plugin]).inc();
+        }
     }
     for call in &report.calls {
         metrics

@@ -13,6 +13,7 @@ fn now_ms() -> u64 {
 
 pub async fn overview(shared: &Shared) -> String {
     let budgets = shared.services.budgets.status(now_ms()).await;
+    let not_ready = super::http::readiness(shared);
     let table = shared.table.read().unwrap();
     let host = shared.host.read().unwrap();
     serde_json::to_string_pretty(&serde_json::json!({
@@ -20,7 +21,8 @@ pub async fn overview(shared: &Shared) -> String {
         "config_error": *shared.config_error.read().unwrap(),
         "node_name": host.node_name,
         "dry_run": host.dry_run,
-        "ready": table.is_ready(),
+        "ready": not_ready.is_none(),
+        "not_ready": not_ready,
         "plugins": table.status(),
         "budgets": budgets,
         "leader": *shared.leadership.borrow(),

@@ -166,9 +166,37 @@ impl PluginTable {
             .collect()
     }
 
-    /// Ready for traffic once no enabled plugin is still in its first load.
+    /// Started: no enabled plugin is still in its first load (what systemd's
+    /// READY=1 waits for).
     pub fn is_ready(&self) -> bool {
         !self.plugins.values().any(|e| e.state == Lifecycle::Loading)
+    }
+
+    /// Why `/readyz` answers 503, one line per enabled plugin that is still in
+    /// its first load, whose newest file failed to load (even while a previous
+    /// version serves: the file the config names is not running) or whose file
+    /// is missing. Empty when every enabled plugin runs what the config names.
+    pub fn not_ready(&self) -> Vec<String> {
+        self.plugins
+            .iter()
+            .filter(|(_, e)| e.config.enabled)
+            .filter_map(|(name, e)| {
+                let file = e.config.file.display();
+                match (&e.load_error, e.state) {
+                    (Some(error), Lifecycle::LoadError) => {
+                        Some(format!("plugin {name} failed to load: {error}"))
+                    }
+                    (Some(error), _) => Some(format!(
+                        "plugin {name}: its newest file failed to load, the previous version keeps running: {error}"
+                    )),
+                    (None, Lifecycle::Loading) => Some(format!("plugin {name}: loading {file}")),
+                    (None, Lifecycle::Missing) => Some(format!(
+                        "plugin {name}: its component file {file} does not exist (install it, or remove or disable the plugin in the config)"
+                    )),
+                    _ => None,
+                }
+            })
+            .collect()
     }
 
     /// Enabled plugins whose component is `path`.
@@ -180,5 +208,68 @@ impl PluginTable {
             .iter()
             .filter(move |(_, e)| e.config.enabled && e.config.file == path)
             .map(|(name, _)| name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(states: &[(&str, Lifecycle, Option<&str>, bool)]) -> PluginTable {
+        let mut table = PluginTable::default();
+        for (name, state, error, enabled) in states {
+            let text = format!(
+                "[host]\nplugins-dir = '/p'\nstate-dir = '/s'\n[plugins.{name}]\nenabled = {enabled}\n"
+            );
+            let config =
+                crate::config::Config::parse(std::path::Path::new("/etc/tend.toml"), &text)
+                    .unwrap();
+            let mut entry = PluginEntry::new(config.plugins[*name].clone());
+            entry.state = *state;
+            entry.load_error = error.map(String::from);
+            table.plugins.insert(name.to_string(), entry);
+        }
+        table
+    }
+
+    #[test]
+    fn ready_when_every_enabled_plugin_runs_what_the_config_names() {
+        let t = table(&[
+            ("a", Lifecycle::Ready, None, true),
+            ("b", Lifecycle::Failing, None, true),
+            ("c", Lifecycle::Disabled, None, false),
+        ]);
+        assert!(t.is_ready());
+        assert_eq!(t.not_ready(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn load_errors_missing_files_and_first_loads_are_not_ready_and_say_why() {
+        let t = table(&[
+            (
+                "a",
+                Lifecycle::LoadError,
+                Some("not a component: bad magic"),
+                true,
+            ),
+            ("b", Lifecycle::Ready, Some("validation failed"), true),
+            ("c", Lifecycle::Missing, None, true),
+            ("d", Lifecycle::Loading, None, true),
+            ("e", Lifecycle::Ready, None, true),
+        ]);
+        let reasons = t.not_ready();
+        assert_eq!(reasons.len(), 4, "{reasons:?}");
+        assert_eq!(
+            reasons[0],
+            "plugin a failed to load: not a component: bad magic"
+        );
+        assert!(reasons[1].starts_with("plugin b: its newest file failed to load, the previous version keeps running: validation failed"));
+        assert!(
+            reasons[2].starts_with("plugin c: its component file /p/c.wasm does not exist"),
+            "{}",
+            reasons[2]
+        );
+        assert_eq!(reasons[3], "plugin d: loading /p/d.wasm");
+        assert!(!t.is_ready());
     }
 }

@@ -439,6 +439,24 @@ impl KubectlOutput {
     }
 }
 
+/// kubectl `version` ("1.27" ... "1.33"): `kubectl.VERSION` in the Google
+/// Cloud SDK (/usr/lib/google-cloud-sdk/bin) or in `TEND_KUBECTL_DIR`.
+pub fn kubectl_bin(version: &str) -> PathBuf {
+    let dir = std::env::var_os("TEND_KUBECTL_DIR").map_or_else(
+        || PathBuf::from("/usr/lib/google-cloud-sdk/bin"),
+        PathBuf::from,
+    );
+    let bin = dir.join(format!("kubectl.{version}"));
+    assert!(
+        bin.exists(),
+        "{} is missing: the tests run kubectl {version} from the Google Cloud SDK \
+         (Debian package google-cloud-cli, whose kubectl package ships kubectl.1.28 \
+         ... kubectl.1.33); set TEND_KUBECTL_DIR to a directory holding kubectl.{version}",
+        bin.display()
+    );
+    bin
+}
+
 /// A real kubectl pointed at a [`KubeApi`] (its kubeconfig, its own discovery
 /// cache directory).
 pub struct Kubectl {
@@ -448,21 +466,9 @@ pub struct Kubectl {
 }
 
 impl Kubectl {
-    /// kubectl `version` ("1.28" ... "1.33"): `kubectl.VERSION` in the Google
-    /// Cloud SDK (/usr/lib/google-cloud-sdk/bin) or in `TEND_KUBECTL_DIR`.
+    /// kubectl `version` ("1.28" ... "1.33") against `api`: see [`kubectl_bin`].
     pub fn version(version: &str, api: &KubeApi) -> Kubectl {
-        let dir = std::env::var_os("TEND_KUBECTL_DIR").map_or_else(
-            || PathBuf::from("/usr/lib/google-cloud-sdk/bin"),
-            PathBuf::from,
-        );
-        let bin = dir.join(format!("kubectl.{version}"));
-        assert!(
-            bin.exists(),
-            "{} is missing: the tests run kubectl {version} from the Google Cloud SDK \
-             (Debian package google-cloud-cli, whose kubectl package ships kubectl.1.28 \
-             ... kubectl.1.33); set TEND_KUBECTL_DIR to a directory holding kubectl.{version}",
-            bin.display()
-        );
+        let bin = kubectl_bin(version);
         Kubectl {
             bin,
             kubeconfig: api.kubeconfig(),
