@@ -31,6 +31,8 @@ pub const KEEP: usize = 2;
 const PLANS: &str = "plans";
 /// The single journal file of Tend before per-plugin files; still read.
 const LEGACY: &str = "journal.jsonl";
+/// The journal's schema version (`journal/VERSION`, see [`crate::schema`]).
+pub const SCHEMA_VERSION: u64 = 1;
 
 /// The result of a mutation whose call never returned to the plugin.
 pub const INTERRUPTED: &str = "interrupted: the reconcile ended (deadline, trap or crash) before this mutation returned; check the target";
@@ -138,6 +140,7 @@ impl Journal {
     ) -> io::Result<Journal> {
         let dir = state_dir.join("journal");
         std::fs::create_dir_all(dir.join(PLANS))?;
+        crate::schema::check_dir("journal", &dir, SCHEMA_VERSION)?;
         Ok(Journal {
             dir,
             max_bytes,
@@ -305,6 +308,7 @@ pub struct Filter {
 /// torn write at a crash, or a line from a newer Tend).
 pub fn read(state_dir: &Path, filter: &Filter) -> io::Result<(Vec<Entry>, usize)> {
     let dir = state_dir.join("journal");
+    crate::schema::readable("journal", &dir, SCHEMA_VERSION)?;
     let files = journal_files(&dir, filter.plugin.as_deref())?;
     let cutoff = filter.since.map(|since| {
         SystemTime::now()

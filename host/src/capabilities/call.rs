@@ -1,10 +1,14 @@
 //! What every adapter of one reconcile shares: who calls, whether it is a dry
-//! run, the mutation gate, and how often each operation was called.
+//! run, the mutation gate, how often each operation was called, and the tape
+//! every capability call passes ([`Call::answer`]).
 
 use super::error::CapError;
 use super::gate::Gate;
 use super::limits::{Limits, raise};
+use super::tape::{self, Tape};
 use crate::wit::types;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,10 +36,16 @@ pub struct Call {
     read_bytes: AtomicU64,
     /// When the reconcile's deadline ([`Limits::timeout`]) started counting.
     started: Instant,
+    /// Off, or recording or replaying this reconcile's capability calls.
+    pub tape: Tape,
 }
 
 impl Call {
     pub fn new(gate: Gate, limits: Limits) -> Arc<Call> {
+        Call::taped(gate, limits, Tape::Off)
+    }
+
+    pub fn taped(gate: Gate, limits: Limits, tape: Tape) -> Arc<Call> {
         Arc::new(Call {
             plugin: gate.plugin().to_string(),
             dry_run: gate.dry_run(),
@@ -44,6 +54,7 @@ impl Call {
             counts: Mutex::default(),
             read_bytes: AtomicU64::new(0),
             started: Instant::now(),
+            tape,
         })
     }
 
@@ -81,21 +92,46 @@ impl Call {
         Ok(())
     }
 
-    /// Count a capability call by its result and hand the result to the guest.
-    pub fn counted<T>(
+    /// Answer one capability call: `work(args)` is the real work, run only
+    /// when the tape is off or recording; a replay answers from the tape
+    /// without polling it. The call is counted by its result either way; the
+    /// error is what the guest sees, a trap only when a replay diverged.
+    pub async fn answer<A, T, F>(
         &self,
         capability: &'static str,
         operation: &'static str,
-        result: Result<T, CapError>,
-    ) -> Result<T, types::Error> {
-        let label = result.as_ref().map_or_else(CapError::kind, |_| "ok");
+        args: A,
+        work: impl FnOnce(A) -> F,
+    ) -> wasmtime::Result<Result<T, types::Error>>
+    where
+        A: Serialize,
+        T: Serialize + DeserializeOwned,
+        F: Future<Output = Result<T, CapError>>,
+    {
+        let (label, result) = match &self.tape {
+            Tape::Off => labelled(work(args).await),
+            Tape::Record(recorder) => {
+                let slot = Tape::begin(recorder, tape::entry(capability, operation, &args));
+                let (label, result) = labelled(work(args).await);
+                Tape::end(recorder, slot, &result);
+                (label, result)
+            }
+            Tape::Replay(player) => {
+                let result = Tape::play(player, tape::entry(capability, operation, &args))?;
+                let label = match &result {
+                    Ok(_) => "ok",
+                    Err(e) => CapError::from(e.clone()).kind(),
+                };
+                (label, result)
+            }
+        };
         *self
             .counts
             .lock()
             .unwrap()
             .entry((capability, operation, label))
             .or_default() += 1;
-        result.map_err(types::Error::from)
+        Ok(result)
     }
 
     pub fn counts(&self) -> Vec<CallCount> {
@@ -111,4 +147,10 @@ impl Call {
             })
             .collect()
     }
+}
+
+/// A call's result as the guest sees it, with its count label ("ok" or the error case).
+fn labelled<T>(result: Result<T, CapError>) -> (&'static str, Result<T, types::Error>) {
+    let label = result.as_ref().map_or_else(CapError::kind, |_| "ok");
+    (label, result.map_err(types::Error::from))
 }
