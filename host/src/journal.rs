@@ -572,4 +572,18 @@ mod tests {
         let (entries, skipped) = read(dir.path(), &Filter::default()).unwrap();
         assert_eq!((entries.len(), skipped), (3, 1));
     }
+
+    #[test]
+    fn a_journal_gets_its_version_and_a_newer_one_is_neither_written_nor_read() {
+        let dir = tempfile::tempdir().unwrap();
+        Journal::open(dir.path()).unwrap();
+        let version = dir.path().join("journal").join(crate::schema::VERSION_FILE);
+        assert_eq!(std::fs::read_to_string(&version).unwrap(), "1\n");
+        std::fs::write(&version, "2\n").unwrap();
+        let opened = Journal::open(dir.path()).err().unwrap().to_string();
+        let read = read(dir.path(), &Filter::default()).unwrap_err().to_string();
+        for err in [opened, read] {
+            assert!(err.contains("has schema version 2, written by a newer tend"), "{err}");
+        }
+    }
 }

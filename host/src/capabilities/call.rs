@@ -154,3 +154,53 @@ fn labelled<T>(result: Result<T, CapError>) -> (&'static str, Result<T, types::E
     let label = result.as_ref().map_or_else(CapError::kind, |_| "ok");
     (label, result.map_err(types::Error::from))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::tape::TapeEnd;
+    use crate::capabilities::testing::{call, call_on_tape};
+
+    async fn get(call: &Call, key: &str, work: Result<u32, CapError>) -> Result<u32, types::Error> {
+        call.answer("state", "get", (key.to_string(),), |_| async { work })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_call_is_counted_by_its_result_with_the_tape_off() {
+        let call = call("p", false);
+        assert_eq!(get(&call, "a", Ok(1)).await, Ok(1));
+        let missing = get(&call, "b", Err(CapError::NotFound("b".into()))).await;
+        assert_eq!(missing, Err(types::Error::NotFound("b".into())));
+        let labels: Vec<_> = call.counts().iter().map(|c| (c.result, c.count)).collect();
+        assert_eq!(labels, [("not-found", 1), ("ok", 1)]);
+        assert!(call.tape.finish().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_replay_answers_from_the_recording_and_never_runs_the_work() {
+        let recording = call_on_tape("p", Tape::record());
+        get(&recording, "a", Ok(7)).await.unwrap();
+        let Some(TapeEnd::Recorded(Ok(calls))) = recording.tape.finish() else {
+            panic!("not recorded")
+        };
+        let replay = call_on_tape("p", Tape::replay(calls));
+        let answered = replay
+            .answer("state", "get", ("a".to_string(),), |_| async {
+                unreachable!("a replay ran the real work")
+            })
+            .await
+            .unwrap();
+        assert_eq!(answered, Ok::<u32, _>(7));
+        assert_eq!(replay.counts()[0].result, "ok");
+        // A call off the tape traps, and its work is not run either.
+        let diverged = replay
+            .answer("state", "set", ("a".to_string(),), |_| async {
+                unreachable!("a replay ran the real work")
+            })
+            .await;
+        let trap: wasmtime::Error = diverged.map(|_: Result<(), _>| ()).unwrap_err();
+        assert!(trap.to_string().starts_with("diverged at call 2"), "{trap}");
+    }
+}
