@@ -581,9 +581,14 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&version).unwrap(), "1\n");
         std::fs::write(&version, "2\n").unwrap();
         let opened = Journal::open(dir.path()).err().unwrap().to_string();
-        let read = read(dir.path(), &Filter::default()).unwrap_err().to_string();
+        let read = read(dir.path(), &Filter::default())
+            .unwrap_err()
+            .to_string();
         for err in [opened, read] {
-            assert!(err.contains("has schema version 2, written by a newer tend"), "{err}");
+            assert!(
+                err.contains("has schema version 2, written by a newer tend"),
+                "{err}"
+            );
         }
     }
 }

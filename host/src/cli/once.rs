@@ -95,7 +95,9 @@ pub async fn reconcile(
             report::print(&answer, &by);
             return Ok(exit(report::succeeded(&answer)));
         };
-        let recorded: RecordedAnswer = serde_json::from_value(answer)?;
+        let recorded: RecordedAnswer = serde_json::from_value(answer).map_err(|e| {
+            anyhow::anyhow!("the tend daemon{by} sent no recording ({e}): is it an older tend? restart it with this version, or stop it to record in this process")
+        })?;
         report::print(&recorded.report, &by);
         let recording = recorded.recording.map_err(|e| anyhow::anyhow!(e))?;
         return write_recording(&recording, file, report::succeeded(&recorded.report));
