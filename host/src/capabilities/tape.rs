@@ -19,8 +19,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Mutex;
 
-/// The JSON bytes a recording may hold (arguments and answers together).
-pub const RECORD_LIMIT: usize = 32 << 20;
+/// What a recording may hold, arguments and answers together: the bytes of
+/// their JSON text plus the memory of their parsed values (a `list<u8>` is a
+/// JSON array, about 32 bytes of memory per byte), so that both the file and
+/// what the recording daemon holds are bounded.
+pub const RECORD_LIMIT: usize = 64 << 20;
 
 /// Characters of a call's arguments shown in a divergence.
 const SHOWN_ARGS: usize = 200;
@@ -101,7 +104,7 @@ impl std::fmt::Display for TooLarge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "recording too large: it passed {} MiB of JSON at call {}; a reconcile that reads or writes this much cannot be recorded",
+            "recording too large: it passed {} MiB at call {}; a reconcile that reads or writes this much cannot be recorded",
             self.limit >> 20,
             self.call + 1
         )
@@ -142,6 +145,22 @@ pub enum Tape {
 /// The JSON of `value`; a WIT value always serializes.
 fn json(value: &impl Serialize) -> Value {
     serde_json::to_value(value).expect("a WIT value serializes to JSON")
+}
+
+/// What `value` costs a recording: its JSON text and its memory.
+fn cost(value: &Value) -> usize {
+    json_len(value) + memory(value)
+}
+
+/// Bytes of memory `value` holds (the nodes and their strings).
+fn memory(value: &Value) -> usize {
+    let node = std::mem::size_of::<Value>();
+    node + match value {
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.iter().map(memory).sum(),
+        Value::Object(fields) => fields.iter().map(|(k, v)| k.len() + node + memory(v)).sum(),
+        _ => 0,
+    }
 }
 
 /// Bytes of `value` as JSON text.
@@ -191,7 +210,7 @@ impl Tape {
             return Slot(None);
         }
         let index = recorder.calls.len();
-        recorder.bytes += json_len(&entry.args) + entry.capability.len() + entry.operation.len();
+        recorder.bytes += cost(&entry.args) + entry.capability.len() + entry.operation.len();
         if recorder.bytes > recorder.limit {
             recorder.too_large = Some(TooLarge {
                 call: index,
@@ -215,7 +234,7 @@ impl Tape {
         if recorder.too_large.is_some() {
             return;
         }
-        recorder.bytes += json_len(&answer);
+        recorder.bytes += cost(&answer);
         if recorder.bytes > recorder.limit {
             recorder.too_large = Some(TooLarge {
                 call: index,
@@ -450,7 +469,10 @@ mod tests {
 
     #[test]
     fn a_recording_past_its_limit_stops_and_says_where() {
-        let tape = Tape::record_up_to(100);
+        // Ten bytes cost their text ("7," each) and a node each.
+        let ten = cost(&json(&Ok::<_, types::Error>(Some(vec![7u8; 10]))));
+        assert!(ten > 10 * (2 + std::mem::size_of::<Value>()), "{ten}");
+        let tape = Tape::record_up_to(1000);
         record(&tape, "get", "a", Ok(Some(vec![7; 10])));
         record(&tape, "get", "b", Ok(Some(vec![7; 100])));
         record(&tape, "get", "c", Ok(None));
@@ -461,7 +483,7 @@ mod tests {
             too_large,
             TooLarge {
                 call: 1,
-                limit: 100
+                limit: 1000
             }
         );
         assert!(too_large.to_string().contains("at call 2"), "{too_large}");
