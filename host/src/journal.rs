@@ -31,6 +31,8 @@ pub const KEEP: usize = 2;
 const PLANS: &str = "plans";
 /// The single journal file of Tend before per-plugin files; still read.
 const LEGACY: &str = "journal.jsonl";
+/// The journal's schema version (`journal/VERSION`, see [`crate::schema`]).
+pub const SCHEMA_VERSION: u64 = 1;
 
 /// The result of a mutation whose call never returned to the plugin.
 pub const INTERRUPTED: &str = "interrupted: the reconcile ended (deadline, trap or crash) before this mutation returned; check the target";
@@ -138,6 +140,7 @@ impl Journal {
     ) -> io::Result<Journal> {
         let dir = state_dir.join("journal");
         std::fs::create_dir_all(dir.join(PLANS))?;
+        crate::schema::check_dir("journal", &dir, SCHEMA_VERSION)?;
         Ok(Journal {
             dir,
             max_bytes,
@@ -305,6 +308,7 @@ pub struct Filter {
 /// torn write at a crash, or a line from a newer Tend).
 pub fn read(state_dir: &Path, filter: &Filter) -> io::Result<(Vec<Entry>, usize)> {
     let dir = state_dir.join("journal");
+    crate::schema::readable("journal", &dir, SCHEMA_VERSION)?;
     let files = journal_files(&dir, filter.plugin.as_deref())?;
     let cutoff = filter.since.map(|since| {
         SystemTime::now()
@@ -567,5 +571,24 @@ mod tests {
             .unwrap();
         let (entries, skipped) = read(dir.path(), &Filter::default()).unwrap();
         assert_eq!((entries.len(), skipped), (3, 1));
+    }
+
+    #[test]
+    fn a_journal_gets_its_version_and_a_newer_one_is_neither_written_nor_read() {
+        let dir = tempfile::tempdir().unwrap();
+        Journal::open(dir.path()).unwrap();
+        let version = dir.path().join("journal").join(crate::schema::VERSION_FILE);
+        assert_eq!(std::fs::read_to_string(&version).unwrap(), "1\n");
+        std::fs::write(&version, "2\n").unwrap();
+        let opened = Journal::open(dir.path()).err().unwrap().to_string();
+        let read = read(dir.path(), &Filter::default())
+            .unwrap_err()
+            .to_string();
+        for err in [opened, read] {
+            assert!(
+                err.contains("has schema version 2, written by a newer tend"),
+                "{err}"
+            );
+        }
     }
 }

@@ -9,6 +9,7 @@
 //! - [`scheduler`]: triggers, coalescing and backoff per plugin.
 //! - [`daemon`]: `tend run`: hot reload, lifecycle, metrics and status.
 //! - [`journal`]: the durable record of every mutation.
+//! - [`replay`]: recordings of one reconcile, replayed against a plugin.
 //! - [`cli`]: the `tend` commands.
 
 pub mod capabilities;
@@ -17,8 +18,10 @@ pub mod config;
 pub mod daemon;
 pub mod fs_watch;
 pub mod journal;
+pub mod replay;
 pub mod runtime;
 pub mod scheduler;
+pub mod schema;
 pub mod text;
 pub mod units;
 pub mod wit;

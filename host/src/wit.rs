@@ -5,10 +5,13 @@
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "plugin",
-    imports: { default: async },
+    // Trappable: a replay that diverges from its recording stops the plugin
+    // at that call (see `capabilities::tape`).
+    imports: { default: async | trappable },
     exports: { default: async },
-    // The backends speak these types directly; their fakes and tests compare them.
-    additional_derives: [PartialEq, Eq],
+    // The backends speak these types directly; their fakes and tests compare
+    // them; a recording (`tend reconcile --record`) holds them as JSON.
+    additional_derives: [PartialEq, Eq, serde::Serialize, serde::Deserialize],
 });
 
 pub use self::tend::plugin::{cloud, cri, files, http, kube, log, metrics, state, systemd, types};

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tend::capabilities::Services;
+use tend::capabilities::tape::Tape;
 use tend::config::{Config, PluginConfig};
 use tend::runtime::{CallRequest, CompiledPlugin, ReconcileReport, Runtime};
 use tend::scheduler::Trigger;
@@ -42,6 +43,7 @@ pub async fn timed_reconcile(
         triggers: vec![Trigger::new("interval")],
         node_name: "bench",
         dry_run: false,
+        tape: Tape::Off,
     };
     let started = Instant::now();
     let report = runtime.reconcile(plugin, config, request).await;

@@ -17,6 +17,7 @@ pub mod limits;
 pub mod rate;
 pub mod registry;
 mod services;
+pub mod tape;
 pub mod triggers;
 
 /// One module per registered capability, declared from the registration list.

@@ -6,6 +6,7 @@ use super::capability::BackendEnv;
 use super::gate::{BudgetRule, Budgets, Caller, Gate, Planned};
 use super::limits::Limits;
 use super::registry::{Backends, Fakes, Settings};
+use super::tape::Tape;
 use crate::journal::Journal;
 use std::path::Path;
 use std::sync::Arc;
@@ -55,8 +56,15 @@ impl Services {
     }
 
     /// What the adapters of one reconcile by `caller` share, its gate
-    /// included; `planned` shares a plan's budget counts across plugins.
-    pub fn call(&self, caller: Caller, limits: Limits, planned: Option<Planned>) -> Arc<Call> {
+    /// included; `planned` shares a plan's budget counts across plugins;
+    /// `tape` records or replays its capability calls.
+    pub fn call(
+        &self,
+        caller: Caller,
+        limits: Limits,
+        planned: Option<Planned>,
+        tape: Tape,
+    ) -> Arc<Call> {
         let gate = Gate::new(
             caller,
             limits,
@@ -64,6 +72,6 @@ impl Services {
             self.budgets.clone(),
             planned,
         );
-        Call::new(gate, limits)
+        Call::taped(gate, limits, tape)
     }
 }

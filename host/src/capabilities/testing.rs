@@ -5,6 +5,7 @@ use super::call::Call;
 use super::gate::{BudgetRule, Budgets, Caller, Gate};
 use super::limits::Limits;
 use super::state::FakeState;
+use super::tape::Tape;
 use crate::journal::Journal;
 use std::path::Path;
 use std::sync::Arc;
@@ -39,9 +40,31 @@ pub fn call_with_limits(plugin: &str, dry_run: bool, limits: Limits) -> Arc<Call
 }
 
 fn call_limited(plugin: &str, dry_run: bool, limits: Limits, budgets: Arc<Budgets>) -> Arc<Call> {
-    Call::new(
+    call_taped(plugin, dry_run, limits, budgets, Tape::Off)
+}
+
+/// A call recording or replaying its capability calls on `tape`.
+pub fn call_on_tape(plugin: &str, tape: Tape) -> Arc<Call> {
+    call_taped(
+        plugin,
+        false,
+        Limits::default(),
+        budgets_in_memory(vec![]),
+        tape,
+    )
+}
+
+fn call_taped(
+    plugin: &str,
+    dry_run: bool,
+    limits: Limits,
+    budgets: Arc<Budgets>,
+    tape: Tape,
+) -> Arc<Call> {
+    Call::taped(
         Gate::new(caller(plugin, dry_run), limits, None, budgets, None),
         limits,
+        tape,
     )
 }
 

@@ -5,6 +5,7 @@ mod new;
 mod node;
 mod once;
 mod rbac;
+mod replay;
 mod report;
 mod status;
 mod validate;
@@ -62,6 +63,20 @@ enum Command {
         name: String,
         #[arg(short, long)]
         config: PathBuf,
+        /// Also write every capability call of this reconcile and its answer
+        /// to FILE (mode 0600: it holds what the plugin read), for `tend replay`.
+        #[arg(long, value_name = "FILE")]
+        record: Option<PathBuf>,
+    },
+    /// Run a plugin against a recording (`tend reconcile NAME --record FILE`)
+    /// without touching the node: every capability call is answered from the
+    /// recording. Exits 0 when the plugin made the same calls and returned the
+    /// same outcome, 1 at the first call where it diverged.
+    Replay {
+        file: PathBuf,
+        /// The component to replay (default: the recorded plugin's file).
+        #[arg(long, value_name = "NEW.wasm")]
+        plugin: Option<PathBuf>,
     },
     /// Every mutation plugins made or planned, oldest first.
     Journal {
@@ -148,7 +163,12 @@ pub fn main() -> ExitCode {
             },
             Command::Check { config } => validate::check(&config).await,
             Command::Plan { name, config } => once::plan(&config, name.as_deref()).await,
-            Command::Reconcile { name, config } => once::reconcile(&config, &name).await,
+            Command::Reconcile {
+                name,
+                config,
+                record,
+            } => once::reconcile(&config, &name, record.as_deref()).await,
+            Command::Replay { file, plugin } => replay::run(&file, plugin.as_deref()).await,
             Command::Rbac { config } => rbac::print(&config),
             Command::New {
                 name,

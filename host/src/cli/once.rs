@@ -6,7 +6,9 @@
 use super::node::{Node, plugin_named};
 use super::report;
 use crate::capabilities::gate;
+use crate::capabilities::tape::Tape;
 use crate::config::Config;
+use crate::replay::{RecordedAnswer, Recording, Taped};
 use crate::runtime::CallRequest;
 use crate::scheduler::{Trigger, trigger};
 use serde_json::Value;
@@ -61,6 +63,7 @@ pub async fn plan(config_path: &Path, name: Option<&str>) -> anyhow::Result<Exit
             triggers: vec![Trigger::new(trigger::MANUAL)],
             node_name: &node.config.host.node_name,
             dry_run: true,
+            tape: Tape::Off,
         };
         let result = node
             .runtime
@@ -73,12 +76,31 @@ pub async fn plan(config_path: &Path, name: Option<&str>) -> anyhow::Result<Exit
     Ok(exit(ok))
 }
 
-/// One reconcile of `name` now (a dry run if the config says so).
-pub async fn reconcile(config_path: &Path, name: &str) -> anyhow::Result<ExitCode> {
+/// One reconcile of `name` now (a dry run if the config says so); with
+/// `record`, its capability calls and their answers are written there (the
+/// daemon sends them back: it never writes a path a client chose).
+pub async fn reconcile(
+    config_path: &Path,
+    name: &str,
+    record: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
     let config = Config::load(config_path)?;
-    if let Some(last) = via_daemon(&config.host.state_dir, &format!("/reconcile/{name}")).await? {
-        report::print(&last, &by_daemon(&config.host.state_dir));
-        return Ok(exit(report::succeeded(&last)));
+    let path = match record {
+        Some(_) => format!("/reconcile/{name}?record"),
+        None => format!("/reconcile/{name}"),
+    };
+    if let Some(answer) = via_daemon(&config.host.state_dir, &path).await? {
+        let by = by_daemon(&config.host.state_dir);
+        let Some(file) = record else {
+            report::print(&answer, &by);
+            return Ok(exit(report::succeeded(&answer)));
+        };
+        let recorded: RecordedAnswer = serde_json::from_value(answer).map_err(|e| {
+            anyhow::anyhow!("the tend daemon{by} sent no recording ({e}): is it an older tend? restart it with this version, or stop it to record in this process")
+        })?;
+        report::print(&recorded.report, &by);
+        let recording = recorded.recording.map_err(|e| anyhow::anyhow!(e))?;
+        return write_recording(&recording, file, report::succeeded(&recorded.report));
     }
     let plugin_config = plugin_named(&config, name)?.clone();
     let node = Node::new(config)?;
@@ -95,6 +117,11 @@ pub async fn reconcile(config_path: &Path, name: &str) -> anyhow::Result<ExitCod
         triggers: vec![Trigger::new(trigger::MANUAL)],
         node_name: &node.config.host.node_name,
         dry_run,
+        tape: if record.is_some() {
+            Tape::record()
+        } else {
+            Tape::Off
+        },
     };
     let result = node
         .runtime
@@ -102,7 +129,29 @@ pub async fn reconcile(config_path: &Path, name: &str) -> anyhow::Result<ExitCod
         .await;
     let summary = result.summary(name);
     report::print(&summary, "");
-    Ok(exit(report::succeeded(&summary)))
+    match (record, result.tape) {
+        (Some(file), Some(Taped::Recorded(recording))) => {
+            let recording = recording.map_err(|e| anyhow::anyhow!("{e}"))?;
+            write_recording(&recording, file, report::succeeded(&summary))
+        }
+        _ => Ok(exit(report::succeeded(&summary))),
+    }
+}
+
+/// Write the recording of a reconcile that `succeeded` (or not) to `file`.
+fn write_recording(
+    recording: &Recording,
+    file: &Path,
+    succeeded: bool,
+) -> anyhow::Result<ExitCode> {
+    recording.write(file)?;
+    report::line(&format!(
+        "recorded {} calls to {}; replay with `tend replay {}`",
+        recording.calls.len(),
+        file.display(),
+        file.display()
+    ));
+    Ok(exit(succeeded))
 }
 
 /// ", by the tend daemon at /var/lib/tend/tend.sock": who made a report.

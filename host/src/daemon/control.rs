@@ -1,5 +1,6 @@
 //! The control socket, `<state-dir>/tend.sock`: the commands that act on the
-//! daemon, `POST /reconcile/NAME` (what `tend reconcile` uses) and
+//! daemon, `POST /reconcile/NAME[?record]` (what `tend reconcile [--record]`
+//! uses: the recording comes back in the answer, the daemon writes no file) and
 //! `POST /plan[/NAME]` (what `tend plan` uses). A unix socket of mode 0600
 //! owned by Tend's user, so only that user (and root) can act; the HTTP port
 //! serves read-only endpoints only.
@@ -149,7 +150,8 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>
         );
     }
     if let Some(name) = path.strip_prefix("/reconcile/") {
-        return reconcile_now(shared, name).await;
+        let record = req.uri().query() == Some("record");
+        return reconcile_now(shared, name, record).await;
     }
     let plan = match path {
         "/plan" => Some(None),
@@ -231,8 +233,10 @@ fn admit_manual(shared: &Shared, name: &str) -> Result<(), (String, Duration)> {
 }
 
 /// Queue a manual reconcile of `name` and answer with its result once it has
-/// run: what `tend reconcile NAME` shows while the daemon runs.
-async fn reconcile_now(shared: &Shared, name: &str) -> Response<Full<Bytes>> {
+/// run: what `tend reconcile NAME` shows while the daemon runs. With `record`,
+/// the plugin's next run is recorded and the answer is a
+/// [`RecordedAnswer`](crate::replay::RecordedAnswer).
+async fn reconcile_now(shared: &Shared, name: &str, record: bool) -> Response<Full<Bytes>> {
     let current = {
         let table = shared.table.read().unwrap();
         let entry = table.plugins.get(name);
@@ -248,7 +252,15 @@ async fn reconcile_now(shared: &Shared, name: &str) -> Response<Full<Bytes>> {
     if let Err((message, retry_in)) = admit_manual(shared, name) {
         return too_many(message, retry_in);
     }
+    let recorded = match record {
+        true => match wait_for_recording(shared, name) {
+            Ok(receiver) => Some(receiver),
+            Err(busy) => return respond(StatusCode::CONFLICT, "text/plain", busy),
+        },
+        false => None,
+    };
     if !shared.triggers.send(name, Trigger::new(trigger::MANUAL)) {
+        shared.recordings.lock().unwrap().remove(name);
         return respond(
             StatusCode::CONFLICT,
             "text/plain",
@@ -260,6 +272,30 @@ async fn reconcile_now(shared: &Shared, name: &str) -> Response<Full<Bytes>> {
     }
     // The run in flight (if any) finishes first; then ours, within its deadline.
     let deadline = Instant::now() + timeout * 2 + Duration::from_secs(5);
+    if let Some(receiver) = recorded {
+        return match tokio::time::timeout_at(deadline, receiver).await {
+            Ok(Ok(answer)) => respond(
+                StatusCode::OK,
+                "application/json",
+                serde_json::to_string(&answer).expect("serializes"),
+            ),
+            Ok(Err(_)) => respond(
+                StatusCode::CONFLICT,
+                "text/plain",
+                format!(
+                    "{name} did not run here (not loaded, or cluster-scope on a host that does not lead); see tend status\n"
+                ),
+            ),
+            Err(_) => {
+                shared.recordings.lock().unwrap().remove(name);
+                respond(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "text/plain",
+                    format!("{name}: no recorded run in time; see tend status\n"),
+                )
+            }
+        };
+    }
     loop {
         let done = {
             let table = shared.table.read().unwrap();
@@ -281,6 +317,23 @@ async fn reconcile_now(shared: &Shared, name: &str) -> Response<Full<Bytes>> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Ask for `name`'s next run to be recorded; 409 while another recording of
+/// it is under way.
+fn wait_for_recording(
+    shared: &Shared,
+    name: &str,
+) -> Result<tokio::sync::oneshot::Receiver<crate::replay::RecordedAnswer>, String> {
+    let mut recordings = shared.recordings.lock().unwrap();
+    if recordings.contains_key(name) {
+        return Err(format!(
+            "a recording of {name} is already under way: wait for it to finish\n"
+        ));
+    }
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    recordings.insert(name.to_string(), sender);
+    Ok(receiver)
 }
 
 /// POST `path` to the daemon of `state_dir` over its control socket: the

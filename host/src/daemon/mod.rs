@@ -52,6 +52,13 @@ pub struct Shared {
     triggers: Triggers,
     /// When each plugin's last manual reconcile was asked for (rate limit).
     manual: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
+    /// `tend reconcile NAME --record` waiting for NAME's next run, recorded.
+    recordings: std::sync::Mutex<
+        std::collections::HashMap<
+            String,
+            tokio::sync::oneshot::Sender<crate::replay::RecordedAnswer>,
+        >,
+    >,
     config_path: PathBuf,
     /// Why the newest config was rejected (the last good one keeps running).
     config_error: RwLock<Option<String>>,
@@ -107,6 +114,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         runtime: runtime.clone(),
         triggers: Triggers::default(),
         manual: Default::default(),
+        recordings: Default::default(),
         leadership,
     });
     tracing::info!(

@@ -6,6 +6,7 @@
 
 use super::Shared;
 use crate::capabilities::gate::Planned;
+use crate::capabilities::tape::Tape;
 use crate::runtime::CallRequest;
 use crate::scheduler::{Trigger, trigger};
 
@@ -69,6 +70,7 @@ pub async fn run(shared: &Shared, name: Option<&str>) -> Result<Vec<serde_json::
             triggers: vec![Trigger::new(trigger::MANUAL)],
             node_name: &node_name,
             dry_run: true,
+            tape: Tape::Off,
         };
         let report = shared.runtime.reconcile(&plugin, &config, request).await;
         summaries.push(report.summary(&name));

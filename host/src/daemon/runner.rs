@@ -10,8 +10,10 @@ use super::table::{LastRun, Lifecycle, PluginTable};
 use crate::capabilities::Mutation;
 use crate::capabilities::limits::Limits;
 use crate::capabilities::log::charge_host_line;
+use crate::capabilities::tape::Tape;
 use crate::config::{PluginConfig, Scope};
 use crate::journal::Entry;
+use crate::replay::RecordedAnswer;
 use crate::runtime::{CallRequest, CompiledPlugin, Compiler, Failure, Outcome, ReconcileReport};
 use crate::scheduler::{RunFuture, RunResult, Runner, Trigger};
 use crate::text::inert;
@@ -59,10 +61,19 @@ impl Runner for DaemonRunner {
                 let Some(fetched) = fetch(&shared.table.read().unwrap(), &name) else {
                     return NOTHING_TO_RUN;
                 };
-                let report = match self.reconcile(&fetched, triggers).await {
+                // A `tend reconcile --record` waits for this run's recording.
+                let recorder = shared.recordings.lock().unwrap().remove(&name);
+                let tape = match recorder {
+                    Some(_) => Tape::record(),
+                    None => Tape::Off,
+                };
+                let mut report = match self.reconcile(&fetched, triggers, tape).await {
                     Ok(report) => report,
                     Err(result) => return result,
                 };
+                if let Some(recorder) = recorder {
+                    let _ = recorder.send(RecordedAnswer::of(&name, &mut report));
+                }
                 let ran = Ran {
                     plugin: name,
                     digest: fetched.plugin.digest.clone(),
@@ -95,6 +106,7 @@ impl DaemonRunner {
         &self,
         fetched: &Fetched,
         triggers: Vec<Trigger>,
+        tape: Tape,
     ) -> Result<ReconcileReport, RunResult> {
         let shared = &self.shared;
         let (node_name, dry_run) = {
@@ -107,6 +119,7 @@ impl DaemonRunner {
             triggers,
             node_name: &node_name,
             dry_run,
+            tape,
         };
         let cluster = fetched.config.scope == Scope::Cluster;
         if cluster && !shared.leadership.borrow().leading {

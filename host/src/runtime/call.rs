@@ -8,8 +8,10 @@
 use super::store::{CallState, MemoryLimiter};
 use super::{CompiledPlugin, Runtime};
 use crate::capabilities::gate::{Caller, Planned};
+use crate::capabilities::tape::{Tape, TapeEnd};
 use crate::capabilities::{CallCount, CapError, Capabilities, Mutation, Services};
 use crate::config::PluginConfig;
+use crate::replay::{Recording, Taped};
 use crate::scheduler::Trigger;
 use crate::text::{bounded, inert};
 use crate::wit::types;
@@ -27,7 +29,7 @@ const OUTPUT_CAPACITY: usize = 64 * 1024;
 /// their results are journaled and nothing outlives the report for long.
 pub const SETTLE_GRACE: Duration = Duration::from_secs(3);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Health {
     Healthy,
@@ -89,6 +91,8 @@ pub struct ReconcileReport {
     /// Log lines dropped because the plugin exceeded its log budget.
     pub logs_dropped: usize,
     pub calls: Vec<CallCount>,
+    /// What was recorded or replayed; None when the request's tape was off.
+    pub tape: Option<Taped>,
 }
 
 impl ReconcileReport {
@@ -117,6 +121,8 @@ pub struct CallRequest<'a> {
     pub triggers: Vec<Trigger>,
     pub node_name: &'a str,
     pub dry_run: bool,
+    /// Off, or record or replay this reconcile's capability calls.
+    pub tape: Tape,
 }
 
 impl Runtime {
@@ -169,9 +175,10 @@ impl Runtime {
             triggers: request.triggers.iter().map(Trigger::to_string).collect(),
             dry_run: request.dry_run,
         };
-        let call = request
-            .services
-            .call(caller, config.limits, request.planned.clone());
+        let call =
+            request
+                .services
+                .call(caller, config.limits, request.planned.clone(), request.tape);
         let caps = Capabilities::for_call(&request.services.backends, &config.grants, &call);
         let (mut store, output) = self.new_store(plugin, caps, config.limits.memory.0);
         let ctx = types::Context {
@@ -211,12 +218,25 @@ impl Runtime {
         };
         forward_output(&config.name, &output);
         call.gate.sync().await;
+        let tape = call.tape.finish().map(|end| match end {
+            TapeEnd::Recorded(calls) => Taped::Recorded(
+                calls.map(|calls| Box::new(Recording::new(plugin, config, ctx, calls, &result))),
+            ),
+            TapeEnd::Replayed {
+                matched,
+                divergence,
+            } => Taped::Replayed {
+                matched,
+                divergence,
+            },
+        });
         ReconcileReport {
             result,
             mutations: call.gate.mutations(),
             elapsed: started.elapsed(),
             logs_dropped: store.data().caps.log.dropped(),
             calls: call.counts(),
+            tape,
         }
     }
 
@@ -243,7 +263,7 @@ impl Runtime {
             triggers: vec![],
             dry_run: true,
         };
-        let call = services.call(caller, config.limits, None);
+        let call = services.call(caller, config.limits, None, Tape::Off);
         let caps = Capabilities::for_call(&services.backends, &config.grants, &call);
         let (mut store, output) = self.new_store(plugin, caps, config.limits.memory.0);
         let _ticking = self.ticker.running();

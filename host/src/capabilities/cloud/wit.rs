@@ -6,44 +6,73 @@ use crate::capabilities::Capability;
 use crate::wit::cloud;
 use crate::wit::types;
 
-type WitResult<T> = Result<T, types::Error>;
+type WitResult<T> = wasmtime::Result<Result<T, types::Error>>;
 
 impl cloud::Host for PluginCloud {
     async fn list_instances(&mut self, owner: cloud::OwnerTag) -> WitResult<Vec<cloud::Instance>> {
-        let result = PluginCloud::list_instances(self, &owner).await;
-        self.call
-            .counted(Self::NAME, Operation::ListInstances.name(), result)
+        let this = &*self;
+        let operation = Operation::ListInstances.name();
+        this.call
+            .answer(Self::NAME, operation, (owner,), |(owner,)| async move {
+                this.list_instances(&owner).await
+            })
+            .await
     }
     async fn get_instance(&mut self, id: String) -> WitResult<cloud::Instance> {
-        let result = PluginCloud::get_instance(self, &id).await;
-        self.call
-            .counted(Self::NAME, Operation::GetInstance.name(), result)
+        let this = &*self;
+        let operation = Operation::GetInstance.name();
+        this.call
+            .answer(Self::NAME, operation, (id,), |(id,)| async move {
+                this.get_instance(&id).await
+            })
+            .await
     }
     async fn delete_instance(&mut self, id: String) -> WitResult<()> {
-        let result = PluginCloud::delete_instance(self, &id).await;
-        self.call
-            .counted(Self::NAME, Operation::DeleteInstance.name(), result)
+        let this = &*self;
+        let operation = Operation::DeleteInstance.name();
+        this.call
+            .answer(Self::NAME, operation, (id,), |(id,)| async move {
+                this.delete_instance(&id).await
+            })
+            .await
     }
     async fn list_security_groups(
         &mut self,
         ids: Vec<String>,
     ) -> WitResult<Vec<cloud::SecurityGroup>> {
-        let result = PluginCloud::list_security_groups(self, &ids).await;
-        self.call
-            .counted(Self::NAME, Operation::ListSecurityGroups.name(), result)
+        let this = &*self;
+        let operation = Operation::ListSecurityGroups.name();
+        this.call
+            .answer(Self::NAME, operation, (ids,), |(ids,)| async move {
+                this.list_security_groups(&ids).await
+            })
+            .await
     }
     async fn find_security_group(&mut self, name: String) -> WitResult<String> {
-        let result = PluginCloud::find_security_group(self, &name).await;
-        self.call.counted(Self::NAME, "find-security-group", result)
+        let this = &*self;
+        this.call
+            .answer(Self::NAME, "find-security-group", (name,), |(name,)| async move {
+                this.find_security_group(&name).await
+            })
+            .await
     }
     async fn ensure_rule(&mut self, group_id: String, rule: cloud::Rule) -> WitResult<bool> {
-        let result = PluginCloud::ensure_rule(self, &group_id, &rule).await;
-        self.call
-            .counted(Self::NAME, Operation::EnsureRule.name(), result)
+        let this = &*self;
+        let operation = Operation::EnsureRule.name();
+        this.call
+            .answer(Self::NAME, operation, (group_id, rule), |(group, rule)| async move {
+                this.ensure_rule(&group, &rule).await
+            })
+            .await
     }
     async fn add_to_group(&mut self, instance_id: String, group_id: String) -> WitResult<bool> {
-        let result = PluginCloud::add_to_group(self, &instance_id, &group_id).await;
-        self.call
-            .counted(Self::NAME, Operation::AddToGroup.name(), result)
+        let this = &*self;
+        let operation = Operation::AddToGroup.name();
+        let args = (instance_id, group_id);
+        this.call
+            .answer(Self::NAME, operation, args, |(instance, group)| async move {
+                this.add_to_group(&instance, &group).await
+            })
+            .await
     }
 }

@@ -4,12 +4,14 @@ use super::adapter::PluginFiles;
 use crate::capabilities::Capability;
 use crate::wit::{files, types};
 
-type WitResult<T> = Result<T, types::Error>;
+type WitResult<T> = wasmtime::Result<Result<T, types::Error>>;
 
 impl files::Host for PluginFiles {
     async fn read(&mut self, path: String) -> WitResult<Vec<u8>> {
-        let result = PluginFiles::read(self, path).await;
-        self.call.counted(Self::NAME, "read", result)
+        let this = &*self;
+        this.call
+            .answer(Self::NAME, "read", (path,), |(path,)| this.read(path))
+            .await
     }
     async fn write(
         &mut self,
@@ -17,19 +19,32 @@ impl files::Host for PluginFiles {
         contents: Vec<u8>,
         mode: Option<u32>,
     ) -> WitResult<bool> {
-        let result = PluginFiles::write(self, path, contents, mode).await;
-        self.call.counted(Self::NAME, super::WRITE, result)
+        let this = &*self;
+        let args = (path, contents, mode);
+        this.call
+            .answer(Self::NAME, super::WRITE, args, |(path, contents, mode)| {
+                this.write(path, contents, mode)
+            })
+            .await
     }
     async fn remove(&mut self, path: String) -> WitResult<bool> {
-        let result = PluginFiles::remove(self, path).await;
-        self.call.counted(Self::NAME, super::REMOVE, result)
+        let this = &*self;
+        this.call
+            .answer(Self::NAME, super::REMOVE, (path,), |(path,)| {
+                this.remove(path)
+            })
+            .await
     }
     async fn list_dir(&mut self, path: String) -> WitResult<Vec<files::DirEntry>> {
-        let result = PluginFiles::list(self, path).await;
-        self.call.counted(Self::NAME, "list-dir", result)
+        let this = &*self;
+        this.call
+            .answer(Self::NAME, "list-dir", (path,), |(path,)| this.list(path))
+            .await
     }
     async fn stat(&mut self, path: String) -> WitResult<Option<files::Metadata>> {
-        let result = PluginFiles::metadata(self, path).await;
-        self.call.counted(Self::NAME, "stat", result)
+        let this = &*self;
+        this.call
+            .answer(Self::NAME, "stat", (path,), |(path,)| this.metadata(path))
+            .await
     }
 }

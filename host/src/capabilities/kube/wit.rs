@@ -5,12 +5,16 @@ use crate::capabilities::Capability;
 use crate::wit::kube;
 use crate::wit::types;
 
-type WitResult<T> = Result<T, types::Error>;
+type WitResult<T> = wasmtime::Result<Result<T, types::Error>>;
 
 impl kube::Host for PluginKube {
     async fn get(&mut self, key: kube::ObjectKey) -> WitResult<String> {
-        let result = PluginKube::get(self, &key).await;
-        self.call.counted(Self::NAME, "get", result)
+        let this = &*self;
+        this.call
+            .answer(Self::NAME, "get", (key,), |(key,)| async move {
+                this.get(&key).await
+            })
+            .await
     }
     async fn list(
         &mut self,
@@ -19,15 +23,22 @@ impl kube::Host for PluginKube {
         namespace: Option<String>,
         params: kube::ListParams,
     ) -> WitResult<kube::ObjectList> {
-        let result =
-            PluginKube::list(self, &api_version, &kind, namespace.as_deref(), &params).await;
-        let list = self.call.counted(Self::NAME, "list", result)?;
-        Ok(kube::ObjectList {
-            // The WIT's list<string> owns its strings: one copy, no serializing.
-            items: list.items.iter().map(|text| text.to_string()).collect(),
-            continue_token: list.continue_token,
-            resource_version: list.resource_version,
-        })
+        let this = &*self;
+        let args = (api_version, kind, namespace, params);
+        this.call
+            .answer(Self::NAME, "list", args, |args| async move {
+                let (api_version, kind, namespace, params) = args;
+                let list = this
+                    .list(&api_version, &kind, namespace.as_deref(), &params)
+                    .await?;
+                Ok(kube::ObjectList {
+                    // The WIT's list<string> owns its strings: one copy, no serializing.
+                    items: list.items.iter().map(|text| text.to_string()).collect(),
+                    continue_token: list.continue_token,
+                    resource_version: list.resource_version,
+                })
+            })
+            .await
     }
     async fn create(
         &mut self,
@@ -36,9 +47,15 @@ impl kube::Host for PluginKube {
         namespace: Option<String>,
         object: String,
     ) -> WitResult<String> {
-        let result =
-            PluginKube::create(self, &api_version, &kind, namespace.as_deref(), &object).await;
-        self.call.counted(Self::NAME, "create", result)
+        let this = &*self;
+        let args = (api_version, kind, namespace, object);
+        this.call
+            .answer(Self::NAME, "create", args, |args| async move {
+                let (api_version, kind, namespace, object) = args;
+                this.create(&api_version, &kind, namespace.as_deref(), &object)
+                    .await
+            })
+            .await
     }
     async fn patch(
         &mut self,
@@ -46,12 +63,21 @@ impl kube::Host for PluginKube {
         patch_type: kube::PatchType,
         patch: String,
     ) -> WitResult<String> {
-        let result = PluginKube::patch(self, &key, patch_type, &patch).await;
-        self.call.counted(Self::NAME, "patch", result)
+        let this = &*self;
+        let args = (key, patch_type, patch);
+        this.call
+            .answer(Self::NAME, "patch", args, |(key, patch_type, patch)| async move {
+                this.patch(&key, patch_type, &patch).await
+            })
+            .await
     }
     async fn delete(&mut self, key: kube::ObjectKey) -> WitResult<()> {
-        let result = PluginKube::delete(self, &key).await;
-        self.call.counted(Self::NAME, "delete", result)
+        let this = &*self;
+        this.call
+            .answer(Self::NAME, "delete", (key,), |(key,)| async move {
+                this.delete(&key).await
+            })
+            .await
     }
     async fn emit_event(
         &mut self,
@@ -60,7 +86,13 @@ impl kube::Host for PluginKube {
         reason: String,
         message: String,
     ) -> WitResult<()> {
-        let result = PluginKube::emit_event(self, &key, event_type, &reason, &message).await;
-        self.call.counted(Self::NAME, "emit-event", result)
+        let this = &*self;
+        let args = (key, event_type, reason, message);
+        this.call
+            .answer(Self::NAME, "emit-event", args, |args| async move {
+                let (key, event_type, reason, message) = args;
+                this.emit_event(&key, event_type, &reason, &message).await
+            })
+            .await
     }
 }

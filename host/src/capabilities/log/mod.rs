@@ -57,8 +57,13 @@ impl Capability for PluginLog {
 }
 
 impl log::Host for PluginLog {
-    async fn log(&mut self, level: log::Level, message: String) {
-        let _ = self.call.counted(Self::NAME, "log", Ok(()));
-        PluginLog::log(self, level, &message).await;
+    async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
+        let this = &*self;
+        let answered = this.call.answer(Self::NAME, "log", (level, message), |(level, message)| async move {
+            this.log(level, &message).await;
+            Ok(())
+        });
+        // Logging cannot fail: only a replay that diverged traps here.
+        answered.await.map(|_| ())
     }
 }

@@ -69,17 +69,27 @@ impl metrics::Host for PluginMetrics {
         name: String,
         labels: Vec<(String, String)>,
         value: f64,
-    ) -> Result<(), types::Error> {
-        let result = self.record(Kind::Counter, &name, &labels, value);
-        self.call.counted(Self::NAME, "counter-add", result)
+    ) -> wasmtime::Result<Result<(), types::Error>> {
+        let this = &*self;
+        let args = (name, labels, value);
+        this.call
+            .answer(Self::NAME, "counter-add", args, |(name, labels, value)| {
+                std::future::ready(this.record(Kind::Counter, &name, &labels, value))
+            })
+            .await
     }
     async fn gauge_set(
         &mut self,
         name: String,
         labels: Vec<(String, String)>,
         value: f64,
-    ) -> Result<(), types::Error> {
-        let result = self.record(Kind::Gauge, &name, &labels, value);
-        self.call.counted(Self::NAME, "gauge-set", result)
+    ) -> wasmtime::Result<Result<(), types::Error>> {
+        let this = &*self;
+        let args = (name, labels, value);
+        this.call
+            .answer(Self::NAME, "gauge-set", args, |(name, labels, value)| {
+                std::future::ready(this.record(Kind::Gauge, &name, &labels, value))
+            })
+            .await
     }
 }

@@ -13,6 +13,33 @@ const TABLE: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("plugin
 /// Per plugin: (keys, bytes of keys and values), kept in step with TABLE in
 /// the same transactions, so a quota check never scans.
 const USAGE: TableDefinition<&str, (u64, u64)> = TableDefinition::new("plugin-usage");
+/// The store's schema version, one row under [`VERSION_KEY`] (see
+/// [`crate::schema`]). A store without it is version 1, adopted on open.
+const SCHEMA: TableDefinition<&str, u64> = TableDefinition::new("tend-schema");
+const VERSION_KEY: &str = "version";
+/// The schema this Tend writes: TABLE and USAGE as above.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// Refuse a store of a schema this Tend does not know; give an unversioned
+/// one (Tend 0.1's, or a new file) the current version.
+fn check_schema(txn: &redb::WriteTransaction, path: &Path) -> anyhow::Result<()> {
+    let mut schema = txn.open_table(SCHEMA)?;
+    let found = schema.get(VERSION_KEY)?.map(|v| v.value());
+    match found {
+        Some(found) if found > SCHEMA_VERSION => anyhow::bail!(crate::schema::newer(
+            "state store",
+            path,
+            found,
+            SCHEMA_VERSION
+        )),
+        Some(SCHEMA_VERSION) => {}
+        // Version 1 is the only one yet: adopting or migrating is writing it.
+        _ => {
+            schema.insert(VERSION_KEY, SCHEMA_VERSION)?;
+        }
+    }
+    Ok(())
+}
 
 /// The plugin's usage, computed once from TABLE when USAGE has no row yet
 /// (state written before quotas existed).
@@ -75,6 +102,7 @@ impl RedbState {
             e => anyhow::anyhow!("cannot open state store {}: {e}", path.display()),
         })?;
         let txn = db.begin_write()?;
+        check_schema(&txn, path)?;
         txn.open_table(TABLE)?;
         txn.commit()?;
         Ok(RedbState { db: Arc::new(db) })
@@ -247,5 +275,60 @@ mod tests {
         let _first = RedbState::open(&path).unwrap();
         let err = RedbState::open(&path).err().unwrap().to_string();
         assert!(err.contains("in use by another tend process"), "{err}");
+    }
+
+    fn schema_version(path: &Path) -> Option<u64> {
+        let db = Database::create(path).unwrap();
+        let txn = db.begin_read().unwrap();
+        let table = match txn.open_table(SCHEMA) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return None,
+            Err(e) => panic!("{e}"),
+        };
+        table.get(VERSION_KEY).unwrap().map(|v| v.value())
+    }
+
+    #[tokio::test]
+    async fn a_fresh_store_gets_the_version_and_an_unversioned_one_is_adopted_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = dir.path().join("fresh.redb");
+        drop(RedbState::open(&fresh).unwrap());
+        assert_eq!(schema_version(&fresh), Some(SCHEMA_VERSION));
+
+        // A store as Tend 0.1 wrote it: its tables, no version.
+        let old = dir.path().join("old.redb");
+        {
+            let db = Database::create(&old).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(TABLE).unwrap().insert(("p", "k"), b"v".as_slice()).unwrap();
+            txn.commit().unwrap();
+        }
+        assert_eq!(schema_version(&old), None);
+        let state = RedbState::open(&old).unwrap();
+        assert_eq!(state.get("p", "k").await.unwrap(), Some(b"v".to_vec()));
+        drop(state);
+        assert_eq!(schema_version(&old), Some(SCHEMA_VERSION));
+    }
+
+    #[test]
+    fn a_store_of_a_newer_schema_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(SCHEMA).unwrap().insert(VERSION_KEY, 2).unwrap();
+            txn.commit().unwrap();
+        }
+        let err = RedbState::open(&path).err().unwrap().to_string();
+        assert!(
+            err.contains(&format!(
+                "state store {} has schema version 2, written by a newer tend",
+                path.display()
+            )),
+            "{err}"
+        );
+        assert!(err.contains("knows versions up to 1") && err.contains("docs/upgrade.md"), "{err}");
+        assert_eq!(schema_version(&path), Some(2), "not rewritten");
     }
 }

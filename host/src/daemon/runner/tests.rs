@@ -67,6 +67,7 @@ fn report(result: Result<Outcome, Failure>, mutations: Vec<Mutation>) -> Reconci
             result: "ok",
             count: 3,
         }],
+        tape: None,
     }
 }
 
