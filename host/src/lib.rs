@@ -9,6 +9,7 @@
 //! - [`scheduler`]: triggers, coalescing and backoff per plugin.
 //! - [`daemon`]: `tend run`: hot reload, lifecycle, metrics and status.
 //! - [`journal`]: the durable record of every mutation.
+//! - [`oci`]: plugins pulled from OCI registries, cosign-verified.
 //! - [`cli`]: the `tend` commands.
 
 pub mod capabilities;
@@ -17,8 +18,10 @@ pub mod config;
 pub mod daemon;
 pub mod fs_watch;
 pub mod journal;
+pub mod oci;
 pub mod runtime;
 pub mod scheduler;
 pub mod text;
+pub mod tls;
 pub mod units;
 pub mod wit;
