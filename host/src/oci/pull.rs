@@ -291,8 +291,14 @@ impl Remote {
         let manifest: OciImageManifest = serde_json::from_slice(&bytes)
             .map_err(|e| missing(format!("{tag} is not an image manifest: {e}")))?;
         let mut why = Vec::new();
-        for layer in &manifest.layers {
+        // cosign appends a layer per signing; a registry that lists thousands
+        // gets the first few looked at.
+        for layer in manifest.layers.iter().take(sign::MAX_SIGNATURES) {
             if layer.media_type != sign::PAYLOAD_MEDIA_TYPE {
+                continue;
+            }
+            if let Err(e) = super::reference::validate_digest(&layer.digest) {
+                why.push(e);
                 continue;
             }
             let Some(signature) = layer

@@ -16,6 +16,8 @@ pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 const PAYLOAD_TYPE: &str = "cosign container image signature";
 /// A simple-signing payload is a few hundred bytes.
 pub const MAX_PAYLOAD: u64 = 64 * 1024;
+/// Signature layers looked at per artifact (each one a payload download).
+pub const MAX_SIGNATURES: usize = 16;
 
 /// The tag cosign stores the signature of `manifest_digest` under.
 pub fn signature_tag(manifest_digest: &str) -> String {
