@@ -130,6 +130,14 @@ fn tags_and_digests_load_a_new_digest_reloads_a_tampered_blob_is_refused_and_a_r
     config(&sandbox, port, &registry, &v2, "");
     assert!(daemon.terminate(std::time::Duration::from_secs(30)));
     drop(registry);
+    // `tend check` finds it in the cache too (a daemon holds the state store: stopped).
+    let checked = sandbox.tend(&["check"]);
+    assert!(
+        checked.success && checked.stdout.contains("ok: p"),
+        "{}{}",
+        checked.stdout,
+        checked.stderr
+    );
     let daemon = sandbox.daemon();
     let p = wait_for_plugin(port, "p", "v2 from the cache reconciles", |p| {
         runs_version(p, "v2")

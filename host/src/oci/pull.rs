@@ -350,6 +350,13 @@ fn registry_error(reference: &Reference, e: oci_client::errors::OciDistributionE
         _ => "",
     };
     let mut text = e.to_string();
+    let hint = if hint.is_empty()
+        && (text.contains("manifest unknown") || text.contains("name unknown"))
+    {
+        " (no such repository, tag or digest in the registry: check the reference, or push it)"
+    } else {
+        hint
+    };
     let mut source = std::error::Error::source(&e);
     while let Some(s) = source {
         text.push_str(&format!(": {s}"));
