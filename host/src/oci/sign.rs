@@ -117,6 +117,7 @@ impl Signer {
     }
 
     /// The public key, PEM.
+    #[cfg(test)]
     pub fn public_pem(&self) -> anyhow::Result<String> {
         Ok(self.keys.public_key_to_pem()?)
     }
