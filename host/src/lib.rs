@@ -10,6 +10,7 @@
 //! - [`daemon`]: `tend run`: hot reload, lifecycle, metrics and status.
 //! - [`journal`]: the durable record of every mutation.
 //! - [`replay`]: recordings of one reconcile, replayed against a plugin.
+//! - [`oci`]: plugins pulled from OCI registries, cosign-verified.
 //! - [`cli`]: the `tend` commands.
 
 pub mod capabilities;
@@ -18,10 +19,12 @@ pub mod config;
 pub mod daemon;
 pub mod fs_watch;
 pub mod journal;
+pub mod oci;
 pub mod replay;
 pub mod runtime;
 pub mod scheduler;
 pub mod schema;
 pub mod text;
+pub mod tls;
 pub mod units;
 pub mod wit;

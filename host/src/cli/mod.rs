@@ -123,7 +123,7 @@ enum Command {
         #[arg(long)]
         tend: Option<PathBuf>,
     },
-    /// Look at plugin components.
+    /// Look at, publish and sign plugin components.
     Plugins {
         #[command(subcommand)]
         command: PluginsCommand,
@@ -134,6 +134,27 @@ enum Command {
 enum PluginsCommand {
     /// Show a component's world, imported capabilities and exports.
     Inspect { file: PathBuf },
+    /// Publish a component to a registry as a wasm artifact (config
+    /// application/vnd.wasm.config.v0+json, one application/wasm layer) and
+    /// print the digest reference to pin in tend.toml.
+    Push {
+        file: PathBuf,
+        /// oci://REGISTRY/REPOSITORY:TAG
+        reference: String,
+        /// Sign it with this cosign private key (password from COSIGN_PASSWORD).
+        #[arg(long)]
+        sign_key: Option<PathBuf>,
+        /// Take registry credentials and insecure registries from this
+        /// config's [host.oci].
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// Reach the registry over plain HTTP (a local test registry).
+        #[arg(long)]
+        insecure: bool,
+    },
+    /// Write a cosign key pair, DIR/cosign.key (encrypted with
+    /// COSIGN_PASSWORD) and DIR/cosign.pub, as `cosign generate-key-pair` does.
+    Keygen { dir: PathBuf },
 }
 
 pub fn main() -> ExitCode {
@@ -176,9 +197,28 @@ pub fn main() -> ExitCode {
                 dir,
                 tend,
             } => new::run(&name, lang, dir, tend),
-            Command::Plugins {
-                command: PluginsCommand::Inspect { file },
-            } => validate::inspect(&file).await,
+            Command::Plugins { command } => match command {
+                PluginsCommand::Inspect { file } => validate::inspect(&file).await,
+                PluginsCommand::Push {
+                    file,
+                    reference,
+                    sign_key,
+                    config,
+                    insecure,
+                } => {
+                    push(
+                        &file,
+                        &reference,
+                        sign_key.as_deref(),
+                        config.as_deref(),
+                        insecure,
+                    )
+                    .await
+                }
+                PluginsCommand::Keygen { dir } => {
+                    crate::oci::push::keygen(&dir).map(|()| ExitCode::SUCCESS)
+                }
+            },
         }
     });
     // A blocking operation a plugin left behind (it is bounded, but may still
@@ -192,6 +232,27 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `tend plugins push`: [host.oci] from `config` (if given), plus the
+/// target registry as insecure with `--insecure`.
+async fn push(
+    file: &std::path::Path,
+    reference: &str,
+    sign_key: Option<&std::path::Path>,
+    config: Option<&std::path::Path>,
+    insecure: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut settings = match config {
+        Some(path) => crate::config::Config::load(path)?.host.oci,
+        None => crate::oci::Settings::default(),
+    };
+    if insecure {
+        let target = crate::oci::Reference::parse(reference).map_err(anyhow::Error::msg)?;
+        settings.insecure_registries.push(target.registry);
+    }
+    crate::oci::push::run(file, reference, &settings, sign_key).await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `TEND_LOG` (a tracing filter) wins; otherwise the daemon logs at info and

@@ -35,13 +35,22 @@ impl Node {
         })
     }
 
-    /// Compile `plugins`, in parallel off the async executor.
+    /// Compile `plugins` (pulled first if from a registry), in parallel off
+    /// the async executor.
     pub async fn load(&self, plugins: Vec<PluginConfig>) -> Vec<Loaded> {
         let mut jobs = Vec::new();
         for config in plugins {
             let runtime = self.runtime.clone();
-            jobs.push(tokio::task::spawn_blocking(move || {
-                let plugin = runtime.load(&config.file).map(Arc::new);
+            let host = self.config.host.clone();
+            jobs.push(tokio::spawn(async move {
+                let plugin = match crate::oci::component_file(&config, &host).await {
+                    Ok(file) => {
+                        tokio::task::spawn_blocking(move || runtime.load(&file).map(Arc::new))
+                            .await
+                            .expect("plugin load task panicked")
+                    }
+                    Err(e) => Err(e),
+                };
                 Loaded { config, plugin }
             }));
         }

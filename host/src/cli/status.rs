@@ -22,6 +22,7 @@ async fn fetch(config_path: &Path, path: &str) -> anyhow::Result<String> {
     };
     let addr = listen.resolve().map_err(anyhow::Error::msg)?;
     let url = format!("http://{addr}{path}");
+    crate::tls::install_ring();
     let response = reqwest::get(&url)
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach tend at {url}: {e} (is `tend run` running?)"))?;
@@ -78,6 +79,9 @@ pub async fn show(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
             plugin["failures"],
             plugin["reconciles"],
         );
+        if let Some(pinned) = plugin["pinned"].as_str() {
+            say!("{:<24} pinned: {pinned}", "");
+        }
         if let Some(error) = plugin["load_error"].as_str() {
             say!("{:<24} load error: {error}", "");
         }
@@ -122,6 +126,9 @@ pub async fn show_plugin(config_path: &Path, name: &str, json: bool) -> anyhow::
     let text = |v: &Value| v.as_str().map_or_else(|| "-".to_string(), str::to_string);
     say!("{}: {}", name, text(&p["state"]));
     say!("  file:     {} ({})", text(&p["file"]), text(&p["digest"]));
+    if let Some(pinned) = p["pinned"].as_str() {
+        say!("  pinned:   {pinned}");
+    }
     if let Some(error) = p["load_error"].as_str() {
         say!("  load error: {error}");
     }

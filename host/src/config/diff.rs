@@ -9,7 +9,8 @@ pub struct ConfigDiff {
     pub added: Vec<String>,
     /// Enabled before and not now (gone, or disabled).
     pub removed: Vec<String>,
-    /// Enabled before and now, with another component file.
+    /// Enabled before and now, with another component file (or, from a
+    /// registry, another reference or signing key: pulled and checked again).
     pub file_changed: Vec<String>,
     /// Enabled before and now, same file, other settings (grants, limits,
     /// triggers, plugin config).
@@ -38,7 +39,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         match (enabled(old, name), enabled(new, name)) {
             (None, Some(_)) => result.added.push(name.clone()),
             (Some(_), None) => result.removed.push(name.clone()),
-            (Some(before), Some(after)) if before.file != after.file => {
+            (Some(before), Some(after)) if before.file != after.file || before.oci != after.oci => {
                 result.file_changed.push(name.clone())
             }
             (Some(before), Some(after)) if before != after => {
@@ -99,6 +100,21 @@ mod tests {
             config("[plugins.a.grants]\nhttp = [\"http://x/*\"]\n[plugins.a.config]\nx = 1\n");
         assert_eq!(diff(&old, &new).settings_changed, ["a"]);
         assert!(diff(&old, &old).is_empty());
+    }
+
+    #[test]
+    fn another_digest_or_signing_key_is_a_file_change() {
+        let digest = |n: &str| format!("sha256:{}", n.repeat(64));
+        let at = |d: &str, verify: &str| {
+            config(&format!(
+                "[plugins.a]\nfile = \"oci://127.0.0.1:5000/tend/a@{d}\"\n{verify}"
+            ))
+        };
+        let old = at(&digest("1"), "");
+        assert_eq!(diff(&old, &at(&digest("2"), "")).file_changed, ["a"]);
+        let keyed = at(&digest("1"), "verify = { key = \"cosign.pub\" }\n");
+        assert_eq!(diff(&old, &keyed).file_changed, ["a"]);
+        assert!(diff(&keyed, &keyed).is_empty());
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub struct HostConfig {
     pub capabilities: Settings,
     /// `[host.leader-election]`: the Lease whose holder runs cluster-scope plugins.
     pub leader_election: Option<LeaderElection>,
+    /// `[host.oci]`: how plugins named by `oci://` references are pulled.
+    pub oci: crate::oci::Settings,
 }
 
 /// Where a plugin runs: on every node, or only on the holder of the cluster's Lease.
@@ -91,8 +93,12 @@ fn default_retry_period() -> Duration {
 pub struct PluginConfig {
     pub name: String,
     pub enabled: bool,
-    /// The component file; `<plugins-dir>/<name>.wasm` unless set.
+    /// The component file; `<plugins-dir>/<name>.wasm` unless set. For a
+    /// plugin from a registry, its `oci://` reference (what changes when the
+    /// config names another digest), and `oci` says where to pull it from.
     pub file: PathBuf,
+    /// `file = "oci://…"`: the registry source (and the key its signature needs).
+    pub oci: Option<crate::oci::Source>,
     pub interval: Option<Duration>,
     /// Paths (inside the files grants) whose changes trigger a reconcile.
     pub watch: Vec<PathBuf>,
@@ -146,6 +152,8 @@ macro_rules! raw_host {
             #[serde(default)]
             budgets: BTreeMap<Spanned<String>, RawBudget>,
             leader_election: Option<Spanned<LeaderElection>>,
+            #[serde(default)]
+            oci: crate::oci::Settings,
             $( #[serde(default)] $name: <$cap as Capability>::Settings, )*
         }
 
@@ -176,7 +184,8 @@ struct RawPlugin {
     enabled: bool,
     #[serde(default, with = "values::optional_duration")]
     interval: Option<Duration>,
-    file: Option<PathBuf>,
+    file: Option<Spanned<PathBuf>>,
+    verify: Option<Spanned<crate::oci::Verify>>,
     #[serde(default)]
     watch: Vec<Spanned<PathBuf>>,
     #[serde(default)]
@@ -255,6 +264,10 @@ impl Config {
             budgets,
             capabilities,
             leader_election: raw.host.leader_election.map(Spanned::into_inner),
+            oci: crate::oci::Settings {
+                docker_config: raw.host.oci.docker_config.map(|f| base.join(f)),
+                ..raw.host.oci
+            },
         };
         let mut plugins = BTreeMap::new();
         for (name, plugin) in raw.plugins {
@@ -293,10 +306,7 @@ impl Config {
                 ));
             }
             let name = name.into_inner();
-            let file = plugin
-                .file
-                .map(|f| base.join(f))
-                .unwrap_or_else(|| host.plugins_dir.join(format!("{name}.wasm")));
+            let (file, oci) = plugin_source(&name, &plugin, &host, &base, &at)?;
             let config_json = serde_json::to_string(&plugin.config)
                 .expect("a TOML table always converts to JSON");
             plugins.insert(
@@ -305,6 +315,7 @@ impl Config {
                     name,
                     enabled: plugin.enabled,
                     file,
+                    oci,
                     interval: plugin.interval,
                     watch: plugin.watch.into_iter().map(Spanned::into_inner).collect(),
                     grants: plugin.grants,
@@ -324,6 +335,41 @@ impl Config {
     pub fn enabled_plugins(&self) -> impl Iterator<Item = &PluginConfig> {
         self.plugins.values().filter(|p| p.enabled)
     }
+}
+
+/// The component file, or the registry source of `file = "oci://…"` (with its
+/// `verify` key); `verify` without a registry source is an error.
+fn plugin_source(
+    name: &str,
+    plugin: &RawPlugin,
+    host: &HostConfig,
+    base: &Path,
+    at: &impl Fn(Option<std::ops::Range<usize>>, String) -> ConfigError,
+) -> Result<(PathBuf, Option<crate::oci::Source>), ConfigError> {
+    let reference = plugin
+        .file
+        .as_ref()
+        .filter(|f| f.get_ref().to_string_lossy().starts_with("oci://"));
+    let Some(reference) = reference else {
+        if let Some(verify) = &plugin.verify {
+            return Err(at(
+                Some(verify.span()),
+                "verify checks the cosign signature of a plugin from a registry: set file = \"oci://…\" or remove verify".into(),
+            ));
+        }
+        let file = match &plugin.file {
+            Some(file) => base.join(file.get_ref()),
+            None => host.plugins_dir.join(format!("{name}.wasm")),
+        };
+        return Ok((file, None));
+    };
+    let parsed = crate::oci::Reference::parse(&reference.get_ref().to_string_lossy())
+        .map_err(|e| at(Some(reference.span()), e))?;
+    let source = crate::oci::Source {
+        key: plugin.verify.as_ref().map(|v| base.join(&v.get_ref().key)),
+        reference: parsed,
+    };
+    Ok((PathBuf::from(source.reference.to_string()), Some(source)))
 }
 
 /// Validate `[host.budgets]`: names like plugin names, operations that exist

@@ -300,3 +300,62 @@ fn cloud_settings_grants_and_limits_parse_and_a_bad_provider_names_its_line() {
     let err = error_of(&text.replace("qps = 4", "regoin = \"x\""));
     assert!(err.contains(":7:1: unknown field `regoin`"), "{err}");
 }
+
+#[test]
+fn oci_references_are_validated_where_they_are_written() {
+    let host = "[host]\nplugins-dir = \"p\"\nstate-dir = \"s\"\n";
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let config = parse(&format!(
+        "{host}[host.oci]\ninsecure-registries = [\"127.0.0.1:5000\"]\ndocker-config = \"auth.json\"\n\
+         [plugins.a]\nfile = \"oci://127.0.0.1:5000/tend/a@{digest}\"\nverify = {{ key = \"keys/cosign.pub\" }}\n\
+         [plugins.b]\nfile = \"oci://registry.example.com/tend/b:1.0\"\n"
+    ))
+    .unwrap();
+    let a = &config.plugins["a"];
+    assert_eq!(
+        a.file,
+        Path::new(&format!("oci://127.0.0.1:5000/tend/a@{digest}"))
+    );
+    let source = a.oci.as_ref().unwrap();
+    assert_eq!(source.reference.digest(), Some(digest.as_str()));
+    assert_eq!(
+        source.key.as_deref(),
+        Some(Path::new("/srv/tend/keys/cosign.pub"))
+    );
+    assert_eq!(config.host.oci.insecure_registries, ["127.0.0.1:5000"]);
+    assert_eq!(
+        config.host.oci.docker_config.as_deref(),
+        Some(Path::new("/srv/tend/auth.json"))
+    );
+    assert!(config.plugins["b"].oci.as_ref().unwrap().key.is_none());
+    assert!(
+        config.plugins["b"]
+            .oci
+            .as_ref()
+            .unwrap()
+            .reference
+            .digest()
+            .is_none()
+    );
+
+    let e = error_of(&format!(
+        "{host}[plugins.a]\nfile = \"oci://registry/Tend/a:1\"\n"
+    ));
+    assert!(
+        e.starts_with("/srv/tend/tend.toml:5:8: invalid reference"),
+        "{e}"
+    );
+    assert!(
+        e.contains("expected oci://REGISTRY/REPOSITORY@sha256:DIGEST"),
+        "{e}"
+    );
+    let e = error_of(&format!(
+        "{host}[plugins.a]\nverify = {{ key = \"cosign.pub\" }}\n"
+    ));
+    assert!(
+        e.starts_with("/srv/tend/tend.toml:5:10: verify checks"),
+        "{e}"
+    );
+    let e = error_of(&format!("{host}[host.oci]\ninsecure = true\n"));
+    assert!(e.contains("unknown field `insecure`"), "{e}");
+}

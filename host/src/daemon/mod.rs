@@ -17,6 +17,7 @@ pub mod table;
 use crate::capabilities::Services;
 use crate::config::{Config, diff::diff};
 use crate::fs_watch::{self, Watch};
+use crate::oci;
 use crate::runtime::{CompiledPlugin, Compiler, LoadError, Runtime};
 use crate::scheduler::sources::{self, TriggerSource};
 use crate::scheduler::{Schedule, Scheduler, Trigger, Triggers, trigger};
@@ -76,9 +77,17 @@ enum Event {
     /// Paths changed in a watched directory (plugins, config).
     Changed(BTreeSet<PathBuf>),
     /// A background load of a component file finished.
-    Loaded(PathBuf, Result<Arc<CompiledPlugin>, LoadError>),
+    Loaded(Load),
     /// The Cranelift build of a file first loaded with Winch is ready.
     Optimized(PathBuf, Result<Arc<CompiledPlugin>, LoadError>),
+}
+
+/// A finished load: the config's `file` (for a plugin from a registry, its
+/// `oci://` reference), what the pull brought, and the compiled component.
+struct Load {
+    file: PathBuf,
+    pulled: Option<oci::Pulled>,
+    result: Result<Arc<CompiledPlugin>, LoadError>,
 }
 
 pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
@@ -228,7 +237,7 @@ impl Supervisor {
             tokio::select! {
                 Some(event) = inbox.recv() => match event {
                     Event::Changed(paths) => self.changed(paths),
-                    Event::Loaded(path, result) => self.loaded(path, result),
+                    Event::Loaded(load) => self.loaded(load),
                     Event::Optimized(path, result) => self.optimized(path, result),
                 },
                 _ = hup.recv() => self.reload_config("SIGHUP"),
@@ -248,7 +257,7 @@ impl Supervisor {
     fn rewatch(&mut self) {
         let mut dirs: BTreeSet<(PathBuf, bool)> = BTreeSet::new();
         dirs.insert((self.config.host.plugins_dir.clone(), false));
-        for plugin in self.config.plugins.values() {
+        for plugin in self.config.plugins.values().filter(|p| p.oci.is_none()) {
             if let Some(parent) = plugin.file.parent() {
                 dirs.insert((parent.to_path_buf(), false));
             }
@@ -300,8 +309,9 @@ impl Supervisor {
         }
     }
 
-    /// Compile `file` off the executor. A change during a compile marks it dirty:
-    /// it is compiled again when this one finishes, so the last content wins.
+    /// Compile `file` off the executor (pulled first, for a plugin from a
+    /// registry). A change during a compile marks it dirty: it is compiled
+    /// again when this one finishes, so the last content wins.
     fn load(&mut self, file: PathBuf) {
         if !self.loading.insert(file.clone()) {
             self.dirty.insert(file);
@@ -310,18 +320,51 @@ impl Supervisor {
         tracing::info!(file = %file.display(), "loading component");
         let runtime = self.shared.runtime.clone();
         let events = self.events.clone();
-        tokio::task::spawn_blocking(move || {
-            let result = runtime.load_quick(&file).map(Arc::new);
-            let _ = events.send(Event::Loaded(file, result));
+        let source = self
+            .config
+            .enabled_plugins()
+            .find(|p| p.file == file)
+            .and_then(|p| p.oci.clone());
+        let settings = self.config.host.oci.clone();
+        let cache_dir = self.config.host.cache_dir.clone();
+        tokio::spawn(async move {
+            let pulled = match source {
+                None => None,
+                Some(source) => match oci::fetch(&source, &settings, &cache_dir).await {
+                    Ok(pulled) => Some(pulled),
+                    Err(e) => {
+                        let result = Err(LoadError::Fetch(e));
+                        let _ = events.send(Event::Loaded(Load {
+                            file,
+                            pulled: None,
+                            result,
+                        }));
+                        return;
+                    }
+                },
+            };
+            let path = pulled
+                .as_ref()
+                .map_or_else(|| file.clone(), |p| p.path.clone());
+            let result =
+                tokio::task::spawn_blocking(move || runtime.load_quick(&path).map(Arc::new))
+                    .await
+                    .expect("component load task panicked");
+            let _ = events.send(Event::Loaded(Load {
+                file,
+                pulled,
+                result,
+            }));
         });
     }
 
-    /// Build `file` with Cranelift (and cache it) in the background.
-    fn optimize(&self, file: PathBuf) {
+    /// Build `path` with Cranelift (and cache it) in the background; `file`
+    /// is the config's name for it.
+    fn optimize(&self, file: PathBuf, path: PathBuf) {
         let runtime = self.shared.runtime.clone();
         let events = self.events.clone();
         tokio::task::spawn_blocking(move || {
-            let result = runtime.load(&file).map(Arc::new);
+            let result = runtime.load(&path).map(Arc::new);
             let _ = events.send(Event::Optimized(file, result));
         });
     }
@@ -364,7 +407,14 @@ impl Supervisor {
         }
     }
 
-    fn loaded(&mut self, file: PathBuf, result: Result<Arc<CompiledPlugin>, LoadError>) {
+    fn loaded(
+        &mut self,
+        Load {
+            file,
+            pulled,
+            result,
+        }: Load,
+    ) {
         self.loading.remove(&file);
         if self.dirty.remove(&file) {
             self.load(file);
@@ -388,11 +438,19 @@ impl Supervisor {
                         .with_label_values(&[plugin.cache.label()])
                         .inc();
                 }
+                let pinned = pulled.as_ref().map(|p| p.pinned.to_string());
                 for name in names {
                     self.swap_in(&name, plugin.clone());
+                    if let Some(entry) = self.shared.table.write().unwrap().plugins.get_mut(&name) {
+                        entry.pinned = pinned.clone();
+                    }
+                }
+                if let Some(pulled) = &pulled {
+                    tracing::info!(file = %file.display(), pinned = %pulled.pinned, from_registry = pulled.from_registry, "component from a registry ready");
                 }
                 if plugin.compiler == Compiler::Winch {
-                    self.optimize(file);
+                    let path = pulled.map_or_else(|| file.clone(), |p| p.path);
+                    self.optimize(file, path);
                 }
                 self.evict_cache();
             }

@@ -92,6 +92,7 @@ pub async fn plugin(shared: &Shared, name: &str) -> Option<String> {
         "file": plugin.file.display().to_string(),
         "digest": entry.compiled.as_ref().map(|c| c.digest.clone()),
         "load_error": entry.load_error,
+        "pinned": entry.pinned,
         "reconciles": entry.reconciles,
         "last": entry.last,
         "recent_mutations": entry.recent,

@@ -68,6 +68,9 @@ pub struct PluginEntry {
     pub state: Lifecycle,
     /// Why the newest file could not be loaded (the previous version may still serve).
     pub load_error: Option<String>,
+    /// For a plugin from a registry: `oci://…@sha256:…`, the digest running
+    /// (what a tag resolved to).
+    pub pinned: Option<String>,
     pub last: Option<LastRun>,
     /// Failed reconciles in a row.
     pub failures: u32,
@@ -110,6 +113,7 @@ impl PluginEntry {
             compiled: None,
             state,
             load_error: None,
+            pinned: None,
             last: None,
             failures: 0,
             reconciles: 0,
@@ -138,6 +142,7 @@ pub struct PluginStatus<'a> {
     pub digest: Option<&'a str>,
     pub compiler: Option<Compiler>,
     pub load_error: Option<&'a str>,
+    pub pinned: Option<&'a str>,
     pub failures: u32,
     pub reconciles: u64,
     pub last: Option<&'a LastRun>,
@@ -159,6 +164,7 @@ impl PluginTable {
                 digest: e.compiled.as_ref().map(|c| c.digest.as_str()),
                 compiler: e.compiled.as_ref().map(|c| c.compiler),
                 load_error: e.load_error.as_deref(),
+                pinned: e.pinned.as_deref(),
                 failures: e.failures,
                 reconciles: e.reconciles,
                 last: e.last.as_ref(),

@@ -41,6 +41,10 @@ pub enum LoadError {
     Exports { path: PathBuf, cause: String },
     #[error("{path}: imports something Tend does not provide: {cause}")]
     Imports { path: PathBuf, cause: String },
+    /// A plugin from a registry could not be pulled or verified (the text
+    /// names the reference, the cause and the fix).
+    #[error("{0}")]
+    Fetch(String),
 }
 
 /// The build [`Runtime::load_quick`] serves on a compile-cache miss.

@@ -46,6 +46,18 @@ impl Registry {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The file the registry serves blob `digest` (`sha256:…`) from: what a
+    /// test alters to play a corrupted or tampered registry.
+    pub fn blob_file(&self, digest: &str) -> std::path::PathBuf {
+        let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
     /// What the registry logged so far: its access log (every request, with
     /// its query string) and its warnings.
     pub fn log(&self) -> String {

@@ -15,6 +15,7 @@ pub struct RealHttp {
 
 impl RealHttp {
     pub fn new() -> anyhow::Result<Self> {
+        crate::tls::install_ring();
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()

@@ -14,6 +14,7 @@ fn config(name: &str) -> PluginConfig {
         name: name.into(),
         enabled: true,
         file: format!("/plugins/{name}.wasm").into(),
+        oci: None,
         interval: None,
         watch: vec![],
         grants: Default::default(),

@@ -59,6 +59,7 @@ pub struct OpenStack {
 impl OpenStack {
     pub fn new(settings: &CloudSettings) -> anyhow::Result<Self> {
         let credentials = Credentials::load(settings)?;
+        crate::tls::install_ring();
         let http = reqwest::Client::builder()
             .user_agent(concat!("tend/", env!("CARGO_PKG_VERSION")))
             .build()?;
