@@ -139,8 +139,9 @@ impl Journal {
         plan_max_bytes: u64,
     ) -> io::Result<Journal> {
         let dir = state_dir.join("journal");
-        std::fs::create_dir_all(dir.join(PLANS))?;
+        // Checked first, so that a newer Tend's journal gets nothing written.
         crate::schema::check_dir("journal", &dir, SCHEMA_VERSION)?;
+        std::fs::create_dir_all(dir.join(PLANS))?;
         Ok(Journal {
             dir,
             max_bytes,
@@ -580,7 +581,12 @@ mod tests {
         let version = dir.path().join("journal").join(crate::schema::VERSION_FILE);
         assert_eq!(std::fs::read_to_string(&version).unwrap(), "1\n");
         std::fs::write(&version, "2\n").unwrap();
+        std::fs::remove_dir(dir.path().join("journal").join(PLANS)).unwrap();
         let opened = Journal::open(dir.path()).err().unwrap().to_string();
+        assert!(
+            !dir.path().join("journal").join(PLANS).exists(),
+            "a newer journal gets nothing written"
+        );
         let read = read(dir.path(), &Filter::default())
             .unwrap_err()
             .to_string();

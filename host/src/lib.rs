@@ -13,6 +13,7 @@
 //! - [`oci`]: plugins pulled from OCI registries, cosign-verified.
 //! - [`cli`]: the `tend` commands.
 
+pub mod atomic;
 pub mod capabilities;
 pub mod cli;
 pub mod config;

@@ -29,6 +29,7 @@ use std::time::Duration;
 pub const FORMAT: u64 = 1;
 /// The largest recording file read: the tape's bound (which counts the
 /// calls' JSON text), with room for the context and the JSON around the calls.
+/// What parsing it may build is bounded apart (see [`Measure`]).
 pub const MAX_FILE_BYTES: u64 = RECORD_LIMIT as u64 + (16 << 20);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -183,10 +184,14 @@ impl Recording {
     }
 
     fn parse(bytes: &[u8]) -> anyhow::Result<Recording> {
+        // A first pass builds nothing but these: the file is text an
+        // arbitrary list of bytes could fill at 32 bytes of memory per byte.
         #[derive(Deserialize)]
         struct Header {
             format: Option<serde_json::Value>,
             tend_version: Option<serde_json::Value>,
+            #[serde(default)]
+            calls: Option<Measure>,
         }
         let header: Header = serde_json::from_slice(bytes).map_err(|e| {
             anyhow::anyhow!("not a tend recording (not a JSON object: {e}); record one with `tend reconcile NAME --record FILE`")
@@ -206,6 +211,14 @@ impl Recording {
                 env!("CARGO_PKG_VERSION")
             );
         }
+        let memory = header.calls.map_or(0, |calls| calls.0);
+        if memory > RECORD_LIMIT {
+            anyhow::bail!(
+                "its calls would take {} MiB of memory, more than any recording tend writes ({} MiB)",
+                memory >> 20,
+                RECORD_LIMIT >> 20
+            );
+        }
         serde_json::from_slice(bytes)
             .map_err(|e| anyhow::anyhow!("a damaged recording of format {FORMAT}: {e}"))
     }
@@ -213,32 +226,12 @@ impl Recording {
     /// Write to `path` atomically (a temporary file beside it, fsynced, then
     /// renamed), mode 0600: a recording holds whatever the plugin read.
     pub fn write(&self, path: &Path) -> anyhow::Result<()> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let name = path
-            .file_name()
-            .with_context(|| format!("{} names no file", path.display()))?;
-        let tmp = path.with_file_name(format!(
-            ".{}.tmp{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        let written = (|| -> std::io::Result<()> {
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            serde_json::to_writer(std::io::BufWriter::new(&mut file), self)?;
-            file.flush()?;
-            file.sync_all()?;
-            std::fs::rename(&tmp, path)
-        })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e)
-                .with_context(|| format!("cannot write the recording {}", path.display()));
-        }
-        Ok(())
+        crate::atomic::write_with(path, 0o600, |file| {
+            let mut buffered = std::io::BufWriter::new(file);
+            serde_json::to_writer(&mut buffered, self)?;
+            buffered.flush()
+        })
+        .with_context(|| format!("cannot write the recording {}", path.display()))
     }
 
     fn plugin_config(&self, file: &Path) -> PluginConfig {
@@ -246,6 +239,8 @@ impl Recording {
             name: self.context.plugin.clone(),
             enabled: true,
             file: file.to_path_buf(),
+            // A replay runs the component it is given, from no registry.
+            oci: None,
             interval: None,
             watch: vec![],
             grants: Default::default(),
@@ -260,6 +255,100 @@ impl Recording {
         }
     }
 }
+
+/// The memory the calls' arguments and answers take once parsed, as the tape
+/// counts it against [`RECORD_LIMIT`], found by visiting the text without
+/// building anything. A shape that is not a list of calls measures whatever:
+/// the parse after it refuses it.
+struct Measure(usize);
+
+/// What a [`Measure`] visits: the list of calls, one call, or a value in one.
+#[derive(Clone, Copy)]
+enum Level {
+    Calls,
+    Call,
+    Value,
+}
+
+impl<'de> Deserialize<'de> for Measure {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::DeserializeSeed::deserialize(Level::Calls, d).map(Measure)
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Level {
+    type Value = usize;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Level {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_unit<E>(self) -> Result<usize, E> {
+        Ok(NODE)
+    }
+
+    fn visit_str<E>(self, text: &str) -> Result<usize, E> {
+        Ok(NODE + text.len())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<usize, A::Error> {
+        let (item, mut total) = match self {
+            Level::Calls => (Level::Call, 0),
+            Level::Call | Level::Value => (Level::Value, NODE),
+        };
+        while let Some(memory) = items.next_element_seed(item)? {
+            total += memory;
+        }
+        Ok(total)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut fields: A) -> Result<usize, A::Error> {
+        let mut total = 0;
+        while let Some(key) = fields.next_key::<std::borrow::Cow<str>>()? {
+            total += match self {
+                Level::Call if key != "args" && key != "answer" => {
+                    fields.next_value::<serde::de::IgnoredAny>()?;
+                    0
+                }
+                Level::Call => fields.next_value_seed(Level::Value)?,
+                Level::Calls | Level::Value => {
+                    NODE + key.len() + fields.next_value_seed(Level::Value)?
+                }
+            };
+        }
+        Ok(match self {
+            Level::Call => total,
+            Level::Calls | Level::Value => NODE + total,
+        })
+    }
+}
+
+/// The memory of one parsed JSON value, without what it holds.
+const NODE: usize = std::mem::size_of::<serde_json::Value>();
 
 /// How a replay went.
 #[derive(Debug)]
@@ -417,6 +506,39 @@ mod tests {
         file.set_len(MAX_FILE_BYTES + 1).unwrap();
         let err = format!("{:#}", Recording::read(&path).unwrap_err());
         assert!(err.contains("is larger than 80 MiB"), "{err}");
+    }
+
+    #[test]
+    fn calls_that_would_parse_past_the_bound_are_refused_before_they_are_built() {
+        let mut calls = serde_json::to_value(recording()).unwrap();
+        let calls_alone = serde_json::to_vec(&calls["calls"]).unwrap();
+        let measured: Measure = serde_json::from_slice(&calls_alone).unwrap();
+        let entries: Vec<Entry> = serde_json::from_slice(&calls_alone).unwrap();
+        let counted: usize = entries
+            .iter()
+            .map(|e| memory(&e.args) + e.answer.as_ref().map_or(0, memory))
+            .sum();
+        assert_eq!(measured.0, counted);
+
+        // Within the file cap, but a list of bytes as JSON takes 16 times its
+        // text (written as text here, so the test builds no such value).
+        calls["calls"][0]["args"] = serde_json::json!("bytes");
+        let bytes = format!("[[{}0]]", "0,".repeat(RECORD_LIMIT / 16));
+        let text = calls.to_string().replace("\"bytes\"", &bytes);
+        let err = read_error(text.as_bytes());
+        assert!(err.contains("more than any recording tend writes"), "{err}");
+    }
+
+    /// What the tape counts for a value's memory.
+    fn memory(value: &serde_json::Value) -> usize {
+        NODE + match value {
+            serde_json::Value::String(s) => s.len(),
+            serde_json::Value::Array(items) => items.iter().map(memory).sum(),
+            serde_json::Value::Object(fields) => {
+                fields.iter().map(|(k, v)| k.len() + NODE + memory(v)).sum()
+            }
+            _ => 0,
+        }
     }
 
     #[test]

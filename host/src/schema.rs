@@ -7,8 +7,8 @@
 //! - the compile cache needs none: its keys hold Tend's and wasmtime's
 //!   versions, so another version's entries are never read.
 //!
-//! A store without a version is version 1 (what Tend wrote before versions
-//! existed) and is adopted by writing the version; a store of a version this
+//! A store without a version is version 1 (a store from before schema
+//! versions) and is adopted by writing the version; a store of a version this
 //! Tend does not know is refused, naming the file, both versions and the fix.
 
 use std::io;
@@ -27,14 +27,15 @@ pub fn newer(what: &str, path: &Path, found: u64, known: u64) -> String {
 pub const VERSION_FILE: &str = "VERSION";
 
 /// Check the version file of `dir` (holding `what`) against `current` before
-/// writing there: none is adopted as version 1 and written; a version above
+/// writing there: none is adopted as version 1 and written (creating `dir`); a version above
 /// `current`, or one that is not a number, is refused.
 pub fn check_dir(what: &str, dir: &Path, current: u64) -> io::Result<()> {
     let path = dir.join(VERSION_FILE);
     let found = readable(what, dir, current)?;
     if found.is_none_or(|found| found < current) {
         // Version 1 is the only one yet: adopting or migrating is writing it.
-        write_version(&path, current)?;
+        std::fs::create_dir_all(dir)?;
+        crate::atomic::write(&path, 0o666, format!("{current}\n").as_bytes())?;
     }
     Ok(())
 }
@@ -46,7 +47,7 @@ pub fn readable(what: &str, dir: &Path, current: u64) -> io::Result<Option<u64>>
     let found = match std::fs::read_to_string(&path) {
         Ok(text) => text.trim().parse::<u64>().map_err(|_| {
             io::Error::other(format!(
-                "{what} version file {} holds {:?}, not a version number: restore the state dir from a backup, or remove the file if {what} was written by tend 0.1",
+                "{what} version file {} holds {:?}, not a version number: restore the state dir from a backup, or remove the file if {what} is from before schema versions",
                 path.display(),
                 text.chars().take(40).collect::<String>()
             ))
@@ -58,14 +59,6 @@ pub fn readable(what: &str, dir: &Path, current: u64) -> io::Result<Option<u64>>
         return Err(io::Error::other(newer(what, dir, found, current)));
     }
     Ok(Some(found))
-}
-
-/// The version file, written atomically.
-fn write_version(path: &Path, version: u64) -> io::Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, format!("{version}\n"))?;
-    std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]

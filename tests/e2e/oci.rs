@@ -72,10 +72,6 @@ fn error_of(p: &serde_json::Value) -> String {
     p["load_error"].as_str().unwrap_or("").to_string()
 }
 
-fn manifest_digest(pinned: &str) -> &str {
-    pinned.rsplit_once('@').unwrap().1
-}
-
 #[test]
 fn tags_and_digests_load_a_new_digest_reloads_a_tampered_blob_is_refused_and_a_restart_needs_no_registry()
  {
@@ -148,7 +144,6 @@ fn tags_and_digests_load_a_new_digest_reloads_a_tampered_blob_is_refused_and_a_r
         "{}",
         daemon.log()
     );
-    assert!(!manifest_digest(&v2).is_empty());
 }
 
 #[test]

@@ -111,7 +111,7 @@ impl Call {
         let (label, result) = match &self.tape {
             Tape::Off => labelled(work(args).await),
             Tape::Record(recorder) => {
-                let slot = Tape::begin(recorder, tape::entry(capability, operation, &args));
+                let slot = Tape::begin(recorder, capability, operation, &args);
                 let (label, result) = labelled(work(args).await);
                 Tape::end(recorder, slot, &result);
                 (label, result)

@@ -22,7 +22,9 @@ use std::sync::Mutex;
 /// What a recording may hold, arguments and answers together: the bytes of
 /// their JSON text plus the memory of their parsed values (a `list<u8>` is a
 /// JSON array, about 32 bytes of memory per byte), so that both the file and
-/// what the recording daemon holds are bounded.
+/// what the recording daemon holds are bounded. Each argument list and answer
+/// is measured against what is left before its JSON value is built (see
+/// [`fits`]), so a call past the bound costs no memory for its recording.
 pub const RECORD_LIMIT: usize = 64 << 20;
 
 /// Characters of a call's arguments shown in a divergence.
@@ -130,6 +132,25 @@ pub struct Recorder {
     too_large: Option<TooLarge>,
 }
 
+impl Recorder {
+    /// Whether `value` (with `extra` bytes) still fits the recording, which
+    /// stops at `call` when it does not (or stopped already).
+    fn fits(&mut self, call: usize, value: &impl Serialize, extra: usize) -> bool {
+        if self.too_large.is_some() {
+            return false;
+        }
+        let left = self.limit.checked_sub(self.bytes + extra);
+        if !left.is_some_and(|left| fits(value, left)) {
+            self.too_large = Some(TooLarge {
+                call,
+                limit: self.limit,
+            });
+            return false;
+        }
+        true
+    }
+}
+
 pub struct Player {
     calls: Vec<Entry>,
     next: usize,
@@ -145,6 +166,31 @@ pub enum Tape {
 /// The JSON of `value`; a WIT value always serializes.
 fn json(value: &impl Serialize) -> Value {
     serde_json::to_value(value).expect("a WIT value serializes to JSON")
+}
+
+/// Whether the JSON value of `value` would cost at most `budget`, found
+/// without building it: serialized into a counter that stops at the budget.
+/// The count is an upper bound of [`cost`]: serde_json writes every node with
+/// at least one write (so a node per write bounds the nodes), and a string's
+/// memory is at most its text (so the text twice bounds text and strings).
+fn fits(value: &impl Serialize, budget: usize) -> bool {
+    struct Bound {
+        count: usize,
+        budget: usize,
+    }
+    impl std::io::Write for Bound {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.count += std::mem::size_of::<Value>() + 2 * buf.len();
+            if self.count > self.budget {
+                return Err(std::io::Error::other("past the recording's bound"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    serde_json::to_writer(&mut Bound { count: 0, budget }, value).is_ok()
 }
 
 /// What `value` costs a recording: its JSON text and its memory.
@@ -204,20 +250,20 @@ impl Tape {
     }
 
     /// Record mode: keep a call as it starts.
-    pub fn begin(recorder: &Mutex<Recorder>, entry: Entry) -> Slot {
+    pub fn begin(
+        recorder: &Mutex<Recorder>,
+        capability: &str,
+        operation: &str,
+        args: &impl Serialize,
+    ) -> Slot {
         let mut recorder = recorder.lock().unwrap();
-        if recorder.too_large.is_some() {
-            return Slot(None);
-        }
         let index = recorder.calls.len();
-        recorder.bytes += cost(&entry.args) + entry.capability.len() + entry.operation.len();
-        if recorder.bytes > recorder.limit {
-            recorder.too_large = Some(TooLarge {
-                call: index,
-                limit: recorder.limit,
-            });
+        let names = capability.len() + operation.len();
+        if !recorder.fits(index, args, names) {
             return Slot(None);
         }
+        let entry = entry(capability, operation, args);
+        recorder.bytes += cost(&entry.args) + names;
         recorder.calls.push(entry);
         Slot(Some(index))
     }
@@ -229,19 +275,12 @@ impl Tape {
         answer: &Result<T, types::Error>,
     ) {
         let Slot(Some(index)) = slot else { return };
-        let answer = json(answer);
         let mut recorder = recorder.lock().unwrap();
-        if recorder.too_large.is_some() {
+        if !recorder.fits(index, answer, 0) {
             return;
         }
+        let answer = json(answer);
         recorder.bytes += cost(&answer);
-        if recorder.bytes > recorder.limit {
-            recorder.too_large = Some(TooLarge {
-                call: index,
-                limit: recorder.limit,
-            });
-            return;
-        }
         recorder.calls[index].answer = Some(answer);
     }
 
@@ -342,7 +381,7 @@ mod tests {
         let Tape::Record(recorder) = tape else {
             panic!("not recording")
         };
-        let slot = Tape::begin(recorder, entry("state", operation, &(key,)));
+        let slot = Tape::begin(recorder, "state", operation, &(key,));
         Tape::end(recorder, slot, &answer);
     }
 
@@ -487,6 +526,38 @@ mod tests {
             }
         );
         assert!(too_large.to_string().contains("at call 2"), "{too_large}");
+    }
+
+    #[test]
+    fn an_argument_past_the_bound_ends_the_recording_without_being_built() {
+        // As a JSON value this would take over 3 GiB; measured, it stops at
+        // the bound. (Zeroed pages are not touched past the first ones.)
+        let huge = vec![0u8; 100 << 20];
+        let tape = Tape::record_up_to(1 << 20);
+        record(&tape, "get", "a", Ok(None));
+        let Tape::Record(recorder) = &tape else {
+            unreachable!()
+        };
+        let slot = Tape::begin(recorder, "files", "write", &("/x", &huge));
+        Tape::end(recorder, slot, &Ok::<_, types::Error>(()));
+        let Some(TapeEnd::Recorded(Err(too_large))) = tape.finish() else {
+            panic!("not too large")
+        };
+        assert_eq!(too_large.call, 1);
+    }
+
+    #[test]
+    fn the_measure_bounds_the_cost() {
+        for value in [
+            json(&Ok::<_, types::Error>(Some(vec![7u8; 100]))),
+            json(&("/x", "é".repeat(50) + "\"", [("k", 1), ("", 2)])),
+            json(&Err::<(), _>(types::Error::NotFound("b".into()))),
+        ] {
+            // Never under the cost, and not far over it.
+            let cost = cost(&value);
+            assert!(!fits(&value, cost - 1), "{value}");
+            assert!(fits(&value, 4 * cost), "{value}");
+        }
     }
 
     #[test]

@@ -43,14 +43,7 @@ impl Node {
             let runtime = self.runtime.clone();
             let host = self.config.host.clone();
             jobs.push(tokio::spawn(async move {
-                let plugin = match crate::oci::component_file(&config, &host).await {
-                    Ok(file) => {
-                        tokio::task::spawn_blocking(move || runtime.load(&file).map(Arc::new))
-                            .await
-                            .expect("plugin load task panicked")
-                    }
-                    Err(e) => Err(e),
-                };
+                let plugin = crate::oci::load(runtime, &config, &host).await;
                 Loaded { config, plugin }
             }));
         }

@@ -105,8 +105,7 @@ pub async fn reconcile(
     let plugin_config = plugin_named(&config, name)?.clone();
     let node = Node::new(config)?;
     let runtime = node.runtime.clone();
-    let file = crate::oci::component_file(&plugin_config, &node.config.host).await?;
-    let plugin = tokio::task::spawn_blocking(move || runtime.load(&file)).await??;
+    let plugin = crate::oci::load(runtime, &plugin_config, &node.config.host).await?;
     let dry_run = node.config.host.dry_run;
     if dry_run {
         report::line("(dry run: [host] dry-run = true)");

@@ -12,11 +12,16 @@ pub async fn run(file: &Path, plugin: Option<&Path>) -> anyhow::Result<ExitCode>
     let runtime = std::sync::Arc::new(Runtime::new(None)?);
     let loader = runtime.clone();
     let compiled = tokio::task::spawn_blocking(move || loader.load(&component)).await??;
+    // Always named: the component may be the one the recording names, a
+    // path taken from a file that could have come from anywhere.
+    report::line(&format!(
+        "replaying {} ({})",
+        compiled.path.display(),
+        compiled.digest
+    ));
     if compiled.digest != recording.plugin.sha256 {
         report::line(&format!(
-            "note: replaying {} ({}); the recording is of {} ({})",
-            compiled.path.display(),
-            compiled.digest,
+            "note: replaying a different component; the recording is of {} ({})",
             recording.plugin.file.display(),
             recording.plugin.sha256
         ));

@@ -270,6 +270,9 @@ impl Config {
             },
         };
         let mut plugins = BTreeMap::new();
+        // A reference is pulled once for every plugin naming it (with the
+        // first one's key), so all of them must ask for the same key.
+        let mut keys: BTreeMap<PathBuf, (String, Option<PathBuf>)> = BTreeMap::new();
         for (name, plugin) in raw.plugins {
             if !is_valid_plugin_name(name.get_ref()) {
                 return Err(at(
@@ -307,6 +310,21 @@ impl Config {
             }
             let name = name.into_inner();
             let (file, oci) = plugin_source(&name, &plugin, &host, &base, &at)?;
+            if let Some(source) = &oci {
+                let (first, key) = keys
+                    .entry(file.clone())
+                    .or_insert_with(|| (name.clone(), source.key.clone()));
+                if *key != source.key {
+                    let span = plugin.verify.as_ref().map(Spanned::span);
+                    return Err(at(
+                        span.or_else(|| plugin.file.as_ref().map(Spanned::span)),
+                        format!(
+                            "plugin {name} names {} like plugin {first} but with another verify: the component is pulled once for both, so give them the same verify key (or neither one)",
+                            file.display()
+                        ),
+                    ));
+                }
+            }
             let config_json = serde_json::to_string(&plugin.config)
                 .expect("a TOML table always converts to JSON");
             plugins.insert(

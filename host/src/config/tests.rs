@@ -356,6 +356,21 @@ fn oci_references_are_validated_where_they_are_written() {
         e.starts_with("/srv/tend/tend.toml:5:10: verify checks"),
         "{e}"
     );
+    // One reference, pulled once: every plugin naming it needs the same key.
+    let same = format!(
+        "{host}[plugins.a]\nfile = \"oci://r.example/t/x:1\"\n\
+         [plugins.b]\nfile = \"oci://r.example/t/x:1\"\nverify = {{ key = \"k.pub\" }}\n"
+    );
+    let e = error_of(&same);
+    assert!(
+        e.starts_with("/srv/tend/tend.toml:8:10: plugin b names oci://r.example/t/x:1 like plugin a but with another verify"),
+        "{e}"
+    );
+    parse(&same.replace(
+        "[plugins.a]\n",
+        "[plugins.a]\nverify = { key = \"k.pub\" }\n",
+    ))
+    .unwrap();
     let e = error_of(&format!("{host}[host.oci]\ninsecure = true\n"));
     assert!(e.contains("unknown field `insecure`"), "{e}");
 }

@@ -2,8 +2,8 @@
 
 use super::table::{Lifecycle, PluginTable};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -18,7 +18,9 @@ pub struct Metrics {
     pub budget_refusals: IntCounterVec,
     plugin_state: IntGaugeVec,
     consecutive_failures: IntGaugeVec,
-    interval: IntGaugeVec,
+    /// Seconds, fractional: a sub-second interval must not read as 0 (an alert
+    /// multiplies it).
+    interval: GaugeVec,
     plugins_loaded: IntGauge,
     ready: IntGauge,
     config_rejected: IntGauge,
@@ -141,9 +143,16 @@ impl Metrics {
             "tend_plugin_consecutive_failures",
             "Failed reconciles in a row (0 after a success).",
         );
-        let interval = plugin_gauge(
-            "tend_plugin_interval_seconds",
-            "The plugin's configured interval (enabled plugins that have one).",
+        let interval = register(
+            &registry,
+            GaugeVec::new(
+                Opts::new(
+                    "tend_plugin_interval_seconds",
+                    "The plugin's configured interval (enabled plugins that have one).",
+                ),
+                &["plugin"],
+            )
+            .unwrap(),
         );
         let gauge =
             |name: &str, help: &str| register(&registry, IntGauge::new(name, help).unwrap());
@@ -212,7 +221,7 @@ impl Metrics {
             if let (true, Some(every)) = (entry.config.enabled, entry.config.interval) {
                 self.interval
                     .with_label_values(&[name])
-                    .set(every.as_secs() as i64);
+                    .set(every.as_secs_f64());
             }
             for result in RECONCILE_RESULTS {
                 self.reconciles.with_label_values(&[name, result]);

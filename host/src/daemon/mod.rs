@@ -350,6 +350,10 @@ impl Supervisor {
                 tokio::task::spawn_blocking(move || runtime.load_quick(&path).map(Arc::new))
                     .await
                     .expect("component load task panicked");
+            let result = match &pulled {
+                None => result,
+                Some(pulled) => pulled.checked(result),
+            };
             let _ = events.send(Event::Loaded(Load {
                 file,
                 pulled,

@@ -57,18 +57,31 @@ pub fn credentials(settings: &Settings, registry: &str) -> Result<RegistryAuth, 
             path.display()
         )
     })?;
-    // `docker login` keys Docker Hub and some registries by URL.
+    // `docker login` keys Docker Hub (`https://index.docker.io/v1/`) and
+    // some registries by URL.
+    fn hub(host: &str) -> &str {
+        match host {
+            "index.docker.io" | "registry-1.docker.io" => "docker.io",
+            other => other,
+        }
+    }
     let entry = config.auths.iter().find(|(key, _)| {
         let key = key
             .trim_start_matches("https://")
             .trim_start_matches("http://");
-        key == registry || key.split('/').next() == Some(registry)
+        key.split('/').next().map(hub) == Some(hub(registry))
     });
     let Some((_, entry)) = entry else {
         return Ok(RegistryAuth::Anonymous);
     };
-    if let Some(token) = &entry.identitytoken {
-        return Ok(RegistryAuth::Bearer(token.clone()));
+    // An identity token is an OAuth2 refresh token, which only the
+    // registry's token endpoint takes (Tend does not do that exchange): sent
+    // as a bearer token it fails, so say what to write instead.
+    if entry.identitytoken.is_some() {
+        return Err(format!(
+            "{}: the entry for {registry} holds an identitytoken (an OAuth2 refresh token), which Tend does not use: give it auth (base64 of user:password) or username and password instead (a credential helper's output is not read)",
+            path.display()
+        ));
     }
     if let (Some(user), Some(password)) = (&entry.username, &entry.password) {
         return Ok(RegistryAuth::Basic(user.clone(), password.clone()));
@@ -107,7 +120,8 @@ mod tests {
         let auth = base64::engine::general_purpose::STANDARD.encode("robot:s3cret:x");
         let (_d, s) = settings(&format!(
             r#"{{"auths": {{"127.0.0.1:5000": {{"auth": "{auth}"}},
-                "https://ghcr.io/v1/": {{"username": "u", "password": "p"}}}}}}"#
+                "https://ghcr.io/v1/": {{"username": "u", "password": "p"}},
+                "https://index.docker.io/v1/": {{"username": "hub", "password": "p"}}}}}}"#
         ));
         let basic = |a: RegistryAuth| match a {
             RegistryAuth::Basic(u, p) => (u, p),
@@ -121,6 +135,10 @@ mod tests {
             basic(credentials(&s, "ghcr.io").unwrap()),
             ("u".into(), "p".into())
         );
+        assert_eq!(
+            basic(credentials(&s, "docker.io").unwrap()),
+            ("hub".into(), "p".into())
+        );
         assert!(matches!(
             credentials(&s, "other.example").unwrap(),
             RegistryAuth::Anonymous
@@ -133,6 +151,14 @@ mod tests {
         let e = credentials(&s, "r").unwrap_err();
         assert!(
             e.contains("config.json") && e.contains("not a docker config"),
+            "{e}"
+        );
+        let (_d, s) = settings(r#"{"auths": {"r": {"identitytoken": "t"}}}"#);
+        let e = credentials(&s, "r").unwrap_err();
+        assert!(
+            e.contains("config.json")
+                && e.contains("identitytoken")
+                && e.contains("username and password"),
             "{e}"
         );
         let (_d, s) = settings(r#"{"auths": {"r": {"auth": "%%%"}}}"#);

@@ -11,18 +11,13 @@
 //!   resolved to, used when the registry cannot be reached.
 
 use super::reference::{Reference, validate_digest};
-use sha2::{Digest as _, Sha256};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub struct Cache {
     root: PathBuf,
 }
 
-/// `sha256:<hex>` of `bytes`.
-pub fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
+pub(crate) use crate::runtime::sha256_digest as sha256;
 
 fn hex_of(digest: &str) -> &str {
     digest.strip_prefix("sha256:").unwrap_or(digest)
@@ -106,11 +101,7 @@ fn read_verified(path: &Path, digest: &str) -> Option<Vec<u8>> {
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().expect("cache paths have a folder");
     std::fs::create_dir_all(dir)?;
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    file.write_all(bytes)?;
-    file.as_file().sync_all()?;
-    file.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    crate::atomic::write(path, 0o600, bytes)
 }
 
 #[cfg(test)]

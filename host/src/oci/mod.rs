@@ -16,9 +16,11 @@ pub mod sign;
 pub use pull::{Pulled, fetch};
 pub use reference::Reference;
 
+use crate::runtime::{CompiledPlugin, LoadError, Runtime};
 use crate::units::ByteSize;
 use serde::Deserialize;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
@@ -95,17 +97,26 @@ pub fn client(settings: &Settings) -> oci_client::Client {
 
 pub use auth::credentials;
 
-/// The file to compile for `plugin`: its `file`, or for a plugin from a
-/// registry the cached component after a pull (see [`fetch`]).
-pub async fn component_file(
+/// Compile `plugin`'s component off the async executor: its `file`, or for
+/// a plugin from a registry the cached component after a pull (see
+/// [`fetch`]), refused unless the bytes compiled are the verified ones.
+pub async fn load(
+    runtime: Arc<Runtime>,
     plugin: &crate::config::PluginConfig,
     host: &crate::config::HostConfig,
-) -> Result<PathBuf, crate::runtime::LoadError> {
-    match &plugin.oci {
-        None => Ok(plugin.file.clone()),
-        Some(source) => fetch(source, &host.oci, &host.cache_dir)
+) -> Result<Arc<CompiledPlugin>, LoadError> {
+    let compile = |file: PathBuf| async move {
+        tokio::task::spawn_blocking(move || runtime.load(&file).map(Arc::new))
             .await
-            .map(|pulled| pulled.path)
-            .map_err(crate::runtime::LoadError::Fetch),
+            .expect("plugin load task panicked")
+    };
+    match &plugin.oci {
+        None => compile(plugin.file.clone()).await,
+        Some(source) => {
+            let pulled = fetch(source, &host.oci, &host.cache_dir)
+                .await
+                .map_err(LoadError::Fetch)?;
+            pulled.checked(compile(pulled.path.clone()).await)
+        }
     }
 }

@@ -6,16 +6,20 @@ use super::cache::{Cache, sha256};
 use super::reference::Reference;
 use super::sign::{self, Verifier};
 use super::{MAX_MANIFEST, Settings, Source, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};
+use crate::runtime::{CompiledPlugin, LoadError};
 use futures_util::StreamExt;
 use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A component ready to load.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pulled {
     /// The cached component file.
     pub path: PathBuf,
+    /// Its digest (`sha256:<hex>`), as the verified manifest names it.
+    pub digest: String,
     /// `oci://REGISTRY/REPOSITORY@sha256:…`: what runs (the tag's pin).
     pub pinned: Reference,
     /// Whether the registry was reached (false: all from the cache).
@@ -41,6 +45,32 @@ pub async fn fetch(
             "{what}: the pull did not finish within {} (raise [host.oci] timeout, or check the registry)",
             humantime::format_duration(settings.timeout)
         )),
+    }
+}
+
+impl Pulled {
+    /// `compiled`, if built from the verified component. The cached file was
+    /// hashed by the pull and is read again to compile: one changed or
+    /// removed in between must not run, nor stop the version running (a
+    /// fetch error keeps it), so both are refused as fetch errors.
+    pub fn checked(
+        &self,
+        compiled: Result<Arc<CompiledPlugin>, LoadError>,
+    ) -> Result<Arc<CompiledPlugin>, LoadError> {
+        let what = &self.pinned;
+        match compiled {
+            Ok(plugin) if plugin.digest != self.digest => Err(LoadError::Fetch(format!(
+                "{what}: the cached component {} changed on disk after it was verified (digest {}, the manifest names {}): refused",
+                self.path.display(),
+                plugin.digest,
+                self.digest
+            ))),
+            Err(LoadError::Read { path, source }) => Err(LoadError::Fetch(format!(
+                "{what}: the cached component {} cannot be read after it was verified: {source}",
+                path.display()
+            ))),
+            other => other,
+        }
     }
 }
 
@@ -77,10 +107,7 @@ async fn fetch_unbounded(
             connect(&mut remote)?;
             let r = remote.as_ref().expect("connected");
             match r.manifest(reference).await {
-                Ok((digest, bytes)) => {
-                    let _ = cache.pin(reference, &digest);
-                    (digest, Some(bytes))
-                }
+                Ok((digest, bytes)) => (digest, Some(bytes)),
                 Err(e) => match cache.pinned(reference) {
                     Some(pinned) => {
                         tracing::warn!(reference = %reference, %pinned, "cannot resolve the tag, using the digest it last resolved to: {e}");
@@ -122,7 +149,12 @@ async fn fetch_unbounded(
             .and_then(|saved| Saved::parse(&saved))
             .is_some_and(|s| {
                 verifier
-                    .verify(&s.payload, &s.signature, &manifest_digest)
+                    .verify(
+                        &s.payload,
+                        &s.signature,
+                        &manifest_digest,
+                        &reference.repository_name(),
+                    )
                     .is_ok()
             });
         if !cached_ok {
@@ -139,8 +171,14 @@ async fn fetch_unbounded(
     cache
         .put_manifest(&manifest_digest, &manifest)
         .map_err(|e| format!("cannot write the cache in {}: {e}", cache_dir.display()))?;
+    // And only then the tag's pin: the registry may be unreachable next
+    // time, and the pin must not lead to an artifact that failed its checks.
+    if reference.digest().is_none() {
+        let _ = cache.pin(reference, &manifest_digest);
+    }
     Ok(Pulled {
         path: cache.blob_path(&layer.digest),
+        digest: layer.digest,
         pinned,
         from_registry: remote.is_some(),
     })
@@ -320,7 +358,7 @@ impl Remote {
                     continue;
                 }
             };
-            match verifier.verify(&payload, signature, digest) {
+            match verifier.verify(&payload, signature, digest, &pinned.repository_name()) {
                 Ok(()) => {
                     return Ok(Saved {
                         payload,
@@ -454,6 +492,17 @@ mod tests {
         assert!(!pulled.from_registry);
         assert_eq!(pulled.path, cache.blob_path(&layer_digest));
         assert_eq!(pulled.pinned, source.reference);
+        assert_eq!(pulled.digest, layer_digest);
+        // The cached file vanished before it was compiled: a fetch error
+        // (the running version stays), not a missing plugin file.
+        let vanished = pulled.checked(Err(LoadError::Read {
+            path: pulled.path.clone(),
+            source: std::io::ErrorKind::NotFound.into(),
+        }));
+        let Err(LoadError::Fetch(e)) = vanished else {
+            panic!("not a fetch error");
+        };
+        assert!(e.contains("cannot be read after it was verified"), "{e}");
         // A key turns the cached pull into one that needs the signature.
         let (_, public) = sign::Signer::generate(b"").unwrap();
         let key = dir.path().join("cosign.pub");

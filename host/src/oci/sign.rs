@@ -1,10 +1,11 @@
 //! Keyed cosign signatures, as cosign writes them: a simple-signing payload
-//! (JSON naming the manifest digest) signed with the key, stored as the one
-//! layer of an artifact tagged `sha256-<hex>.sig` beside the signed manifest,
-//! the signature in the layer's `dev.cosignproject.cosign/signature`
-//! annotation. Keys are sigstore's (cosign's formats): an encrypted private
-//! key (`ENCRYPTED SIGSTORE PRIVATE KEY`, scrypt + secretbox, password from
-//! COSIGN_PASSWORD) and a PEM public key.
+//! (JSON naming the repository and the manifest digest) signed with the key,
+//! stored as the one layer of an artifact tagged `sha256-<hex>.sig` beside
+//! the signed manifest, the signature in the layer's
+//! `dev.cosignproject.cosign/signature` annotation. Keys are sigstore's
+//! (cosign's formats): an encrypted private key (`ENCRYPTED SIGSTORE PRIVATE
+//! KEY`, scrypt + secretbox, password from COSIGN_PASSWORD) and a PEM public
+//! key.
 
 use base64::Engine as _;
 use sigstore::crypto::signing_key::SigStoreKeyPair;
@@ -55,12 +56,15 @@ impl Verifier {
     }
 
     /// Check that `signature` (base64, as in the annotation) signs `payload`
-    /// with this key and that the payload names `manifest_digest`.
+    /// with this key and that the payload names `manifest_digest` in
+    /// `repository` (`registry/repo`): without the repository, a signature
+    /// made for one artifact would vouch for the same bytes anywhere.
     pub fn verify(
         &self,
         payload_bytes: &[u8],
         signature: &str,
         manifest_digest: &str,
+        repository: &str,
     ) -> Result<(), String> {
         self.key
             .verify_signature(
@@ -85,8 +89,26 @@ impl Verifier {
                 signed.unwrap_or("(none)")
             ));
         }
+        let signed = critical["identity"]["docker-reference"].as_str();
+        if !signed.is_some_and(|signed| same_repository(signed, repository)) {
+            return Err(format!(
+                "the signature (valid for {}) was made for repository {}, not {repository} (sign the artifact where it is pulled from)",
+                self.path,
+                signed.unwrap_or("(none)")
+            ));
+        }
         Ok(())
     }
+}
+
+/// Whether two `registry/repo` names are one repository: cosign names Docker
+/// Hub's `index.docker.io/…`, a reference may say `docker.io/…`.
+fn same_repository(a: &str, b: &str) -> bool {
+    let hub = |r: &str| {
+        r.strip_prefix("index.docker.io/")
+            .map_or_else(|| r.to_string(), |rest| format!("docker.io/{rest}"))
+    };
+    hub(a) == hub(b)
 }
 
 /// A private key to sign with (cosign's encrypted format).
@@ -140,6 +162,7 @@ mod tests {
 
     const M: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
     const N: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+    const R: &str = "127.0.0.1:5000/tend/chaos";
 
     fn verifier(public: &str) -> (tempfile::TempDir, Verifier) {
         let dir = tempfile::tempdir().unwrap();
@@ -160,24 +183,40 @@ mod tests {
         let signer = Signer::load(&key, b"pw").unwrap();
         assert_eq!(signer.public_pem().unwrap(), public);
 
-        let body = payload("127.0.0.1:5000/tend/chaos", M);
+        let body = payload(R, M);
         let signature = signer.sign(&body).unwrap();
         let (_d, right) = verifier(&public);
-        right.verify(&body, &signature, M).unwrap();
+        right.verify(&body, &signature, M, R).unwrap();
         // The payload names another manifest: a valid signature, the wrong artifact.
-        let e = right.verify(&body, &signature, N).unwrap_err();
+        let e = right.verify(&body, &signature, N, R).unwrap_err();
         assert!(e.contains("signs manifest") && e.contains(N), "{e}");
         // Another key.
         let (_, other) = Signer::generate(b"").unwrap();
         let (_d, wrong) = verifier(&other);
-        let e = wrong.verify(&body, &signature, M).unwrap_err();
+        let e = wrong.verify(&body, &signature, M, R).unwrap_err();
         assert!(
             e.contains("does not verify with") && e.contains("cosign.pub"),
             "{e}"
         );
         // An altered payload.
         let altered = payload("127.0.0.1:5000/tend/other", M);
-        assert!(right.verify(&altered, &signature, M).is_err());
+        assert!(right.verify(&altered, &signature, M, R).is_err());
+        // Signed for another repository: the same bytes, not this artifact.
+        let elsewhere = payload("127.0.0.1:5000/tend/other", M);
+        let signature = signer.sign(&elsewhere).unwrap();
+        let e = right.verify(&elsewhere, &signature, M, R).unwrap_err();
+        assert!(
+            e.contains(
+                "made for repository 127.0.0.1:5000/tend/other, not 127.0.0.1:5000/tend/chaos"
+            ),
+            "{e}"
+        );
+        // cosign's name for Docker Hub is the same repository as docker.io.
+        let hub = payload("index.docker.io/tend/chaos", M);
+        let signature = signer.sign(&hub).unwrap();
+        right
+            .verify(&hub, &signature, M, "docker.io/tend/chaos")
+            .unwrap();
         assert_eq!(signature_tag(M), format!("sha256-{}.sig", &M[7..]));
     }
 
@@ -207,9 +246,9 @@ mod tests {
     fn reads_a_key_the_cosign_cli_generated() {
         let path = std::env::var("TEND_COSIGN_GENERATED_KEY").expect("TEND_COSIGN_GENERATED_KEY");
         let signer = Signer::load(Path::new(&path), b"").unwrap();
-        let body = payload("127.0.0.1:5000/tend/chaos", M);
+        let body = payload(R, M);
         let signature = signer.sign(&body).unwrap();
         let (_d, v) = verifier(&signer.public_pem().unwrap());
-        v.verify(&body, &signature, M).unwrap();
+        v.verify(&body, &signature, M, R).unwrap();
     }
 }

@@ -58,6 +58,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// `sha256:<hex>` of `bytes`: a component's digest as OCI and `tend status` write it.
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", sha256_hex(bytes))
+}
+
 impl ArtifactCache {
     pub fn new(dir: Option<&Path>, engine: &Engine) -> Self {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -180,18 +185,12 @@ fn store(component: &Component, artifact: &Path, checksum: &Path) -> anyhow::Res
         std::fs::create_dir_all(dir)?;
     }
     let bytes = component.serialize()?;
-    write_atomic(artifact, &bytes)?;
-    Ok(write_atomic(checksum, checksum_hex(&bytes).as_bytes())?)
-}
-
-/// Temp file, fsync, rename: readers see the old file or the new one.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension(format!("tmp{}", fastrand::u32(..)));
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    crate::atomic::write(artifact, 0o666, &bytes)?;
+    Ok(crate::atomic::write(
+        checksum,
+        0o666,
+        checksum_hex(&bytes).as_bytes(),
+    )?)
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 //! ([`call`]: a fresh `Store` and instance per reconcile, with limits).
 
 mod cache;
+/// A component's digest, as every part of Tend writes it.
+pub use cache::sha256_digest;
 mod call;
 mod engine;
 mod plugin;

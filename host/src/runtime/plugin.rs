@@ -1,7 +1,7 @@
 //! A plugin compiled once: the validated component and its `InstancePre`,
 //! shared by every reconcile until the file changes.
 
-use super::cache::{CacheOutcome, Lookup, sha256_hex};
+use super::cache::{CacheOutcome, Lookup, sha256_digest};
 use super::store::CallState;
 use super::{Compiler, Runtime};
 use crate::wit::PluginPre;
@@ -105,7 +105,7 @@ impl Runtime {
             path: path.to_path_buf(),
             source,
         })?;
-        let digest = format!("sha256:{}", sha256_hex(&wasm));
+        let digest = sha256_digest(&wasm);
         let compile_error = |e: anyhow::Error| LoadError::Compile {
             path: path.to_path_buf(),
             cause: format!("{e:#}"),
@@ -262,7 +262,7 @@ mod tests {
         let cache = tempfile::tempdir().unwrap();
         let runtime = Runtime::new(Some(cache.path())).unwrap();
         let wasm = tail_call_component();
-        let digest = format!("sha256:{}", sha256_hex(&wasm));
+        let digest = sha256_digest(&wasm);
         assert!(
             Component::new(&runtime.baseline.engine, &wasm).is_err(),
             "the test needs a component Winch refuses"
