@@ -34,6 +34,22 @@ fn replay(file: &Path, args: &[&str]) -> (bool, String) {
     (output.status.success(), text)
 }
 
+/// With the registry gone and the file the plugin wrote removed, the replay
+/// of `file` needs neither, answers all `calls` from the tape and writes nothing.
+fn replays_without_the_node(file: &Path, registry: Registry, certs: &str, calls: usize) {
+    drop(registry);
+    std::fs::remove_dir_all(certs).unwrap();
+    let (same, out) = replay(file, &[]);
+    assert!(same, "{out}");
+    assert!(
+        out.contains(&format!(
+            "replayed {calls} calls identically; outcome matches"
+        )),
+        "{out}"
+    );
+    assert!(!Path::new(certs).exists(), "the replay wrote {certs}");
+}
+
 fn recording(file: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap()
 }
@@ -75,18 +91,7 @@ fn a_recorded_reconcile_replays_identically_without_touching_the_node() {
 
     // The registry is gone and the file the plugin wrote is removed: the
     // replay needs neither, and writes nothing.
-    drop(registry);
-    std::fs::remove_dir_all(&certs).unwrap();
-    let (same, out) = replay(&file, &[]);
-    assert!(same, "{out}");
-    assert!(
-        out.contains(&format!(
-            "replayed {} calls identically; outcome matches",
-            names.len()
-        )),
-        "{out}"
-    );
-    assert!(!Path::new(&certs).exists(), "the replay wrote {certs}");
+    replays_without_the_node(&file, registry, &certs, names.len());
 
     // The same plugin under another config: the same probes, then it
     // diverges at its first file call, naming both.
@@ -153,18 +158,7 @@ fn the_daemon_records_a_reconcile_for_the_client_to_write() {
     assert_eq!(write["answer"], serde_json::json!({"Ok": false}), "{write}");
     assert!(daemon.terminate(Duration::from_secs(10)));
 
-    drop(registry);
-    std::fs::remove_dir_all(&certs).unwrap();
-    let (same, out) = replay(&file, &[]);
-    assert!(same, "{out}");
-    assert!(
-        out.contains(&format!(
-            "replayed {} calls identically; outcome matches",
-            names.len()
-        )),
-        "{out}"
-    );
-    assert!(!Path::new(&certs).exists());
+    replays_without_the_node(&file, registry, &certs, names.len());
 }
 
 #[test]

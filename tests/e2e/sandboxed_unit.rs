@@ -65,8 +65,11 @@ fn lines(path: &Path) -> usize {
 
 #[test]
 fn the_sandboxed_unit_runs_the_demo_plugins_and_refuses_writes_elsewhere() {
-    let scratch = workspace_root().join("target/e2e-unit");
-    std::fs::create_dir_all(&scratch).unwrap();
+    // Not under the checkout: the unit's PrivateTmp= and ProtectHome= hide
+    // /tmp, /var/tmp and /home, where a CI clone may live. The binary and the
+    // plugins are copied here for the same reason.
+    let scratch = Path::new("/var/lib/tend-e2e-unit");
+    std::fs::create_dir_all(scratch).unwrap();
     let scratch = scratch.canonicalize().unwrap();
     let peer = SystemdPeer::start_in(&scratch);
     let work = tempfile::tempdir_in(&scratch).unwrap();
@@ -90,6 +93,18 @@ fn the_sandboxed_unit_runs_the_demo_plugins_and_refuses_writes_elsewhere() {
         std::fs::create_dir_all(dir).unwrap();
     }
     let starts = work.join("web.starts");
+    let tend = work.join("tend");
+    std::fs::copy(tend_bin(), &tend).unwrap();
+    let plugins = work.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for name in ["mirror-gate", "unit-applier", "unit-doctor"] {
+        let file = format!("{name}.wasm");
+        std::fs::copy(
+            workspace_root().join("target/plugins").join(&file),
+            plugins.join(&file),
+        )
+        .unwrap();
+    }
 
     // The shipped unit, its paths pointed at this test's directories.
     let shipped =
@@ -98,7 +113,7 @@ fn the_sandboxed_unit_runs_the_demo_plugins_and_refuses_writes_elsewhere() {
     let mut unit = substitute(
         &shipped,
         "/usr/local/bin/tend ",
-        &format!("{} ", tend_bin().canonicalize().unwrap().display()),
+        &format!("{} ", tend.display()),
     );
     unit = substitute(&unit, "/etc/tend/tend.toml", &config.display().to_string());
     unit = substitute(
@@ -118,10 +133,6 @@ fn the_sandboxed_unit_runs_the_demo_plugins_and_refuses_writes_elsewhere() {
     );
     std::fs::write(units.join(UNIT), unit).unwrap();
 
-    let plugins = workspace_root()
-        .join("target/plugins")
-        .canonicalize()
-        .unwrap();
     let mirror = |name: &str, certs: &Path| {
         format!(
             "[plugins.{name}]\nfile = \"{plugins}/mirror-gate.wasm\"\ninterval = \"1h\"\n[plugins.{name}.grants]\nfiles = [{{ path = \"{certs}\", write = true }}]\nhttp = [\"{endpoint}/v2/\"]\n[plugins.{name}.config]\ncerts-dir = \"{certs}\"\n[[plugins.{name}.config.caches]]\nupstream = \"docker.io\"\nendpoint = \"{endpoint}\"\n",

@@ -57,7 +57,7 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>
     }
     match path {
         "/metrics" => {
-            let host = super::metrics::HostGauges {
+            let host = crate::daemon::metrics::HostGauges {
                 ready: readiness(shared).is_none(),
                 config_rejected: shared.config_error.read().unwrap().is_some(),
                 leading: (shared.config.read().unwrap().host.leader_election.is_some())

@@ -13,7 +13,7 @@ fn now_ms() -> u64 {
 
 pub async fn overview(shared: &Shared) -> String {
     let budgets = shared.services.budgets.status(now_ms()).await;
-    let not_ready = super::http::readiness(shared);
+    let not_ready = crate::daemon::http::readiness(shared);
     let table = shared.table.read().unwrap();
     let host = shared.host.read().unwrap();
     serde_json::to_string_pretty(&serde_json::json!({
