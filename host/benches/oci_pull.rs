@@ -11,29 +11,13 @@
 //!
 //!   cargo bench -p tend --bench oci_pull
 
-use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tend_e2e::{
-    Daemon, Registry, Sandbox, epoch_ms, free_port, http_get, plugin, plugin_status, wait_until,
+    Daemon, Registry, Sandbox, epoch_ms, free_port, http_get, plugin, plugin_status, push_plugin,
+    wait_until,
 };
 
 const ROUNDS: usize = 3;
-
-/// `tend plugins push FILE REFERENCE --insecure`: the digest reference.
-fn push(file: &std::path::Path, reference: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_tend"))
-        .args(["plugins", "push"])
-        .arg(file)
-        .args([reference, "--insecure"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
 
 /// Write the config with `plugins` (its own cache, plain HTTP to the registry).
 fn configure(sandbox: &Sandbox, port: u16, registry: u16, plugins: &str) {
@@ -90,9 +74,10 @@ fn main() {
             "[plugins.p.grants]\nhttp = [\"http://127.0.0.1:*/*\"]\n[plugins.p.config]\nurls = [\"http://127.0.0.1:1/\"]\n",
         ),
     ] {
-        let reference = push(
+        let reference = push_plugin(
             &plugin(file),
             &format!("oci://127.0.0.1:{}/bench/{file}:1", registry.port),
+            None,
         );
         let (mut cold, mut cached) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {

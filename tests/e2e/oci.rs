@@ -7,32 +7,12 @@
 
 use std::process::Command;
 use tend_e2e::{
-    Daemon, Registry, Sandbox, digest_of, free_port, plugin, tend_bin, wait_for_plugin,
+    Daemon, Registry, Sandbox, digest_of, free_port, plugin, push_plugin, tend_bin, wait_for_plugin,
 };
 
-/// `tend plugins push FILE REFERENCE --insecure [--sign-key KEY]`: the digest reference.
+/// Push `file` as `reference`, signed with the sandbox's `key` if given.
 fn push(sandbox: &Sandbox, file: &std::path::Path, reference: &str, key: Option<&str>) -> String {
-    let mut command = Command::new(tend_bin());
-    command
-        .args(["plugins", "push"])
-        .arg(file)
-        .args([reference, "--insecure"])
-        .env("COSIGN_PASSWORD", "test");
-    if let Some(key) = key {
-        command.arg("--sign-key").arg(sandbox.path(key));
-    }
-    let out = command.output().unwrap();
-    assert!(
-        out.status.success(),
-        "push failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let pinned = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    assert!(
-        pinned.starts_with("oci://") && pinned.contains("@sha256:"),
-        "{pinned}"
-    );
-    pinned
+    push_plugin(file, reference, key.map(|key| sandbox.path(key)).as_deref())
 }
 
 fn keygen(sandbox: &Sandbox, dir: &str) {

@@ -2,7 +2,7 @@
 //! mirror-gate against a real registry, recorded in-process and by the
 //! daemon, replayed with the registry gone and the node untouched.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use tend_e2e::{Registry, Sandbox, tend_bin};
@@ -50,6 +50,24 @@ fn replays_without_the_node(file: &Path, registry: Registry, certs: &str, calls:
     assert!(!Path::new(certs).exists(), "the replay wrote {certs}");
 }
 
+/// `tend reconcile mirror-gate --record NAME` in `sandbox`: the file, the
+/// recording, its calls (as the command counted them) and what it printed.
+fn record(sandbox: &Sandbox, name: &str) -> (PathBuf, serde_json::Value, Vec<String>, String) {
+    let file = sandbox.path(name);
+    let file_arg = file.display().to_string();
+    let run = sandbox.tend(&["reconcile", "mirror-gate", "--record", &file_arg]);
+    assert!(run.success, "{run:?}");
+    let recorded = recording(&file);
+    let names = calls(&recorded);
+    assert!(
+        run.stdout
+            .contains(&format!("recorded {} calls to {file_arg}", names.len())),
+        "{}",
+        run.stdout
+    );
+    (file, recorded, names, run.stdout)
+}
+
 fn recording(file: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap()
 }
@@ -69,18 +87,7 @@ fn a_recorded_reconcile_replays_identically_without_touching_the_node() {
     let registry = Registry::start();
     let sandbox = Sandbox::new();
     let certs = configure(&sandbox, &registry);
-    let file = sandbox.path("incident.json");
-    let file_arg = file.display().to_string();
-    let run = sandbox.tend(&["reconcile", "mirror-gate", "--record", &file_arg]);
-    assert!(run.success, "{run:?}");
-    let recorded = recording(&file);
-    let names = calls(&recorded);
-    assert!(
-        run.stdout
-            .contains(&format!("recorded {} calls to {file_arg}", names.len())),
-        "{}",
-        run.stdout
-    );
+    let (file, recorded, names, _) = record(&sandbox, "incident.json");
     assert_eq!(recorded["format"], 1);
     assert_eq!(recorded["plugin"]["name"], "mirror-gate");
     assert!(names.contains(&"http.send".to_string()), "{names:?}");
@@ -139,19 +146,8 @@ fn the_daemon_records_a_reconcile_for_the_client_to_write() {
     tend_e2e::wait_until(Duration::from_secs(30), "the first reconcile", || {
         Path::new(&hosts).exists()
     });
-    let file = sandbox.path("by-daemon.json");
-    let file_arg = file.display().to_string();
-    let run = sandbox.tend(&["reconcile", "mirror-gate", "--record", &file_arg]);
-    assert!(run.success, "{run:?}");
-    assert!(run.stdout.contains("by the tend daemon"), "{}", run.stdout);
-    let recorded = recording(&file);
-    let names = calls(&recorded);
-    assert!(
-        run.stdout
-            .contains(&format!("recorded {} calls to {file_arg}", names.len())),
-        "{}",
-        run.stdout
-    );
+    let (file, recorded, names, stdout) = record(&sandbox, "by-daemon.json");
+    assert!(stdout.contains("by the tend daemon"), "{stdout}");
     assert!(names.contains(&"http.send".to_string()), "{names:?}");
     // The file was there already: the write answered "unchanged".
     let write = &recorded["calls"][names.iter().position(|n| n == "files.write").unwrap()];

@@ -72,3 +72,33 @@ impl Drop for Registry {
             .status();
     }
 }
+
+/// `tend plugins push FILE REFERENCE --insecure [--sign-key KEY]` (key
+/// password "test"): the `oci://…@sha256:…` reference it printed.
+pub fn push_plugin(
+    file: &std::path::Path,
+    reference: &str,
+    sign_key: Option<&std::path::Path>,
+) -> String {
+    let mut command = Command::new(crate::tend_bin());
+    command
+        .args(["plugins", "push"])
+        .arg(file)
+        .args([reference, "--insecure"])
+        .env("COSIGN_PASSWORD", "test");
+    if let Some(key) = sign_key {
+        command.arg("--sign-key").arg(key);
+    }
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "push failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pinned = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(
+        pinned.starts_with("oci://") && pinned.contains("@sha256:"),
+        "{pinned}"
+    );
+    pinned
+}
