@@ -6,6 +6,7 @@
 mod cluster_demo;
 mod image;
 mod langs;
+mod tally;
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -304,15 +305,21 @@ fn test() -> Result<()> {
     run(cargo().args(["build", "--workspace", "--bins", "--tests"]))?;
     let tend = root().join("target/debug/tend");
     plugins(&tend)?;
-    for lang in langs::ALL {
-        (lang.test)()?;
-    }
     // tests/e2e/image.rs runs it in the test containerd.
     image::image()?;
+    // Every runner runs to its end; one total closes the run.
+    let mut tally = tally::Tally::default();
+    for lang in langs::ALL {
+        (lang.test)(&mut tally)?;
+    }
     step("running every test (unit and end-to-end)");
-    run(cargo()
-        .args(["test", "--workspace", "--no-fail-fast"])
-        .env("TEND_BIN", root().join("target/debug/tend")))
+    tally.run(
+        "cargo test",
+        cargo()
+            .args(["test", "--workspace", "--no-fail-fast"])
+            .env("TEND_BIN", root().join("target/debug/tend")),
+    )?;
+    tally.finish()
 }
 
 /// The demo's systemd (tests/peers/systemd.sh), stopped on drop.

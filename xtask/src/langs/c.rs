@@ -9,7 +9,8 @@
 //! wit-bindgen CLI takes minutes, and that also carries the adapter. The
 //! helpers shared with the Go module live here.
 
-use super::{collect, render, rendered, script};
+use super::{collect, render, rendered, script, script_command};
+use crate::tally::Tally;
 use crate::{cargo, root, run, step, venv_bin_dir};
 use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
@@ -28,10 +29,13 @@ fn plugins(out: &Path) -> Result<()> {
     collect(&dir, "c", out)
 }
 
-fn test() -> Result<()> {
+fn test(tally: &mut Tally) -> Result<()> {
     step("testing the C SDK");
-    run(&mut Command::new(root().join("sdk/c/test.sh")))?;
-    script(&rendered("c")?, "test.sh", &[], &[])
+    tally.run("the C SDK", &mut Command::new(root().join("sdk/c/test.sh")))?;
+    tally.run(
+        "the C template",
+        &mut script_command(&rendered("c")?, "test.sh", &[], &[])?,
+    )
 }
 
 /// The directories the templates' scripts find their tools in, before PATH:

@@ -7,7 +7,8 @@
 //! as the C module does.
 
 use super::c::{check_bindings, tools};
-use super::{collect, render, rendered, script};
+use super::{collect, render, rendered, script, script_command};
+use crate::tally::Tally;
 use crate::{root, run, step, venv_bin};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -37,22 +38,29 @@ fn plugins(out: &Path) -> Result<()> {
     collect(&dir, "go", out)
 }
 
-fn test() -> Result<()> {
+fn test(tally: &mut Tally) -> Result<()> {
     step("testing the Go SDK");
-    run(Command::new(venv_bin("go")?)
-        .current_dir(root().join("sdk/go"))
-        .args(["test", ".", "./fake"])
-        .envs([
-            ("GOPROXY", "off"),
-            ("GOFLAGS", "-mod=mod"),
-            ("GOTOOLCHAIN", "local"),
-        ])
-        .env("GOCACHE", go_cache()))?;
-    script(
-        &rendered("go")?,
-        "test.sh",
-        &tools()?,
-        &[("GOCACHE", &go_cache())],
+    // -v: one `--- PASS`/`--- FAIL` line per test, for the total.
+    tally.run(
+        "the Go SDK",
+        Command::new(venv_bin("go")?)
+            .current_dir(root().join("sdk/go"))
+            .args(["test", "-v", ".", "./fake"])
+            .envs([
+                ("GOPROXY", "off"),
+                ("GOFLAGS", "-mod=mod"),
+                ("GOTOOLCHAIN", "local"),
+            ])
+            .env("GOCACHE", go_cache()),
+    )?;
+    tally.run(
+        "the Go template",
+        &mut script_command(
+            &rendered("go")?,
+            "test.sh",
+            &tools()?,
+            &[("GOCACHE", &go_cache())],
+        )?,
     )
 }
 

@@ -7,7 +7,8 @@
 //! installed with `npm ci` into target/npm, nothing global. Tests: the SDK's
 //! (sdk/js, `node --test`, against target/tend-fakes.wasm) and the template's.
 
-use super::{collect, render, rendered, script};
+use super::{collect, render, rendered, script, script_command};
+use crate::tally::Tally;
 use crate::{root, run, step};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -67,18 +68,24 @@ fn plugins(out: &Path) -> Result<()> {
         .env("PATH", super::path_with(&[bin])?))
 }
 
-fn test() -> Result<()> {
+fn test(tally: &mut Tally) -> Result<()> {
     let bin = tools()?;
     let fakes = super::fakes_wasm()?;
     step("testing the JavaScript SDK (node --test)");
-    run(Command::new("node")
-        .current_dir(root().join("sdk/js"))
-        .arg("--test")
-        .env("TEND_FAKES_WASM", &fakes))?;
-    script(
-        &rendered("js")?,
-        "test.sh",
-        &[bin],
-        &[("TEND_FAKES_WASM", &fakes)],
+    tally.run(
+        "the JavaScript SDK",
+        Command::new("node")
+            .current_dir(root().join("sdk/js"))
+            .arg("--test")
+            .env("TEND_FAKES_WASM", &fakes),
+    )?;
+    tally.run(
+        "the JavaScript template",
+        &mut script_command(
+            &rendered("js")?,
+            "test.sh",
+            &[bin],
+            &[("TEND_FAKES_WASM", &fakes)],
+        )?,
     )
 }

@@ -11,6 +11,7 @@ mod js;
 mod python;
 mod rust;
 
+use crate::tally::Tally;
 use crate::{root, run, step};
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -22,8 +23,8 @@ pub struct Lang {
     pub name: &'static str,
     /// Build the language's plugins into the given directory.
     pub plugins: fn(&Path) -> Result<()>,
-    /// Run the SDK's unit tests (and the template's).
-    pub test: fn() -> Result<()>,
+    /// Run the SDK's unit tests (and the template's), each runner counted.
+    pub test: fn(&mut Tally) -> Result<()>,
 }
 
 pub const ALL: &[Lang] = &[rust::LANG, python::LANG, js::LANG, c::LANG, go::LANG];
@@ -104,10 +105,21 @@ pub fn path_with(dirs: &[PathBuf]) -> Result<std::ffi::OsString> {
 /// Runs a rendered project's `build.sh` or `test.sh`, with `path` before PATH
 /// and the variables `env`.
 pub fn script(dir: &Path, name: &str, path: &[PathBuf], env: &[(&str, &Path)]) -> Result<()> {
-    run(Command::new(dir.join(name))
-        .current_dir(dir)
+    run(&mut script_command(dir, name, path, env)?)
+}
+
+/// The command of a rendered project's script (for `Tally::run`).
+pub fn script_command(
+    dir: &Path,
+    name: &str,
+    path: &[PathBuf],
+    env: &[(&str, &Path)],
+) -> Result<Command> {
+    let mut cmd = Command::new(dir.join(name));
+    cmd.current_dir(dir)
         .env("PATH", path_with(path)?)
-        .envs(env.iter().copied()))
+        .envs(env.iter().copied());
+    Ok(cmd)
 }
 
 /// Copies the project's `LANG-probe.wasm` into `out`.
@@ -129,5 +141,7 @@ pub fn one(name: Option<&str>) -> Result<()> {
     let out = root().join("target/plugins");
     std::fs::create_dir_all(&out)?;
     (lang.plugins)(&out)?;
-    (lang.test)()
+    let mut tally = Tally::default();
+    (lang.test)(&mut tally)?;
+    tally.finish()
 }

@@ -2,7 +2,8 @@
 //! SDK (sdk/python), tested with pytest against the Rust SDK's fakes
 //! compiled to wasm (super::fakes_wasm).
 
-use super::{collect, render, rendered, script};
+use super::{collect, render, rendered, script, script_command};
+use crate::tally::Tally;
 use crate::{newest_mtime, root, run, step, venv_bin, venv_bin_dir};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -48,17 +49,23 @@ fn plugins(out: &Path) -> Result<()> {
 /// pytest on sdk/python: the wrappers, config, the adapter against
 /// componentize-py's bindings (the venv on PATH), and every case of
 /// sdk/conformance.json against the fakes.
-fn test() -> Result<()> {
+fn test(tally: &mut Tally) -> Result<()> {
     step("pytest sdk/python (the Python SDK against the wasm fakes)");
-    run(Command::new(venv_bin("pytest")?)
-        .current_dir(root().join("sdk/python"))
-        .args(["-q", "-p", "no:cacheprovider"])
-        .env("PATH", super::path_with(&[venv_bin_dir()?])?)
-        .env("TEND_FAKES_WASM", super::fakes_wasm()?))?;
-    script(
-        &rendered("python")?,
-        "test.sh",
-        &[venv_bin_dir()?],
-        &[("TEND_FAKES_WASM", &super::fakes_wasm()?)],
+    tally.run(
+        "the Python SDK",
+        Command::new(venv_bin("pytest")?)
+            .current_dir(root().join("sdk/python"))
+            .args(["-q", "-p", "no:cacheprovider"])
+            .env("PATH", super::path_with(&[venv_bin_dir()?])?)
+            .env("TEND_FAKES_WASM", super::fakes_wasm()?),
+    )?;
+    tally.run(
+        "the Python template",
+        &mut script_command(
+            &rendered("python")?,
+            "test.sh",
+            &[venv_bin_dir()?],
+            &[("TEND_FAKES_WASM", &super::fakes_wasm()?)],
+        )?,
     )
 }

@@ -3,8 +3,9 @@
 //! gets this workspace's lock file and target directory, so the dependencies
 //! it shares with the workspace are the same versions, compiled once.
 
-use super::{collect, render, rendered, script};
+use super::{collect, render, rendered, script, script_command};
 use crate::root;
+use crate::tally::Tally;
 use anyhow::Result;
 use std::path::Path;
 
@@ -26,11 +27,14 @@ fn plugins(out: &Path) -> Result<()> {
     collect(&dir, "rust", out)
 }
 
-fn test() -> Result<()> {
-    script(
-        &rendered("rust")?,
-        "test.sh",
-        &[],
-        &[("CARGO_TARGET_DIR", &root().join("target"))],
+fn test(tally: &mut Tally) -> Result<()> {
+    tally.run(
+        "the Rust template",
+        &mut script_command(
+            &rendered("rust")?,
+            "test.sh",
+            &[],
+            &[("CARGO_TARGET_DIR", &root().join("target"))],
+        )?,
     )
 }
