@@ -335,3 +335,41 @@ fn tend_reconcile_goes_through_a_running_daemon() {
     );
     assert!(daemon.terminate(Duration::from_secs(10)));
 }
+
+/// `tend journal | head -1`: a reader that stops reading ends the command
+/// quietly with success (it panicked on the broken pipe before).
+#[test]
+fn a_reader_that_stops_reading_ends_tend_journal_quietly() {
+    use std::io::{BufRead, BufReader};
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("chaos", "chaos");
+    let out = sandbox.path("out");
+    sandbox.config(&format!(
+        "[plugins.burst]\nfile = \"plugins/chaos.wasm\"\n[plugins.burst.grants]\nfiles = [{{ path = \"{}\", write = true }}]\n[plugins.burst.config]\nmode = \"burst\"\ndir = \"{}\"\nfiles = 200\nsize = 8\n",
+        out.display(),
+        out.display()
+    ));
+    // Three reconciles of 200 writes each: far more journal text than a pipe
+    // holds (64 KiB), so the command is still writing when the reader leaves.
+    for _ in 0..3 {
+        let run = sandbox.tend(&["reconcile", "burst"]);
+        assert!(run.success, "{}", run.stderr);
+    }
+    let mut journal = Command::new(tend_e2e::tend_bin())
+        .args(["journal", "--json", "-c"])
+        .arg(sandbox.path("tend.toml"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(journal.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("burst"), "{first}");
+    // The read end is closed here (dropped with the BufReader).
+    let output = journal.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

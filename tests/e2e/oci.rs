@@ -192,3 +192,25 @@ fn unsigned_and_wrongly_signed_artifacts_are_refused_while_the_old_version_runs(
         runs_version(p, "v2") && p["pinned"] == v2.as_str() && error_of(p).is_empty()
     });
 }
+
+/// A push to a plain-HTTP registry without `--insecure` fails saying how to
+/// reach it (it said only "error sending request"), and nothing is stored.
+#[test]
+fn a_push_to_a_plain_http_registry_without_insecure_names_the_flag() {
+    let registry = Registry::start();
+    let reference = format!("oci://127.0.0.1:{}/plugins/chaos:v1", registry.port);
+    let out = Command::new(tend_bin())
+        .args(["plugins", "push"])
+        .arg(plugin("chaos"))
+        .arg(&reference)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("pass --insecure") && stderr.contains("error sending request"),
+        "{stderr}"
+    );
+    // The same push with the flag works: the hint named the only difference.
+    assert!(push_plugin(&plugin("chaos"), &reference, None).contains("@sha256:"));
+}

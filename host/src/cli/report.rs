@@ -12,12 +12,26 @@ use serde_json::Value;
 
 /// Print one line for people, made inert.
 pub fn line(text: &str) {
-    println!("{}", inert(text));
+    print_line(&inert(text));
 }
 
 /// Print JSON text (one value, possibly pretty), made inert.
 pub fn json(text: &str) {
-    println!("{}", inert_json(text));
+    print_line(&inert_json(text));
+}
+
+/// A reader that stopped reading (`tend journal | head`) ends the command
+/// quietly and successfully, as coreutils do; any other write error ends it
+/// with the error (where `println!` would panic on both).
+fn print_line(text: &str) {
+    use std::io::Write;
+    if let Err(e) = writeln!(std::io::stdout().lock(), "{text}") {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to standard output: {e}");
+        std::process::exit(1);
+    }
 }
 
 /// "mirror-gate: healthy: 1 cache mirrored (12 ms)" or the failure, then one

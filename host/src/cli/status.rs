@@ -43,9 +43,9 @@ pub async fn show(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let status: Value = serde_json::from_str(&body)?;
     say!(
         "node {}  ready {}  dry-run {}",
-        status["node_name"],
-        status["ready"],
-        status["dry_run"]
+        text(&status["node_name"]),
+        text(&status["ready"]),
+        text(&status["dry_run"])
     );
     if let Some(error) = status["config_error"].as_str() {
         say!("config rejected (the last good one runs): {error}");
@@ -76,8 +76,8 @@ pub async fn show(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
             plugin["name"].as_str().unwrap_or(""),
             plugin["state"].as_str().unwrap_or(""),
             &digest[..digest.len().min(19)],
-            plugin["failures"],
-            plugin["reconciles"],
+            text(&plugin["failures"]),
+            text(&plugin["reconciles"]),
         );
         if let Some(pinned) = plugin["pinned"].as_str() {
             say!("{:<24} pinned: {pinned}", "");
@@ -98,11 +98,22 @@ fn print_budgets(budgets: &Value) {
         say!(
             "budget {}: {} of {} per {} used{next} ({})",
             budget["name"].as_str().unwrap_or(""),
-            budget["used"],
-            budget["max"],
+            text(&budget["used"]),
+            text(&budget["max"]),
             budget["per"].as_str().unwrap_or(""),
             lines(&budget["operations"]).join(", ")
         );
+    }
+}
+
+/// A value as the table shows it: a string without JSON quotes, a number or
+/// bool as written, nothing as `-` (and a `String`, so widths pad it: serde_json's
+/// `Display` ignores them).
+fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -123,7 +134,6 @@ pub async fn show_plugin(config_path: &Path, name: &str, json: bool) -> anyhow::
         return Ok(ExitCode::SUCCESS);
     }
     let p: Value = serde_json::from_str(&body)?;
-    let text = |v: &Value| v.as_str().map_or_else(|| "-".to_string(), str::to_string);
     say!("{}: {}", name, text(&p["state"]));
     say!("  file:     {} ({})", text(&p["file"]), text(&p["digest"]));
     if let Some(pinned) = p["pinned"].as_str() {
@@ -165,7 +175,7 @@ pub async fn show_plugin(config_path: &Path, name: &str, json: bool) -> anyhow::
         say!(
             "  schedule: next run {}; {} failure(s) in a row{}",
             text(&schedule["next_run"]),
-            schedule["failures_in_a_row"],
+            text(&schedule["failures_in_a_row"]),
             schedule["backoff"]
                 .as_str()
                 .map_or(String::new(), |b| format!(", backing off until {b}"))

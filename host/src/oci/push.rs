@@ -78,7 +78,10 @@ async fn push_artifact(
         .await;
     let manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
     let failed = |what: &str, e: oci_client::errors::OciDistributionError| {
-        anyhow::anyhow!("pushing {what} to {reference}: {e}")
+        let hint = plain_http_hint(settings, &reference.registry, &e);
+        // With its sources (`{:#}` where the CLI prints it), not only the bare
+        // "error sending request".
+        anyhow::Error::new(e).context(format!("pushing {what} to {reference}{hint}"))
     };
     client
         .push_blob(&target, layer.data.clone(), &manifest.layers[0].digest)
@@ -99,6 +102,23 @@ async fn push_artifact(
         .await
         .map_err(|e| failed("the manifest", e))?;
     Ok(reference.at_digest(&digest))
+}
+
+/// A request that never got an answer from a registry Tend speaks TLS to is
+/// most often a plain-HTTP registry: say how to reach one.
+fn plain_http_hint(
+    settings: &Settings,
+    registry: &str,
+    e: &oci_client::errors::OciDistributionError,
+) -> String {
+    let unanswered = matches!(e, oci_client::errors::OciDistributionError::RequestError(_));
+    if unanswered && !settings.insecure_registries.iter().any(|r| r == registry) {
+        format!(
+            " (Tend spoke HTTPS to {registry}: if it serves plain HTTP, pass --insecure or list it in [host.oci] insecure-registries)"
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// `tend plugins push`.
