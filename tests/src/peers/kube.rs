@@ -450,8 +450,8 @@ pub fn kubectl_bin(version: &str) -> PathBuf {
     assert!(
         bin.exists(),
         "{} is missing: the tests run kubectl {version} from the Google Cloud SDK \
-         (Debian package google-cloud-cli, whose kubectl package ships kubectl.1.28 \
-         ... kubectl.1.33); set TEND_KUBECTL_DIR to a directory holding kubectl.{version}",
+         (its kubectl package, google-cloud-cli-kubectl, ships kubectl.1.27 \
+         ... kubectl.1.33; the tests use 1.27, 1.28 and 1.33); set TEND_KUBECTL_DIR to a directory holding kubectl.{version}",
         bin.display()
     );
     bin
@@ -466,7 +466,7 @@ pub struct Kubectl {
 }
 
 impl Kubectl {
-    /// kubectl `version` ("1.28" ... "1.33") against `api`: see [`kubectl_bin`].
+    /// kubectl `version` ("1.27" ... "1.33") against `api`: see [`kubectl_bin`].
     pub fn version(version: &str, api: &KubeApi) -> Kubectl {
         let bin = kubectl_bin(version);
         Kubectl {
