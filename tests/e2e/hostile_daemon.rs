@@ -323,19 +323,31 @@ fn manual_reconciles_are_rate_limited_per_plugin() {
     let daemon = sandbox.daemon();
     wait_for_plugin(port, "chaos", "its startup run", |p| p["reconciles"] == 1);
     // The attack: 20 manual reconciles in 0.2 s through the control socket.
-    let burst = |sandbox: &Sandbox| -> Vec<(u16, String)> {
+    // Each answer with when it came: on a loaded machine the burst may take
+    // longer than the 1 s limit, which then allows one more per second.
+    let burst = |sandbox: &Sandbox| -> Vec<(Instant, u16, String)> {
         (0..20)
             .map(|_| {
-                let answer = post_socket(sandbox, "/reconcile/chaos");
+                let (status, body) = post_socket(sandbox, "/reconcile/chaos");
                 std::thread::sleep(Duration::from_millis(10));
-                answer
+                (Instant::now(), status, body)
             })
             .collect()
     };
+    let started = Instant::now();
     let answers = burst(&sandbox);
-    let ran = answers.iter().filter(|(status, _)| *status == 200).count();
-    assert_eq!(ran, 1, "{answers:#?}");
-    for (status, response) in answers.iter().filter(|(s, _)| *s != 200) {
+    let allowed = 1 + started.elapsed().as_secs() as usize;
+    let ran: Vec<Instant> = answers
+        .iter()
+        .filter(|(_, status, _)| *status == 200)
+        .map(|(at, _, _)| *at)
+        .collect();
+    assert!(
+        !ran.is_empty() && ran.len() <= allowed,
+        "{} ran, at most {allowed} allowed: {answers:#?}",
+        ran.len()
+    );
+    for (_, status, response) in answers.iter().filter(|(_, s, _)| *s != 200) {
         assert_eq!(*status, 429, "{response}");
         assert!(
             response.contains("at most one manual reconcile every 1s: retry in")
@@ -343,13 +355,21 @@ fn manual_reconciles_are_rate_limited_per_plugin() {
             "{response}"
         );
     }
+    let cli_started = Instant::now();
     let cli = sandbox.tend(&["reconcile", "chaos"]);
-    assert!(!cli.success);
-    assert!(
-        cli.stderr.contains("429") && cli.stderr.contains("retry in"),
-        "{cli:?}"
+    let last_ran = *ran.last().unwrap();
+    if cli_started.duration_since(last_ran) < Duration::from_millis(900) {
+        assert!(!cli.success, "within 1 s of the last manual run: {cli:?}");
+        assert!(
+            cli.stderr.contains("429") && cli.stderr.contains("retry in"),
+            "{cli:?}"
+        );
+    }
+    assert_eq!(
+        plugin_status(port, "chaos")["reconciles"].as_u64(),
+        Some(1 + ran.len() as u64 + u64::from(cli.success)),
+        "the startup run, the manual runs admitted, and nothing else"
     );
-    assert_eq!(plugin_status(port, "chaos")["reconciles"], 2);
     drop(daemon);
 
     // A failing plugin: a manual reconcile cuts its backoff short once; the
@@ -362,11 +382,11 @@ fn manual_reconciles_are_rate_limited_per_plugin() {
     });
     let answers = burst(&sandbox);
     assert_eq!(
-        answers[0].0, 200,
+        answers[0].1, 200,
         "the first skips the backoff: {}",
-        answers[0].1
+        answers[0].2
     );
-    for (status, response) in &answers[1..] {
+    for (_, status, response) in &answers[1..] {
         assert_eq!(*status, 429, "{response}");
         assert!(
             response.contains("already cut this backoff short: retry in"),

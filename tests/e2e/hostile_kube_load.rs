@@ -353,5 +353,12 @@ fn sixty_four_caches_of_large_config_maps_keep_tends_memory_bounded() {
     );
     assert!(caches < 64.0, "the byte bound stopped new caches");
     assert!(metric(port, "tend_kube_direct_lists_total").unwrap() >= 50.0);
-    assert!(after < 150 * 1024, "tend's RSS {} MiB", after / 1024);
+    // Growth, not an absolute size (a debug build's own size varies): what the
+    // lists asked to hold is 256 MiB, what the bounds allow 37 MiB.
+    assert!(
+        after.saturating_sub(before) < 96 * 1024,
+        "tend's RSS grew {} -> {} MiB",
+        before / 1024,
+        after / 1024
+    );
 }
