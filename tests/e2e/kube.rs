@@ -942,26 +942,77 @@ fn a_cache_whose_watch_fails_answers_unavailable_then_serves_again() {
 /// `budget-exhausted` within the same hour instead of spending the budget again.
 #[test]
 fn a_budget_spent_by_the_leader_stays_spent_after_a_fail_over() {
+    spend_then_fail_over(None);
+}
+
+/// The attack of issue 25 (hole 3): after the leader's one deletion of a
+/// 1-per-hour budget, a second cluster plugin writes 250 new files with
+/// 250-byte names, each a spend of another budget, newer than the deletion
+/// and together more than the whole Lease share (64 KiB) in clear. Each
+/// budget has its own share, so the deletion stays in the Lease, and the
+/// replica taking over after a kill -9 refuses a second deletion as it does
+/// without the writer.
+#[test]
+fn another_budgets_flood_cannot_push_a_spend_out_of_the_lease_before_a_fail_over() {
+    spend_then_fail_over(Some(250));
+}
+
+/// The shared ledgers in the Lease, parsed (`{}` when none).
+fn shared_budgets(api: &KubeApi) -> Value {
+    let annotations = lease(api)["metadata"]["annotations"].clone();
+    let text = annotations["tend.dev/budgets"].as_str().unwrap_or("{}");
+    assert!(text.len() <= 64 * 1024, "{} bytes shared", text.len());
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// Two replicas with a 1-per-hour budget `deletes` on kube.delete (a
+/// cluster `reaper` deleting the ConfigMap "doomed") and a large budget
+/// `writes` on files.write. The leader deletes once; with `flood`, a cluster
+/// `writer` then writes that many new files; the leader is killed, and the
+/// replica taking over must refuse to delete "doomed" (created again) inside
+/// the hour.
+fn spend_then_fail_over(flood: Option<u32>) {
     let api = KubeApi::start();
     let configmaps = "/api/v1/namespaces/default/configmaps";
     let doomed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "doomed"}});
     let (code, body) = call(&api, "POST", configmaps, Some(&doomed));
     assert_eq!(code, 201, "{body}");
-    let budget = "[host.budgets.deletes]\noperations = [\"kube.delete\"]\nmax = 1\nper = \"1h\"\n";
+    let budgets = "[host.budgets.deletes]\noperations = [\"kube.delete\"]\nmax = 1\nper = \"1h\"\n\
+                   [host.budgets.writes]\noperations = [\"files.write\"]\nmax = 100000\nper = \"1h\"\n";
     let reaper = chaos(
         "reaper",
         "scope = \"cluster\"\ninterval = \"1s\"\n",
         Some(r#"[{ resource = "configmaps", namespaces = ["default"], verbs = ["delete"] }]"#),
         "mode = \"kube-call\"\nop = \"delete\"\napi-version = \"v1\"\nkind = \"ConfigMap\"\nnamespace = \"default\"\nname = \"doomed\"",
     );
-    let a = replica(&api, "a", budget, &["reaper"], &reaper);
-    let b = replica(&api, "b", budget, &["reaper"], &reaper);
+    let out = tempfile::tempdir().unwrap();
+    let start = |node: &str| {
+        let dir = out.path().join(node);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (names, plugins) = match flood {
+            None => (vec!["reaper"], reaper.clone()),
+            Some(count) => (
+                vec!["reaper", "writer"],
+                reaper.clone()
+                    + &format!(
+                        "[plugins.writer]\nscope = \"cluster\"\ninterval = \"1s\"\n\
+                         [plugins.writer.grants]\nfiles = [{{ path = \"{d}\", write = true }}]\n\
+                         [plugins.writer.config]\nmode = \"flood\"\ndir = \"{d}\"\ncount = {count}\nname-len = 250\n",
+                        d = dir.display()
+                    ),
+            ),
+        };
+        (replica(&api, node, budgets, &names, &plugins), dir)
+    };
+    let (a, a_dir) = start("a");
+    let (b, b_dir) = start("b");
     wait_until(WITHIN, "a leader", || leading(a.1) || leading(b.1));
     // Daemons first: each prints its log from its sandbox when a test fails.
-    let ((holder, holder_port, _holder_sandbox), (follower, port, _sandbox)) = match leading(a.1) {
-        true => (a, b),
-        false => (b, a),
-    };
+    let ((holder, holder_port, _holder_sandbox), holder_dir, (follower, port, _sandbox)) =
+        match leading(a.1) {
+            true => (a, a_dir, b),
+            false => (b, b_dir, a),
+        };
     let exhausted = |p: &Value| {
         p["last"]["message"].as_str().is_some_and(|m| {
             m.starts_with("budget-exhausted: ")
@@ -978,29 +1029,61 @@ fn a_budget_spent_by_the_leader_stays_spent_after_a_fail_over() {
     );
     let exists = || call(&api, "GET", &format!("{configmaps}/doomed"), None).0 == 200;
     assert!(!exists(), "the leader's one deletion");
-    let annotations = lease(&api)["metadata"]["annotations"].clone();
-    let shared = annotations["tend.dev/budgets"].as_str().unwrap_or_default();
-    assert!(shared.contains(r#""deletes":[["#), "{annotations:#}");
+    let deleted_at = shared_budgets(&api)["deletes"][0][0]
+        .as_u64()
+        .unwrap_or_else(|| panic!("the deletion is shared: {:#}", lease(&api)));
+    if let Some(count) = flood {
+        // The flood: the writer's files removed, its next reconciles write
+        // them anew, each a spend newer than the deletion.
+        std::fs::remove_dir_all(&holder_dir).unwrap();
+        std::fs::create_dir_all(&holder_dir).unwrap();
+        wait_until(WITHIN, "the flood in the Lease", || {
+            let writes = shared_budgets(&api)["writes"].clone();
+            let newer = writes.as_array().map_or(0, |spends| {
+                spends
+                    .iter()
+                    .filter(|s| s[0].as_u64().is_some_and(|at| at > deleted_at))
+                    .count()
+            });
+            newer >= count as usize
+        });
+        let in_clear = 20 + holder_dir.display().to_string().len() + 1 + 250;
+        assert!(
+            count as usize * in_clear > 64 * 1024,
+            "the flood outweighs the whole Lease share in clear"
+        );
+        let shared = shared_budgets(&api);
+        assert_eq!(
+            shared["deletes"][0][0], deleted_at,
+            "the deletion is still shared after the flood: {shared:#}"
+        );
+    }
     let (code, body) = call(&api, "POST", configmaps, Some(&doomed));
     assert_eq!(code, 201, "{body}");
 
     // kill -9 the leader: the follower takes over and refuses the same deletion.
+    let dead = format!("{}", holder.pid());
     drop(holder);
     wait_until(Duration::from_secs(15), "the follower to take over", || {
         leading(port)
     });
+    let holder_now = lease(&api)["spec"]["holderIdentity"].clone();
+    assert!(
+        holder_now.as_str().is_some_and(|h| !h.ends_with(&dead)),
+        "{holder_now}"
+    );
     let refused = tend_e2e::wait_for_plugin(port, "reaper", "the new leader's reconcile", |p| {
         p["reconciles"].as_u64().unwrap_or(0) >= 2
     });
     assert!(exhausted(&refused), "{refused:#}");
     assert!(exists(), "the new leader spent the budget again");
-    let shared = lease(&api)["metadata"]["annotations"]["tend.dev/budgets"].clone();
-    assert!(
-        shared
-            .as_str()
-            .is_some_and(|s| s.contains(r#""deletes":[["#)),
-        "the new leader shares the merged ledger: {shared}"
-    );
+    let budgets = status(port)["budgets"].clone();
+    let deletes = budgets
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["name"] == "deletes"))
+        .unwrap_or_else(|| panic!("{budgets:#}"));
+    assert_eq!(deletes["used"], 1, "{deletes:#}");
+    assert_eq!(shared_budgets(&api)["deletes"][0][0], deleted_at);
     drop(follower);
 }
 

@@ -6,7 +6,7 @@
 //! and a replica that takes the Lease over merges them into its own
 //! ([`Budgets::merge_shared`]): a fail-over does not refill a budget.
 
-use super::budget::{BudgetRule, Ledger};
+use super::budget::{BudgetRule, Ledger, target_hash};
 use crate::capabilities::error::CapError;
 use crate::capabilities::state::StateBackend;
 use serde::Serialize;
@@ -19,11 +19,67 @@ use std::sync::{Arc, Mutex, RwLock};
 const LEDGERS: &str = "tend/budgets";
 
 /// At most this much of the ledgers is shared (a Lease's annotations may
-/// hold 256 KiB in all): about a thousand spends with short targets.
+/// hold 256 KiB in all), split between the budgets so that none can push
+/// another's spends out: about 1,800 spends for one budget, 36 bytes each.
 pub const SHARED_BYTES: usize = 64 * 1024;
 
-/// The shared form of the ledgers: per budget, its spends as [time in ms, target].
+/// The shared form of the ledgers (see [`Budgets::shared`]): per budget, its
+/// spends as [time in ms, target hash]; and two keys no budget can be named
+/// (budget names have no '/'), so a replica of the first format reads the
+/// rest and ignores them: [`FORMAT_KEY`] and [`FULL_KEY`].
 type Shared = BTreeMap<String, Vec<(u64, String)>>;
+
+/// `[[2, "sha256-64"]]`: targets are [`target_hash`]es. Absent in the first
+/// format, whose targets are in clear (hashed when merged).
+const FORMAT_KEY: &str = "tend/format";
+const FORMAT: u64 = 2;
+/// `[[until ms, budget], ...]`: budgets whose spends did not all fit in
+/// their share, each to count as used up until then.
+const FULL_KEY: &str = "tend/full";
+
+/// One budget's part of the shared form, planned before it is written.
+struct Share {
+    name: String,
+    /// Newest first.
+    spends: Vec<(u64, String)>,
+    /// The encoded size of each spend in `spends`, separator included.
+    sizes: Vec<usize>,
+    /// The budget counts as used up until then (carried over from a merge).
+    full_until_ms: Option<u64>,
+    /// How long a spend matters to the budget's rules.
+    memory_ms: u64,
+}
+
+impl Share {
+    fn needs(&self) -> usize {
+        self.sizes.iter().sum()
+    }
+
+    /// Keep the newest spends that fit in `bytes`; the budget counts as used
+    /// up until the last dropped spend stops mattering. Returns (spends,
+    /// full until).
+    fn fit(self, bytes: usize) -> (Vec<(u64, String)>, Option<u64>) {
+        let mut used = 0;
+        let kept = self
+            .sizes
+            .iter()
+            .take_while(|&&size| {
+                used += size;
+                used <= bytes
+            })
+            .count();
+        let dropped_until = self.spends.get(kept).map(|(at, _)| at + self.memory_ms);
+        let mut spends = self.spends;
+        spends.truncate(kept);
+        spends.reverse();
+        (spends, self.full_until_ms.max(dropped_until))
+    }
+}
+
+/// The encoded size of `value` in JSON.
+fn json_len(value: &impl Serialize) -> usize {
+    serde_json::to_string(value).expect("serializes").len()
+}
 
 pub struct Budgets {
     rules: RwLock<Arc<Vec<BudgetRule>>>,
@@ -33,7 +89,7 @@ pub struct Budgets {
     persist: tokio::sync::Mutex<()>,
     /// Notified on every spend, for sharing it at once.
     spent: tokio::sync::Notify,
-    /// The ledgers outgrew [`SHARED_BYTES`] (said once until they fit again).
+    /// A budget outgrew its share of [`SHARED_BYTES`] (said once until all fit again).
     trimmed: AtomicBool,
 }
 
@@ -66,80 +122,129 @@ impl Budgets {
         self.spent.notified().await
     }
 
-    /// The ledgers of the configured budgets as JSON, `{"budget": [[ms,
-    /// "target"], ...]}`, at most [`SHARED_BYTES`]: beyond it, the oldest
-    /// spends are left out (said once), as they free first anyway.
+    /// The ledgers of the configured budgets as JSON, at most
+    /// [`SHARED_BYTES`]: `{"budget": [[ms, "target hash"], ...], ...,
+    /// "tend/format": [[2, "sha256-64"]], "tend/full": [[until ms, "budget"]]}`.
+    /// Each budget has its own share of the bound, so one budget's spends
+    /// never push out another's: the bound split evenly, what a budget does
+    /// not need going to those that need more. A budget whose spends exceed
+    /// its share keeps its newest and is listed under "tend/full" until its
+    /// last dropped spend stops mattering: a successor counts it as used up
+    /// until then rather than spend what it cannot see (said once).
     pub async fn shared(&self) -> String {
         let rules = self.rules.read().unwrap().clone();
-        let mut spends = Vec::new();
+        let now_ms = super::now_ms();
+        let mut shares = Vec::new();
         for rule in rules.iter() {
             if let Err(e) = self.load(&rule.name).await {
                 tracing::warn!(budget = %rule.name, "cannot read budget ledger to share it: {e}");
                 continue;
             }
             let ledgers = self.ledgers.lock().unwrap();
-            spends.extend(
-                ledgers[&rule.name]
-                    .spends()
-                    .map(|(at, target)| (at, rule.name.clone(), target.to_string())),
-            );
+            let ledger = &ledgers[&rule.name];
+            let memory_ms = rule.memory_ms();
+            let spends: Vec<(u64, String)> = ledger
+                .spends()
+                .rev()
+                .take_while(|(at, _)| at + memory_ms > now_ms)
+                .map(|(at, target)| (at, target.to_string()))
+                .collect();
+            shares.push(Share {
+                name: rule.name.clone(),
+                sizes: spends.iter().map(|s| json_len(s) + 1).collect(),
+                spends,
+                full_until_ms: ledger.full_until(now_ms),
+                memory_ms,
+            });
         }
-        // Newest first (a ledger is oldest first), to keep the newest.
-        spends.reverse();
-        spends.sort_by_key(|s| std::cmp::Reverse(s.0));
         let mut shared = Shared::new();
-        let mut size = 2;
-        let total = spends.len();
-        for (at, name, target) in spends {
-            let entry = serde_json::to_string(&(at, &target)).expect("a spend serializes");
-            let budget = match shared.contains_key(&name) {
-                true => 0,
-                false => {
-                    serde_json::to_string(&name)
-                        .expect("a name serializes")
-                        .len()
-                        + 4
-                }
-            };
-            if size + budget + entry.len() + 1 > SHARED_BYTES {
-                break;
+        let mut full = Vec::new();
+        let mut left = SHARED_BYTES.saturating_sub(Self::overhead(&shares));
+        shares.sort_by_key(Share::needs);
+        let mut budgets_left = shares.len();
+        for share in shares {
+            let bytes = share.needs().min(left / budgets_left);
+            left -= bytes;
+            budgets_left -= 1;
+            let name = share.name.clone();
+            let (spends, full_until) = share.fit(bytes);
+            if let Some(until) = full_until {
+                full.push((until, name.clone()));
             }
-            size += budget + entry.len() + 1;
-            shared.entry(name).or_default().push((at, target));
+            if !spends.is_empty() {
+                shared.insert(name, spends);
+            }
         }
-        for spends in shared.values_mut() {
-            spends.reverse();
+        self.say_full(&full);
+        if !full.is_empty() {
+            shared.insert(FULL_KEY.into(), full);
         }
-        let kept: usize = shared.values().map(Vec::len).sum();
-        let trimmed = kept < total;
-        if trimmed && !self.trimmed.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                "the budgets hold {total} spends, more than the election Lease's {SHARED_BYTES} bytes share: the oldest {} are not shared, so a replica taking over may spend them again; lower max (or per) of [host.budgets]",
-                total - kept
-            );
-        }
-        if !trimmed {
-            self.trimmed.store(false, Ordering::Relaxed);
-        }
+        shared.insert(FORMAT_KEY.into(), vec![(FORMAT, "sha256-64".into())]);
         serde_json::to_string(&shared).expect("ledgers serialize")
     }
 
-    /// Add the spends of `shared` (another replica's [`Budgets::shared`]) to
-    /// the ledgers of the budgets configured here, and persist them. A union:
-    /// whatever `shared` says can only make a budget stricter, for at most
-    /// one period.
+    /// What the shared form takes besides the spends themselves, at most:
+    /// the braces, [`FORMAT_KEY`], [`FULL_KEY`] and per budget its key and
+    /// its entry under [`FULL_KEY`].
+    fn overhead(shares: &[Share]) -> usize {
+        let format = json_len(&(FORMAT_KEY, [(FORMAT, "sha256-64")])) + 1;
+        let full = json_len(&FULL_KEY) + 4;
+        let budgets: usize = shares
+            .iter()
+            .map(|share| {
+                let key = json_len(&share.name) + 4;
+                let marker = json_len(&(u64::MAX, &share.name)) + 1;
+                key + marker
+            })
+            .sum();
+        2 + format + full + budgets
+    }
+
+    /// Warn once (until every budget fits again) that some did not fit.
+    fn say_full(&self, full: &[(u64, String)]) {
+        if full.is_empty() {
+            self.trimmed.store(false, Ordering::Relaxed);
+            return;
+        }
+        if !self.trimmed.swap(true, Ordering::Relaxed) {
+            let names: Vec<&str> = full.iter().map(|(_, name)| name.as_str()).collect();
+            tracing::warn!(
+                "budget(s) {} hold more spends than their share of the election Lease's {SHARED_BYTES} bytes: a replica taking over counts them as used up until their oldest spends have left the window; lower max (or per) of [host.budgets]",
+                names.join(", ")
+            );
+        }
+    }
+
+    /// Add the spends of `shared` (another replica's [`Budgets::shared`], of
+    /// this format or the first) to the ledgers of the budgets configured
+    /// here, and persist them. A union: whatever `shared` says can only make
+    /// a budget stricter, for at most one period.
     pub async fn merge_shared(&self, shared: &str) -> Result<(), CapError> {
-        let shared: Shared = serde_json::from_str(shared).map_err(|e| {
+        let mut shared: Shared = serde_json::from_str(shared).map_err(|e| {
             CapError::Other(format!(
                 "the shared budget ledgers are unreadable ({e}): the spends of the previous leader are not known here"
             ))
         })?;
+        let hashed = shared.remove(FORMAT_KEY).is_some();
+        let full: HashMap<String, u64> = shared
+            .remove(FULL_KEY)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(until, name)| (name, until))
+            .collect();
+        if !hashed {
+            for spends in shared.values_mut() {
+                for (_, target) in spends.iter_mut() {
+                    *target = target_hash(target);
+                }
+            }
+        }
         let rules: Vec<BudgetRule> = self
             .rules
             .read()
             .unwrap()
             .iter()
-            .filter(|r| shared.contains_key(&r.name))
+            .filter(|r| shared.contains_key(&r.name) || full.contains_key(&r.name))
             .cloned()
             .collect();
         for rule in &rules {
@@ -150,7 +255,8 @@ impl Budgets {
             let mut ledgers = self.ledgers.lock().unwrap();
             for rule in &rules {
                 let ledger = ledgers.get_mut(&rule.name).expect("loaded above");
-                ledger.merge(rule, &shared[&rule.name], now_ms);
+                let spends = shared.get(&rule.name).map_or(&[][..], Vec::as_slice);
+                ledger.merge(rule, spends, full.get(&rule.name).copied(), now_ms);
             }
         }
         self.persist(&rules).await
@@ -365,6 +471,31 @@ mod tests {
         assert_eq!(budgets.status(at).await[0].used, 0);
     }
 
+    fn rule(name: &str, operation: &str, max: u32, per_secs: u64) -> BudgetRule {
+        BudgetRule {
+            name: name.into(),
+            operations: vec![operation.into()],
+            max,
+            per: Duration::from_secs(per_secs),
+            min_interval_per_target: Duration::ZERO,
+        }
+    }
+
+    /// `count` spends of `operation` on long, distinct targets.
+    async fn flood(budgets: &Budgets, operation: &str, count: usize) {
+        let long = "x".repeat(300);
+        for i in 0..count {
+            budgets
+                .spend(operation, &format!("/{i}/{long}"))
+                .await
+                .unwrap();
+        }
+    }
+
+    fn parse(text: &str) -> Shared {
+        serde_json::from_str(text).unwrap()
+    }
+
     /// What one replica shares, another merges: its budget is used up too,
     /// and what it shares next carries both replicas' spends.
     #[tokio::test]
@@ -381,38 +512,134 @@ mod tests {
         let err = successor.spend("files.remove", "/c").await.unwrap_err();
         assert_eq!(err.kind(), "budget-exhausted");
         assert_eq!(successor.status(at.max(own)).await[0].used, 3);
-        let shared: Shared = serde_json::from_str(&successor.shared().await).unwrap();
+        let shared = parse(&successor.shared().await);
         let targets: Vec<&str> = shared["removals"].iter().map(|(_, t)| t.as_str()).collect();
         assert_eq!(targets.len(), 3);
         for target in ["/a", "/b", "/own"] {
-            assert!(targets.contains(&target), "{targets:?}");
+            assert!(
+                targets.contains(&target_hash(target).as_str()),
+                "{targets:?}"
+            );
         }
         assert!(successor.merge_shared("not json").await.is_err());
     }
 
-    /// Beyond the bound, the newest spends are shared, the oldest left out.
+    /// The attack of issue 25: a second budget's flood of spends on long
+    /// targets, newer than a 1-per-hour budget's one spend, does not push
+    /// that spend out of the Lease; the successor refuses a second one.
     #[tokio::test]
-    async fn the_shared_ledgers_keep_the_newest_spends_within_the_bound() {
+    async fn one_budget_flooding_cannot_evict_anothers_spend() {
+        let rules = vec![
+            rule("deletes", "kube.delete", 1, 3600),
+            rule("writes", "files.write", 100_000, 3600),
+        ];
+        let leader = Budgets::new(rules.clone(), Arc::new(FakeState::default()));
+        leader.spend("kube.delete", "instance-1").await.unwrap();
+        flood(&leader, "files.write", 3000).await;
+        let text = leader.shared().await;
+        assert!(text.len() <= SHARED_BYTES, "{}", text.len());
+        let shared = parse(&text);
+        assert_eq!(shared["deletes"].len(), 1, "the deletion is shared");
+        let successor = Budgets::new(rules, Arc::new(FakeState::default()));
+        successor.merge_shared(&text).await.unwrap();
+        let err = successor
+            .spend("kube.delete", "instance-2")
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), "budget-exhausted", "{err}");
+        assert!(err.to_string().contains("1 used"), "{err}");
+    }
+
+    /// A budget whose spends in its window exceed its share keeps the newest
+    /// and is marked full: a successor refuses it until the last dropped
+    /// spend has left the window, and says so; through a second fail-over too.
+    #[tokio::test]
+    async fn an_over_full_budget_is_treated_as_spent_after_merge() {
+        let rules = vec![rule("writes", "files.write", 100_000, 3600)];
+        let leader = Budgets::new(rules.clone(), Arc::new(FakeState::default()));
+        flood(&leader, "files.write", 3000).await;
+        let text = leader.shared().await;
+        assert!(text.len() <= SHARED_BYTES, "{}", text.len());
+        let shared = parse(&text);
+        let kept = &shared["writes"];
+        assert!(kept.len() > 1000 && kept.len() < 3000, "{}", kept.len());
+        assert!(kept.windows(2).all(|w| w[0].0 <= w[1].0), "oldest first");
+        let full = &shared[FULL_KEY];
+        assert_eq!(full.len(), 1, "{full:?}");
+        assert_eq!(full[0].1, "writes");
+        let first_kept = kept[0].0;
+        assert!(
+            full[0].0 > first_kept && full[0].0 <= first_kept + 3_600_000,
+            "until the newest dropped spend leaves the window: {} vs {first_kept}",
+            full[0].0
+        );
+
+        let successor = Budgets::new(rules.clone(), Arc::new(FakeState::default()));
+        successor.merge_shared(&text).await.unwrap();
+        let err = successor.spend("files.write", "/new").await.unwrap_err();
+        assert_eq!(err.kind(), "budget-exhausted", "{err}");
+        assert!(err.to_string().contains("counts as used up until"), "{err}");
+        let status = &successor.status(super::super::now_ms()).await[0];
+        assert_eq!(status.used, status.max, "{status:?}");
+        assert!(status.next_free.is_some(), "{status:?}");
+
+        // The successor shares the mark on: a second fail-over keeps it.
+        let third = Budgets::new(rules, Arc::new(FakeState::default()));
+        third.merge_shared(&successor.shared().await).await.unwrap();
+        let err = third.spend("files.write", "/new").await.unwrap_err();
+        assert_eq!(err.kind(), "budget-exhausted", "{err}");
+    }
+
+    /// Targets travel as hashes: the successor hashes its own targets the
+    /// same way, so `min-interval-per-target` holds across a merge, from
+    /// this format and from the first (targets in clear).
+    #[tokio::test]
+    async fn hashed_targets_still_enforce_min_interval_per_target_across_a_merge() {
         let mut rules = rules();
-        rules[0].max = 100_000;
+        rules[0].max = 100;
+        rules[0].min_interval_per_target = Duration::from_secs(300);
+        let leader = Budgets::new(rules.clone(), Arc::new(FakeState::default()));
+        let at = leader.spend("files.remove", "/a").await.unwrap();
+        let text = leader.shared().await;
+        assert!(
+            !text.contains(r#""/a""#),
+            "the target travels hashed: {text}"
+        );
+        let first_format = format!(r#"{{"removals":[[{at},"/c"]]}}"#);
+        for (shared, again) in [(&text, "/a"), (&first_format, "/c")] {
+            let successor = Budgets::new(rules.clone(), Arc::new(FakeState::default()));
+            successor.merge_shared(shared).await.unwrap();
+            let err = successor.spend("files.remove", again).await.unwrap_err();
+            assert!(err.to_string().contains("at most once per 5m"), "{err}");
+            successor.spend("files.remove", "/b").await.unwrap();
+        }
+    }
+
+    /// With many budgets each holding many spends, the shared form stays
+    /// within the bound and every budget keeps a share; a budget that needs
+    /// little keeps all of it whatever the others hold.
+    #[tokio::test]
+    async fn the_wire_size_stays_under_the_bound_with_many_budgets_and_spends() {
+        let operations = ["files.write", "files.remove", "http.send", "kube.delete"];
+        let mut rules: Vec<BudgetRule> = (0..40)
+            .map(|i| rule(&format!("budget-{i}"), operations[i % 4], 100_000, 3600))
+            .collect();
+        rules.push(rule("small", "systemd.restart", 5, 3600));
         let budgets = Budgets::new(rules, Arc::new(FakeState::default()));
-        let long = "x".repeat(1000);
-        for i in 0..100 {
-            budgets
-                .spend("files.remove", &format!("/{i}/{long}"))
-                .await
-                .unwrap();
+        budgets.spend("systemd.restart", "a").await.unwrap();
+        budgets.spend("systemd.restart", "b").await.unwrap();
+        for operation in operations {
+            flood(&budgets, operation, 600).await;
         }
         let text = budgets.shared().await;
         assert!(text.len() <= SHARED_BYTES, "{}", text.len());
-        let shared: Shared = serde_json::from_str(&text).unwrap();
-        let kept = &shared["removals"];
-        assert!(kept.len() >= 60 && kept.len() < 100, "{}", kept.len());
-        assert!(
-            kept.last().unwrap().1.starts_with("/99/"),
-            "the newest is kept"
-        );
-        assert!(kept.windows(2).all(|w| w[0].0 <= w[1].0), "oldest first");
+        let shared = parse(&text);
+        assert_eq!(shared["small"].len(), 2, "the small budget keeps all");
+        for i in 0..40 {
+            let kept = shared[&format!("budget-{i}")].len();
+            assert!((30..600).contains(&kept), "budget-{i}: {kept}");
+        }
+        assert_eq!(shared[FULL_KEY].len(), 40);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

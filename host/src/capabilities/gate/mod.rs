@@ -17,7 +17,7 @@ mod budget;
 mod budgets;
 pub mod diff;
 
-pub use budget::{BudgetRule, Ledger};
+pub use budget::{BudgetRule, Ledger, target_hash};
 pub use budgets::{BudgetStatus, Budgets};
 
 use super::error::CapError;
