@@ -513,10 +513,10 @@ impl Cloud for FakeCloud {
             .collect();
         match named[..] {
             [id] => Ok(id.to_string()),
-            [] => Err(Self::not_found(
-                "find-security-group",
-                &format!("granted security group is named {name:?}"),
-            )),
+            [] => Err(Error::NotFound(format!(
+                "cloud find-security-group: no granted security group is named {name:?}: add the group's ID to security-groups in [plugins.{}.grants] cloud",
+                self.plugin
+            ))),
             _ => Err(Error::Conflict(format!(
                 "cloud find-security-group: several granted security groups are named {name:?} ({}): pin the group by its ID",
                 named.join(", ")

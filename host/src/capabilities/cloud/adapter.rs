@@ -243,26 +243,17 @@ impl PluginCloud {
         let what = format!("security groups named {name:?}");
         check_operation(&self.grant, self.plugin(), operation, &what)?;
         let groups = self.backend.find_security_groups(name).await?;
-        let (granted, ungranted): (Vec<_>, Vec<_>) = groups
+        let granted: Vec<&str> = groups
             .iter()
-            .filter(|g| g.name == name)
+            .filter(|g| g.name == name && self.grant.security_groups.iter().any(|s| s.0 == g.id))
             .map(|g| g.id.as_str())
-            .partition(|id| self.grant.security_groups.iter().any(|g| g.0 == *id));
+            .collect();
         match granted.as_slice() {
             [id] => Ok(id.to_string()),
-            [] if ungranted.is_empty() => Err(CapError::NotFound(format!(
-                "cloud find-security-group: no security group is named {name:?}"
-            ))),
+            // One answer whether ungranted groups bear the name or not: the
+            // message must not tell a plugin of groups outside its grant.
             [] => Err(CapError::NotFound(format!(
-                "cloud find-security-group: no granted security group is named {name:?}; {} {} that name but {} not granted: add {} to security-groups in [plugins.{}.grants] cloud",
-                shown_ids(&ungranted),
-                if ungranted.len() == 1 { "has" } else { "have" },
-                if ungranted.len() == 1 { "is" } else { "are" },
-                ungranted
-                    .iter()
-                    .map(|id| format!("{:?}", inert(id)))
-                    .collect::<Vec<_>>()
-                    .join(" or "),
+                "cloud find-security-group: no granted security group is named {name:?}: add the group's ID to security-groups in [plugins.{}.grants] cloud",
                 self.plugin()
             ))),
             several => Err(CapError::Conflict(format!(
