@@ -10,7 +10,7 @@
 use super::backend::{CloudBackend, Instance, InstanceState, OwnerTag, Rule, SecurityGroup};
 use super::grants::{
     CloudGrant, Operation, check_group, check_group_id, check_group_name, check_instance_id,
-    check_operation, check_owned, check_owner, check_rule, describe_rule,
+    check_operation, check_owned, check_owner, check_rule, check_rule_granted, describe_rule,
 };
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::Capability;
@@ -269,6 +269,7 @@ impl PluginCloud {
         check_group_id(group_id)?;
         check_rule(rule)?;
         check_group(&self.grant, self.plugin(), Operation::EnsureRule, group_id)?;
+        check_rule_granted(&self.grant, self.plugin(), group_id, rule)?;
         let detail = rule
             .description
             .as_deref()
