@@ -138,8 +138,12 @@ pub struct CloudGrant {
 }
 
 /// The protocols a grant without `protocols` allows.
-pub const DEFAULT_PROTOCOLS: [Protocol; 4] =
-    [Protocol::Tcp, Protocol::Udp, Protocol::Icmp, Protocol::Icmpv6];
+pub const DEFAULT_PROTOCOLS: [Protocol; 4] = [
+    Protocol::Tcp,
+    Protocol::Udp,
+    Protocol::Icmp,
+    Protocol::Icmpv6,
+];
 
 /// A CIDR of a grant: "10.244.0.0/16", "fd00:10:244::/56", host bits clear.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,11 +170,15 @@ impl Cidr {
     fn network(self) -> Cidr {
         let address = match self.address {
             std::net::IpAddr::V4(a) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 std::net::Ipv4Addr::from(u32::from(a) & mask).into()
             }
             std::net::IpAddr::V6(a) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 std::net::Ipv6Addr::from(u128::from(a) & mask).into()
             }
         };
@@ -427,7 +435,8 @@ impl CloudGrant {
     pub fn extend(&mut self, other: &CloudGrant) {
         self.operations.extend(other.operations.iter().copied());
         self.instances.extend(other.instances.iter().cloned());
-        self.security_groups.extend(other.security_groups.iter().cloned());
+        self.security_groups
+            .extend(other.security_groups.iter().cloned());
         self.remotes.extend(other.remotes.iter().copied());
         self.ports.extend(other.ports.iter().copied());
         if let Some(more) = &other.protocols {
@@ -466,8 +475,14 @@ impl CloudGrant {
                 if !cidr.is_some_and(|c| self.remotes.iter().any(|r| r.contains(&c))) {
                     let granted = listed(self.remotes.iter().map(Cidr::to_string).collect());
                     return denied(
-                        format!("the remote {} lies inside none of remotes ({granted})", crate::shown(text)),
-                        format!("narrow the rule, or add {:?} to remotes", crate::shown(text)),
+                        format!(
+                            "the remote {} lies inside none of remotes ({granted})",
+                            crate::shown(text)
+                        ),
+                        format!(
+                            "narrow the rule, or add {:?} to remotes",
+                            crate::shown(text)
+                        ),
                     );
                 }
             }
@@ -974,7 +989,10 @@ mod tests {
         assert!(!c("10.244.0.0/16").contains(&c("10.245.0.0/24")));
         assert!(!c("10.244.0.0/16").contains(&c("0.0.0.0/0")));
         assert!(c("0.0.0.0/0").contains(&c("0.0.0.0/0")));
-        assert!(!c("0.0.0.0/0").contains(&c("::/0")), "IPv4 never holds IPv6");
+        assert!(
+            !c("0.0.0.0/0").contains(&c("::/0")),
+            "IPv4 never holds IPv6"
+        );
         assert!(c("fd00:10:244::/56").contains(&c("fd00:10:244:ff::/64")));
         assert!(!c("fd00:10:244::/56").contains(&c("fd00:10:245::/64")));
         assert!(!c("fd00:10:244::/56").contains(&c("::/0")));
@@ -1007,13 +1025,23 @@ mod tests {
         };
         let err = denied(&none, &rule(Protocol::Tcp, None, "10.244.0.0/16"));
         assert!(err.contains("(none granted)"), "{err}");
-        let world: CloudGrant = toml::from_str(
-            "remotes = [\"0.0.0.0/0\", \"::/0\"]\nprotocols = [\"any\"]",
-        )
-        .unwrap();
+        let world: CloudGrant =
+            toml::from_str("remotes = [\"0.0.0.0/0\", \"::/0\"]\nprotocols = [\"any\"]").unwrap();
         let any_from_anywhere = rule(Protocol::Any, None, "0.0.0.0/0");
-        assert!(world.check_rule("p", "sg-0123456789abcdef0", &any_from_anywhere).is_ok());
-        assert!(world.check_rule("p", "sg-0123456789abcdef0", &rule(Protocol::Any, None, "::/0")).is_ok());
+        assert!(
+            world
+                .check_rule("p", "sg-0123456789abcdef0", &any_from_anywhere)
+                .is_ok()
+        );
+        assert!(
+            world
+                .check_rule(
+                    "p",
+                    "sg-0123456789abcdef0",
+                    &rule(Protocol::Any, None, "::/0")
+                )
+                .is_ok()
+        );
     }
 
     #[test]
@@ -1023,7 +1051,14 @@ mod tests {
             remote: Remote::Group(id.into()),
             ..rule(Protocol::Icmp, None, "10.244.0.0/16")
         };
-        assert!(g.check_rule("guard", "sg-0123456789abcdef0", &from("sg-0123456789abcdef1")).is_ok());
+        assert!(
+            g.check_rule(
+                "guard",
+                "sg-0123456789abcdef0",
+                &from("sg-0123456789abcdef1")
+            )
+            .is_ok()
+        );
         let err = denied(&g, &from("sg-0fedcba987654321f"));
         assert!(
             err.contains("the remote group sg-0fedcba987654321f is not granted: add \"sg-0fedcba987654321f\" to security-groups"),
@@ -1034,8 +1069,20 @@ mod tests {
     #[test]
     fn protocols_default_to_the_named_four_and_any_needs_naming() {
         let g = pod_grant("ports = [\"1-65535\"]");
-        for p in [Protocol::Tcp, Protocol::Udp, Protocol::Icmp, Protocol::Number(6)] {
-            assert!(g.check_rule("guard", "sg-0123456789abcdef0", &rule(p, None, "10.244.0.0/16")).is_ok());
+        for p in [
+            Protocol::Tcp,
+            Protocol::Udp,
+            Protocol::Icmp,
+            Protocol::Number(6),
+        ] {
+            assert!(
+                g.check_rule(
+                    "guard",
+                    "sg-0123456789abcdef0",
+                    &rule(p, None, "10.244.0.0/16")
+                )
+                .is_ok()
+            );
         }
         let err = denied(&g, &rule(Protocol::Any, None, "10.244.0.0/16"));
         assert!(
@@ -1044,11 +1091,17 @@ mod tests {
         );
         denied(&g, &rule(Protocol::Number(47), None, "10.244.0.0/16"));
         let tcp_only = pod_grant("protocols = [\"tcp\"]\nports = [22]");
-        let err = denied(&tcp_only, &rule(Protocol::Udp, Some((22, 22)), "10.244.0.0/16"));
+        let err = denied(
+            &tcp_only,
+            &rule(Protocol::Udp, Some((22, 22)), "10.244.0.0/16"),
+        );
         assert!(err.contains("(tcp)"), "{err}");
         let gre = pod_grant("protocols = [47, \"any\"]");
         for p in [Protocol::Number(47), Protocol::Any] {
-            assert!(gre.check_rule("g", "sg-0123456789abcdef0", &rule(p, None, "10.244.0.0/16")).is_ok());
+            assert!(
+                gre.check_rule("g", "sg-0123456789abcdef0", &rule(p, None, "10.244.0.0/16"))
+                    .is_ok()
+            );
         }
     }
 
@@ -1057,8 +1110,15 @@ mod tests {
         let g = pod_grant("ports = [22, \"30000-32767\"]");
         let ok = |r: &RuleSpec| g.check_rule("guard", "sg-0123456789abcdef0", r).is_ok();
         assert!(ok(&rule(Protocol::Tcp, Some((22, 22)), "10.244.0.0/16")));
-        assert!(ok(&rule(Protocol::Udp, Some((30000, 30100)), "10.244.0.0/16")));
-        assert!(ok(&rule(Protocol::Icmp, Some((8, 0)), "10.244.0.0/16")), "ICMP has no ports");
+        assert!(ok(&rule(
+            Protocol::Udp,
+            Some((30000, 30100)),
+            "10.244.0.0/16"
+        )));
+        assert!(
+            ok(&rule(Protocol::Icmp, Some((8, 0)), "10.244.0.0/16")),
+            "ICMP has no ports"
+        );
         let err = denied(&g, &rule(Protocol::Tcp, Some((22, 23)), "10.244.0.0/16"));
         assert!(
             err.contains("ports 22-23 lie inside none of ports (22-22, 30000-32767): narrow the rule, or add \"22-23\" to ports"),
@@ -1066,14 +1126,20 @@ mod tests {
         );
         let every = denied(&g, &rule(Protocol::Tcp, None, "10.244.0.0/16"));
         assert!(every.contains("ports 1-65535"), "{every}");
-        denied(&pod_grant(""), &rule(Protocol::Tcp, Some((22, 22)), "10.244.0.0/16"));
+        denied(
+            &pod_grant(""),
+            &rule(Protocol::Tcp, Some((22, 22)), "10.244.0.0/16"),
+        );
     }
 
     #[test]
     fn bad_remotes_ports_and_protocols_are_config_errors() {
         for (grant, why) in [
             ("remotes = [\"10.244.0.0/33\"]", "is not a CIDR"),
-            ("remotes = [\"10.244.1.0/16\"]", "host bits set: write its network, \"10.244.0.0/16\""),
+            (
+                "remotes = [\"10.244.1.0/16\"]",
+                "host bits set: write its network, \"10.244.0.0/16\"",
+            ),
             ("ports = [\"23-22\"]", "is not a port range"),
             ("ports = [\"70000\"]", "is not a port range"),
             ("protocols = [\"sctp\"]", "unknown protocol \"sctp\""),
@@ -1090,7 +1156,15 @@ mod tests {
         g.extend(&toml::from_str("protocols = [\"any\"]\nremotes = [\"0.0.0.0/0\"]").unwrap());
         assert_eq!(
             g.protocols.as_deref(),
-            Some(&[Protocol::Tcp, Protocol::Udp, Protocol::Icmp, Protocol::Icmpv6, Protocol::Any][..])
+            Some(
+                &[
+                    Protocol::Tcp,
+                    Protocol::Udp,
+                    Protocol::Icmp,
+                    Protocol::Icmpv6,
+                    Protocol::Any
+                ][..]
+            )
         );
         assert_eq!(g.remotes.len(), 3);
     }

@@ -3,7 +3,9 @@
 //! host would answer.
 
 use super::capability::AlwaysGranted;
-use super::cloud::{Direction, EtherType, OwnerTag, PluginCloud, PortRange, Protocol, Remote, Rule};
+use super::cloud::{
+    Direction, EtherType, OwnerTag, PluginCloud, PortRange, Protocol, Remote, Rule,
+};
 use super::cri::{PluginCri, SandboxFilter};
 use super::files::PluginFiles;
 use super::http::{HttpRequest, PluginHttp};
