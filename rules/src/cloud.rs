@@ -119,9 +119,182 @@ pub struct CloudGrant {
     /// The ownership tags whose instances the plugin may see and touch.
     #[serde(default)]
     pub instances: Vec<Ownership>,
-    /// The security groups it may read, add rules to and add instances to.
+    /// The security groups it may read, add rules to and add instances to
+    /// (and name as a rule's remote group).
     #[serde(default)]
     pub security_groups: Vec<GroupId>,
+    /// The CIDRs a rule's remote may lie in (none: no CIDR rule at all).
+    /// "0.0.0.0/0" and "::/0" only when named here.
+    #[serde(default)]
+    pub remotes: Vec<Cidr>,
+    /// The protocols a rule may name; None: tcp, udp, icmp and icmpv6
+    /// ("any" and protocol numbers only when listed).
+    #[serde(default)]
+    pub protocols: Option<Vec<Protocol>>,
+    /// The port ranges a tcp or udp rule's range must lie in (none: no tcp
+    /// or udp rule; every port only with "1-65535").
+    #[serde(default)]
+    pub ports: Vec<Ports>,
+}
+
+/// The protocols a grant without `protocols` allows.
+pub const DEFAULT_PROTOCOLS: [Protocol; 4] = [
+    Protocol::Tcp,
+    Protocol::Udp,
+    Protocol::Icmp,
+    Protocol::Icmpv6,
+];
+
+/// A CIDR of a grant: "10.244.0.0/16", "fd00:10:244::/56", host bits clear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    pub address: std::net::IpAddr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    /// `text` as a CIDR (host bits may be set: a rule's remote is compared
+    /// by its network).
+    pub fn parse(text: &str) -> Option<Cidr> {
+        let (address, prefix) = text.split_once('/')?;
+        if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit()) || prefix.len() > 3 {
+            return None;
+        }
+        let prefix: u8 = prefix.parse().ok()?;
+        let address: std::net::IpAddr = address.parse().ok()?;
+        let bits = if address.is_ipv4() { 32 } else { 128 };
+        (prefix <= bits).then(|| Cidr { address, prefix }.network())
+    }
+
+    /// The same prefix with the host bits cleared.
+    fn network(self) -> Cidr {
+        let address = match self.address {
+            std::net::IpAddr::V4(a) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                std::net::Ipv4Addr::from(u32::from(a) & mask).into()
+            }
+            std::net::IpAddr::V6(a) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                std::net::Ipv6Addr::from(u128::from(a) & mask).into()
+            }
+        };
+        Cidr { address, ..self }
+    }
+
+    /// Whether every address of `inner` is one of this CIDR's (same family).
+    pub fn contains(&self, inner: &Cidr) -> bool {
+        self.address.is_ipv4() == inner.address.is_ipv4()
+            && inner.prefix >= self.prefix
+            && Cidr {
+                prefix: self.prefix,
+                ..*inner
+            }
+            .network()
+                == *self
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.address, self.prefix)
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let Some(cidr) = Cidr::parse(&text) else {
+            return Err(D::Error::custom(format!(
+                "{:?} is not a CIDR: expected for example \"10.244.0.0/16\" or \"fd00:10:244::/56\"",
+                crate::shown(&text)
+            )));
+        };
+        let given = text.split_once('/').and_then(|(a, _)| a.parse().ok());
+        if given != Some(cidr.address) {
+            return Err(D::Error::custom(format!(
+                "the CIDR {:?} has host bits set: write its network, \"{cidr}\"",
+                crate::shown(&text)
+            )));
+        }
+        Ok(cidr)
+    }
+}
+
+/// A port range of a grant: "22", "30000-32767", or a number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ports {
+    pub min: u16,
+    pub max: u16,
+}
+
+impl Ports {
+    fn parse(text: &str) -> Option<Ports> {
+        let (min, max) = text.split_once('-').unwrap_or((text, text));
+        let ports = Ports {
+            min: min.trim().parse().ok()?,
+            max: max.trim().parse().ok()?,
+        };
+        (ports.min <= ports.max).then_some(ports)
+    }
+}
+
+impl std::fmt::Display for Ports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.min, self.max)
+    }
+}
+
+impl<'de> Deserialize<'de> for Ports {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u16),
+            Text(String),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::Number(n) => n.to_string(),
+            Raw::Text(text) => text,
+        };
+        Ports::parse(&text).ok_or_else(|| {
+            D::Error::custom(format!(
+                "{:?} is not a port range: expected \"22\" or \"30000-32767\" (min <= max, at most 65535), \"1-65535\" for every port",
+                crate::shown(&text)
+            ))
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Protocol {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u8),
+            Text(String),
+        }
+        let protocol = match Raw::deserialize(d)? {
+            Raw::Number(n) => Protocol::Number(n),
+            Raw::Text(text) => match text.as_str() {
+                "any" => Protocol::Any,
+                "tcp" => Protocol::Tcp,
+                "udp" => Protocol::Udp,
+                "icmp" => Protocol::Icmp,
+                "icmpv6" => Protocol::Icmpv6,
+                other => {
+                    return Err(D::Error::custom(format!(
+                        "unknown protocol {:?}: expected \"tcp\", \"udp\", \"icmp\", \"icmpv6\", \"any\" or a protocol number (0-255)",
+                        crate::shown(other)
+                    )));
+                }
+            },
+        };
+        Ok(protocol.canonical())
+    }
 }
 
 /// Is `id` an instance ID (before any request)?
@@ -256,6 +429,94 @@ impl CloudGrant {
     }
 }
 
+impl CloudGrant {
+    /// This grant with `other`'s added (the SDK fakes' repeated grants): an
+    /// absent `protocols` counts as [`DEFAULT_PROTOCOLS`].
+    pub fn extend(&mut self, other: &CloudGrant) {
+        self.operations.extend(other.operations.iter().copied());
+        self.instances.extend(other.instances.iter().cloned());
+        self.security_groups
+            .extend(other.security_groups.iter().cloned());
+        self.remotes.extend(other.remotes.iter().copied());
+        self.ports.extend(other.ports.iter().copied());
+        if let Some(more) = &other.protocols {
+            let mut protocols = self.granted_protocols().to_vec();
+            protocols.extend(more.iter().copied());
+            self.protocols = Some(protocols);
+        }
+    }
+
+    fn granted_protocols(&self) -> &[Protocol] {
+        self.protocols.as_deref().unwrap_or(&DEFAULT_PROTOCOLS)
+    }
+
+    /// May `plugin` add `rule` to `group_id`? A rule is part of the grant:
+    /// its remote CIDR inside one of `remotes` (a remote group among
+    /// `security-groups`), its protocol among `protocols`, a tcp or udp
+    /// rule's ports inside one of `ports`. "0.0.0.0/0", "::/0", "any"
+    /// protocol and every port pass only when a grant names them. The rule
+    /// passed [`RuleSpec::check`] first.
+    pub fn check_rule(&self, plugin: &str, group_id: &str, rule: &RuleSpec) -> Result<(), Refusal> {
+        let rule = rule.normalized();
+        let denied = |why: String, fix: String| {
+            Err(Refusal::Denied(format!(
+                "cloud ensure-rule of {} into security group {group_id}: {why}: {fix} in {}",
+                rule.describe(),
+                Self::table(plugin)
+            )))
+        };
+        let listed = |items: Vec<String>| match items.is_empty() {
+            true => "none granted".to_string(),
+            false => items.join(", "),
+        };
+        match &rule.remote {
+            Remote::Cidr(text) => {
+                let cidr = Cidr::parse(text);
+                if !cidr.is_some_and(|c| self.remotes.iter().any(|r| r.contains(&c))) {
+                    let granted = listed(self.remotes.iter().map(Cidr::to_string).collect());
+                    return denied(
+                        format!(
+                            "the remote {} lies inside none of remotes ({granted})",
+                            crate::shown(text)
+                        ),
+                        format!(
+                            "narrow the rule, or add {:?} to remotes",
+                            crate::shown(text)
+                        ),
+                    );
+                }
+            }
+            Remote::Group(id) => {
+                if !self.security_groups.iter().any(|g| &g.0 == id) {
+                    return denied(
+                        format!("the remote group {} is not granted", crate::shown(id)),
+                        format!("add {:?} to security-groups", crate::shown(id)),
+                    );
+                }
+            }
+        }
+        if !self.granted_protocols().contains(&rule.protocol) {
+            let granted = listed(self.granted_protocols().iter().map(|p| p.name()).collect());
+            let name = rule.protocol.name();
+            return denied(
+                format!("protocol {name} is not among protocols ({granted})"),
+                format!("add {name:?} to protocols"),
+            );
+        }
+        if rule.protocol.has_ports() {
+            let (min, max) = rule.ports.unwrap_or((1, 65535));
+            if !self.ports.iter().any(|p| p.min <= min && max <= p.max) {
+                let granted = listed(self.ports.iter().map(Ports::to_string).collect());
+                return denied(
+                    format!("ports {min}-{max} lie inside none of ports ({granted})"),
+                    format!("narrow the rule, or add \"{min}-{max}\" to ports"),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Direction {
     Ingress,
@@ -279,6 +540,18 @@ pub enum Protocol {
 }
 
 impl Protocol {
+    /// The name in grants and rule descriptions: "tcp", "any", "47".
+    pub fn name(self) -> String {
+        match self {
+            Protocol::Any => "any".into(),
+            Protocol::Tcp => "tcp".into(),
+            Protocol::Udp => "udp".into(),
+            Protocol::Icmp => "icmp".into(),
+            Protocol::Icmpv6 => "icmpv6".into(),
+            Protocol::Number(n) => n.to_string(),
+        }
+    }
+
     /// The IANA protocol number's own name, when it has one here: 6 is tcp.
     fn canonical(self) -> Protocol {
         match self {
@@ -685,5 +958,214 @@ mod tests {
                 .check(Some("ping"))
                 .is_ok()
         );
+    }
+
+    fn pod_grant(extra: &str) -> CloudGrant {
+        toml::from_str(&format!(
+            "security-groups = [\"sg-0123456789abcdef0\", \"sg-0123456789abcdef1\"]\nremotes = [\"10.244.0.0/16\", \"fd00:10:244::/56\"]\n{extra}"
+        ))
+        .unwrap()
+    }
+
+    fn denied(grant: &CloudGrant, rule: &RuleSpec) -> String {
+        let err = grant
+            .check_rule("guard", "sg-0123456789abcdef0", rule)
+            .unwrap_err();
+        assert_eq!(err.kind(), "denied", "{err}");
+        assert!(
+            err.message().ends_with("in [plugins.guard.grants] cloud"),
+            "{err}"
+        );
+        err.message().to_string()
+    }
+
+    #[test]
+    fn cidrs_contain_by_network_and_family() {
+        let c = |t: &str| Cidr::parse(t).unwrap();
+        assert!(c("10.244.0.0/16").contains(&c("10.244.3.0/24")));
+        assert!(c("10.244.0.0/16").contains(&c("10.244.0.0/16")));
+        assert!(c("10.244.0.0/16").contains(&c("10.244.9.9/32")));
+        assert!(!c("10.244.0.0/16").contains(&c("10.0.0.0/8")));
+        assert!(!c("10.244.0.0/16").contains(&c("10.245.0.0/24")));
+        assert!(!c("10.244.0.0/16").contains(&c("0.0.0.0/0")));
+        assert!(c("0.0.0.0/0").contains(&c("0.0.0.0/0")));
+        assert!(
+            !c("0.0.0.0/0").contains(&c("::/0")),
+            "IPv4 never holds IPv6"
+        );
+        assert!(c("fd00:10:244::/56").contains(&c("fd00:10:244:ff::/64")));
+        assert!(!c("fd00:10:244::/56").contains(&c("fd00:10:245::/64")));
+        assert!(!c("fd00:10:244::/56").contains(&c("::/0")));
+        assert!(!c("::ffff:0:0/96").contains(&c("10.0.0.0/8")));
+        assert_eq!(c("10.244.1.7/16").to_string(), "10.244.0.0/16");
+        for bad in ["10.0.0.0/33", "10.0.0.0", "10.0.0.0/+8", "x/8", "::/129"] {
+            assert_eq!(Cidr::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn rule_remotes_must_lie_inside_a_granted_cidr() {
+        let g = pod_grant("ports = [\"1-65535\"]");
+        let ok = |r: &RuleSpec| g.check_rule("guard", "sg-0123456789abcdef0", r);
+        assert!(ok(&rule(Protocol::Tcp, None, "10.244.0.0/16")).is_ok());
+        assert!(ok(&rule(Protocol::Tcp, Some((22, 22)), "10.244.7.0/24")).is_ok());
+        assert!(ok(&rule(Protocol::Udp, None, "fd00:10:244:1::/64")).is_ok());
+        let wider = denied(&g, &rule(Protocol::Tcp, None, "10.0.0.0/8"));
+        assert!(
+            wider.contains("the remote 10.0.0.0/8 lies inside none of remotes (10.244.0.0/16, fd00:10:244::/56)"),
+            "{wider}"
+        );
+        assert!(wider.contains("add \"10.0.0.0/8\" to remotes"), "{wider}");
+        for world in ["0.0.0.0/0", "::/0", "0.0.0.0/1", "fd00::/8"] {
+            denied(&g, &rule(Protocol::Tcp, None, world));
+        }
+        let none = CloudGrant {
+            remotes: vec![],
+            ..g.clone()
+        };
+        let err = denied(&none, &rule(Protocol::Tcp, None, "10.244.0.0/16"));
+        assert!(err.contains("(none granted)"), "{err}");
+        let world: CloudGrant =
+            toml::from_str("remotes = [\"0.0.0.0/0\", \"::/0\"]\nprotocols = [\"any\"]").unwrap();
+        let any_from_anywhere = rule(Protocol::Any, None, "0.0.0.0/0");
+        assert!(
+            world
+                .check_rule("p", "sg-0123456789abcdef0", &any_from_anywhere)
+                .is_ok()
+        );
+        assert!(
+            world
+                .check_rule(
+                    "p",
+                    "sg-0123456789abcdef0",
+                    &rule(Protocol::Any, None, "::/0")
+                )
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn remote_groups_only_among_the_granted() {
+        let g = pod_grant("");
+        let from = |id: &str| RuleSpec {
+            remote: Remote::Group(id.into()),
+            ..rule(Protocol::Icmp, None, "10.244.0.0/16")
+        };
+        assert!(
+            g.check_rule(
+                "guard",
+                "sg-0123456789abcdef0",
+                &from("sg-0123456789abcdef1")
+            )
+            .is_ok()
+        );
+        let err = denied(&g, &from("sg-0fedcba987654321f"));
+        assert!(
+            err.contains("the remote group sg-0fedcba987654321f is not granted: add \"sg-0fedcba987654321f\" to security-groups"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn protocols_default_to_the_named_four_and_any_needs_naming() {
+        let g = pod_grant("ports = [\"1-65535\"]");
+        for p in [
+            Protocol::Tcp,
+            Protocol::Udp,
+            Protocol::Icmp,
+            Protocol::Number(6),
+        ] {
+            assert!(
+                g.check_rule(
+                    "guard",
+                    "sg-0123456789abcdef0",
+                    &rule(p, None, "10.244.0.0/16")
+                )
+                .is_ok()
+            );
+        }
+        let err = denied(&g, &rule(Protocol::Any, None, "10.244.0.0/16"));
+        assert!(
+            err.contains("protocol any is not among protocols (tcp, udp, icmp, icmpv6): add \"any\" to protocols"),
+            "{err}"
+        );
+        denied(&g, &rule(Protocol::Number(47), None, "10.244.0.0/16"));
+        let tcp_only = pod_grant("protocols = [\"tcp\"]\nports = [22]");
+        let err = denied(
+            &tcp_only,
+            &rule(Protocol::Udp, Some((22, 22)), "10.244.0.0/16"),
+        );
+        assert!(err.contains("(tcp)"), "{err}");
+        let gre = pod_grant("protocols = [47, \"any\"]");
+        for p in [Protocol::Number(47), Protocol::Any] {
+            assert!(
+                gre.check_rule("g", "sg-0123456789abcdef0", &rule(p, None, "10.244.0.0/16"))
+                    .is_ok()
+            );
+        }
+    }
+
+    #[test]
+    fn tcp_and_udp_ports_lie_inside_a_granted_range() {
+        let g = pod_grant("ports = [22, \"30000-32767\"]");
+        let ok = |r: &RuleSpec| g.check_rule("guard", "sg-0123456789abcdef0", r).is_ok();
+        assert!(ok(&rule(Protocol::Tcp, Some((22, 22)), "10.244.0.0/16")));
+        assert!(ok(&rule(
+            Protocol::Udp,
+            Some((30000, 30100)),
+            "10.244.0.0/16"
+        )));
+        assert!(
+            ok(&rule(Protocol::Icmp, Some((8, 0)), "10.244.0.0/16")),
+            "ICMP has no ports"
+        );
+        let err = denied(&g, &rule(Protocol::Tcp, Some((22, 23)), "10.244.0.0/16"));
+        assert!(
+            err.contains("ports 22-23 lie inside none of ports (22-22, 30000-32767): narrow the rule, or add \"22-23\" to ports"),
+            "{err}"
+        );
+        let every = denied(&g, &rule(Protocol::Tcp, None, "10.244.0.0/16"));
+        assert!(every.contains("ports 1-65535"), "{every}");
+        denied(
+            &pod_grant(""),
+            &rule(Protocol::Tcp, Some((22, 22)), "10.244.0.0/16"),
+        );
+    }
+
+    #[test]
+    fn bad_remotes_ports_and_protocols_are_config_errors() {
+        for (grant, why) in [
+            ("remotes = [\"10.244.0.0/33\"]", "is not a CIDR"),
+            (
+                "remotes = [\"10.244.1.0/16\"]",
+                "host bits set: write its network, \"10.244.0.0/16\"",
+            ),
+            ("ports = [\"23-22\"]", "is not a port range"),
+            ("ports = [\"70000\"]", "is not a port range"),
+            ("protocols = [\"sctp\"]", "unknown protocol \"sctp\""),
+        ] {
+            let err = toml::from_str::<CloudGrant>(grant).unwrap_err().to_string();
+            assert!(err.contains(why), "{grant}: {err}");
+            assert!(err.contains("line 1"), "{grant}: {err}");
+        }
+    }
+
+    #[test]
+    fn extending_a_grant_keeps_the_default_protocols() {
+        let mut g = pod_grant("");
+        g.extend(&toml::from_str("protocols = [\"any\"]\nremotes = [\"0.0.0.0/0\"]").unwrap());
+        assert_eq!(
+            g.protocols.as_deref(),
+            Some(
+                &[
+                    Protocol::Tcp,
+                    Protocol::Udp,
+                    Protocol::Icmp,
+                    Protocol::Icmpv6,
+                    Protocol::Any
+                ][..]
+            )
+        );
+        assert_eq!(g.remotes.len(), 3);
     }
 }

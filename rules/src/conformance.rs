@@ -86,6 +86,14 @@ pub enum CloudCall {
         group: String,
         cidr: String,
     },
+    /// An ingress rule of `protocol` ("tcp", "any") over `ports` (None:
+    /// all) from security group `remote` into `group`.
+    EnsureGroupRule {
+        group: String,
+        protocol: String,
+        ports: Option<(u16, u16)>,
+        remote: String,
+    },
 }
 
 /// One systemd call of a plugin.
@@ -170,6 +178,8 @@ fn cloud(call: CloudCall, expect: Expect) -> Case {
         "operations": ["list-instances", "get-instance", "list-security-groups", "ensure-rule"],
         "instances": [{"tag": "kubernetes.io/cluster/a", "value": "owned"}],
         "security-groups": ["sg-0123456789abcdef0"],
+        "remotes": ["10.244.0.0/16", "fd00:10:244::/56"],
+        "ports": ["1-65535"],
     }))
     .expect("valid grant");
     Case {
@@ -568,6 +578,54 @@ fn cloud_cases() -> Vec<Case> {
             },
             invalid(
                 "cloud rule: \"10.244.0.0/33\" is not a CIDR: expected for example \"10.244.0.0/16\" or \"fd00:10:244::/56\"",
+            ),
+        ),
+        // Rules are part of the grant: the pod CIDR is not the internet.
+        cloud(
+            CloudCall::EnsureRule {
+                group: p("sg-0123456789abcdef0"),
+                cidr: p("0.0.0.0/0"),
+            },
+            denied(
+                "cloud ensure-rule of ingress ipv4 tcp from 0.0.0.0/0 into security group sg-0123456789abcdef0: the remote 0.0.0.0/0 lies inside none of remotes (10.244.0.0/16, fd00:10:244::/56): narrow the rule, or add \"0.0.0.0/0\" to remotes in [plugins.conformance.grants] cloud",
+            ),
+        ),
+        cloud(
+            CloudCall::EnsureRule {
+                group: p("sg-0123456789abcdef0"),
+                cidr: p("10.0.0.0/8"),
+            },
+            denied(
+                "cloud ensure-rule of ingress ipv4 tcp from 10.0.0.0/8 into security group sg-0123456789abcdef0: the remote 10.0.0.0/8 lies inside none of remotes (10.244.0.0/16, fd00:10:244::/56): narrow the rule, or add \"10.0.0.0/8\" to remotes in [plugins.conformance.grants] cloud",
+            ),
+        ),
+        cloud(
+            CloudCall::EnsureRule {
+                group: p("sg-0123456789abcdef0"),
+                cidr: p("10.244.3.0/24"),
+            },
+            Allowed,
+        ),
+        cloud(
+            CloudCall::EnsureGroupRule {
+                group: p("sg-0123456789abcdef0"),
+                protocol: p("tcp"),
+                ports: Some((22, 22)),
+                remote: p("sg-0123456789abcdef1"),
+            },
+            denied(
+                "cloud ensure-rule of ingress ipv4 tcp 22-22 from group sg-0123456789abcdef1 into security group sg-0123456789abcdef0: the remote group sg-0123456789abcdef1 is not granted: add \"sg-0123456789abcdef1\" to security-groups in [plugins.conformance.grants] cloud",
+            ),
+        ),
+        cloud(
+            CloudCall::EnsureGroupRule {
+                group: p("sg-0123456789abcdef0"),
+                protocol: p("any"),
+                ports: None,
+                remote: p("sg-0123456789abcdef0"),
+            },
+            denied(
+                "cloud ensure-rule of ingress ipv4 any from group sg-0123456789abcdef0 into security group sg-0123456789abcdef0: protocol any is not among protocols (tcp, udp, icmp, icmpv6): add \"any\" to protocols in [plugins.conformance.grants] cloud",
             ),
         ),
     ]
@@ -1166,6 +1224,9 @@ impl Case {
                 "operations": cloud.operations.iter().map(|o| o.name()).collect::<Vec<_>>(),
                 "instances": cloud.instances.iter().map(|o| json!({"tag": o.tag, "value": o.value})).collect::<Vec<_>>(),
                 "security-groups": cloud.security_groups.iter().map(|g| g.0.as_str()).collect::<Vec<_>>(),
+                "remotes": cloud.remotes.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "protocols": cloud.protocols.as_ref().map(|ps| ps.iter().map(|p| p.name()).collect::<Vec<_>>()),
+                "ports": cloud.ports.iter().map(ToString::to_string).collect::<Vec<_>>(),
             }),
             *cloud == CloudGrant::default(),
         );
@@ -1312,6 +1373,19 @@ impl CloudCall {
                 json!({"group-id": group, "rule": {
                     "direction": "ingress", "ether-type": "ipv4", "protocol": "tcp",
                     "ports": null, "remote": {"cidr": cidr}, "description": null,
+                }}),
+            ),
+            CloudCall::EnsureGroupRule {
+                group,
+                protocol,
+                ports,
+                remote,
+            } => (
+                "ensure-rule",
+                json!({"group-id": group, "rule": {
+                    "direction": "ingress", "ether-type": "ipv4", "protocol": protocol,
+                    "ports": ports.map(|(min, max)| json!({"min": min, "max": max})),
+                    "remote": {"group": remote}, "description": null,
                 }}),
             ),
         };

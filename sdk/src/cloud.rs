@@ -335,10 +335,7 @@ impl FakeCloud {
     /// Add what `grant` grants (a grant already parsed, as the conformance
     /// table holds them).
     pub fn extend_grant(&self, grant: &CloudGrant) -> &Self {
-        let mut granted = self.grant.borrow_mut();
-        granted.operations.extend(grant.operations.iter().copied());
-        granted.instances.extend(grant.instances.iter().cloned());
-        granted.security_groups.extend(grant.security_groups.iter().cloned());
+        self.grant.borrow_mut().extend(grant);
         self
     }
 
@@ -513,10 +510,10 @@ impl Cloud for FakeCloud {
             .collect();
         match named[..] {
             [id] => Ok(id.to_string()),
-            [] => Err(Self::not_found(
-                "find-security-group",
-                &format!("granted security group is named {name:?}"),
-            )),
+            [] => Err(Error::NotFound(format!(
+                "cloud find-security-group: no granted security group is named {name:?}: add the group's ID to security-groups in [plugins.{}.grants] cloud",
+                self.plugin
+            ))),
             _ => Err(Error::Conflict(format!(
                 "cloud find-security-group: several granted security groups are named {name:?} ({}): pin the group by its ID",
                 named.join(", ")
@@ -527,6 +524,9 @@ impl Cloud for FakeCloud {
     fn ensure_rule(&self, group_id: &str, rule: &Rule) -> Result<bool> {
         self.granted_group(Operation::EnsureRule, group_id)?;
         rule.check()?;
+        (self.grant.borrow())
+            .check_rule(&self.plugin, group_id, &rule.spec())
+            .map_err(Error::from)?;
         self.failures.check("ensure-rule")?;
         let mut groups = self.groups.borrow_mut();
         let Some(group) = groups.iter_mut().find(|g| g.id == group_id) else {

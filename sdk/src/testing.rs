@@ -178,6 +178,25 @@ pub fn decide(case: &tend_rules::conformance::Case) -> tend_rules::conformance::
                     };
                     cloud.ensure_rule(group, &rule).map(drop)
                 }
+                CloudCall::EnsureGroupRule {
+                    group,
+                    protocol,
+                    ports,
+                    remote,
+                } => {
+                    let rule = crate::Rule {
+                        direction: crate::Direction::Ingress,
+                        ether_type: crate::EtherType::Ipv4,
+                        protocol: match protocol.as_str() {
+                            "any" => crate::Protocol::Any,
+                            _ => crate::Protocol::Tcp,
+                        },
+                        ports: ports.map(|(min, max)| crate::PortRange { min, max }),
+                        remote: crate::Remote::Group(remote.clone()),
+                        description: None,
+                    };
+                    cloud.ensure_rule(group, &rule).map(drop)
+                }
             }
         }
         Op::StateSet { key, len } => host.state().set(key, &vec![0; *len]),

@@ -316,9 +316,15 @@ fn owner_grant(value: &str) -> String {
 
 fn guard_grant(groups: &[&str]) -> String {
     format!(
-        "operations = [\"list-instances\", \"list-security-groups\", \"ensure-rule\", \"add-to-group\"], {}, security-groups = {groups:?}",
-        owner_grant("owned")
+        "operations = [\"list-instances\", \"list-security-groups\", \"ensure-rule\", \"add-to-group\"], {}, security-groups = {groups:?}, {}",
+        owner_grant("owned"),
+        pod_rules_grant()
     )
+}
+
+/// Rules from the pod CIDRs, every tcp/udp port (the examples' grant).
+fn pod_rules_grant() -> String {
+    format!("remotes = [\"{POD_V4}\", \"{POD_V6}\"], ports = [\"1-65535\"]")
 }
 
 fn guard_config(group: &str) -> String {
@@ -516,9 +522,14 @@ fn guard_reads_kubeadm_and_keeps_egress_and_extra_rules(provider: Provider) {
     let group = cloud.add_group("cluster-nodes", &[]);
     let peers = cloud.add_group("load-balancers", &[]);
     let sandbox = Sandbox::new();
+    // The extra rules are part of the grant: their CIDR, their remote group
+    // and the "any" protocol named.
+    let grant = guard_grant(&[&group, &peers]).replace(
+        "remotes = [",
+        "protocols = [\"tcp\", \"udp\", \"icmp\", \"icmpv6\", \"any\"], remotes = [\"10.0.0.0/8\", ",
+    );
     let grants = format!(
-        "cloud = {{ {} }}\nkube = [{{ resource = \"configmaps\", verbs = [\"get\"], namespaces = [\"kube-system\"], names = [\"kubeadm-config\"] }}]",
-        guard_grant(&[&group])
+        "cloud = {{ {grant} }}\nkube = [{{ resource = \"configmaps\", verbs = [\"get\"], namespaces = [\"kube-system\"], names = [\"kubeadm-config\"] }}]"
     );
     let config = format!(
         "owner = {{ tag = \"{OWNER_TAG}\", value = \"owned\" }}\ngroup-id = \"{group}\"\negress = true\n\

@@ -3,7 +3,9 @@
 //! host would answer.
 
 use super::capability::AlwaysGranted;
-use super::cloud::{Direction, EtherType, OwnerTag, PluginCloud, Protocol, Remote, Rule};
+use super::cloud::{
+    Direction, EtherType, OwnerTag, PluginCloud, PortRange, Protocol, Remote, Rule,
+};
 use super::cri::{PluginCri, SandboxFilter};
 use super::files::PluginFiles;
 use super::http::{HttpRequest, PluginHttp};
@@ -195,6 +197,25 @@ async fn on_the_host(case: &Case) -> Expect {
                         protocol: Protocol::Tcp,
                         ports: None,
                         remote: Remote::Cidr(cidr.clone()),
+                        description: None,
+                    };
+                    adapter.ensure_rule(group, &rule).await.map(drop)
+                }
+                CloudCall::EnsureGroupRule {
+                    group,
+                    protocol,
+                    ports,
+                    remote,
+                } => {
+                    let rule = Rule {
+                        direction: Direction::Ingress,
+                        ether_type: EtherType::Ipv4,
+                        protocol: match protocol.as_str() {
+                            "any" => Protocol::Any,
+                            _ => Protocol::Tcp,
+                        },
+                        ports: ports.map(|(min, max)| PortRange { min, max }),
+                        remote: Remote::Group(remote.clone()),
                         description: None,
                     };
                     adapter.ensure_rule(group, &rule).await.map(drop)

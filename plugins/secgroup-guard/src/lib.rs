@@ -31,7 +31,9 @@
 //! scope = "cluster"
 //! interval = "5m"
 //! [plugins.secgroup-guard.grants]
-//! cloud = { operations = ["list-instances", "list-security-groups", "ensure-rule", "add-to-group"], instances = [{ tag = "kubernetes.io/cluster/demo", value = "owned" }], security-groups = ["sg-0123456789abcdef0"] }
+//! # rules are part of the grant: the pod CIDRs (and the extra rules' CIDRs
+//! # and groups), every tcp/udp port
+//! cloud = { operations = ["list-instances", "list-security-groups", "ensure-rule", "add-to-group"], instances = [{ tag = "kubernetes.io/cluster/demo", value = "owned" }], security-groups = ["sg-0123456789abcdef0", "sg-0123456789abcdef1"], remotes = ["10.244.0.0/16", "fd00:10:244::/56", "10.0.0.0/8"], protocols = ["tcp", "udp", "icmp", "icmpv6", "any"], ports = ["1-65535"] }
 //! # only without pod-cidrs: kubeadm's record of the pod subnet
 //! kube = [{ resource = "configmaps", verbs = ["get"], namespaces = ["kube-system"], names = ["kubeadm-config"] }]
 //! [plugins.secgroup-guard.config]

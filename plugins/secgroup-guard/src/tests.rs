@@ -16,7 +16,8 @@ fn host() -> FakeHost {
     host.cloud.grant(
         r#"{ operations = ["list-instances", "list-security-groups", "ensure-rule", "add-to-group"],
              instances = [{ tag = "kubernetes.io/cluster/demo", value = "owned" }],
-             security-groups = ["sg-0123456789abcdef0"] }"#,
+             security-groups = ["sg-0123456789abcdef0"],
+             remotes = ["10.244.0.0/16", "fd00:10:244::/56"], ports = ["1-65535"] }"#,
     );
     host.kube.grant(
         r#"{ resource = "configmaps", verbs = ["get"], namespaces = ["kube-system"], names = ["kubeadm-config"] }"#,

@@ -16,7 +16,8 @@ fn cloud() -> FakeCloud {
         r#"{ operations = ["list-instances", "get-instance", "delete-instance",
              "list-security-groups", "ensure-rule", "add-to-group"],
              instances = [{ tag = "kubernetes.io/cluster/a", value = "owned" }],
-             security-groups = ["sg-0123456789abcdef0"] }"#,
+             security-groups = ["sg-0123456789abcdef0"],
+             remotes = ["10.244.0.0/16"], ports = ["1-65535"] }"#,
     );
     cloud
         .put_instance(Instance::new(OWNED, "a-1", InstanceState::Running).with_tag(CLUSTER, "owned"))
@@ -130,6 +131,25 @@ fn a_delete_is_sent_once_and_gone_is_success() {
     cloud.delete_instance(GONE).unwrap();
     assert_eq!(cloud.get_instance(GONE).unwrap_err().kind(), "not-found");
     assert_eq!(cloud.actions(), [format!("delete-instance {OWNED}")]);
+}
+
+#[test]
+fn a_rule_outside_the_granted_remotes_is_denied_and_sends_nothing() {
+    let cloud = cloud();
+    let world = Rule {
+        remote: Remote::Cidr("0.0.0.0/0".into()),
+        ..tcp(None)
+    };
+    let err = cloud.ensure_rule(GROUP, &world).unwrap_err();
+    assert_eq!(err.kind(), "denied");
+    assert!(err.message().contains("add \"0.0.0.0/0\" to remotes"), "{err}");
+    let from_other = Rule {
+        remote: Remote::Group(OTHER_GROUP.into()),
+        ..tcp(Some((22, 22)))
+    };
+    assert_eq!(cloud.ensure_rule(GROUP, &from_other).unwrap_err().kind(), "denied");
+    assert!(cloud.actions().is_empty());
+    assert!(cloud.group(GROUP).unwrap().rules.is_empty());
 }
 
 #[test]

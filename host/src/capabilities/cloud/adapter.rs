@@ -10,7 +10,7 @@
 use super::backend::{CloudBackend, Instance, InstanceState, OwnerTag, Rule, SecurityGroup};
 use super::grants::{
     CloudGrant, Operation, check_group, check_group_id, check_group_name, check_instance_id,
-    check_operation, check_owned, check_owner, check_rule, describe_rule,
+    check_operation, check_owned, check_owner, check_rule, check_rule_granted, describe_rule,
 };
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::Capability;
@@ -243,26 +243,17 @@ impl PluginCloud {
         let what = format!("security groups named {name:?}");
         check_operation(&self.grant, self.plugin(), operation, &what)?;
         let groups = self.backend.find_security_groups(name).await?;
-        let (granted, ungranted): (Vec<_>, Vec<_>) = groups
+        let granted: Vec<&str> = groups
             .iter()
-            .filter(|g| g.name == name)
+            .filter(|g| g.name == name && self.grant.security_groups.iter().any(|s| s.0 == g.id))
             .map(|g| g.id.as_str())
-            .partition(|id| self.grant.security_groups.iter().any(|g| g.0 == *id));
+            .collect();
         match granted.as_slice() {
             [id] => Ok(id.to_string()),
-            [] if ungranted.is_empty() => Err(CapError::NotFound(format!(
-                "cloud find-security-group: no security group is named {name:?}"
-            ))),
+            // One answer whether ungranted groups bear the name or not: the
+            // message must not tell a plugin of groups outside its grant.
             [] => Err(CapError::NotFound(format!(
-                "cloud find-security-group: no granted security group is named {name:?}; {} {} that name but {} not granted: add {} to security-groups in [plugins.{}.grants] cloud",
-                shown_ids(&ungranted),
-                if ungranted.len() == 1 { "has" } else { "have" },
-                if ungranted.len() == 1 { "is" } else { "are" },
-                ungranted
-                    .iter()
-                    .map(|id| format!("{:?}", inert(id)))
-                    .collect::<Vec<_>>()
-                    .join(" or "),
+                "cloud find-security-group: no granted security group is named {name:?}: add the group's ID to security-groups in [plugins.{}.grants] cloud",
                 self.plugin()
             ))),
             several => Err(CapError::Conflict(format!(
@@ -278,6 +269,7 @@ impl PluginCloud {
         check_group_id(group_id)?;
         check_rule(rule)?;
         check_group(&self.grant, self.plugin(), Operation::EnsureRule, group_id)?;
+        check_rule_granted(&self.grant, self.plugin(), group_id, rule)?;
         let detail = rule
             .description
             .as_deref()

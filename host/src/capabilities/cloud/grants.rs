@@ -69,6 +69,17 @@ pub fn check_rule(rule: &Rule) -> Result<(), CapError> {
     Ok(spec(rule).check(rule.description.as_deref())?)
 }
 
+/// May `plugin` add `rule` to `group_id`: its remote, protocol and ports
+/// within the grant ([`CloudGrant::check_rule`])?
+pub fn check_rule_granted(
+    grant: &CloudGrant,
+    plugin: &str,
+    group_id: &str,
+    rule: &Rule,
+) -> Result<(), CapError> {
+    Ok(grant.check_rule(plugin, group_id, &spec(rule))?)
+}
+
 /// The WIT rule as the rules crate sees it (what "the same rule" compares).
 pub fn spec(rule: &Rule) -> RuleSpec {
     RuleSpec {

@@ -57,11 +57,20 @@ impl Capability for PluginCloud {
             }
         };
         let owners: Vec<&str> = owners.iter().map(String::as_str).collect();
+        let remotes: Vec<String> = grant.remotes.iter().map(|c| c.to_string()).collect();
+        let remotes: Vec<&str> = remotes.iter().map(String::as_str).collect();
+        let ports: Vec<String> = grant.ports.iter().map(|p| p.to_string()).collect();
+        let ports: Vec<&str> = ports.iter().map(String::as_str).collect();
+        let protocols: Vec<String> = grant.protocols.iter().flatten().map(|p| p.name()).collect();
+        let protocols: Vec<&str> = protocols.iter().map(String::as_str).collect();
         vec![format!(
-            "operations: {}{}{}",
+            "operations: {}{}{}{}{}{}",
             operations.join(", "),
             listed("instances tagged", &owners),
             listed("security groups", &groups),
+            listed("rules from", &remotes),
+            listed("protocols", &protocols),
+            listed("ports", &ports),
         )]
     }
 

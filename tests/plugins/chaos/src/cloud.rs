@@ -5,8 +5,9 @@
 //!
 //! Ops: `list-instances` (`tag`, `value`: the instance IDs listed), `get-instance`
 //! and `delete-instance` (`id`), `list-security-groups` (`ids`), `find-security-group`
-//! (`name`), `add-to-group` (`id`, `group`), `ensure-rule` (`group`, and a tcp
-//! ingress rule from `cidr` over `ports` "min-max" or all ports).
+//! (`name`), `add-to-group` (`id`, `group`), `ensure-rule` (`group`, and an
+//! ingress rule of `protocol`, "tcp" by default or "any", from `cidr` or from
+//! security group `from-group`, over `ports` "min-max" or all ports).
 
 use serde::Deserialize;
 use tend_sdk::{Direction, EtherType, Host, OwnerTag, PortRange, Protocol, Remote, Rule};
@@ -31,6 +32,10 @@ pub struct CloudCall {
     cidr: String,
     #[serde(default)]
     ports: Option<String>,
+    #[serde(default)]
+    protocol: Option<String>,
+    #[serde(default, rename = "from-group")]
+    from_group: Option<String>,
 }
 
 impl CloudCall {
@@ -49,9 +54,15 @@ impl CloudCall {
             } else {
                 EtherType::Ipv4
             },
-            protocol: Protocol::Tcp,
+            protocol: match self.protocol.as_deref() {
+                Some("any") => Protocol::Any,
+                _ => Protocol::Tcp,
+            },
             ports,
-            remote: Remote::Cidr(self.cidr.clone()),
+            remote: match &self.from_group {
+                Some(group) => Remote::Group(group.clone()),
+                None => Remote::Cidr(self.cidr.clone()),
+            },
             description: None,
         }
     }
