@@ -17,7 +17,9 @@ const POOL_AB: (&str, &str) = ("kubernetes.io/cluster/ab", "owned");
 
 const FULL: &str = r#"operations = ["list-instances", "get-instance", "delete-instance", "list-security-groups", "ensure-rule", "add-to-group"]
 instances = [{ tag = "kubernetes.io/cluster/a", value = "owned" }]
-security-groups = ["sg-0123456789abcdef0"]"#;
+security-groups = ["sg-0123456789abcdef0"]
+remotes = ["10.0.0.0/8"]
+ports = ["1-65535"]"#;
 
 fn scripted() -> (Arc<dyn CloudBackend>, Arc<FakeCloud>) {
     let (backend, fake) = PluginCloud::fake();
