@@ -822,6 +822,75 @@ fn hostile_identifiers_and_ungranted_targets_never_reach_the_peer(provider: Prov
     assert!(cloud.live_ids().contains(&instance));
 }
 
+/// Issue 25, hole 2: a plugin granted one group and the pod network cannot
+/// open that group wider than its grant: the whole internet, a wider network,
+/// an ungranted group as the source, or ports outside its ranges are each
+/// refused `denied` before the peer, and the group ends up holding only the
+/// rule the grant allows.
+fn rules_outside_the_grant_never_reach_the_group(provider: Provider) {
+    let cloud = Cloud::start(provider);
+    let group = cloud.add_group("cluster-nodes", &[]);
+    let other = cloud.add_group("not-granted", &[]);
+    let attacks = [
+        (
+            json!({"op": "ensure-rule", "group": group, "cidr": "0.0.0.0/0", "protocol": "any"}),
+            "denied",
+        ),
+        (
+            json!({"op": "ensure-rule", "group": group, "cidr": "10.0.0.0/8", "ports": "22-22"}),
+            "denied",
+        ),
+        (
+            json!({"op": "ensure-rule", "group": group, "from-group": other, "ports": "22-22"}),
+            "denied",
+        ),
+        (
+            json!({"op": "ensure-rule", "group": group, "cidr": POD_V4, "ports": "1-65535"}),
+            "denied",
+        ),
+        // The control: what the grant allows reaches the group.
+        (
+            json!({"op": "ensure-rule", "group": group, "cidr": POD_V4, "ports": "22-22"}),
+            "true",
+        ),
+    ];
+    let sandbox = Sandbox::new();
+    let grant = format!(
+        "operations = [\"ensure-rule\"], security-groups = [\"{group}\"], remotes = [\"{POD_V4}\"], ports = [\"22\"]"
+    );
+    let plugins: String = attacks
+        .iter()
+        .enumerate()
+        .map(|(i, (call, _))| {
+            plugin(
+                &sandbox,
+                "chaos",
+                &format!("rule-{i}"),
+                &grant,
+                &calls(std::slice::from_ref(call)),
+            )
+        })
+        .collect();
+    sandbox.config_with_host(&cloud.host_config(), &plugins);
+    for (i, (call, expected)) in attacks.iter().enumerate() {
+        let out = tend(&sandbox, &cloud, &["reconcile", &format!("rule-{i}")]);
+        let result = result_of(&out, "ensure-rule", &group);
+        assert!(result.starts_with(expected), "{call}: {out}");
+        if *expected == "denied" {
+            assert!(
+                result.contains("[plugins.rule-"),
+                "names the grant: {result}"
+            );
+        }
+    }
+    assert_eq!(
+        cloud.ingress_rules(&group),
+        std::collections::BTreeSet::from([rule("tcp", Some((22, 22)), POD_V4)]),
+        "only the granted rule reached the group"
+    );
+    assert!(cloud.ingress_rules(&other).is_empty());
+}
+
 fn plan_names_the_instance_and_deletes_nothing(provider: Provider) {
     let cloud = Cloud::start(provider);
     let instance = cloud
@@ -938,4 +1007,5 @@ both!(
     hostile_identifiers_and_ungranted_targets_never_reach_the_peer,
     plan_names_the_instance_and_deletes_nothing,
     the_plugin_request_rate_bounds_what_reaches_the_peer,
+    rules_outside_the_grant_never_reach_the_group,
 );
