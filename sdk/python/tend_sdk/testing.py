@@ -412,15 +412,25 @@ class FakeCloud(_Failures, _Fake, _host.Cloud):
         operations: Iterable[str] = (),
         instances: Iterable[Mapping[str, str]] = (),
         security_groups: Iterable[str] = (),
+        remotes: Iterable[str] = (),
+        ports: Iterable[str] = (),
+        protocols: Optional[Iterable[Union[str, int]]] = None,
     ) -> "FakeCloud":
-        """As tend.toml: `grant(["get-instance"], [{"tag": "kubernetes.io/cluster/a", "value": "owned"}])`."""
-        self.grant_raw(
-            {
-                "operations": list(operations),
-                "instances": [dict(i) for i in instances],
-                "security-groups": list(security_groups),
-            }
-        )
+        """As tend.toml: `grant(["get-instance"], [{"tag": "kubernetes.io/cluster/a", "value": "owned"}])`.
+
+        A rule is part of the grant: `remotes` (CIDRs a rule's source must lie
+        inside), `ports` (ranges, "22" or "30000-32767") and `protocols` (tcp,
+        udp, icmp and icmpv6 when not given; a protocol number as an int)."""
+        grant = {
+            "operations": list(operations),
+            "instances": [dict(i) for i in instances],
+            "security-groups": list(security_groups),
+            "remotes": list(remotes),
+            "ports": list(ports),
+        }
+        if protocols is not None:
+            grant["protocols"] = list(protocols)
+        self.grant_raw(grant)
         return self
 
     def put_instance(self, instance: Instance) -> "FakeCloud":

@@ -168,7 +168,13 @@ def test_kube_objects_patches_and_events():
 def test_cloud_records_cross_both_ways():
     host = FakeHost("p")
     owner = {"tag": "kubernetes.io/cluster/a", "value": "owned"}
-    host.cloud.grant(["list-instances", "delete-instance", "ensure-rule"], [owner], ["sg-0123456789abcdef0"])
+    host.cloud.grant(
+        ["list-instances", "delete-instance", "ensure-rule"],
+        [owner],
+        ["sg-0123456789abcdef0"],
+        remotes=["10.0.0.0/8"],
+        protocols=[47],
+    )
     instance = Instance("i-0123456789abcdef0", "n", InstanceState.RUNNING, tags=[("kubernetes.io/cluster/a", "owned")])
     host.cloud.put_instance(instance)
     assert host.cloud.list_instances(OwnerTag("kubernetes.io/cluster/a", "owned")) == [instance]
