@@ -274,9 +274,12 @@ fn a_trapping_plugin_backs_off_with_growing_intervals_while_another_keeps_its_ow
         .copied()
         .filter(|t| *t >= failures[0])
         .collect();
-    let steady_gaps: Vec<f64> = recent.windows(2).map(|w| w[1] - w[0]).collect();
+    let mut steady_gaps: Vec<f64> = recent.windows(2).map(|w| w[1] - w[0]).collect();
+    // The median, not every gap: a loaded 2-core machine may stall one run,
+    // while steady waiting on panicker's backoff would move them all to 1 s+.
+    steady_gaps.sort_by(f64::total_cmp);
     assert!(
-        !steady_gaps.is_empty() && steady_gaps.iter().all(|g| *g < 0.5),
+        steady_gaps.len() >= 4 && steady_gaps[steady_gaps.len() / 2] < 0.3,
         "steady keeps 200 ms: {steady_gaps:?}"
     );
     assert!(plugin_status(port, "panicker")["failures"].as_u64() >= Some(4));
