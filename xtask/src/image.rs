@@ -90,10 +90,30 @@ pub struct Meta {
 /// `cargo xtask image`: builds tend (release), the image, writes the archive
 /// and prints its digest and how to pin it.
 pub fn image() -> Result<()> {
-    let started = Instant::now();
     step("building tend (release)");
     run(cargo().args(["build", "--release", "-p", "tend"]))?;
-    let tend = root().join("target/release/tend");
+    pack(&root().join("target/release/tend"))
+}
+
+/// The image `cargo xtask test` runs (tests/e2e/image.rs): the same layout
+/// around the test build's `tend`, so a test run builds the host once (a
+/// release build is about 10 minutes of a cold CI run). The test build's
+/// debug info is dropped (`objcopy --strip-debug`, 258 MB to about 103): the
+/// test asserts the layout, the entrypoint and the plugins, not the codegen.
+pub fn image_of_test_build(tend: &Path) -> Result<()> {
+    step("stripping the test build's debug info for the test image");
+    let stripped = root().join("target/image/tend-test-build");
+    std::fs::create_dir_all(root().join("target/image")).context("create target/image")?;
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(tend)
+        .arg(&stripped))?;
+    pack(&stripped)
+}
+
+/// Writes target/image/tend.oci.tar around `tend` and the built plugins.
+fn pack(tend: &Path) -> Result<()> {
+    let started = Instant::now();
     step("building the image");
     let meta = Meta {
         epoch: source_date_epoch()?,
@@ -101,13 +121,13 @@ pub fn image() -> Result<()> {
         architecture: oci_architecture()?.into(),
     };
     let layers = vec![
-        runtime_layer(&tend)?,
+        runtime_layer(tend)?,
         Layer {
             created_by: "cargo xtask image: tend".into(),
             entries: vec![Entry::file(
                 TEND_PATH,
                 0o755,
-                std::fs::read(&tend).with_context(|| format!("read {}", tend.display()))?,
+                std::fs::read(tend).with_context(|| format!("read {}", tend.display()))?,
             )],
         },
         plugins_layer(&root().join("target/plugins"))?,

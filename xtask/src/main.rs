@@ -306,7 +306,7 @@ fn test() -> Result<()> {
     let tend = root().join("target/debug/tend");
     plugins(&tend)?;
     // tests/e2e/image.rs runs it in the test containerd.
-    image::image()?;
+    image::image_of_test_build(&tend)?;
     // Every runner runs to its end; one total closes the run.
     let mut tally = tally::Tally::default();
     for lang in langs::ALL {
