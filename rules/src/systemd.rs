@@ -10,6 +10,8 @@
 //! holds every link systemd reports (or would remove) to the grant too, by the
 //! unit each link names.
 
+pub mod install;
+
 use crate::Refusal;
 use serde::{Deserialize, Deserializer, de::Error as _};
 

@@ -8,8 +8,9 @@
 //!   scoped to NOTREADY sandboxes of one namespace cannot remove a READY
 //!   sandbox of another; the journal and budgets see the resolved pod.
 //! - systemd: enabling a granted unit whose `[Install]` links ungranted units
-//!   (`Alias=`, `Also=`) is refused and rolled back, an existing link left as
-//!   it was; 50 daemon-reloads in one reconcile reach systemd once.
+//!   (`Alias=`, `Also=`, `RequiredBy=`) is refused before anything is linked,
+//!   whatever links exist already (one to another unit, an alias of the
+//!   victim itself); 50 daemon-reloads in one reconcile reach systemd once.
 //! - metrics: a plugin naming its series after the host's families cannot
 //!   make `/metrics` declare one twice (`promtool check metrics` passes).
 
@@ -258,7 +259,8 @@ fn enabling_a_granted_unit_cannot_link_ungranted_units() {
         reconcile(&sandbox)
     };
 
-    // Alias= and Also= name ungranted units: refused, every link rolled back.
+    // Alias= and Also= name ungranted units: refused from the plan, before
+    // systemd is asked, so there is nothing to roll back.
     let out = enable("tend-alias.service");
     assert!(
         out.contains("denied: systemd enable of tend-alias.service would link"),
@@ -268,17 +270,16 @@ fn enabling_a_granted_unit_cannot_link_ungranted_units() {
         out.contains("to units in [plugins.chaos.grants] systemd"),
         "{out}"
     );
-    assert!(out.contains("rolled back: removed"), "{out}");
-    assert_eq!(links(&etc), before, "no link left behind");
+    assert!(!out.contains("rolled back"), "{out}");
+    assert_eq!(links(&etc), before, "no link made");
 
-    // Without force an existing link is never replaced; what the failed
-    // enable made (its own link, victim's) is rolled back.
+    // An Alias= onto an operator's link: refused before enable could try.
     let out = enable("tend-takeover.service");
     assert!(
         out.contains("denied: systemd enable of tend-takeover.service would link"),
         "{out}"
     );
-    assert!(out.contains("unit victim.service"), "{out}");
+    assert!(out.contains("unit taken.service"), "{out}");
     assert_eq!(
         links(&etc),
         before,
@@ -311,15 +312,83 @@ fn enabling_a_granted_unit_cannot_link_ungranted_units() {
     ));
     expected.sort();
     assert_eq!(links(&etc), expected);
-    let enables: Vec<String> = journal(&sandbox)
+    // Refused before the gate: the only enable journaled is the granted one.
+    let enables: Vec<(String, String)> = journal(&sandbox)
         .into_iter()
         .filter(|e| e["operation"] == "enable")
-        .map(|e| e["result"].as_str().unwrap_or_default().to_string())
+        .map(|e| {
+            let field = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (field("target"), field("result"))
+        })
+        .filter(|(_, result)| !result.is_empty())
         .collect();
-    assert!(
-        enables.iter().any(|r| r.starts_with("denied:")),
-        "refusals are journaled: {enables:?}"
+    assert_eq!(
+        enables,
+        [("tend-plain.service".to_string(), "ok".to_string())],
+        "{enables:?}"
     );
+}
+
+/// Issue 25, hole 1: a granted unit with `Also=victim.service`, while a link
+/// exists already: one to another unit, or an alias of the victim itself
+/// (which a rollback's disable would have removed too, so the old code left
+/// the victim enabled). Refused before enabling: the victim stays disabled
+/// and no link is made or removed.
+#[test]
+fn an_also_of_an_ungranted_unit_is_refused_before_anything_is_linked() {
+    for (existing, points_to) in [
+        ("other-alias.service", "other.service"),
+        ("victim-alias.service", "victim.service"),
+    ] {
+        let peer = SystemdPeer::start();
+        let units = peer.units_dir();
+        let etc = peer.dir().join("etc-systemd");
+        for unit in ["victim.service", "other.service"] {
+            std::fs::write(units.join(unit), service("WantedBy=peer.target")).unwrap();
+        }
+        std::fs::write(
+            units.join("tend-a.service"),
+            service("WantedBy=peer.target\nAlso=victim.service"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(units.join(points_to), etc.join(existing)).unwrap();
+        let before = links(&etc);
+        let victim_state = peer.unit_property("victim.service", "UnitFileState");
+        let sandbox = Sandbox::new();
+        chaos(
+            &sandbox,
+            &format!("[host.systemd]\nbus = \"{}\"\n", peer.bus_address()),
+            "systemd = { units = [\"tend-*.service\"], operations = [\"enable\"] }",
+            "mode = \"unit-files\"\nop = \"enable\"\nunits = [\"tend-a.service\"]",
+        );
+        let out = reconcile(&sandbox);
+        assert!(
+            out.contains("denied: systemd enable of tend-a.service would also enable victim.service (Also= in the [Install] section of tend-a.service)"),
+            "{existing}: {out}"
+        );
+        assert!(
+            out.contains("add \"victim.service\" to units in [plugins.chaos.grants] systemd"),
+            "{out}"
+        );
+        assert_eq!(links(&etc), before, "{existing}: no link made or removed");
+        assert!(!etc.join("peer.target.wants").join("victim.service").exists());
+        assert!(!etc.join("peer.target.wants").join("tend-a.service").exists());
+        assert_eq!(
+            peer.unit_property("victim.service", "UnitFileState"),
+            victim_state,
+            "{existing}: the victim's enablement is unchanged"
+        );
+        assert_eq!(
+            peer.unit_property("tend-a.service", "UnitFileState"),
+            "disabled"
+        );
+        assert!(
+            journal(&sandbox)
+                .iter()
+                .all(|e| e["operation"] != "enable"),
+            "nothing reached the gate"
+        );
+    }
 }
 
 #[test]

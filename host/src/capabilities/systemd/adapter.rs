@@ -2,11 +2,15 @@
 //! plugin's grant (patterns and operations); every mutation passes the gate.
 //!
 //! Enable and disable touch links the unit's `[Install]` section chooses, so
-//! those links are held to the grant as well: a disable is checked before it
-//! runs against systemd's own dry run of it (GetUnitFileLinks); an enable
-//! (never forced) is checked against the changes systemd reports, and one
-//! that linked an ungranted unit, or failed half-way, is rolled back. At most
-//! one daemon-reload runs per reconcile.
+//! those links are held to the grant as well, before anything changes: a
+//! disable against systemd's own dry run of it (GetUnitFileLinks); an enable
+//! (never forced) against its plan, read from the unit files of the units
+//! and of their `Also=` units (systemd has no dry run of an enable, see
+//! [`tend_rules::systemd::install`]), so an ungranted link or `Also=` unit is
+//! refused with nothing linked. As defense in depth (a unit file rewritten
+//! between the plan and the enable), the changes systemd reports are held
+//! to the grant too, and an enable that linked an ungranted unit, or failed
+//! half-way, is rolled back. At most one daemon-reload runs per reconcile.
 
 use super::backend::{JobKind, JobResult, SystemdBackend, UnitFileChange, UnitStatus};
 use super::grants::{Operation, SystemdGrant, check, check_operation, wildcard_match};
@@ -15,6 +19,7 @@ use crate::capabilities::capability::Capability;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Intent;
 use serde::Deserialize;
+use tend_rules::systemd::install::EnablePlan;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -109,13 +114,19 @@ impl PluginSystemd {
         for unit in &units {
             check(&self.grant, &self.call.plugin, unit, Some(operation))?;
         }
+        let mut intent = Self::intent(operation, units.join(" "));
+        if operation == Operation::Enable {
+            // Planned from the unit files and refused before anything is
+            // linked: no rollback is ever needed for what the files say.
+            let links = self.plan_enable(&units).await?;
+            intent.detail = planned_links(&links);
+        }
         if operation == Operation::Disable {
             // systemd's own dry run of this very disable: refused before
             // anything is removed when it reaches an ungranted unit.
             let links = self.links(&units).await?;
             self.check_links(operation, &units, links.iter().map(String::as_str))?;
         }
-        let intent = Self::intent(operation, units.join(" "));
         // The adapter performs these itself (an enable is held to the grant
         // and rolled back), under the permit.
         self.call
@@ -139,6 +150,18 @@ impl PluginSystemd {
         Ok(self
             .grant
             .check_links(&self.call.plugin, operation, units, links)?)
+    }
+
+    /// The links enabling `units` would make, read from their unit files
+    /// (and those of their `Also=` units) now; refused when any is outside
+    /// the grant.
+    async fn plan_enable(&self, units: &[String]) -> Result<BTreeSet<String>, CapError> {
+        let mut plan = EnablePlan::new(&self.grant, &self.call.plugin, units);
+        while let Some(unit) = plan.next_unit() {
+            let text = self.backend.unit_file(&unit).await?;
+            plan.add(&unit, &text)?;
+        }
+        Ok(plan.finish())
     }
 
     /// The links a disable of `units` would remove now.
@@ -228,6 +251,15 @@ impl PluginSystemd {
             .mutate(intent, Ok(()), |permit| self.backend.daemon_reload(permit))
             .await
     }
+}
+
+/// What the journal says an enable will link: "links A, B" or "no links".
+fn planned_links(links: &BTreeSet<String>) -> String {
+    if links.is_empty() {
+        return "no links".to_string();
+    }
+    let links: Vec<&str> = links.iter().map(String::as_str).collect();
+    format!("links {}", links.join(", "))
 }
 
 /// `error`, with what became of the changes it made.
@@ -348,8 +380,76 @@ mod tests {
         assert!(fake.actions().is_empty());
     }
 
+    /// A granted unit whose `[Install]` has `Also=victim.service`, with a
+    /// link there before: one to another unit, or an alias of the victim
+    /// itself (which a rollback's disable would also remove). Either way the
+    /// enable is refused from its plan: systemd is never asked, no link made.
     #[tokio::test]
-    async fn an_enable_linking_an_ungranted_unit_is_rolled_back_and_denied() {
+    async fn an_also_of_an_ungranted_unit_is_refused_before_enabling() {
+        for existing in ["taken.service", "victim-alias.service"] {
+            let (systemd, fake) = systemd(&["enable"], false);
+            fake.unit_file(
+                "tend-a.service",
+                "[Install]\nWantedBy=multi-user.target\nAlso=victim.service\n",
+            );
+            fake.unit_file("victim.service", "[Install]\nWantedBy=multi-user.target\n");
+            fake.install(
+                "tend-a.service",
+                &[
+                    "multi-user.target.wants/tend-a.service",
+                    "multi-user.target.wants/victim.service",
+                ],
+            );
+            fake.add_link(existing);
+            let before = fake.links();
+            let err = systemd
+                .unit_files(Operation::Enable, vec!["tend-a.service".into()])
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind(), "denied");
+            assert!(
+                err.to_string().contains(
+                    "would also enable victim.service (Also= in the [Install] section of tend-a.service)"
+                ),
+                "{err}"
+            );
+            assert!(fake.actions().is_empty(), "{:?}", fake.actions());
+            assert_eq!(fake.links(), before, "no link made or removed");
+            assert!(systemd.call.gate.mutations().is_empty());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_planned_link_outside_the_grant_is_refused_and_a_granted_plan_is_journaled() {
+        let (systemd, fake) = systemd(&["enable"], false);
+        fake.unit_file(
+            "tend-a.service",
+            "[Install]\nWantedBy=multi-user.target\nAlias=kubelet.service\n",
+        );
+        let err = systemd
+            .unit_files(Operation::Enable, vec!["tend-a.service".into()])
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("would link /etc/systemd/system/kubelet.service"),
+            "{err}"
+        );
+        assert!(fake.actions().is_empty());
+        systemd
+            .unit_files(Operation::Enable, vec!["tend-b.service".into()])
+            .await
+            .unwrap();
+        assert_eq!(
+            systemd.call.gate.mutations()[0].describe(),
+            "did systemd.enable tend-b.service (links /etc/systemd/system/multi-user.target.wants/tend-b.service)"
+        );
+    }
+
+    /// Defense in depth: the unit file said less than the enable did (it was
+    /// rewritten in between); what systemd reports is held to the grant.
+    #[tokio::test]
+    async fn an_enable_linking_more_than_its_plan_is_rolled_back_and_denied() {
         let (systemd, fake) = systemd(&["enable"], false);
         fake.install(
             "tend-a.service",

@@ -130,6 +130,10 @@ pub trait SystemdBackend: Send + Sync + 'static {
     /// The links a disable of `unit` would remove now (GetUnitFileLinks:
     /// systemd's own dry run of DisableUnitFiles, `Also=` units included).
     async fn unit_file_links(&self, unit: &str) -> Result<Vec<String>, CapError>;
+    /// The text of `unit`'s unit file, the one the manager loaded (its
+    /// FragmentPath; a template's for an instance): what the adapter plans
+    /// an enable from. `not-found` when the manager has none.
+    async fn unit_file(&self, unit: &str) -> Result<String, CapError>;
     /// EnableUnitFiles without force (an existing link is never replaced):
     /// the changes made. The adapter holds them to the grant, under the
     /// gate's permit.

@@ -25,6 +25,8 @@ pub struct FakeSystemd {
     installs: Mutex<BTreeMap<String, Vec<String>>>,
     /// Links present now.
     links: Mutex<BTreeSet<String>>,
+    /// Each unit's file, when scripted.
+    files: Mutex<BTreeMap<String, String>>,
 }
 
 impl FakeSystemd {
@@ -52,6 +54,16 @@ impl FakeSystemd {
             .lock()
             .unwrap()
             .insert(unit.to_string(), links);
+    }
+
+    /// `unit`'s unit file says `text`; unscripted, it says
+    /// `WantedBy=multi-user.target`, whatever [`FakeSystemd::install`] makes
+    /// the enable do (a file changed between the plan and the enable).
+    pub fn unit_file(&self, unit: &str, text: &str) {
+        self.files
+            .lock()
+            .unwrap()
+            .insert(unit.to_string(), text.to_string());
     }
 
     /// A link that exists already (made by someone else).
@@ -131,6 +143,15 @@ impl SystemdBackend for FakeSystemd {
             .into_iter()
             .filter(|l| links.contains(l))
             .collect())
+    }
+
+    async fn unit_file(&self, unit: &str) -> Result<String, CapError> {
+        self.ledger.check()?;
+        let files = self.files.lock().unwrap();
+        Ok(files
+            .get(unit)
+            .cloned()
+            .unwrap_or_else(|| "[Install]\nWantedBy=multi-user.target\n".to_string()))
     }
 
     /// Like systemd without force: the links not there yet are made; one that

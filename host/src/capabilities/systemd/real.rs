@@ -313,6 +313,27 @@ impl SystemdBackend for RealSystemd {
         .await
     }
 
+    async fn unit_file(&self, unit: &str) -> Result<String, CapError> {
+        let Some(path) = self.status(unit).await?.fragment_path else {
+            return Err(CapError::NotFound(format!(
+                "systemd has no unit file for {unit}: write it in a unit directory first"
+            )));
+        };
+        // A path systemd names, read as any file Tend did not write.
+        let read = {
+            let path = std::path::PathBuf::from(&path);
+            move || crate::untrusted::read_to_string(&path, crate::untrusted::MAX_TEXT_BYTES)
+        };
+        tokio::task::spawn_blocking(read)
+            .await
+            .map_err(|e| CapError::Other(e.to_string()))?
+            .map_err(|e| {
+                CapError::Conflict(format!(
+                    "cannot read the unit file of {unit} ({path}): {e}; a masked unit cannot be enabled"
+                ))
+            })
+    }
+
     async fn enable(&self, units: &[String]) -> Result<Vec<UnitFileChange>, CapError> {
         // (files, runtime = false, force = false): never replace an existing link.
         let (_, changes) = self
