@@ -28,4 +28,5 @@ pub mod schema;
 pub mod text;
 pub mod tls;
 pub mod units;
+pub mod untrusted;
 pub mod wit;

@@ -167,19 +167,13 @@ impl Recording {
 
     /// Read a recording, bounded, refusing what is not one of [`FORMAT`].
     pub fn read(path: &Path) -> anyhow::Result<Recording> {
-        let file = std::fs::File::open(path)
-            .with_context(|| format!("cannot open the recording {}", path.display()))?;
-        let mut bytes = Vec::new();
-        file.take(MAX_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .with_context(|| format!("cannot read the recording {}", path.display()))?;
-        if bytes.len() as u64 > MAX_FILE_BYTES {
-            anyhow::bail!(
-                "{} is larger than {} MiB, more than any recording tend writes: is it a recording?",
+        let bytes = crate::untrusted::read(path, MAX_FILE_BYTES).with_context(|| {
+            format!(
+                "cannot read the recording {} (at most {} MiB, more than any recording tend writes)",
                 path.display(),
                 MAX_FILE_BYTES >> 20
-            );
-        }
+            )
+        })?;
         Recording::parse(&bytes).with_context(|| path.display().to_string())
     }
 
@@ -505,7 +499,7 @@ mod tests {
         let file = std::fs::File::create(&path).unwrap();
         file.set_len(MAX_FILE_BYTES + 1).unwrap();
         let err = format!("{:#}", Recording::read(&path).unwrap_err());
-        assert!(err.contains("is larger than 80 MiB"), "{err}");
+        assert!(err.contains("larger than the 80 MiB read here"), "{err}");
     }
 
     #[test]

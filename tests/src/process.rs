@@ -62,3 +62,53 @@ pub fn peer_processes(dir: &std::path::Path, in_cgroup: impl Fn(&str) -> bool) -
     }
     found
 }
+
+/// How a command run by [`run_measured`] ended.
+#[derive(Debug)]
+pub struct Measured {
+    /// None: still running at the deadline (then killed).
+    pub success: Option<bool>,
+    /// stdout and stderr.
+    pub output: String,
+    pub elapsed: std::time::Duration,
+    /// The child's peak resident set size, in KiB (wait4's `ru_maxrss`).
+    pub peak_rss_kib: u64,
+}
+
+/// Run `command` (its output to a file), waiting at most `within`: killed
+/// then, and reaped with wait4, which gives this one child's peak RSS however
+/// quickly it exits.
+pub fn run_measured(command: &mut std::process::Command, within: std::time::Duration) -> Measured {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let started = std::time::Instant::now();
+    let child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(out.reopen().unwrap())
+        .stderr(out.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let (mut status, mut usage): (libc::c_int, libc::rusage) = (0, unsafe { std::mem::zeroed() });
+    let mut success = None;
+    loop {
+        // SAFETY: wait4 on our own child, with valid pointers to locals.
+        let reaped = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if reaped == pid {
+            success = Some(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+            break;
+        }
+        if started.elapsed() > within {
+            // SAFETY: a signal to our own, not yet reaped, child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Measured {
+        success,
+        output: std::fs::read_to_string(out.path()).unwrap_or_default(),
+        elapsed: started.elapsed(),
+        peak_rss_kib: usage.ru_maxrss as u64,
+    }
+}

@@ -38,7 +38,7 @@ pub fn credentials(settings: &Settings, registry: &str) -> Result<RegistryAuth, 
     let Some(path) = config_file(settings) else {
         return Ok(RegistryAuth::Anonymous);
     };
-    let text = match std::fs::read_to_string(&path) {
+    let text = match crate::untrusted::read_to_string(&path, crate::untrusted::MAX_TEXT_BYTES) {
         Ok(text) => text,
         // DOCKER_CONFIG without a file in it: no credentials.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && settings.docker_config.is_none() => {

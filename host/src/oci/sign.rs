@@ -47,7 +47,7 @@ pub struct Verifier {
 impl Verifier {
     pub fn load(path: &Path) -> Result<Verifier, String> {
         let shown = path.display().to_string();
-        let pem = std::fs::read(path)
+        let pem = crate::untrusted::read(path, crate::untrusted::MAX_TEXT_BYTES)
             .map_err(|e| format!("cannot read the cosign public key {shown}: {e}"))?;
         let key = CosignVerificationKey::try_from_pem(&pem).map_err(|e| {
             format!("{shown} is not a cosign public key (PEM, as `cosign generate-key-pair` writes cosign.pub): {e}")
@@ -119,7 +119,7 @@ pub struct Signer {
 impl Signer {
     /// Read `path`, decrypted with `password` (COSIGN_PASSWORD for cosign).
     pub fn load(path: &Path, password: &[u8]) -> anyhow::Result<Signer> {
-        let pem = std::fs::read(path)
+        let pem = crate::untrusted::read(path, crate::untrusted::MAX_TEXT_BYTES)
             .map_err(|e| anyhow::anyhow!("cannot read the signing key {}: {e}", path.display()))?;
         let keys = SigStoreKeyPair::from_encrypted_pem(&pem, password).map_err(|e| {
             anyhow::anyhow!(

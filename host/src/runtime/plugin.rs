@@ -101,7 +101,7 @@ impl Runtime {
 
     fn load_with(&self, path: &Path, quick: bool) -> Result<CompiledPlugin, LoadError> {
         let started = Instant::now();
-        let wasm = std::fs::read(path).map_err(|source| LoadError::Read {
+        let wasm = crate::untrusted::read(path, crate::untrusted::MAX_COMPONENT_BYTES).map_err(|source| LoadError::Read {
             path: path.to_path_buf(),
             source,
         })?;
