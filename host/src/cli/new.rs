@@ -8,6 +8,7 @@
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 use include_dir::{Dir, DirEntry, include_dir};
+use rustix::fs::{Mode, OFlags};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -27,6 +28,66 @@ pub enum Lang {
 }
 
 impl Lang {
+    /// The language's name in messages.
+    fn shown(self) -> &'static str {
+        match self {
+            Lang::Rust => "Rust",
+            Lang::Python => "Python",
+            Lang::Js => "JavaScript/TypeScript",
+            Lang::C => "C",
+            Lang::Go => "Go",
+        }
+    }
+
+    /// The language's keywords, reserved words included (from each
+    /// language's reference: Rust's strict, reserved and 2024 keywords;
+    /// Python 3's `keyword.kwlist`; ECMAScript's reserved words with strict
+    /// mode's and TypeScript's; C23's; Go's). The templates use the name as
+    /// an identifier (a crate, module, package or file to import), so a
+    /// keyword makes a project that does not build.
+    fn keywords(self) -> &'static [&'static str] {
+        match self {
+            Lang::Rust => &[
+                "abstract", "as", "async", "await", "become", "box", "break", "const",
+                "continue", "crate", "do", "dyn", "else", "enum", "extern", "false", "final",
+                "fn", "for", "gen", "if", "impl", "in", "let", "loop", "macro", "match", "mod",
+                "move", "mut", "override", "priv", "pub", "ref", "return", "self", "static",
+                "struct", "super", "trait", "true", "try", "type", "typeof", "unsafe",
+                "unsized", "use", "virtual", "where", "while", "yield",
+            ],
+            Lang::Python => &[
+                "and", "as", "assert", "async", "await", "break", "class", "continue", "def",
+                "del", "elif", "else", "except", "finally", "for", "from", "global", "if",
+                "import", "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise",
+                "return", "try", "while", "with", "yield",
+            ],
+            Lang::Js => &[
+                "any", "arguments", "as", "await", "boolean", "break", "case", "catch",
+                "class", "const", "constructor", "continue", "debugger", "declare", "default",
+                "delete", "do", "else", "enum", "eval", "export", "extends", "false",
+                "finally", "for", "function", "if", "implements", "import", "in",
+                "instanceof", "interface", "let", "module", "namespace", "never", "new",
+                "null", "number", "package", "private", "protected", "public", "readonly",
+                "require", "return", "static", "string", "super", "switch", "symbol", "this",
+                "throw", "true", "try", "type", "typeof", "undefined", "unknown", "var",
+                "void", "while", "with", "yield",
+            ],
+            Lang::C => &[
+                "alignas", "alignof", "auto", "bool", "break", "case", "char", "const",
+                "constexpr", "continue", "default", "do", "double", "else", "enum", "extern",
+                "false", "float", "for", "goto", "if", "inline", "int", "long", "nullptr",
+                "register", "restrict", "return", "short", "signed", "sizeof", "static",
+                "static_assert", "struct", "switch", "thread_local", "true", "typedef",
+                "typeof", "typeof_unqual", "union", "unsigned", "void", "volatile", "while",
+            ],
+            Lang::Go => &[
+                "break", "case", "chan", "const", "continue", "default", "defer", "else",
+                "fallthrough", "for", "func", "go", "goto", "if", "import", "interface", "map",
+                "package", "range", "return", "select", "struct", "switch", "type", "var",
+            ],
+        }
+    }
+
     fn dir(self) -> &'static str {
         match self {
             Lang::Rust => "rust",
@@ -74,14 +135,23 @@ pub fn run(
 }
 
 /// The names a plugin can have in `[plugins.NAME]` that are also identifiers
-/// in every template language once `-` becomes `_`.
-fn check_name(name: &str) -> Result<()> {
+/// in every template language once `-` becomes `_`, and not one of `lang`'s
+/// keywords.
+fn check_name(name: &str, lang: Lang) -> Result<()> {
     if !crate::config::is_valid_plugin_name(name)
         || !name.starts_with(|c: char| c.is_ascii_lowercase())
         || name.ends_with('-')
     {
         bail!(
             "invalid plugin name {name:?}: expected lowercase letters, digits and '-', starting with a letter and not ending with '-' (for example \"node-probe\")"
+        );
+    }
+    let identifier = name.replace('-', "_");
+    if lang.keywords().contains(&identifier.as_str()) {
+        bail!(
+            "invalid plugin name {name:?}: {identifier:?} is a {} keyword, and the {} template uses the name as an identifier, so the project would not build: choose another name, for example \"{name}-probe\"",
+            lang.shown(),
+            lang.dir()
         );
     }
     Ok(())
@@ -130,7 +200,7 @@ fn check_source_path(dir: &Path) -> Result<()> {
 /// beside it first and renamed into place, so a failure leaves nothing behind.
 /// Returns the files written, relative to `dir`.
 fn create(name: &str, lang: Lang, dir: &Path, tend: &Path) -> Result<Vec<PathBuf>> {
-    check_name(name)?;
+    check_name(name, lang)?;
     let (Some(common), Some(template)) =
         (TEMPLATES.get_dir("common"), TEMPLATES.get_dir(lang.dir()))
     else {
@@ -170,6 +240,17 @@ fn create(name: &str, lang: Lang, dir: &Path, tend: &Path) -> Result<Vec<PathBuf
         &names,
         &mut written,
     )?;
+    // A project's mode (a temporary directory is 0700), set through the
+    // staging directory's own descriptor before it moves: after the rename,
+    // `dir` is a path anyone who can write `parent` may swap for a symlink.
+    let staged = rustix::fs::open(
+        staging.path(),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .with_context(|| format!("open {}", staging.path().display()))?;
+    rustix::fs::fchmod(&staged, Mode::from_raw_mode(0o755))
+        .with_context(|| format!("chmod {}", staging.path().display()))?;
     // Never over something that appeared at `dir` meanwhile.
     rustix::fs::renameat_with(
         rustix::fs::CWD,
@@ -179,11 +260,8 @@ fn create(name: &str, lang: Lang, dir: &Path, tend: &Path) -> Result<Vec<PathBuf
         rustix::fs::RenameFlags::NOREPLACE,
     )
     .with_context(|| format!("move the project into {}", dir.display()))?;
-    // The staging directory is the project now: keep it, with a project's mode
-    // (a temporary directory is 0700).
+    // The staging directory is the project now: keep it.
     let _ = staging.keep();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     written.sort();
     Ok(written)
 }
@@ -320,6 +398,92 @@ mod tests {
             );
         }
         assert!(!tmp.path().join("x").exists());
+    }
+
+    #[test]
+    fn keywords_of_the_language_are_refused_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (name, lang, shown) in [
+            ("import", Lang::Python, "Python"),
+            ("class", Lang::Python, "Python"),
+            ("fn", Lang::Rust, "Rust"),
+            ("async", Lang::Rust, "Rust"),
+            ("function", Lang::Js, "JavaScript/TypeScript"),
+            ("interface", Lang::Js, "JavaScript/TypeScript"),
+            ("static-assert", Lang::C, "C"),
+            ("func", Lang::Go, "Go"),
+        ] {
+            let err = create(name, lang, &tmp.path().join("x"), &source()).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "invalid plugin name {name:?}: {:?} is a {shown} keyword, and the {} template uses the name as an identifier, so the project would not build: choose another name, for example \"{name}-probe\"",
+                    name.replace('-', "_"),
+                    lang.dir()
+                )
+            );
+        }
+        assert!(!tmp.path().join("x").exists());
+        for lang in ALL {
+            for keyword in lang.keywords() {
+                assert!(check_name(keyword, lang).is_err(), "{lang:?} {keyword}");
+                let suggested = format!("{}-probe", keyword.replace('_', "-"));
+                assert!(check_name(&suggested, lang).is_ok(), "{suggested}");
+            }
+        }
+        assert!(check_name("my-class", Lang::Python).is_ok(), "my_class is no keyword");
+    }
+
+    /// A local user who can write the parent swaps the project directory for
+    /// a symlink to a root-owned 0600 file, before `tend new` runs and while
+    /// it runs: the file's mode never changes, since the project's mode is
+    /// set through the staging directory's descriptor before the rename.
+    #[test]
+    fn a_symlink_swapped_in_at_the_project_path_is_never_chmodded() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("shadow");
+        std::fs::write(&victim, "secret").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tmp.path().join("proj");
+        // Planted beforehand: refused, nothing followed.
+        std::os::unix::fs::symlink(&victim, &dir).unwrap();
+        assert!(create("node-probe", Lang::C, &dir, &source()).is_err());
+        assert_eq!(mode(&victim), 0o600);
+        std::fs::remove_file(&dir).unwrap();
+        // Swapped in as soon as the project appears, again and again.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let (dir, victim, stop) = (dir.clone(), victim.clone(), stop.clone());
+            let moved = tmp.path().join("moved");
+            std::thread::spawn(move || {
+                let mut swaps = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+                        let _ = std::fs::remove_dir_all(&moved);
+                        if std::fs::rename(&dir, &moved).is_ok()
+                            && std::os::unix::fs::symlink(&victim, &dir).is_ok()
+                        {
+                            swaps += 1;
+                        }
+                    }
+                    std::thread::yield_now();
+                }
+                swaps
+            })
+        };
+        let mut created = 0;
+        for _ in 0..50 {
+            let _ = std::fs::remove_file(&dir);
+            let _ = std::fs::remove_dir_all(&dir);
+            created += usize::from(create("node-probe", Lang::C, &dir, &source()).is_ok());
+            assert_eq!(mode(&victim), 0o600, "followed the swapped-in symlink");
+        }
+        assert!(created > 0);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(swapper.join().unwrap() > 0, "the swapper never raced");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret");
     }
 
     #[test]
