@@ -1,5 +1,7 @@
 //! Replacing a file atomically: readers, and a crash, see the old file or the
-//! new one, never a torn one.
+//! new one, never a torn one. Tend's own files and directories get the mode
+//! Tend chooses, whatever the umask (under `umask 000` an open(2) mode of
+//! 0666 is a file every user can rewrite).
 
 use std::fs::{File, Permissions};
 use std::io::{self, Write};
@@ -13,8 +15,8 @@ pub fn write(path: &Path, mode: u32, bytes: &[u8]) -> io::Result<()> {
 
 /// Replace `path` with what `fill` writes: into a temporary file beside it
 /// (a random name, created exclusively, so neither a symlink planted there nor
-/// a concurrent writer is written through), with `mode` (as for open(2): the
-/// umask applies), fsynced, then renamed over `path`. On an error the
+/// a concurrent writer is written through), given `mode` exactly (fchmod,
+/// not left to the umask), fsynced, then renamed over `path`. On an error the
 /// temporary file is removed and `path` is left as it was.
 pub fn write_with(
     path: &Path,
@@ -29,10 +31,68 @@ pub fn write_with(
         .prefix(".tend-tmp")
         .permissions(Permissions::from_mode(mode))
         .tempfile_in(dir)?;
+    tmp.as_file().set_permissions(Permissions::from_mode(mode))?;
     fill(tmp.as_file_mut())?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// Create `dir` and any missing parent as Tend's own: mode 0700, whatever
+/// the umask. An existing `dir` is left as it is (the operator's state dir
+/// may have its own mode; `tend run` checks it is Tend's alone).
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    use std::os::unix::fs::DirBuilderExt;
+    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    // The mode given to mkdir(2) is still narrowed by the umask: set it.
+    for created in missing {
+        std::fs::set_permissions(created, Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Who besides Tend's user (and root) could write what `meta` describes,
+/// and the command that stops it; None when it is Tend's alone.
+pub fn other_writer(meta: &std::fs::Metadata, path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let (mode, shown) = (meta.mode() & 0o7777, path.display());
+    let own = rustix::process::geteuid().as_raw();
+    if meta.uid() != own && meta.uid() != 0 {
+        return Some(format!(
+            "it belongs to uid {}, not to tend's uid {own} or root: chown it to the user tend runs as",
+            meta.uid()
+        ));
+    }
+    if mode & 0o002 != 0 {
+        return Some(format!(
+            "it is writable by every user (mode {mode:o}): run `chmod o-w {shown}`"
+        ));
+    }
+    if mode & 0o020 != 0 && meta.gid() != 0 {
+        return Some(format!(
+            "it is writable by its group {} (mode {mode:o}): run `chmod g-w {shown}`",
+            meta.gid()
+        ));
+    }
+    None
+}
+
+/// Refuse `dir` (the `what`, say "state dir") unless it is Tend's alone:
+/// `risk` says what another writer could do there.
+pub fn check_own_dir(dir: &Path, what: &str, risk: &str) -> anyhow::Result<()> {
+    let meta = std::fs::metadata(dir)
+        .map_err(|e| anyhow::anyhow!("cannot read the {what} {}: {e}", dir.display()))?;
+    match other_writer(&meta, dir) {
+        Some(why) => anyhow::bail!("the {what} {} is not tend's alone: {risk}; {why}", dir.display()),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

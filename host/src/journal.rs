@@ -16,6 +16,7 @@ use crate::capabilities::gate::{Caller, Intent};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -141,7 +142,7 @@ impl Journal {
         let dir = state_dir.join("journal");
         // Checked first, so that a newer Tend's journal gets nothing written.
         crate::schema::check_dir("journal", &dir, SCHEMA_VERSION)?;
-        std::fs::create_dir_all(dir.join(PLANS))?;
+        crate::atomic::create_private_dir(&dir.join(PLANS))?;
         Ok(Journal {
             dir,
             max_bytes,
@@ -198,7 +199,12 @@ impl Journal {
                 .create(true)
                 .append(true)
                 .read(true)
+                .mode(0o600)
                 .open(&current)?;
+            if created {
+                // Tend's own, whatever the umask narrowed or left.
+                opened.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            }
             // A crash can leave a torn last line: end it, so it costs only itself.
             if ends_without_newline(&mut opened)? {
                 opened.write_all(b"\n")?;

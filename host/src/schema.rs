@@ -34,8 +34,8 @@ pub fn check_dir(what: &str, dir: &Path, current: u64) -> io::Result<()> {
     let found = readable(what, dir, current)?;
     if found.is_none_or(|found| found < current) {
         // Version 1 is the only one yet: adopting or migrating is writing it.
-        std::fs::create_dir_all(dir)?;
-        crate::atomic::write(&path, 0o666, format!("{current}\n").as_bytes())?;
+        crate::atomic::create_private_dir(dir)?;
+        crate::atomic::write(&path, 0o600, format!("{current}\n").as_bytes())?;
     }
     Ok(())
 }

@@ -58,33 +58,11 @@ impl Listener for Control {
 fn bind_private(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
     let dir = path.parent().expect("the socket is in the state dir");
-    let meta = std::fs::metadata(dir)
-        .with_context(|| format!("cannot read the state dir {}", dir.display()))?;
-    if meta.mode() & 0o002 != 0 {
-        anyhow::bail!(
-            "the state dir {} is writable by every user (mode {:o}): anyone could replace the control socket there; run `chmod o-w {}`",
-            dir.display(),
-            meta.mode() & 0o7777,
-            dir.display()
-        );
-    }
-    if meta.mode() & 0o020 != 0 && meta.gid() != 0 {
-        anyhow::bail!(
-            "the state dir {} is writable by its group {} (mode {:o}): its members could replace the control socket there; run `chmod g-w {}`",
-            dir.display(),
-            meta.gid(),
-            meta.mode() & 0o7777,
-            dir.display()
-        );
-    }
-    let own = rustix::process::geteuid().as_raw();
-    if meta.uid() != own && meta.uid() != 0 {
-        anyhow::bail!(
-            "the state dir {} belongs to uid {}, not to tend's uid {own} or root: its owner could replace the control socket; chown it to the user tend runs as",
-            dir.display(),
-            meta.uid()
-        );
-    }
+    crate::atomic::check_own_dir(
+        dir,
+        "state dir",
+        "another user could replace the control socket there",
+    )?;
     let tmp = dir.join(format!(".{SOCKET}.{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let addr = SocketAddrUnix::new(&tmp).with_context(|| {

@@ -94,6 +94,13 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config_path = std::path::absolute(config_path)?;
     let config_seen = config_identity(&config_path);
     let config = Config::load(&config_path)?;
+    // Compiled components are native code Tend runs: their directory is Tend's alone.
+    crate::atomic::create_private_dir(&config.host.cache_dir)?;
+    crate::atomic::check_own_dir(
+        &config.host.cache_dir,
+        "cache dir",
+        "another user could replace the compiled components there, native code tend runs",
+    )?;
     let runtime = Arc::new(Runtime::new(Some(&config.host.cache_dir))?);
     let (leading, leadership) = tokio::sync::watch::channel(leader::Leadership::default());
     let shared = Arc::new(Shared {
@@ -142,7 +149,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     };
     let state_dir = config.host.state_dir.clone();
     let _control = control::serve(&state_dir, shared.clone())?;
-    std::fs::create_dir_all(&config.host.plugins_dir)?;
+    crate::atomic::create_private_dir(&config.host.plugins_dir)?;
     let (events, inbox) = mpsc::unbounded_channel();
     let runner = Arc::new(runner::DaemonRunner {
         shared: shared.clone(),

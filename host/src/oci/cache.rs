@@ -100,7 +100,7 @@ fn read_verified(path: &Path, digest: &str) -> Option<Vec<u8>> {
 /// A temporary file in the same folder, synced, then renamed over `path`.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().expect("cache paths have a folder");
-    std::fs::create_dir_all(dir)?;
+    crate::atomic::create_private_dir(dir)?;
     crate::atomic::write(path, 0o600, bytes)
 }
 

@@ -3,7 +3,10 @@
 //! Keyed by Tend's version, the wasmtime version, the engine's compatibility
 //! hash (its settings) and the component's sha256. Each artifact has a sidecar
 //! with its checksum: an entry that does not match is recompiled, never loaded
-//! blindly (deserializing runs native code).
+//! blindly (deserializing runs native code). The checksum is unkeyed, so it
+//! is no defense against a writer: an artifact, its sidecar and their
+//! directory are loaded only when they are Tend's alone (Tend's user or root
+//! owns them, no one else may write them), else recompiled.
 
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
@@ -49,7 +52,7 @@ impl CacheOutcome {
 
 /// The artifact checksum: xxh3-128 detects a torn or bit-flipped entry at
 /// memory speed (35 MB in a few ms). It guards against accidents, not
-/// attackers: whoever can write the cache dir can already run code as Tend.
+/// attackers: those are kept out by ownership and mode (see [`foreign`]).
 fn checksum_hex(bytes: &[u8]) -> String {
     format!("{:032x}", xxhash_rust::xxh3::xxh3_128(bytes))
 }
@@ -92,12 +95,14 @@ impl ArtifactCache {
         let Some((artifact, checksum)) = self.entry(digest) else {
             return Lookup::Absent;
         };
-        let (Ok(file), Ok(expected)) = (
-            std::fs::File::open(&artifact),
-            std::fs::read_to_string(&checksum),
-        ) else {
+        let (Ok(file), Ok(expected)) = (open_own(&artifact), std::fs::read_to_string(&checksum))
+        else {
             return Lookup::Absent;
         };
+        if let Some(why) = foreign(&artifact, &file, &checksum) {
+            tracing::warn!("recompiling {}, not loading it: {why}", artifact.display());
+            return Lookup::Corrupt;
+        }
         // SAFETY: a read-only map of a file only Tend writes, and only by rename,
         // so its content does not change under the map.
         let matches = unsafe { memmap2::Mmap::map(&file) }
@@ -180,15 +185,40 @@ impl ArtifactCache {
     }
 }
 
+/// `path`, opened without following a symlink.
+fn open_own(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+}
+
+/// Why the opened `artifact`, its `checksum` sidecar or their directory is
+/// not Tend's alone (see [`crate::atomic::other_writer`]), if it is not.
+fn foreign(artifact: &Path, file: &std::fs::File, checksum: &Path) -> Option<String> {
+    let dir = artifact.parent().unwrap_or(Path::new("."));
+    let checked = [
+        (artifact, file.metadata()),
+        (checksum, std::fs::symlink_metadata(checksum)),
+        (dir, std::fs::metadata(dir)),
+    ];
+    checked.into_iter().find_map(|(path, meta)| match meta {
+        Ok(meta) => crate::atomic::other_writer(&meta, path)
+            .map(|why| format!("{}: {why}", path.display())),
+        Err(e) => Some(format!("{}: {e}", path.display())),
+    })
+}
+
 fn store(component: &Component, artifact: &Path, checksum: &Path) -> anyhow::Result<()> {
     if let Some(dir) = artifact.parent() {
-        std::fs::create_dir_all(dir)?;
+        crate::atomic::create_private_dir(dir)?;
     }
     let bytes = component.serialize()?;
-    crate::atomic::write(artifact, 0o666, &bytes)?;
+    crate::atomic::write(artifact, 0o600, &bytes)?;
     Ok(crate::atomic::write(
         checksum,
-        0o666,
+        0o600,
         checksum_hex(&bytes).as_bytes(),
     )?)
 }
@@ -265,5 +295,38 @@ mod tests {
         let a = ArtifactCache::new(Some(dir.path()), &plain);
         let b = ArtifactCache::new(Some(dir.path()), &epoch);
         assert_ne!(a.entry(&digest), b.entry(&digest));
+    }
+
+    /// A valid artifact and its matching sidecar are still not loaded when
+    /// anyone but Tend could have written them or their directory: an
+    /// unkeyed checksum proves nothing against a writer.
+    #[test]
+    fn an_entry_others_could_write_is_recompiled_never_loaded() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let cache_dir = dir.path().join("cache");
+        let engine = Engine::default();
+        let cache = ArtifactCache::new(Some(&cache_dir), &engine);
+        let digest = sha256_hex(EMPTY_COMPONENT);
+        cache.load_or_compile(&engine, EMPTY_COMPONENT, &digest).unwrap();
+        let (artifact, checksum) = cache.entry(&digest).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
+        assert_eq!(mode(&cache_dir), 0o700);
+        assert_eq!((mode(&artifact), mode(&checksum)), (0o600, 0o600));
+        assert!(matches!(cache.lookup(&engine, &digest), Lookup::Hit(_)));
+        let set = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        for (path, widened) in [(&artifact, 0o602), (&checksum, 0o620), (&cache_dir, 0o777)] {
+            let before = mode(path);
+            set(path, widened);
+            assert!(
+                matches!(cache.lookup(&engine, &digest), Lookup::Corrupt),
+                "{} at {widened:o}",
+                path.display()
+            );
+            set(path, before);
+        }
+        // Another user's file (chown needs root, as Tend's tests do).
+        std::os::unix::fs::chown(&artifact, Some(65534), None).unwrap();
+        assert!(matches!(cache.lookup(&engine, &digest), Lookup::Corrupt));
     }
 }

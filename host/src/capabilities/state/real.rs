@@ -88,12 +88,28 @@ fn unavailable(e: impl std::fmt::Display) -> CapError {
     CapError::Unavailable(format!("state store: {e}"))
 }
 
+/// Create `path` (empty, which redb initializes) or take it over as Tend's
+/// own: mode 0600 whatever the umask, since it holds every plugin's state.
+fn own_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+}
+
 impl RedbState {
     pub fn open(path: &Path) -> anyhow::Result<Self> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
+            crate::atomic::create_private_dir(dir)
                 .map_err(|e| anyhow::anyhow!("cannot create state dir {}: {e}", dir.display()))?;
         }
+        own_file(path)
+            .map_err(|e| anyhow::anyhow!("cannot create state store {}: {e}", path.display()))?;
         let db = Database::create(path).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => anyhow::anyhow!(
                 "state store {} is in use by another tend process: stop it, or give this one another [host] state-dir",
