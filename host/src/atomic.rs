@@ -31,7 +31,8 @@ pub fn write_with(
         .prefix(".tend-tmp")
         .permissions(Permissions::from_mode(mode))
         .tempfile_in(dir)?;
-    tmp.as_file().set_permissions(Permissions::from_mode(mode))?;
+    tmp.as_file()
+        .set_permissions(Permissions::from_mode(mode))?;
     fill(tmp.as_file_mut())?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
@@ -90,7 +91,10 @@ pub fn check_own_dir(dir: &Path, what: &str, risk: &str) -> anyhow::Result<()> {
     let meta = std::fs::metadata(dir)
         .map_err(|e| anyhow::anyhow!("cannot read the {what} {}: {e}", dir.display()))?;
     match other_writer(&meta, dir) {
-        Some(why) => anyhow::bail!("the {what} {} is not tend's alone: {risk}; {why}", dir.display()),
+        Some(why) => anyhow::bail!(
+            "the {what} {} is not tend's alone: {risk}; {why}",
+            dir.display()
+        ),
         None => Ok(()),
     }
 }

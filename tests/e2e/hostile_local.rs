@@ -44,7 +44,11 @@ fn recording(sandbox: &Sandbox) -> serde_json::Value {
 }
 
 fn refused_quickly(what: &str, run: &Measured, expected: &str) {
-    assert_eq!(run.success, Some(false), "{what}: exited within {DEADLINE:?}: {run:?}");
+    assert_eq!(
+        run.success,
+        Some(false),
+        "{what}: exited within {DEADLINE:?}: {run:?}"
+    );
     assert!(run.elapsed < Duration::from_secs(10), "{what}: {run:?}");
     assert!(run.output.contains(expected), "{what}: {}", run.output);
     assert!(
@@ -70,7 +74,11 @@ fn devices_and_fifos_named_by_a_recording_or_the_command_line_are_refused_at_onc
         std::fs::write(&file, serde_json::to_vec(&hostile).unwrap()).unwrap();
         let run = tend(&["replay".as_ref(), file.as_os_str()]);
         refused_quickly(&format!("recording naming {plugin:?}"), &run, not_regular);
-        assert!(run.output.contains(&plugin.display().to_string()), "{}", run.output);
+        assert!(
+            run.output.contains(&plugin.display().to_string()),
+            "{}",
+            run.output
+        );
         let run = tend(&[
             "replay".as_ref(),
             sandbox.path("rec.json").as_os_str(),
@@ -84,7 +92,11 @@ fn devices_and_fifos_named_by_a_recording_or_the_command_line_are_refused_at_onc
     for file in [Path::new("/dev/zero"), &recording_fifo] {
         let run = tend(&["replay".as_ref(), file.as_os_str()]);
         refused_quickly(&format!("the recording {file:?}"), &run, not_regular);
-        assert!(run.output.contains("cannot read the recording"), "{}", run.output);
+        assert!(
+            run.output.contains("cannot read the recording"),
+            "{}",
+            run.output
+        );
     }
     // The honest recording still replays.
     let run = tend(&["replay".as_ref(), sandbox.path("rec.json").as_os_str()]);
@@ -143,12 +155,17 @@ fn under_umask_000_tend_run_keeps_everything_it_writes_its_own() {
     let journaled = sandbox.path("state/journal/chaos.jsonl");
     let cached = || {
         std::fs::read_dir(sandbox.path("cache"))
-            .map(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "cwasm")))
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+            })
             .unwrap_or(false)
     };
-    wait_until(Duration::from_secs(60), "a journaled write and a compiled component", || {
-        journaled.exists() && cached() && sandbox.path("state/state.redb").exists()
-    });
+    wait_until(
+        Duration::from_secs(60),
+        "a journaled write and a compiled component",
+        || journaled.exists() && cached() && sandbox.path("state/state.redb").exists(),
+    );
     Command::new("kill")
         .args(["-TERM", &daemon.id().to_string()])
         .status()
@@ -158,14 +175,23 @@ fn under_umask_000_tend_run_keeps_everything_it_writes_its_own() {
     });
     let log = std::fs::read_to_string(&log).unwrap();
     let mut checked = 0;
-    for dir in [sandbox.path("state"), sandbox.path("cache"), sandbox.path("plugins")] {
+    for dir in [
+        sandbox.path("state"),
+        sandbox.path("cache"),
+        sandbox.path("plugins"),
+    ] {
         for (path, meta) in modes(&dir) {
             let mode = meta.mode() & 0o7777;
             if path.starts_with(sandbox.path("plugins")) && !meta.is_dir() {
                 continue; // the test's own copy of chaos.wasm
             }
             let expected = if meta.is_dir() { 0o700 } else { 0o600 };
-            assert_eq!(mode, expected, "{} has mode {mode:o}; log:\n{log}", path.display());
+            assert_eq!(
+                mode,
+                expected,
+                "{} has mode {mode:o}; log:\n{log}",
+                path.display()
+            );
             checked += 1;
         }
     }
@@ -188,7 +214,11 @@ fn a_cache_dir_others_can_write_is_refused_by_tend_run() {
     let cache = sandbox.path("cache");
     std::fs::create_dir(&cache).unwrap();
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let run = tend(&["run".as_ref(), "-c".as_ref(), sandbox.path("tend.toml").as_os_str()]);
+    let run = tend(&[
+        "run".as_ref(),
+        "-c".as_ref(),
+        sandbox.path("tend.toml").as_os_str(),
+    ]);
     assert_eq!(run.success, Some(false), "{run:?}");
     assert!(
         run.output.contains(&format!(
@@ -199,7 +229,11 @@ fn a_cache_dir_others_can_write_is_refused_by_tend_run() {
         "{}",
         run.output
     );
-    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 0, "nothing compiled there");
+    assert_eq!(
+        std::fs::read_dir(&cache).unwrap().count(),
+        0,
+        "nothing compiled there"
+    );
 }
 
 /// The `.cwasm` files in `dir`.
@@ -228,7 +262,10 @@ fn a_compiled_component_another_user_rewrote_is_recompiled_never_loaded() {
     assert!(reconcile("chaos").contains("(v1)"));
     let v1 = artifacts(&cache);
     assert!(reconcile("chaos-v2").contains("(v2)"));
-    let v2: Vec<PathBuf> = artifacts(&cache).into_iter().filter(|a| !v1.contains(a)).collect();
+    let v2: Vec<PathBuf> = artifacts(&cache)
+        .into_iter()
+        .filter(|a| !v1.contains(a))
+        .collect();
     assert_eq!((v1.len(), v2.len()), (1, 1), "{v1:?} {v2:?}");
     // Another user's rewrite: v2's native code (and its matching checksum)
     // as v1's entry.
@@ -239,7 +276,10 @@ fn a_compiled_component_another_user_rewrote_is_recompiled_never_loaded() {
         std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
     }
     let out = reconcile("chaos");
-    assert!(out.contains("(v1)"), "the rewritten artifact was loaded: {out}");
+    assert!(
+        out.contains("(v1)"),
+        "the rewritten artifact was loaded: {out}"
+    );
     assert!(!out.contains("(v2)"), "{out}");
     // Recompiled and stored again as Tend's own.
     let meta = std::fs::metadata(&v1[0]).unwrap();

@@ -371,8 +371,16 @@ fn an_also_of_an_ungranted_unit_is_refused_before_anything_is_linked() {
             "{out}"
         );
         assert_eq!(links(&etc), before, "{existing}: no link made or removed");
-        assert!(!etc.join("peer.target.wants").join("victim.service").exists());
-        assert!(!etc.join("peer.target.wants").join("tend-a.service").exists());
+        assert!(
+            !etc.join("peer.target.wants")
+                .join("victim.service")
+                .exists()
+        );
+        assert!(
+            !etc.join("peer.target.wants")
+                .join("tend-a.service")
+                .exists()
+        );
         assert_eq!(
             peer.unit_property("victim.service", "UnitFileState"),
             victim_state,
@@ -383,9 +391,7 @@ fn an_also_of_an_ungranted_unit_is_refused_before_anything_is_linked() {
             "disabled"
         );
         assert!(
-            journal(&sandbox)
-                .iter()
-                .all(|e| e["operation"] != "enable"),
+            journal(&sandbox).iter().all(|e| e["operation"] != "enable"),
             "nothing reached the gate"
         );
     }

@@ -204,10 +204,11 @@ fn enabled_by_default() -> bool {
 impl Config {
     /// Read, parse and validate the config at `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = crate::untrusted::read_to_string(path, crate::untrusted::MAX_TEXT_BYTES).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::untrusted::read_to_string(path, crate::untrusted::MAX_TEXT_BYTES)
+            .map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         Self::parse(path, &text)
     }
 

@@ -129,8 +129,8 @@ pub async fn run(
     sign_key: Option<&Path>,
 ) -> anyhow::Result<()> {
     let reference = Reference::parse(target).map_err(anyhow::Error::msg)?;
-    let component =
-        crate::untrusted::read(file, crate::untrusted::MAX_COMPONENT_BYTES).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+    let component = crate::untrusted::read(file, crate::untrusted::MAX_COMPONENT_BYTES)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
     let signer = match sign_key {
         Some(key) => Some(Signer::load(key, cosign_password()?.as_bytes())?),
         None => None,

@@ -204,8 +204,9 @@ fn foreign(artifact: &Path, file: &std::fs::File, checksum: &Path) -> Option<Str
         (dir, std::fs::metadata(dir)),
     ];
     checked.into_iter().find_map(|(path, meta)| match meta {
-        Ok(meta) => crate::atomic::other_writer(&meta, path)
-            .map(|why| format!("{}: {why}", path.display())),
+        Ok(meta) => {
+            crate::atomic::other_writer(&meta, path).map(|why| format!("{}: {why}", path.display()))
+        }
         Err(e) => Some(format!("{}: {e}", path.display())),
     })
 }
@@ -308,13 +309,17 @@ mod tests {
         let engine = Engine::default();
         let cache = ArtifactCache::new(Some(&cache_dir), &engine);
         let digest = sha256_hex(EMPTY_COMPONENT);
-        cache.load_or_compile(&engine, EMPTY_COMPONENT, &digest).unwrap();
+        cache
+            .load_or_compile(&engine, EMPTY_COMPONENT, &digest)
+            .unwrap();
         let (artifact, checksum) = cache.entry(&digest).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
         assert_eq!(mode(&cache_dir), 0o700);
         assert_eq!((mode(&artifact), mode(&checksum)), (0o600, 0o600));
         assert!(matches!(cache.lookup(&engine, &digest), Lookup::Hit(_)));
-        let set = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        let set = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
         for (path, widened) in [(&artifact, 0o602), (&checksum, 0o620), (&cache_dir, 0o777)] {
             let before = mode(path);
             set(path, widened);

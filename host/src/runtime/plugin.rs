@@ -101,10 +101,12 @@ impl Runtime {
 
     fn load_with(&self, path: &Path, quick: bool) -> Result<CompiledPlugin, LoadError> {
         let started = Instant::now();
-        let wasm = crate::untrusted::read(path, crate::untrusted::MAX_COMPONENT_BYTES).map_err(|source| LoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let wasm = crate::untrusted::read(path, crate::untrusted::MAX_COMPONENT_BYTES).map_err(
+            |source| LoadError::Read {
+                path: path.to_path_buf(),
+                source,
+            },
+        )?;
         let digest = sha256_digest(&wasm);
         let compile_error = |e: anyhow::Error| LoadError::Compile {
             path: path.to_path_buf(),

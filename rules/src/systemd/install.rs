@@ -251,11 +251,18 @@ mod tests {
     }
 
     /// The plan of enabling `units`, the files given as (unit, text).
-    fn plan(grant: &SystemdGrant, units: &[&str], files: &[(&str, &str)]) -> Result<Vec<String>, Refusal> {
+    fn plan(
+        grant: &SystemdGrant,
+        units: &[&str],
+        files: &[(&str, &str)],
+    ) -> Result<Vec<String>, Refusal> {
         let units: Vec<String> = units.iter().map(|u| u.to_string()).collect();
         let mut plan = EnablePlan::new(grant, "p", &units);
         while let Some(unit) = plan.next_unit() {
-            let text = files.iter().find(|(u, _)| *u == unit).map_or("", |(_, t)| t);
+            let text = files
+                .iter()
+                .find(|(u, _)| *u == unit)
+                .map_or("", |(_, t)| t);
             plan.add(&unit, text)?;
         }
         Ok(plan.finish().into_iter().collect())
@@ -274,7 +281,11 @@ mod tests {
 
     #[test]
     fn names_tend_cannot_resolve_alone_are_refused() {
-        for value in ["Alias=%p-x.service", "Also=\"victim.service\"", "WantedBy=a/b.target"] {
+        for value in [
+            "Alias=%p-x.service",
+            "Also=\"victim.service\"",
+            "WantedBy=a/b.target",
+        ] {
             let err = Install::parse("u.service", &format!("[Install]\n{value}\n")).unwrap_err();
             assert_eq!(err.kind(), "invalid", "{value}");
             assert!(err.message().contains("write the unit names out"), "{err}");
@@ -319,7 +330,10 @@ mod tests {
     fn an_ungranted_also_unit_is_refused_before_anything_is_linked() {
         let g = grant(&["tend-*.service"]);
         let files = [
-            ("tend-a.service", "[Install]\nWantedBy=multi-user.target\nAlso=victim.service"),
+            (
+                "tend-a.service",
+                "[Install]\nWantedBy=multi-user.target\nAlso=victim.service",
+            ),
             ("victim.service", "[Install]\nWantedBy=multi-user.target"),
         ];
         let err = plan(&g, &["tend-a.service"], &files).unwrap_err();
@@ -330,14 +344,30 @@ mod tests {
         );
         // Also= a granted unit: its own links are planned and checked too.
         let files = [
-            ("tend-a.service", "[Install]\nWantedBy=multi-user.target\nAlso=tend-b.service"),
-            ("tend-b.service", "[Install]\nAlias=kubelet.service\nAlso=tend-a.service"),
+            (
+                "tend-a.service",
+                "[Install]\nWantedBy=multi-user.target\nAlso=tend-b.service",
+            ),
+            (
+                "tend-b.service",
+                "[Install]\nAlias=kubelet.service\nAlso=tend-a.service",
+            ),
         ];
         let err = plan(&g, &["tend-a.service"], &files).unwrap_err();
-        assert!(err.message().contains("would link /etc/systemd/system/kubelet.service"), "{err}");
+        assert!(
+            err.message()
+                .contains("would link /etc/systemd/system/kubelet.service"),
+            "{err}"
+        );
         let files = [
-            ("tend-a.service", "[Install]\nWantedBy=multi-user.target\nAlso=tend-b.service"),
-            ("tend-b.service", "[Install]\nWantedBy=multi-user.target\nAlso=tend-a.service"),
+            (
+                "tend-a.service",
+                "[Install]\nWantedBy=multi-user.target\nAlso=tend-b.service",
+            ),
+            (
+                "tend-b.service",
+                "[Install]\nWantedBy=multi-user.target\nAlso=tend-a.service",
+            ),
         ];
         assert_eq!(
             plan(&g, &["tend-a.service"], &files).unwrap(),
@@ -354,16 +384,28 @@ mod tests {
         let g = grant(&["tend-*.service"]);
         let files = [("tend-a.service", "[Install]\nRequiredBy=kubelet.service")];
         let err = plan(&g, &["tend-a.service"], &files).unwrap_err();
-        assert!(err.message().contains("a dependency of kubelet.service (RequiredBy="), "{err}");
+        assert!(
+            err.message()
+                .contains("a dependency of kubelet.service (RequiredBy="),
+            "{err}"
+        );
     }
 
     #[test]
     fn a_chain_of_also_units_is_bounded() {
         let g = grant(&["tend-*.service"]);
         let files: Vec<(String, String)> = (0..=MAX_NAMES)
-            .map(|i| (format!("tend-{i}.service"), format!("[Install]\nAlso=tend-{}.service", i + 1)))
+            .map(|i| {
+                (
+                    format!("tend-{i}.service"),
+                    format!("[Install]\nAlso=tend-{}.service", i + 1),
+                )
+            })
             .collect();
-        let files: Vec<(&str, &str)> = files.iter().map(|(u, t)| (u.as_str(), t.as_str())).collect();
+        let files: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(u, t)| (u.as_str(), t.as_str()))
+            .collect();
         let err = plan(&g, &["tend-0.service"], &files).unwrap_err();
         assert!(err.message().contains("reach more than 256 units"), "{err}");
     }
