@@ -21,7 +21,7 @@ use crate::units::ByteSize;
 use crate::wit::types;
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -22,7 +22,7 @@ use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::{Method, Request, Response, StatusCode, body::Incoming};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -359,6 +359,7 @@ pub async fn post(state_dir: &Path, path: &str) -> anyhow::Result<Option<(Status
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     #[tokio::test]
     async fn the_socket_is_0600_replaces_a_stale_one_and_refuses_a_world_writable_dir() {
