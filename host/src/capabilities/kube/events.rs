@@ -60,8 +60,8 @@ impl Correlator {
             && objects
                 .entry(uid.to_string())
                 .or_insert_with(|| TokenBucket::every(REFILL, BURST))
-                .reserve(now, Duration::ZERO)
-                .is_some()
+                .take(now)
+                .is_ok()
         {
             return true;
         }
