@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::time::Instant;
 use tend_e2e::cloud::{CloudPeer, Provider};
-use tend_e2e::{KubeApi, Sandbox};
+use tend_e2e::{KubeApi, Sandbox, wait_until};
 
 const OWNER_TAG: &str = "kubernetes.io/cluster/e2e";
 const POD_V4: &str = "10.244.0.0/16";
@@ -944,6 +944,57 @@ fn the_plugin_request_rate_bounds_what_reaches_the_peer(provider: Provider) {
     );
 }
 
+/// Issue 25, hole 5: a listing saw instance `moved` owned; while the plugin
+/// waited on a slow read of another instance, `moved` went to another
+/// cluster. The add-to-group and the delete that follow act on the owner the
+/// peer reports just before them, not on the listing: both are denied and
+/// nothing reaches the instance.
+fn a_mutation_acts_on_the_owner_the_peer_reports_just_before_it(provider: Provider) {
+    let cloud = Cloud::start(provider);
+    let group = cloud.add_group("cluster-nodes", &[]);
+    let moved = cloud.add_instance("node-moved", &[(OWNER_TAG, "owned")]).id;
+    let slow = cloud.add_instance("node-slow", &[(OWNER_TAG, "owned")]).id;
+    let sandbox = Sandbox::new();
+    let grant = format!(
+        "operations = [\"list-instances\", \"get-instance\", \"add-to-group\", \"delete-instance\"], {}, security-groups = [\"{group}\"]",
+        owner_grant("owned")
+    );
+    let config = calls(&[
+        json!({"op": "list-instances", "tag": OWNER_TAG, "value": "owned"}),
+        json!({"op": "get-instance", "id": slow}),
+        json!({"op": "add-to-group", "id": moved, "group": group}),
+        json!({"op": "delete-instance", "id": moved}),
+    ]);
+    let plugins = plugin(&sandbox, "chaos", "chaos", &grant, &config)
+        + "[plugins.chaos.limits]\ntimeout = \"30s\"\n";
+    sandbox.config_with_host(&cloud.host_config(), &plugins);
+    cloud.hold_reads_of(&slow, 3000);
+    cloud.clear_requests();
+
+    let out = std::thread::scope(|scope| {
+        let reconcile = scope.spawn(|| tend(&sandbox, &cloud, &["reconcile", "chaos"]));
+        // The listing is answered, the read of node-slow held for 3 s:
+        // the instance moves now, after the plugin saw it owned.
+        wait_until(
+            std::time::Duration::from_secs(20),
+            "the listing to be answered",
+            || cloud.instance_listings() > 0,
+        );
+        cloud.retag(&moved, (OWNER_TAG, "another-cluster"));
+        reconcile.join().unwrap()
+    });
+    let listed = result_of(&out, "list-instances", OWNER_TAG);
+    assert!(listed.contains(&moved), "the listing saw it owned: {out}");
+    assert_eq!(result_of(&out, "get-instance", &slow), "node-slow", "{out}");
+    for op in ["add-to-group", "delete-instance"] {
+        let result = result_of(&out, op, &moved);
+        assert!(result.starts_with("denied"), "{op}: {out}");
+    }
+    assert_eq!(cloud.deletes(Some(&moved)), 0, "{:#?}", cloud.requests());
+    assert!(cloud.live_ids().contains(&moved));
+    assert!(!cloud.groups_of(&moved).contains(&group), "{:#?}", cloud.requests());
+}
+
 /// OpenStack: a token the cloud expires while tend still holds it (a token
 /// expiring mid-pass) costs one 401, one new token and one retry of the
 /// request: the call succeeds.
@@ -1008,4 +1059,5 @@ both!(
     plan_names_the_instance_and_deletes_nothing,
     the_plugin_request_rate_bounds_what_reaches_the_peer,
     rules_outside_the_grant_never_reach_the_group,
+    a_mutation_acts_on_the_owner_the_peer_reports_just_before_it,
 );

@@ -29,6 +29,8 @@ are not forwarded and not logged:
          moto fails on an unknown token (500); once;
      "slow": {"action": "TerminateInstances", "ms": 2000}
          matching requests are held this long before they are forwarded.
+     Any fault may carry "params": {"InstanceId.1": "i-..."}: it matches only requests
+     whose EC2 query parameters have these values.
      A list of such objects is accepted for "fail" and "slow".
   POST   /proxy/faults/clear   no faults
   GET    /proxy/faults         the current faults
@@ -66,13 +68,16 @@ class Proxy:
         self.faults = {}
         self.counts = {}
 
-    def hit(self, key, action):
-        """The fault `key` firing for this request's `action` (and counting it), or None."""
+    def hit(self, key, action, params):
+        """The fault `key` firing for this request's `action` and `params` (and counting
+        it), or None."""
         faults = self.faults.get(key)
         if faults is None or action is None:
             return None
         for i, fault in enumerate(faults if isinstance(faults, list) else [faults]):
             if fault.get("action") not in (None, action):
+                continue
+            if any(params.get(k) != v for k, v in fault.get("params", {}).items()):
                 continue
             n = self.counts.get((key, i), 0)
             self.counts[(key, i)] = n + 1
@@ -90,10 +95,10 @@ class Proxy:
         entry = {"method": request.method, "path": request.path, "action": action,
                  "params": params if action else {}, "status": 0, "ts": time.time()}
         self.log.append(entry)
-        slow = self.hit("slow", action)
+        slow = self.hit("slow", action, params)
         if slow:
             await asyncio.sleep(slow.get("ms", 0) / 1000)
-        fail = self.hit("fail", action)
+        fail = self.hit("fail", action, params)
         if fail:
             status = int(fail.get("status", 500))
             entry["status"] = status
@@ -110,7 +115,7 @@ class Proxy:
         except aiohttp.ClientError as e:
             entry["status"] = 502
             return web.Response(status=502, text=f"the proxy could not reach moto: {e}")
-        if status == 200 and NEXT_TOKEN.search(payload) and self.hit("corrupt_next_token", action):
+        if status == 200 and NEXT_TOKEN.search(payload) and self.hit("corrupt_next_token", action, params):
             payload = NEXT_TOKEN.sub(f"<nextToken>{uuid.uuid4().hex}</nextToken>".encode(), payload, count=1)
         entry["status"] = status
         return web.Response(status=status, body=payload, headers=out_headers)

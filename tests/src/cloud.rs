@@ -247,6 +247,48 @@ impl CloudPeer {
         }
     }
 
+    /// Reads of instance `id` alone (OpenStack's GET of the server, EC2's
+    /// DescribeInstances naming it) are held `ms` before they are answered.
+    pub fn hold_reads_of(&self, id: &str, ms: u64) {
+        match self {
+            CloudPeer::OpenStack(fake) => fake.fault(&json!({"slow": {
+                "path": format!("/compute/v2.1/servers/{id}"), "method": "GET",
+                "ms": ms, "times": -1
+            }})),
+            CloudPeer::Aws(aws) => aws.fault(&json!({"slow": {
+                "action": "DescribeInstances", "params": {"InstanceId.1": id},
+                "ms": ms, "times": -1
+            }})),
+        }
+    }
+
+    /// Instance `id` now carries `tag` (key and value; a key it had is
+    /// overwritten): it moves to another owner.
+    pub fn retag(&self, id: &str, (key, value): (&str, &str)) {
+        match self {
+            CloudPeer::OpenStack(fake) => {
+                fake.patch_server(id, &json!({"metadata": {key: value}}));
+            }
+            CloudPeer::Aws(aws) => {
+                let tags = json!({"Resources": [id], "Tags": [{"Key": key, "Value": value}]});
+                aws.ec2(&["call", "create_tags", &tags.to_string()]);
+            }
+        }
+    }
+
+    /// Listings of instances (pages) the peer has answered.
+    pub fn instance_listings(&self) -> usize {
+        match self {
+            CloudPeer::OpenStack(fake) => fake.requests().server_list_pages(),
+            CloudPeer::Aws(aws) => aws
+                .requests()
+                .iter()
+                .filter(|r| r.action.as_deref() == Some("DescribeInstances") && r.status != 0)
+                .filter(|r| r.params.get("InstanceId.1").is_none())
+                .count(),
+        }
+    }
+
     /// Every request the peer received since the last [`CloudPeer::clear_requests`]
     /// (Keystone's token requests included).
     pub fn request_count(&self) -> usize {

@@ -3,8 +3,8 @@
 //! then asks the backend. Instances are the plugin's only through a granted
 //! ownership tag, key and value, as the provider reports it: a listing keeps
 //! only instances that carry it (a provider ignoring the filter cannot widen
-//! the grant), and one instance is fetched (or taken from what this reconcile
-//! already listed) before anything is done to it. Every mutation passes the
+//! the grant), and one instance is fetched, its ownership checked again, just
+//! before anything is done to it. Every mutation passes the
 //! gate, its target naming the instance or group and the rule.
 
 use super::backend::{CloudBackend, Instance, InstanceState, OwnerTag, Rule, SecurityGroup};
@@ -18,8 +18,7 @@ use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Intent;
 use crate::text::{cut, inert};
 use serde::{Deserialize, Deserializer, de::Error as _};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// `[host.cloud]`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -93,8 +92,6 @@ impl<'de> Deserialize<'de> for Endpoint {
     }
 }
 
-/// The most instances one reconcile remembers (beyond: fetched when acted on).
-const REMEMBERED: usize = 4096;
 /// The most bytes of a provider's instance name a journal target shows.
 const SHOWN_NAME: usize = 128;
 
@@ -102,21 +99,11 @@ pub struct PluginCloud {
     pub(super) backend: Arc<dyn CloudBackend>,
     pub(super) grant: CloudGrant,
     pub(super) call: Arc<Call>,
-    /// The instances this reconcile listed or got, by ID: a following delete
-    /// or add-to-group needs no request to learn their tags, state and groups.
-    pub(super) seen: Mutex<HashMap<String, Instance>>,
 }
 
 impl PluginCloud {
     fn plugin(&self) -> &str {
         &self.call.plugin
-    }
-
-    fn remember(&self, instance: &Instance) {
-        let mut seen = self.seen.lock().unwrap();
-        if seen.len() < REMEMBERED || seen.contains_key(&instance.id) {
-            seen.insert(instance.id.clone(), instance.clone());
-        }
     }
 
     /// Every instance tagged `owner` that really carries it.
@@ -128,21 +115,16 @@ impl PluginCloud {
                 .iter()
                 .any(|(k, v)| *k == owner.key && *v == owner.value)
         });
-        for instance in &instances {
-            self.remember(instance);
-        }
         Ok(instances)
     }
 
     /// Instance `id` for `operation`: its shape, the operation granted, the
-    /// instance (remembered when `cached`, else fetched), then its ownership.
-    /// None when the provider does not have it.
-    async fn owned(
-        &self,
-        operation: Operation,
-        id: &str,
-        cached: bool,
-    ) -> Result<Option<Instance>, CapError> {
+    /// instance fetched now, then its ownership. Fetched even when this
+    /// reconcile listed it: a mutation acts on the owner the provider reports
+    /// just before it, never on one a listing saw up to a reconcile ago (the
+    /// instance may have moved to another cluster since). None when the
+    /// provider does not have it.
+    async fn owned(&self, operation: Operation, id: &str) -> Result<Option<Instance>, CapError> {
         check_instance_id(id)?;
         check_operation(
             &self.grant,
@@ -150,25 +132,15 @@ impl PluginCloud {
             operation,
             &format!("instance {id}"),
         )?;
-        let remembered = cached
-            .then(|| self.seen.lock().unwrap().get(id).cloned())
-            .flatten();
-        let instance = match remembered {
-            Some(instance) => instance,
-            None => match self.backend.get_instance(id).await? {
-                Some(instance) => {
-                    self.remember(&instance);
-                    instance
-                }
-                None => return Ok(None),
-            },
+        let Some(instance) = self.backend.get_instance(id).await? else {
+            return Ok(None);
         };
         check_owned(&self.grant, self.plugin(), operation, id, &instance.tags)?;
         Ok(Some(instance))
     }
 
     pub async fn get_instance(&self, id: &str) -> Result<Instance, CapError> {
-        match self.owned(Operation::GetInstance, id, false).await? {
+        match self.owned(Operation::GetInstance, id).await? {
             Some(i) if i.state != InstanceState::Terminated => Ok(i),
             _ => Err(CapError::NotFound(format!(
                 "cloud get-instance: no instance {id}"
@@ -179,7 +151,7 @@ impl PluginCloud {
     /// Delete instance `id`; one already gone, deleting or terminated is
     /// success, with no request and no mutation.
     pub async fn delete_instance(&self, id: &str) -> Result<(), CapError> {
-        let Some(instance) = self.owned(Operation::DeleteInstance, id, true).await? else {
+        let Some(instance) = self.owned(Operation::DeleteInstance, id).await? else {
             return Ok(());
         };
         if matches!(
@@ -195,9 +167,6 @@ impl PluginCloud {
                 self.backend.delete_instance(permit, id)
             })
             .await?;
-        if let Some(seen) = self.seen.lock().unwrap().get_mut(id) {
-            seen.state = InstanceState::Deleting;
-        }
         Ok(())
     }
 
@@ -291,7 +260,7 @@ impl PluginCloud {
         check_instance_id(instance_id)?;
         check_group_id(group_id)?;
         check_group(&self.grant, self.plugin(), Operation::AddToGroup, group_id)?;
-        let Some(instance) = self.owned(Operation::AddToGroup, instance_id, true).await? else {
+        let Some(instance) = self.owned(Operation::AddToGroup, instance_id).await? else {
             return Err(CapError::NotFound(format!(
                 "cloud add-to-group: no instance {instance_id}"
             )));
@@ -301,17 +270,12 @@ impl PluginCloud {
         }
         let target = format!("{} to {group_id}", target(&instance));
         let intent = self.intent(Operation::AddToGroup, target, String::new());
-        let added = self
-            .call
+        self.call
             .gate
             .mutate(intent, Ok(true), |permit| {
                 self.backend.add_to_group(permit, &instance, group_id)
             })
-            .await?;
-        if let Some(seen) = self.seen.lock().unwrap().get_mut(instance_id) {
-            seen.security_groups.push(group_id.to_string());
-        }
-        Ok(added)
+            .await
     }
 
     fn intent(&self, operation: Operation, target: String, detail: String) -> Intent {

@@ -78,6 +78,14 @@ impl FakeCloud {
     }
 
     /// The instances as the provider has them now.
+    /// Instance `id` now carries `tags` (it moved to another owner).
+    pub fn retag(&self, id: &str, tags: &[(&str, &str)]) {
+        let mut instances = self.account.instances.lock().unwrap();
+        for instance in instances.iter_mut().filter(|i| i.id == id) {
+            instance.tags = FakeCloud::instance(id, "", tags).tags;
+        }
+    }
+
     pub fn instances(&self) -> Vec<Instance> {
         self.account.instances.lock().unwrap().clone()
     }

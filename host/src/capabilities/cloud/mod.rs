@@ -93,7 +93,6 @@ impl Capability for PluginCloud {
             backend: backend.clone().for_plugin(call),
             grant: grant.clone(),
             call: call.clone(),
-            seen: Default::default(),
         }
     }
 

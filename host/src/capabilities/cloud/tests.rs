@@ -230,17 +230,32 @@ async fn pools_a_and_ab_never_see_each_other_even_when_the_provider_ignores_the_
     );
 }
 
+/// Issue 25, hole 5: a listing saw the instance owned; it moved to another
+/// owner before the delete. Each mutation fetches it again and checks its
+/// owner just before acting.
 #[tokio::test]
-async fn listed_instances_are_remembered_for_the_reconcile() {
+async fn a_mutation_checks_the_owner_on_a_fresh_read_not_the_listing() {
     let (cloud, fake) = cloud(FULL, false);
     cloud.list_instances(&owner(POOL_A)).await.unwrap();
+    fake.retag(A1, &[("pool", "b")]);
+    fake.retag(A2, &[("pool", "b")]);
+    let err = cloud.delete_instance(A1).await.unwrap_err();
+    assert_eq!(err.kind(), "denied", "{err}");
+    let err = cloud.add_to_group(A2, SG).await.unwrap_err();
+    assert_eq!(err.kind(), "denied", "{err}");
+    assert!(fake.actions().is_empty(), "{:?}", fake.actions());
+    assert!(cloud.call.gate.mutations().is_empty());
+    assert_eq!(fake.requests(), 3, "one list, then one get before each mutation");
+}
+
+#[tokio::test]
+async fn mutations_are_journaled_by_instance_and_a_second_delete_sends_nothing() {
+    let (cloud, fake) = cloud(FULL, false);
     cloud.delete_instance(A1).await.unwrap();
     assert!(cloud.add_to_group(A2, SG).await.unwrap());
-    assert_eq!(fake.requests(), 3, "one list, one delete, one add: no gets");
-    // The second delete in the same reconcile sees it deleting: nothing sent.
+    // The second delete in the same reconcile finds it deleting: nothing sent.
     cloud.delete_instance(A1).await.unwrap();
     assert!(!cloud.add_to_group(A2, SG).await.unwrap());
-    assert_eq!(fake.requests(), 3);
     assert_eq!(
         fake.actions(),
         [
