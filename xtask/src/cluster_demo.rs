@@ -19,8 +19,9 @@ const WORK: &str = "/tmp/tend-cluster";
 const LANGS: [&str; 5] = ["rust", "python", "js", "c", "go"];
 /// The cluster's security group, pinned by ID in the example's grants.
 const GROUP: &str = "5ec6a0a1-0000-4000-8000-00000000de70";
-/// The instances: registered (a Node names it), never registered (30 minutes
-/// old: past the example's 10 minute timeout) and young (a minute old).
+/// The instances: registered (a Node names it), never registered (its pool's
+/// 5 s timeout counts from node-reaper's first pass: reported a confirmation
+/// minute later) and young (pool `gpu`, whose timeout is 45 minutes).
 const REGISTERED: &str = "0b3c1f4e-1111-4a1a-9a1a-000000000001";
 const NEVER_REGISTERED: &str = "0b3c1f4e-2222-4a1a-9a1a-000000000002";
 const YOUNG: &str = "0b3c1f4e-3333-4a1a-9a1a-000000000003";
@@ -100,11 +101,12 @@ fn server(
     address: &str,
     groups: &[&str],
 ) -> serde_json::Value {
+    let pool = if id == YOUNG { "gpu" } else { "general" };
     serde_json::json!({
         "id": id,
         "name": name,
         "age_seconds": age_seconds,
-        "metadata": {"kubernetes-cluster": "demo"},
+        "metadata": {"kubernetes-cluster": "demo", "pool": pool},
         "addresses": {"private": [address]},
         "security_groups": groups,
     })
@@ -213,7 +215,8 @@ pub fn run_demo(tend: &Path) -> Result<()> {
                 .any(|m| m.starts_with("healthy: "))
         })
     };
-    let done = wait_for(&mut daemon, Duration::from_secs(90), || {
+    // node-reaper confirms a candidate a minute after it first sees one.
+    let done = wait_for(&mut daemon, Duration::from_secs(150), || {
         reported() && guarded() && probed()
     })?;
     run(Command::new("kill").args(["-TERM", &daemon.id().to_string()]))?;

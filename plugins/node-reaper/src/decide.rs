@@ -21,6 +21,9 @@ pub struct Policy {
     pub error_grace_ms: u64,
     /// Delete errored instances even when they once were Nodes.
     pub delete_errored_all: bool,
+    /// An instance that was once a Node becomes a candidate only after its
+    /// Node has been gone this long (None: its pool's registration timeout).
+    pub lost_node_grace_ms: Option<u64>,
     /// A candidate must have been one this long, over two passes at least.
     pub confirm_after_ms: u64,
     pub max_fraction: f64,
@@ -46,6 +49,7 @@ impl Policy {
             pool_timeouts_ms: HashMap::new(),
             error_grace_ms: 5 * MINUTE,
             delete_errored_all: false,
+            lost_node_grace_ms: None,
             confirm_after_ms: MINUTE,
             max_fraction: 0.5,
             min_breaker_candidates: 3,
@@ -67,9 +71,18 @@ impl Policy {
         let timeout = self.pool_timeouts_ms.get(pool);
         timeout.copied().unwrap_or(self.registration_timeout_ms)
     }
+
+    fn lost_node_grace_ms(&self, pool: &str) -> u64 {
+        (self.lost_node_grace_ms).unwrap_or_else(|| self.timeout_ms(pool))
+    }
 }
 
 const MINUTE: u64 = 60_000;
+
+/// The most instances without a Node whose clocks are remembered (about
+/// 55 bytes each in state): one beyond them has its clock start anew each
+/// pass, so it waits (never the other way round).
+pub const MAX_ABSENT: usize = 4096;
 
 /// What the plugin remembers between passes (one JSON value in `state`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -80,6 +93,10 @@ pub struct Memory {
     pub api_healthy_since_ms: Option<u64>,
     /// When the Node listing started failing, while it fails.
     pub api_down_since_ms: Option<u64>,
+    /// Running or pending instances without a Node, by ID: the first pass
+    /// that saw them so, since the last start or leader change. Timeouts
+    /// count from it, never from the cloud's clock alone.
+    pub absent_since: BTreeMap<String, u64>,
     /// Candidates of the last pass, by instance ID: when first seen as one.
     pub candidates: BTreeMap<String, u64>,
     /// Instances in error, by ID: when first seen so.
@@ -148,6 +165,8 @@ pub enum MatchedBy {
 pub enum Why {
     /// Running or pending and no Node after its registration timeout.
     RegistrationTimeout,
+    /// Once a Node, and its Node gone for the lost-node grace.
+    NodeLost,
     /// In error past the grace, and never a Node (or `delete-errored = "all"`).
     Errored,
 }
@@ -157,6 +176,7 @@ impl Why {
     pub fn label(self) -> &'static str {
         match self {
             Why::RegistrationTimeout => "registration_timeout",
+            Why::NodeLost => "node_lost",
             Why::Errored => "error",
         }
     }
@@ -290,6 +310,8 @@ pub struct Decision {
     pub memory: Memory,
     /// When something waiting becomes due (a timeout, a confirmation).
     pub next_due_in_ms: Option<u64>,
+    /// Instances without a Node beyond [`MAX_ABSENT`]: their clocks wait.
+    pub untracked: usize,
 }
 
 /// The Nodes by every key an instance can match them by.
@@ -369,6 +391,7 @@ pub fn decide(
         }
     }
 
+    let mut absences = Absences::new(memory, pass, &by_id);
     let index = NodeIndex::new(nodes);
     let mut counts = Counts::default();
     let mut verdicts = Vec::with_capacity(owned.len());
@@ -389,14 +412,20 @@ pub fn decide(
             launches.entry(pool).or_default().push(launch(true));
             Action::Registered(by)
         } else {
-            if memory.ever_matched.contains(id) {
+            let once_matched = memory.ever_matched.contains(id);
+            if once_matched {
                 next.ever_matched.insert(id.to_string());
             }
             let (why, due_ms) = match instance.state {
                 InstanceState::Running | InstanceState::Pending => {
-                    let created = u64::try_from(instance.created_at_ms).unwrap_or(0);
-                    let start = created.max(healthy_since);
-                    (Why::RegistrationTimeout, start + policy.timeout_ms(pool))
+                    let seen = absences.since(id, now, &mut next.absent_since);
+                    no_node_due(
+                        policy,
+                        pool,
+                        instance,
+                        once_matched,
+                        seen.max(healthy_since),
+                    )
                 }
                 InstanceState::Error => {
                     counts.error += 1;
@@ -413,7 +442,7 @@ pub fn decide(
                     continue;
                 }
             };
-            let timed_out = why == Why::RegistrationTimeout;
+            let timed_out = why != Why::Errored;
             if now < due_ms {
                 counts.unregistered += usize::from(timed_out);
                 due.push(due_ms - now);
@@ -423,7 +452,7 @@ pub fn decide(
                 }
             } else {
                 counts.long_unregistered += usize::from(timed_out);
-                launches.entry(pool).or_default().push(launch(false));
+                launches.entry(pool).or_default().push(launch(once_matched));
                 if instance.tag(&policy.protect_tag).is_some() {
                     Action::Candidate {
                         why,
@@ -546,6 +575,74 @@ pub fn decide(
         breakers,
         memory: next,
         next_due_in_ms: due.into_iter().min(),
+        untracked: absences.untracked,
+    }
+}
+
+/// Why a running instance without a Node would be a candidate, and when: a
+/// former Node once its absence, first seen at `seen`, lasted the lost-node
+/// grace; any other once its registration timeout passed, counted from the
+/// later of `seen` and its creation (the cloud's clock alone never starts
+/// it: behind, an instance would look old the moment it appears).
+fn no_node_due(
+    policy: &Policy,
+    pool: &str,
+    instance: &Instance,
+    once_matched: bool,
+    seen: u64,
+) -> (Why, u64) {
+    if once_matched {
+        let grace = policy.lost_node_grace_ms(pool);
+        return (Why::NodeLost, seen.saturating_add(grace));
+    }
+    let created = u64::try_from(instance.created_at_ms).unwrap_or(0);
+    let start = created.max(seen);
+    (
+        Why::RegistrationTimeout,
+        start.saturating_add(policy.timeout_ms(pool)),
+    )
+}
+
+/// The reaper's own clock of instances without a Node: when a pass first
+/// saw each so. A first pass after a start or a leader change starts every
+/// clock anew: an observation from before the gap says nothing of the time
+/// in between (another replica may have seen a Node meanwhile).
+struct Absences<'m> {
+    remembered: Option<&'m BTreeMap<String, u64>>,
+    /// New clocks that still fit under [`MAX_ABSENT`].
+    room: usize,
+    untracked: usize,
+}
+
+impl<'m> Absences<'m> {
+    fn new(memory: &'m Memory, pass: Pass, listed: &HashMap<&str, &Instance>) -> Self {
+        let remembered = (!pass.first).then_some(&memory.absent_since);
+        let kept = remembered.map_or(0, |clocks| {
+            let listed_ids = clocks.keys().filter(|id| listed.contains_key(id.as_str()));
+            listed_ids.count()
+        });
+        Absences {
+            remembered,
+            room: MAX_ABSENT.saturating_sub(kept),
+            untracked: 0,
+        }
+    }
+
+    /// When a pass first saw `id` without a Node (`now` when only now),
+    /// kept in `next`; beyond the bound the clock is not kept and so starts
+    /// again next pass.
+    fn since(&mut self, id: &str, now: u64, next: &mut BTreeMap<String, u64>) -> u64 {
+        if let Some(&since) = self.remembered.and_then(|clocks| clocks.get(id)) {
+            next.insert(id.to_string(), since);
+            return since;
+        }
+        if self.room > 0 {
+            self.room -= 1;
+            next.insert(id.to_string(), now);
+        } else {
+            self.untracked += 1;
+        }
+        now
     }
 }
 
@@ -582,6 +679,7 @@ fn listing_failed(memory: &Memory, why: &str, now: u64) -> Decision {
         }],
         memory: next,
         next_due_in_ms: None,
+        untracked: 0,
     }
 }
 

@@ -22,12 +22,24 @@
 //!   synced, is "the Node listing failed"). The first pass after a start or a
 //!   leader change (triggers "startup", "leader") never deletes, and a
 //!   candidate is deleted only once it has been one in two passes at least
-//!   `confirm-after` apart.
-//! - **Timeouts**: an instance is a candidate once it has had no Node for
+//!   `confirm-after` apart (at least 1m: less is refused as `invalid`).
+//! - **Timeouts count on the reaper's own clock**: "without a Node since" is
+//!   the first pass that saw the instance so (kept in state, as
+//!   cluster-autoscaler keeps `UnregisteredSince`; pruned when the instance
+//!   is no longer listed or has a Node; at most 4096 kept, the others wait).
+//!   An instance that never matched a Node is a candidate after
 //!   `registration-timeout` (per pool: `[pools.<pool-tag value>]`), counted
-//!   from the latest of its creation and the moment the Node listing last
-//!   became healthy again after failing, so an API server outage it saw never
-//!   counts (with none seen, the creation time counts). An instance in
+//!   from the latest of that first sighting, its creation (a cloud clock
+//!   behind ours never makes a booting instance look old; one ahead delays)
+//!   and the moment the Node listing became healthy again after failing (an
+//!   API server outage it saw never counts). One that was once a Node
+//!   (remembered in state while listed) is a candidate only after its Node
+//!   has been gone for `lost-node-grace` (default: its registration
+//!   timeout) from the first pass that missed it: a Node listing briefly
+//!   missing Nodes costs no healthy instance. The first pass after a start
+//!   or a leader change starts every such clock anew: a sighting from before
+//!   the gap says nothing of the time in between (another replica may have
+//!   seen its Node meanwhile). An instance in
 //!   ERROR that never matched a Node is a candidate after `error-grace`
 //!   (from when it was first seen in error); one that ever matched (remembered
 //!   in state) is reported, not deleted, unless `delete-errored = "all"`. An
@@ -61,7 +73,7 @@
 //! `InstanceWouldDelete` in report mode or a dry run) about the Node named
 //! like the instance, when that Node exists; metrics: `instances{state}`
 //! (registered, unregistered, long_unregistered, error),
-//! `deletions_total{reason}` (registration_timeout, error) and
+//! `deletions_total{reason}` (registration_timeout, node_lost, error) and
 //! `breaker_open{breaker}`. A Node deletion reconciles it (its kube grant
 //! watches Nodes). Its memory is one JSON value in `state` (`reaper`).
 //!
@@ -76,9 +88,10 @@
 //! owner = { tag = "kubernetes.io/cluster/demo", value = "owned" }
 //! mode = "enforce"                      # default "report"
 //! registration-timeout = "25m"          # default "20m"
+//! lost-node-grace = "25m"               # default: the registration timeout
 //! error-grace = "5m"
 //! delete-errored = "never-registered"   # or "all"
-//! confirm-after = "1m"
+//! confirm-after = "1m"                  # default and floor "1m"
 //! max-fraction = 0.5
 //! min-breaker-candidates = 3
 //! max-not-ready = 0.5
@@ -114,6 +127,10 @@ use tend_sdk::{
 const MEMORY: &str = "reaper";
 /// The longest outcome message: one line, counts only.
 const MAX_MESSAGE: usize = 4096;
+/// The shortest `confirm-after`: a candidate must still be one a minute
+/// later, so a Node missing from one listing or a clock that jumps costs no
+/// instance.
+const MIN_CONFIRM_AFTER: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -150,6 +167,8 @@ struct Config {
     error_grace: Duration,
     #[serde(default)]
     delete_errored: DeleteErrored,
+    #[serde(default, with = "humantime_serde")]
+    lost_node_grace: Option<Duration>,
     #[serde(default = "default_confirm_after", with = "humantime_serde")]
     confirm_after: Duration,
     #[serde(default = "half")]
@@ -180,7 +199,7 @@ fn default_error_grace() -> Duration {
     Duration::from_secs(5 * 60)
 }
 fn default_confirm_after() -> Duration {
-    Duration::from_secs(60)
+    MIN_CONFIRM_AFTER
 }
 fn default_protect_tag() -> String {
     "tend.dev/protect".into()
@@ -215,10 +234,10 @@ impl Config {
                 return invalid(key, "must be a fraction above 0 and at most 1, such as 0.5");
             }
         }
-        if config.confirm_after.is_zero() {
+        if config.confirm_after < MIN_CONFIRM_AFTER {
             return invalid(
                 "confirm-after",
-                "must be more than 0s: a candidate is confirmed by a second, later pass",
+                "must be at least 1m: a candidate is deleted only when a pass a minute later at least still finds it one",
             );
         }
         if config.max_deletions_per_pass == 0 {
@@ -248,6 +267,7 @@ impl Config {
                 .collect(),
             error_grace_ms: ms(config.error_grace),
             delete_errored_all: config.delete_errored == DeleteErrored::All,
+            lost_node_grace_ms: config.lost_node_grace.map(ms),
             confirm_after_ms: ms(config.confirm_after),
             max_fraction: config.max_fraction,
             min_breaker_candidates: config.min_breaker_candidates,
@@ -432,6 +452,7 @@ fn emit_event(host: &dyn Host, instance: &Instance, reason: &str, why: Why, repo
 fn describe_why(why: Why) -> &'static str {
     match why {
         Why::RegistrationTimeout => "it never registered as a Node within its registration timeout",
+        Why::NodeLost => "its Node has been gone for its lost-node grace",
         Why::Errored => "it is in error and never registered as a Node",
     }
 }
@@ -573,6 +594,13 @@ impl Report {
                 text += &format!(", skipped: {}", skips.join(", "));
             }
             parts.push(text);
+        }
+        if decision.untracked > 0 {
+            parts.push(format!(
+                "{} without a Node beyond the {} whose clocks are kept: they wait",
+                decision.untracked,
+                decide::MAX_ABSENT
+            ));
         }
         if errored_once > 0 {
             parts.push(format!(

@@ -11,7 +11,7 @@ const MIN: u64 = 60_000;
 const STUCK: &str = "i-0000000000000000a";
 const HEALTHY: &str = "i-0000000000000000b";
 const ENFORCE: &str = r#"{"owner": {"tag": "kubernetes.io/cluster/demo", "value": "owned"},
-    "mode": "enforce", "confirm-after": "1s"}"#;
+    "mode": "enforce", "confirm-after": "1m"}"#;
 
 /// The grants of the module doc; a Node for HEALTHY, none for STUCK.
 fn host() -> FakeHost {
@@ -113,7 +113,7 @@ fn enforce_deletes_a_confirmed_candidate_once_and_waits_for_it() {
 #[test]
 fn report_mode_deletes_nothing_and_says_what_it_would() {
     let host = host();
-    let config = r#"{"owner": {"tag": "kubernetes.io/cluster/demo", "value": "owned"}, "confirm-after": "1s"}"#;
+    let config = r#"{"owner": {"tag": "kubernetes.io/cluster/demo", "value": "owned"}, "confirm-after": "1m"}"#;
     let outcome = until_confirmed(&host, config);
     assert!(host.cloud.actions().is_empty());
     assert!(
@@ -234,9 +234,29 @@ fn bad_config_names_the_key() {
             r#"{"owner": {"tag": "k", "value": "v"}, "mode": "delete"}"#,
             "mode",
         ),
+        (
+            r#"{"owner": {"tag": "k", "value": "v"}, "confirm-after": "59s"}"#,
+            "confirm-after",
+        ),
     ] {
         let err = run(&context(config, "manual"), &host, T0).unwrap_err();
         assert_eq!(err.kind(), "invalid", "{config}");
         assert!(err.message().contains(key), "{config}: {err}");
     }
+}
+
+/// Hole 4: `confirm-after` has a floor of a minute, refused (not clamped)
+/// with the field and the floor named.
+#[test]
+fn confirm_after_below_a_minute_is_refused() {
+    let host = host();
+    let config = r#"{"owner": {"tag": "k", "value": "v"}, "confirm-after": "1s"}"#;
+    let err = run(&context(config, "manual"), &host, T0).unwrap_err();
+    assert_eq!(err.kind(), "invalid");
+    assert!(
+        err.message().contains("confirm-after") && err.message().contains("at least 1m"),
+        "{err}"
+    );
+    let config = r#"{"owner": {"tag": "k", "value": "v"}, "confirm-after": "1m"}"#;
+    assert!(run(&context(config, "manual"), &host, T0).is_ok());
 }

@@ -94,6 +94,15 @@ fn healthy_since(ms: u64) -> Memory {
     }
 }
 
+/// Memory of a pass at T0 (their creation) that saw `instances` without a
+/// Node: their clocks run from T0.
+fn watched(instances: &[Instance]) -> Memory {
+    Memory {
+        absent_since: instances.iter().map(|i| (i.id.clone(), T0)).collect(),
+        ..healthy_since(0)
+    }
+}
+
 fn kinds(d: &Decision) -> Vec<BreakerKind> {
     d.breakers.iter().map(|b| b.kind).collect()
 }
@@ -106,7 +115,7 @@ const DELETE_TIMEOUT: Action = Action::Delete {
 fn a_young_unregistered_instance_is_kept() {
     let d = run(
         &policy(),
-        &healthy_since(0),
+        &watched(&[running(1)]),
         &[running(1)],
         &[node_of(9)],
         T0 + 19 * MIN,
@@ -158,7 +167,7 @@ fn matched_by_every_provider_id_form_by_name_or_by_ip_is_kept() {
     ] {
         let d = run(
             &policy(),
-            &healthy_since(0),
+            &watched(std::slice::from_ref(instance)),
             std::slice::from_ref(instance),
             &[node],
             T0 + 60 * MIN,
@@ -172,7 +181,13 @@ fn matched_by_every_provider_id_form_by_name_or_by_ip_is_kept() {
 fn a_long_unregistered_instance_is_deleted_once_confirmed() {
     let now = T0 + 21 * MIN;
     let nodes = [node_of(9)];
-    let first = run(&policy(), &healthy_since(0), &[running(1)], &nodes, now);
+    let first = run(
+        &policy(),
+        &watched(&[running(1)]),
+        &[running(1)],
+        &nodes,
+        now,
+    );
     assert_eq!(
         actions(&first),
         [Action::Candidate {
@@ -200,50 +215,97 @@ fn a_long_unregistered_instance_is_deleted_once_confirmed() {
     assert_eq!(actions(&later), [DELETE_TIMEOUT]);
 }
 
+/// Hole 10c: a former Node missing from a listing (then back) is no
+/// candidate: its grace counts from the first pass that missed it.
 #[test]
-fn a_candidate_that_registers_in_between_starts_over() {
-    let now = T0 + 21 * MIN;
-    let first = run(
+fn a_node_missing_for_one_pass_never_makes_a_candidate() {
+    let lost = |left_ms| Action::Young {
+        why: Why::NodeLost,
+        left_ms,
+    };
+    let nodes = [node_of(1)];
+    let matched = run(
         &policy(),
         &healthy_since(0),
         &[running(1)],
-        &[node_of(9)],
-        now,
+        &nodes,
+        T0 + 30 * MIN,
     );
-    let matched = run(
-        &policy(),
-        &first.memory,
-        &[running(1)],
-        &[node_of(1)],
-        now + MIN,
-    );
-    assert!(matched.memory.candidates.is_empty());
-    let gone = run(
+    let missing = run(
         &policy(),
         &matched.memory,
         &[running(1)],
         &[node_of(9)],
-        now + 2 * MIN,
+        T0 + 31 * MIN,
     );
-    assert!(matches!(
-        actions(&gone)[0],
-        Action::Candidate {
-            skip: Skip::Unconfirmed { .. },
-            ..
-        }
-    ));
+    assert_eq!(actions(&missing), [lost(20 * MIN)]);
+    let back = run(
+        &policy(),
+        &missing.memory,
+        &[running(1)],
+        &nodes,
+        T0 + 32 * MIN,
+    );
+    assert_eq!(actions(&back), [Action::Registered(MatchedBy::ProviderId)]);
+    assert!(back.memory.absent_since.is_empty() && back.memory.candidates.is_empty());
+    // Missing again later: a grace of its own, not the old absence's.
+    let again = run(
+        &policy(),
+        &back.memory,
+        &[running(1)],
+        &[node_of(9)],
+        T0 + 50 * MIN,
+    );
+    assert_eq!(actions(&again), [lost(20 * MIN)]);
+}
+
+/// Hole 10c: a former Node whose Node stays gone is a candidate after the
+/// lost-node grace, and confirmed like any.
+#[test]
+fn a_lost_node_is_deleted_after_its_grace() {
+    let p = Policy {
+        lost_node_grace_ms: Some(5 * MIN),
+        ..policy()
+    };
+    let matched = run(
+        &p,
+        &healthy_since(0),
+        &[running(1)],
+        &[node_of(1)],
+        T0 + 30 * MIN,
+    );
+    let nodes = [node_of(9)];
+    let lost = run(&p, &matched.memory, &[running(1)], &nodes, T0 + 31 * MIN);
+    assert_eq!(
+        actions(&lost),
+        [Action::Young {
+            why: Why::NodeLost,
+            left_ms: 5 * MIN
+        }]
+    );
+    let d = confirmed(&p, &lost.memory, &[running(1)], &nodes, T0 + 36 * MIN);
+    assert_eq!(actions(&d), [Action::Delete { why: Why::NodeLost }]);
+    assert_eq!(d.counts.long_unregistered, 1);
+    assert!(
+        d.memory.launches[""][0].registered,
+        "a launch that registered is no failed one for the churn guard"
+    );
 }
 
 #[test]
 fn the_first_pass_after_start_or_leader_change_never_deletes() {
     let now = T0 + 30 * MIN;
     let nodes = [node_of(9)];
-    let confirmed = confirmed(&policy(), &healthy_since(0), &[running(1)], &nodes, now);
+    let errored = [instance(1, InstanceState::Error, T0)];
+    let seen = run(&policy(), &healthy_since(0), &errored, &nodes, T0);
+    let confirmed = confirmed(&policy(), &seen.memory, &errored, &nodes, now);
+    let delete = Action::Delete { why: Why::Errored };
+    assert_eq!(actions(&confirmed), [delete.clone()]);
     // A stale candidate from before: the first pass forgets it.
     let first = decide(
         &policy(),
         &confirmed.memory,
-        &[running(1)],
+        &errored,
         Nodes::Listed(&nodes),
         Pass {
             now_ms: now + 10 * MIN,
@@ -253,30 +315,24 @@ fn the_first_pass_after_start_or_leader_change_never_deletes() {
     assert_eq!(
         actions(&first),
         [Action::Candidate {
-            why: Why::RegistrationTimeout,
+            why: Why::Errored,
             skip: Skip::FirstPass
         }]
     );
-    assert_eq!(first.memory.candidates[&running(1).id], now + 10 * MIN);
-    let second = run(
-        &policy(),
-        &first.memory,
-        &[running(1)],
-        &nodes,
-        now + 11 * MIN,
-    );
-    assert_eq!(actions(&second), [DELETE_TIMEOUT]);
+    assert_eq!(first.memory.candidates[&errored[0].id], now + 10 * MIN);
+    let second = run(&policy(), &first.memory, &errored, &nodes, now + 11 * MIN);
+    assert_eq!(actions(&second), [delete]);
 }
 
 #[test]
 fn confirm_after_is_configurable() {
     let p = Policy {
-        confirm_after_ms: 1_000,
+        confirm_after_ms: 5 * MIN,
         ..policy()
     };
     let d = confirmed(
         &p,
-        &healthy_since(0),
+        &watched(&[running(1)]),
         &[running(1)],
         &[node_of(9)],
         T0 + 21 * MIN,
@@ -284,23 +340,121 @@ fn confirm_after_is_configurable() {
     assert_eq!(actions(&d), [DELETE_TIMEOUT]);
 }
 
+/// Hole 4: an instance first seen after the first pass, its creation an
+/// hour old by the cloud's clock (behind ours), counts from when a pass
+/// first saw it: it is young for its whole registration timeout.
 #[test]
-fn with_no_outage_ever_seen_the_creation_time_counts() {
-    let fresh = run(
-        &policy(),
-        &Memory::default(),
-        &[running(1)],
-        &[node_of(9)],
-        T0 + 21 * MIN,
-    );
-    assert_eq!(fresh.memory.api_healthy_since_ms, Some(0));
+fn a_cloud_clock_an_hour_behind_never_shortens_the_timeout() {
+    let behind = instance(1, InstanceState::Running, T0 - 60 * MIN);
+    let nodes = [node_of(9)];
+    let running = std::slice::from_ref(&behind);
+    let seen = run(&policy(), &healthy_since(0), running, &nodes, T0);
+    let young = |left_ms| Action::Young {
+        why: Why::RegistrationTimeout,
+        left_ms,
+    };
+    assert_eq!(actions(&seen), [young(20 * MIN)]);
+    assert_eq!(seen.memory.absent_since[&behind.id], T0);
+    let soon = run(&policy(), &seen.memory, running, &nodes, T0 + 3_000);
+    assert_eq!(actions(&soon), [young(20 * MIN - 3_000)]);
+    let due = run(&policy(), &soon.memory, running, &nodes, T0 + 20 * MIN);
+    assert!(matches!(
+        actions(&due)[0],
+        Action::Candidate {
+            skip: Skip::Unconfirmed { .. },
+            ..
+        }
+    ));
+    let confirmed = run(&policy(), &due.memory, running, &nodes, T0 + 21 * MIN);
+    assert_eq!(actions(&confirmed), [DELETE_TIMEOUT]);
+}
+
+/// Hole 4: the cloud's clock ahead of ours (a creation in our future): the
+/// later of the creation and the first sighting counts.
+#[test]
+fn a_cloud_clock_ahead_counts_from_the_creation() {
+    let ahead = [instance(1, InstanceState::Running, T0 + 60 * MIN)];
+    let d = run(&policy(), &healthy_since(0), &ahead, &[node_of(9)], T0);
     assert_eq!(
-        actions(&fresh),
-        [Action::Candidate {
+        actions(&d),
+        [Action::Young {
             why: Why::RegistrationTimeout,
-            skip: Skip::Unconfirmed { left_ms: MIN }
+            left_ms: 80 * MIN
         }]
     );
+}
+
+/// Hole 4: a first pass after a start or a leader change trusts no clock
+/// from before it (another replica may have seen a Node meanwhile): every
+/// clock starts there, and the pass deletes nothing.
+#[test]
+fn a_first_pass_starts_every_clock_anew() {
+    let nodes = [node_of(9)];
+    let before = confirmed(
+        &policy(),
+        &watched(&[running(1)]),
+        &[running(1)],
+        &nodes,
+        T0 + 30 * MIN,
+    );
+    assert_eq!(actions(&before), [DELETE_TIMEOUT]);
+    let leading = Pass {
+        now_ms: T0 + 90 * MIN,
+        first: true,
+    };
+    let first = decide(
+        &policy(),
+        &before.memory,
+        &[running(1)],
+        Nodes::Listed(&nodes),
+        leading,
+    );
+    assert_eq!(
+        actions(&first),
+        [Action::Young {
+            why: Why::RegistrationTimeout,
+            left_ms: 20 * MIN
+        }]
+    );
+    assert_eq!(first.memory.absent_since[&running(1).id], T0 + 90 * MIN);
+    assert!(first.memory.candidates.is_empty());
+}
+
+/// Hole 4: the clocks are pruned (an instance no longer listed, or with a
+/// Node now) and bounded: beyond MAX_ABSENT an instance's clock is not kept,
+/// so it waits, and the decision says how many wait so.
+#[test]
+fn absence_clocks_are_pruned_and_bounded() {
+    let nodes = [node_of(1)];
+    let seen = run(
+        &policy(),
+        &watched(&[running(2)]),
+        &[running(1), running(2), running(3)],
+        &nodes,
+        T0,
+    );
+    assert_eq!(seen.memory.absent_since.len(), 2, "{:?}", seen.memory);
+    let later = run(&policy(), &seen.memory, &[running(3)], &nodes, T0 + MIN);
+    let ids: Vec<&String> = later.memory.absent_since.keys().collect();
+    assert_eq!(ids, [&running(3).id]);
+
+    let many: Vec<Instance> = (1..=MAX_ABSENT as u32 + 2).map(running).collect();
+    let first = run(&policy(), &healthy_since(0), &many, &nodes, T0);
+    assert_eq!(first.memory.absent_since.len(), MAX_ABSENT);
+    assert_eq!(first.untracked, 1, "one has a Node, one does not fit");
+    let untracked = &many[MAX_ABSENT + 1];
+    assert!(!first.memory.absent_since.contains_key(&untracked.id));
+    let late = run(&policy(), &first.memory, &many, &nodes, T0 + 30 * MIN);
+    let verdict = late.verdicts.iter().find(|v| v.index == MAX_ABSENT + 1);
+    assert_eq!(
+        verdict.map(|v| v.action.clone()),
+        Some(Action::Young {
+            why: Why::RegistrationTimeout,
+            left_ms: 20 * MIN
+        }),
+        "a clock not kept starts again each pass"
+    );
+    assert_eq!(late.counts.long_unregistered, MAX_ABSENT);
 }
 
 #[test]
@@ -309,7 +463,7 @@ fn outage_time_never_counts() {
     // The Node listing fails from T0 + 5m to T0 + 30m.
     let down = decide(
         &policy(),
-        &healthy_since(0),
+        &watched(&[running(1)]),
         &[running(1)],
         Nodes::Failed("unavailable"),
         pass(T0 + 5 * MIN),
@@ -361,10 +515,11 @@ fn a_pool_has_its_own_registration_timeout() {
     };
     let gpu = running(1).with_tag("pool", "gpu");
     let cpu = running(2).with_tag("pool", "cpu");
+    let instances = [gpu, cpu];
     let d = run(
         &p,
-        &healthy_since(0),
-        &[gpu, cpu],
+        &watched(&instances),
+        &instances,
         &[node_of(9)],
         T0 + 30 * MIN,
     );
@@ -385,7 +540,7 @@ fn errored_never_registered_is_deleted_after_the_grace() {
     let nodes = [node_of(9)];
     let seen = run(
         &policy(),
-        &healthy_since(0),
+        &watched(std::slice::from_ref(&errored)),
         std::slice::from_ref(&errored),
         &nodes,
         T0 + MIN,
@@ -407,7 +562,7 @@ fn errored_once_registered_is_reported_unless_delete_errored_is_all() {
     let nodes = [node_of(9)];
     let registered = run(
         &policy(),
-        &healthy_since(0),
+        &watched(&[running(1)]),
         &[running(1)],
         &[node_of(1)],
         T0,
@@ -436,7 +591,7 @@ fn instances_deleting_stopped_rebooting_terminated_or_unknown_are_skipped() {
     for state in [Deleting, Terminated, Rebooting, Stopped, Unknown] {
         let d = confirmed(
             &policy(),
-            &healthy_since(0),
+            &watched(&[instance(1, state, T0)]),
             &[instance(1, state, T0)],
             &[node_of(9)],
             T0 + 60 * MIN,
@@ -450,10 +605,11 @@ fn only_instances_of_the_cluster_are_judged_never_by_name() {
     // Pool "ab"'s instance, named like pool "a"'s.
     let foreign = Instance::new("i-0000000000000000f", "a-node-1", InstanceState::Running)
         .with_tag("kubernetes.io/cluster/ab", "owned");
+    let instances = [foreign, running(1)];
     let d = confirmed(
         &policy(),
-        &healthy_since(0),
-        &[foreign, running(1)],
+        &watched(&instances),
+        &instances,
         &[node_of(9)],
         T0 + 60 * MIN,
     );
@@ -466,7 +622,7 @@ fn a_protected_candidate_is_never_deleted() {
     let protected = running(1).with_tag("tend.dev/protect", "");
     let d = confirmed(
         &policy(),
-        &healthy_since(0),
+        &watched(std::slice::from_ref(&protected)),
         &[protected],
         &[node_of(9)],
         T0 + 60 * MIN,
@@ -484,7 +640,7 @@ fn a_protected_candidate_is_never_deleted() {
 fn an_empty_node_listing_opens_a_breaker() {
     let d = confirmed(
         &policy(),
-        &healthy_since(0),
+        &watched(&[running(1)]),
         &[running(1)],
         &[],
         T0 + 60 * MIN,
@@ -510,7 +666,7 @@ fn cluster(registered: u32, stuck: u32) -> (Vec<Instance>, Vec<NodeInfo>) {
 fn too_many_candidates_latch_the_fraction_breaker_until_reset() {
     let (instances, nodes) = cluster(4, 5);
     let p = without_churn();
-    let d = confirmed(&p, &healthy_since(0), &instances, &nodes, T0 + 60 * MIN);
+    let d = confirmed(&p, &watched(&instances), &instances, &nodes, T0 + 60 * MIN);
     assert_eq!(kinds(&d), [BreakerKind::MaxFraction]);
     assert!(
         d.verdicts
@@ -536,7 +692,7 @@ fn at_or_below_the_floor_the_fraction_breaker_does_not_trip() {
     let (instances, nodes) = cluster(1, 3);
     let d = confirmed(
         &without_churn(),
-        &healthy_since(0),
+        &watched(&instances),
         &instances,
         &nodes,
         T0 + 60 * MIN,
@@ -552,7 +708,7 @@ fn unready_nodes_stop_deletions_but_unregistered_instances_never_count() {
     // 2 of 4 Nodes NotReady is not over half; the unregistered one is no Node.
     let d = confirmed(
         &policy(),
-        &healthy_since(0),
+        &watched(&instances),
         &instances,
         &nodes,
         T0 + 60 * MIN,
@@ -562,7 +718,7 @@ fn unready_nodes_stop_deletions_but_unregistered_instances_never_count() {
     nodes[2].ready = false;
     let d = confirmed(
         &policy(),
-        &healthy_since(0),
+        &watched(&instances),
         &instances,
         &nodes,
         T0 + 60 * MIN,
@@ -590,7 +746,7 @@ fn the_churn_guard_latches_in_a_pool_where_most_launches_failed() {
         pooled(6, "b"),
     ];
     let nodes = [node_of(1), node_of(2)];
-    let d = confirmed(&p, &healthy_since(0), &instances, &nodes, T0 + 60 * MIN);
+    let d = confirmed(&p, &watched(&instances), &instances, &nodes, T0 + 60 * MIN);
     assert_eq!(kinds(&d), [BreakerKind::Churn]);
     assert!(
         d.breakers[0]
@@ -629,7 +785,7 @@ fn one_deletion_in_flight_per_pool_and_a_cap_per_pass() {
         pooled(3, "b"),
         pooled(4, "c"),
     ]);
-    let d = confirmed(&p, &healthy_since(0), &instances, &nodes, T0 + 60 * MIN);
+    let d = confirmed(&p, &watched(&instances), &instances, &nodes, T0 + 60 * MIN);
     let of = |n: usize| d.verdicts[10 + n].action.clone();
     assert_eq!(of(0), DELETE_TIMEOUT);
     let victim = instances[10].id.clone();
@@ -683,7 +839,7 @@ fn ten_thousand_instances_and_nodes_are_each_judged() {
     let (instances, nodes) = cluster(10_000, 0);
     let mut all = instances;
     all.extend((10_001..10_010).map(running));
-    let d = run(&policy(), &healthy_since(0), &all, &nodes, T0 + 60 * MIN);
+    let d = run(&policy(), &watched(&all), &all, &nodes, T0 + 60 * MIN);
     assert_eq!(d.counts.registered, 10_000);
     assert_eq!(d.counts.long_unregistered, 9);
 }
