@@ -191,15 +191,20 @@ pub enum BreakerKind {
     MaxFraction,
     /// Per pool: most recent registrations there failed.
     Churn,
+    /// The listing named an instance more than once: it contradicts itself
+    /// (pages that shifted may also have lost instances, so no fraction
+    /// drawn from it holds). Open for that pass only.
+    DuplicateListing,
 }
 
 impl BreakerKind {
-    pub const ALL: [BreakerKind; 5] = [
+    pub const ALL: [BreakerKind; 6] = [
         BreakerKind::NodeListing,
         BreakerKind::NoNodes,
         BreakerKind::NotReady,
         BreakerKind::MaxFraction,
         BreakerKind::Churn,
+        BreakerKind::DuplicateListing,
     ];
 
     /// Its name in messages and the `breaker` label.
@@ -210,6 +215,7 @@ impl BreakerKind {
             BreakerKind::NotReady => "not_ready",
             BreakerKind::MaxFraction => "max_fraction",
             BreakerKind::Churn => "churn",
+            BreakerKind::DuplicateListing => "duplicate_listing",
         }
     }
 }
@@ -280,6 +286,42 @@ pub enum Action {
     },
 }
 
+/// The cluster's instances (index into the listing), each ID once: the
+/// first of the listing's entries for it; and the IDs it named again.
+fn owned_once<'a>(
+    policy: &Policy,
+    instances: &'a [Instance],
+) -> (Vec<(usize, &'a Instance)>, BTreeSet<&'a str>) {
+    let mut seen = HashSet::new();
+    let mut duplicates = BTreeSet::new();
+    let mut owned = Vec::with_capacity(instances.len());
+    for (at, instance) in instances.iter().enumerate() {
+        if !instance.is_owned_by(&policy.owner) {
+            continue;
+        }
+        if seen.insert(instance.id.as_str()) {
+            owned.push((at, instance));
+        } else {
+            duplicates.insert(instance.id.as_str());
+        }
+    }
+    (owned, duplicates)
+}
+
+/// The duplicate-listing breaker's detail: how many, the first few IDs.
+fn duplicated(ids: &BTreeSet<&str>) -> String {
+    const SHOWN: usize = 5;
+    let mut shown: Vec<&str> = ids.iter().take(SHOWN).copied().collect();
+    if ids.len() > SHOWN {
+        shown.push("...");
+    }
+    format!(
+        "the instance listing names {} instance(s) more than once ({}): each counted once, none deleted while the listing contradicts itself",
+        ids.len(),
+        shown.join(", ")
+    )
+}
+
 /// One instance's verdict: `index` into the instances given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
@@ -308,6 +350,8 @@ pub struct Decision {
     /// Open breakers (churn once per pool).
     pub breakers: Vec<Breaker>,
     pub memory: Memory,
+    /// The cluster's instances listed, each ID once.
+    pub instances: usize,
     /// When something waiting becomes due (a timeout, a confirmation).
     pub next_due_in_ms: Option<u64>,
     /// Instances without a Node beyond [`MAX_ABSENT`]: their clocks wait.
@@ -361,11 +405,11 @@ pub fn decide(
     let now = pass.now_ms;
     let nodes = match nodes {
         Nodes::Listed(nodes) => nodes,
-        Nodes::Failed(why) => return listing_failed(memory, why, now),
+        Nodes::Failed(why) => {
+            return listing_failed(memory, why, now, owned_once(policy, instances).0.len());
+        }
     };
-    let owned: Vec<(usize, &Instance)> = (instances.iter().enumerate())
-        .filter(|(_, i)| i.is_owned_by(&policy.owner))
-        .collect();
+    let (owned, duplicates) = owned_once(policy, instances);
     let mut next = Memory {
         // Healthy again after an outage it saw: timeouts restart here. With
         // no outage ever seen, creation times count as they are.
@@ -470,6 +514,12 @@ pub fn decide(
     let mut breakers = Vec::new();
     let cluster = owned.iter().filter(|(_, i)| live(i)).count();
     let not_ready = nodes.iter().filter(|n| !n.ready).count();
+    if !duplicates.is_empty() {
+        breakers.push(Breaker {
+            kind: BreakerKind::DuplicateListing,
+            detail: duplicated(&duplicates),
+        });
+    }
     if nodes.is_empty() && cluster > 0 {
         breakers.push(Breaker {
             kind: BreakerKind::NoNodes,
@@ -574,6 +624,7 @@ pub fn decide(
         counts,
         breakers,
         memory: next,
+        instances: owned.len(),
         next_due_in_ms: due.into_iter().min(),
         untracked: absences.untracked,
     }
@@ -667,7 +718,7 @@ fn verdict(index: usize, pool: &str, action: Action) -> Verdict {
 
 /// The Node listing failed: nothing is judged, the outage is remembered
 /// (its time never counts towards a registration timeout).
-fn listing_failed(memory: &Memory, why: &str, now: u64) -> Decision {
+fn listing_failed(memory: &Memory, why: &str, now: u64, instances: usize) -> Decision {
     let mut next = memory.clone();
     next.api_down_since_ms = memory.api_down_since_ms.or(Some(now));
     Decision {
@@ -678,6 +729,7 @@ fn listing_failed(memory: &Memory, why: &str, now: u64) -> Decision {
             detail: format!("listing Nodes failed: {why}"),
         }],
         memory: next,
+        instances,
         next_due_in_ms: None,
         untracked: 0,
     }

@@ -51,7 +51,10 @@
 //!   than `max-fraction` of the cluster's instances are candidates (and more
 //!   than `min-breaker-candidates`), or when more than `max-not-ready` of the
 //!   Nodes are NotReady (unregistered instances are not Nodes, so they never
-//!   count). The churn guard stops deletions in a pool where most of the
+//!   count), or when the cloud's listing names an instance more than once
+//!   (each ID is counted once, but a listing that contradicts itself may
+//!   also have lost instances: that pass deletes nothing; it does not latch).
+//!   The churn guard stops deletions in a pool where most of the
 //!   `churn-window` most recent launches never registered (at least
 //!   `churn-min-failures`): replacing instances does not fix a broken image
 //!   or network. The max-fraction breaker and the churn guard **latch**: they
@@ -324,7 +327,7 @@ pub fn run(ctx: &Context, host: &dyn Host, now_ms: u64) -> Result<Outcome> {
     let mut report = Report {
         mode: config.mode,
         dry_run: ctx.dry_run,
-        instances: instances.len(),
+        instances: decision.instances,
         nodes: listed.as_ref().map_or(0, Vec::len),
         ..Report::default()
     };

@@ -843,3 +843,39 @@ fn ten_thousand_instances_and_nodes_are_each_judged() {
     assert_eq!(d.counts.registered, 10_000);
     assert_eq!(d.counts.long_unregistered, 9);
 }
+
+/// Hole 10d: an instance the listing names twice counts once for
+/// max-fraction (twice, 2 of 3 would trip and latch it), and the listing
+/// that contradicts itself deletes nothing that pass; listed once again,
+/// the candidate goes.
+#[test]
+fn an_instance_listed_twice_counts_once_and_holds_that_pass() {
+    let p = Policy {
+        min_breaker_candidates: 1,
+        ..without_churn()
+    };
+    let listing = [running(1), running(2), running(2)];
+    let nodes = [node_of(1)];
+    let d = confirmed(&p, &watched(&listing[..2]), &listing, &nodes, T0 + 60 * MIN);
+    assert_eq!((d.instances, d.verdicts.len()), (2, 2));
+    assert_eq!(kinds(&d), [BreakerKind::DuplicateListing]);
+    assert!(
+        (d.breakers[0].detail).contains(&format!(
+            "names 1 instance(s) more than once ({})",
+            running(2).id
+        )),
+        "{}",
+        d.breakers[0].detail
+    );
+    assert_eq!(
+        d.verdicts[1].action,
+        Action::Candidate {
+            why: Why::RegistrationTimeout,
+            skip: Skip::Breaker(BreakerKind::DuplicateListing)
+        }
+    );
+    assert!(d.memory.latched.is_empty(), "{:?}", d.memory.latched);
+    let once = run(&p, &d.memory, &listing[..2], &nodes, T0 + 62 * MIN);
+    assert!(once.breakers.is_empty(), "{:?}", once.breakers);
+    assert_eq!(actions(&once)[1], DELETE_TIMEOUT);
+}
