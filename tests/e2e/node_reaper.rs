@@ -13,6 +13,12 @@ use tend_e2e::cloud::{CloudPeer, ListingFault, Provider, Seeded};
 use tend_e2e::{Daemon, KubeApi, Sandbox, free_port, plugin_status, wait_for_plugin, wait_until};
 
 const WITHIN: Duration = Duration::from_secs(30);
+/// node-reaper's `confirm-after` in these tests, its floor: a candidate is
+/// deleted no sooner than this after a pass first found it one.
+const CONFIRM: Duration = Duration::from_secs(60);
+/// How long to wait for what needs a confirmation (a deletion, a breaker
+/// holding back a confirmed candidate).
+const CONFIRMED_WITHIN: Duration = Duration::from_secs(100);
 const REAPER: &str = "node-reaper";
 /// The cluster's ownership tag (key and value) in most tests.
 const OWNER: (&str, &str) = ("kubernetes.io/cluster/a", "owned");
@@ -139,12 +145,16 @@ impl Cluster {
         self.status(plugin)["reconciles"].as_u64().unwrap_or(0)
     }
 
-    /// Wait until `plugin`'s last outcome message satisfies `condition`.
+    /// Wait until `plugin`'s last outcome message satisfies `condition`
+    /// (a confirmation may be part of the wait).
     fn wait_outcome(&self, plugin: &str, what: &str, condition: impl Fn(&str) -> bool) -> String {
-        let status = wait_for_plugin(self.port, plugin, what, |p| {
-            p["last"]["message"].as_str().is_some_and(&condition)
+        let mut message = String::new();
+        wait_until(CONFIRMED_WITHIN, what, || {
+            let status = self.status(plugin);
+            message = status["last"]["message"].as_str().unwrap_or("").to_string();
+            condition(&message)
         });
-        status["last"]["message"].as_str().unwrap().to_string()
+        message
     }
 
     /// Wait for `passes` more reconciles of `plugin`; the last outcome message.
@@ -157,7 +167,8 @@ impl Cluster {
     }
 
     fn wait_gone(&self, instance: &Seeded) {
-        wait_until(WITHIN, &format!("{} to be deleted", instance.name), || {
+        let what = format!("{} to be deleted", instance.name);
+        wait_until(CONFIRMED_WITHIN, &what, || {
             !self.cloud.live_ids().contains(&instance.id)
         });
     }
@@ -232,7 +243,7 @@ fn reaper(name: &str, owner: &str, interval: &str, config: &str) -> String {
     let defaults: String = [
         ("registration-timeout", "\"2s\""),
         ("error-grace", "\"2s\""),
-        ("confirm-after", "\"1s\""),
+        ("confirm-after", "\"1m\""),
         ("max-fraction", "1.0"),
     ]
     .iter()
@@ -297,6 +308,9 @@ for_each_provider!(
     an_api_server_failing_for_a_while_deletes_nothing,
     a_node_cache_never_synced_deletes_nothing,
     the_first_pass_after_leading_again_deletes_nothing,
+    a_cloud_clock_an_hour_behind_never_shortens_the_registration_timeout,
+    a_node_missing_for_a_while_costs_no_instance,
+    an_instance_listed_twice_counts_once,
 );
 
 /// An instance past its registration timeout with no Node is deleted; a
@@ -420,14 +434,14 @@ fn a_listing_failing_between_pages(provider: Provider, fault: ListingFault) {
     );
 
     cluster.cloud.clear_faults();
-    // Candidates seen before the fault may be confirmed now (seen twice, far
-    // enough apart); those seen only now wait for their confirmation.
+    // Timed out while the listing failed: candidates now, first seen as such
+    // by this pass, so they wait for their confirmation.
     let printed = cluster.reconcile_now();
     assert!(
         printed.contains(&format!("{pages} candidate(s)")),
         "{printed}"
     );
-    wait_until(WITHIN, "a deletion once listings work", || {
+    wait_until(CONFIRMED_WITHIN, "a deletion once listings work", || {
         cluster.cloud.deletes(None) > 0
     });
     let live = cluster.cloud.live_ids();
@@ -468,33 +482,24 @@ fn the_first_pass_after_a_start_deletes_nothing(provider: Provider) {
     cluster.run(
         "",
         &[REAPER],
-        &reaper(
-            REAPER,
-            OWNER.0,
-            "1h",
-            "mode = \"report\"\nconfirm-after = \"3s\"",
-        ),
+        &reaper(REAPER, OWNER.0, "1h", "mode = \"report\""),
     );
     cluster.wait_outcome(REAPER, "a confirmed candidate", |m| {
         m.contains(&format!("would delete {}", doomed.id))
     });
     cluster.stop();
 
-    cluster.configure(
-        "",
-        &reaper(
-            REAPER,
-            OWNER.0,
-            "1h",
-            "mode = \"enforce\"\nconfirm-after = \"3s\"",
-        ),
-    );
+    cluster.configure("", &reaper(REAPER, OWNER.0, "1h", "mode = \"enforce\""));
     cluster.restart();
     let first = wait_for_plugin(cluster.port, REAPER, "the first pass", |p| {
         p["reconciles"] == 1
     });
+    // Its clock starts anew: a sighting from before the restart is not ours.
     let message = first["last"]["message"].as_str().unwrap();
-    assert!(message.contains("skipped: 1 first pass"), "{first:#}");
+    assert!(
+        message.contains("1 registered, 1 unregistered, 0 long-unregistered"),
+        "{first:#}"
+    );
     assert_eq!(cluster.cloud.deletes(None), 0, "the first pass deleted");
     cluster.wait_gone(&doomed);
     assert_eq!(cluster.cloud.deletes(None), 1);
@@ -616,7 +621,9 @@ fn a_slow_delete_is_sent_once(provider: Provider) {
     let doomed = cluster.unregistered("doomed", "");
     cluster.cloud.slow_deletes(6);
     cluster.run("", &[REAPER], &reaper_a("mode = \"enforce\""));
-    wait_until(WITHIN, "the delete", || cluster.cloud.deletes(None) == 1);
+    wait_until(CONFIRMED_WITHIN, "the delete", || {
+        cluster.cloud.deletes(None) == 1
+    });
     cluster.wait_passes(REAPER, 3);
     if provider == Provider::OpenStack {
         let server = cluster.cloud.live_ids();
@@ -628,8 +635,9 @@ fn a_slow_delete_is_sent_once(provider: Provider) {
 }
 
 /// A Node deleted at the API server reconciles the reaper at once (its
-/// interval is an hour): the instance it stood for, now unregistered, is
-/// deleted within seconds.
+/// interval is an hour): the instance it stood for, once a Node, is deleted
+/// after its lost-node grace (here the 2s registration timeout) and a
+/// confirmation, not before.
 fn a_deleted_node_reconciles_the_reaper_at_once(provider: Provider) {
     let mut cluster = Cluster::start(provider);
     cluster.registered("stays");
@@ -659,8 +667,8 @@ fn a_deleted_node_reconciles_the_reaper_at_once(provider: Provider) {
     assert!(deleted_at.elapsed() < Duration::from_secs(5), "{woken:#}");
     cluster.wait_gone(&leaving);
     assert!(
-        deleted_at.elapsed() < Duration::from_secs(15),
-        "deleted {:?} after its Node",
+        deleted_at.elapsed() >= CONFIRM,
+        "deleted {:?} after its Node, within the grace and a confirmation",
         deleted_at.elapsed()
     );
     assert_eq!(cluster.cloud.deletes(None), 1);
@@ -742,7 +750,7 @@ fn the_first_pass_after_leading_again_deletes_nothing(provider: Provider) {
     let mut cluster = Cluster::start(provider);
     cluster.registered("registered");
     let doomed = cluster.unregistered("doomed", "");
-    let config = "mode = \"enforce\"\nconfirm-after = \"3s\"";
+    let config = "mode = \"enforce\"";
     cluster.run("", &[REAPER], &reaper(REAPER, OWNER.0, "1h", config));
     cluster.wait_outcome(REAPER, "a candidate seen", |m| {
         m.contains("skipped: 1 unconfirmed")
@@ -764,8 +772,14 @@ fn the_first_pass_after_leading_again_deletes_nothing(provider: Provider) {
     hand_the_lease_away();
     let leading = || tend_e2e::status(cluster.port)["leader"]["leading"] == true;
     wait_until(WITHIN, "this host to stop leading", || !leading());
-    wait_until(WITHIN, "the confirmation to be due", || {
-        seen.elapsed() > Duration::from_millis(3500)
+    // The other writer renews while the confirmation comes due.
+    let mut renewed = Instant::now();
+    wait_until(CONFIRMED_WITHIN, "the confirmation to be due", || {
+        if renewed.elapsed() > Duration::from_secs(2) {
+            hand_the_lease_away();
+            renewed = Instant::now();
+        }
+        seen.elapsed() > CONFIRM + Duration::from_millis(500)
     });
     hand_the_lease_away();
     let plan = cluster.tend(&["plan", REAPER]);
@@ -792,8 +806,12 @@ fn the_first_pass_after_leading_again_deletes_nothing(provider: Provider) {
             .is_some_and(|t| t.iter().any(|t| t == "leader")),
         "{again:#}"
     );
+    // Its clock starts anew: the sighting from before the gap is not trusted.
     let message = again["last"]["message"].as_str().unwrap();
-    assert!(message.contains("skipped: 1 first pass"), "{again:#}");
+    assert!(
+        message.contains("1 registered, 1 unregistered, 0 long-unregistered"),
+        "{again:#}"
+    );
     assert_eq!(
         cluster.cloud.deletes(None),
         0,
@@ -802,4 +820,91 @@ fn the_first_pass_after_leading_again_deletes_nothing(provider: Provider) {
     cluster.wait_gone(&doomed);
     assert_eq!(cluster.cloud.deletes(None), 1);
     assert_eq!(deletions(), Some(1.0));
+}
+
+/// Hole 4, the attack: an instance that appears after the first pass with a
+/// creation time an hour old (the cloud's clock behind tend's) is not deleted
+/// within its registration timeout of its first sighting, nor before a
+/// confirmation; after them, it is.
+fn a_cloud_clock_an_hour_behind_never_shortens_the_registration_timeout(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    let registered = cluster.registered("registered");
+    let config = "mode = \"enforce\"\nregistration-timeout = \"20s\"";
+    cluster.run("", &[REAPER], &reaper_a(config));
+    cluster.wait_passes(REAPER, 1);
+    let appeared = Instant::now();
+    let booting = cluster
+        .cloud
+        .add_aged_instance("booting", &owned_in(""), 3600);
+    let message = cluster.wait_outcome(REAPER, "its first sighting", |m| {
+        m.contains("1 unregistered")
+    });
+    assert!(message.contains("0 long-unregistered"), "{message}");
+    assert_eq!(cluster.cloud.deletes(None), 0, "deleted at first sight");
+    cluster.wait_gone(&booting);
+    assert!(
+        appeared.elapsed() >= Duration::from_secs(20) + CONFIRM,
+        "deleted {:?} after it appeared: within its timeout and a confirmation",
+        appeared.elapsed()
+    );
+    cluster.assert_deletes(&[&booting], &[&registered]);
+}
+
+/// Hole 10c, the attack: a healthy instance's Node missing from the listing
+/// for longer than a confirmation (the old rule deleted it then) but less
+/// than its lost-node grace: never a candidate, never deleted.
+fn a_node_missing_for_a_while_costs_no_instance(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    let healthy = cluster.registered("healthy");
+    cluster.registered("other");
+    let config = "mode = \"enforce\"\nlost-node-grace = \"3m\"";
+    cluster.run("", &[REAPER], &reaper_a(config));
+    cluster.wait_outcome(REAPER, "both matched", |m| m.contains("2 registered"));
+    cluster.delete_node(&healthy.name);
+    let missing = Instant::now();
+    cluster.wait_outcome(REAPER, "the Node missed", |m| m.contains("1 unregistered"));
+    wait_until(
+        CONFIRMED_WITHIN,
+        "a confirmation and the timeout to pass",
+        || missing.elapsed() > CONFIRM + Duration::from_secs(5),
+    );
+    cluster.wait_passes(REAPER, 2);
+    cluster.add_node(&healthy.name, None, None);
+    cluster.wait_outcome(REAPER, "the Node back", |m| m.contains("2 registered"));
+    cluster.wait_passes(REAPER, 2);
+    let candidates: Vec<String> = (cluster.outcomes().into_iter())
+        .filter(|line| line.contains("candidate(s)"))
+        .collect();
+    assert!(candidates.is_empty(), "{candidates:#?}");
+    assert_eq!(cluster.cloud.deletes(None), 0);
+    assert!(cluster.cloud.live_ids().contains(&healthy.id));
+}
+
+/// Hole 10d, the attack: the listing names an unregistered instance twice.
+/// Counted twice, 2 candidates of 3 would latch max-fraction (0.5, above 1)
+/// and it would never be deleted; counted once (1 of 2) it is not, the
+/// duplicate holds deletions while it lasts, and once the listing names it
+/// once, it is deleted.
+fn an_instance_listed_twice_counts_once(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    let registered = cluster.registered("registered");
+    let doomed = cluster.unregistered("doomed", "");
+    cluster.cloud.list_twice(&doomed.id);
+    let config = "mode = \"enforce\"\nmax-fraction = 0.5\nmin-breaker-candidates = 1";
+    cluster.run("", &[REAPER], &reaper_a(config));
+    let message = cluster.wait_outcome(REAPER, "the confirmed candidate held back", |m| {
+        m.contains("skipped: 1 breaker")
+    });
+    assert!(message.contains("2 instance(s)"), "{message}");
+    let duplicate = format!(
+        "duplicate_listing: the instance listing names 1 instance(s) more than once ({})",
+        doomed.id
+    );
+    assert!(message.contains(&duplicate), "{message}");
+    assert!(!message.contains("max_fraction"), "{message}");
+    assert_eq!(cluster.cloud.deletes(None), 0);
+
+    cluster.cloud.clear_faults();
+    cluster.wait_gone(&doomed);
+    cluster.assert_deletes(&[&doomed], &[&registered]);
 }

@@ -28,15 +28,22 @@ are not forwarded and not logged:
          `after` gets a NextToken moto never issued, so the next page request fails as
          moto fails on an unknown token (500); once;
      "slow": {"action": "TerminateInstances", "ms": 2000}
-         matching requests are held this long before they are forwarded.
+         matching requests are held this long before they are forwarded;
+     "launch_time": {"instance": "i-...", "offset_seconds": -3600}
+         DescribeInstances answers give that instance a launchTime shifted by the offset
+         (EC2's clock behind or ahead of the caller's);
+     "duplicate_instance": {"instance": "i-..."}
+         DescribeInstances answers naming that instance name its reservation twice.
      Any fault may carry "params": {"InstanceId.1": "i-..."}: it matches only requests
      whose EC2 query parameters have these values.
-     A list of such objects is accepted for "fail" and "slow".
+     A list of such objects is accepted for "fail", "slow", "launch_time" and
+     "duplicate_instance".
   POST   /proxy/faults/clear   no faults
   GET    /proxy/faults         the current faults
 """
 import argparse
 import asyncio
+import datetime
 import os
 import re
 import signal
@@ -52,6 +59,57 @@ HOP_BY_HOP = {"host", "content-length", "transfer-encoding", "connection", "keep
 ERROR_CODES = {400: "InvalidParameterValue", 401: "AuthFailure", 403: "UnauthorizedOperation",
                500: "InternalError", 503: "Unavailable"}
 NEXT_TOKEN = re.compile(rb"<nextToken>([^<]*)</nextToken>")
+LAUNCH_TIME = re.compile(rb"<launchTime>([^<]*)</launchTime>")
+ITEM_TAG = re.compile(rb"<item>|</item>|</reservationSet>")
+FAULTS = ("fail", "corrupt_next_token", "slow", "launch_time", "duplicate_instance")
+
+
+def as_list(fault):
+    if fault is None:
+        return []
+    return fault if isinstance(fault, list) else [fault]
+
+
+def instance_tag(instance_id):
+    return f"<instanceId>{instance_id}</instanceId>".encode()
+
+
+def shift_launch_time(payload, instance_id, offset):
+    """The payload with the first launchTime after the instance's ID (its own) shifted."""
+    at = payload.find(instance_tag(instance_id))
+    m = LAUNCH_TIME.search(payload, at) if at >= 0 else None
+    if m is None:
+        return payload
+    when = datetime.datetime.fromisoformat(m.group(1).decode().replace("Z", "+00:00"))
+    shifted = (when + datetime.timedelta(seconds=offset)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    return payload[:m.start(1)] + shifted.encode() + payload[m.end(1):]
+
+
+def reservation_spans(payload):
+    """(start, end) of each item of the reservationSet (nested items skipped)."""
+    start = payload.find(b"<reservationSet>")
+    spans, depth, opened = [], 0, None
+    if start < 0:
+        return spans
+    for m in ITEM_TAG.finditer(payload, start):
+        if m.group(0) == b"</reservationSet>":
+            break
+        if m.group(0) == b"<item>":
+            opened = m.start() if depth == 0 else opened
+            depth += 1
+        else:
+            depth -= 1
+            if depth == 0:
+                spans.append((opened, m.end()))
+    return spans
+
+
+def duplicate_reservation(payload, instance_id):
+    """The payload with the reservation holding the instance named twice."""
+    for start, end in reservation_spans(payload):
+        if instance_tag(instance_id) in payload[start:end]:
+            return payload[:end] + payload[start:end] + payload[end:]
+    return payload
 
 
 def ec2_error(status, code, message):
@@ -117,8 +175,18 @@ class Proxy:
             return web.Response(status=502, text=f"the proxy could not reach moto: {e}")
         if status == 200 and NEXT_TOKEN.search(payload) and self.hit("corrupt_next_token", action, params):
             payload = NEXT_TOKEN.sub(f"<nextToken>{uuid.uuid4().hex}</nextToken>".encode(), payload, count=1)
+        if status == 200 and action == "DescribeInstances":
+            payload = self.rewrite_instances(payload)
         entry["status"] = status
         return web.Response(status=status, body=payload, headers=out_headers)
+
+    def rewrite_instances(self, payload):
+        """A DescribeInstances answer as the launch_time and duplicate_instance faults say."""
+        for fault in as_list(self.faults.get("launch_time")):
+            payload = shift_launch_time(payload, fault["instance"], float(fault["offset_seconds"]))
+        for fault in as_list(self.faults.get("duplicate_instance")):
+            payload = duplicate_reservation(payload, fault["instance"])
+        return payload
 
     async def control(self, request):
         tail = request.match_info["tail"]
@@ -134,7 +202,7 @@ class Proxy:
             except ValueError:
                 return web.json_response({"error": "the body is not JSON"}, status=400)
             for key, value in body.items():
-                if key not in ("fail", "corrupt_next_token", "slow"):
+                if key not in FAULTS:
                     return web.json_response({"error": f"unknown fault {key}"}, status=400)
                 self.faults[key] = value
                 self.counts = {k: v for k, v in self.counts.items() if k[0] != key}

@@ -452,6 +452,9 @@ class Fake:
             if self.faults.get("empty_servers"):
                 servers = []
             page, links = self.page(servers, q, "servers", request.path)
+            # duplicate_server: ID: the page holding that server names it twice.
+            duplicate = self.faults.get("duplicate_server")
+            page = page + [s for s in page if s["id"] == duplicate]
             if rest == "/servers":
                 body = {"servers": [{"id": s["id"], "name": s["name"],
                                      "links": self.server_view(s)["links"]} for s in page]}

@@ -114,6 +114,31 @@ impl CloudPeer {
         }
     }
 
+    /// A running instance created now whose creation time, as the peer
+    /// reports it, is `age_seconds` in the past: the cloud's clock behind
+    /// tend's (OpenStack: seeded so; AWS: the proxy shifts its launchTime).
+    pub fn add_aged_instance(&self, name: &str, tags: &[(&str, &str)], age_seconds: u64) -> Seeded {
+        match self {
+            CloudPeer::OpenStack(fake) => self.seed_server(fake, name, tags, "ACTIVE", age_seconds),
+            CloudPeer::Aws(aws) => {
+                let seeded = self.add_instance(name, tags);
+                let offset = -(age_seconds as i64);
+                aws.fault(&json!({
+                    "launch_time": {"instance": seeded.id, "offset_seconds": offset}
+                }));
+                seeded
+            }
+        }
+    }
+
+    /// From now on every listing names the instance `id` twice.
+    pub fn list_twice(&self, id: &str) {
+        match self {
+            CloudPeer::OpenStack(fake) => fake.fault(&json!({"duplicate_server": id})),
+            CloudPeer::Aws(aws) => aws.fault(&json!({"duplicate_instance": {"instance": id}})),
+        }
+    }
+
     /// An instance in ERROR (OpenStack only: EC2 has no such state).
     pub fn add_errored_instance(&self, name: &str, tags: &[(&str, &str)]) -> Seeded {
         match self {
@@ -153,6 +178,17 @@ impl CloudPeer {
         tags: &[(&str, &str)],
         status: &str,
     ) -> Seeded {
+        self.seed_server(fake, name, tags, status, 0)
+    }
+
+    fn seed_server(
+        &self,
+        fake: &OpenStackFake,
+        name: &str,
+        tags: &[(&str, &str)],
+        status: &str,
+        age_seconds: u64,
+    ) -> Seeded {
         let metadata: serde_json::Map<String, Value> = tags
             .iter()
             .map(|(k, v)| (k.to_string(), json!(v)))
@@ -162,7 +198,7 @@ impl CloudPeer {
         let ip = format!("10.0.{}.{}", seeded / 200, 10 + seeded % 200);
         let id = fake.add_server(&json!({
             "name": name, "status": status, "metadata": metadata,
-            "addresses": {"private": [ip]},
+            "addresses": {"private": [ip]}, "age_seconds": age_seconds,
         }));
         Seeded {
             provider_ids: vec![

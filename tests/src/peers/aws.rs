@@ -193,7 +193,8 @@ impl AwsPeer {
         self.control(self.proxy_port, "DELETE", "/proxy/requests", &Value::Null);
     }
 
-    /// Merge faults into the proxy's (`fail`, `corrupt_next_token`, `slow`; see
+    /// Merge faults into the proxy's (`fail`, `corrupt_next_token`, `slow`,
+    /// `launch_time`, `duplicate_instance`; see
     /// tests/peers/aws-proxy.py).
     pub fn fault(&self, faults: &Value) {
         self.control(self.proxy_port, "POST", "/proxy/faults", faults);

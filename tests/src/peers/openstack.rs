@@ -351,7 +351,7 @@ impl OpenStackFake {
 
     /// Merge faults into the current ones (see the fake's contract: `fail`,
     /// `empty_servers`, `truncate`, `bad_marker`, `expire_tokens`, `slow`,
-    /// `delete_seconds`).
+    /// `delete_seconds`, `duplicate_server`: an ID its listing page names twice).
     pub fn fault(&self, faults: &Value) {
         self.control("POST", "faults", Some(faults));
     }
