@@ -283,35 +283,55 @@ fn reaper_a(config: &str) -> String {
 }
 
 /// Each test body, run once per provider (`openstack::NAME`, `aws::NAME`).
+/// Each body as `openstack::NAME` and `aws::NAME`.
 macro_rules! for_each_provider {
     ($($name:ident),* $(,)?) => {
-        mod openstack {
-            $( #[test] fn $name() { super::$name(tend_e2e::cloud::Provider::OpenStack) } )*
-        }
-        mod aws {
-            $( #[test] fn $name() { super::$name(tend_e2e::cloud::Provider::Aws) } )*
-        }
+        vec![
+            $( trial(concat!("openstack::", stringify!($name)), || $name(Provider::OpenStack)), )*
+            $( trial(concat!("aws::", stringify!($name)), || $name(Provider::Aws)), )*
+        ]
     };
 }
+/// Tests at once, unless `--test-threads` says otherwise: most of each test
+/// is waiting out `confirm-after`'s one-minute floor with the machine idle,
+/// and libtest would run only as many as there are cores.
+const AT_ONCE: usize = 8;
 
-for_each_provider!(
-    only_instances_that_never_registered_are_deleted,
-    an_empty_node_listing_deletes_nothing,
-    a_listing_failing_between_pages_deletes_nothing,
-    too_many_candidates_open_the_max_fraction_breaker,
-    the_first_pass_after_a_start_deletes_nothing,
-    the_cap_and_the_budget_bound_deletions_across_passes_and_a_restart,
-    report_mode_and_tend_plan_delete_nothing,
-    pool_a_and_pool_ab_never_touch_each_others_instances,
-    a_slow_delete_is_sent_once,
-    a_deleted_node_reconciles_the_reaper_at_once,
-    an_api_server_failing_for_a_while_deletes_nothing,
-    a_node_cache_never_synced_deletes_nothing,
-    the_first_pass_after_leading_again_deletes_nothing,
-    a_cloud_clock_an_hour_behind_never_shortens_the_registration_timeout,
-    a_node_missing_for_a_while_costs_no_instance,
-    an_instance_listed_twice_counts_once,
-);
+fn main() -> std::process::ExitCode {
+    let mut args = libtest_mimic::Arguments::from_args();
+    args.test_threads.get_or_insert(AT_ONCE);
+    let mut trials = for_each_provider!(
+        only_instances_that_never_registered_are_deleted,
+        an_empty_node_listing_deletes_nothing,
+        a_listing_failing_between_pages_deletes_nothing,
+        too_many_candidates_open_the_max_fraction_breaker,
+        the_first_pass_after_a_start_deletes_nothing,
+        the_cap_and_the_budget_bound_deletions_across_passes_and_a_restart,
+        report_mode_and_tend_plan_delete_nothing,
+        pool_a_and_pool_ab_never_touch_each_others_instances,
+        a_slow_delete_is_sent_once,
+        a_deleted_node_reconciles_the_reaper_at_once,
+        an_api_server_failing_for_a_while_deletes_nothing,
+        a_node_cache_never_synced_deletes_nothing,
+        the_first_pass_after_leading_again_deletes_nothing,
+        a_cloud_clock_an_hour_behind_never_shortens_the_registration_timeout,
+        a_node_missing_for_a_while_costs_no_instance,
+        an_instance_listed_twice_counts_once,
+    );
+    trials.push(trial(
+        "a_listing_truncated_between_pages_deletes_nothing",
+        a_listing_truncated_between_pages_deletes_nothing,
+    ));
+    libtest_mimic::run(&args, trials).exit_code()
+}
+
+/// A test named `name` (a panic fails it, as under libtest).
+fn trial(name: &str, test: impl FnOnce() + Send + 'static) -> libtest_mimic::Trial {
+    libtest_mimic::Trial::test(name, move || {
+        test();
+        Ok(())
+    })
+}
 
 /// An instance past its registration timeout with no Node is deleted; a
 /// young one and one matched by any key (every providerID form, the name, an
@@ -396,7 +416,6 @@ fn a_listing_failing_between_pages_deletes_nothing(provider: Provider) {
 
 /// The same for a page cut short (OpenStack: the proxy in front of moto
 /// cuts none).
-#[test]
 fn a_listing_truncated_between_pages_deletes_nothing() {
     a_listing_failing_between_pages(Provider::OpenStack, ListingFault::Truncated);
 }
