@@ -992,7 +992,11 @@ fn a_mutation_acts_on_the_owner_the_peer_reports_just_before_it(provider: Provid
     }
     assert_eq!(cloud.deletes(Some(&moved)), 0, "{:#?}", cloud.requests());
     assert!(cloud.live_ids().contains(&moved));
-    assert!(!cloud.groups_of(&moved).contains(&group), "{:#?}", cloud.requests());
+    assert!(
+        !cloud.groups_of(&moved).contains(&group),
+        "{:#?}",
+        cloud.requests()
+    );
 }
 
 /// OpenStack: a token the cloud expires while tend still holds it (a token

@@ -78,6 +78,10 @@ pub struct Measured {
 /// Run `command` (its output to a file), waiting at most `within`: killed
 /// then, and reaped with wait4, which gives this one child's peak RSS however
 /// quickly it exits.
+#[expect(
+    clippy::zombie_processes,
+    reason = "reaped with wait4 below, for its rusage"
+)]
 pub fn run_measured(command: &mut std::process::Command, within: std::time::Duration) -> Measured {
     let out = tempfile::NamedTempFile::new().unwrap();
     let started = std::time::Instant::now();

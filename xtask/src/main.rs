@@ -142,8 +142,10 @@ pub(crate) fn cargo() -> Command {
     cmd.current_dir(root());
     if let Some(driver) = LINTING.get() {
         // What `cargo clippy -- -D warnings` sets for the `cargo check` it runs.
-        cmd.env("RUSTC_WORKSPACE_WRAPPER", driver)
-            .env("CLIPPY_ARGS", "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__");
+        cmd.env("RUSTC_WORKSPACE_WRAPPER", driver).env(
+            "CLIPPY_ARGS",
+            "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__",
+        );
     }
     cmd
 }

@@ -571,37 +571,42 @@ mod tests {
         assert!(create("node-probe", Lang::C, &dir, &source()).is_err());
         assert_eq!(mode(&victim), 0o600);
         std::fs::remove_file(&dir).unwrap();
-        // Swapped in as soon as the project appears, again and again.
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Swapped in as soon as the project appears, again and again, until
+        // the swapper has won a few races (or a deadline: then it never raced).
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let swaps = std::sync::Arc::new(AtomicUsize::new(0));
         let swapper = {
-            let (dir, victim, stop) = (dir.clone(), victim.clone(), stop.clone());
+            let (dir, victim) = (dir.clone(), victim.clone());
+            let (stop, swaps) = (stop.clone(), swaps.clone());
             let moved = tmp.path().join("moved");
             std::thread::spawn(move || {
-                let mut swaps = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                while !stop.load(Ordering::Relaxed) {
                     if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
                         let _ = std::fs::remove_dir_all(&moved);
                         if std::fs::rename(&dir, &moved).is_ok()
                             && std::os::unix::fs::symlink(&victim, &dir).is_ok()
                         {
-                            swaps += 1;
+                            swaps.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     std::thread::yield_now();
                 }
-                swaps
             })
         };
-        let mut created = 0;
-        for _ in 0..50 {
+        let (mut created, started) = (0, std::time::Instant::now());
+        while swaps.load(Ordering::Relaxed) < 5
+            && started.elapsed() < std::time::Duration::from_secs(30)
+        {
             let _ = std::fs::remove_file(&dir);
             let _ = std::fs::remove_dir_all(&dir);
             created += usize::from(create("node-probe", Lang::C, &dir, &source()).is_ok());
             assert_eq!(mode(&victim), 0o600, "followed the swapped-in symlink");
         }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
         assert!(created > 0);
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        assert!(swapper.join().unwrap() > 0, "the swapper never raced");
+        assert!(swaps.load(Ordering::Relaxed) > 0, "the swapper never raced");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret");
     }
 

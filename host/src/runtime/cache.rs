@@ -320,6 +320,10 @@ mod tests {
         let set = |p: &Path, m: u32| {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
         };
+        // A group's write counts unless the group is root's: the checksum's
+        // group is made another (nogroup) first.
+        std::os::unix::fs::chown(&checksum, None, Some(65534)).unwrap();
+        assert!(matches!(cache.lookup(&engine, &digest), Lookup::Hit(_)));
         for (path, widened) in [(&artifact, 0o602), (&checksum, 0o620), (&cache_dir, 0o777)] {
             let before = mode(path);
             set(path, widened);

@@ -300,7 +300,7 @@ fn the_first_pass_after_start_or_leader_change_never_deletes() {
     let seen = run(&policy(), &healthy_since(0), &errored, &nodes, T0);
     let confirmed = confirmed(&policy(), &seen.memory, &errored, &nodes, now);
     let delete = Action::Delete { why: Why::Errored };
-    assert_eq!(actions(&confirmed), [delete.clone()]);
+    assert_eq!(actions(&confirmed), std::slice::from_ref(&delete));
     // A stale candidate from before: the first pass forgets it.
     let first = decide(
         &policy(),
