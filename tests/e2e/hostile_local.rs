@@ -7,7 +7,10 @@
 //! - Tend's own files: under `umask 000`, everything `tend run` writes under
 //!   its state and cache dirs is its own (dirs 0700, files 0600); a cache dir
 //!   others can write is refused, and a compiled component another user
-//!   rewrote (with a matching checksum sidecar) is recompiled, never loaded.
+//!   rewrote (with a matching checksum sidecar) is recompiled, never loaded;
+//! - `tend new` (hole 9): a project path a local user swaps for a symlink to
+//!   a root-owned 0600 file never makes that file 0755, and a name that is a
+//!   keyword of the language is refused before anything is written.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -292,4 +295,68 @@ fn a_compiled_component_another_user_rewrote_is_recompiled_never_loaded() {
 fn own_uid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
+}
+
+/// `tend new NAME --lang LANG --dir DIR`.
+fn tend_new(name: &str, lang: &str, dir: &Path) -> std::process::Output {
+    Command::new(tend_bin())
+        .args(["new", name, "--lang", lang, "--dir"])
+        .arg(dir)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn tend_new_refuses_keywords_and_never_chmods_a_symlink_swapped_in() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, lang) in [("import", "python"), ("fn", "rust"), ("func", "go")] {
+        let dir = tmp.path().join(name);
+        let out = tend_new(name, lang, &dir);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name} {lang}: {stderr}");
+        assert!(
+            stderr.contains("keyword") && stderr.contains("choose another name"),
+            "{stderr}"
+        );
+        assert!(!dir.exists(), "nothing written for {name}");
+    }
+    // A root-owned 0600 file, and a swapper replacing the project directory
+    // with a symlink to it whenever the directory appears.
+    let victim = tmp.path().join("shadow");
+    std::fs::write(&victim, "secret").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let dir = tmp.path().join("proj");
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let (stop, swaps) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let swapper = {
+        let (dir, victim, moved) = (dir.clone(), victim.clone(), tmp.path().join("moved"));
+        let (stop, swaps) = (stop.clone(), swaps.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+                    let _ = std::fs::remove_dir_all(&moved);
+                    if std::fs::rename(&dir, &moved).is_ok()
+                        && std::os::unix::fs::symlink(&victim, &dir).is_ok()
+                    {
+                        swaps.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                std::thread::yield_now();
+            }
+        })
+    };
+    let (started, mut created) = (std::time::Instant::now(), 0);
+    while swaps.load(Ordering::Relaxed) < 3 && started.elapsed() < Duration::from_secs(60) {
+        let _ = std::fs::remove_file(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        created += usize::from(tend_new("node-probe", "c", &dir).status.success());
+        let mode = std::fs::metadata(&victim).unwrap().mode() & 0o7777;
+        assert_eq!(mode, 0o600, "tend new followed the swapped-in symlink");
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(created > 0, "tend new never wrote the project");
+    assert!(swaps.load(Ordering::Relaxed) > 0, "the swapper never raced");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret");
 }

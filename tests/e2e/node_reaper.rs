@@ -295,7 +295,7 @@ macro_rules! for_each_provider {
 /// Tests at once, unless `--test-threads` says otherwise: most of each test
 /// is waiting out `confirm-after`'s one-minute floor with the machine idle,
 /// and libtest would run only as many as there are cores.
-const AT_ONCE: usize = 8;
+const AT_ONCE: usize = 12;
 
 fn main() -> std::process::ExitCode {
     let mut args = libtest_mimic::Arguments::from_args();
