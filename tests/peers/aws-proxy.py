@@ -29,6 +29,9 @@ are not forwarded and not logged:
          moto fails on an unknown token (500); once;
      "slow": {"action": "TerminateInstances", "ms": 2000}
          matching requests are held this long before they are forwarded.
+     "pad": {"action": "DescribeInstances", "bytes": 78000000}
+         matching successful answers get this many bytes of XML comment appended
+         (a page far larger than any EC2 page), streamed without a Content-Length.
      A list of such objects is accepted for "fail" and "slow".
   POST   /proxy/faults/clear   no faults
   GET    /proxy/faults         the current faults
@@ -113,7 +116,26 @@ class Proxy:
         if status == 200 and NEXT_TOKEN.search(payload) and self.hit("corrupt_next_token", action):
             payload = NEXT_TOKEN.sub(f"<nextToken>{uuid.uuid4().hex}</nextToken>".encode(), payload, count=1)
         entry["status"] = status
+        pad = self.hit("pad", action) if status == 200 else None
+        if pad:
+            return await self.padded(request, status, payload, out_headers, int(pad["bytes"]))
         return web.Response(status=status, body=payload, headers=out_headers)
+
+    async def padded(self, request, status, payload, headers, size):
+        """`payload` and `size` bytes of comment, chunked: the client has to stop reading."""
+        headers = {k: v for k, v in headers.items() if k.lower() != "content-length"}
+        response = web.StreamResponse(status=status, headers=headers)
+        await response.prepare(request)
+        chunk = b"x" * (1 << 20)
+        try:
+            await response.write(payload + b"<!--")
+            for _ in range(size // len(chunk)):
+                await response.write(chunk)
+            await response.write(b"-->")
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass
+        return response
 
     async def control(self, request):
         tail = request.match_info["tail"]
@@ -129,7 +151,7 @@ class Proxy:
             except ValueError:
                 return web.json_response({"error": "the body is not JSON"}, status=400)
             for key, value in body.items():
-                if key not in ("fail", "corrupt_next_token", "slow"):
+                if key not in ("fail", "corrupt_next_token", "slow", "pad"):
                     return web.json_response({"error": f"unknown fault {key}"}, status=400)
                 self.faults[key] = value
                 self.counts = {k: v for k, v in self.counts.items() if k[0] != key}

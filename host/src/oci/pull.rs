@@ -4,12 +4,11 @@
 
 use super::cache::{Cache, sha256};
 use super::reference::Reference;
+use super::registry::Registry;
 use super::sign::{self, Verifier};
 use super::{MAX_MANIFEST, Settings, Source, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};
 use crate::runtime::{CompiledPlugin, LoadError};
-use futures_util::StreamExt;
 use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciImageManifest};
-use oci_client::secrets::RegistryAuth;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -75,8 +74,7 @@ impl Pulled {
 }
 
 struct Remote {
-    client: oci_client::Client,
-    auth: RegistryAuth,
+    registry: Registry,
     max_blob_size: u64,
 }
 
@@ -91,9 +89,9 @@ async fn fetch_unbounded(
     let mut remote: Option<Remote> = None;
     let connect = |remote: &mut Option<Remote>| -> Result<(), String> {
         if remote.is_none() {
+            let auth = super::credentials(settings, &reference.registry)?;
             *remote = Some(Remote {
-                client: super::client(settings),
-                auth: super::credentials(settings, &reference.registry)?,
+                registry: Registry::new(settings, &reference.registry, auth)?,
                 max_blob_size: settings.max_blob_size.0,
             });
         }
@@ -251,21 +249,14 @@ impl Remote {
     /// The manifest `reference` names and its digest (the sha256 of the bytes,
     /// which must equal a digest the reference names).
     async fn manifest(&self, reference: &Reference) -> Result<(String, Vec<u8>), String> {
-        let (bytes, _) = self
-            .client
-            .pull_manifest_raw(
-                &reference.to_client(),
-                &self.auth,
+        let bytes = self
+            .registry
+            .manifest(
+                reference,
                 &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
+                MAX_MANIFEST as u64,
             )
-            .await
-            .map_err(|e| registry_error(reference, e))?;
-        if bytes.len() > MAX_MANIFEST {
-            return Err(format!(
-                "the manifest is {} bytes, over the {MAX_MANIFEST} a manifest may have",
-                bytes.len()
-            ));
-        }
+            .await?;
         let digest = sha256(&bytes);
         if let Some(expected) = reference.digest()
             && expected != digest
@@ -274,7 +265,7 @@ impl Remote {
                 "the registry's manifest has digest {digest}, not {expected}: refused (a registry or proxy altered it)"
             ));
         }
-        Ok((digest, bytes.to_vec()))
+        Ok((digest, bytes))
     }
 
     /// The blob `layer` describes, at most its size (and the cap), hashed.
@@ -284,23 +275,7 @@ impl Remote {
         layer: &oci_client::manifest::OciDescriptor,
     ) -> Result<Vec<u8>, String> {
         let cap = (layer.size.max(0) as u64).min(self.max_blob_size);
-        let mut stream = self
-            .client
-            .pull_blob_stream(&reference.to_client(), layer)
-            .await
-            .map_err(|e| registry_error(reference, e))?;
-        let mut bytes = Vec::with_capacity(cap.min(64 << 20) as usize);
-        while let Some(chunk) = stream.next().await {
-            let chunk =
-                chunk.map_err(|e| format!("reading the component from the registry: {e}"))?;
-            if bytes.len() as u64 + chunk.len() as u64 > cap {
-                return Err(format!(
-                    "the registry sent more than the {cap} bytes the manifest declares for {}: refused",
-                    layer.digest
-                ));
-            }
-            bytes.extend_from_slice(&chunk);
-        }
+        let bytes = self.registry.blob(reference, &layer.digest, cap).await?;
         let actual = sha256(&bytes);
         if actual != layer.digest {
             return Err(format!(
@@ -373,34 +348,6 @@ impl Remote {
         }
         Err(missing(why.join("; ")))
     }
-}
-
-fn registry_error(reference: &Reference, e: oci_client::errors::OciDistributionError) -> String {
-    use oci_client::errors::OciDistributionError as E;
-    let hint = match &e {
-        E::AuthenticationFailure(_) | E::UnauthorizedError { .. } => {
-            " (add the registry's credentials to the docker config file: [host.oci] docker-config or DOCKER_CONFIG)"
-        }
-        E::ImageManifestNotFoundError(_) => " (check the repository, tag or digest)",
-        E::RequestError(_) => {
-            " (is the registry reachable? plain-HTTP registries must be listed in [host.oci] insecure-registries)"
-        }
-        _ => "",
-    };
-    let mut text = e.to_string();
-    let hint = if hint.is_empty()
-        && (text.contains("manifest unknown") || text.contains("name unknown"))
-    {
-        " (no such repository, tag or digest in the registry: check the reference, or push it)"
-    } else {
-        hint
-    };
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    format!("registry {}: {text}{hint}", reference.registry)
 }
 
 #[cfg(test)]

@@ -1,0 +1,177 @@
+//! A hostile registry against the real `tend run` (tests/peers/hostile-registry.py
+//! on loopback, plain HTTP): a 512 MiB manifest is refused after at most the
+//! manifest bound was read (RSS stays put, the old version keeps running); an
+//! 8 MiB error body full of newlines and escapes shows up cut and inert in
+//! the load error, `/status` and the log; a redirect to the metadata address
+//! and a link-local token realm are refused by name, without their answer.
+//! (HTTPS downgrades are covered by the unit tests of host/src/peer.rs: no
+//! TLS registry here.)
+
+use std::time::Duration;
+use tend_e2e::{
+    HostileRegistry, Sandbox, free_port, http_get, peak_rss_kib, plugin, rss_kib, wait_for_plugin,
+    wait_until,
+};
+
+/// The most bytes a load error may take.
+const MAX_ERROR: usize = 4096;
+
+fn config(sandbox: &Sandbox, port: u16, registry: &HostileRegistry, file: &str) {
+    sandbox.config_with_host(
+        &format!(
+            "cache-dir = \"cache\"\nlisten = \"127.0.0.1:{port}\"\n[host.oci]\ninsecure-registries = [\"127.0.0.1:{}\"]\ntimeout = \"60s\"\n",
+            registry.port
+        ),
+        &format!("[plugins.p]\nfile = \"{file}\"\ninterval = \"100ms\"\n[plugins.p.config]\nmode = \"ok\"\n"),
+    );
+}
+
+fn error_of(p: &serde_json::Value) -> String {
+    p["load_error"].as_str().unwrap_or("").to_string()
+}
+
+fn runs_v1(p: &serde_json::Value) -> bool {
+    p["state"] == "ready"
+        && p["last"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("(v1)")
+}
+
+/// A version from the hostile registry's good repository, running.
+fn start_with_v1(sandbox: &Sandbox, port: u16, registry: &HostileRegistry) -> tend_e2e::Daemon {
+    config(sandbox, port, registry, &registry.at("good"));
+    let daemon = sandbox.daemon();
+    wait_for_plugin(port, "p", "v1 from the registry reconciles", runs_v1);
+    daemon
+}
+
+#[test]
+fn a_512_mib_manifest_is_refused_while_read_and_the_old_version_keeps_running() {
+    let sandbox = Sandbox::new();
+    let registry = HostileRegistry::start(&plugin("chaos"));
+    let port = free_port();
+    let daemon = start_with_v1(&sandbox, port, &registry);
+    let rss_before = rss_kib(daemon.pid());
+    let peak_before = peak_rss_kib(daemon.pid());
+
+    config(&sandbox, port, &registry, &registry.at("big"));
+    let p = wait_for_plugin(port, "p", "the huge manifest is refused", |p| {
+        error_of(p).contains("larger than")
+    });
+    let error = error_of(&p);
+    assert!(
+        error.contains("the manifest is larger than 4194304 bytes: refused"),
+        "{error}"
+    );
+    // The registry gave up sending: the client stopped reading near the bound.
+    wait_until(
+        Duration::from_secs(30),
+        "the registry to record the big answer",
+        || {
+            registry
+                .requests()
+                .iter()
+                .any(|r| r["path"].as_str().unwrap().contains("/big/"))
+        },
+    );
+    for request in registry.requests() {
+        if request["path"].as_str().unwrap().contains("/big/") {
+            let sent = request["sent"].as_u64().unwrap();
+            assert!(sent < 64 << 20, "the registry sent {sent} bytes");
+        }
+    }
+    let peak_after = peak_rss_kib(daemon.pid());
+    eprintln!(
+        "RSS before {rss_before} KiB (peak {peak_before} KiB), peak after the 512 MiB manifest {peak_after} KiB"
+    );
+    assert!(
+        peak_after <= peak_before.max(rss_before + 96 * 1024),
+        "tend's RSS grew: {rss_before} KiB before, peak {peak_after} KiB after"
+    );
+    // The old version keeps running.
+    wait_for_plugin(port, "p", "v1 keeps reconciling", |q| {
+        runs_v1(q) && q["reconciles"].as_u64() > p["reconciles"].as_u64()
+    });
+}
+
+#[test]
+fn error_bodies_redirects_and_token_realms_are_refused_without_echo() {
+    let sandbox = Sandbox::new();
+    let registry = HostileRegistry::start(&plugin("chaos"));
+    let port = free_port();
+    let daemon = start_with_v1(&sandbox, port, &registry);
+
+    // 8 MiB of error body with newlines, escapes and a forged log line.
+    config(&sandbox, port, &registry, &registry.at("noisy"));
+    let p = wait_for_plugin(port, "p", "the 404 is the load error", |p| {
+        error_of(p).contains("404")
+    });
+    let error = error_of(&p);
+    assert!(
+        error.len() < MAX_ERROR,
+        "a load error of {} bytes",
+        error.len()
+    );
+    assert!(
+        !error.chars().any(char::is_control),
+        "a raw control character in {error:?}"
+    );
+    assert!(error.contains("unknown\\n2026-01-01T00:00:00Z"), "{error}");
+    let (status, body) = http_get(port, "/status").unwrap();
+    assert_eq!(status, 200);
+    assert!(body.len() < 16 * 1024, "/status is {} bytes", body.len());
+    assert!(!body.contains('\u{1b}') && !body.contains('\u{7}'));
+    daemon.wait_for_log(Duration::from_secs(30), &["404"]);
+    let log = daemon.log();
+    for line in log.lines() {
+        assert!(line.len() < MAX_ERROR, "a log line of {} bytes", line.len());
+        assert!(
+            !line.starts_with("2026-01-01T00:00:00Z"),
+            "a forged log line: {line}"
+        );
+    }
+    assert!(!log.contains('\u{7}') && !log.contains("]0;owned\u{7}"));
+    assert!(log.len() < 1 << 20, "the log is {} bytes", log.len());
+
+    // A redirect to the metadata address: refused by name, never connected
+    // (the refusal, not a connection error), its answer never shown.
+    config(&sandbox, port, &registry, &registry.at("redirect"));
+    let p = wait_for_plugin(port, "p", "the redirect is refused", |p| {
+        error_of(p).contains("redirected")
+    });
+    let error = error_of(&p);
+    assert!(
+        error.contains(
+            "the registry redirected to http://169.254.169.254, which is refused: it is a link-local address"
+        ),
+        "{error}"
+    );
+    assert!(
+        !error.contains("see the metadata") && !error.contains("/iam/"),
+        "{error}"
+    );
+
+    // A token realm on the metadata address: refused before it is asked.
+    config(&sandbox, port, &registry, &registry.at("realm"));
+    let p = wait_for_plugin(port, "p", "the token realm is refused", |p| {
+        error_of(p).contains("token realm")
+    });
+    let error = error_of(&p);
+    assert!(
+        error.contains(
+            "its token realm http://169.254.169.254 is refused: it is a link-local address"
+        ),
+        "{error}"
+    );
+    // Every request reached the registry itself, and v1 still runs.
+    for request in registry.requests() {
+        assert!(
+            request["path"].as_str().unwrap().starts_with("/v2/"),
+            "{request}"
+        );
+    }
+    wait_for_plugin(port, "p", "v1 keeps reconciling", |q| {
+        runs_v1(q) && q["reconciles"].as_u64() > p["reconciles"].as_u64()
+    });
+}
