@@ -12,6 +12,11 @@ Repositories (any tag) and how each answers a manifest GET:
   tend/redirect  307 to http://169.254.169.254/latest/meta-data/ (the cloud
                  metadata endpoint: must be refused before any connection)
   tend/realm     401 with a Bearer challenge whose realm is link-local
+  tend/internal  307 to http://127.0.0.2:PORT/internal/secret: another
+                 origin on loopback (allowed: the registry is on loopback),
+                 served by this script's second listener with a 404 whose
+                 body (INTERNAL-SECRET) must never be echoed
+  tend/shape     200 with a manifest whose config media type is 1 MiB long
 Every request is appended to REQUEST_LOG as one JSON line (method, path,
 headers, bytes of body sent), so the test can count what the client asked
 and how much of an answer it took.
@@ -21,6 +26,7 @@ import hashlib
 import json
 import socketserver
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 PORT = int(sys.argv[1])
@@ -92,6 +98,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         parts = self.path.split("?")[0].split("/")
+        if self.path.startswith("/internal/"):
+            return self.answer(404, b"INTERNAL-SECRET of a service behind the registry")
         if self.path == "/v2/":
             return self.answer(200, b"{}")
         if len(parts) < 6 or parts[1] != "v2":
@@ -129,6 +137,16 @@ class Handler(BaseHTTPRequestHandler):
                     )
                 ],
             )
+        if repository == "internal":
+            return self.answer(
+                307,
+                b"{}",
+                [("Location", f"http://127.0.0.2:{PORT}/internal/secret")],
+            )
+        if repository == "shape":
+            manifest = json.loads(MANIFEST)
+            manifest["config"]["mediaType"] = "m\n" * (1 << 19)
+            return self.answer(200, json.dumps(manifest).encode())
         return self.answer(404, b"{}")
 
     def stream_big(self):
@@ -157,4 +175,8 @@ class Server(socketserver.ThreadingMixIn, HTTPServer):
     allow_reuse_address = True
 
 
+# The second origin a redirect leads to (127.0.0.0/8 is all loopback).
+threading.Thread(
+    target=Server(("127.0.0.2", PORT), Handler).serve_forever, daemon=True
+).start()
 Server(("127.0.0.1", PORT), Handler).serve_forever()

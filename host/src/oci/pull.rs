@@ -8,6 +8,7 @@ use super::registry::Registry;
 use super::sign::{self, Verifier};
 use super::{MAX_MANIFEST, Settings, Source, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};
 use crate::runtime::{CompiledPlugin, LoadError};
+use crate::text::peer_answer;
 use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciImageManifest};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -187,12 +188,16 @@ fn wasm_layer(
     manifest: &[u8],
     settings: &Settings,
 ) -> Result<oci_client::manifest::OciDescriptor, String> {
-    let parsed: OciImageManifest = serde_json::from_slice(manifest)
-        .map_err(|e| format!("the manifest is not an OCI image manifest: {e}"))?;
+    let parsed: OciImageManifest = serde_json::from_slice(manifest).map_err(|e| {
+        format!(
+            "the manifest is not an OCI image manifest: {}",
+            json_error(&e)
+        )
+    })?;
     if parsed.config.media_type != WASM_CONFIG_MEDIA_TYPE {
         return Err(format!(
-            "not a wasm artifact: its config media type is {:?}, not {WASM_CONFIG_MEDIA_TYPE:?} (publish it with `tend plugins push`, `wkg oci push` or `spin registry push`)",
-            parsed.config.media_type
+            "not a wasm artifact: its config media type is \"{}\", not {WASM_CONFIG_MEDIA_TYPE:?} (publish it with `tend plugins push`, `wkg oci push` or `spin registry push`)",
+            peer_answer(parsed.config.media_type.as_bytes())
         ));
     }
     let [layer] = parsed.layers.as_slice() else {
@@ -203,8 +208,8 @@ fn wasm_layer(
     };
     if layer.media_type != WASM_LAYER_MEDIA_TYPE {
         return Err(format!(
-            "its layer's media type is {:?}, not {WASM_LAYER_MEDIA_TYPE:?}",
-            layer.media_type
+            "its layer's media type is \"{}\", not {WASM_LAYER_MEDIA_TYPE:?}",
+            peer_answer(layer.media_type.as_bytes())
         ));
     }
     super::reference::validate_digest(&layer.digest)?;
@@ -301,8 +306,12 @@ impl Remote {
             .manifest(&tag)
             .await
             .map_err(|e| missing(format!("{tag}: {e}")))?;
-        let manifest: OciImageManifest = serde_json::from_slice(&bytes)
-            .map_err(|e| missing(format!("{tag} is not an image manifest: {e}")))?;
+        let manifest: OciImageManifest = serde_json::from_slice(&bytes).map_err(|e| {
+            missing(format!(
+                "{tag} is not an image manifest: {}",
+                json_error(&e)
+            ))
+        })?;
         let mut why = Vec::new();
         // cosign appends a layer per signing; a registry that lists thousands
         // gets the first few looked at.
@@ -348,6 +357,20 @@ impl Remote {
         }
         Err(missing(why.join("; ")))
     }
+}
+
+/// Why `e`'s JSON was refused, without serde's quotes of the values (a
+/// manifest may come from wherever the registry redirected: what it holds is
+/// never echoed).
+fn json_error(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let what = match e.classify() {
+        Category::Syntax => "not JSON",
+        Category::Eof => "JSON cut off",
+        Category::Data => "JSON of another shape",
+        Category::Io => "unreadable",
+    };
+    format!("{what} (at line {}, column {})", e.line(), e.column())
 }
 
 #[cfg(test)]

@@ -132,8 +132,8 @@ impl Registry {
         }
         let status = response.status();
         if !status.is_success() {
-            let body = peer::read_prefix(response, MAX_PEER_TEXT).await;
-            return Err(self.answered(status, &body));
+            let said = self.said(response).await;
+            return Err(self.answered(status, &said));
         }
         peer::read_body(response, max).await.map_err(|e| match e {
             BodyError::TooLarge { max } => format!(
@@ -217,13 +217,13 @@ impl Registry {
         let response = request.send().await.map_err(|e| self.unreachable(&e))?;
         let status = response.status();
         if !status.is_success() {
-            let body = peer::read_prefix(response, MAX_PEER_TEXT).await;
             return Err(format!(
                 "registry {name}: its token realm {} answered {status}: {} (check the credentials in the docker config file)",
                 peer::shown_host(&url),
-                peer_answer(&body)
+                self.said(response).await
             ));
         }
+        let from = response.url().clone();
         let body = peer::read_body(response, MAX_TOKEN)
             .await
             .map_err(|e| format!("registry {name}: its token realm: {e}"))?;
@@ -236,7 +236,7 @@ impl Registry {
             .ok_or_else(|| {
                 format!(
                     "registry {name}: its token realm answered no token: {}",
-                    peer_answer(&body)
+                    self.shown(&from, &body)
                 )
             })
     }
@@ -262,8 +262,32 @@ impl Registry {
         format!("registry {name}: {} ({hint})", peer_answer(text.as_bytes()))
     }
 
+    /// What `response` said, for an error message: see [`Registry::shown`].
+    /// Only the first bytes are read (one more than shown, for the cut marker).
+    async fn said(&self, response: reqwest::Response) -> String {
+        let from = response.url().clone();
+        let body = peer::read_prefix(response, MAX_PEER_TEXT + 1).await;
+        self.shown(&from, &body)
+    }
+
+    /// `body`, answered by `from`, as an error message shows it: cut and
+    /// inert when the registry itself answered; when a redirect or a token
+    /// realm sent Tend to another origin, only that origin's name (an
+    /// internal service's answer is never echoed into a load error,
+    /// `/status` or the log).
+    fn shown(&self, from: &Url, body: &[u8]) -> String {
+        if from.origin() == self.base.origin() {
+            peer_answer(body)
+        } else {
+            format!(
+                "(the answer of {}, where the registry sent Tend, is not shown)",
+                peer::shown_host(from)
+            )
+        }
+    }
+
     /// The error for a non-success status, with what the registry said.
-    fn answered(&self, status: StatusCode, body: &[u8]) -> String {
+    fn answered(&self, status: StatusCode, said: &str) -> String {
         let hint = match status.as_u16() {
             401 | 403 => {
                 " (add the registry's credentials to the docker config file: [host.oci] docker-config or DOCKER_CONFIG)"
@@ -273,11 +297,7 @@ impl Registry {
             }
             _ => "",
         };
-        format!(
-            "registry {}: answered {status}: {}{hint}",
-            self.name,
-            peer_answer(body)
-        )
+        format!("registry {}: answered {status}: {said}{hint}", self.name)
     }
 }
 
