@@ -1007,10 +1007,10 @@ fn a_listing_over_read_per_reconcile_is_refused(provider: Provider) {
 
     let out = tend(&sandbox, &cloud, &["reconcile", "chaos"]);
     let listed = result_of(&out, "list-instances", OWNER_TAG);
+    // (The hint after "; " is cut off by `result_of`: looked up in `out`.)
     assert!(
-        listed.starts_with("budget-exhausted")
-            && listed.contains("cloud list-instances")
-            && listed.contains("read-per-reconcile"),
+        listed.starts_with("budget-exhausted: cloud list-instances: this reconcile has read")
+            && out.contains("raise [plugins.chaos.limits] read-per-reconcile (now 4.0 KiB)"),
         "{out}"
     );
     // The listing was asked of the peer: the refusal is the allowance's.
