@@ -231,3 +231,54 @@ fn error_bodies_redirects_and_token_realms_are_refused_without_echo() {
     });
     assert!(daemon.log().len() < 1 << 20);
 }
+
+#[test]
+fn a_bearer_token_is_fetched_from_the_realm_with_the_configured_credentials() {
+    let sandbox = Sandbox::new();
+    let registry = HostileRegistry::start(&plugin("chaos"));
+    let port = free_port();
+    let auth = "dGVuZDpzM2NyZXQ="; // base64 of tend:s3cret
+    let docker_config = sandbox.path("docker-config.json");
+    std::fs::write(
+        &docker_config,
+        format!(
+            "{{\"auths\": {{\"127.0.0.1:{}\": {{\"auth\": \"{auth}\"}}}}}}",
+            registry.port
+        ),
+    )
+    .unwrap();
+    sandbox.config_with_host(
+        &format!(
+            "cache-dir = \"cache\"\nlisten = \"127.0.0.1:{port}\"\n[host.oci]\ninsecure-registries = [\"127.0.0.1:{}\"]\ndocker-config = \"{}\"\n",
+            registry.port,
+            docker_config.display()
+        ),
+        &format!(
+            "[plugins.p]\nfile = \"{}\"\ninterval = \"100ms\"\n[plugins.p.config]\nmode = \"ok\"\n",
+            registry.at("authed")
+        ),
+    );
+    let _daemon = sandbox.daemon();
+    wait_for_plugin(port, "p", "the authenticated pull reconciles", runs_v1);
+    let requests = registry.requests();
+    let token_requests: Vec<_> = requests
+        .iter()
+        .filter(|r| r["path"].as_str().unwrap().starts_with("/token?"))
+        .collect();
+    assert_eq!(token_requests.len(), 1, "{requests:#?}");
+    assert_eq!(token_requests[0]["status"], 200, "{requests:#?}");
+    // Every request after the token carried it; none sent the password to the registry.
+    let pulls: Vec<_> = requests
+        .iter()
+        .filter(|r| r["path"].as_str().unwrap().starts_with("/v2/tend/authed/"))
+        .collect();
+    // The manifest unauthenticated (401), again with the token, the layer.
+    assert!(pulls.len() >= 3, "{requests:#?}");
+    assert_eq!(pulls[0]["status"], 401, "{requests:#?}");
+    for request in &pulls[1..] {
+        assert_eq!(
+            request["headers"]["authorization"], "Bearer pull-token-for-tend",
+            "{requests:#?}"
+        );
+    }
+}

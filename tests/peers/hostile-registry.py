@@ -17,8 +17,11 @@ Repositories (any tag) and how each answers a manifest GET:
                  served by this script's second listener with a 404 whose
                  body (INTERNAL-SECRET) must never be echoed
   tend/shape     200 with a manifest whose config media type is 1 MiB long
+  tend/authed    like tend/good, but only with the Bearer token that
+                 /token (the challenge's realm, on this origin) gives for
+                 Basic tend:s3cret and the scope repository:tend/authed:pull
 Every request is appended to REQUEST_LOG as one JSON line (method, path,
-headers, bytes of body sent), so the test can count what the client asked
+headers with lowercased names, status, bytes of body sent), so the test can count what the client asked
 and how much of an answer it took.
 """
 
@@ -26,6 +29,8 @@ import hashlib
 import json
 import socketserver
 import sys
+import base64
+import urllib.parse
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -60,6 +65,7 @@ MANIFEST = json.dumps(
         ],
     }
 ).encode()
+TOKEN = "pull-token-for-tend"
 BLOBS = {digest(CONFIG): CONFIG, digest(COMPONENT): COMPONENT}
 
 
@@ -69,15 +75,16 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-    def record(self, sent):
+    def record(self, sent, status):
         with open(LOG, "a") as f:
             f.write(
                 json.dumps(
                     {
                         "method": self.command,
                         "path": self.path,
-                        "headers": dict(self.headers.items()),
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
                         "sent": sent,
+                        "status": status,
                     }
                 )
                 + "\n"
@@ -94,10 +101,12 @@ class Handler(BaseHTTPRequestHandler):
             sent = len(body)
         except OSError:
             sent = -1
-        self.record(sent)
+        self.record(sent, status)
 
     def do_GET(self):
         parts = self.path.split("?")[0].split("/")
+        if self.path.startswith("/token?"):
+            return self.token()
         if self.path.startswith("/internal/"):
             return self.answer(404, b"INTERNAL-SECRET of a service behind the registry")
         if self.path == "/v2/":
@@ -105,7 +114,10 @@ class Handler(BaseHTTPRequestHandler):
         if len(parts) < 6 or parts[1] != "v2":
             return self.answer(404, b'{"errors":[{"code":"NAME_UNKNOWN"}]}')
         repository, kind = parts[3], parts[4]
-        if repository == "good":
+        if repository == "authed" and self.headers.get("Authorization") != "Bearer " + TOKEN:
+            realm = f'Bearer realm="http://127.0.0.1:{PORT}/token",service="hostile"'
+            return self.answer(401, b"{}", [("WWW-Authenticate", realm)])
+        if repository in ("good", "authed"):
             if kind == "manifests":
                 return self.answer(
                     200,
@@ -149,6 +161,17 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(200, json.dumps(manifest).encode())
         return self.answer(404, b"{}")
 
+    def token(self):
+        query = urllib.parse.parse_qs(self.path.split("?", 1)[1])
+        basic = "Basic " + base64.b64encode(b"tend:s3cret").decode()
+        if (
+            self.headers.get("Authorization") != basic
+            or query.get("scope") != ["repository:tend/authed:pull"]
+            or query.get("service") != ["hostile"]
+        ):
+            return self.answer(401, b'{"details": "bad credentials or scope"}')
+        return self.answer(200, json.dumps({"token": TOKEN}).encode())
+
     def stream_big(self):
         """512 MiB of one JSON string, generated while sent; no length, the
         connection closes at the end."""
@@ -167,7 +190,7 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b'"}')
         except OSError:
             pass
-        self.record(sent)
+        self.record(sent, 200)
 
 
 class Server(socketserver.ThreadingMixIn, HTTPServer):
