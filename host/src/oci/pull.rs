@@ -428,6 +428,25 @@ mod tests {
         );
     }
 
+    #[test]
+    fn what_a_manifest_holds_is_shown_bounded_or_not_at_all() {
+        let s = Settings::default();
+        // serde would quote the value; the error gives only where it is.
+        let e = wasm_layer(br#"{"schemaVersion": "INTERNAL-SECRET"}"#, &s).unwrap_err();
+        assert!(!e.contains("INTERNAL-SECRET"), "{e}");
+        assert!(
+            e.ends_with("JSON of another shape (at line 1, column 35)"),
+            "{e}"
+        );
+        let huge = "m\n".repeat(1 << 19);
+        let image = manifest(&huge, &[(WASM_LAYER_MEDIA_TYPE, 10)]);
+        let e = wasm_layer(&image, &s).unwrap_err();
+        assert!(e.len() < 1024 && !e.contains('\n'), "{} bytes", e.len());
+        let digest = format!("sha256:{}", "\n".repeat(1 << 20));
+        let e = super::super::reference::validate_digest(&digest).unwrap_err();
+        assert!(e.len() < 1024 && !e.contains('\n'), "{} bytes", e.len());
+    }
+
     #[tokio::test]
     async fn a_cached_digest_needs_no_registry_and_a_missing_one_says_why() {
         let dir = tempfile::tempdir().unwrap();

@@ -331,6 +331,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_the_registrys_own_origin_has_its_answer_shown() {
+        let settings = Settings {
+            insecure_registries: vec!["127.0.0.1:5000".into()],
+            ..Settings::default()
+        };
+        let registry = Registry::new(&settings, "127.0.0.1:5000", RegistryAuth::Anonymous).unwrap();
+        let own = Url::parse("http://127.0.0.1:5000/v2/a/manifests/v1").unwrap();
+        assert_eq!(
+            registry.shown(&own, b"manifest unknown\n"),
+            "manifest unknown\\n"
+        );
+        for elsewhere in [
+            "http://127.0.0.2:5000/internal",
+            "http://127.0.0.1:5001/internal",
+            "https://127.0.0.1:5000/v2/",
+        ] {
+            let shown = registry.shown(&Url::parse(elsewhere).unwrap(), b"INTERNAL-SECRET");
+            assert!(
+                !shown.contains("SECRET") && shown.contains("is not shown"),
+                "{elsewhere}: {shown}"
+            );
+        }
+    }
+
+    #[test]
     fn challenges_are_parsed_with_quoted_commas() {
         let (scheme, params) = parse_challenge(
             r#"Bearer realm="https://auth.example.com/token",service="r.example.com",scope="repository:a/b:pull,push""#,
