@@ -21,6 +21,7 @@ pub mod daemon;
 pub mod fs_watch;
 pub mod journal;
 pub mod oci;
+pub mod peer;
 pub mod replay;
 pub mod runtime;
 pub mod scheduler;

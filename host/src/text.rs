@@ -8,6 +8,8 @@
 //! - [`inert`]: before a log line, a tracing field or a terminal, control
 //!   characters are escaped, so a newline cannot forge a host log line and an
 //!   escape sequence cannot drive the operator's terminal.
+//! - [`peer_answer`]: what a peer (a registry, a cloud API) answered, for an
+//!   error message: its first [`MAX_PEER_TEXT`] bytes, inert.
 
 use std::borrow::Cow;
 
@@ -33,6 +35,30 @@ pub fn cut(mut text: String, max: usize) -> String {
     }
     text.truncate(end);
     text.push_str(&marker);
+    text
+}
+
+/// The most bytes of a peer's answer an error message shows (marker included).
+pub const MAX_PEER_TEXT: usize = 512;
+
+/// `body` (a peer's answer, or its first bytes) as an error message shows
+/// it: at most [`MAX_PEER_TEXT`] bytes, control characters escaped, cut
+/// with a marker when there was more. Every peer body or message shown in a
+/// load error, `/status`, a log line or a capability error passes here.
+pub fn peer_answer(body: &[u8]) -> String {
+    let shown = &body[..body.len().min(MAX_PEER_TEXT)];
+    let text = inert(&String::from_utf8_lossy(shown)).into_owned();
+    if body.len() <= MAX_PEER_TEXT && text.len() <= MAX_PEER_TEXT {
+        return text;
+    }
+    let marker = "… (cut)";
+    let mut text = text;
+    let mut end = MAX_PEER_TEXT - marker.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(marker);
     text
 }
 
@@ -104,6 +130,23 @@ mod tests {
             let cut = bounded(text);
             assert!(cut.len() <= MAX_PLUGIN_TEXT && cut.contains("(cut: "));
         }
+    }
+
+    #[test]
+    fn a_peer_answer_is_cut_and_inert() {
+        assert_eq!(peer_answer(b"manifest unknown"), "manifest unknown");
+        let mut hostile = b"x\n2026 INFO forged\x1b[2J".to_vec();
+        hostile.resize(8 << 20, b'\n');
+        let shown = peer_answer(&hostile);
+        assert!(shown.len() <= MAX_PEER_TEXT, "{}", shown.len());
+        assert!(
+            shown.starts_with("x\\n2026 INFO forged\\u{1b}[2J\\n"),
+            "{shown}"
+        );
+        assert!(shown.ends_with("… (cut)") && !shown.chars().any(char::is_control));
+        // Escaping can grow short text past the bound: still cut.
+        assert!(peer_answer(&[0x1b; 300]).len() <= MAX_PEER_TEXT);
+        assert!(peer_answer("é".repeat(400).as_bytes()).len() <= MAX_PEER_TEXT);
     }
 
     #[test]

@@ -1040,6 +1040,139 @@ fn an_openstack_token_expired_under_tend_is_renewed_and_the_call_retried() {
     assert_eq!(requests.token_requests(), 1, "{:#?}", &*requests);
 }
 
+// ---------------------------------------------------------------------------
+// A hostile or careless peer: what its answers may cost
+// ---------------------------------------------------------------------------
+
+fn a_listing_over_read_per_reconcile_is_refused(provider: Provider) {
+    let cloud = Cloud::start(provider);
+    // Large instances: a tag value near the providers' limit (255).
+    let padding = "p".repeat(250);
+    let tags = [(OWNER_TAG, "owned"), ("padding", padding.as_str())];
+    cloud.add_instances(24, &tags);
+    let sandbox = Sandbox::new();
+    let grant = format!(
+        "operations = [\"list-instances\"], {}",
+        owner_grant("owned")
+    );
+    let config = calls(&[json!({"op": "list-instances", "tag": OWNER_TAG, "value": "owned"})]);
+    let plugins = plugin(&sandbox, "chaos", "chaos", &grant, &config)
+        + "[plugins.chaos.limits]\nread-per-reconcile = \"4KiB\"\n";
+    sandbox.config_with_host(&cloud.host_config(), &plugins);
+
+    let out = tend(&sandbox, &cloud, &["reconcile", "chaos"]);
+    let listed = result_of(&out, "list-instances", OWNER_TAG);
+    // (The hint after "; " is cut off by `result_of`: looked up in `out`.)
+    assert!(
+        listed.starts_with("budget-exhausted: cloud list-instances: this reconcile has read")
+            && out.contains("raise [plugins.chaos.limits] read-per-reconcile (now 4.0 KiB)"),
+        "{out}"
+    );
+    // The listing was asked of the peer: the refusal is the allowance's.
+    assert!(cloud.api_requests() >= 1, "{:#?}", cloud.requests());
+}
+
+/// A loopback listener that counts the requests it gets and whether any
+/// carried a credential header, answering each `{}`.
+struct Listener {
+    port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Listener {
+    fn start() -> Listener {
+        use std::io::{Read, Write};
+        let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = socket.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        std::thread::spawn(move || {
+            for mut stream in socket.incoming().flatten() {
+                let mut head = [0u8; 8192];
+                let n = stream.read(&mut head).unwrap_or(0);
+                record
+                    .lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&head[..n]).into_owned());
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+                );
+            }
+        });
+        Listener { port, seen }
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+#[test]
+fn a_nova_redirect_to_another_host_never_gets_the_token() {
+    let cloud = Cloud::start(Provider::OpenStack);
+    let CloudPeer::OpenStack(fake) = &cloud.0 else {
+        unreachable!()
+    };
+    cloud.add_instance("node-1", &[(OWNER_TAG, "owned")]);
+    let elsewhere = Listener::start();
+    fake.fault(&json!({"redirect": {
+        "path": "/compute/v2.1/servers/detail",
+        "location": format!("http://127.0.0.1:{}/steal", elsewhere.port),
+        "times": -1,
+    }}));
+    let sandbox = Sandbox::new();
+    let grant = format!(
+        "operations = [\"list-instances\"], {}",
+        owner_grant("owned")
+    );
+    let config = calls(&[json!({"op": "list-instances", "tag": OWNER_TAG, "value": "owned"})]);
+    let plugins = plugin(&sandbox, "chaos", "chaos", &grant, &config);
+    sandbox.config_with_host(&cloud.host_config(), &plugins);
+
+    let out = tend(&sandbox, &cloud, &["reconcile", "chaos"]);
+    let listed = result_of(&out, "list-instances", OWNER_TAG);
+    assert!(
+        listed.starts_with("unavailable")
+            && listed.contains("a redirect, which Tend does not follow"),
+        "{out}"
+    );
+    // The fake answered the redirect; nothing reached the other host.
+    assert!(
+        fake.requests().with_status(307) >= 1,
+        "{:#?}",
+        cloud.requests()
+    );
+    assert_eq!(elsewhere.requests(), Vec::<String>::new());
+}
+
+#[test]
+fn a_78_mb_ec2_page_is_refused_with_a_bounded_error() {
+    let cloud = Cloud::start(Provider::Aws);
+    let CloudPeer::Aws(aws) = &cloud.0 else {
+        unreachable!()
+    };
+    cloud.add_instance("node-1", &[(OWNER_TAG, "owned")]);
+    aws.fault(&json!({"pad": {"action": "DescribeInstances", "bytes": 78_000_000, "times": -1}}));
+    let sandbox = Sandbox::new();
+    let grant = format!(
+        "operations = [\"list-instances\"], {}",
+        owner_grant("owned")
+    );
+    let config = calls(&[json!({"op": "list-instances", "tag": OWNER_TAG, "value": "owned"})]);
+    let plugins = plugin(&sandbox, "chaos", "chaos", &grant, &config);
+    sandbox.config_with_host(&cloud.host_config(), &plugins);
+
+    let out = tend(&sandbox, &cloud, &["reconcile", "chaos"]);
+    let listed = result_of(&out, "list-instances", OWNER_TAG);
+    assert!(
+        listed.starts_with("unavailable")
+            && listed.contains("an answer larger than 16777216 bytes: refused"),
+        "{out}"
+    );
+    assert!(listed.len() < 1024, "{listed}");
+    assert!(aws.count("DescribeInstances") >= 1);
+}
+
 /// `mod openstack` and `mod aws`, each running every body for its provider.
 macro_rules! both {
     ($($body:ident),* $(,)?) => {
@@ -1064,4 +1197,5 @@ both!(
     the_plugin_request_rate_bounds_what_reaches_the_peer,
     rules_outside_the_grant_never_reach_the_group,
     a_mutation_acts_on_the_owner_the_peer_reports_just_before_it,
+    a_listing_over_read_per_reconcile_is_refused,
 );

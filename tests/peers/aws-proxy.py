@@ -36,6 +36,9 @@ are not forwarded and not logged:
          DescribeInstances answers naming that instance name its reservation twice.
      Any fault may carry "params": {"InstanceId.1": "i-..."}: it matches only requests
      whose EC2 query parameters have these values.
+     "pad": {"action": "DescribeInstances", "bytes": 78000000}
+         matching successful answers get this many bytes of XML comment appended
+         (a page far larger than any EC2 page), streamed without a Content-Length.
      A list of such objects is accepted for "fail", "slow", "launch_time" and
      "duplicate_instance".
   POST   /proxy/faults/clear   no faults
@@ -61,7 +64,7 @@ ERROR_CODES = {400: "InvalidParameterValue", 401: "AuthFailure", 403: "Unauthori
 NEXT_TOKEN = re.compile(rb"<nextToken>([^<]*)</nextToken>")
 LAUNCH_TIME = re.compile(rb"<launchTime>([^<]*)</launchTime>")
 ITEM_TAG = re.compile(rb"<item>|</item>|</reservationSet>")
-FAULTS = ("fail", "corrupt_next_token", "slow", "launch_time", "duplicate_instance")
+FAULTS = ("fail", "corrupt_next_token", "slow", "launch_time", "duplicate_instance", "pad")
 
 
 def as_list(fault):
@@ -178,6 +181,9 @@ class Proxy:
         if status == 200 and action == "DescribeInstances":
             payload = self.rewrite_instances(payload)
         entry["status"] = status
+        pad = self.hit("pad", action, params) if status == 200 else None
+        if pad:
+            return await self.padded(request, status, payload, out_headers, int(pad["bytes"]))
         return web.Response(status=status, body=payload, headers=out_headers)
 
     def rewrite_instances(self, payload):
@@ -187,6 +193,22 @@ class Proxy:
         for fault in as_list(self.faults.get("duplicate_instance")):
             payload = duplicate_reservation(payload, fault["instance"])
         return payload
+
+    async def padded(self, request, status, payload, headers, size):
+        """`payload` and `size` bytes of comment, chunked: the client has to stop reading."""
+        headers = {k: v for k, v in headers.items() if k.lower() != "content-length"}
+        response = web.StreamResponse(status=status, headers=headers)
+        await response.prepare(request)
+        chunk = b"x" * (1 << 20)
+        try:
+            await response.write(payload + b"<!--")
+            for _ in range(size // len(chunk)):
+                await response.write(chunk)
+            await response.write(b"-->")
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass
+        return response
 
     async def control(self, request):
         tail = request.match_info["tail"]

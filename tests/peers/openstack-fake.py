@@ -776,6 +776,11 @@ class Fake:
         slow = self.fault_hit("slow", path, method)
         if slow:
             await asyncio.sleep(slow.get("ms", 0) / 1000)
+        redirect = self.fault_hit("redirect", path, method)
+        if redirect:
+            # {"redirect": {"path": ..., "location": URL}}: a 307 elsewhere (a
+            # client that follows it hands that URL the token).
+            return web.Response(status=307, headers={"Location": redirect["location"]})
         fail = self.fault_hit("fail", path, method)
         if fail:
             code = int(fail.get("status", 500))

@@ -23,6 +23,7 @@ pub mod sandbox;
 
 pub use daemon::*;
 pub use peers::containerd::*;
+pub use peers::hostile_registry::*;
 pub use peers::kube::*;
 pub use peers::net::*;
 pub use peers::registry::*;

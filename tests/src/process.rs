@@ -11,6 +11,12 @@ pub fn peak_rss_kib(pid: u32) -> u64 {
     status_kib(pid, "VmHWM:")
 }
 
+/// Start `pid`'s `VmHWM` over from its current RSS (`clear_refs` 5), so a
+/// later [`peak_rss_kib`] measures only what came after.
+pub fn reset_peak_rss(pid: u32) {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+}
+
 /// CPU time `pid` has used so far (user + system), in clock ticks.
 pub fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

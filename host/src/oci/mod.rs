@@ -11,6 +11,7 @@ pub mod cache;
 mod pull;
 pub mod push;
 pub mod reference;
+mod registry;
 pub mod sign;
 
 pub use pull::{Pulled, fetch};

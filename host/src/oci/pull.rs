@@ -4,12 +4,12 @@
 
 use super::cache::{Cache, sha256};
 use super::reference::Reference;
+use super::registry::Registry;
 use super::sign::{self, Verifier};
 use super::{MAX_MANIFEST, Settings, Source, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};
 use crate::runtime::{CompiledPlugin, LoadError};
-use futures_util::StreamExt;
+use crate::text::peer_answer;
 use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciImageManifest};
-use oci_client::secrets::RegistryAuth;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -75,8 +75,7 @@ impl Pulled {
 }
 
 struct Remote {
-    client: oci_client::Client,
-    auth: RegistryAuth,
+    registry: Registry,
     max_blob_size: u64,
 }
 
@@ -91,9 +90,9 @@ async fn fetch_unbounded(
     let mut remote: Option<Remote> = None;
     let connect = |remote: &mut Option<Remote>| -> Result<(), String> {
         if remote.is_none() {
+            let auth = super::credentials(settings, &reference.registry)?;
             *remote = Some(Remote {
-                client: super::client(settings),
-                auth: super::credentials(settings, &reference.registry)?,
+                registry: Registry::new(settings, &reference.registry, auth)?,
                 max_blob_size: settings.max_blob_size.0,
             });
         }
@@ -189,12 +188,16 @@ fn wasm_layer(
     manifest: &[u8],
     settings: &Settings,
 ) -> Result<oci_client::manifest::OciDescriptor, String> {
-    let parsed: OciImageManifest = serde_json::from_slice(manifest)
-        .map_err(|e| format!("the manifest is not an OCI image manifest: {e}"))?;
+    let parsed: OciImageManifest = serde_json::from_slice(manifest).map_err(|e| {
+        format!(
+            "the manifest is not an OCI image manifest: {}",
+            json_error(&e)
+        )
+    })?;
     if parsed.config.media_type != WASM_CONFIG_MEDIA_TYPE {
         return Err(format!(
-            "not a wasm artifact: its config media type is {:?}, not {WASM_CONFIG_MEDIA_TYPE:?} (publish it with `tend plugins push`, `wkg oci push` or `spin registry push`)",
-            parsed.config.media_type
+            "not a wasm artifact: its config media type is \"{}\", not {WASM_CONFIG_MEDIA_TYPE:?} (publish it with `tend plugins push`, `wkg oci push` or `spin registry push`)",
+            peer_answer(parsed.config.media_type.as_bytes())
         ));
     }
     let [layer] = parsed.layers.as_slice() else {
@@ -205,8 +208,8 @@ fn wasm_layer(
     };
     if layer.media_type != WASM_LAYER_MEDIA_TYPE {
         return Err(format!(
-            "its layer's media type is {:?}, not {WASM_LAYER_MEDIA_TYPE:?}",
-            layer.media_type
+            "its layer's media type is \"{}\", not {WASM_LAYER_MEDIA_TYPE:?}",
+            peer_answer(layer.media_type.as_bytes())
         ));
     }
     super::reference::validate_digest(&layer.digest)?;
@@ -251,21 +254,14 @@ impl Remote {
     /// The manifest `reference` names and its digest (the sha256 of the bytes,
     /// which must equal a digest the reference names).
     async fn manifest(&self, reference: &Reference) -> Result<(String, Vec<u8>), String> {
-        let (bytes, _) = self
-            .client
-            .pull_manifest_raw(
-                &reference.to_client(),
-                &self.auth,
+        let bytes = self
+            .registry
+            .manifest(
+                reference,
                 &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
+                MAX_MANIFEST as u64,
             )
-            .await
-            .map_err(|e| registry_error(reference, e))?;
-        if bytes.len() > MAX_MANIFEST {
-            return Err(format!(
-                "the manifest is {} bytes, over the {MAX_MANIFEST} a manifest may have",
-                bytes.len()
-            ));
-        }
+            .await?;
         let digest = sha256(&bytes);
         if let Some(expected) = reference.digest()
             && expected != digest
@@ -274,7 +270,7 @@ impl Remote {
                 "the registry's manifest has digest {digest}, not {expected}: refused (a registry or proxy altered it)"
             ));
         }
-        Ok((digest, bytes.to_vec()))
+        Ok((digest, bytes))
     }
 
     /// The blob `layer` describes, at most its size (and the cap), hashed.
@@ -284,23 +280,7 @@ impl Remote {
         layer: &oci_client::manifest::OciDescriptor,
     ) -> Result<Vec<u8>, String> {
         let cap = (layer.size.max(0) as u64).min(self.max_blob_size);
-        let mut stream = self
-            .client
-            .pull_blob_stream(&reference.to_client(), layer)
-            .await
-            .map_err(|e| registry_error(reference, e))?;
-        let mut bytes = Vec::with_capacity(cap.min(64 << 20) as usize);
-        while let Some(chunk) = stream.next().await {
-            let chunk =
-                chunk.map_err(|e| format!("reading the component from the registry: {e}"))?;
-            if bytes.len() as u64 + chunk.len() as u64 > cap {
-                return Err(format!(
-                    "the registry sent more than the {cap} bytes the manifest declares for {}: refused",
-                    layer.digest
-                ));
-            }
-            bytes.extend_from_slice(&chunk);
-        }
+        let bytes = self.registry.blob(reference, &layer.digest, cap).await?;
         let actual = sha256(&bytes);
         if actual != layer.digest {
             return Err(format!(
@@ -326,8 +306,12 @@ impl Remote {
             .manifest(&tag)
             .await
             .map_err(|e| missing(format!("{tag}: {e}")))?;
-        let manifest: OciImageManifest = serde_json::from_slice(&bytes)
-            .map_err(|e| missing(format!("{tag} is not an image manifest: {e}")))?;
+        let manifest: OciImageManifest = serde_json::from_slice(&bytes).map_err(|e| {
+            missing(format!(
+                "{tag} is not an image manifest: {}",
+                json_error(&e)
+            ))
+        })?;
         let mut why = Vec::new();
         // cosign appends a layer per signing; a registry that lists thousands
         // gets the first few looked at.
@@ -375,32 +359,18 @@ impl Remote {
     }
 }
 
-fn registry_error(reference: &Reference, e: oci_client::errors::OciDistributionError) -> String {
-    use oci_client::errors::OciDistributionError as E;
-    let hint = match &e {
-        E::AuthenticationFailure(_) | E::UnauthorizedError { .. } => {
-            " (add the registry's credentials to the docker config file: [host.oci] docker-config or DOCKER_CONFIG)"
-        }
-        E::ImageManifestNotFoundError(_) => " (check the repository, tag or digest)",
-        E::RequestError(_) => {
-            " (is the registry reachable? plain-HTTP registries must be listed in [host.oci] insecure-registries)"
-        }
-        _ => "",
+/// Why `e`'s JSON was refused, without serde's quotes of the values (a
+/// manifest may come from wherever the registry redirected: what it holds is
+/// never echoed).
+fn json_error(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let what = match e.classify() {
+        Category::Syntax => "not JSON",
+        Category::Eof => "JSON cut off",
+        Category::Data => "JSON of another shape",
+        Category::Io => "unreadable",
     };
-    let mut text = e.to_string();
-    let hint = if hint.is_empty()
-        && (text.contains("manifest unknown") || text.contains("name unknown"))
-    {
-        " (no such repository, tag or digest in the registry: check the reference, or push it)"
-    } else {
-        hint
-    };
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    format!("registry {}: {text}{hint}", reference.registry)
+    format!("{what} (at line {}, column {})", e.line(), e.column())
 }
 
 #[cfg(test)]
@@ -456,6 +426,25 @@ mod tests {
                 .unwrap_err()
                 .contains("not an OCI image manifest")
         );
+    }
+
+    #[test]
+    fn what_a_manifest_holds_is_shown_bounded_or_not_at_all() {
+        let s = Settings::default();
+        // serde would quote the value; the error gives only where it is.
+        let e = wasm_layer(br#"{"schemaVersion": "INTERNAL-SECRET"}"#, &s).unwrap_err();
+        assert!(!e.contains("INTERNAL-SECRET"), "{e}");
+        assert!(
+            e.ends_with("JSON of another shape (at line 1, column 35)"),
+            "{e}"
+        );
+        let huge = "m\n".repeat(1 << 19);
+        let image = manifest(&huge, &[(WASM_LAYER_MEDIA_TYPE, 10)]);
+        let e = wasm_layer(&image, &s).unwrap_err();
+        assert!(e.len() < 1024 && !e.contains('\n'), "{} bytes", e.len());
+        let digest = format!("sha256:{}", "\n".repeat(1 << 20));
+        let e = super::super::reference::validate_digest(&digest).unwrap_err();
+        assert!(e.len() < 1024 && !e.contains('\n'), "{} bytes", e.len());
     }
 
     #[tokio::test]

@@ -202,7 +202,8 @@ pub fn validate_digest(digest: &str) -> Result<(), String> {
             Ok(())
         }
         _ => Err(format!(
-            "digest {digest:?} must be sha256: and 64 lowercase hex digits"
+            "digest \"{}\" must be sha256: and 64 lowercase hex digits",
+            crate::text::peer_answer(digest.as_bytes())
         )),
     }
 }

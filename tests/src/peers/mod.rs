@@ -3,6 +3,7 @@
 
 pub mod aws;
 pub mod containerd;
+pub mod hostile_registry;
 pub mod kube;
 pub mod net;
 pub mod openstack;

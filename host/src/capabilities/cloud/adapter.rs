@@ -115,6 +115,7 @@ impl PluginCloud {
                 .iter()
                 .any(|(k, v)| *k == owner.key && *v == owner.value)
         });
+        self.spend_read("cloud list-instances", &instances)?;
         Ok(instances)
     }
 
@@ -141,7 +142,10 @@ impl PluginCloud {
 
     pub async fn get_instance(&self, id: &str) -> Result<Instance, CapError> {
         match self.owned(Operation::GetInstance, id).await? {
-            Some(i) if i.state != InstanceState::Terminated => Ok(i),
+            Some(i) if i.state != InstanceState::Terminated => {
+                self.spend_read("cloud get-instance", &i)?;
+                Ok(i)
+            }
             _ => Err(CapError::NotFound(format!(
                 "cloud get-instance: no instance {id}"
             ))),
@@ -202,6 +206,7 @@ impl PluginCloud {
         }
         let mut groups = self.backend.list_security_groups(&wanted).await?;
         groups.retain(|g| wanted.contains(&g.id));
+        self.spend_read("cloud list-security-groups", &groups)?;
         Ok(groups)
     }
 
@@ -212,6 +217,7 @@ impl PluginCloud {
         let what = format!("security groups named {name:?}");
         check_operation(&self.grant, self.plugin(), operation, &what)?;
         let groups = self.backend.find_security_groups(name).await?;
+        self.spend_read("cloud find-security-group", &groups)?;
         let granted: Vec<&str> = groups
             .iter()
             .filter(|g| g.name == name && self.grant.security_groups.iter().any(|s| s.0 == g.id))
@@ -278,6 +284,13 @@ impl PluginCloud {
             .await
     }
 
+    /// Spend the size of `answer` (as JSON) of the reconcile's read
+    /// allowance, as kube's reads do: a provider's listing of 11 MB of tags
+    /// cannot pass a 4 MiB `read-per-reconcile`.
+    fn spend_read(&self, what: &str, answer: &impl serde::Serialize) -> Result<(), CapError> {
+        self.call.spend_read(what, json_size(answer))
+    }
+
     fn intent(&self, operation: Operation, target: String, detail: String) -> Intent {
         Intent {
             capability: Self::NAME,
@@ -287,6 +300,23 @@ impl PluginCloud {
             diff: None,
         }
     }
+}
+
+/// The bytes of `value` as JSON, counted without holding them.
+fn json_size(value: &impl serde::Serialize) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).expect("a cloud answer serializes");
+    count.0
 }
 
 /// "i-0abc (name node-7)": the provider's name bounded and inert.

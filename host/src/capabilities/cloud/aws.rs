@@ -28,6 +28,13 @@ use aws_sdk_ec2::Client;
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types::{self as ec2, Filter, InstanceStateName, IpPermission};
 use aws_smithy_http_client::tls;
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, SharedHttpClient, SharedHttpConnector,
+    http_client_fn,
+};
+use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+use aws_smithy_types::body::SdkBody;
+use crate::text::peer_answer;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
@@ -182,6 +189,44 @@ impl AwsCloud {
     }
 }
 
+/// `client` with every answer's body bounded while it is read at
+/// [`crate::peer::MAX_PAGE`] (the SDK reads a page whole before parsing it,
+/// so a 78 MB page would otherwise be held whole): past it the read fails
+/// and the request is `unavailable` ([`failure`] names the bound).
+fn bounded(client: SharedHttpClient) -> SharedHttpClient {
+    #[derive(Debug)]
+    struct Bounded(SharedHttpConnector);
+    impl HttpConnector for Bounded {
+        fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+            let answer = self.0.call(request);
+            HttpConnectorFuture::new(async move {
+                let response = answer.await?;
+                Ok(response.map(|body| {
+                    SdkBody::from_body_1_x(http_body_util::Limited::new(
+                        body,
+                        crate::peer::MAX_PAGE as usize,
+                    ))
+                }))
+            })
+        }
+    }
+    http_client_fn(move |settings, components| {
+        SharedHttpConnector::new(Bounded(client.http_connector(settings, components)))
+    })
+}
+
+/// Whether `err` failed because an answer passed [`crate::peer::MAX_PAGE`].
+fn too_large(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(err);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 /// Load the SDK's configuration (credential chain, region chain) once.
 async fn connect(region: Option<String>, endpoint: Option<String>) -> Result<Client, CapError> {
     let https = aws_smithy_http_client::Builder::new()
@@ -190,7 +235,7 @@ async fn connect(region: Option<String>, endpoint: Option<String>) -> Result<Cli
         ))
         .build_https();
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        .http_client(https)
+        .http_client(bounded(https))
         .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
         .timeout_config(
             TimeoutConfig::builder()
@@ -520,6 +565,10 @@ where
     let code = err.code().map(str::to_string);
     let status = err.raw_response().map(|r| r.status().as_u16());
     let error = match (&err, code.as_deref()) {
+        _ if too_large(&err) => CapError::Unavailable(format!(
+            "EC2 {operation}: an answer larger than {} bytes: refused (one page is never that large: is [host.cloud] endpoint EC2?)",
+            crate::peer::MAX_PAGE
+        )),
         (SdkError::TimeoutError(_), _) => CapError::Timeout(format!(
             "EC2 {operation} did not complete within {REQUEST_TIMEOUT:?} ({MAX_ATTEMPTS} attempts at most)"
         )),
@@ -543,8 +592,9 @@ where
         }
         (_, Some(code)) => {
             let message = format!(
-                "EC2 {operation}: {code}: {}",
-                err.message().unwrap_or("no message")
+                "EC2 {operation}: {}: {}",
+                peer_answer(code.as_bytes()),
+                peer_answer(err.message().unwrap_or("no message").as_bytes())
             );
             match classify(code) {
                 ErrorClass::NotFound => CapError::NotFound(message),

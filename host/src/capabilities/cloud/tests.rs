@@ -464,3 +464,32 @@ async fn requests_wait_for_the_plugins_rate_within_the_deadline() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn listings_spend_the_read_allowance() {
+    let (backend, fake) = scripted();
+    // 11 MB of tag values, as a hostile or careless account could hold.
+    for n in 0..11 {
+        let big = "v".repeat(1 << 20);
+        let id = format!("i-{n:016x}c");
+        let tags = [POOL_A, ("blob", big.as_str())];
+        fake.add_instance(FakeCloud::instance(&id, "fat", &tags));
+    }
+    let grant: CloudGrant = toml::from_str(FULL).unwrap();
+    let limits = Limits {
+        read_per_reconcile: crate::units::ByteSize(4 << 20),
+        ..Limits::default()
+    };
+    let call = call_with_limits("reaper", false, limits);
+    let cloud = PluginCloud::for_call(&backend, &grant, &call);
+    let err = cloud.list_instances(&owner(POOL_A)).await.unwrap_err();
+    assert_eq!(err.kind(), "budget-exhausted", "{err}");
+    assert!(
+        err.to_string().contains("cloud list-instances")
+            && err.to_string().contains("read-per-reconcile"),
+        "{err}"
+    );
+    // What was read stays spent: a small get after it is refused too.
+    let err = cloud.get_instance(A1).await.unwrap_err();
+    assert_eq!(err.kind(), "budget-exhausted", "{err}");
+}

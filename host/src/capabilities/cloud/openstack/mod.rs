@@ -20,7 +20,8 @@ use crate::capabilities::call::Call;
 use crate::capabilities::cloud::CloudSettings;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
-use crate::text::{cut, inert};
+use crate::peer::{self, BodyError, Redirects};
+use crate::text::{inert, peer_answer};
 use auth::{CatalogEntry, Credentials, endpoint};
 use model::{Group, Port, Server};
 use reqwest::{Method, StatusCode, Url};
@@ -32,7 +33,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The most bytes of one answer (one page) read.
-const MAX_BODY: usize = 16 << 20;
+const MAX_BODY: u64 = peer::MAX_PAGE;
 /// Items a page asks for (Nova's and Neutron's usual maximum).
 const PAGE: &str = "1000";
 
@@ -60,8 +61,11 @@ impl OpenStack {
     pub fn new(settings: &CloudSettings) -> anyhow::Result<Self> {
         let credentials = Credentials::load(settings)?;
         crate::tls::install_ring();
+        // Every request carries the account's token (or password, to
+        // Keystone): a redirect is never followed, so no other host gets it.
         let http = reqwest::Client::builder()
             .user_agent(concat!("tend/", env!("CARGO_PKG_VERSION")))
+            .redirect(peer::redirects(Redirects::Never))
             .build()?;
         Ok(OpenStack {
             shared: Arc::new(Shared {
@@ -169,24 +173,20 @@ impl OpenStack {
         timeout: Duration,
     ) -> Result<(StatusCode, reqwest::header::HeaderMap, Vec<u8>), CapError> {
         let exchange = async {
-            let mut response = request
+            let response = request
                 .send()
                 .await
                 .map_err(|e| self.unreachable(operation, &e))?;
             let status = response.status();
             let headers = response.headers().clone();
-            let mut body = Vec::new();
-            while let Some(chunk) = response.chunk().await.map_err(|e| {
-                CapError::Unavailable(format!(
-                    "cloud {operation}: the answer was cut off ({}): never a partial answer",
-                    inert(&e.to_string())
-                ))
-            })? {
-                if body.len() + chunk.len() > MAX_BODY {
-                    return Err(self.broken(operation, "an answer larger than 16 MiB"));
+            let body = peer::read_body(response, MAX_BODY).await.map_err(|e| match e {
+                BodyError::TooLarge { .. } => {
+                    self.broken(operation, "an answer larger than 16 MiB")
                 }
-                body.extend_from_slice(&chunk);
-            }
+                cut => CapError::Unavailable(format!(
+                    "cloud {operation}: {cut}: never a partial answer"
+                )),
+            })?;
             Ok((status, headers, body))
         };
         tokio::time::timeout(timeout, exchange)
@@ -225,6 +225,12 @@ impl OpenStack {
     ) -> Result<Vec<u8>, CapError> {
         if status.is_success() {
             return Ok(body);
+        }
+        if status.is_redirection() {
+            return Err(CapError::Unavailable(format!(
+                "cloud {operation}: OpenStack answered {status}, a redirect, which Tend does not follow (every request carries the token of {}): put the service's final URL in the catalog",
+                self.source()
+            )));
         }
         let message = format!(
             "cloud {operation}: OpenStack answered {status}: {}",
@@ -505,9 +511,11 @@ fn fault(body: &[u8]) -> String {
                 .get("message")
                 .and_then(Value::as_str)
                 .map(str::to_string)
-        })
-        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned());
-    cut(inert(&text).into_owned(), 512)
+        });
+    match text {
+        Some(message) => peer_answer(message.as_bytes()),
+        None => peer_answer(body),
+    }
 }
 
 /// Nova's and Neutron's error type ("SecurityGroupRuleExists").
