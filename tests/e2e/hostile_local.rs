@@ -328,7 +328,10 @@ fn tend_new_refuses_keywords_and_never_chmods_a_symlink_swapped_in() {
     let dir = tmp.path().join("proj");
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    let (stop, swaps) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+    let (stop, swaps) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
     let swapper = {
         let (dir, victim, moved) = (dir.clone(), victim.clone(), tmp.path().join("moved"));
         let (stop, swaps) = (stop.clone(), swaps.clone());
