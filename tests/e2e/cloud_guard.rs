@@ -1107,6 +1107,20 @@ impl Listener {
     }
 }
 
+/// chaos lists the owned instances once: that call's result.
+fn list_owned(cloud: &Cloud) -> String {
+    let sandbox = Sandbox::new();
+    let grant = format!(
+        "operations = [\"list-instances\"], {}",
+        owner_grant("owned")
+    );
+    let config = calls(&[json!({"op": "list-instances", "tag": OWNER_TAG, "value": "owned"})]);
+    let plugins = plugin(&sandbox, "chaos", "chaos", &grant, &config);
+    sandbox.config_with_host(&cloud.host_config(), &plugins);
+    let out = tend(&sandbox, cloud, &["reconcile", "chaos"]);
+    result_of(&out, "list-instances", OWNER_TAG).to_string()
+}
+
 #[test]
 fn a_nova_redirect_to_another_host_never_gets_the_token() {
     let cloud = Cloud::start(Provider::OpenStack);
@@ -1120,21 +1134,11 @@ fn a_nova_redirect_to_another_host_never_gets_the_token() {
         "location": format!("http://127.0.0.1:{}/steal", elsewhere.port),
         "times": -1,
     }}));
-    let sandbox = Sandbox::new();
-    let grant = format!(
-        "operations = [\"list-instances\"], {}",
-        owner_grant("owned")
-    );
-    let config = calls(&[json!({"op": "list-instances", "tag": OWNER_TAG, "value": "owned"})]);
-    let plugins = plugin(&sandbox, "chaos", "chaos", &grant, &config);
-    sandbox.config_with_host(&cloud.host_config(), &plugins);
-
-    let out = tend(&sandbox, &cloud, &["reconcile", "chaos"]);
-    let listed = result_of(&out, "list-instances", OWNER_TAG);
+    let listed = list_owned(&cloud);
     assert!(
         listed.starts_with("unavailable")
             && listed.contains("a redirect, which Tend does not follow"),
-        "{out}"
+        "{listed}"
     );
     // The fake answered the redirect; nothing reached the other host.
     assert!(
@@ -1153,21 +1157,11 @@ fn a_78_mb_ec2_page_is_refused_with_a_bounded_error() {
     };
     cloud.add_instance("node-1", &[(OWNER_TAG, "owned")]);
     aws.fault(&json!({"pad": {"action": "DescribeInstances", "bytes": 78_000_000, "times": -1}}));
-    let sandbox = Sandbox::new();
-    let grant = format!(
-        "operations = [\"list-instances\"], {}",
-        owner_grant("owned")
-    );
-    let config = calls(&[json!({"op": "list-instances", "tag": OWNER_TAG, "value": "owned"})]);
-    let plugins = plugin(&sandbox, "chaos", "chaos", &grant, &config);
-    sandbox.config_with_host(&cloud.host_config(), &plugins);
-
-    let out = tend(&sandbox, &cloud, &["reconcile", "chaos"]);
-    let listed = result_of(&out, "list-instances", OWNER_TAG);
+    let listed = list_owned(&cloud);
     assert!(
         listed.starts_with("unavailable")
             && listed.contains("an answer larger than 16777216 bytes: refused"),
-        "{out}"
+        "{listed}"
     );
     assert!(listed.len() < 1024, "{listed}");
     assert!(aws.count("DescribeInstances") >= 1);

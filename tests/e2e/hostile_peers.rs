@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 use tend_e2e::{
-    HostileRegistry, Sandbox, free_port, http_get, peak_rss_kib, plugin, reset_peak_rss, rss_kib,
-    wait_for_plugin, wait_until,
+    HostileRegistry, Sandbox, free_port, http_get, peak_rss_kib, plugin, plugin_status,
+    reset_peak_rss, rss_kib, wait_for_plugin, wait_until,
 };
 
 /// The most bytes a load error may take.
@@ -38,12 +38,40 @@ fn error_of(p: &serde_json::Value) -> String {
     p["load_error"].as_str().unwrap_or("").to_string()
 }
 
+/// Point plugin p at `file` and wait until its load error contains `needle`
+/// (`what` names the wait): that error, checked to be bounded.
+fn load_error(
+    sandbox: &Sandbox,
+    (port, registry): (u16, &HostileRegistry),
+    file: &str,
+    what: &str,
+    needle: &str,
+) -> String {
+    config(sandbox, port, registry, file);
+    let p = wait_for_plugin(port, "p", what, |p| error_of(p).contains(needle));
+    let error = error_of(&p);
+    assert!(
+        error.len() < MAX_ERROR,
+        "a load error of {} bytes",
+        error.len()
+    );
+    error
+}
+
 fn runs_v1(p: &serde_json::Value) -> bool {
     p["state"] == "ready"
         && p["last"]["message"]
             .as_str()
             .unwrap_or("")
             .ends_with("(v1)")
+}
+
+/// The version running so far (v1) keeps reconciling.
+fn v1_keeps_running(port: u16) {
+    let before = plugin_status(port, "p")["reconciles"].as_u64();
+    wait_for_plugin(port, "p", "v1 keeps reconciling", |q| {
+        runs_v1(q) && q["reconciles"].as_u64() > before
+    });
 }
 
 /// A version from the hostile registry's good repository, running.
@@ -63,11 +91,13 @@ fn a_512_mib_manifest_is_refused_while_read_and_the_old_version_keeps_running() 
     reset_peak_rss(daemon.pid());
     let rss_before = rss_kib(daemon.pid());
 
-    config(&sandbox, port, &registry, &registry.at("big"));
-    let p = wait_for_plugin(port, "p", "the huge manifest is refused", |p| {
-        error_of(p).contains("larger than")
-    });
-    let error = error_of(&p);
+    let error = load_error(
+        &sandbox,
+        (port, &registry),
+        &registry.at("big"),
+        "the huge manifest is refused",
+        "larger than",
+    );
     assert!(
         error.contains("the manifest is larger than 4194304 bytes: refused"),
         "{error}"
@@ -98,9 +128,7 @@ fn a_512_mib_manifest_is_refused_while_read_and_the_old_version_keeps_running() 
         "tend's RSS grew past the bound: {rss_before} KiB before, peak {peak_after} KiB"
     );
     // The old version keeps running.
-    wait_for_plugin(port, "p", "v1 keeps reconciling", |q| {
-        runs_v1(q) && q["reconciles"].as_u64() > p["reconciles"].as_u64()
-    });
+    v1_keeps_running(port);
 }
 
 #[test]
@@ -111,15 +139,12 @@ fn error_bodies_redirects_and_token_realms_are_refused_without_echo() {
     let daemon = start_with_v1(&sandbox, port, &registry);
 
     // 8 MiB of error body with newlines, escapes and a forged log line.
-    config(&sandbox, port, &registry, &registry.at("noisy"));
-    let p = wait_for_plugin(port, "p", "the 404 is the load error", |p| {
-        error_of(p).contains("404")
-    });
-    let error = error_of(&p);
-    assert!(
-        error.len() < MAX_ERROR,
-        "a load error of {} bytes",
-        error.len()
+    let error = load_error(
+        &sandbox,
+        (port, &registry),
+        &registry.at("noisy"),
+        "the 404 is the load error",
+        "404",
     );
     assert!(
         !error.chars().any(char::is_control),
@@ -144,11 +169,13 @@ fn error_bodies_redirects_and_token_realms_are_refused_without_echo() {
 
     // A redirect to the metadata address: refused by name, never connected
     // (the refusal, not a connection error), its answer never shown.
-    config(&sandbox, port, &registry, &registry.at("redirect"));
-    let p = wait_for_plugin(port, "p", "the redirect is refused", |p| {
-        error_of(p).contains("redirected")
-    });
-    let error = error_of(&p);
+    let error = load_error(
+        &sandbox,
+        (port, &registry),
+        &registry.at("redirect"),
+        "the redirect is refused",
+        "redirected",
+    );
     assert!(
         error.contains(
             "the registry redirected to http://169.254.169.254, which is refused: it is a link-local address"
@@ -161,11 +188,13 @@ fn error_bodies_redirects_and_token_realms_are_refused_without_echo() {
     );
 
     // A token realm on the metadata address: refused before it is asked.
-    config(&sandbox, port, &registry, &registry.at("realm"));
-    let p = wait_for_plugin(port, "p", "the token realm is refused", |p| {
-        error_of(p).contains("token realm")
-    });
-    let error = error_of(&p);
+    let error = load_error(
+        &sandbox,
+        (port, &registry),
+        &registry.at("realm"),
+        "the token realm is refused",
+        "token realm",
+    );
     assert!(
         error.contains(
             "its token realm http://169.254.169.254 is refused: it is a link-local address"
@@ -182,11 +211,13 @@ fn error_bodies_redirects_and_token_realms_are_refused_without_echo() {
 
     // A redirect to another loopback origin: followed (the registry itself
     // is on loopback), but what that origin answers is never shown.
-    config(&sandbox, port, &registry, &registry.at("internal"));
-    let p = wait_for_plugin(port, "p", "the redirect target's 404", |p| {
-        error_of(p).contains("404")
-    });
-    let error = error_of(&p);
+    let error = load_error(
+        &sandbox,
+        (port, &registry),
+        &registry.at("internal"),
+        "the redirect target's 404",
+        "404",
+    );
     assert!(
         error.contains("the answer of http://127.0.0.2:") && error.contains("is not shown"),
         "{error}"
@@ -204,15 +235,12 @@ fn error_bodies_redirects_and_token_realms_are_refused_without_echo() {
     assert!(!daemon.log().contains("INTERNAL-SECRET"));
 
     // A manifest's 1 MiB media type full of newlines: shown cut and inert.
-    config(&sandbox, port, &registry, &registry.at("shape"));
-    let p = wait_for_plugin(port, "p", "the media type is refused", |p| {
-        error_of(p).contains("config media type")
-    });
-    let error = error_of(&p);
-    assert!(
-        error.len() < MAX_ERROR,
-        "a load error of {} bytes",
-        error.len()
+    let error = load_error(
+        &sandbox,
+        (port, &registry),
+        &registry.at("shape"),
+        "the media type is refused",
+        "config media type",
     );
     assert!(
         error.contains("m\\nm\\n") && !error.contains('\n'),
@@ -226,9 +254,7 @@ fn error_bodies_redirects_and_token_realms_are_refused_without_echo() {
     );
 
     // v1 still runs through all of it.
-    wait_for_plugin(port, "p", "v1 keeps reconciling", |q| {
-        runs_v1(q) && q["reconciles"].as_u64() > p["reconciles"].as_u64()
-    });
+    v1_keeps_running(port);
     assert!(daemon.log().len() < 1 << 20);
 }
 
