@@ -20,6 +20,9 @@ const CONFIRM: Duration = Duration::from_secs(60);
 /// holding back a confirmed candidate).
 const CONFIRMED_WITHIN: Duration = Duration::from_secs(100);
 const REAPER: &str = "node-reaper";
+/// The leader election's Lease, which node-reaper's Events are about.
+const LEASE_NAMESPACE: &str = "kube-system";
+const LEASE: &str = "tend";
 /// The cluster's ownership tag (key and value) in most tests.
 const OWNER: (&str, &str) = ("kubernetes.io/cluster/a", "owned");
 
@@ -50,7 +53,7 @@ impl Cluster {
     /// `plugins`.
     fn configure(&self, host: &str, plugins: &str) {
         let host = format!(
-            "listen = \"127.0.0.1:{}\"\n{host}[host.kube]\nkubeconfig = \"{}\"\n[host.leader-election]\nnamespace = \"kube-system\"\nname = \"tend\"\nlease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n{}",
+            "listen = \"127.0.0.1:{}\"\n{host}[host.kube]\nkubeconfig = \"{}\"\n[host.leader-election]\nnamespace = \"{LEASE_NAMESPACE}\"\nname = \"{LEASE}\"\nlease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n{}",
             self.port,
             self.api.kubeconfig().display(),
             self.cloud.host_config(),
@@ -256,7 +259,10 @@ scope = "cluster"
 interval = "{interval}"
 [plugins.{name}.grants]
 cloud = {{ operations = ["list-instances", "delete-instance"], instances = [{{ tag = "{owner}", value = "owned" }}] }}
-kube = [{{ resource = "nodes", verbs = ["get", "list", "watch"] }}]
+kube = [
+  {{ resource = "nodes", verbs = ["get", "list", "watch"] }},
+  {{ group = "coordination.k8s.io", resource = "leases", verbs = ["get"], namespaces = ["{LEASE_NAMESPACE}"], names = ["{LEASE}"] }},
+]
 [plugins.{name}.config]
 owner = {{ tag = "{owner}", value = "owned" }}
 pool-tag = "pool"
@@ -568,30 +574,87 @@ fn the_cap_and_the_budget_bound_deletions_across_passes_and_a_restart(provider: 
     assert!(live.contains(&registered.id));
 }
 
-/// Report mode says what it would delete and deletes nothing; so does
-/// `tend plan` on an enforcing config, from live data and the saved state.
+/// Report mode names every candidate it would delete (two in one pool: no
+/// "in flight" in a report), sends an `InstanceWouldDelete` Event about the
+/// leader's Lease for each, and deletes nothing; so does `tend plan` on an
+/// enforcing config, from live data and the saved state.
 fn report_mode_and_tend_plan_delete_nothing(provider: Provider) {
     let mut cluster = Cluster::start(provider);
     let registered = cluster.registered("registered");
     let doomed = cluster.unregistered("doomed", "");
-    cluster.run("", &[REAPER], &reaper_a(""));
+    let also = cluster.unregistered("also-doomed", "");
+    let events_about = format!(
+        "events-about = {{ api-version = \"coordination.k8s.io/v1\", kind = \"Lease\", namespace = \"{LEASE_NAMESPACE}\", name = \"{LEASE}\" }}"
+    );
+    cluster.run("", &[REAPER], &reaper_a(&events_about));
     let would = format!("would delete {}", doomed.id);
-    cluster.wait_outcome(REAPER, "the reported deletion", |m| {
-        m.starts_with("report mode: ") && m.contains(&would)
+    let listed = |m: &str| {
+        [&doomed, &also]
+            .iter()
+            .all(|d| m.contains(&format!("{} (registration_timeout)", d.id)))
+    };
+    let message = cluster.wait_outcome(REAPER, "both reported deletions", |m| {
+        m.starts_with("report mode: ") && listed(m)
     });
+    assert!(!message.contains("in flight"), "{message}");
+    let lease = cluster.api.call(
+        "GET",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{LEASE}"),
+        None,
+    );
+    let uid = lease.1["metadata"]["uid"].clone();
+    let events = |id: &str| -> Vec<Value> {
+        let (code, list) = cluster.api.call(
+            "GET",
+            &format!("/apis/events.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/events"),
+            None,
+        );
+        assert_eq!(code, 200, "{list}");
+        (list["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter())
+        .filter(|e| e["reason"] == "InstanceWouldDelete")
+        .filter(|e| e["note"].as_str().is_some_and(|n| n.contains(id)))
+        .collect()
+    };
+    for instance in [&doomed, &also] {
+        let mut found = vec![];
+        wait_until(WITHIN, "an InstanceWouldDelete Event", || {
+            found = events(&instance.id);
+            !found.is_empty()
+        });
+        let regarding = &found[0]["regarding"];
+        assert_eq!(regarding["kind"], "Lease", "{regarding}");
+        assert_eq!(regarding["name"], LEASE, "{regarding}");
+        assert_eq!(
+            regarding["uid"], uid,
+            "about the Lease that exists: {regarding}"
+        );
+    }
     cluster.wait_passes(REAPER, 2);
-    cluster.assert_deletes(&[], &[&doomed, &registered]);
+    cluster.assert_deletes(&[], &[&doomed, &also, &registered]);
     cluster.stop();
 
     cluster.configure("", &reaper_a("mode = \"enforce\""));
     let plan = cluster.tend(&["plan", REAPER]);
     assert!(plan.success, "{}{}", plan.stdout, plan.stderr);
+    // Enforcing, one deletion a pass: one would go, the other is named as held.
+    let (first, second) = match plan.stdout.contains(&would) {
+        true => (&doomed, &also),
+        false => (&also, &doomed),
+    };
     assert!(
-        plan.stdout.contains("enforce mode: ") && plan.stdout.contains(&would),
+        plan.stdout.contains("enforce mode: ")
+            && plan.stdout.contains(&format!("would delete {}", first.id))
+            && plan
+                .stdout
+                .contains(&format!("held: {} (registration_timeout: ", second.id)),
         "{}",
         plan.stdout
     );
-    cluster.assert_deletes(&[], &[&doomed, &registered]);
+    cluster.assert_deletes(&[], &[&doomed, &also, &registered]);
 }
 
 /// Two clusters whose names are prefixes of each other (`a`, `ab`), each

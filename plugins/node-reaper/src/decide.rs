@@ -37,10 +37,15 @@ pub struct Policy {
     pub churn_window: usize,
     /// Failed registrations among them that trip it (when most failed).
     pub churn_min_failures: usize,
+    /// Report mode: nothing is deleted, so nothing is in flight and no cap
+    /// applies; every confirmed candidate the breakers let through is one it
+    /// would delete, so that a report vets them all.
+    pub report_only: bool,
 }
 
 impl Policy {
-    /// The defaults of the config, for the cluster `owner`.
+    /// The defaults of the config, for the cluster `owner` (enforcing: the
+    /// decision of a pass that may delete).
     pub fn new(owner: OwnerTag) -> Self {
         Policy {
             owner,
@@ -59,6 +64,7 @@ impl Policy {
             breaker_reset: String::new(),
             churn_window: 6,
             churn_min_failures: 3,
+            report_only: false,
         }
     }
 
@@ -605,6 +611,8 @@ pub fn decide(
             Some(Skip::Breaker(kind))
         } else if next.latched.contains_key(&churn_key(&pool)) {
             Some(Skip::Breaker(BreakerKind::Churn))
+        } else if policy.report_only {
+            None
         } else if let Some(flight) = next.in_flight.get(&pool) {
             Some(Skip::InFlight(flight.id.clone()))
         } else if let Some(victim) = taken.get(&pool) {

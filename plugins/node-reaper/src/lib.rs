@@ -66,15 +66,22 @@
 //!   `cloud.delete-instance` has the last word: `budget-exhausted` stops the
 //!   pass's deletions, and is reported.
 //! - **Report mode** (the default, `mode = "report"`) decides everything and
-//!   deletes nothing; `mode = "enforce"` deletes. An instance tagged
+//!   deletes nothing; `mode = "enforce"` deletes. A report lists every
+//!   confirmed candidate as one it would delete (nothing is in flight and
+//!   the cap does not apply; breakers still hold), so report mode is the way
+//!   to vet a config: `tend plan` on a fresh state sees only unconfirmed
+//!   candidates, and says when each would go. An instance tagged
 //!   `protect-tag` (any value) is never deleted.
 //!
 //! It says what it did: the outcome counts instances, candidates, deletions
 //! and skips by reason (young, unconfirmed, breaker, budget, cap, in flight,
 //! protected) in one bounded line; the log names each instance and its
-//! reason; each deletion is an Event (`InstanceDeleted`, or
-//! `InstanceWouldDelete` in report mode or a dry run) about the Node named
-//! like the instance, when that Node exists; metrics: `instances{state}`
+//! reason, and the outcome names every candidate by ID with its reason and
+//! what holds it back ("held: ..."); each deletion is an Event
+//! (`InstanceDeleted`, or `InstanceWouldDelete` in report mode or a dry run)
+//! about the object `events-about` names (an instance that never registered
+//! has no Node to carry it; the leader election's Lease always exists while
+//! the reaper runs); metrics: `instances{state}`
 //! (registered, unregistered, long_unregistered, error),
 //! `deletions_total{reason}` (registration_timeout, node_lost, error) and
 //! `breaker_open{breaker}`. A Node deletion reconciles it (its kube grant
@@ -86,7 +93,10 @@
 //! interval = "1m"
 //! [plugins.node-reaper.grants]
 //! cloud = { operations = ["list-instances", "delete-instance"], instances = [{ tag = "kubernetes.io/cluster/demo", value = "owned" }] }
-//! kube = [{ resource = "nodes", verbs = ["get", "list", "watch"] }]
+//! kube = [
+//!   { resource = "nodes", verbs = ["get", "list", "watch"] },
+//!   { group = "coordination.k8s.io", resource = "leases", verbs = ["get"], namespaces = ["tend-system"], names = ["tend-cluster"] },
+//! ]
 //! [plugins.node-reaper.config]
 //! owner = { tag = "kubernetes.io/cluster/demo", value = "owned" }
 //! mode = "enforce"                      # default "report"
@@ -104,6 +114,8 @@
 //! churn-window = 6
 //! churn-min-failures = 3
 //! breaker-reset = "2024-05-01"          # change to clear latched breakers
+//! # default: no Events
+//! events-about = { api-version = "coordination.k8s.io/v1", kind = "Lease", namespace = "tend-system", name = "tend-cluster" }
 //! [plugins.node-reaper.config.pools.gpu]
 //! registration-timeout = "45m"
 //!
@@ -193,6 +205,25 @@ struct Config {
     churn_min_failures: usize,
     #[serde(default)]
     breaker_reset: String,
+    events_about: Option<EventsAbout>,
+}
+
+/// The object node-reaper's Events are about: one that exists (an instance
+/// that never registered has no Node to carry them), such as the leader
+/// election's Lease; its kube grant must allow `get` on it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct EventsAbout {
+    api_version: String,
+    kind: String,
+    namespace: String,
+    name: String,
+}
+
+impl EventsAbout {
+    fn key(&self) -> ObjectKey {
+        ObjectKey::namespaced(&self.api_version, &self.kind, &self.namespace, &self.name)
+    }
 }
 
 fn default_registration_timeout() -> Duration {
@@ -280,6 +311,7 @@ impl Config {
             breaker_reset: config.breaker_reset.clone(),
             churn_window: config.churn_window,
             churn_min_failures: config.churn_min_failures,
+            report_only: config.mode == Mode::Report,
         };
         Ok((config, policy))
     }
@@ -327,6 +359,7 @@ pub fn run(ctx: &Context, host: &dyn Host, now_ms: u64) -> Result<Outcome> {
     let mut report = Report {
         mode: config.mode,
         dry_run: ctx.dry_run,
+        confirm_after: config.confirm_after,
         instances: decision.instances,
         nodes: listed.as_ref().map_or(0, Vec::len),
         ..Report::default()
@@ -346,7 +379,7 @@ pub fn run(ctx: &Context, host: &dyn Host, now_ms: u64) -> Result<Outcome> {
     if decision.memory != memory {
         host.state().set_json(MEMORY, &decision.memory)?;
     }
-    Ok(report.outcome(&decision))
+    Ok(report.outcome(&decision, &instances))
 }
 
 /// Every Node, all pages; any error is the listing's failure.
@@ -380,8 +413,8 @@ fn execute(
         };
         let instance = &instances[verdict.index];
         if config.mode == Mode::Report {
-            report.deleted.push(instance.id.clone());
-            emit_event(host, instance, "InstanceWouldDelete", why, report);
+            report.deleted.push(listed(instance, why));
+            emit_event(host, config, instance, "InstanceWouldDelete", why, report);
             continue;
         }
         if stopped {
@@ -395,8 +428,8 @@ fn execute(
             // A dry run's gate deleted nothing: no deletion to count or wait
             // for, and the plan lists the event it would send.
             Ok(()) if report.dry_run => {
-                report.deleted.push(instance.id.clone());
-                emit_event(host, instance, "InstanceWouldDelete", why, report);
+                report.deleted.push(listed(instance, why));
+                emit_event(host, config, instance, "InstanceWouldDelete", why, report);
             }
             Ok(()) => {
                 let flight = decide::InFlight {
@@ -404,12 +437,12 @@ fn execute(
                     since_ms: now_ms,
                 };
                 (decision.memory.in_flight).insert(verdict.pool.clone(), flight);
-                report.deleted.push(instance.id.clone());
+                report.deleted.push(listed(instance, why));
                 let labels = [("reason", why.label())];
                 if let Err(e) = host.metrics().counter_add("deletions", &labels, 1.0) {
                     report.failures.push(format!("metric deletions: {e}"));
                 }
-                emit_event(host, instance, "InstanceDeleted", why, report);
+                emit_event(host, config, instance, "InstanceDeleted", why, report);
             }
             Err(Error::BudgetExhausted(m)) => {
                 stopped = true;
@@ -429,10 +462,24 @@ fn execute(
     }
 }
 
-/// An Event about the Node named like `instance`: it exists only when the
-/// instance registered under another key, so a missing Node is no failure.
-fn emit_event(host: &dyn Host, instance: &Instance, reason: &str, why: Why, report: &Report) {
-    let key = ObjectKey::cluster("v1", "Node", &instance.name);
+/// An instance in the outcome: its ID and why it is a candidate.
+fn listed(instance: &Instance, why: Why) -> String {
+    format!("{} ({})", instance.id, why.label())
+}
+
+/// An Event about `events-about`, when set. A failure is logged, never the
+/// pass's: the log and the outcome already name every instance.
+fn emit_event(
+    host: &dyn Host,
+    config: &Config,
+    instance: &Instance,
+    reason: &str,
+    why: Why,
+    report: &Report,
+) {
+    let Some(about) = &config.events_about else {
+        return;
+    };
     let message = format!(
         "{} instance {} ({}): {}",
         report.verb(),
@@ -440,16 +487,30 @@ fn emit_event(host: &dyn Host, instance: &Instance, reason: &str, why: Why, repo
         instance.name,
         describe_why(why)
     );
-    match host
-        .kube()
-        .emit_event(&key, EventType::Normal, reason, &message)
-    {
-        Ok(()) | Err(Error::NotFound(_) | Error::Invalid(_)) => {}
-        Err(e) => host.log(
+    let sent = (host.kube()).emit_event(&about.key(), EventType::Normal, reason, &message);
+    if let Err(e) = sent {
+        host.log(
             tend_sdk::Level::Warn,
-            &format!("event {reason} about Node {}: {e}", instance.name),
-        ),
+            &format!(
+                "event {reason} about {} {}/{}: {e}",
+                about.kind, about.namespace, about.name
+            ),
+        );
     }
+}
+
+/// When an instance still within its timeout (grace) would go.
+fn describe_young(why: Why, left_ms: u64, confirm_after: Duration) -> String {
+    let what = match why {
+        Why::RegistrationTimeout => "no Node yet",
+        Why::NodeLost => "its Node is gone",
+        Why::Errored => "in error",
+    };
+    format!(
+        "{what}: a candidate in {} if none appears, then confirmed by a pass {} later",
+        human(left_ms),
+        human(ms(confirm_after))
+    )
 }
 
 fn describe_why(why: Why) -> &'static str {
@@ -497,9 +558,15 @@ fn log_verdict(host: &dyn Host, instance: &Instance, verdict: &Verdict, report: 
 
 fn describe_skip(skip: &Skip) -> String {
     match skip {
-        Skip::FirstPass => "the first pass after a start or a leader change only looks".into(),
+        // A start or a leader change: this pass only looks.
+        Skip::FirstPass => {
+            "first seen now: it goes if a pass confirm-after later still finds it one".into()
+        }
         Skip::Unconfirmed { left_ms } => {
-            format!("unconfirmed, confirmed by a pass in {}", human(*left_ms))
+            format!(
+                "unconfirmed: it goes if a pass in {} still finds it one",
+                human(*left_ms)
+            )
         }
         Skip::Protected => "protected by its protect tag".into(),
         Skip::Breaker(kind) => format!("breaker {} is open", kind.name()),
@@ -539,6 +606,7 @@ fn record_metrics(host: &dyn Host, decision: &Decision) -> Result<()> {
 struct Report {
     mode: Mode,
     dry_run: bool,
+    confirm_after: Duration,
     instances: usize,
     nodes: usize,
     /// Deleted (or, in report mode or a dry run, would be).
@@ -557,7 +625,7 @@ impl Report {
         }
     }
 
-    fn outcome(&self, decision: &Decision) -> Outcome {
+    fn outcome(&self, decision: &Decision, instances: &[Instance]) -> Outcome {
         let mode = match self.mode {
             Mode::Report => "report mode",
             Mode::Enforce => "enforce mode",
@@ -574,15 +642,26 @@ impl Report {
             ));
         }
         let mut skips: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut held = Vec::new();
+        let mut waiting = Vec::new();
         let mut candidates = 0;
         let mut errored_once = 0;
         for verdict in &decision.verdicts {
             match &verdict.action {
-                Action::Candidate { skip, .. } => {
+                Action::Candidate { why, skip } => {
                     candidates += 1;
                     *skips.entry(skip.name()).or_default() += 1;
+                    let id = &instances[verdict.index].id;
+                    held.push(format!("{id} ({}: {})", why.label(), describe_skip(skip)));
                 }
                 Action::Delete { .. } => candidates += 1,
+                Action::Young { why, left_ms } => {
+                    let id = &instances[verdict.index].id;
+                    waiting.push(format!(
+                        "{id} ({})",
+                        describe_young(*why, *left_ms, self.confirm_after)
+                    ));
+                }
                 Action::ErroredOnceRegistered => errored_once += 1,
                 _ => {}
             }
@@ -597,6 +676,12 @@ impl Report {
                 text += &format!(", skipped: {}", skips.join(", "));
             }
             parts.push(text);
+        }
+        if !held.is_empty() {
+            parts.push(format!("held: {}", held.join(", ")));
+        }
+        if !waiting.is_empty() {
+            parts.push(format!("waiting: {}", waiting.join(", ")));
         }
         if decision.untracked > 0 {
             parts.push(format!(

@@ -129,6 +129,86 @@ fn report_mode_deletes_nothing_and_says_what_it_would() {
     assert!(memory(&host).in_flight.is_empty());
 }
 
+const LEASE: &str = r#"{ group = "coordination.k8s.io", resource = "leases", verbs = ["get"], namespaces = ["tend-system"], names = ["tend-cluster"] }"#;
+const REPORT_WITH_EVENTS: &str = r#"{"owner": {"tag": "kubernetes.io/cluster/demo", "value": "owned"},
+    "events-about": {"api-version": "coordination.k8s.io/v1", "kind": "Lease", "namespace": "tend-system", "name": "tend-cluster"}}"#;
+
+#[test]
+fn a_report_names_every_candidate_of_a_pool_and_sends_an_event_about_each() {
+    let host = host();
+    host.kube.grant(LEASE);
+    const ALSO: &str = "i-0000000000000000c";
+    host.cloud.put_instance(
+        Instance {
+            created_at_ms: T0 as i64,
+            ..Instance::new(ALSO, "stuck-2", InstanceState::Running)
+        }
+        .with_tag("kubernetes.io/cluster/demo", "owned"),
+    );
+    let outcome = until_confirmed(&host, REPORT_WITH_EVENTS);
+    assert!(host.cloud.actions().is_empty());
+    for id in [STUCK, ALSO] {
+        assert!(
+            outcome
+                .message
+                .contains(&format!("{id} (registration_timeout)")),
+            "{}",
+            outcome.message
+        );
+    }
+    assert!(
+        !outcome.message.contains("in flight"),
+        "{}",
+        outcome.message
+    );
+    let events = host.kube.events();
+    let lease = ObjectKey::namespaced(
+        "coordination.k8s.io/v1",
+        "Lease",
+        "tend-system",
+        "tend-cluster",
+    );
+    let about: Vec<(&ObjectKey, &str)> = (events.iter())
+        .map(|e| (&e.regarding, e.reason.as_str()))
+        .collect();
+    assert_eq!(about, [(&lease, "InstanceWouldDelete"); 2], "{events:?}");
+    for id in [STUCK, ALSO] {
+        assert!(events.iter().any(|e| e.message.contains(id)), "{events:?}");
+    }
+}
+
+#[test]
+fn without_the_grant_on_events_about_the_event_is_logged_not_the_pass() {
+    let host = host();
+    let outcome = until_confirmed(&host, REPORT_WITH_EVENTS);
+    assert!(host.kube.events().is_empty());
+    assert_ne!(outcome.health, Health::Degraded, "{}", outcome.message);
+    let logs = host.logs();
+    assert!(
+        (logs.iter())
+            .any(|(_, l)| l
+                .contains("event InstanceWouldDelete about Lease tend-system/tend-cluster: ")),
+        "{logs:?}"
+    );
+}
+
+#[test]
+fn a_plan_on_a_fresh_state_names_each_candidate_and_when_it_would_go() {
+    let host = host();
+    let ctx = Context {
+        dry_run: true,
+        ..context(ENFORCE, "manual")
+    };
+    let outcome = run(&ctx, &host, T0 + 21 * MIN).unwrap();
+    assert!(
+        outcome.message.contains(&format!(
+            "waiting: {STUCK} (no Node yet: a candidate in 20m if none appears, then confirmed by a pass 1m later)"
+        )),
+        "{}",
+        outcome.message
+    );
+}
+
 #[test]
 fn a_dry_run_says_would_delete() {
     let host = host();

@@ -834,6 +834,53 @@ fn one_deletion_in_flight_per_pool_and_a_cap_per_pass() {
 }
 
 #[test]
+fn a_report_lists_every_confirmed_candidate_past_the_pace_but_not_past_a_breaker() {
+    let p = Policy {
+        pool_tag: Some("pool".into()),
+        max_fraction: 1.0,
+        churn_min_failures: 100,
+        report_only: true,
+        ..policy()
+    };
+    let pooled =
+        |n, pool| instance(n, InstanceState::Running, T0 + u64::from(n)).with_tag("pool", pool);
+    let nodes: Vec<NodeInfo> = (10..20).map(node_of).collect();
+    let mut instances: Vec<Instance> = (10..20).map(|n| pooled(n, "x")).collect();
+    instances.extend([pooled(1, "a"), pooled(2, "a"), pooled(3, "b")]);
+    // A deletion of an earlier enforcing pass still in flight holds nothing.
+    let mut memory = watched(&instances);
+    memory.in_flight.insert(
+        "a".into(),
+        InFlight {
+            id: "i-gone".into(),
+            since_ms: T0,
+        },
+    );
+    let d = confirmed(&p, &memory, &instances, &nodes, T0 + 60 * MIN);
+    assert_eq!(actions(&d)[10..], [DELETE_TIMEOUT; 3], "{:?}", d.verdicts);
+    // Breakers hold a report as they would hold the deletions.
+    let unready: Vec<NodeInfo> = nodes
+        .iter()
+        .map(|n| NodeInfo {
+            ready: false,
+            ..n.clone()
+        })
+        .collect();
+    let held = confirmed(&p, &memory, &instances, &unready, T0 + 60 * MIN);
+    assert!(
+        (actions(&held)[10..].iter()).all(|a| matches!(
+            a,
+            Action::Candidate {
+                skip: Skip::Breaker(_),
+                ..
+            }
+        )),
+        "{:?}",
+        held.verdicts
+    );
+}
+
+#[test]
 fn ten_thousand_instances_and_nodes_are_each_judged() {
     // Its time is measured by `cargo bench -p node-reaper` (docs/benchmarks.md).
     let (instances, nodes) = cluster(10_000, 0);
