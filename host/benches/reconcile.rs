@@ -182,6 +182,7 @@ fn caller() -> Caller {
         digest: "sha256:bench".into(),
         triggers: vec!["interval".into()],
         dry_run: false,
+        cluster: false,
     }
 }
 

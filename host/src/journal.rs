@@ -397,6 +397,7 @@ mod tests {
             digest: "sha256:d".into(),
             triggers: vec!["file:/etc/x".into()],
             dry_run: false,
+            cluster: false,
         };
         let intent = Intent {
             capability: "files",

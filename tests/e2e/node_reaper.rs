@@ -31,6 +31,8 @@ const OWNER: (&str, &str) = ("kubernetes.io/cluster/a", "owned");
 /// from the sandbox when a test fails.
 struct Cluster {
     daemon: Option<Daemon>,
+    /// The leader election's timings (`[host.leader-election]` lines).
+    lease_timings: &'static str,
     port: u16,
     sandbox: Sandbox,
     api: KubeApi,
@@ -41,6 +43,7 @@ impl Cluster {
     fn start(provider: Provider) -> Cluster {
         Cluster {
             daemon: None,
+            lease_timings: "lease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n",
             port: free_port(),
             sandbox: Sandbox::new(),
             api: KubeApi::start(),
@@ -52,13 +55,28 @@ impl Cluster {
     /// tables) before the kube, leader-election and cloud sections, then
     /// `plugins`.
     fn configure(&self, host: &str, plugins: &str) {
-        let host = format!(
-            "listen = \"127.0.0.1:{}\"\n{host}[host.kube]\nkubeconfig = \"{}\"\n[host.leader-election]\nnamespace = \"{LEASE_NAMESPACE}\"\nname = \"{LEASE}\"\nlease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n{}",
-            self.port,
-            self.api.kubeconfig().display(),
-            self.cloud.host_config(),
-        );
+        let host = self.host_config(self.port, host);
         self.sandbox.config_on_node("tend-0", &host, plugins);
+    }
+
+    /// `[host]` of a replica listening on `port`, `host` lines first.
+    fn host_config(&self, port: u16, host: &str) -> String {
+        format!(
+            "listen = \"127.0.0.1:{port}\"\n{host}[host.kube]\nkubeconfig = \"{}\"\n[host.leader-election]\nnamespace = \"{LEASE_NAMESPACE}\"\nname = \"{LEASE}\"\n{}{}",
+            self.api.kubeconfig().display(),
+            self.lease_timings,
+            self.cloud.host_config(),
+        )
+    }
+
+    /// A second replica on node `node` with the same `host` lines and
+    /// `plugins` (the reaper), started: its sandbox, port and daemon.
+    fn replica(&self, node: &str, host: &str, plugins: &str) -> (Sandbox, u16, Daemon) {
+        let (sandbox, port) = (Sandbox::new(), free_port());
+        sandbox.add_plugin(REAPER, REAPER);
+        sandbox.config_on_node(node, &self.host_config(port, host), plugins);
+        let daemon = self.with_cloud_env(|env| sandbox.daemon_with_env(env));
+        (sandbox, port, daemon)
     }
 
     /// Configure, copy the plugin under each of `names`, start `tend run`.
@@ -323,6 +341,7 @@ fn main() -> std::process::ExitCode {
         a_cloud_clock_an_hour_behind_never_shortens_the_registration_timeout,
         a_node_missing_for_a_while_costs_no_instance,
         an_instance_listed_twice_counts_once,
+        a_leader_killed_as_it_deletes_leaves_its_spend_to_the_next,
     );
     trials.push(trial(
         "a_listing_truncated_between_pages_deletes_nothing",
@@ -993,4 +1012,136 @@ fn an_instance_listed_twice_counts_once(provider: Provider) {
     cluster.cloud.clear_faults();
     cluster.wait_gone(&doomed);
     cluster.assert_deletes(&[&doomed], &[&registered]);
+}
+
+/// A manual pass of the reaper on the replica of `sandbox` (interval 1h: only
+/// these passes run after the first): what it printed.
+fn reconcile_at(cluster: &Cluster, sandbox: &Sandbox) -> String {
+    let mut printed = String::new();
+    wait_until(WITHIN, "a manual reconcile", || {
+        let out = cluster.with_cloud_env(|env| sandbox.tend_with_env(&["reconcile", REAPER], env));
+        printed = format!("{}{}", out.stdout, out.stderr);
+        !printed.contains("429 Too Many Requests")
+    });
+    printed
+}
+
+/// The cloud deletion budget (1 an hour) across a real fail-over: the
+/// leader's requests to the API server hang from shortly before its pass
+/// that would delete (the reaper's own requeue at the confirmation), so its
+/// Lease cannot carry the spend; the leader is then killed (SIGKILL). A
+/// spend reaches the Lease before the act, so the leader acts not at all (it
+/// stops leading first), and the replica taking over deletes one instance
+/// and refuses the second. Were the act first, the leader's deletion would
+/// be lost to its successor, which would delete a second within the hour.
+fn a_leader_killed_as_it_deletes_leaves_its_spend_to_the_next(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    // The leader keeps leading for 20s without renewing: long enough for
+    // its confirming pass to run inside the hang.
+    cluster.lease_timings =
+        "lease-duration = \"30s\"\nrenew-deadline = \"20s\"\nretry-period = \"1s\"\n";
+    cluster.registered("registered");
+    let doomed = [
+        cluster.unregistered("doomed-1", "p1"),
+        cluster.unregistered("doomed-2", "p2"),
+    ];
+    let budget = "[host.budgets.instance-deletions]\noperations = [\"cloud.delete-instance\"]\nmax = 1\nper = \"1h\"\n";
+    let plugins = reaper(REAPER, OWNER.0, "1h", "mode = \"enforce\"");
+    cluster.run(budget, &[REAPER], &plugins);
+    let (other, other_port, other_daemon) = cluster.replica("tend-1", budget, &plugins);
+    let leading = |port: u16| tend_e2e::status(port)["leader"]["leading"] == true;
+    wait_until(WITHIN, "a leader", || {
+        leading(cluster.port) || leading(other_port)
+    });
+    // Daemons first: each prints its log from its sandbox when a test fails.
+    let (leader, leader_port, leader_sandbox, leader_node) = match leading(cluster.port) {
+        true => (
+            cluster.daemon.take().unwrap(),
+            cluster.port,
+            &cluster.sandbox,
+            "tend-0",
+        ),
+        false => (other_daemon, other_port, &other, "tend-1"),
+    };
+    let (next_port, next_sandbox) = match leader_port == cluster.port {
+        true => (other_port, &other),
+        false => (cluster.port, &cluster.sandbox),
+    };
+    let candidates = |port: u16| {
+        let message = plugin_status(port, REAPER)["last"]["message"].clone();
+        (message.as_str()).is_some_and(|m| m.contains("skipped: 2 unconfirmed"))
+    };
+    wait_for_plugin(leader_port, REAPER, "the leader's first pass", |p| {
+        p["reconciles"].as_u64().unwrap_or(0) >= 1
+    });
+    wait_until(WITHIN, "both candidates seen", || {
+        reconcile_at(&cluster, leader_sandbox);
+        candidates(leader_port)
+    });
+    let seen = Instant::now();
+    wait_until(CONFIRMED_WITHIN, "the confirmation to be near", || {
+        seen.elapsed() > CONFIRM - Duration::from_secs(10)
+    });
+
+    // Its plugins' requests say "(NODE)", its elector's "(NODE/PID)".
+    cluster
+        .api
+        .blackhole(120.0, Some(&format!("({leader_node}")));
+    wait_until(
+        Duration::from_secs(60),
+        "the leader to stop leading",
+        || !leading(leader_port),
+    );
+    let reconciles = plugin_status(leader_port, REAPER)["reconciles"].clone();
+    let log = std::fs::read_to_string(leader_sandbox.path("tend.log")).unwrap_or_default();
+    assert_eq!(
+        cluster.cloud.deletes(None),
+        0,
+        "the leader acted before its spend reached the Lease ({reconciles} passes):\n{log}"
+    );
+    // The confirming pass ran inside the hang and spent (on its own ledger),
+    // then waited for the Lease until leadership ended: it failed the
+    // deletion, or was stopped with the leadership.
+    let budgets = tend_e2e::status(leader_port)["budgets"].clone();
+    assert_eq!(
+        budgets[0]["used"], 1,
+        "the pass reached the gate: {budgets:#}"
+    );
+    assert!(
+        log.contains("stopped leading before its budget spend reached the Lease")
+            || log.contains("stopped a cluster-scope reconcile in flight"),
+        "the confirming pass ran inside the hang:\n{log}"
+    );
+    drop(leader); // SIGKILL
+    cluster.api.end_blackhole();
+
+    wait_until(
+        Duration::from_secs(60),
+        "the other replica to take over",
+        || leading(next_port),
+    );
+    wait_for_plugin(next_port, REAPER, "the new leader's first pass", |p| {
+        p["reconciles"].as_u64().unwrap_or(0) >= 1
+    });
+    wait_until(WITHIN, "both candidates seen again", || {
+        reconcile_at(&cluster, next_sandbox);
+        candidates(next_port)
+    });
+    let seen = Instant::now();
+    wait_until(CONFIRMED_WITHIN, "the confirmation to be due", || {
+        seen.elapsed() > CONFIRM + Duration::from_millis(500)
+    });
+    reconcile_at(&cluster, next_sandbox);
+    let refused = reconcile_at(&cluster, next_sandbox);
+    assert!(
+        refused.contains("deletions stopped by the host budget"),
+        "{refused}"
+    );
+    let live = cluster.cloud.live_ids();
+    let gone = doomed.iter().filter(|d| !live.contains(&d.id)).count();
+    assert_eq!(
+        (cluster.cloud.deletes(None), gone),
+        (1, 1),
+        "one deletion in the hour"
+    );
 }

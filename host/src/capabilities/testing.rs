@@ -16,6 +16,7 @@ fn caller(plugin: &str, dry_run: bool) -> Caller {
         digest: "sha256:test".into(),
         triggers: vec!["manual".into()],
         dry_run,
+        cluster: false,
     }
 }
 

@@ -274,6 +274,7 @@ impl Elector {
             }
             _ => {}
         }
+        let carried = self.budgets.spends_made();
         record.budgets = self.budgets.shared().await;
         self.attempted = Some(record.clone());
         let write = match step {
@@ -282,6 +283,7 @@ impl Elector {
         };
         match write {
             Ok(Ok(resource_version)) => {
+                self.budgets.sharing(true, true, Some(carried));
                 self.written = Some(LeaseRecord {
                     resource_version,
                     ..record
@@ -477,6 +479,7 @@ impl TriggerSource for LeaderSource {
         }
         if let Some((_, task)) = self.running.take() {
             task.abort();
+            self.budgets.sharing(false, false, None);
             self.state.send_replace(Leadership::default());
         }
         let Some(settings) = wanted else { return };
@@ -509,6 +512,7 @@ impl TriggerSource for LeaderSource {
                 }
                 let was_leading = elector.state.leading;
                 elector.round().await;
+                budgets.sharing(true, elector.state.leading, None);
                 state.send_replace(elector.state.clone());
                 if elector.state.leading && !was_leading {
                     for plugin in plugins.borrow().iter() {

@@ -174,6 +174,7 @@ impl Runtime {
             digest: plugin.digest.clone(),
             triggers: request.triggers.iter().map(Trigger::to_string).collect(),
             dry_run: request.dry_run,
+            cluster: config.scope == crate::config::Scope::Cluster,
         };
         let call =
             request
@@ -263,6 +264,7 @@ impl Runtime {
             digest: plugin.digest.clone(),
             triggers: vec![],
             dry_run: true,
+            cluster: false,
         };
         let call = services.call(caller, config.limits, None, Tape::Off);
         let caps = Capabilities::for_call(&services.backends, &config.grants, &call);

@@ -11,7 +11,7 @@ use crate::capabilities::error::CapError;
 use crate::capabilities::state::StateBackend;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// The state namespace of the ledgers: not a valid plugin name, so no plugin
@@ -89,8 +89,22 @@ pub struct Budgets {
     persist: tokio::sync::Mutex<()>,
     /// Notified on every spend, for sharing it at once.
     spent: tokio::sync::Notify,
+    /// Spends made so far: the sequence number of the newest.
+    spends_made: AtomicU64,
+    /// What the Lease carries, for [`Budgets::shared_with_successors`].
+    sharing: tokio::sync::watch::Sender<Sharing>,
     /// A budget outgrew its share of [`SHARED_BYTES`] (said once until all fit again).
     trimmed: AtomicBool,
+}
+
+/// How far the leader election shares this host's spends.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sharing {
+    /// The elector runs: cluster-scope plugins act only while it leads.
+    pub electing: bool,
+    pub leading: bool,
+    /// The spends up to this sequence number are in the Lease.
+    pub shared_through: u64,
 }
 
 /// One budget as `/status` shows it.
@@ -113,6 +127,8 @@ impl Budgets {
             store,
             persist: tokio::sync::Mutex::const_new(()),
             spent: tokio::sync::Notify::new(),
+            spends_made: AtomicU64::new(0),
+            sharing: tokio::sync::watch::Sender::new(Sharing::default()),
             trimmed: AtomicBool::new(false),
         }
     }
@@ -120,6 +136,47 @@ impl Budgets {
     /// Wait for the next spend (or the one since the last wait).
     pub async fn spent(&self) {
         self.spent.notified().await
+    }
+
+    /// The sequence number of the newest spend: a Lease record built after
+    /// reading it carries that spend and every earlier one.
+    pub fn spends_made(&self) -> u64 {
+        self.spends_made.load(Ordering::SeqCst)
+    }
+
+    /// The elector's news: whether it runs and leads, and which spends a
+    /// record it wrote carries (`through`, from [`Budgets::spends_made`]).
+    pub fn sharing(&self, electing: bool, leading: bool, through: Option<u64>) {
+        self.sharing.send_modify(|s| {
+            s.electing = electing;
+            s.leading = leading;
+            s.shared_through = s.shared_through.max(through.unwrap_or(0));
+        });
+    }
+
+    /// Write-ahead for a cluster-scope plugin: return once the Lease carries
+    /// every spend made so far, so that a leader killed just after it acts
+    /// leaves its successor the spend. While the elector runs but this host
+    /// does not lead (it stopped leading before the record was written),
+    /// the act must not happen: `unavailable`. Without leader election there
+    /// is no successor to tell.
+    pub async fn shared_with_successors(&self) -> Result<(), CapError> {
+        let newest = self.spends_made();
+        let mut sharing = self.sharing.subscribe();
+        loop {
+            let now = *sharing.borrow_and_update();
+            if !now.electing || now.shared_through >= newest {
+                return Ok(());
+            }
+            if !now.leading {
+                return Err(CapError::Unavailable(
+                    "this host stopped leading before its budget spend reached the Lease the other replicas read; nothing was done (the new leader acts once it holds the Lease)".into(),
+                ));
+            }
+            if sharing.changed().await.is_err() {
+                return Ok(());
+            }
+        }
     }
 
     /// The ledgers of the configured budgets as JSON, at most
@@ -353,6 +410,7 @@ impl Budgets {
             self.refund(operation, target, now_ms).await;
             return Err(e);
         }
+        self.spends_made.fetch_add(1, Ordering::SeqCst);
         self.spent.notify_one();
         Ok(now_ms)
     }
@@ -446,6 +504,38 @@ mod tests {
         let status = again.status(at).await;
         assert_eq!((status[0].used, status[0].max), (2, 2));
         assert!(status[0].next_free.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_leaders_spend_waits_for_the_lease_and_fails_when_leadership_goes_first() {
+        let budgets = Arc::new(Budgets::new(rules(), Arc::new(FakeState::default())));
+        budgets.spend("files.remove", "/a").await.unwrap();
+        // No leader election: nobody to tell.
+        budgets.shared_with_successors().await.unwrap();
+
+        budgets.sharing(true, true, Some(0));
+        let waiting = tokio::spawn({
+            let budgets = budgets.clone();
+            async move { budgets.shared_with_successors().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(
+            !waiting.is_finished(),
+            "returned before the Lease carried the spend"
+        );
+        budgets.sharing(true, true, Some(budgets.spends_made()));
+        waiting.await.unwrap().unwrap();
+
+        budgets.spend("files.remove", "/b").await.unwrap();
+        let waiting = tokio::spawn({
+            let budgets = budgets.clone();
+            async move { budgets.shared_with_successors().await }
+        });
+        tokio::task::yield_now().await;
+        budgets.sharing(true, false, None);
+        let err = waiting.await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), "unavailable", "{err}");
+        assert!(err.to_string().contains("stopped leading"), "{err}");
     }
 
     #[tokio::test]

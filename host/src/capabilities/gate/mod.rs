@@ -113,6 +113,9 @@ pub struct Caller {
     pub digest: String,
     pub triggers: Vec<String>,
     pub dry_run: bool,
+    /// A cluster-scope plugin: it acts only while this host leads, and its
+    /// spends reach the Lease before it acts.
+    pub cluster: bool,
 }
 
 /// What one plan (of one plugin or several) has planned so far, so budgets
@@ -300,6 +303,18 @@ impl Gate {
                 return Err(refusal);
             }
         };
+        let shared = match spent_at > 0 && inner.caller.cluster {
+            true => inner.budgets.shared_with_successors().await,
+            false => Ok(()),
+        };
+        if let Err(e) = shared {
+            inner
+                .budgets
+                .refund(&operation, &intent.target, spent_at)
+                .await;
+            self.record(&intent, Phase::Refused, e.to_string());
+            return Err(e);
+        }
         let id = format!(
             "{}-{}",
             inner.run_id,

@@ -20,6 +20,7 @@ fn gate(dir: &std::path::Path, dry_run: bool, budgets: Arc<Budgets>) -> Gate {
         digest: "sha256:d".into(),
         triggers: vec!["manual".into()],
         dry_run,
+        cluster: false,
     };
     Gate::new(
         caller,
@@ -131,6 +132,7 @@ async fn a_reconcile_records_at_most_its_limit_of_mutations() {
     let caller = Caller {
         plugin: "flood".into(),
         dry_run: false,
+        cluster: false,
         ..Caller::default()
     };
     let limits = Limits {
