@@ -187,9 +187,7 @@ impl AwsCloud {
         .await?;
         Ok(groups.iter().map(security_group_from).collect())
     }
-}
 
-impl AwsCloud {
     /// Read-modify-write of one network interface's groups (`groups`, read
     /// just before): its other groups stay. False when it already had
     /// `group_id`.
