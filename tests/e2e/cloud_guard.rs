@@ -9,7 +9,8 @@
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::time::Instant;
-use tend_e2e::cloud::{CloudPeer, Provider};
+use tend_e2e::cloud::{CloudPeer, ListingFault, Provider};
+use tend_e2e::peers::aws::AwsPeer;
 use tend_e2e::{KubeApi, Sandbox, wait_until};
 
 const OWNER_TAG: &str = "kubernetes.io/cluster/e2e";
@@ -127,29 +128,35 @@ impl Cloud {
         }
     }
 
-    /// The groups `instance` is in, as the provider has them (OpenStack: its
-    /// ports' groups; AWS: DescribeInstances).
+    /// The groups `instance` is in, as the provider has them: those every one
+    /// of its interfaces is in (OpenStack: its ports; AWS: its ENIs, as
+    /// DescribeNetworkInterfaces has them).
     fn groups_of(&self, instance: &str) -> BTreeSet<String> {
-        match &self.0 {
+        let interfaces: Vec<BTreeSet<String>> = match &self.0 {
             CloudPeer::OpenStack(fake) => fake.state()["ports"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .filter(|p| p["device_id"] == instance)
-                .flat_map(|p| p["security_groups"].as_array().unwrap().clone())
-                .map(|g| g.as_str().unwrap().to_string())
+                .map(|p| {
+                    let groups = p["security_groups"].as_array().unwrap().iter();
+                    groups.map(|g| g.as_str().unwrap().to_string()).collect()
+                })
                 .collect(),
             CloudPeer::Aws(aws) => aws
-                .instances()
-                .iter()
-                .find(|i| i["InstanceId"] == instance)
-                .unwrap_or_else(|| panic!("no instance {instance} in moto"))["SecurityGroups"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|g| g["GroupId"].as_str().unwrap().to_string())
+                .interfaces(instance)
+                .into_iter()
+                .map(|(_, groups)| groups)
                 .collect(),
-        }
+        };
+        let (first, rest) = interfaces
+            .split_first()
+            .unwrap_or_else(|| panic!("instance {instance} has no interface at the peer"));
+        first
+            .iter()
+            .filter(|g| rest.iter().all(|other| other.contains(*g)))
+            .cloned()
+            .collect()
     }
 
     /// The ingress rules of `group`, full port ranges as None.
@@ -229,7 +236,7 @@ impl Cloud {
             }
             CloudPeer::Aws(aws) => (
                 aws.count("AuthorizeSecurityGroupIngress"),
-                aws.count("ModifyInstanceAttribute"),
+                aws.count("ModifyNetworkInterfaceAttribute") + aws.count("ModifyInstanceAttribute"),
             ),
         }
     }
@@ -997,6 +1004,253 @@ fn a_mutation_acts_on_the_owner_the_peer_reports_just_before_it(provider: Provid
         "{:#?}",
         cloud.requests()
     );
+}
+
+// ---------------------------------------------------------------------------
+// AWS: instances with several network interfaces (issue 26)
+// ---------------------------------------------------------------------------
+
+/// The AWS peer of `cloud`.
+fn aws(cloud: &Cloud) -> &AwsPeer {
+    let CloudPeer::Aws(aws) = &cloud.0 else {
+        unreachable!("started for AWS")
+    };
+    aws
+}
+
+/// Each interface of `instance` at the peer: (its ID, its groups).
+type Interfaces = Vec<(String, BTreeSet<String>)>;
+
+/// The ModifyNetworkInterfaceAttribute requests the peer answered: the
+/// interface each named and the groups it set.
+fn interface_writes(aws: &AwsPeer) -> Vec<(String, BTreeSet<String>)> {
+    aws.requests()
+        .into_iter()
+        .filter(|r| r.action.as_deref() == Some("ModifyNetworkInterfaceAttribute"))
+        .map(|r| {
+            let params = r.params.as_object().unwrap();
+            let groups = params
+                .iter()
+                .filter(|(k, _)| k.starts_with("SecurityGroupId."))
+                .map(|(_, v)| v.as_str().unwrap().to_string());
+            let id = r.params["NetworkInterfaceId"].as_str().unwrap().to_string();
+            (id, groups.collect())
+        })
+        .collect()
+}
+
+/// EC2 refuses ModifyInstanceAttribute's groups for an instance with more
+/// than one ENI, and every VPC-CNI node gets a second one soon: secgroup-guard
+/// puts each interface of instances with 1, 2 and 3 ENIs in the group, each
+/// keeping its other groups, one ModifyNetworkInterfaceAttribute per
+/// interface that lacked it and none at the instance level; an instance whose
+/// primary ENI alone was in the group is completed; another owner's
+/// interfaces are never named.
+#[test]
+fn guard_puts_every_network_interface_in_the_group() {
+    let cloud = Cloud::start(Provider::Aws);
+    let aws = aws(&cloud);
+    let group = cloud.add_group("cluster-nodes", &[]);
+    let base = cloud.add_group("node-base", &[]);
+    let own: Vec<String> = (1..=2)
+        .map(|k| cloud.add_group(&format!("eni-{k}"), &[]))
+        .collect();
+    let owned = [(OWNER_TAG, "owned")];
+    let one = aws.run_instance_with_interfaces(&owned, &[&[&base]]);
+    let two = aws.run_instance_with_interfaces(&owned, &[&[&base], &[&own[0]]]);
+    let three =
+        aws.run_instance_with_interfaces(&owned, &[&[&base], &[&own[0]], &[&own[1], &base]]);
+    let partial = aws.run_instance_with_interfaces(&owned, &[&[&base, &group], &[&own[0]]]);
+    let theirs =
+        aws.run_instance_with_interfaces(&[(OWNER_TAG, "shared")], &[&[&base], &[&own[0]]]);
+    let before: Vec<(String, Interfaces)> = [&one, &two, &three, &partial, &theirs]
+        .into_iter()
+        .map(|i| (i.clone(), aws.interfaces(i)))
+        .collect();
+    let counts: Vec<usize> = before.iter().map(|(_, enis)| enis.len()).collect();
+    assert_eq!(counts, [1, 2, 3, 2, 2], "seeded: {before:#?}");
+    assert!(
+        !cloud.groups_of(&partial).contains(&group),
+        "one interface of two in the group is not a member"
+    );
+    let sandbox = Sandbox::new();
+    let plugins = plugin(
+        &sandbox,
+        "secgroup-guard",
+        "secgroup-guard",
+        &guard_grant(&[&group]),
+        &guard_config(&format!("group-id = \"{group}\"")),
+    );
+    sandbox.config_with_host(&cloud.host_config(), &plugins);
+    cloud.clear_requests();
+
+    let first = tend(&sandbox, &cloud, &["reconcile", "secgroup-guard"]);
+    assert!(first.contains("secgroup-guard: healthy"), "{first}");
+    let mut expected_writes = Vec::new();
+    for (instance, enis) in &before {
+        let after = aws.interfaces(instance);
+        let ours = instance != &theirs;
+        let wanted: Interfaces = enis
+            .iter()
+            .map(|(id, groups)| {
+                let mut groups = groups.clone();
+                if ours && groups.insert(group.clone()) {
+                    expected_writes.push((id.clone(), groups.clone()));
+                }
+                (id.clone(), groups)
+            })
+            .collect();
+        assert_eq!(
+            after, wanted,
+            "instance {instance}: every interface in the group, its other groups kept (another owner's untouched)\n{first}"
+        );
+    }
+    let mut writes = interface_writes(aws);
+    writes.sort();
+    expected_writes.sort();
+    assert_eq!(
+        writes, expected_writes,
+        "one write per interface that lacked the group, naming exactly its groups plus the group"
+    );
+    assert_eq!(
+        aws.count("ModifyInstanceAttribute"),
+        0,
+        "{:#?}",
+        cloud.requests()
+    );
+    assert!(cloud.groups_of(&partial).contains(&group));
+
+    cloud.clear_requests();
+    let second = tend(&sandbox, &cloud, &["reconcile", "secgroup-guard"]);
+    assert!(second.contains("no changes"), "{second}");
+    assert_eq!(cloud.mutations(), 0, "{:#?}", cloud.requests());
+}
+
+/// The interfaces are read just before the act, from the instance EC2
+/// describes: an ENI moved from an owned instance to another owner's after
+/// the plugin listed it is not touched; the owned instance's remaining
+/// interface is.
+#[test]
+fn an_interface_moved_to_another_instance_after_the_listing_is_not_touched() {
+    let cloud = Cloud::start(Provider::Aws);
+    let aws = aws(&cloud);
+    let group = cloud.add_group("cluster-nodes", &[]);
+    let base = cloud.add_group("node-base", &[]);
+    let ours = aws.run_instance_with_interfaces(&[(OWNER_TAG, "owned")], &[&[&base], &[&base]]);
+    let theirs = aws.run_instance_with_interfaces(&[(OWNER_TAG, "shared")], &[&[&base]]);
+    let slow = cloud.add_instance("node-slow", &[(OWNER_TAG, "owned")]).id;
+    let (moved, _) = aws.interfaces(&ours).remove(1);
+    let sandbox = Sandbox::new();
+    let grant = format!(
+        "operations = [\"list-instances\", \"get-instance\", \"add-to-group\"], {}, security-groups = [\"{group}\"]",
+        owner_grant("owned")
+    );
+    let config = calls(&[
+        json!({"op": "list-instances", "tag": OWNER_TAG, "value": "owned"}),
+        json!({"op": "get-instance", "id": slow}),
+        json!({"op": "add-to-group", "id": ours, "group": group}),
+    ]);
+    let plugins = plugin(&sandbox, "chaos", "chaos", &grant, &config)
+        + "[plugins.chaos.limits]\ntimeout = \"30s\"\n";
+    sandbox.config_with_host(&cloud.host_config(), &plugins);
+    cloud.hold_reads_of(&slow, 3000);
+    cloud.clear_requests();
+
+    let out = std::thread::scope(|scope| {
+        let reconcile = scope.spawn(|| tend(&sandbox, &cloud, &["reconcile", "chaos"]));
+        wait_until(
+            std::time::Duration::from_secs(20),
+            "the listing to be answered",
+            || cloud.instance_listings() > 0,
+        );
+        let attachment = aws.ec2(&[
+            "call",
+            "describe_network_interfaces",
+            &json!({"NetworkInterfaceIds": [moved]}).to_string(),
+        ])["NetworkInterfaces"][0]["Attachment"]["AttachmentId"]
+            .clone();
+        let detach = json!({"AttachmentId": attachment});
+        aws.ec2(&["call", "detach_network_interface", &detach.to_string()]);
+        let attach = json!({"NetworkInterfaceId": moved, "InstanceId": theirs, "DeviceIndex": 1});
+        aws.ec2(&["call", "attach_network_interface", &attach.to_string()]);
+        reconcile.join().unwrap()
+    });
+    assert!(
+        result_of(&out, "list-instances", OWNER_TAG).contains(&ours),
+        "{out}"
+    );
+    assert_eq!(result_of(&out, "add-to-group", &ours), "true", "{out}");
+    let written: Vec<String> = interface_writes(aws)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    let (remaining, _) = aws.interfaces(&ours).remove(0);
+    assert_eq!(written, [remaining], "{:#?}", cloud.requests());
+    assert!(cloud.groups_of(&ours).contains(&group));
+    let theirs_now = aws.interfaces(&theirs);
+    assert!(
+        theirs_now.iter().any(|(id, _)| *id == moved),
+        "{theirs_now:?}"
+    );
+    assert!(
+        theirs_now
+            .iter()
+            .all(|(_, groups)| !groups.contains(&group)),
+        "another owner's interface was put in the group: {theirs_now:?}"
+    );
+}
+
+/// EC2 answers a page token it does not honour with 400
+/// InvalidPaginationToken (a client error): the listing fails at once,
+/// naming the page, and the SDK does not send the same token again.
+#[test]
+fn an_invalid_page_token_fails_the_listing_without_a_retry() {
+    let cloud = Cloud::start(Provider::Aws);
+    let aws = aws(&cloud);
+    cloud.add_instances(3, &[(OWNER_TAG, "owned")]);
+    aws.fault(&json!({
+        "max_results": {"action": "DescribeInstances", "value": 1, "times": -1},
+        "corrupt_next_token": {"action": "DescribeInstances", "after": 0},
+    }));
+    let listed = list_owned(&cloud);
+    assert!(
+        listed.starts_with("unavailable") && listed.contains("InvalidPaginationToken"),
+        "{listed}"
+    );
+    assert!(listed.contains("page 2 of the listing"), "{listed}");
+    let statuses: Vec<u16> = aws
+        .requests()
+        .iter()
+        .filter(|r| r.action.as_deref() == Some("DescribeInstances"))
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [200, 400], "a 4xx is not retried");
+}
+
+/// A 5xx between pages is EC2 failing: the SDK tries the page three times
+/// in all, then the listing fails naming the page, never a partial list.
+#[test]
+fn a_server_error_between_pages_is_retried_then_fails_the_listing() {
+    let cloud = Cloud::start(Provider::Aws);
+    let aws = aws(&cloud);
+    cloud.add_instances(3, &[(OWNER_TAG, "owned")]);
+    aws.fault(&json!({
+        "max_results": {"action": "DescribeInstances", "value": 1, "times": -1},
+    }));
+    cloud.fail_listings_after_the_first_page(ListingFault::ServerError);
+    let listed = list_owned(&cloud);
+    assert!(
+        listed.starts_with("unavailable") && listed.contains("InternalError"),
+        "{listed}"
+    );
+    assert!(listed.contains("page 2 of the listing"), "{listed}");
+    let statuses: Vec<u16> = aws
+        .requests()
+        .iter()
+        .filter(|r| r.action.as_deref() == Some("DescribeInstances"))
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [200, 500, 500, 500], "three attempts of page 2");
 }
 
 /// OpenStack: a token the cloud expires while tend still holds it (a token

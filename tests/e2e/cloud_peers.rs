@@ -414,7 +414,11 @@ fn aws_peer_pages_through_the_proxy_and_injects_faults() {
     assert_eq!(log[0].params["MaxResults"], "5");
     assert!(log[1].params["NextToken"].is_string());
 
-    // A NextToken moto never issued: the next page is moto's 500.
+    // A NextToken EC2 never issued: EC2's client error (the EC2 API
+    // Reference, "Error codes for the Amazon EC2 API": InvalidPaginationToken,
+    // "The specified pagination token is not valid or is expired.", a common
+    // client error; client errors come with a 400-series status), where moto
+    // answers its own 500.
     aws.clear_requests();
     aws.fault(&json!({"corrupt_next_token": {"action": "DescribeInstances", "after": 0}}));
     let err = aws
@@ -424,9 +428,52 @@ fn aws_peer_pages_through_the_proxy_and_injects_faults() {
             r#"{"PaginationConfig": {"PageSize": 5}}"#,
         ])
         .unwrap_err();
-    assert!(err.starts_with("ERROR"), "{err}");
+    assert_eq!(
+        err,
+        "ERROR 400 InvalidPaginationToken The specified pagination token is not valid or is expired."
+    );
     let statuses: Vec<u16> = aws.requests().iter().map(|r| r.status).collect();
-    assert_eq!(statuses, [200, 500]);
+    assert_eq!(statuses, [200, 400]);
+
+    // A listing failing from its second page on with EC2's server error:
+    // only requests carrying a NextToken fail.
+    aws.clear_requests();
+    aws.clear_faults();
+    aws.fault(
+        &json!({"fail": {"action": "DescribeInstances", "paged": true, "status": 500,
+                               "after": 0, "times": -1}}),
+    );
+    let err = aws
+        .ec2_via_proxy(&[
+            "paginate",
+            "describe_instances",
+            r#"{"PaginationConfig": {"PageSize": 5}}"#,
+        ])
+        .unwrap_err();
+    assert_eq!(
+        err,
+        "ERROR 500 InternalError proxy fault: DescribeInstances fails with 500"
+    );
+    assert!(aws.ec2_via_proxy(&["call", "describe_instances"]).is_ok());
+    let statuses: Vec<u16> = aws.requests().iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 500, 200]);
+
+    // max_results: moto pages at the fault's size whatever the caller asked.
+    aws.clear_requests();
+    aws.clear_faults();
+    aws.fault(&json!({"max_results": {"action": "DescribeInstances", "value": 4, "times": -1}}));
+    let paged = aws
+        .ec2_via_proxy(&[
+            "paginate",
+            "describe_instances",
+            r#"{"PaginationConfig": {"PageSize": 1000}}"#,
+        ])
+        .unwrap();
+    assert_eq!(
+        paged["pages"].as_array().unwrap().len(),
+        3,
+        "12 in pages of 4"
+    );
 
     // fail: an EC2 error without reaching moto; slow: held back.
     aws.clear_faults();
@@ -461,4 +508,55 @@ fn aws_peer_pages_through_the_proxy_and_injects_faults() {
     assert!(aws.requests().is_empty());
     let group = aws.create_security_group("tend-test");
     assert!(group.starts_with("sg-"), "{group}");
+}
+
+/// EC2 refuses ModifyInstanceAttribute's groups for an instance with more
+/// than one network interface; moto accepts it, so the proxy answers as EC2
+/// does, without reaching moto: 400 InvalidInstanceID "There are multiple
+/// interfaces attached to instance '...'. Please specify an interface ID for
+/// the operation instead." (the EC2 API Reference's ModifyInstanceAttribute
+/// says it "can result in an error if the instance has more than one ENI" and
+/// to use ModifyNetworkInterfaceAttribute; code, message and status as EC2
+/// answers them, e.g. hashicorp/terraform#19959). One ENI: accepted; each ENI
+/// by ModifyNetworkInterfaceAttribute: accepted.
+#[test]
+fn aws_peer_refuses_instance_groups_for_several_interfaces_as_ec2_does() {
+    let aws = AwsPeer::start();
+    let base = aws.create_security_group("base");
+    let extra = aws.create_security_group("extra");
+    let one = aws.run_instance_with_interfaces(&[], &[&[&base]]);
+    let two = aws.run_instance_with_interfaces(&[], &[&[&base], &[&base]]);
+    let set_groups = |instance: &str| {
+        let args = json!({"InstanceId": instance, "Groups": [base, extra]});
+        aws.ec2_via_proxy(&["call", "modify_instance_attribute", &args.to_string()])
+    };
+
+    let err = set_groups(&two).unwrap_err();
+    assert_eq!(
+        err,
+        format!(
+            "ERROR 400 InvalidInstanceID There are multiple interfaces attached to instance '{two}'. Please specify an interface ID for the operation instead."
+        )
+    );
+    let refused: Vec<u16> = aws.requests().iter().map(|r| r.status).collect();
+    assert_eq!(refused, [400]);
+    let unchanged: Vec<BTreeSet<String>> =
+        aws.interfaces(&two).into_iter().map(|(_, g)| g).collect();
+    assert_eq!(unchanged, vec![BTreeSet::from([base.clone()]); 2]);
+
+    set_groups(&one).unwrap();
+    let (_, groups) = aws.interfaces(&one).remove(0);
+    assert_eq!(groups, BTreeSet::from([base.clone(), extra.clone()]));
+
+    for (eni, _) in aws.interfaces(&two) {
+        let args = json!({"NetworkInterfaceId": eni, "Groups": [base, extra]});
+        aws.ec2_via_proxy(&[
+            "call",
+            "modify_network_interface_attribute",
+            &args.to_string(),
+        ])
+        .unwrap();
+    }
+    let both: Vec<BTreeSet<String>> = aws.interfaces(&two).into_iter().map(|(_, g)| g).collect();
+    assert_eq!(both, vec![BTreeSet::from([base, extra]); 2]);
 }

@@ -9,7 +9,20 @@ PORT 0 picks a free port. With --state-dir, the chosen port goes to DIR/port (wr
 the proxy listens) and the PID to DIR/aws-proxy.pid.
 
 Every request is forwarded to moto unchanged (method, path, query, headers but Host, body)
-and moto's answer comes back unchanged, but for the faults below. POST /moto-api/reset is
+and moto's answer comes back unchanged, but for the faults below and where moto is more
+lenient than EC2 (the proxy answers as EC2 does, without reaching moto):
+
+  - ModifyInstanceAttribute with groups (GroupId.N) for an instance with more than one
+    network interface: 400 InvalidInstanceID "There are multiple interfaces attached to
+    instance '...'. Please specify an interface ID for the operation instead." (EC2 API
+    Reference, ModifyInstanceAttribute: "can result in an error if the instance has more
+    than one ENI ... use the ModifyNetworkInterfaceAttribute action"; the code, message and
+    status are EC2's own, as EC2 users report them, e.g. hashicorp/terraform#19959); moto
+    accepts it;
+  - a NextToken the corrupt_next_token fault issued: 400 InvalidPaginationToken "The
+    specified pagination token is not valid or is expired." (EC2 API Reference, "Error
+    codes for the Amazon EC2 API": a common client error; client errors come with a
+    400-series status); moto answers an unknown token with its own 500. POST /moto-api/reset is
 forwarded like any other request (it empties moto). The proxy's own endpoints, /proxy/*,
 are not forwarded and not logged:
 
@@ -26,7 +39,13 @@ are not forwarded and not logged:
      "corrupt_next_token": {"action": "DescribeInstances", "after": 0}
          the matching answers carrying a NextToken are counted; the one after the first
          `after` gets a NextToken moto never issued, so the next page request fails as
-         moto fails on an unknown token (500); once;
+         EC2 fails on an unknown token (400 InvalidPaginationToken, above); once;
+     "fail" with "paged": true matches only requests carrying a NextToken (a listing
+         failing from its second page on: with status 500, EC2's server error);
+     "max_results": {"action": "DescribeInstances", "value": 2}
+         matching requests reach moto asking for pages of at most `value` items
+         (EC2 may answer fewer than MaxResults with a NextToken), so a listing of a few
+         instances has several pages;
      "slow": {"action": "TerminateInstances", "ms": 2000}
          matching requests are held this long before they are forwarded;
      "launch_time": {"instance": "i-...", "offset_seconds": -3600}
@@ -64,7 +83,10 @@ ERROR_CODES = {400: "InvalidParameterValue", 401: "AuthFailure", 403: "Unauthori
 NEXT_TOKEN = re.compile(rb"<nextToken>([^<]*)</nextToken>")
 LAUNCH_TIME = re.compile(rb"<launchTime>([^<]*)</launchTime>")
 ITEM_TAG = re.compile(rb"<item>|</item>|</reservationSet>")
-FAULTS = ("fail", "corrupt_next_token", "slow", "launch_time", "duplicate_instance", "pad")
+FAULTS = ("fail", "corrupt_next_token", "slow", "launch_time", "duplicate_instance", "pad",
+          "max_results")
+NETWORK_INTERFACE_ID = re.compile(rb"<networkInterfaceId>([^<]*)</networkInterfaceId>")
+EC2_VERSION = "2016-11-15"
 
 
 def as_list(fault):
@@ -128,6 +150,8 @@ class Proxy:
         self.log = []
         self.faults = {}
         self.counts = {}
+        # The NextTokens corrupt_next_token issued: EC2 refuses them (InvalidPaginationToken).
+        self.forged_tokens = set()
 
     def hit(self, key, action, params):
         """The fault `key` firing for this request's `action` and `params` (and counting
@@ -139,6 +163,8 @@ class Proxy:
             if fault.get("action") not in (None, action):
                 continue
             if any(params.get(k) != v for k, v in fault.get("params", {}).items()):
+                continue
+            if fault.get("paged") and "NextToken" not in params:
                 continue
             n = self.counts.get((key, i), 0)
             self.counts[(key, i)] = n + 1
@@ -166,6 +192,14 @@ class Proxy:
             return ec2_error(status, fail.get("code") or ERROR_CODES.get(status, "InternalError"),
                              f"proxy fault: {action} fails with {status}")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        refusal = await self.as_ec2_refuses(action, params, headers)
+        if refusal is not None:
+            entry["status"] = refusal.status
+            return refusal
+        max_results = self.hit("max_results", action, params)
+        if max_results and "MaxResults" in params:
+            body = urllib.parse.urlencode({**dict(urllib.parse.parse_qsl(body.decode())),
+                                           "MaxResults": str(max_results["value"])}).encode()
         url = self.upstream + request.path_qs
         try:
             async with self.session.request(request.method, url, headers=headers, data=body,
@@ -177,7 +211,9 @@ class Proxy:
             entry["status"] = 502
             return web.Response(status=502, text=f"the proxy could not reach moto: {e}")
         if status == 200 and NEXT_TOKEN.search(payload) and self.hit("corrupt_next_token", action, params):
-            payload = NEXT_TOKEN.sub(f"<nextToken>{uuid.uuid4().hex}</nextToken>".encode(), payload, count=1)
+            forged = uuid.uuid4().hex
+            self.forged_tokens.add(forged)
+            payload = NEXT_TOKEN.sub(f"<nextToken>{forged}</nextToken>".encode(), payload, count=1)
         if status == 200 and action == "DescribeInstances":
             payload = self.rewrite_instances(payload)
         entry["status"] = status
@@ -185,6 +221,26 @@ class Proxy:
         if pad:
             return await self.padded(request, status, payload, out_headers, int(pad["bytes"]))
         return web.Response(status=status, body=payload, headers=out_headers)
+
+    async def as_ec2_refuses(self, action, params, headers):
+        """EC2's refusal of a request moto would accept (see the module's doc), or None."""
+        if params.get("NextToken") in self.forged_tokens:
+            return ec2_error(400, "InvalidPaginationToken",
+                             "The specified pagination token is not valid or is expired.")
+        if action == "ModifyInstanceAttribute" and any(k.startswith("GroupId.") for k in params):
+            instance = params.get("InstanceId", "")
+            if len(await self.interfaces_of(instance, headers)) > 1:
+                return ec2_error(400, "InvalidInstanceID",
+                                 f"There are multiple interfaces attached to instance '{instance}'. "
+                                 "Please specify an interface ID for the operation instead.")
+        return None
+
+    async def interfaces_of(self, instance, headers):
+        """The network interfaces attached to `instance`, as moto has them (not logged)."""
+        form = {"Action": "DescribeNetworkInterfaces", "Version": EC2_VERSION,
+                "Filter.1.Name": "attachment.instance-id", "Filter.1.Value.1": instance}
+        async with self.session.post(self.upstream + "/", headers=headers, data=form) as answer:
+            return NETWORK_INTERFACE_ID.findall(await answer.read())
 
     def rewrite_instances(self, payload):
         """A DescribeInstances answer as the launch_time and duplicate_instance faults say."""

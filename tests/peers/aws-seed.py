@@ -5,7 +5,11 @@ through moto itself, and read it back through the same API.
 
     aws-seed.py ENDPOINT run-instances --count N [--tag KEY=VALUE]... [--group SG_ID]...
                                        [--type t3.micro] [--separate]
-        prints the new instance ids (a JSON list)
+                                       [--interface SG_ID[,SG_ID...]]...
+        prints the new instance ids (a JSON list); with --interface, each instance gets
+        one network interface per --interface, in these groups (the first is the primary
+        one, the others are created and attached after it, as the VPC CNI does), and
+        --group is not used
     aws-seed.py ENDPOINT create-security-group --name NAME [--description TEXT]
         prints the new group id (a JSON string)
     aws-seed.py ENDPOINT call OPERATION [JSON]
@@ -44,6 +48,12 @@ def clean(response):
     return response
 
 
+def default_subnet(ec2):
+    """A subnet of the default VPC (where the groups tests create are)."""
+    subnets = ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])
+    return sorted(s["SubnetId"] for s in subnets["Subnets"])[0]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("endpoint")
@@ -53,6 +63,7 @@ def main():
     run.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE")
     run.add_argument("--group", action="append", default=[], metavar="SG_ID")
     run.add_argument("--type", default="t3.micro")
+    run.add_argument("--interface", action="append", default=[], metavar="SG_ID[,SG_ID...]")
     run.add_argument("--separate", action="store_true",
                      help="one RunInstances call (one reservation) per instance: moto pages "
                           "DescribeInstances by reservation, so instances meant to page need this")
@@ -74,10 +85,23 @@ def main():
                 kwargs["TagSpecifications"] = [{"ResourceType": "instance", "Tags": tags}]
             if args.group:
                 kwargs["SecurityGroupIds"] = args.group
+            interfaces = [groups.split(",") for groups in args.interface]
+            if interfaces:
+                # The ENIs' groups are their own: moto adds an instance's launch groups to
+                # every ENI attached to it, which EC2 does not.
+                subnet = default_subnet(ec2)
+                kwargs.pop("SecurityGroupIds", None)
+                kwargs["NetworkInterfaces"] = [{"DeviceIndex": 0, "SubnetId": subnet,
+                                                "Groups": interfaces[0]}]
             if args.separate:
                 kwargs["MinCount"] = kwargs["MaxCount"] = 1
             out = [i["InstanceId"] for _ in range(args.count if args.separate else 1)
                    for i in ec2.run_instances(**kwargs)["Instances"]]
+            for instance in out if interfaces else []:
+                for index, groups in enumerate(interfaces[1:], start=1):
+                    eni = ec2.create_network_interface(SubnetId=subnet, Groups=groups)
+                    ec2.attach_network_interface(InstanceId=instance, DeviceIndex=index,
+                                                 NetworkInterfaceId=eni["NetworkInterface"]["NetworkInterfaceId"])
         elif args.command == "create-security-group":
             out = ec2.create_security_group(GroupName=args.name, Description=args.description)["GroupId"]
         elif args.command == "call":

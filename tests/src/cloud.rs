@@ -41,8 +41,8 @@ pub struct Seeded {
 pub enum ListingFault {
     /// A page cut short (OpenStack only: a truncated body).
     Truncated,
-    /// A page answered with a 5xx (OpenStack: 503; AWS: a NextToken moto
-    /// never issued, which moto answers with a 500).
+    /// A page answered with a 5xx (OpenStack: 503; AWS: 500 to every
+    /// request carrying a NextToken).
     ServerError,
 }
 
@@ -264,7 +264,8 @@ impl CloudPeer {
                 "fail": {"path": OPENSTACK_LIST, "status": 503, "after": 1, "times": -1}
             })),
             (CloudPeer::Aws(aws), ListingFault::ServerError) => aws.fault(&json!({
-                "corrupt_next_token": {"action": "DescribeInstances", "after": 0, "times": -1}
+                "fail": {"action": "DescribeInstances", "paged": true, "status": 500,
+                         "after": 0, "times": -1}
             })),
             (CloudPeer::Aws(_), ListingFault::Truncated) => {
                 panic!("the AWS proxy cuts no page short")

@@ -645,7 +645,9 @@ typedef struct tend_plugin_cloud_instance_t {
   plugin_option_string_t   zone;
   plugin_list_string_t   private_addresses;
   plugin_list_string_t   public_addresses;
-  // The IDs of the security groups it is in.
+  // The IDs of the security groups it is in: those every one of its
+  // network interfaces (AWS ENIs, OpenStack ports) is in. A group only
+  // some interfaces are in is not listed (`add-to-group` completes it).
   plugin_list_string_t   security_groups;
   // AWS tags or OpenStack server metadata.
   plugin_list_tuple2_string_string_t   tags;
@@ -919,10 +921,11 @@ extern bool tend_plugin_cloud_find_security_group(plugin_string_t *name, plugin_
 // was added, false when the provider already had it (a duplicate is
 // success).
 extern bool tend_plugin_cloud_ensure_rule(plugin_string_t *group_id, tend_plugin_cloud_rule_t *rule, bool *ret, tend_plugin_cloud_error_t *err);
-// Make instance `instance-id` a member of group `group-id` (AWS: the
-// instance's groups plus this one; OpenStack: each of its ports, with the
-// port's revision checked): true when it was added, false when it was
-// already a member.
+// Make instance `instance-id` a member of group `group-id`: each network
+// interface attached to it, read just before, gets the group beside the
+// ones it has (AWS: each ENI, as EC2 refuses instance-level groups for an
+// instance with several; OpenStack: each port, with the port's revision
+// checked): true when it was added, false when it was already a member.
 extern bool tend_plugin_cloud_add_to_group(plugin_string_t *instance_id, plugin_string_t *group_id, bool *ret, tend_plugin_cloud_error_t *err);
 
 // Exported Functions from `tend:plugin/reconciler@0.1.0`

@@ -60,7 +60,9 @@ export interface Instance {
   privateAddresses: string[];
   publicAddresses: string[];
   /**
-   * The IDs of the security groups it is in.
+   * The IDs of the security groups it is in: those every one of its
+   * network interfaces (AWS ENIs, OpenStack ports) is in. A group only
+   * some interfaces are in is not listed (`add-to-group` completes it).
    */
   securityGroups: string[];
   /**

@@ -1,10 +1,13 @@
 //! moto_server (an EC2 emulator) behind the project's proxy
 //! (tests/peers/aws-proxy.py): Tend's AWS backend is pointed at the proxy, which
-//! forwards everything to moto unchanged, logs each EC2 call and injects faults
-//! (failures, a NextToken moto never issued, slowness). Tests create state
+//! forwards everything to moto unchanged, logs each EC2 call, answers as EC2
+//! where moto is more lenient (instance-level groups of a multi-ENI instance,
+//! an unknown NextToken) and injects faults (failures, a NextToken moto never
+//! issued, slowness). Tests create state
 //! through moto itself with boto3 (tests/peers/aws-seed.py), so seeding is not in
 //! the proxy's log. Both processes are children of the test, stopped by PID.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -194,7 +197,7 @@ impl AwsPeer {
     }
 
     /// Merge faults into the proxy's (`fail`, `corrupt_next_token`, `slow`,
-    /// `launch_time`, `duplicate_instance`; see
+    /// `launch_time`, `duplicate_instance`, `pad`, `max_results`; see
     /// tests/peers/aws-proxy.py).
     pub fn fault(&self, faults: &Value) {
         self.control(self.proxy_port, "POST", "/proxy/faults", faults);
@@ -252,6 +255,53 @@ impl AwsPeer {
             .unwrap()
             .iter()
             .map(|id| id.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// A running instance tagged `tags` with one network interface per entry
+    /// of `interfaces`, each in those groups (the first is the primary one,
+    /// the others attached after it, as the VPC CNI attaches them); its id.
+    pub fn run_instance_with_interfaces(
+        &self,
+        tags: &[(&str, &str)],
+        interfaces: &[&[&str]],
+    ) -> String {
+        let tags: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let interfaces: Vec<String> = interfaces.iter().map(|groups| groups.join(",")).collect();
+        let mut args = vec!["run-instances", "--count", "1"];
+        for tag in &tags {
+            args.extend(["--tag", tag]);
+        }
+        for groups in &interfaces {
+            args.extend(["--interface", groups]);
+        }
+        self.ec2(&args)[0].as_str().unwrap().to_string()
+    }
+
+    /// The network interfaces attached to `instance`, by device index, each
+    /// with its groups, straight from moto.
+    pub fn interfaces(&self, instance: &str) -> Vec<(String, BTreeSet<String>)> {
+        let args = json!({"Filters": [{"Name": "attachment.instance-id", "Values": [instance]}]});
+        let answer = self.ec2(&["call", "describe_network_interfaces", &args.to_string()]);
+        let mut interfaces: Vec<(i64, String, BTreeSet<String>)> = answer["NetworkInterfaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|eni| {
+                let groups = eni["Groups"].as_array().unwrap().iter();
+                (
+                    eni["Attachment"]["DeviceIndex"].as_i64().unwrap(),
+                    eni["NetworkInterfaceId"].as_str().unwrap().to_string(),
+                    groups
+                        .map(|g| g["GroupId"].as_str().unwrap().to_string())
+                        .collect(),
+                )
+            })
+            .collect();
+        interfaces.sort();
+        interfaces
+            .into_iter()
+            .map(|(_, id, groups)| (id, groups))
             .collect()
     }
 

@@ -187,6 +187,50 @@ impl AwsCloud {
         .await?;
         Ok(groups.iter().map(security_group_from).collect())
     }
+
+    /// Read-modify-write of one network interface's groups (`groups`, read
+    /// just before): its other groups stay. False when it already had
+    /// `group_id`.
+    async fn add_to_interface(
+        &self,
+        interface: &str,
+        mut groups: Vec<String>,
+        group_id: &str,
+    ) -> Result<bool, CapError> {
+        if groups.iter().any(|g| g == group_id) {
+            return Ok(false);
+        }
+        groups.push(group_id.to_string());
+        let client = self.client().await?;
+        let request = client
+            .modify_network_interface_attribute()
+            .network_interface_id(interface)
+            .set_groups(Some(groups))
+            .send();
+        self.send("add-to-group", "ModifyNetworkInterfaceAttribute", request)
+            .await?;
+        Ok(true)
+    }
+}
+
+/// The network interfaces attached (or attaching) to `instance` as EC2
+/// describes it, each with its group IDs: those are the instance's, and
+/// only those are changed for it.
+fn attached_interfaces(instance: &ec2::Instance) -> Vec<(String, Vec<String>)> {
+    instance
+        .network_interfaces()
+        .iter()
+        .filter(|eni| {
+            eni.attachment()
+                .and_then(|a| a.status())
+                .is_none_or(|s| matches!(s, ec2::AttachmentStatus::Attached | ec2::AttachmentStatus::Attaching))
+        })
+        .filter_map(|eni| {
+            let id = eni.network_interface_id()?;
+            let groups = eni.groups().iter().filter_map(|g| g.group_id().map(str::to_string));
+            Some((id.to_string(), groups.collect()))
+        })
+        .collect()
 }
 
 /// `client` with every answer's body bounded while it is read at
@@ -437,32 +481,28 @@ impl CloudBackend for AwsCloud {
         instance: &Instance,
         group_id: &str,
     ) -> Result<bool, CapError> {
-        // Read-modify-write of the instance's whole group list: read it now,
-        // not from the listing the plugin decided on.
+        // Per network interface: EC2 refuses ModifyInstanceAttribute's groups
+        // for an instance with more than one (every VPC-CNI node past its first
+        // ENI's addresses). The interfaces are the ones EC2 describes under this
+        // instance now, not the listing the plugin decided on.
         let Some(current) = self.describe_instance("add-to-group", &instance.id).await? else {
             return Err(CapError::NotFound(format!(
                 "EC2 instance {} no longer exists",
                 instance.id
             )));
         };
-        let mut groups: Vec<String> = current
-            .security_groups()
-            .iter()
-            .filter_map(|g| g.group_id().map(str::to_string))
-            .collect();
-        if groups.iter().any(|g| g == group_id) {
-            return Ok(false);
+        let interfaces = attached_interfaces(&current);
+        if interfaces.is_empty() {
+            return Err(CapError::Conflict(format!(
+                "cloud add-to-group: EC2 instance {} has no attached network interface to put in {group_id}",
+                instance.id
+            )));
         }
-        groups.push(group_id.to_string());
-        let client = self.client().await?;
-        let request = client
-            .modify_instance_attribute()
-            .instance_id(&instance.id)
-            .set_groups(Some(groups))
-            .send();
-        self.send("add-to-group", "ModifyInstanceAttribute", request)
-            .await?;
-        Ok(true)
+        let mut added = false;
+        for (interface, groups) in interfaces {
+            added |= self.add_to_interface(&interface, groups, group_id).await?;
+        }
+        Ok(added)
     }
 
     fn requests(&self) -> u64 {
@@ -529,7 +569,10 @@ fn classify(code: &str) -> ErrorClass {
         | "Unavailable"
         | "InternalError"
         | "InternalFailure"
-        | "InsufficientInstanceCapacity" => ErrorClass::Busy,
+        | "InsufficientInstanceCapacity"
+        // A page token EC2 no longer honours (expired): the next listing
+        // starts over; sending the same token again is futile.
+        | "InvalidPaginationToken" => ErrorClass::Busy,
         "AuthFailure"
         | "InvalidClientTokenId"
         | "SignatureDoesNotMatch"
@@ -716,6 +759,26 @@ fn provider_id(zone: Option<&str>, id: &str) -> String {
     format!("aws:///{}/{id}", zone.unwrap_or_default())
 }
 
+/// The groups `instance` is in: those every attached network interface is
+/// in (a group on only some of them leaves the others open, and
+/// `add-to-group` completes it), in the first interface's order; the
+/// instance's own list when EC2 describes no interface.
+fn member_of(instance: &ec2::Instance) -> Vec<String> {
+    let interfaces = attached_interfaces(instance);
+    let Some(((_, first), rest)) = interfaces.split_first() else {
+        return instance
+            .security_groups()
+            .iter()
+            .filter_map(|g| g.group_id().map(str::to_string))
+            .collect();
+    };
+    first
+        .iter()
+        .filter(|g| rest.iter().all(|(_, groups)| groups.contains(g)))
+        .cloned()
+        .collect()
+}
+
 fn instance_from(i: &ec2::Instance) -> Result<Instance, CapError> {
     let Some(id) = i.instance_id() else {
         return Err(CapError::Other(
@@ -782,11 +845,7 @@ fn instance_from(i: &ec2::Instance) -> Result<Instance, CapError> {
             .into_iter()
             .map(str::to_string)
             .collect(),
-        security_groups: i
-            .security_groups()
-            .iter()
-            .filter_map(|g| g.group_id().map(str::to_string))
-            .collect(),
+        security_groups: member_of(i),
         tags,
     })
 }
@@ -1120,6 +1179,7 @@ mod tests {
                     .ipv6_address("fd00::5")
                     .build(),
             )
+            .groups(group("sg-1"))
             .build();
         let instance = ec2::Instance::builder()
             .instance_id("i-0123456789abcdef0")
@@ -1169,6 +1229,53 @@ mod tests {
             ec2::Tag::builder().key("Name").value("worker-1").build(),
         ]);
         assert_eq!(instance_from(&named).unwrap().name, "worker-1");
+    }
+
+    fn group(id: &str) -> ec2::GroupIdentifier {
+        ec2::GroupIdentifier::builder().group_id(id).build()
+    }
+
+    fn interface(id: &str, status: ec2::AttachmentStatus, groups: &[&str]) -> ec2::InstanceNetworkInterface {
+        ec2::InstanceNetworkInterface::builder()
+            .network_interface_id(id)
+            .attachment(
+                ec2::InstanceNetworkInterfaceAttachment::builder()
+                    .status(status)
+                    .build(),
+            )
+            .set_groups(Some(groups.iter().map(|g| group(g)).collect()))
+            .build()
+    }
+
+    #[test]
+    fn an_instance_is_in_the_groups_every_attached_interface_is_in() {
+        use ec2::AttachmentStatus::{Attached, Attaching, Detaching};
+        let instance = ec2::Instance::builder()
+            .instance_id("i-0123456789abcdef0")
+            // EC2's instance-level list names the primary interface's groups.
+            .security_groups(group("sg-a"))
+            .security_groups(group("sg-b"))
+            .network_interfaces(interface("eni-1", Attached, &["sg-a", "sg-b"]))
+            .network_interfaces(interface("eni-2", Attaching, &["sg-c", "sg-b"]))
+            .network_interfaces(interface("eni-3", Detaching, &["sg-d"]))
+            .build();
+        assert_eq!(
+            attached_interfaces(&instance),
+            [
+                ("eni-1".to_string(), vec!["sg-a".to_string(), "sg-b".to_string()]),
+                ("eni-2".to_string(), vec!["sg-c".to_string(), "sg-b".to_string()]),
+            ],
+            "an interface being detached is no longer the instance's"
+        );
+        assert_eq!(
+            member_of(&instance),
+            ["sg-b"],
+            "sg-a is on one interface only: add-to-group has work left"
+        );
+        let no_interfaces = ec2::Instance::builder()
+            .security_groups(group("sg-a"))
+            .build();
+        assert_eq!(member_of(&no_interfaces), ["sg-a"]);
     }
 
     /// One scripted answer: the page's items and the next page's token.
@@ -1265,6 +1372,7 @@ mod tests {
         assert_eq!(classify("InvalidParameterValue"), ErrorClass::Invalid);
         assert_eq!(classify("InvalidPermission.Duplicate"), ErrorClass::Other);
         assert_eq!(classify("IncorrectInstanceState"), ErrorClass::Conflict);
+        assert_eq!(classify("InvalidPaginationToken"), ErrorClass::Busy);
     }
 
     #[test]

@@ -47,8 +47,10 @@ pub trait CloudBackend: Send + Sync + 'static {
         group_id: &str,
         rule: &Rule,
     ) -> Result<bool, CapError>;
-    /// Make `instance` a member of `group_id` (AWS: its groups plus this one;
-    /// OpenStack: each port, with the port's revision): true when added.
+    /// Make `instance` a member of `group_id`: each of its network interfaces
+    /// (AWS: read again, each ENI's groups plus this one; OpenStack: each
+    /// port, with the port's revision), every other group kept: true when
+    /// one was added.
     async fn add_to_group(
         &self,
         permit: Permit,

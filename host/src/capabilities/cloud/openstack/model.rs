@@ -97,7 +97,7 @@ pub fn millis(text: &str) -> Option<i64> {
     i64::try_from(since.as_millis()).ok()
 }
 
-/// The instance of `server`, in the groups of its ports. An unreadable
+/// The instance of `server`, in the groups every one of its ports is in. An unreadable
 /// creation time is an error (never "created in 1970": reapers act on age).
 pub fn instance(server: Server, ports: &[&Port]) -> Result<Instance, String> {
     let created_at_ms = millis(&server.created).ok_or_else(|| {
@@ -113,9 +113,14 @@ pub fn instance(server: Server, ports: &[&Port]) -> Result<Instance, String> {
             _ => private.push(address.addr),
         }
     }
+    // A group only some ports are in leaves the others open: the server is in
+    // the groups every port is in (add-to-group completes the rest).
     let mut groups: Vec<String> = Vec::new();
-    for group in ports.iter().flat_map(|p| &p.security_groups) {
-        if !groups.contains(group) {
+    let (first, rest) = ports.split_first().map_or((&[][..], &[][..]), |(f, r)| {
+        (f.security_groups.as_slice(), r)
+    });
+    for group in first {
+        if !groups.contains(group) && rest.iter().all(|p| p.security_groups.contains(group)) {
             groups.push(group.clone());
         }
     }
@@ -305,7 +310,7 @@ mod tests {
             (i.private_addresses, i.public_addresses),
             (vec!["10.0.0.5".to_string()], vec!["172.24.4.9".to_string()])
         );
-        assert_eq!(i.security_groups, ["g1", "g2", "g3"]);
+        assert_eq!(i.security_groups, ["g2"], "the groups every port is in");
         assert_eq!(
             i.tags,
             [("kubernetes.io/cluster/a".to_string(), "owned".to_string())]

@@ -53,7 +53,9 @@ type Instance struct {
 	Zone             witTypes.Option[string]
 	PrivateAddresses []string
 	PublicAddresses  []string
-	// The IDs of the security groups it is in.
+	// The IDs of the security groups it is in: those every one of its
+	// network interfaces (AWS ENIs, OpenStack ports) is in. A group only
+	// some interfaces are in is not listed (`add-to-group` completes it).
 	SecurityGroups []string
 	// AWS tags or OpenStack server metadata.
 	Tags []witTypes.Tuple2[string, string]
