@@ -2206,7 +2206,10 @@ fn a_request_without_credentials_is_anonymous_and_refused() {
             all.extend_from_slice(args);
             k.run(&all)
         };
-        assert!(k.apply("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n", &[]).success());
+        assert!(
+            k.apply("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n", &[])
+                .success()
+        );
 
         let out = as_anonymous(&["get", "nodes"]);
         assert_eq!(out.code, Some(1), "{out:?}");
@@ -2268,7 +2271,10 @@ fn a_request_without_credentials_is_anonymous_and_refused() {
             api.port(),
             "GET",
             "/api/v1/nodes",
-            &[("Accept", "application/json"), ("Authorization", "Bearer wrong")],
+            &[
+                ("Accept", "application/json"),
+                ("Authorization", "Bearer wrong"),
+            ],
             "",
             WITHIN,
         )

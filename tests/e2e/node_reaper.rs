@@ -50,15 +50,16 @@ impl Cluster {
 
     /// Write the config: `host` lines (keys of `[host]` first, then its
     /// tables) before the kube, leader-election and cloud sections, then
-    /// `plugins`.
+    /// `plugins`; tend gets exactly the RBAC `tend rbac` renders for it.
     fn configure(&self, host: &str, plugins: &str) {
         let host = format!(
-            "listen = \"127.0.0.1:{}\"\n{host}[host.kube]\nkubeconfig = \"{}\"\n[host.leader-election]\nnamespace = \"{LEASE_NAMESPACE}\"\nname = \"{LEASE}\"\nlease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n{}",
+            "listen = \"127.0.0.1:{}\"\n{host}{}[host.leader-election]\nnamespace = \"{LEASE_NAMESPACE}\"\nname = \"{LEASE}\"\nlease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n{}",
             self.port,
-            self.api.kubeconfig().display(),
+            self.api.host_kube(&self.sandbox),
             self.cloud.host_config(),
         );
         self.sandbox.config_on_node("tend-0", &host, plugins);
+        self.api.grant_rbac(&self.sandbox);
     }
 
     /// Configure, copy the plugin under each of `names`, start `tend run`.
