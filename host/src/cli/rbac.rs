@@ -500,7 +500,9 @@ mod tests {
     #[test]
     fn list_and_watch_need_both() {
         for verb in ["list", "watch"] {
-            let r = rules(&format!(r#"[{{"resource": "pods", "verbs": ["{verb}", "create"]}}]"#));
+            let r = rules(&format!(
+                r#"[{{"resource": "pods", "verbs": ["{verb}", "create"]}}]"#
+            ));
             let yaml = one("p", &r);
             assert_eq!(
                 lists(&yaml, "verbs"),
@@ -516,7 +518,10 @@ mod tests {
     #[test]
     fn patch_and_a_selected_delete_need_the_hosts_get() {
         for (grant, verbs) in [
-            (r#"{"resource": "pods", "verbs": ["patch"]}"#, vec!["get", "patch"]),
+            (
+                r#"{"resource": "pods", "verbs": ["patch"]}"#,
+                vec!["get", "patch"],
+            ),
             (
                 r#"{"resource": "pods", "verbs": ["delete"], "label-selector": "app=web"}"#,
                 vec!["get", "delete"],
@@ -525,16 +530,26 @@ mod tests {
             let yaml = one("p", &rules(&format!("[{grant}]")));
             assert_eq!(lists(&yaml, "verbs"), [verbs], "{grant}");
             assert!(
-                comments(&yaml).contains("- get: the grant has none, but the host reads the object itself"),
+                comments(&yaml)
+                    .contains("- get: the grant has none, but the host reads the object itself"),
                 "{yaml}"
             );
         }
         // A delete without selectors is not read first; a get granted says nothing.
-        let yaml = one("p", &rules(r#"[{"resource": "pods", "verbs": ["delete"]}]"#));
+        let yaml = one(
+            "p",
+            &rules(r#"[{"resource": "pods", "verbs": ["delete"]}]"#),
+        );
         assert_eq!(lists(&yaml, "verbs"), [["delete"]]);
-        let yaml = one("p", &rules(r#"[{"resource": "pods", "verbs": ["get", "patch"]}]"#));
+        let yaml = one(
+            "p",
+            &rules(r#"[{"resource": "pods", "verbs": ["get", "patch"]}]"#),
+        );
         assert_eq!(lists(&yaml, "verbs"), [["get", "patch"]]);
-        assert!(!comments(&yaml).contains("- get: the grant has none"), "{yaml}");
+        assert!(
+            !comments(&yaml).contains("- get: the grant has none"),
+            "{yaml}"
+        );
     }
 
     #[test]
