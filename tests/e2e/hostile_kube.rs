@@ -135,7 +135,7 @@ fn names_and_namespaces_cannot_address_subresources_secrets_evictions_or_query_p
 }
 
 #[test]
-fn a_node_plugin_cannot_write_tends_own_election_lease() {
+fn a_plugin_cannot_write_tends_own_election_lease() {
     let api = KubeApi::start();
     let lease = json!({
         "apiVersion": "coordination.k8s.io/v1",

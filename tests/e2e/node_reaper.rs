@@ -50,10 +50,19 @@ impl Cluster {
 
     /// Write the config: `host` lines (keys of `[host]` first, then its
     /// tables) before the kube, leader-election and cloud sections, then
-    /// `plugins`; tend gets exactly the RBAC `tend rbac` renders for it.
+    /// `plugins`; tend gets exactly the RBAC `tend rbac` renders for it. The
+    /// leader election only when a plugin is in the cluster scope: one tend
+    /// is one ServiceAccount, and `tend rbac` binds the elector's Lease to
+    /// tend-cluster, a node-scope plugin's grants to tend-node.
     fn configure(&self, host: &str, plugins: &str) {
+        let election = match plugins.contains("scope = \"cluster\"") {
+            true => format!(
+                "[host.leader-election]\nnamespace = \"{LEASE_NAMESPACE}\"\nname = \"{LEASE}\"\nlease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n"
+            ),
+            false => String::new(),
+        };
         let host = format!(
-            "listen = \"127.0.0.1:{}\"\n{host}{}[host.leader-election]\nnamespace = \"{LEASE_NAMESPACE}\"\nname = \"{LEASE}\"\nlease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n{}",
+            "listen = \"127.0.0.1:{}\"\n{host}{}{election}{}",
             self.port,
             self.api.host_kube(&self.sandbox),
             self.cloud.host_config(),
@@ -277,9 +286,10 @@ fn pool_timeout(pool: &str, timeout: &str) -> String {
     format!("[plugins.{REAPER}.config.pools.{pool}]\nregistration-timeout = \"{timeout}\"\n")
 }
 
-/// `plugins` run on every host, not only the leader: a test where tend's
-/// requests fail for longer than the renew deadline (the watch cache's
-/// grace is longer) would otherwise see the leader step down instead.
+/// `plugins` run on every host, not only the leader (and with no leader
+/// election: see [`Cluster::configure`]): a test where tend's requests fail
+/// for longer than the renew deadline (the watch cache's grace is longer)
+/// would otherwise see the leader step down instead.
 fn node_scoped(plugins: &str) -> String {
     plugins.replace("scope = \"cluster\"\n", "")
 }
