@@ -3,7 +3,9 @@
 //! machine has, 1.28 and 1.33) gets, lists, applies (client- and server-side),
 //! patches, deletes, watches and waits against it, and raw HTTP checks what
 //! kubectl hides (Status reasons, 410 after compaction, bookmarks, paging).
-//! Every wait is on a condition with a deadline.
+//! Authentication and RBAC too: the admin token, ServiceAccount tokens held
+//! to their bindings, and no credentials answered as a real server answers
+//! system:anonymous. Every wait is on a condition with a deadline.
 
 use serde_json::{Value, json};
 use std::path::Path;
