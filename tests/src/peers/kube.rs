@@ -132,10 +132,11 @@ impl KubeApi {
 
     /// Write a kubeconfig for the server's plain HTTP port to `path`, its user
     /// the bearer `token` (kube-rs sends it over plain HTTP too), namespace
-    /// `default`.
+    /// `default`. Written then renamed: a running tend never reads half a file.
     pub fn write_kubeconfig(&self, path: &Path, token: &str) {
+        let tmp = path.with_extension("tmp");
         std::fs::write(
-            path,
+            &tmp,
             format!(
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
                  users:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: fake\n  context:\n\
@@ -144,6 +145,7 @@ impl KubeApi {
             ),
         )
         .unwrap();
+        std::fs::rename(tmp, path).unwrap();
     }
 
     /// Register a bearer `token` for `user` (`system:serviceaccount:NS:NAME`).
