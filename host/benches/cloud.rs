@@ -114,12 +114,13 @@ fn daemon_with(peer: CloudPeer) {
     let port = tend_e2e::free_port();
     sandbox.config_with_host(
         &format!(
-            "listen = \"127.0.0.1:{port}\"\n{}\n[host.kube]\nkubeconfig = \"{}\"\n[host.leader-election]\nnamespace = \"kube-system\"\nname = \"bench\"\n",
+            "listen = \"127.0.0.1:{port}\"\n{}\n{}[host.leader-election]\nnamespace = \"kube-system\"\nname = \"bench\"\n",
             peer.host_config(),
-            api.kubeconfig().display()
+            api.host_kube(&sandbox)
         ),
         &reaper_config(""),
     );
+    api.grant_rbac(&sandbox);
     let env: Vec<(&str, String)> = peer.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let first_pass = || {

@@ -17,7 +17,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::time::Instant;
 use tend::capabilities::kube::{KubeBackend, KubeSettings, ListParams, RealKube};
-use tend_e2e::{KubeApi, rss_kib};
+use tend_e2e::{KUBE_ADMIN_TOKEN, KubeApi, rss_kib};
 
 const NODES: usize = 5000;
 
@@ -46,7 +46,10 @@ fn live_bytes() -> i64 {
 
 fn main() {
     let api = KubeApi::start_with(&["--history", "20000"]);
-    let kubeconfig = api.kubeconfig();
+    // As the admin, over plain HTTP: the bench creates its 5000 Nodes itself
+    // and measures the cache, not RBAC (the e2e tests hold tend to RBAC).
+    let kubeconfig = api.dir().join("bench-kubeconfig");
+    api.write_kubeconfig(&kubeconfig, KUBE_ADMIN_TOKEN);
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 use tend_e2e::cloud::{CloudPeer, ListingFault, Provider};
 use tend_e2e::peers::aws::AwsPeer;
-use tend_e2e::{KubeApi, Sandbox, wait_until};
+use tend_e2e::{KubeApi, Kubectl, Sandbox, wait_until};
 
 const OWNER_TAG: &str = "kubernetes.io/cluster/e2e";
 const POD_V4: &str = "10.244.0.0/16";
@@ -549,12 +549,9 @@ fn guard_reads_kubeadm_and_keeps_egress_and_extra_rules(provider: Provider) {
         &grants,
         &config,
     );
-    let host = format!(
-        "{}[host.kube]\nkubeconfig = \"{}\"\n",
-        cloud.host_config(),
-        api.kubeconfig().display()
-    );
+    let host = format!("{}{}", cloud.host_config(), api.host_kube(&sandbox));
     sandbox.config_with_host(&host, &plugins);
+    api.grant_rbac(&sandbox);
     cloud.clear_requests();
 
     let first = tend(&sandbox, &cloud, &["reconcile", "secgroup-guard"]);
@@ -581,6 +578,107 @@ fn guard_reads_kubeadm_and_keeps_egress_and_extra_rules(provider: Provider) {
     assert!(second.contains("secgroup-guard: healthy"), "{second}");
     assert!(second.contains("no changes"), "{second}");
     assert_eq!(cloud.mutations(), 0, "{second}\n{:#?}", cloud.requests());
+}
+
+/// What holds secgroup-guard's kube read at a real API server is the RBAC
+/// `tend rbac` renders for its grant: applied without its kubeadm-config rule,
+/// the guard's read is refused 403 at the API fake (as its ServiceAccount),
+/// and the pass is degraded and changes nothing at the cloud; with the rule
+/// back, the same pass succeeds.
+fn guard_without_its_rbac_rule_is_refused_at_the_api_server(provider: Provider) {
+    let cloud = Cloud::start(provider);
+    let api = KubeApi::start();
+    let map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "kubeadm-config", "namespace": "kube-system"},
+        "data": {"ClusterConfiguration": format!("networking:\n  podSubnet: {POD_V4}\n")}});
+    let (code, body) = api.call(
+        "POST",
+        "/api/v1/namespaces/kube-system/configmaps",
+        Some(&map),
+    );
+    assert_eq!(code, 201, "{body}");
+    let group = cloud.add_group("cluster-nodes", &[]);
+    let sandbox = Sandbox::new();
+    let grants = format!(
+        "cloud = {{ {} }}\nkube = [{{ resource = \"configmaps\", verbs = [\"get\"], namespaces = [\"kube-system\"], names = [\"kubeadm-config\"] }}]",
+        guard_grant(&[&group])
+    );
+    let config =
+        format!("owner = {{ tag = \"{OWNER_TAG}\", value = \"owned\" }}\ngroup-id = \"{group}\"");
+    let plugins = plugin_granted(
+        &sandbox,
+        "secgroup-guard",
+        "secgroup-guard",
+        &grants,
+        &config,
+    );
+    sandbox.config_with_host(
+        &format!("{}{}", cloud.host_config(), api.host_kube(&sandbox)),
+        &plugins,
+    );
+    let user = api.grant_rbac(&sandbox);
+
+    // The Role `tend rbac` made in kube-system, less its one configmaps rule.
+    let kubectl = Kubectl::version("1.33", &api);
+    let roles = kubectl.json(&[
+        "get",
+        "roles",
+        "-n",
+        "kube-system",
+        "-l",
+        "app.kubernetes.io/part-of=tend",
+    ]);
+    let role = &roles["items"][0];
+    let index = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|r| r["resources"][0] == "configmaps")
+        .unwrap_or_else(|| panic!("no configmaps rule in {roles:#}"));
+    kubectl.ok(&[
+        "patch",
+        "role",
+        role["metadata"]["name"].as_str().unwrap(),
+        "-n",
+        "kube-system",
+        "--type",
+        "json",
+        "-p",
+        &format!(r#"[{{"op": "remove", "path": "/rules/{index}"}}]"#),
+    ]);
+
+    cloud.clear_requests();
+    let seq = api.request_seq();
+    let env = cloud.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let out = sandbox.tend_with_env(&["reconcile", "secgroup-guard"], &env);
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        said.contains(&format!(
+            "secgroup-guard: degraded: changed nothing: denied: get configmaps/kubeadm-config: \
+             configmaps \"kubeadm-config\" is forbidden: User \"{user}\" cannot get resource \
+             \"configmaps\" in API group \"\" in the namespace \"kube-system\" (Forbidden)"
+        )),
+        "{said}"
+    );
+    let refused: Vec<Value> = api
+        .requests_since(seq)
+        .into_iter()
+        .filter(|e| e["code"] == 403)
+        .collect();
+    assert!(!refused.is_empty(), "{said}");
+    for e in &refused {
+        assert_eq!(e["user"], user.as_str(), "{e:#}");
+        assert_eq!(e["resource"], "configmaps", "{e:#}");
+        assert_eq!(e["name"], "kubeadm-config", "{e:#}");
+    }
+    assert_eq!(cloud.mutations(), 0, "{said}\n{:#?}", cloud.requests());
+
+    // The rule back: the same pass reads kubeadm's pod CIDR and adds the rules.
+    api.grant_rbac(&sandbox);
+    let again = tend(&sandbox, &cloud, &["reconcile", "secgroup-guard"]);
+    assert!(again.contains("secgroup-guard: healthy"), "{again}");
+    assert!(cloud.mutations() > 0, "{again}");
 }
 
 // ---------------------------------------------------------------------------
@@ -1438,6 +1536,7 @@ both!(
     guard_resolves_a_group_name_and_refuses_an_ambiguous_one,
     guard_resolves_the_name_again_when_the_remembered_group_is_gone,
     guard_reads_kubeadm_and_keeps_egress_and_extra_rules,
+    guard_without_its_rbac_rule_is_refused_at_the_api_server,
     an_ungranted_operation_is_denied_naming_the_grant,
     instances_outside_the_owner_tag_are_denied,
     hostile_identifiers_and_ungranted_targets_never_reach_the_peer,

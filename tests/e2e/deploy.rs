@@ -542,10 +542,11 @@ fn every_metric_the_dashboard_and_alerts_use_is_on_a_live_metrics_page() {
     let plugins = "[plugins.steady]\nfile = \"plugins/chaos.wasm\"\ninterval = \"100ms\"\n[plugins.steady.config]\nmode = \"ok\"\n\
                    [plugins.broken]\nfile = \"plugins/chaos.wasm\"\ninterval = \"100ms\"\n[plugins.broken.config]\nmode = \"fail\"\n";
     let host = format!(
-        "listen = \"127.0.0.1:{port}\"\n[host.kube]\nkubeconfig = \"{}\"\n[host.leader-election]\nnamespace = \"kube-system\"\nname = \"tend\"\nlease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n",
-        api.kubeconfig().display()
+        "listen = \"127.0.0.1:{port}\"\n{}[host.leader-election]\nnamespace = \"kube-system\"\nname = \"tend\"\nlease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n",
+        api.host_kube(&sandbox)
     );
     sandbox.config_with_host(&host, plugins);
+    api.grant_rbac(&sandbox);
     let daemon = sandbox.daemon();
     wait_until(WITHIN, "a success, a failure and the Lease", || {
         metric(port, "tend_leader") == Some(1.0)

@@ -10,12 +10,10 @@ use tend_e2e::{KubeApi, Sandbox};
 const LEASE_NS: &str = "tend-system";
 const LEASE: &str = "tend-cluster";
 
-/// `[host.kube]` pointing at `api`, and `extra` host tables.
-fn kube_host(api: &KubeApi, extra: &str) -> String {
-    format!(
-        "[host.kube]\nkubeconfig = \"{}\"\n{extra}",
-        api.kubeconfig().display()
-    )
+/// `[host.kube]` with the kubeconfig [`KubeApi::grant_rbac`] writes for the
+/// tend of `sandbox`, and `extra` host tables.
+fn kube_host(api: &KubeApi, sandbox: &Sandbox, extra: &str) -> String {
+    format!("{}{extra}", api.host_kube(sandbox))
 }
 
 /// A chaos plugin NAME in kube-call mode: its kube `grant` (a TOML array) and
@@ -23,6 +21,17 @@ fn kube_host(api: &KubeApi, extra: &str) -> String {
 fn hostile(name: &str, grant: &str, call: &str) -> String {
     format!(
         "[plugins.{name}]\n[plugins.{name}.grants]\nkube = {grant}\n[plugins.{name}.config]\nmode = \"kube-call\"\n{call}\n"
+    )
+}
+
+/// Plugin `name`'s config `text` in the cluster scope: with the
+/// leader-election Lease, one tend (as one ServiceAccount, tend-cluster) runs
+/// them.
+fn cluster_scope(name: &str, text: &str) -> String {
+    text.replacen(
+        &format!("[plugins.{name}]\n"),
+        &format!("[plugins.{name}]\nscope = \"cluster\"\n"),
+        1,
     )
 }
 
@@ -109,7 +118,8 @@ fn names_and_namespaces_cannot_address_subresources_secrets_evictions_or_query_p
         sandbox.add_plugin("chaos", name);
         plugins += &hostile(name, grant, call);
     }
-    sandbox.config_on_node("node-1", &kube_host(&api, ""), &plugins);
+    sandbox.config_on_node("node-1", &kube_host(&api, &sandbox, ""), &plugins);
+    api.grant_rbac(&sandbox);
     let seq = api.request_seq();
     for (name, _, _, refused) in &attacks {
         let said = reconcile(&sandbox, name);
@@ -125,7 +135,7 @@ fn names_and_namespaces_cannot_address_subresources_secrets_evictions_or_query_p
 }
 
 #[test]
-fn a_node_plugin_cannot_write_tends_own_election_lease() {
+fn a_plugin_cannot_write_tends_own_election_lease() {
     let api = KubeApi::start();
     let lease = json!({
         "apiVersion": "coordination.k8s.io/v1",
@@ -158,9 +168,11 @@ fn a_node_plugin_cannot_write_tends_own_election_lease() {
     );
     sandbox.config_on_node(
         "node-1",
-        &kube_host(&api, &election),
-        &(hostile("usurper", grant, &patch(LEASE)) + &hostile("own", grant, &create_own)),
+        &kube_host(&api, &sandbox, &election),
+        &(cluster_scope("usurper", &hostile("usurper", grant, &patch(LEASE)))
+            + &cluster_scope("own", &hostile("own", grant, &create_own))),
     );
+    api.grant_rbac(&sandbox);
     let seq = api.request_seq();
     let said = reconcile(&sandbox, "usurper");
     assert!(
@@ -214,11 +226,12 @@ fn rule_selectors_bound_lists_and_gets() {
     let get_bare = "op = \"get\"\napi-version = \"v1\"\nkind = \"Pod\"\nnamespace = \"default\"\nname = \"mine\"";
     sandbox.config_on_node(
         "node-1",
-        &kube_host(&api, ""),
+        &kube_host(&api, &sandbox, ""),
         &(hostile("on-node", node_rule, list)
             + &hostile("labelled", label_rule, list)
             + &hostile("peek", label_rule, get_bare)),
     );
+    api.grant_rbac(&sandbox);
     let seq = api.request_seq();
     let said = reconcile(&sandbox, "on-node");
     assert!(
@@ -277,9 +290,10 @@ fn a_one_name_rule_with_a_plugin_field_selector_does_not_list_other_nodes() {
     let call = "op = \"list\"\napi-version = \"v1\"\nkind = \"Node\"\nfield-selector = \"metadata.name!=nothing\"";
     sandbox.config_on_node(
         "node-1",
-        &kube_host(&api, ""),
+        &kube_host(&api, &sandbox, ""),
         &hostile("widen", grant, call),
     );
+    api.grant_rbac(&sandbox);
     let seq = api.request_seq();
     let said = reconcile(&sandbox, "widen");
     assert!(
@@ -324,7 +338,7 @@ fn a_fields_narrowed_patch_cannot_cordon_or_taint_its_own_node() {
     };
     sandbox.config_on_node(
         "node-1",
-        &kube_host(&api, ""),
+        &kube_host(&api, &sandbox, ""),
         &(hostile("cordon", grant, &patch("merge", r#"{"metadata": {"labels": {"x": "y"}}, "spec": {"unschedulable": true}}"#))
             + &hostile(
                 "taint",
@@ -338,6 +352,7 @@ fn a_fields_narrowed_patch_cannot_cordon_or_taint_its_own_node() {
             )
             + &hostile("label", grant, &patch("merge", r#"{"metadata": {"labels": {"tended": "yes"}}}"#))),
     );
+    api.grant_rbac(&sandbox);
     let seq = api.request_seq();
     for (name, path) in [
         ("cordon", "spec.unschedulable"),

@@ -12,11 +12,12 @@ use tend_e2e::{Daemon, KubeApi, Sandbox, free_port, metric, wait_for_plugin, wai
 
 const WITHIN: Duration = Duration::from_secs(30);
 
-/// `[host]` lines: the daemon's port and `[host.kube]` pointing at `api`, with `kube` lines.
-fn kube_host(api: &KubeApi, port: u16, kube: &str) -> String {
+/// `[host]` lines: the daemon's port and `[host.kube]` with the kubeconfig
+/// [`KubeApi::grant_rbac`] writes for the tend of `sandbox`, with `kube` lines.
+fn kube_host(api: &KubeApi, sandbox: &Sandbox, port: u16, kube: &str) -> String {
     format!(
-        "listen = \"127.0.0.1:{port}\"\n[host.kube]\nkubeconfig = \"{}\"\n{kube}",
-        api.kubeconfig().display()
+        "listen = \"127.0.0.1:{port}\"\n{}{kube}",
+        api.host_kube(sandbox)
     )
 }
 
@@ -29,7 +30,8 @@ fn chaos(name: &str, extra: &str, grant: &str, limits: &str, config: &str) -> St
 }
 
 fn start(api: &KubeApi, sandbox: &Sandbox, port: u16, kube: &str, plugins: &str) -> Daemon {
-    sandbox.config_on_node("node-1", &kube_host(api, port, kube), plugins);
+    sandbox.config_on_node("node-1", &kube_host(api, sandbox, port, kube), plugins);
+    api.grant_rbac(sandbox);
     sandbox.daemon()
 }
 
@@ -110,9 +112,10 @@ fn one_plugins_many_selectors_cannot_starve_another_plugins_watch_trigger() {
     );
     sandbox.config_on_node(
         "node-1",
-        &kube_host(&api, port, kube),
+        &kube_host(&api, &sandbox, port, kube),
         &(hoarder + &watcher),
     );
+    api.grant_rbac(&sandbox);
     wait_for_plugin(port, "pod-watcher", "its startup reconcile", |p| {
         p["reconciles"] == 1
     });
@@ -154,16 +157,17 @@ fn a_thousand_gets_in_one_reconcile_are_held_to_the_request_rate() {
             "mode = \"kube-get-many\"\napi-version = \"v1\"\nkind = \"{kind}\"\nname = \"{name}\"\ncount = {count}"
         )
     };
-    // The defaults: 5 requests a second and a burst of 10 per plugin; a 4 s reconcile.
+    // The defaults: 5 requests a second and a burst of 10 per plugin; a 4 s
+    // reconcile. Both in the elector's scope: one tend is one ServiceAccount.
     let plugins = chaos(
         "getter",
-        "",
+        "scope = \"cluster\"\n",
         r#"[{ resource = "nodes", verbs = ["get"], names = ["$NODE"] }]"#,
         "timeout = \"4s\"",
         &get("Node", "node-1", 1000),
     ) + &chaos(
         "neighbour",
-        "interval = \"1s\"\n",
+        "scope = \"cluster\"\ninterval = \"1s\"\n",
         r#"[{ resource = "namespaces", verbs = ["get"], names = ["default"] }]"#,
         "",
         &get("Namespace", "default", 3),

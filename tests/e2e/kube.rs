@@ -19,13 +19,11 @@ const WITHIN: Duration = Duration::from_secs(20);
 /// What the test itself sends as User-Agent, to tell its requests from tend's.
 const TEST_AGENT: &str = "tend-e2e-test";
 
-/// `[host]` lines: `listen` (when given) and `[host.kube]` pointing at `api`.
-fn kube_host(api: &KubeApi, listen: Option<u16>) -> String {
+/// `[host]` lines: `listen` (when given) and `[host.kube]` with the kubeconfig
+/// [`KubeApi::grant_rbac`] writes for the tend of `sandbox`.
+fn kube_host(api: &KubeApi, sandbox: &Sandbox, listen: Option<u16>) -> String {
     let listen = listen.map_or(String::new(), |p| format!("listen = \"127.0.0.1:{p}\"\n"));
-    format!(
-        "{listen}[host.kube]\nkubeconfig = \"{}\"\n",
-        api.kubeconfig().display()
-    )
+    format!("{listen}{}", api.host_kube(sandbox))
 }
 
 /// One chaos plugin: `[plugins.NAME]` with `extra` lines (interval, scope),
@@ -139,7 +137,8 @@ fn a_node_plugin_labels_only_its_own_node_and_its_repeated_event_is_counted() {
     };
     let plugins = chaos("labeler", "", Some(grant), &label("node-1"))
         + &chaos("intruder", "", Some(grant), &label("node-2"));
-    sandbox.config_on_node("node-1", &kube_host(&api, None), &plugins);
+    sandbox.config_on_node("node-1", &kube_host(&api, &sandbox, None), &plugins);
+    api.grant_rbac(&sandbox);
 
     let out = sandbox.tend(&["reconcile", "labeler"]);
     assert!(out.success, "{}{}", out.stdout, out.stderr);
@@ -238,7 +237,7 @@ fn a_watched_pod_deletion_reconciles_the_plugin_at_once() {
     // No interval: only startup and the watch wake it.
     sandbox.config_on_node(
         "node-1",
-        &kube_host(&api, Some(port)),
+        &kube_host(&api, &sandbox, Some(port)),
         &chaos(
             "pod-watcher",
             "",
@@ -246,6 +245,7 @@ fn a_watched_pod_deletion_reconciles_the_plugin_at_once() {
             "mode = \"kube-watch\"",
         ),
     );
+    api.grant_rbac(&sandbox);
     let _daemon = sandbox.daemon();
     let watcher = |what: &str, want: &dyn Fn(&Value) -> bool| -> Value {
         tend_e2e::wait_for_plugin(port, "pod-watcher", what, |p| {
@@ -344,7 +344,8 @@ fn ten_plugins_watching_nodes_share_one_watch() {
             "mode = \"kube-watch\"",
         );
     }
-    sandbox.config_on_node("n-0", &kube_host(&api, Some(port)), &plugins);
+    sandbox.config_on_node("n-0", &kube_host(&api, &sandbox, Some(port)), &plugins);
+    api.grant_rbac(&sandbox);
     let _daemon = sandbox.daemon();
     wait_ready(port);
     wait_until(WITHIN, "a watch on nodes", || {
@@ -393,7 +394,7 @@ fn a_reconcile_reading_cached_objects_makes_no_api_request() {
     sandbox.add_plugin("chaos", "lister");
     sandbox.config_on_node(
         "c-1",
-        &kube_host(&api, Some(port)),
+        &kube_host(&api, &sandbox, Some(port)),
         &chaos(
             "lister",
             "interval = \"1s\"\n",
@@ -401,6 +402,7 @@ fn a_reconcile_reading_cached_objects_makes_no_api_request() {
             "mode = \"kube-list\"\napi-version = \"v1\"\nkind = \"Node\"",
         ),
     );
+    api.grant_rbac(&sandbox);
     let daemon = sandbox.daemon();
     // Warm: the first list started the cache (discovery, the reflector's list
     // and its watch); the second read nothing new.
@@ -473,9 +475,10 @@ fn a_planned_patch_is_the_servers_dry_run_under_the_same_grant() {
     let config = "mode = \"kube-call\"\nop = \"patch\"\napi-version = \"v1\"\nkind = \"Node\"\nname = \"node-1\"\npatch-type = \"merge\"\nbody = '{\"metadata\": {\"labels\": {\"tend.dev/planned\": \"yes\"}}}'";
     sandbox.config_on_node(
         "node-1",
-        &kube_host(&api, None),
+        &kube_host(&api, &sandbox, None),
         &chaos("labeler", "", Some(grant), config),
     );
+    api.grant_rbac(&sandbox);
     let rv = api.resource_version();
     let mut watch = api.watch(&format!("/api/v1/nodes?watch=1&resourceVersion={rv}"));
     assert_eq!(watch.status, 200);
@@ -573,10 +576,11 @@ fn replica(
     for name in names {
         sandbox.add_plugin("chaos", name);
     }
-    let host = kube_host(api, Some(port))
+    let host = kube_host(api, &sandbox, Some(port))
         + "[host.leader-election]\nnamespace = \"kube-system\"\nname = \"tend\"\nlease-duration = \"6s\"\nrenew-deadline = \"4s\"\nretry-period = \"1s\"\n"
         + host;
     sandbox.config_on_node(node, &host, plugins);
+    api.grant_rbac(&sandbox);
     let daemon = sandbox.daemon();
     (daemon, port, sandbox)
 }
@@ -880,7 +884,7 @@ fn a_cache_whose_watch_fails_answers_unavailable_then_serves_again() {
     sandbox.add_plugin("chaos", "lister");
     sandbox.config_on_node(
         "n-1",
-        &kube_host(&api, Some(port)),
+        &kube_host(&api, &sandbox, Some(port)),
         &chaos(
             "lister",
             "interval = \"1s\"\n",
@@ -888,6 +892,7 @@ fn a_cache_whose_watch_fails_answers_unavailable_then_serves_again() {
             "mode = \"kube-list\"\napi-version = \"v1\"\nkind = \"Node\"",
         ),
     );
+    api.grant_rbac(&sandbox);
     let _daemon = sandbox.daemon();
     tend_e2e::wait_for_plugin(port, "lister", "a cached list", |p| {
         p["last"]["message"] == "listed 2 Node: n-1, n-2"
@@ -1099,7 +1104,7 @@ fn the_watch_cache_survives_410_gone_and_triggers_again() {
     sandbox.add_plugin("chaos", "pod-watcher");
     sandbox.config_on_node(
         "node-1",
-        &kube_host(&api, Some(port)),
+        &kube_host(&api, &sandbox, Some(port)),
         &chaos(
             "pod-watcher",
             "",
@@ -1107,6 +1112,7 @@ fn the_watch_cache_survives_410_gone_and_triggers_again() {
             "mode = \"kube-watch\"",
         ),
     );
+    api.grant_rbac(&sandbox);
     let _daemon = sandbox.daemon();
     tend_e2e::wait_for_plugin(port, "pod-watcher", "its startup reconcile", |p| {
         p["reconciles"] == 1

@@ -3,7 +3,9 @@
 //! machine has, 1.28 and 1.33) gets, lists, applies (client- and server-side),
 //! patches, deletes, watches and waits against it, and raw HTTP checks what
 //! kubectl hides (Status reasons, 410 after compaction, bookmarks, paging).
-//! Every wait is on a condition with a deadline.
+//! Authentication and RBAC too: the admin token, ServiceAccount tokens held
+//! to their bindings, and no credentials answered as a real server answers
+//! system:anonymous. Every wait is on a condition with a deadline.
 
 use serde_json::{Value, json};
 use std::path::Path;
@@ -1866,12 +1868,13 @@ fn with_token(api: &KubeApi, token: &str, args: &[&str]) -> Vec<String> {
 /// as the real RBAC authorizer does: verbs, groups, resources and
 /// subresources, resourceNames (also for a list by metadata.name), namespaces,
 /// wildcards, Group subjects; denials are the real 403 Status; `kubectl auth
-/// can-i` asks it through SelfSubjectAccessReviews. Without credentials (the
-/// kubeconfig kubectl uses for setup) a caller is the admin.
+/// can-i` asks it through SelfSubjectAccessReviews. The fixtures' admin token
+/// (the kubeconfig kubectl uses for setup) is in system:masters: allowed
+/// everything, as on a real server.
 #[test]
 fn rbac_objects_authorize_a_service_account_token() {
     for version in KUBECTLS {
-        let api = KubeApi::start_with(&["--tls", "--token", &format!("{SA_TOKEN}={SA_USER}")]);
+        let api = KubeApi::start_with(&["--token", &format!("{SA_TOKEN}={SA_USER}")]);
         let k = Kubectl::version(version, &api);
         eprintln!("--- kubectl {version} against {}", api.url());
         let out = k.apply(RBAC, &[]);
@@ -2088,15 +2091,21 @@ fn rbac_objects_authorize_a_service_account_token() {
             ),
         );
 
-        // An unknown token is not anyone; no credentials is the admin.
+        // An unknown token is not anyone; the admin may do anything.
         let out = k.run(
             &with_token(&api, "wrong", &["get", "nodes"])
                 .iter()
                 .map(String::as_str)
                 .collect::<Vec<_>>(),
         );
-        assert!(out.stderr.contains("Unauthorized"), "{out:?}");
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr
+                .contains("error: You must be logged in to the server (Unauthorized)"),
+            "{out:?}"
+        );
         assert_eq!(k.ok(&["auth", "can-i", "delete", "nodes"]).trim(), "yes");
+        assert_eq!(k.ok(&["auth", "can-i", "*", "*"]).trim(), "yes");
 
         // The Status of a denial over raw HTTP, and the fake's request log.
         let auth = format!("Bearer {SA_TOKEN}");
@@ -2164,4 +2173,137 @@ fn rbac_objects_authorize_a_service_account_token() {
         );
         assert!(log.iter().any(|e| e["code"] == 401), "no 401 logged");
     }
+}
+
+/// A kubeconfig for `api`'s plain HTTP port with no user: kubectl sends no
+/// credentials, as a client without any does.
+fn anonymous_kubeconfig(api: &KubeApi, dir: &Path) -> String {
+    let path = dir.join("anonymous");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             contexts:\n- name: fake\n  context: {{cluster: fake}}\ncurrent-context: fake\n",
+            api.url()
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+/// A request without credentials is system:anonymous, whom a real API server
+/// (anonymous auth on, RBAC) allows only what system:public-info-viewer
+/// gives: /version and the health checks. kubectl's discovery is refused, so
+/// it prints what it prints against a real cluster ("couldn't get current
+/// server API group list: unknown", "Error from server (Forbidden): unknown");
+/// `auth can-i` is refused its review; raw HTTP gets the real 403 Status; an
+/// unknown token is 401. The request log names the user.
+#[test]
+fn a_request_without_credentials_is_anonymous_and_refused() {
+    each_kubectl(|api, k| {
+        let dir = tempfile::tempdir().unwrap();
+        let anonymous = anonymous_kubeconfig(api, dir.path());
+        let as_anonymous = |args: &[&str]| {
+            let mut all = vec!["--kubeconfig", anonymous.as_str()];
+            all.extend_from_slice(args);
+            k.run(&all)
+        };
+        assert!(
+            k.apply("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n", &[])
+                .success()
+        );
+
+        let out = as_anonymous(&["get", "nodes"]);
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr
+                .contains("couldn't get current server API group list: unknown"),
+            "{out:?}"
+        );
+        assert_eq!(
+            out.stderr.lines().last(),
+            Some("Error from server (Forbidden): unknown"),
+            "{out:?}"
+        );
+        assert!(!out.stdout.contains("n1"), "{out:?}");
+        let out = as_anonymous(&["get", "--raw", "/api"]);
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr.contains(
+                "Error from server (Forbidden): forbidden: User \"system:anonymous\" cannot get path \"/api\""
+            ),
+            "{out:?}"
+        );
+        let out = as_anonymous(&["auth", "can-i", "get", "nodes"]);
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr.contains(
+                "Error from server (Forbidden): selfsubjectaccessreviews.authorization.k8s.io is forbidden: \
+                 User \"system:anonymous\" cannot create resource \"selfsubjectaccessreviews\" in API group \
+                 \"authorization.k8s.io\" at the cluster scope"
+            ),
+            "{out:?}"
+        );
+        // What system:public-info-viewer gives everyone.
+        for path in ["/version", "/healthz", "/livez", "/readyz"] {
+            let out = as_anonymous(&["get", "--raw", path]);
+            assert!(out.success(), "{path}: {out:?}");
+        }
+
+        // Raw HTTP: the Status a real server answers, and 401 for a token it does not know.
+        let (status, body) = tend_e2e::http_call(
+            api.port(),
+            "GET",
+            "/api/v1/nodes/n1",
+            &[("Accept", "application/json")],
+            "",
+            WITHIN,
+        )
+        .unwrap();
+        assert_eq!(status, 403, "{body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap(),
+            json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "nodes \"n1\" is forbidden: User \"system:anonymous\" cannot get resource \"nodes\" in API group \"\" at the cluster scope",
+                "reason": "Forbidden", "details": {"name": "n1", "kind": "nodes"}, "code": 403,
+            })
+        );
+        let (status, body) = tend_e2e::http_call(
+            api.port(),
+            "GET",
+            "/api/v1/nodes",
+            &[
+                ("Accept", "application/json"),
+                ("Authorization", "Bearer wrong"),
+            ],
+            "",
+            WITHIN,
+        )
+        .unwrap();
+        assert_eq!(status, 401, "{body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap(),
+            json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "Unauthorized", "reason": "Unauthorized", "code": 401,
+            })
+        );
+        let log = api.requests()["log"].as_array().unwrap().clone();
+        let refused: Vec<&Value> = log.iter().filter(|e| e["code"] == 403).collect();
+        assert!(refused.len() >= 4, "{refused:#?}");
+        assert!(
+            refused.iter().all(|e| e["user"] == "system:anonymous"),
+            "{refused:#?}"
+        );
+        assert!(
+            log.iter()
+                .any(|e| e["user"] == "kubernetes-admin" && e["verb"] == "create"),
+            "the admin's apply is not in the log"
+        );
+        assert!(
+            log.iter().any(|e| e["code"] == 401 && e["user"].is_null()),
+            "no 401 logged"
+        );
+    });
 }

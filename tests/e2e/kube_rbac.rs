@@ -12,29 +12,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 use tend_e2e::{
     Daemon, KubeApi, Kubectl, Sandbox, free_port, plugin_status, status, wait_for_plugin,
-    wait_until, workspace_root,
+    wait_until,
 };
 
 const WITHIN: Duration = Duration::from_secs(30);
 const NODE_USER: &str = "system:serviceaccount:tend-system:tend-node";
 const CLUSTER_USER: &str = "system:serviceaccount:tend-system:tend-cluster";
-
-/// A kubeconfig for `api` whose user is `token` (kube-rs sends it as a bearer
-/// token, over plain HTTP too).
-fn kubeconfig(api: &KubeApi, sandbox: &Sandbox, token: &str) -> std::path::PathBuf {
-    let path = sandbox.path("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
-             users:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: fake\n  context:\n\
-             \x20   cluster: fake\n    user: sa\n    namespace: default\ncurrent-context: fake\n",
-            api.url()
-        ),
-    )
-    .unwrap();
-    path
-}
 
 /// One chaos plugin with a kube grant (a TOML array) and its config (TOML lines).
 fn chaos(name: &str, scope: &str, grant: &str, config: &str) -> String {
@@ -44,13 +27,13 @@ fn chaos(name: &str, scope: &str, grant: &str, config: &str) -> String {
 }
 
 /// A `tend run` on `node` with `plugins` (chaos plugins named `names`), as
-/// `token`'s ServiceAccount; its config's `tend rbac` output applied with
-/// kubectl (as the admin).
+/// the ServiceAccount `user`: its config's `tend rbac` output applied with
+/// kubectl (as the admin), tend's kubeconfig that ServiceAccount's token
+/// ([`KubeApi::grant_rbac`]).
 fn tend(
     api: &KubeApi,
-    kubectl: &Kubectl,
     node: &str,
-    token: &str,
+    user: &str,
     extra_host: &str,
     (names, plugins): (&[&str], String),
 ) -> (Sandbox, u16, Daemon) {
@@ -60,14 +43,11 @@ fn tend(
     }
     let port = free_port();
     let host = format!(
-        "listen = \"127.0.0.1:{port}\"\n[host.kube]\nkubeconfig = \"{}\"\n{extra_host}",
-        kubeconfig(api, &sandbox, token).display()
+        "listen = \"127.0.0.1:{port}\"\n{}{extra_host}",
+        api.host_kube(&sandbox)
     );
     sandbox.config_on_node(node, &host, &plugins);
-    let rbac = sandbox.tend(&["rbac"]);
-    assert!(rbac.success, "tend rbac: {}", rbac.stderr);
-    let applied = kubectl.apply(&rbac.stdout, &[]);
-    assert!(applied.success(), "{applied:?}\n{}", rbac.stdout);
+    assert_eq!(api.grant_rbac(&sandbox), user);
     let daemon = sandbox.daemon();
     (sandbox, port, daemon)
 }
@@ -93,25 +73,8 @@ fn healthy(p: &Value, message: &str) -> bool {
 
 #[test]
 fn tend_rbac_output_is_all_the_access_tend_needs() {
-    let api = KubeApi::start_with(&[
-        "--token",
-        &format!("node-token={NODE_USER}"),
-        "--token",
-        &format!("cluster-token={CLUSTER_USER}"),
-    ]);
+    let api = KubeApi::start();
     let kubectl = Kubectl::version("1.33", &api);
-    let deploy = workspace_root().join("examples/deploy");
-    for manifest in [
-        "namespace.yaml",
-        "serviceaccount-node.yaml",
-        "serviceaccount-cluster.yaml",
-    ] {
-        let out = kubectl.apply(
-            &std::fs::read_to_string(deploy.join(manifest)).unwrap(),
-            &[],
-        );
-        assert!(out.success(), "{manifest}: {out:?}");
-    }
     for node in ["node-1", "node-2"] {
         let out = kubectl.apply(
             &format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {node}}}\n"),
@@ -132,9 +95,8 @@ fn tend_rbac_output_is_all_the_access_tend_needs() {
     // without resourceNames) and says so in an Event.
     let (_node_sandbox, node_port, _node_daemon) = tend(
         &api,
-        &kubectl,
         "node-1",
-        "node-token",
+        NODE_USER,
         "",
         (
             &["self-labeler"],
@@ -162,9 +124,8 @@ fn tend_rbac_output_is_all_the_access_tend_needs() {
     );
     let (_cluster_sandbox, port, _cluster_daemon) = tend(
         &api,
-        &kubectl,
         "controller",
-        "cluster-token",
+        CLUSTER_USER,
         election,
         (&["labeler", "lister"], cluster_plugins),
     );
@@ -232,7 +193,7 @@ fn tend_rbac_output_is_all_the_access_tend_needs() {
         .iter()
         .map(|e| {
             (
-                e["user"].as_str().unwrap_or("admin").to_string(),
+                e["user"].as_str().unwrap_or_default().to_string(),
                 e["verb"].as_str().unwrap().to_string(),
                 e["resource"].as_str().unwrap_or("").to_string(),
             )

@@ -39,12 +39,10 @@ fn starter_plugin_runs(lang: &str) {
     std::fs::create_dir_all(&reports).unwrap();
     let reports = reports.to_str().unwrap();
     let url = format!("{}/healthz", api.url());
-    let host = format!(
-        "[host.kube]\nkubeconfig = \"{}\"\n",
-        api.kubeconfig().display()
-    );
+    let host = api.host_kube(&sandbox);
 
     sandbox.config_with_host(&host, &probe_config(&name, true, &url, reports));
+    api.grant_rbac(&sandbox);
     let run = sandbox.tend(&["reconcile", &name]);
     let line = format!("{name} run 1: {url} answered 200; node {NODE} found");
     assert!(run.success, "{run:?}");
@@ -118,11 +116,12 @@ fn a_component_winch_cannot_compile_is_compiled_by_cranelift() {
     let port = free_port();
     // Its own compile cache: a cached build would skip Winch altogether.
     let host = format!(
-        "cache-dir = \"cache\"\nlisten = \"127.0.0.1:{port}\"\n[host.kube]\nkubeconfig = \"{}\"\n",
-        api.kubeconfig().display()
+        "cache-dir = \"cache\"\nlisten = \"127.0.0.1:{port}\"\n{}",
+        api.host_kube(&sandbox)
     );
     let plugins = probe_config("js-tailcall", true, &url, reports.to_str().unwrap());
     sandbox.config_with_host(&host, &plugins);
+    api.grant_rbac(&sandbox);
     let daemon = sandbox.daemon_with_env(&[("TEND_LOG", "info")]);
     wait_until(Duration::from_secs(30), "/readyz", || {
         http_get(port, "/readyz").is_ok_and(|(_, body)| body == "ready\n")

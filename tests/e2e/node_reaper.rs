@@ -53,18 +53,29 @@ impl Cluster {
 
     /// Write the config: `host` lines (keys of `[host]` first, then its
     /// tables) before the kube, leader-election and cloud sections, then
-    /// `plugins`.
+    /// `plugins`; tend gets exactly the RBAC `tend rbac` renders for it. The
+    /// leader election only when a plugin is in the cluster scope: one tend
+    /// is one ServiceAccount, and `tend rbac` binds the elector's Lease to
+    /// tend-cluster, a node-scope plugin's grants to tend-node.
     fn configure(&self, host: &str, plugins: &str) {
-        let host = self.host_config(self.port, host);
+        let host = self.host_config(&self.sandbox, self.port, host, plugins);
         self.sandbox.config_on_node("tend-0", &host, plugins);
+        self.api.grant_rbac(&self.sandbox);
     }
 
-    /// `[host]` of a replica listening on `port`, `host` lines first.
-    fn host_config(&self, port: u16, host: &str) -> String {
+    /// `[host]` of a replica in `sandbox` listening on `port`, `host` lines
+    /// first, running `plugins`.
+    fn host_config(&self, sandbox: &Sandbox, port: u16, host: &str, plugins: &str) -> String {
+        let election = match plugins.contains("scope = \"cluster\"") {
+            true => format!(
+                "[host.leader-election]\nnamespace = \"{LEASE_NAMESPACE}\"\nname = \"{LEASE}\"\n{}",
+                self.lease_timings
+            ),
+            false => String::new(),
+        };
         format!(
-            "listen = \"127.0.0.1:{port}\"\n{host}[host.kube]\nkubeconfig = \"{}\"\n[host.leader-election]\nnamespace = \"{LEASE_NAMESPACE}\"\nname = \"{LEASE}\"\n{}{}",
-            self.api.kubeconfig().display(),
-            self.lease_timings,
+            "listen = \"127.0.0.1:{port}\"\n{host}{}{election}{}",
+            self.api.host_kube(sandbox),
             self.cloud.host_config(),
         )
     }
@@ -74,7 +85,9 @@ impl Cluster {
     fn replica(&self, node: &str, host: &str, plugins: &str) -> (Sandbox, u16, Daemon) {
         let (sandbox, port) = (Sandbox::new(), free_port());
         sandbox.add_plugin(REAPER, REAPER);
-        sandbox.config_on_node(node, &self.host_config(port, host), plugins);
+        let config = self.host_config(&sandbox, port, host, plugins);
+        sandbox.config_on_node(node, &config, plugins);
+        self.api.grant_rbac(&sandbox);
         let daemon = self.with_cloud_env(|env| sandbox.daemon_with_env(env));
         (sandbox, port, daemon)
     }
@@ -312,9 +325,10 @@ fn pool_timeout(pool: &str, timeout: &str) -> String {
     format!("[plugins.{REAPER}.config.pools.{pool}]\nregistration-timeout = \"{timeout}\"\n")
 }
 
-/// `plugins` run on every host, not only the leader: a test where tend's
-/// requests fail for longer than the renew deadline (the watch cache's
-/// grace is longer) would otherwise see the leader step down instead.
+/// `plugins` run on every host, not only the leader (and with no leader
+/// election: see [`Cluster::configure`]): a test where tend's requests fail
+/// for longer than the renew deadline (the watch cache's grace is longer)
+/// would otherwise see the leader step down instead.
 fn node_scoped(plugins: &str) -> String {
     plugins.replace("scope = \"cluster\"\n", "")
 }

@@ -4,10 +4,11 @@
     kube-apiserver.py PORT [--state-dir DIR] [--history N] [--bookmark-interval S] [--token TOKEN=USER]...
 
 PORT 0 picks a free port. With --state-dir, the chosen port goes to DIR/port (written
-once the server listens), the PID to DIR/kube-apiserver.pid, a kubeconfig to
-DIR/kubeconfig and a request log to DIR/kube-apiserver.log. With --tls it also serves
-HTTPS on DIR/tls-port, with a self-signed certificate for 127.0.0.1 in DIR/tls.crt
-(kubectl sends tokens over TLS only; kube-rs sends them over plain HTTP too).
+once the server listens), the PID to DIR/kube-apiserver.pid, a request log to
+DIR/kube-apiserver.log; it also serves HTTPS on DIR/tls-port, with a self-signed
+certificate for 127.0.0.1 in DIR/tls.crt, and DIR/kubeconfig is the admin's: the admin
+token (below) over HTTPS, as kubectl sends credentials over TLS only (kube-rs sends them
+over plain HTTP too).
 
 What it keeps from the real server (tested against kubectl, tests/e2e/kube_fake.rs):
 one global, monotonically increasing resourceVersion; uid, creationTimestamp,
@@ -30,19 +31,28 @@ SelfSubjectAccessReview (authorization.k8s.io/v1, `kubectl auth can-i`).
 Leases refuse a PUT without metadata.resourceVersion (422, as their strategy does not
 allow unconditional updates) and a stale one (409 Conflict).
 
-Authentication and authorization: a request with `Authorization: Bearer TOKEN` acts as
-the user the token was registered for (--token, POST /fake/tokens), e.g.
-system:serviceaccount:NS:NAME (groups system:serviceaccounts, system:serviceaccounts:NS,
-system:authenticated); an unknown token is 401 Unauthorized; a request without
-credentials acts as the admin (test setup, kubectl with the --state-dir kubeconfig).
-Such a user is authorized by the RBAC objects in the store, as the RBAC authorizer does
-it: ClusterRoleBindings everywhere, RoleBindings in their namespace, to Role or
+Authentication and authorization, as a real kube-apiserver with its defaults
+(--anonymous-auth=true, --authorization-mode=Node,RBAC): a request with
+`Authorization: Bearer TOKEN` acts as the user the token was registered for (--token,
+POST /fake/tokens), e.g. system:serviceaccount:NS:NAME (groups system:serviceaccounts,
+system:serviceaccounts:NS, system:authenticated); an unknown token is 401 Unauthorized.
+A request without credentials is system:anonymous (group system:unauthenticated): RBAC
+gives it only what the bootstrap role system:public-info-viewer gives everyone (GET
+/version, /healthz, /livez, /readyz); anything else is the real 403 Forbidden Status
+(`nodes is forbidden: User "system:anonymous" cannot list resource "nodes" ...`, for
+discovery `forbidden: User "system:anonymous" cannot get path "/api"`, which kubectl
+prints as "Error from server (Forbidden): unknown"). The fixtures' admin is the fixed
+token ADMIN_TOKEN ("tend-fake-admin-token") of user kubernetes-admin in group
+system:masters, which is allowed everything before RBAC is asked, as on a real server
+(the privileged-group authorizer); it is registered at start and is in DIR/kubeconfig.
+Every other user is authorized by the RBAC objects in the store, as the RBAC authorizer
+does it: ClusterRoleBindings everywhere, RoleBindings in their namespace, to Role or
 ClusterRole rules matched on verb (the request's: get, list, watch, create, update,
 patch, delete, deletecollection), API group, resource (subresources such as
 pods/eviction and nodes/status, `*` and `*/sub`), resourceNames (a list or watch with
 fieldSelector metadata.name=NAME is about NAME) and namespace; a PUT or apply that
-creates also needs `create`. Every authenticated user has what the bootstrap roles
-system:discovery and system:basic-user give (discovery, OpenAPI, /version, /healthz,
+creates also needs `create`. Every authenticated user also has what the bootstrap roles
+system:discovery and system:basic-user give (discovery, OpenAPI, /version,
 SelfSubjectAccessReviews). A denial is the real 403 Forbidden Status. Not modelled:
 other bootstrap roles (view, edit, cluster-admin: create them if needed), ClusterRole
 aggregation, escalation checks on writing RBAC objects, validation of RBAC objects beyond
@@ -63,6 +73,7 @@ Admin endpoints for tests (never blackholed, not counted):
   POST /fake/reset                  remove every object (but the default namespaces)
   GET  /fake/state                  resourceVersion, compaction point, history size
   POST /fake/tokens  {"token": T, "user": U}  register a bearer token for user U
+The admin endpoints need no credentials: they are the test's, not the API's.
 
 Simplified (see the docstrings below): authentication by registered tokens only, no
 admission beyond namespace lifecycle, no controllers (no garbage collection,
@@ -1607,31 +1618,43 @@ class Watcher:
 
 # ---------------------------------------------------------------------------------
 # Authentication (bearer tokens) and authorization (RBAC), as the real server's
-# token authenticator and RBAC authorizer do them: a request with a token the
-# server knows acts as that user; one without Authorization acts as the admin (test
-# setup, the kubeconfig in --state-dir); any other token is 401 Unauthorized.
+# token authenticator, anonymous authenticator and authorizers (system:masters, then
+# RBAC) do them: a request with a token the server knows acts as that user; one
+# without Authorization is system:anonymous (anonymous auth is on by default), whom
+# only the bootstrap role system:public-info-viewer allows anything; any other token
+# is 401 Unauthorized.
 # ---------------------------------------------------------------------------------
 
 SA_PREFIX = "system:serviceaccount:"
 RBAC_GROUP = "rbac.authorization.k8s.io"
+# The fixtures' credential (the --state-dir kubeconfig): a user in system:masters,
+# as kubeadm's admin.conf has it.
+ADMIN_TOKEN = "tend-fake-admin-token"
+ADMIN_USER = "kubernetes-admin"
+MASTERS = "system:masters"
 
 
 class User:
-    def __init__(self, name):
+    def __init__(self, name, groups=None):
         self.name = name
-        self.groups = ["system:authenticated"]
-        if name.startswith(SA_PREFIX) and name.count(":") == 3:
+        self.groups = groups or ["system:authenticated"]
+        if groups is None and name.startswith(SA_PREFIX) and name.count(":") == 3:
             ns = name.split(":")[2]
             self.groups = ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"]
 
 
-# What the bootstrap roles give every authenticated user (system:discovery,
-# system:public-info-viewer and system:basic-user, bound to system:authenticated).
+ANONYMOUS = User("system:anonymous", ["system:unauthenticated"])
+
+# What the bootstrap roles give, and to which group their ClusterRoleBinding binds them:
+# system:public-info-viewer to everyone, anonymous included; system:discovery and
+# system:basic-user to authenticated users only (since Kubernetes 1.14).
 BOOTSTRAP_RULES = [
-    ({"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/readyz", "/version",
-                          "/version/", "/openapi", "/openapi/*"], "verbs": ["get"]}, "system:discovery"),
+    ({"nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"], "verbs": ["get"]},
+     "system:public-info-viewer", ("system:authenticated", "system:unauthenticated")),
+    ({"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/version", "/version/", "/openapi", "/openapi/*"],
+      "verbs": ["get"]}, "system:discovery", ("system:authenticated",)),
     ({"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
-      "verbs": ["create"]}, "system:basic-user"),
+      "verbs": ["create"]}, "system:basic-user", ("system:authenticated",)),
 ]
 
 
@@ -1652,7 +1675,8 @@ class Attributes:
         why = f'User "{user.name}" cannot {self.verb} resource "{resource}" in API group "{self.group}" {where}'
         gr = f"{self.resource}.{self.group}" if self.group else self.resource
         message = f'{gr} "{self.name}" is forbidden: {why}' if self.name else f"{gr} is forbidden: {why}"
-        return ApiError(403, "Forbidden", message, {"name": self.name, "group": self.group, "kind": self.resource})
+        details = {"name": self.name, "group": self.group, "kind": self.resource}
+        return ApiError(403, "Forbidden", message, {k: v for k, v in details.items() if v})
 
 
 def rule_allows(attrs, rule):
@@ -1719,10 +1743,10 @@ class Server:
         self.reset_counts()
         self.watches_opened = 0
         self.log_file = None
-        self.tokens = {}  # bearer token -> user name
+        self.tokens = {ADMIN_TOKEN: User(ADMIN_USER, [MASTERS, "system:authenticated"])}  # bearer token -> User
         for pair in args.token or []:
             token, _, user = pair.partition("=")
-            self.tokens[token] = user
+            self.tokens[token] = User(user)
 
     def reset_counts(self):
         self.counts = {}
@@ -1794,8 +1818,8 @@ class Server:
             body = await request.json()
             if not body.get("token") or not body.get("user"):
                 return web.json_response(bad_request("token and user are required").status(), status=400)
-            self.tokens[body["token"]] = body["user"]
-            return web.json_response({"users": sorted(set(self.tokens.values()))})
+            self.tokens[body["token"]] = User(body["user"])
+            return web.json_response({"users": sorted({u.name for u in self.tokens.values()})})
         return web.json_response(path_not_found().status(), status=404)
 
     def state(self):
@@ -1832,24 +1856,26 @@ class Server:
     # -- authentication and authorization --------------------------------------------
 
     def authenticate(self, request):
-        """The caller: None for the admin (no Authorization header), else the User its
-        bearer token names; 401 for any other credential."""
+        """The caller: system:anonymous without an Authorization header, else the User
+        its bearer token names; 401 for any other credential."""
         header = request.headers.get("Authorization")
         if header is None:
-            return None
+            return ANONYMOUS
         scheme, _, token = header.partition(" ")
         user = self.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
         if user is None:
             raise ApiError(401, "Unauthorized", "Unauthorized")
-        return User(user)
+        return user
 
     def rules_for(self, user, namespace):
         """(rule, why) of every rule that applies to `user` in `namespace` ("" for the
         cluster scope), as the RBAC authorizer visits them: the bootstrap roles of every
         authenticated user, then ClusterRoleBindings (everywhere), then the RoleBindings
         of the namespace (there only)."""
-        for rule, role in BOOTSTRAP_RULES:
-            yield rule, f'RBAC: allowed by ClusterRoleBinding "{role}" of ClusterRole "{role}" to Group "system:authenticated"'
+        for rule, role, groups in BOOTSTRAP_RULES:
+            group = next((g for g in groups if g in user.groups), None)
+            if group:
+                yield rule, f'RBAC: allowed by ClusterRoleBinding "{role}" of ClusterRole "{role}" to Group "{group}"'
         bindings = [(b, "") for b in self.store.table(rbac_res("clusterrolebindings").storage).values()]
         if namespace:
             bindings += [(b, namespace) for (ns, _), b in self.store.table(rbac_res("rolebindings").storage).items()
@@ -1874,9 +1900,10 @@ class Server:
                 yield rule, why
 
     def allowed(self, user, attrs):
-        """Why `attrs` is allowed to `user` (None for the admin), or None when denied."""
-        if user is None:
-            return "the admin (no credentials)"
+        """Why `attrs` is allowed to `user`, or None when denied: the system:masters
+        group is allowed everything (the privileged-group authorizer, before RBAC)."""
+        if MASTERS in user.groups:
+            return ""
         return next((why for rule, why in self.rules_for(user, attrs.namespace) if rule_allows(attrs, rule)), None)
 
     def authorize(self, request, verb, res, ns, name, sub):
@@ -1886,7 +1913,7 @@ class Server:
         elif not res.namespaced:
             ns = ""
         attrs = Attributes(verb, res.group, res.plural, sub or "", ns, name)
-        user = request.get("user")
+        user = request["user"]
         if self.allowed(user, attrs) is None:
             raise attrs.forbidden(user)
 
@@ -1925,7 +1952,7 @@ class Server:
                                ra.get("subresource", ""), ra.get("namespace", ""), ra.get("name", ""))
         else:
             attrs = Attributes(nra.get("verb", ""), path=nra.get("path", ""))
-        why = self.allowed(request.get("user"), attrs)
+        why = self.allowed(request["user"], attrs)
         status = {"allowed": why is not None}
         if why:
             status["reason"] = why
@@ -1945,7 +1972,7 @@ class Server:
         except ApiError as e:
             entry["code"] = e.code
             return web.json_response(e.status(), status=e.code)
-        entry["user"] = request["user"].name if request["user"] else None
+        entry["user"] = request["user"].name
         if self.blackholed(request):
             event = self.blackhole_event
             await event.wait()
@@ -1963,8 +1990,7 @@ class Server:
             resp = web.json_response(e.status(), status=e.code)
         entry["code"] = resp.status
         if self.log_file:
-            user = entry["user"] or "admin"
-            self.log_file.write(f"{ts()} {request.method} {request.path_qs} {resp.status} {user} {request.headers.get('User-Agent', '')}\n")
+            self.log_file.write(f"{ts()} {request.method} {request.path_qs} {resp.status} {entry['user']} {request.headers.get('User-Agent', '')}\n")
             self.log_file.flush()
         return resp
 
@@ -2007,7 +2033,7 @@ class Server:
         parsed = parse_path_soft(path)
         if parsed:
             self.authorize_request(request, *parsed)
-        elif request.get("user") is not None:
+        else:
             attrs = Attributes(request.method.lower(), path=path)
             if self.allowed(request["user"], attrs) is None:
                 raise attrs.forbidden(request["user"])
@@ -2870,10 +2896,28 @@ def parse_path(path):
 # ---------------------------------------------------------------------------------
 
 
-def kubeconfig(port):
-    return (f"apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{port}\n"
-            f"users:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n"
-            f"    user: fake\n    namespace: default\ncurrent-context: fake\n")
+def kubeconfig(tls_port, cert):
+    """The fixtures' kubeconfig: the admin token over HTTPS (kubectl sends credentials
+    over TLS only)."""
+    return (f"apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n"
+            f"    server: https://127.0.0.1:{tls_port}\n    certificate-authority: {cert}\n"
+            f"users:\n- name: admin\n  user:\n    token: {ADMIN_TOKEN}\ncontexts:\n- name: fake\n  context:\n"
+            f"    cluster: fake\n    user: admin\n    namespace: default\ncurrent-context: fake\n")
+
+
+async def serve_tls(runner, host, state_dir):
+    """HTTPS on a second port, with a self-signed certificate for 127.0.0.1 (clients
+    trust it as their CA) in state_dir/tls.crt; returns the port."""
+    cert, key = (os.path.join(state_dir, f) for f in ("tls.crt", "tls.key"))
+    await (await asyncio.create_subprocess_exec(
+        "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-days", "2", "-subj", "/CN=kube-apiserver-fake", "-addext", "subjectAltName=IP:127.0.0.1",
+        "-keyout", key, "-out", cert, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)).wait()
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    tls_site = web.TCPSite(runner, host, 0, ssl_context=ctx, reuse_address=True)
+    await tls_site.start()
+    return tls_site._server.sockets[0].getsockname()[1]
 
 
 async def main():
@@ -2883,9 +2927,6 @@ async def main():
     ap.add_argument("--state-dir")
     ap.add_argument("--history", type=int, default=10000, help="watch history kept (events); older: 410")
     ap.add_argument("--bookmark-interval", type=float, default=60.0, help="seconds between watch bookmarks")
-    ap.add_argument("--tls", action="store_true",
-                    help="also serve HTTPS on a second port (DIR/tls-port; certificate DIR/tls.crt): clients "
-                         "such as kubectl send credentials over TLS only")
     ap.add_argument("--token", action="append", metavar="TOKEN=USER",
                     help="a bearer token and the user it authenticates (system:serviceaccount:NS:NAME); repeatable")
     args = ap.parse_args()
@@ -2898,29 +2939,16 @@ async def main():
     site = web.TCPSite(runner, args.host, args.port, reuse_address=True)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
-    if args.tls:
-        if not args.state_dir:
-            ap.error("--tls needs --state-dir (for the certificate)")
-        os.makedirs(args.state_dir, exist_ok=True)
-        cert, key = (os.path.join(args.state_dir, f) for f in ("tls.crt", "tls.key"))
-        # A self-signed certificate for 127.0.0.1 (clients trust it as their CA).
-        await (await asyncio.create_subprocess_exec(
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-days", "2", "-subj", "/CN=kube-apiserver-fake", "-addext", "subjectAltName=IP:127.0.0.1",
-            "-keyout", key, "-out", cert, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)).wait()
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(cert, key)
-        tls_site = web.TCPSite(runner, args.host, 0, ssl_context=ctx, reuse_address=True)
-        await tls_site.start()
-        with open(os.path.join(args.state_dir, "tls-port"), "w") as f:
-            f.write(f"{tls_site._server.sockets[0].getsockname()[1]}\n")
     if args.state_dir:
         os.makedirs(args.state_dir, exist_ok=True)
+        tls_port = await serve_tls(runner, args.host, args.state_dir)
+        with open(os.path.join(args.state_dir, "tls-port"), "w") as f:
+            f.write(f"{tls_port}\n")
         server.log_file = open(os.path.join(args.state_dir, "kube-apiserver.log"), "a")
         with open(os.path.join(args.state_dir, "kube-apiserver.pid"), "w") as f:
             f.write(f"{os.getpid()}\n")
         with open(os.path.join(args.state_dir, "kubeconfig"), "w") as f:
-            f.write(kubeconfig(port))
+            f.write(kubeconfig(tls_port, os.path.join(args.state_dir, "tls.crt")))
         tmp = os.path.join(args.state_dir, ".port.tmp")
         with open(tmp, "w") as f:
             f.write(f"{port}\n")

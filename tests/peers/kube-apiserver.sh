@@ -3,7 +3,9 @@
 #   kube-apiserver.sh start DIR [PORT [ARGS...]]
 #                          start it (PORT 0 or absent: a free port), PID in DIR/kube-apiserver.pid;
 #                          prints its URL (http://127.0.0.1:PORT) once GET /version answers.
-#                          DIR/kubeconfig points kubectl at it; ARGS go to the server
+#                          DIR/kubeconfig points kubectl at it as the admin (over HTTPS,
+#                          DIR/tls-port); without credentials a request is system:anonymous
+#                          and refused as a real server refuses it. ARGS go to the server
 #                          (--history N, --bookmark-interval S).
 #   kube-apiserver.sh stop DIR
 #                          SIGTERM the server whose PID is in DIR/kube-apiserver.pid, SIGKILL

@@ -75,7 +75,7 @@ const DEBIAN: &[(&str, &str)] = &[
     ("script", "bsdutils"),
     // The CRI client in tests/src/peers/containerd.rs: the k8s-cri build runs protoc.
     ("protoc", "protobuf-compiler"),
-    // The Kubernetes API fake's --tls certificate (kubectl sends tokens only over TLS).
+    // The Kubernetes API fake's HTTPS certificate (kubectl sends tokens only over TLS).
     ("openssl", "openssl"),
     // tests/peers/containerd.sh: a real containerd (CRI), a registry, a stalling
     // proxy, images built here (a static pause with gcc, a static busybox).

@@ -498,18 +498,58 @@ mod tests {
     }
 
     #[test]
-    fn list_and_watch_need_both_and_patch_stays_patch() {
+    fn list_and_watch_need_both() {
         for verb in ["list", "watch"] {
             let r = rules(&format!(
-                r#"[{{"resource": "pods", "verbs": ["{verb}", "patch"]}}]"#
+                r#"[{{"resource": "pods", "verbs": ["{verb}", "create"]}}]"#
             ));
             let yaml = one("p", &r);
             assert_eq!(
                 lists(&yaml, "verbs"),
-                [["list", "watch", "patch"]],
+                [["list", "watch", "create"]],
                 "{verb}"
             );
         }
+    }
+
+    /// The host reads the object itself before a patch (the plan's diff) and
+    /// before a delete only selectors allow: RBAC must allow that `get`, and
+    /// says the grant has none.
+    #[test]
+    fn patch_and_a_selected_delete_need_the_hosts_get() {
+        for (grant, verbs) in [
+            (
+                r#"{"resource": "pods", "verbs": ["patch"]}"#,
+                vec!["get", "patch"],
+            ),
+            (
+                r#"{"resource": "pods", "verbs": ["delete"], "label-selector": "app=web"}"#,
+                vec!["get", "delete"],
+            ),
+        ] {
+            let yaml = one("p", &rules(&format!("[{grant}]")));
+            assert_eq!(lists(&yaml, "verbs"), [verbs], "{grant}");
+            assert!(
+                comments(&yaml)
+                    .contains("- get: the grant has none, but the host reads the object itself"),
+                "{yaml}"
+            );
+        }
+        // A delete without selectors is not read first; a get granted says nothing.
+        let yaml = one(
+            "p",
+            &rules(r#"[{"resource": "pods", "verbs": ["delete"]}]"#),
+        );
+        assert_eq!(lists(&yaml, "verbs"), [["delete"]]);
+        let yaml = one(
+            "p",
+            &rules(r#"[{"resource": "pods", "verbs": ["get", "patch"]}]"#),
+        );
+        assert_eq!(lists(&yaml, "verbs"), [["get", "patch"]]);
+        assert!(
+            !comments(&yaml).contains("- get: the grant has none"),
+            "{yaml}"
+        );
     }
 
     #[test]

@@ -5,7 +5,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{http_call, http_get, workspace_root};
+use crate::{Sandbox, http_call, http_get, workspace_root};
+
+/// The bearer token of the fixtures' admin (`kubernetes-admin`, in the group
+/// system:masters), which the fake registers at start: the test's own requests
+/// and the kubeconfig in its state directory carry it. Never given to tend.
+pub const KUBE_ADMIN_TOKEN: &str = "tend-fake-admin-token";
 
 // ---------------------------------------------------------------------------
 // The fake Kubernetes API server (tests/peers/kube-apiserver.py) and kubectl
@@ -50,9 +55,9 @@ impl KubeApi {
 
     /// Start with extra server arguments: `--history N` (events kept for watch
     /// replay; older resourceVersions get 410), `--bookmark-interval SECONDS`,
-    /// `--token TOKEN=USER` (a bearer token whose requests RBAC authorizes),
-    /// `--tls` (also HTTPS on `dir()/tls-port`, certificate `dir()/tls.crt`).
-    /// Returns once GET /version answers.
+    /// `--token TOKEN=USER` (a bearer token whose requests RBAC authorizes).
+    /// It also serves HTTPS on `dir()/tls-port` (certificate `dir()/tls.crt`).
+    /// Returns once GET /version answers (anonymous, as on a real server).
     pub fn start_with(args: &[&str]) -> KubeApi {
         let dir = tempfile::tempdir().unwrap();
         let err = std::fs::File::create(dir.path().join("server.err")).unwrap();
@@ -118,28 +123,92 @@ impl KubeApi {
         self.dir.path()
     }
 
-    /// A kubeconfig (no credentials, namespace `default`) pointing at the server.
+    /// The admin's kubeconfig (the fixtures': [`KUBE_ADMIN_TOKEN`] over HTTPS,
+    /// as kubectl sends credentials over TLS only; namespace `default`). Never
+    /// tend's: see [`KubeApi::grant_rbac`].
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.path().join("kubeconfig")
     }
 
-    /// Write a kubeconfig for the server to `path`, with `namespace` as the
-    /// context's namespace.
-    pub fn write_kubeconfig(&self, path: &Path, namespace: &str) {
+    /// Write a kubeconfig for the server's plain HTTP port to `path`, its user
+    /// the bearer `token` (kube-rs sends it over plain HTTP too), namespace
+    /// `default`. Written then renamed: a running tend never reads half a file.
+    pub fn write_kubeconfig(&self, path: &Path, token: &str) {
+        let tmp = path.with_extension("tmp");
         std::fs::write(
-            path,
+            &tmp,
             format!(
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
-                 users:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n\
-                 \x20   user: fake\n    namespace: {namespace}\ncurrent-context: fake\n",
+                 users:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: fake\n  context:\n\
+                 \x20   cluster: fake\n    user: sa\n    namespace: default\ncurrent-context: fake\n",
                 self.url()
             ),
         )
         .unwrap();
+        std::fs::rename(tmp, path).unwrap();
     }
 
-    /// A request with a body of `content_type` (and `User-Agent: agent` when
-    /// given): (status, body). Errors only when the exchange itself fails (a
+    /// Register a bearer `token` for `user` (`system:serviceaccount:NS:NAME`).
+    pub fn register_token(&self, token: &str, user: &str) {
+        let body = serde_json::json!({"token": token, "user": user});
+        let (status, answer) = self.call("POST", "/fake/tokens", Some(&body));
+        assert_eq!(status, 200, "POST /fake/tokens: {answer}");
+    }
+
+    /// `[host.kube]` naming the kubeconfig of the tend in `sandbox`, which
+    /// [`KubeApi::grant_rbac`] writes.
+    pub fn host_kube(&self, sandbox: &Sandbox) -> String {
+        format!(
+            "[host.kube]\nkubeconfig = \"{}\"\n",
+            sandbox.path("kubeconfig").display()
+        )
+    }
+
+    /// Give the tend of `sandbox` (its tend.toml written, its `[host.kube]`
+    /// from [`KubeApi::host_kube`]) exactly the access an operator following
+    /// examples/deploy gives it: the namespace and ServiceAccounts of
+    /// examples/deploy and what `tend rbac` renders for tend.toml, applied
+    /// with kubectl as the admin; then a token for the one ServiceAccount the
+    /// RBAC binds (tend-node when it binds none), in tend's kubeconfig. RBAC
+    /// the config's grants need and `tend rbac` leaves out is then refused
+    /// (403) to tend as a real API server would. Call it again after a config
+    /// change. Returns the ServiceAccount's user name.
+    pub fn grant_rbac(&self, sandbox: &Sandbox) -> String {
+        let rbac = sandbox.tend(&["rbac"]);
+        assert!(rbac.success, "tend rbac: {}", rbac.stderr);
+        let kubectl = Kubectl::version("1.33", self);
+        let deploy = workspace_root().join("examples/deploy");
+        let mut args = vec!["apply".to_string()];
+        for manifest in [
+            "namespace.yaml",
+            "serviceaccount-node.yaml",
+            "serviceaccount-cluster.yaml",
+        ] {
+            args.extend(["-f".into(), deploy.join(manifest).display().to_string()]);
+        }
+        kubectl.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let accounts = if rbac_objects(&rbac.stdout) {
+            let applied = kubectl.run_stdin(&["apply", "-f", "-", "-o", "json"], &rbac.stdout);
+            assert!(applied.success(), "{applied:?}\n{}", rbac.stdout);
+            bound_service_accounts(&serde_json::from_str(&applied.stdout).unwrap())
+        } else {
+            vec!["system:serviceaccount:tend-system:tend-node".to_string()]
+        };
+        assert!(
+            accounts.len() == 1,
+            "`tend rbac` binds {accounts:?}, but one tend runs as one ServiceAccount: \
+             give the node and the cluster scope each its own tend\n{}",
+            rbac.stdout
+        );
+        let user = accounts[0].clone();
+        let token = format!("token-for-{user}").replace(':', "-");
+        self.register_token(&token, &user);
+        self.write_kubeconfig(&sandbox.path("kubeconfig"), &token);
+        user
+    }
+
+    /// A request as the admin with a body of `content_type` (and `User-Agent:
+    /// agent` when given): (status, body). Errors only when the exchange itself fails (a
     /// blackholed request times out after `timeout`).
     pub fn call_raw(
         &self,
@@ -150,9 +219,11 @@ impl KubeApi {
         agent: Option<&str>,
         timeout: Duration,
     ) -> std::io::Result<(u16, String)> {
+        let admin = format!("Bearer {KUBE_ADMIN_TOKEN}");
         let mut headers = vec![
             ("Content-Type", content_type),
             ("Accept", "application/json"),
+            ("Authorization", admin.as_str()),
         ];
         if let Some(agent) = agent {
             headers.push(("User-Agent", agent));
@@ -160,7 +231,8 @@ impl KubeApi {
         http_call(self.port, method, path, &headers, body, timeout)
     }
 
-    /// A JSON request (the body, if any, as application/json): (status, JSON).
+    /// A JSON request as the admin (the body, if any, as application/json):
+    /// (status, JSON).
     pub fn call(
         &self,
         method: &str,
@@ -222,7 +294,8 @@ impl KubeApi {
     /// create, update, patch, delete, deletecollection, nonresource),
     /// `resources` ({"pods": {"list": 1, ...}}), `seq` and `log` (every
     /// request: seq, verb, method, path, query, resource, namespace, name,
-    /// userAgent, contentType, code, user: the token's user, null for the admin).
+    /// userAgent, contentType, code, user: the token's user, `kubernetes-admin`
+    /// for the admin, `system:anonymous` without credentials, null on a 401).
     pub fn requests(&self) -> serde_json::Value {
         self.admin("GET", "/fake/requests")
     }
@@ -338,6 +411,38 @@ impl Drop for KubeApi {
     }
 }
 
+/// Whether `tend rbac` output holds any object (it is only comments when
+/// tend needs no RBAC).
+fn rbac_objects(yaml: &str) -> bool {
+    yaml.lines()
+        .any(|l| !l.trim().is_empty() && !l.starts_with('#') && l != "---")
+}
+
+/// The users (`system:serviceaccount:NS:NAME`) of the ServiceAccount subjects
+/// of the bindings in `applied` (`kubectl apply -o json`: one object or a List).
+fn bound_service_accounts(applied: &serde_json::Value) -> Vec<String> {
+    let items = applied["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| vec![applied.clone()]);
+    let mut users: Vec<String> = items
+        .iter()
+        .filter_map(|o| o["subjects"].as_array())
+        .flatten()
+        .filter(|s| s["kind"] == "ServiceAccount")
+        .map(|s| {
+            format!(
+                "system:serviceaccount:{}:{}",
+                s["namespace"].as_str().unwrap_or_default(),
+                s["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    users.sort();
+    users.dedup();
+    users
+}
+
 fn url_encode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
@@ -349,7 +454,7 @@ fn url_encode(text: &str) -> String {
         .collect()
 }
 
-/// A watch on the fake API server, read event by event (HTTP/1.0: the server
+/// A watch on the fake API server as the admin, read event by event (HTTP/1.0: the server
 /// closes the connection when the watch ends).
 pub struct KubeWatch {
     reader: std::io::BufReader<std::net::TcpStream>,
@@ -364,7 +469,8 @@ impl KubeWatch {
         let agent = agent.map_or(String::new(), |a| format!("User-Agent: {a}\r\n"));
         write!(
             stream,
-            "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\n{agent}\r\n"
+            "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\n\
+             Authorization: Bearer {KUBE_ADMIN_TOKEN}\r\n{agent}\r\n"
         )
         .unwrap();
         stream

@@ -146,6 +146,8 @@ pub(super) enum Note {
     Fields,
     /// A grant with a label or field selector.
     Selectors,
+    /// get the grant lacks: the host reads the object before a patch.
+    HostReads,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -251,6 +253,14 @@ pub(super) fn rules(input: &Input) -> Result<Rules, RbacError> {
     Ok(rules)
 }
 
+/// Whether the host reads the object itself (`get`, as tend's own account)
+/// for a call this rule allows: before every patch, for the plan's diff
+/// against the API server's dry run; before a patch or delete that only
+/// selectors allow, since only the object shows it matches them.
+fn host_reads(rule: &KubeRule, selects: bool) -> bool {
+    rule.verbs.contains(&Verb::Patch) || (selects && rule.verbs.contains(&Verb::Delete))
+}
+
 /// One grant rule into RBAC rules.
 fn expand(rules: &mut Rules, plugin: &str, rule: &KubeRule) -> Result<(), RbacError> {
     let at = format!("[plugins.{}.grants] kube", inert(plugin));
@@ -270,7 +280,7 @@ fn expand(rules: &mut Rules, plugin: &str, rule: &KubeRule) -> Result<(), RbacEr
             check_object_name(&at, name)?;
         }
     }
-    let verbs: BTreeSet<RbacVerb> = rule
+    let mut verbs: BTreeSet<RbacVerb> = rule
         .verbs
         .iter()
         .flat_map(|v| RbacVerb::for_grant(*v))
@@ -287,8 +297,12 @@ fn expand(rules: &mut Rules, plugin: &str, rule: &KubeRule) -> Result<(), RbacEr
     if rule.fields.is_some() && rule.verbs.contains(&Verb::Patch) {
         extra.push(Note::Fields);
     }
-    if rule.label_selector.is_some() || rule.field_selector.is_some() {
+    let selects = rule.label_selector.is_some() || rule.field_selector.is_some();
+    if selects {
         extra.push(Note::Selectors);
+    }
+    if host_reads(rule, selects) && verbs.insert(RbacVerb::Get) {
+        extra.push(Note::HostReads);
     }
     for ns in namespaces {
         match &rule.names {
@@ -533,6 +547,9 @@ pub(super) fn note_text(note: Note, scope: Scope) -> &'static str {
         }
         (Note::Selectors, _) => {
             "label-selector/field-selector: RBAC cannot narrow by selector; the grant narrows lists, watches and calls by name to the selected objects."
+        }
+        (Note::HostReads, _) => {
+            "get: the grant has none, but the host reads the object itself before a patch (a plan's diff against the API server's dry run) and before a patch or delete that only selectors allow; the grant still refuses the plugin's own get."
         }
         (Note::CreateUnnamed, _) => {
             "create: RBAC cannot narrow create by name (the name is in the request body): not narrowed by name here; the grant narrows it."
