@@ -444,7 +444,7 @@ fn the_alerting_rules_check_and_pass_their_unit_tests() {
             monitoring.join("tend.rules.yaml").to_str().unwrap(),
         ],
     );
-    assert!(checked.contains("SUCCESS: 8 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 9 rules found"), "{checked}");
     let tested = Command::new("promtool")
         .args(["test", "rules", "tend.rules.test.yaml"])
         .current_dir(&monitoring)
@@ -579,4 +579,183 @@ fn every_metric_the_dashboard_and_alerts_use_is_on_a_live_metrics_page() {
         "used but not exported: {missing:?}\n{page}"
     );
     assert!(daemon.terminate(Duration::from_secs(10)));
+}
+
+/// The alerting rules (monitoring/tend.rules.yaml), each with the labels its
+/// text names.
+fn alert_rules() -> Vec<(String, String, BTreeSet<String>)> {
+    let path = deploy_dir().join("monitoring/tend.rules.yaml");
+    let rules: Value = yaml_serde::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let rules = rules["groups"][0]["rules"].as_array().unwrap().clone();
+    rules
+        .iter()
+        .map(|rule| {
+            let text = rule["annotations"].to_string();
+            let labels = (text.split("$labels.").skip(1))
+                .map(|rest| rest.split(|c: char| !c.is_ascii_alphanumeric() && c != '_'))
+                .filter_map(|mut words| words.next().map(str::to_string))
+                .collect();
+            let alert = rule["alert"].as_str().unwrap().to_string();
+            (alert, rule["expr"].as_str().unwrap().to_string(), labels)
+        })
+        .collect()
+}
+
+/// Every alert's expression, evaluated by a real Prometheus scraping live
+/// tends (as the ServiceMonitor does: job `tend-metrics`, a `node` label),
+/// answers in the state the alert describes, with every label its text names:
+/// on `sick-node` a plugin that fails, one whose file is missing, one over its
+/// budget, node-reaper with its `no_nodes` breaker open (an instance, no Node)
+/// and, later, a config rejected and the daemon killed (TendDown); on
+/// `follower-node` a replica whose Lease another holder keeps (no leader).
+/// On `well-node`, a healthy tend beside them, none of the per-node alerts
+/// answers. (`for:` is promtool's part, in the rules' unit tests.)
+#[test]
+fn every_alert_answers_on_live_tends_in_the_state_it_describes() {
+    use tend_e2e::cloud::{CloudPeer, Provider};
+    use tend_e2e::peers::prometheus::Prometheus;
+    let api = KubeApi::start();
+    let cloud = CloudPeer::start(Provider::OpenStack);
+    cloud.add_instance("never-registered", &[("kubernetes-cluster", "alerts")]);
+    let env = cloud.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+    let sick = Sandbox::new();
+    sick.add_plugin("chaos", "chaos");
+    sick.add_plugin("node-reaper", "node-reaper");
+    let out = sick.path("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let sick_port = free_port();
+    let sick_host = format!(
+        "listen = \"127.0.0.1:{sick_port}\"\nnode-name = \"sick-node\"\n[host.budgets.writes]\noperations = [\"files.write\"]\nmax = 1\nper = \"1h\"\n{}{}",
+        api.host_kube(&sick),
+        cloud.host_config()
+    );
+    let sick_plugins = format!(
+        r#"[plugins.broken]
+file = "plugins/chaos.wasm"
+interval = "100ms"
+[plugins.broken.config]
+mode = "fail"
+[plugins.gone]
+file = "plugins/gone.wasm"
+[plugins.writer]
+file = "plugins/chaos.wasm"
+interval = "200ms"
+[plugins.writer.grants]
+files = [{{ path = "{out}", write = true }}]
+[plugins.writer.config]
+mode = "write"
+path = "{out}/x"
+content = "x"
+[plugins.node-reaper]
+interval = "1s"
+[plugins.node-reaper.grants]
+cloud = {{ operations = ["list-instances"], instances = [{{ tag = "kubernetes-cluster", value = "alerts" }}] }}
+kube = [{{ resource = "nodes", verbs = ["get", "list", "watch"] }}]
+[plugins.node-reaper.config]
+owner = {{ tag = "kubernetes-cluster", value = "alerts" }}
+"#,
+        out = out.display()
+    );
+    sick.config_with_host(&sick_host, &sick_plugins);
+    api.grant_rbac(&sick);
+    let sick_daemon = sick.daemon_with_env(&env);
+
+    // Another holder keeps the Lease for an hour: the follower never leads.
+    let now = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
+    let lease = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "alerts", "namespace": "kube-system"},
+        "spec": {"holderIdentity": "another-host", "leaseDurationSeconds": 3600, "renewTime": now, "acquireTime": now},
+    });
+    let (code, body) = api.call(
+        "POST",
+        "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
+        Some(&lease),
+    );
+    assert_eq!(code, 201, "{body}");
+    let follower = Sandbox::new();
+    let follower_port = free_port();
+    let follower_host = format!(
+        "listen = \"127.0.0.1:{follower_port}\"\nnode-name = \"follower-node\"\n{}[host.leader-election]\nnamespace = \"kube-system\"\nname = \"alerts\"\n",
+        api.host_kube(&follower)
+    );
+    follower.config_with_host(&follower_host, "");
+    api.grant_rbac(&follower);
+    let _follower_daemon = follower.daemon();
+
+    let well = Sandbox::new();
+    well.add_plugin("chaos", "chaos");
+    let well_port = free_port();
+    let well_host = format!("listen = \"127.0.0.1:{well_port}\"\nnode-name = \"well-node\"\n");
+    well.config_with_host(
+        &well_host,
+        "[plugins.steady]\nfile = \"plugins/chaos.wasm\"\ninterval = \"2s\"\n[plugins.steady.config]\nmode = \"ok\"\n",
+    );
+    let _well_daemon = well.daemon();
+
+    wait_until(WITHIN, "the breaker open and a write refused", || {
+        metric(sick_port, "tend_plugin_breaker_open").is_some()
+            && metric(sick_port, "tend_budget_refusals_total").is_some()
+    });
+    // A config the sick tend rejects (the good one keeps running).
+    sick.config_with_host(&sick_host, &format!("{sick_plugins}[plugins.broken.bad]\n"));
+    wait_until(WITHIN, "the config rejected", || {
+        metric(sick_port, "tend_config_rejected") == Some(1.0)
+    });
+
+    let prometheus = Prometheus::start(
+        &deploy_dir().join("monitoring/tend.rules.yaml"),
+        &[
+            (sick_port, "sick-node"),
+            (follower_port, "follower-node"),
+            (well_port, "well-node"),
+        ],
+    );
+    let on_node = |series: &[Value], node: &str| series.iter().any(|s| s["metric"]["node"] == node);
+    let answers = |alert: &str, expr: &str, node: Option<&str>| -> Vec<Value> {
+        let mut series = vec![];
+        wait_until(WITHIN, &format!("{alert} to answer"), || {
+            series = prometheus.query(expr);
+            !series.is_empty() && node.is_none_or(|n| on_node(&series, n))
+        });
+        series
+    };
+    let mut checked = vec![];
+    for (alert, expr, labels) in alert_rules() {
+        let node = match alert.as_str() {
+            "TendDown" => continue,
+            "TendLeaderMissing" => None,
+            _ => Some("sick-node"),
+        };
+        let series = answers(&alert, &expr, node);
+        for s in &series {
+            for label in &labels {
+                assert!(
+                    s["metric"][label].is_string(),
+                    "{alert}: its text names $labels.{label}, missing from {s}"
+                );
+            }
+        }
+        assert!(
+            !on_node(&series, "well-node"),
+            "{alert} answers for the healthy tend: {series:?}"
+        );
+        checked.push(alert);
+    }
+    let (_, rules_state) = http_get(prometheus.port, "/api/v1/rules").unwrap();
+    assert!(
+        rules_state.contains("\"health\":\"ok\"") && !rules_state.contains("\"health\":\"err\""),
+        "{rules_state}\n{}",
+        prometheus.log()
+    );
+
+    drop(sick_daemon);
+    let rules = alert_rules();
+    let (_, expr, _) = rules.iter().find(|(alert, ..)| alert == "TendDown").unwrap();
+    let down = answers("TendDown", expr, Some("sick-node"));
+    assert!(!on_node(&down, "well-node"), "{down:?}");
+    checked.push("TendDown".into());
+    assert_eq!(checked.len(), rules.len(), "{checked:?}");
 }

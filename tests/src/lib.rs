@@ -85,6 +85,18 @@ pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     Ok(split_response(&response))
 }
 
+/// `text` percent-encoded for a URL's query (RFC 3986's unreserved kept).
+pub(crate) fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// An HTTP/1.x response as (status, body); status 0 when there is none.
 pub(crate) fn split_response(response: &str) -> (u16, String) {
     let status = response

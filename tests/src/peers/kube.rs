@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{Sandbox, http_call, http_get, workspace_root};
+use crate::{Sandbox, http_call, http_get, url_encode, workspace_root};
 
 /// The bearer token of the fixtures' admin (`kubernetes-admin`, in the group
 /// system:masters), which the fake registers at start: the test's own requests
@@ -441,17 +441,6 @@ fn bound_service_accounts(applied: &serde_json::Value) -> Vec<String> {
     users.sort();
     users.dedup();
     users
-}
-
-fn url_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// A watch on the fake API server as the admin, read event by event (HTTP/1.0: the server

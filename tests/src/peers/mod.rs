@@ -7,6 +7,7 @@ pub mod hostile_registry;
 pub mod kube;
 pub mod net;
 pub mod openstack;
+pub mod prometheus;
 pub mod registry;
 pub mod systemd;
 
