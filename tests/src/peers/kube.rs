@@ -138,6 +138,22 @@ impl KubeApi {
         .unwrap();
     }
 
+    /// Write a kubeconfig for the server to `path` whose user is `token` (a
+    /// ServiceAccount token the server was started with, `--token
+    /// TOKEN=USER`; kube-rs sends it as a bearer token, over plain HTTP too).
+    pub fn write_token_kubeconfig(&self, path: &Path, token: &str) {
+        std::fs::write(
+            path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+                 users:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: fake\n  context:\n\
+                 \x20   cluster: fake\n    user: sa\n    namespace: default\ncurrent-context: fake\n",
+                self.url()
+            ),
+        )
+        .unwrap();
+    }
+
     /// A request with a body of `content_type` (and `User-Agent: agent` when
     /// given): (status, body). Errors only when the exchange itself fails (a
     /// blackholed request times out after `timeout`).
