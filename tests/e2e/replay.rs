@@ -11,8 +11,8 @@ use std::process::Command;
 use std::time::Duration;
 use tend_e2e::cloud::{CloudPeer, Provider};
 use tend_e2e::{
-    ContainerdPeer, CriSandbox, KubeApi, Kubectl, Registry, Sandbox, SandboxState, SystemdPeer,
-    tend_bin, workspace_root,
+    ContainerdPeer, KubeApi, Kubectl, Registry, Sandbox, SandboxState, SystemdPeer, tend_bin,
+    workspace_root,
 };
 
 /// mirror-gate writing one cache's hosts.toml into the sandbox's certs.d.
@@ -258,7 +258,7 @@ fn sandboxes(cri: &ContainerdPeer) -> Vec<(String, bool)> {
     let mut all: Vec<(String, bool)> = cri
         .sandboxes()
         .into_iter()
-        .map(|s: CriSandbox| (s.id, s.state == SandboxState::Ready))
+        .map(|s| (s.id, s.state == SandboxState::Ready))
         .collect();
     all.sort();
     all
@@ -440,13 +440,18 @@ fn a_recording_of_kube_cloud_systemd_and_cri_mutations_replays_without_reaching_
         "{out}"
     );
 
-    // Recordings tampered with, as README says a replay tells: another unit
-    // in the config diverges at the systemd call, naming both units; another
-    // answer from the cloud changes the outcome.
+    tampered_replays_tell(&sandbox, &recorded, &names);
+    untouched_since(&peers, &mark, &image);
+}
+
+/// Recordings tampered with tell, as README says a replay does: another unit
+/// in the config diverges at the systemd call, naming both units; another
+/// answer from the cloud changes the outcome.
+fn tampered_replays_tell(sandbox: &Sandbox, recorded: &Value, names: &[String]) {
     let mut elsewhere = recorded.clone();
     let config = elsewhere["context"]["config"].as_str().unwrap();
     elsewhere["context"]["config"] = config.replace(UNIT, "tend-other.service").into();
-    let (same, out) = replay_of(&sandbox, "elsewhere.json", &elsewhere);
+    let (same, out) = replay_of(sandbox, "elsewhere.json", &elsewhere);
     let enable = names.iter().position(|n| n == "systemd.enable").unwrap() + 1;
     assert!(!same, "{out}");
     assert!(
@@ -466,7 +471,7 @@ fn a_recording_of_kube_cloud_systemd_and_cri_mutations_replays_without_reaching_
         .position(|n| n == "cloud.delete-instance")
         .unwrap();
     refused["calls"][delete]["answer"] = serde_json::json!({"Err": {"Unavailable": "tampered"}});
-    let (same, out) = replay_of(&sandbox, "refused.json", &refused);
+    let (same, out) = replay_of(sandbox, "refused.json", &refused);
     assert!(!same, "{out}");
     assert!(
         out.contains(&format!(
@@ -476,8 +481,6 @@ fn a_recording_of_kube_cloud_systemd_and_cri_mutations_replays_without_reaching_
         "{out}"
     );
     assert!(out.contains("tampered"), "{out}");
-
-    untouched_since(&peers, &mark, &image);
 }
 
 /// `tend replay` of `recording` written to `name` in `sandbox`.
