@@ -4,7 +4,7 @@
 //! commands, and `tend run` itself as the node's daemon.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 use tend_e2e::{
     ContainerdPeer, digest_of, free_port, http_get, plugin, wait_for_plugin, wait_until,
@@ -233,90 +233,164 @@ fn the_image_runs_tend_as_the_daemon_and_it_reconciles() {
     let (digest, name) = image_of(&archive);
     let peer = ContainerdPeer::start();
     import(&peer, &archive, (&digest, &name));
-
-    let (etc, state, containerd) = (
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-        tempfile::tempdir().unwrap(),
-    );
     let port = free_port();
     let endpoint = peer.registry_endpoint();
-    std::fs::write(etc.path().join("tend.toml"), daemon_config(port, &endpoint)).unwrap();
-    let log = etc.path().join("ctr.log");
-    let id = "tend-daemon";
-    let cgroup = peer.cgroup_for(id);
-    let mounts = [
-        (etc.path(), "/etc/tend", "ro"),
-        (state.path(), "/var/lib/tend", "rw"),
-        (containerd.path(), "/etc/containerd", "rw"),
-    ]
-    .map(|(src, dst, mode)| {
-        format!(
-            "type=bind,src={},dst={dst},options=rbind:{mode}",
-            src.display()
-        )
-    });
-    let mut args = vec![
-        "-n",
-        NAMESPACE,
-        "run",
-        "--rm",
-        "--net-host",
-        "--cgroup",
-        &cgroup,
-    ];
-    for mount in &mounts {
-        args.extend(["--mount", mount]);
-    }
-    args.extend([
-        name.as_str(),
-        id,
-        "tend",
-        "run",
-        "-c",
-        "/etc/tend/tend.toml",
-    ]);
-    let mut ctr_run = peer
-        .ctr_command(&args)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(std::fs::File::create(etc.path().join("ctr.err")).unwrap())
-        .spawn()
-        .unwrap();
-    let output = || {
-        std::fs::read_to_string(&log).unwrap_or_default()
-            + &std::fs::read_to_string(etc.path().join("ctr.err")).unwrap_or_default()
-    };
+    let host = HostDirs::new(&daemon_config(port, &endpoint));
+    let mut daemon = DaemonTask::start(&peer, &name, &host);
 
     wait_until(Duration::from_secs(60), "/readyz to answer 200", || {
-        assert!(
-            ctr_run.try_wait().unwrap().is_none(),
-            "tend run exited: {}",
-            output()
-        );
+        daemon.assert_running();
         matches!(http_get(port, "/readyz"), Ok((200, _)))
     });
     let mirror_gate = wait_for_plugin(port, "mirror-gate", "a healthy reconcile", |p| {
         p["last"]["health"] == "healthy"
     });
-    let hosts = std::fs::read_to_string(containerd.path().join("certs.d/docker.io/hosts.toml"))
-        .unwrap_or_else(|e| panic!("no hosts.toml ({e}): {mirror_gate:#}\n{}", output()));
+    let hosts = host.containerd.path().join("certs.d/docker.io/hosts.toml");
+    let hosts = std::fs::read_to_string(hosts)
+        .unwrap_or_else(|e| panic!("no hosts.toml ({e}): {mirror_gate:#}\n{}", daemon.output()));
     assert!(hosts.contains(&endpoint), "{hosts}");
 
     // Stopped as the kubelet stops it: SIGTERM to the task, then a clean exit.
-    let killed = peer.ctr(
-        WITHIN,
-        &["-n", NAMESPACE, "tasks", "kill", "--signal", "SIGTERM", id],
+    let exit = daemon.stop("SIGTERM");
+    assert!(
+        exit.success(),
+        "tend run exited with {exit}: {}",
+        daemon.output()
     );
-    assert!(killed.status.success(), "ctr tasks kill: {}", text(&killed));
-    let mut exit = None;
-    wait_until(Duration::from_secs(30), "tend run to exit", || {
-        exit = ctr_run.try_wait().unwrap();
-        exit.is_some()
-    });
-    let exit = exit.unwrap();
-    assert!(exit.success(), "tend run exited with {exit}: {}", output());
     no_containers_left(&peer);
+}
+
+/// The host paths a node's tend gets: /etc/tend (the node config, read-only),
+/// /var/lib/tend and /etc/containerd.
+struct HostDirs {
+    etc: tempfile::TempDir,
+    state: tempfile::TempDir,
+    containerd: tempfile::TempDir,
+}
+
+impl HostDirs {
+    fn new(config: &str) -> HostDirs {
+        let dirs = HostDirs {
+            etc: tempfile::tempdir().unwrap(),
+            state: tempfile::tempdir().unwrap(),
+            containerd: tempfile::tempdir().unwrap(),
+        };
+        std::fs::write(dirs.etc.path().join("tend.toml"), config).unwrap();
+        dirs
+    }
+
+    /// `ctr run --mount` of each.
+    fn mounts(&self) -> [String; 3] {
+        [
+            (&self.etc, "/etc/tend", "ro"),
+            (&self.state, "/var/lib/tend", "rw"),
+            (&self.containerd, "/etc/containerd", "rw"),
+        ]
+        .map(|(src, dst, mode)| {
+            format!(
+                "type=bind,src={},dst={dst},options=rbind:{mode}",
+                src.path().display()
+            )
+        })
+    }
+}
+
+/// `ctr run --rm --net-host` of `tend run -c /etc/tend/tend.toml` (the
+/// foreground `ctr run` exits with the task's status); killed on drop if
+/// still running, so a failed test leaves nothing to the peer's stop.
+struct DaemonTask<'a> {
+    peer: &'a ContainerdPeer,
+    ctr_run: Child,
+    log: tempfile::TempDir,
+}
+
+impl<'a> DaemonTask<'a> {
+    const ID: &'static str = "tend-daemon";
+
+    fn start(peer: &'a ContainerdPeer, image: &str, host: &HostDirs) -> DaemonTask<'a> {
+        let cgroup = peer.cgroup_for(Self::ID);
+        let mounts = host.mounts();
+        let mut args = vec![
+            "-n",
+            NAMESPACE,
+            "run",
+            "--rm",
+            "--net-host",
+            "--cgroup",
+            &cgroup,
+        ];
+        for mount in &mounts {
+            args.extend(["--mount", mount]);
+        }
+        args.extend([image, Self::ID, "tend", "run", "-c", "/etc/tend/tend.toml"]);
+        let log = tempfile::tempdir().unwrap();
+        let ctr_run = peer
+            .ctr_command(&args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(log.path().join("out")).unwrap())
+            .stderr(std::fs::File::create(log.path().join("err")).unwrap())
+            .spawn()
+            .unwrap();
+        DaemonTask { peer, ctr_run, log }
+    }
+
+    /// What tend and ctr printed so far.
+    fn output(&self) -> String {
+        let read = |name| std::fs::read_to_string(self.log.path().join(name)).unwrap_or_default();
+        read("out") + &read("err")
+    }
+
+    fn assert_running(&mut self) {
+        let exited = self.ctr_run.try_wait().unwrap();
+        assert!(
+            exited.is_none(),
+            "tend run exited ({exited:?}): {}",
+            self.output()
+        );
+    }
+
+    /// `ctr tasks kill --signal SIGNAL`, then the exit status of `ctr run`.
+    fn stop(&mut self, signal: &str) -> ExitStatus {
+        let killed = self.peer.ctr(
+            WITHIN,
+            &[
+                "-n",
+                NAMESPACE,
+                "tasks",
+                "kill",
+                "--signal",
+                signal,
+                Self::ID,
+            ],
+        );
+        assert!(killed.status.success(), "ctr tasks kill: {}", text(&killed));
+        let mut exit = None;
+        wait_until(Duration::from_secs(30), "tend run to exit", || {
+            exit = self.ctr_run.try_wait().unwrap();
+            exit.is_some()
+        });
+        exit.unwrap()
+    }
+}
+
+impl Drop for DaemonTask<'_> {
+    fn drop(&mut self) {
+        if let Ok(None) = self.ctr_run.try_wait() {
+            self.peer.ctr(
+                WITHIN,
+                &[
+                    "-n",
+                    NAMESPACE,
+                    "tasks",
+                    "kill",
+                    "--signal",
+                    "SIGKILL",
+                    Self::ID,
+                ],
+            );
+            let _ = self.ctr_run.wait();
+        }
+    }
 }
 
 /// A node config with mirror-gate alone, caching docker.io at `endpoint`,
