@@ -1,11 +1,15 @@
 //! Tend's image (`cargo xtask image`, target/image/tend.oci.tar) in a real
 //! containerd (tests/peers/containerd.sh): imported with `ctr images import`,
-//! run as containers with `ctr run` (runc), not as host processes.
+//! run as containers with `ctr run` (runc), not as host processes: its
+//! commands, and `tend run` itself as the node's daemon.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
-use tend_e2e::{ContainerdPeer, digest_of, plugin, workspace_root};
+use tend_e2e::{
+    ContainerdPeer, digest_of, free_port, http_get, plugin, wait_for_plugin, wait_until,
+    workspace_root,
+};
 
 /// containerd's namespace for the image (not the CRI's k8s.io).
 const NAMESPACE: &str = "tend-image";
@@ -24,7 +28,7 @@ fn archive() -> PathBuf {
     let path = workspace_root().join("target/image/tend.oci.tar");
     assert!(
         path.exists(),
-        "{} is missing: run `cargo xtask image` (`cargo xtask test` runs it before the tests)",
+        "{} is missing: run `cargo xtask test-image` (`cargo xtask test` builds it before the tests)",
         path.display()
     );
     path
@@ -80,18 +84,55 @@ fn run(peer: &ContainerdPeer, image: &str, id: &str, etc_tend: &Path, args: &[&s
     peer.ctr(WITHIN, &ctr)
 }
 
-#[test]
-fn the_image_runs_tend_and_checks_the_node_config_in_containerd() {
-    let archive = archive();
-    let index = json(&archive_file(&archive, "index.json"));
+/// The archive's image: (manifest digest, name).
+fn image_of(archive: &Path) -> (String, String) {
+    let index = json(&archive_file(archive, "index.json"));
     let descriptor = &index["manifests"][0];
-    let (digest, name) = (
+    (
         descriptor["digest"].as_str().unwrap().to_string(),
         descriptor["annotations"]["io.containerd.image.name"]
             .as_str()
             .unwrap()
             .to_string(),
+    )
+}
+
+/// `ctr images import` of the archive into `peer`; containerd lists the image
+/// `name` with the archive's `digest`.
+fn import(peer: &ContainerdPeer, archive: &Path, (digest, name): (&str, &str)) {
+    let imported = peer.ctr(
+        WITHIN,
+        &[
+            "-n",
+            NAMESPACE,
+            "images",
+            "import",
+            archive.to_str().unwrap(),
+        ],
     );
+    assert!(imported.status.success(), "import: {}", text(&imported));
+    let listed = peer.ctr(WITHIN, &["-n", NAMESPACE, "images", "ls"]);
+    let line = text(&listed)
+        .lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} not listed after the import:\n{}", text(&listed)))
+        .to_string();
+    assert!(
+        line.contains(digest),
+        "containerd lists {name} with another digest than the archive's {digest}: {line}"
+    );
+}
+
+/// No container left in the namespace (`--rm` removed each).
+fn no_containers_left(peer: &ContainerdPeer) {
+    let containers = peer.ctr(WITHIN, &["-n", NAMESPACE, "containers", "ls", "-q"]);
+    assert_eq!(text(&containers).trim(), "");
+}
+
+#[test]
+fn the_image_runs_tend_and_checks_the_node_config_in_containerd() {
+    let archive = archive();
+    let (digest, name) = image_of(&archive);
 
     // What the image holds: tend on PATH as the entrypoint, the seven built-in
     // plugins (the very files `cargo xtask plugins` built) and no test plugin.
@@ -141,27 +182,7 @@ fn the_image_runs_tend_and_checks_the_node_config_in_containerd() {
     assert_eq!(plugins, built_in, "the image's plugins");
 
     let peer = ContainerdPeer::start();
-    let imported = peer.ctr(
-        WITHIN,
-        &[
-            "-n",
-            NAMESPACE,
-            "images",
-            "import",
-            archive.to_str().unwrap(),
-        ],
-    );
-    assert!(imported.status.success(), "import: {}", text(&imported));
-    let listed = peer.ctr(WITHIN, &["-n", NAMESPACE, "images", "ls"]);
-    let line = text(&listed)
-        .lines()
-        .find(|l| l.starts_with(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("{name} not listed after the import:\n{}", text(&listed)))
-        .to_string();
-    assert!(
-        line.contains(&digest),
-        "containerd lists {name} with another digest than the archive's {digest}: {line}"
-    );
+    import(&peer, &archive, (&digest, &name));
 
     let etc = tempfile::tempdir().unwrap();
     let version = run(
@@ -198,9 +219,201 @@ fn the_image_runs_tend_and_checks_the_node_config_in_containerd() {
         assert!(out.contains(&expected), "no {expected:?} in: {out}");
     }
     assert!(out.contains("5 plugin(s) enabled"), "{out}");
-    // --rm removed both containers.
-    let containers = peer.ctr(WITHIN, &["-n", NAMESPACE, "containers", "ls", "-q"]);
-    assert_eq!(text(&containers).trim(), "");
+    no_containers_left(&peer);
+}
+
+/// `tend run` from the image as a DaemonSet runs it: the node config at
+/// /etc/tend, the state dir and /etc/containerd mounted from the host, the
+/// built-in plugins from the image, the host's network. mirror-gate points
+/// containerd at the peer's registry: a reconcile that needs the network and
+/// a mounted host path.
+#[test]
+fn the_image_runs_tend_as_the_daemon_and_it_reconciles() {
+    let archive = archive();
+    let (digest, name) = image_of(&archive);
+    let peer = ContainerdPeer::start();
+    import(&peer, &archive, (&digest, &name));
+    let port = free_port();
+    let endpoint = peer.registry_endpoint();
+    let host = HostDirs::new(&daemon_config(port, &endpoint));
+    let mut daemon = DaemonTask::start(&peer, &name, &host);
+
+    wait_until(Duration::from_secs(60), "/readyz to answer 200", || {
+        daemon.assert_running();
+        matches!(http_get(port, "/readyz"), Ok((200, _)))
+    });
+    let mirror_gate = wait_for_plugin(port, "mirror-gate", "a healthy reconcile", |p| {
+        p["last"]["health"] == "healthy"
+    });
+    let hosts = host.containerd.path().join("certs.d/docker.io/hosts.toml");
+    let hosts = std::fs::read_to_string(hosts)
+        .unwrap_or_else(|e| panic!("no hosts.toml ({e}): {mirror_gate:#}\n{}", daemon.output()));
+    assert!(hosts.contains(&endpoint), "{hosts}");
+
+    // Stopped as the kubelet stops it: SIGTERM to the task, then a clean exit.
+    let exit = daemon.stop("SIGTERM");
+    assert!(
+        exit.success(),
+        "tend run exited with {exit}: {}",
+        daemon.output()
+    );
+    no_containers_left(&peer);
+}
+
+/// The host paths a node's tend gets: /etc/tend (the node config, read-only),
+/// /var/lib/tend and /etc/containerd.
+struct HostDirs {
+    etc: tempfile::TempDir,
+    state: tempfile::TempDir,
+    containerd: tempfile::TempDir,
+}
+
+impl HostDirs {
+    fn new(config: &str) -> HostDirs {
+        let dirs = HostDirs {
+            etc: tempfile::tempdir().unwrap(),
+            state: tempfile::tempdir().unwrap(),
+            containerd: tempfile::tempdir().unwrap(),
+        };
+        std::fs::write(dirs.etc.path().join("tend.toml"), config).unwrap();
+        dirs
+    }
+
+    /// `ctr run --mount` of each.
+    fn mounts(&self) -> [String; 3] {
+        [
+            (&self.etc, "/etc/tend", "ro"),
+            (&self.state, "/var/lib/tend", "rw"),
+            (&self.containerd, "/etc/containerd", "rw"),
+        ]
+        .map(|(src, dst, mode)| {
+            format!(
+                "type=bind,src={},dst={dst},options=rbind:{mode}",
+                src.path().display()
+            )
+        })
+    }
+}
+
+/// `ctr run --rm --net-host` of `tend run -c /etc/tend/tend.toml` (the
+/// foreground `ctr run` exits with the task's status); killed on drop if
+/// still running, so a failed test leaves nothing to the peer's stop.
+struct DaemonTask<'a> {
+    peer: &'a ContainerdPeer,
+    ctr_run: Child,
+    log: tempfile::TempDir,
+}
+
+impl<'a> DaemonTask<'a> {
+    const ID: &'static str = "tend-daemon";
+
+    fn start(peer: &'a ContainerdPeer, image: &str, host: &HostDirs) -> DaemonTask<'a> {
+        let cgroup = peer.cgroup_for(Self::ID);
+        let mounts = host.mounts();
+        let mut args = vec![
+            "-n",
+            NAMESPACE,
+            "run",
+            "--rm",
+            "--net-host",
+            "--cgroup",
+            &cgroup,
+        ];
+        for mount in &mounts {
+            args.extend(["--mount", mount]);
+        }
+        args.extend([image, Self::ID, "tend", "run", "-c", "/etc/tend/tend.toml"]);
+        let log = tempfile::tempdir().unwrap();
+        let ctr_run = peer
+            .ctr_command(&args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(log.path().join("out")).unwrap())
+            .stderr(std::fs::File::create(log.path().join("err")).unwrap())
+            .spawn()
+            .unwrap();
+        DaemonTask { peer, ctr_run, log }
+    }
+
+    /// What tend and ctr printed so far.
+    fn output(&self) -> String {
+        let read = |name| std::fs::read_to_string(self.log.path().join(name)).unwrap_or_default();
+        read("out") + &read("err")
+    }
+
+    fn assert_running(&mut self) {
+        let exited = self.ctr_run.try_wait().unwrap();
+        assert!(
+            exited.is_none(),
+            "tend run exited ({exited:?}): {}",
+            self.output()
+        );
+    }
+
+    /// `ctr tasks kill --signal SIGNAL`, then the exit status of `ctr run`.
+    fn stop(&mut self, signal: &str) -> ExitStatus {
+        let killed = self.peer.ctr(
+            WITHIN,
+            &[
+                "-n",
+                NAMESPACE,
+                "tasks",
+                "kill",
+                "--signal",
+                signal,
+                Self::ID,
+            ],
+        );
+        assert!(killed.status.success(), "ctr tasks kill: {}", text(&killed));
+        let mut exit = None;
+        wait_until(Duration::from_secs(30), "tend run to exit", || {
+            exit = self.ctr_run.try_wait().unwrap();
+            exit.is_some()
+        });
+        exit.unwrap()
+    }
+}
+
+impl Drop for DaemonTask<'_> {
+    fn drop(&mut self) {
+        if let Ok(None) = self.ctr_run.try_wait() {
+            self.peer.ctr(
+                WITHIN,
+                &[
+                    "-n",
+                    NAMESPACE,
+                    "tasks",
+                    "kill",
+                    "--signal",
+                    "SIGKILL",
+                    Self::ID,
+                ],
+            );
+            let _ = self.ctr_run.wait();
+        }
+    }
+}
+
+/// A node config with mirror-gate alone, caching docker.io at `endpoint`,
+/// served on 127.0.0.1:`port`.
+fn daemon_config(port: u16, endpoint: &str) -> String {
+    format!(
+        r#"[host]
+plugins-dir = "/usr/lib/tend/plugins"
+state-dir = "/var/lib/tend"
+node-name = "image-test-node"
+listen = "127.0.0.1:{port}"
+
+[plugins.mirror-gate]
+[plugins.mirror-gate.grants]
+files = [{{ path = "/etc/containerd/certs.d", write = true }}]
+http = ["{endpoint}/v2/"]
+[plugins.mirror-gate.config]
+certs-dir = "/etc/containerd/certs.d"
+[[plugins.mirror-gate.config.caches]]
+upstream = "docker.io"
+endpoint = "{endpoint}"
+"#
+    )
 }
 
 /// The node config the image is checked with: the built-in node plugins at the

@@ -98,11 +98,14 @@ fn main() -> ExitCode {
         // One language's plugins and SDK tests: `cargo xtask lang js`.
         "lang" => langs::one(std::env::args().nth(2).as_deref()),
         "image" => image::image(),
+        // The image tests/e2e/image.rs runs, around the tend of the last
+        // `cargo build` (what `cargo xtask test` builds before the tests).
+        "test-image" => image::image_of_test_build(&root().join("target/debug/tend")),
         "test" => test(),
         "demo" => demo(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <plugins|image|test|demo|lang LANG>\n  plugins  build every plugin into target/plugins/\n  image    the OCI image of tend (release) and the built-in plugins: target/image/tend.oci.tar\n  test     everything: unit and end-to-end tests (builds the plugins and the image first)\n  demo     run tend on examples/quickstart (a registry, systemd, containerd) and examples/cluster (fake Kubernetes and OpenStack)\n  lang     one language's plugins and SDK tests (rust, python, js, c, go)"
+                "usage: cargo xtask <plugins|image|test-image|test|demo|lang LANG>\n  plugins  build every plugin into target/plugins/\n  image    the OCI image of tend (release) and the built-in plugins: target/image/tend.oci.tar\n  test-image  the same image around target/debug/tend, as `cargo xtask test` builds it for tests/e2e/image.rs\n  test     everything: unit and end-to-end tests (builds the plugins and the image first)\n  demo     run tend on examples/quickstart (a registry, systemd, containerd) and examples/cluster (fake Kubernetes and OpenStack)\n  lang     one language's plugins and SDK tests (rust, python, js, c, go)"
             );
             return ExitCode::from(2);
         }

@@ -438,6 +438,14 @@ impl ContainerdPeer {
             .unwrap()
     }
 
+    /// `ctr -a SOCKET ARGS...` not run yet: for a `ctr run` that outlives
+    /// the call (a daemon in a container), spawned and waited on by the test.
+    pub fn ctr_command(&self, args: &[&str]) -> Command {
+        let mut ctr = Command::new("ctr");
+        ctr.arg("-a").arg(self.socket()).args(args);
+        ctr
+    }
+
     /// The cgroup path a `ctr run` container NAME must be given (`--cgroup`),
     /// below the peer's cgroup parent, so the peer's stop finds what it left.
     pub fn cgroup_for(&self, name: &str) -> String {

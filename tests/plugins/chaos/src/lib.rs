@@ -256,6 +256,10 @@ enum Mode {
         count: u32,
         requeue_ms: u64,
     },
+    /// Each mode in turn, in one reconcile.
+    Steps {
+        steps: Vec<Mode>,
+    },
 }
 
 /// Which build this is: "v1", or "v2" with the `v2` feature.
@@ -273,7 +277,14 @@ impl Plugin for Chaos {
     }
 
     fn reconcile(ctx: &Context, host: &dyn Host) -> Result<Outcome> {
-        match ctx.config::<Mode>()? {
+        Chaos::run(ctx.config::<Mode>()?, ctx, host)
+    }
+}
+
+impl Chaos {
+    /// One reconcile doing what `mode` asks.
+    fn run(mode: Mode, ctx: &Context, host: &dyn Host) -> Result<Outcome> {
+        match mode {
             Mode::Noop => Ok(Outcome::healthy("nothing to do")),
             Mode::Ok => {
                 let runs = host.state().get_json::<u64>("runs")?.unwrap_or(0) + 1;
@@ -644,6 +655,17 @@ impl Plugin for Chaos {
                     )
                 }));
                 Ok(outcome.requeue_after(std::time::Duration::from_millis(requeue_ms)))
+            }
+            Mode::Steps { steps } => {
+                let results: Vec<String> = steps
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, step)| match Chaos::run(step, ctx, host) {
+                        Ok(outcome) => format!("{}: {}", i + 1, outcome.message),
+                        Err(e) => format!("{}: {e}", i + 1),
+                    })
+                    .collect();
+                Ok(Outcome::healthy(results.join("; ")))
             }
         }
     }
