@@ -619,15 +619,24 @@ fn every_alert_answers_on_live_tends_in_the_state_it_describes() {
     cloud.add_instance("never-registered", &[("kubernetes-cluster", "alerts")]);
     let env = cloud.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    // Scraping from before the tends start: a counter's first rise is seen.
+    let (sick_port, follower_port, well_port) = (free_port(), free_port(), free_port());
+    let prometheus = Prometheus::start(
+        &deploy_dir().join("monitoring/tend.rules.yaml"),
+        &[
+            (sick_port, "sick-node"),
+            (follower_port, "follower-node"),
+            (well_port, "well-node"),
+        ],
+    );
 
     let sick = Sandbox::new();
     sick.add_plugin("chaos", "chaos");
     sick.add_plugin("node-reaper", "node-reaper");
     let out = sick.path("out");
     std::fs::create_dir_all(&out).unwrap();
-    let sick_port = free_port();
     let sick_host = format!(
-        "listen = \"127.0.0.1:{sick_port}\"\nnode-name = \"sick-node\"\n[host.budgets.writes]\noperations = [\"files.write\"]\nmax = 1\nper = \"1h\"\n{}{}",
+        "listen = \"127.0.0.1:{sick_port}\"\n[host.budgets.writes]\noperations = [\"files.write\"]\nmax = 1\nper = \"1h\"\n{}{}",
         api.host_kube(&sick),
         cloud.host_config()
     );
@@ -645,9 +654,10 @@ interval = "200ms"
 [plugins.writer.grants]
 files = [{{ path = "{out}", write = true }}]
 [plugins.writer.config]
-mode = "write"
-path = "{out}/x"
-content = "x"
+mode = "flood"
+dir = "{out}"
+count = 3
+name-len = 8
 [plugins.node-reaper]
 interval = "1s"
 [plugins.node-reaper.grants]
@@ -658,7 +668,7 @@ owner = {{ tag = "kubernetes-cluster", value = "alerts" }}
 "#,
         out = out.display()
     );
-    sick.config_with_host(&sick_host, &sick_plugins);
+    sick.config_on_node("sick-node", &sick_host, &sick_plugins);
     api.grant_rbac(&sick);
     let sick_daemon = sick.daemon_with_env(&env);
 
@@ -676,43 +686,42 @@ owner = {{ tag = "kubernetes-cluster", value = "alerts" }}
     );
     assert_eq!(code, 201, "{body}");
     let follower = Sandbox::new();
-    let follower_port = free_port();
     let follower_host = format!(
-        "listen = \"127.0.0.1:{follower_port}\"\nnode-name = \"follower-node\"\n{}[host.leader-election]\nnamespace = \"kube-system\"\nname = \"alerts\"\n",
+        "listen = \"127.0.0.1:{follower_port}\"\n{}[host.leader-election]\nnamespace = \"kube-system\"\nname = \"alerts\"\n",
         api.host_kube(&follower)
     );
-    follower.config_with_host(&follower_host, "");
+    follower.config_on_node("follower-node", &follower_host, "");
     api.grant_rbac(&follower);
     let _follower_daemon = follower.daemon();
 
     let well = Sandbox::new();
     well.add_plugin("chaos", "chaos");
-    let well_port = free_port();
-    let well_host = format!("listen = \"127.0.0.1:{well_port}\"\nnode-name = \"well-node\"\n");
-    well.config_with_host(
+    let well_host = format!("listen = \"127.0.0.1:{well_port}\"\n");
+    well.config_on_node(
+        "well-node",
         &well_host,
         "[plugins.steady]\nfile = \"plugins/chaos.wasm\"\ninterval = \"2s\"\n[plugins.steady.config]\nmode = \"ok\"\n",
     );
     let _well_daemon = well.daemon();
 
+    let refused = |line: &str| {
+        (line.strip_prefix("tend_budget_refusals_total{plugin=\"writer\"} "))
+            .is_some_and(|count| count != "0")
+    };
     wait_until(WITHIN, "the breaker open and a write refused", || {
-        metric(sick_port, "tend_plugin_breaker_open").is_some()
-            && metric(sick_port, "tend_budget_refusals_total").is_some()
+        let (_, page) = http_get(sick_port, "/metrics").unwrap_or_default();
+        metric(sick_port, "tend_plugin_breaker_open").is_some() && page.lines().any(refused)
     });
     // A config the sick tend rejects (the good one keeps running).
-    sick.config_with_host(&sick_host, &format!("{sick_plugins}[plugins.broken.bad]\n"));
+    sick.config_on_node(
+        "sick-node",
+        &sick_host,
+        &format!("{sick_plugins}[plugins.broken.bad]\n"),
+    );
     wait_until(WITHIN, "the config rejected", || {
         metric(sick_port, "tend_config_rejected") == Some(1.0)
     });
 
-    let prometheus = Prometheus::start(
-        &deploy_dir().join("monitoring/tend.rules.yaml"),
-        &[
-            (sick_port, "sick-node"),
-            (follower_port, "follower-node"),
-            (well_port, "well-node"),
-        ],
-    );
     let on_node = |series: &[Value], node: &str| series.iter().any(|s| s["metric"]["node"] == node);
     let answers = |alert: &str, expr: &str, node: Option<&str>| -> Vec<Value> {
         let mut series = vec![];
@@ -753,7 +762,10 @@ owner = {{ tag = "kubernetes-cluster", value = "alerts" }}
 
     drop(sick_daemon);
     let rules = alert_rules();
-    let (_, expr, _) = rules.iter().find(|(alert, ..)| alert == "TendDown").unwrap();
+    let (_, expr, _) = rules
+        .iter()
+        .find(|(alert, ..)| alert == "TendDown")
+        .unwrap();
     let down = answers("TendDown", expr, Some("sick-node"));
     assert!(!on_node(&down, "well-node"), "{down:?}");
     checked.push("TendDown".into());

@@ -12,7 +12,6 @@ use std::time::Duration;
 use tend_e2e::cloud::{CloudPeer, Provider};
 use tend_e2e::{
     ContainerdPeer, KubeApi, Kubectl, Registry, Sandbox, SandboxState, SystemdPeer, tend_bin,
-    workspace_root,
 };
 
 /// mirror-gate writing one cache's hosts.toml into the sandbox's certs.d.

@@ -243,13 +243,17 @@ impl CloudPeer {
         }
     }
 
-    /// The instances a listing needs to have a second page: the OpenStack
-    /// fake pages by 2; tend asks EC2 for pages of 1000.
-    pub fn instances_for_two_pages(&self) -> usize {
-        match self {
-            CloudPeer::OpenStack(_) => 3,
-            CloudPeer::Aws(_) => 1001,
+    /// Page instance listings by 2 from now on, as the OpenStack fake does
+    /// (AWS: the proxy asks moto for pages of 2 where tend asks EC2 for
+    /// 1000, as EC2 may answer fewer with a NextToken); how many instances
+    /// then make a listing of two pages.
+    pub fn page_listings_by_two(&self) -> usize {
+        if let CloudPeer::Aws(aws) = self {
+            aws.fault(
+                &json!({"max_results": {"action": "DescribeInstances", "value": 2, "times": -1}}),
+            );
         }
+        3
     }
 
     /// From now on every listing of instances fails, from its second page

@@ -351,6 +351,15 @@ fn test() -> Result<()> {
     image::image_of_test_build(&tend)?;
     // Every runner runs to its end; one total closes the run.
     let mut tally = tally::Tally::default();
+    step("node-reaper's end-to-end tests, beside the others (shown when they end)");
+    let (package, test) = BESIDE;
+    let reaper_tests = tally.start_beside(
+        test,
+        Command::new(test_executable(package, test)?)
+            .current_dir(root().join("tests"))
+            .env("TEND_BIN", &tend),
+        root().join(format!("target/{test}.log")),
+    )?;
     for lang in langs::ALL {
         (lang.test)(&mut tally)?;
     }
@@ -359,9 +368,43 @@ fn test() -> Result<()> {
         "cargo test",
         cargo()
             .args(["test", "--workspace", "--no-fail-fast"])
-            .env("TEND_BIN", root().join("target/debug/tend")),
+            .env("TEND_BIN", &tend),
     )?;
+    step("node-reaper's end-to-end tests");
+    tally.join(reaper_tests)?;
     tally.finish()
+}
+
+/// The test target that runs beside the rest of the suite: node-reaper's
+/// end to end tests spend most of their minutes waiting out its one-minute
+/// confirmations, so the suite's wall time need not add them. It is
+/// `test = false` in tests/Cargo.toml (`cargo test --workspace` leaves it
+/// out); `cargo test -p tend-e2e --test node_reaper` runs it alone.
+const BESIDE: (&str, &str) = ("tend-e2e", "node_reaper");
+
+/// The executable of `package`'s test target `test`, built (and linted).
+fn test_executable(package: &str, test: &str) -> Result<PathBuf> {
+    let output = cargo()
+        .args(["test", "-p", package, "--test", test, "--no-run"])
+        .arg("--message-format=json")
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run cargo")?;
+    if !output.status.success() {
+        bail!("building the tests {test} of {package} failed");
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let messages = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+    for message in messages {
+        if message["target"]["name"] == test
+            && let Some(executable) = message["executable"].as_str()
+        {
+            return Ok(executable.into());
+        }
+    }
+    bail!("cargo built no test executable {test} of {package}")
 }
 
 /// The demo's systemd (tests/peers/systemd.sh), stopped on drop.

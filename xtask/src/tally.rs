@@ -9,7 +9,8 @@
 
 use anyhow::{Context, Result, bail};
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 
 /// The passed and failed tests of every runner so far.
 #[derive(Debug, Default)]
@@ -18,6 +19,14 @@ pub struct Tally {
     failed: u64,
     /// The runners that failed, for the closing summary.
     failing: Vec<String>,
+}
+
+/// A runner started beside the others (see [`Tally::start_beside`]).
+pub struct Beside {
+    what: String,
+    child: Child,
+    /// Its stdout and stderr, shown and counted when it is joined.
+    output: PathBuf,
 }
 
 /// Counts read from a runner's output.
@@ -46,6 +55,45 @@ impl Tally {
             counts.read(&line);
         }
         let status = child.wait()?;
+        self.account(what, &counts, status);
+        Ok(())
+    }
+
+    /// Start a runner that runs beside the next ones (its tests mostly wait,
+    /// so the suite's wall time need not add them up): its output goes to
+    /// `output` until [`Tally::join`] shows and counts it.
+    pub fn start_beside(&self, what: &str, cmd: &mut Command, output: PathBuf) -> Result<Beside> {
+        let file = std::fs::File::create(&output)
+            .with_context(|| format!("cannot write {}", output.display()))?;
+        let child = cmd
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("cannot run {cmd:?}"))?;
+        Ok(Beside {
+            what: what.to_string(),
+            child,
+            output,
+        })
+    }
+
+    /// Wait for a runner started beside, then show its output and count it
+    /// as [`Tally::run`] does.
+    pub fn join(&mut self, mut beside: Beside) -> Result<()> {
+        let status = beside.child.wait()?;
+        let text = std::fs::read_to_string(&beside.output).unwrap_or_default();
+        let mut counts = Counts::default();
+        for line in text.lines() {
+            println!("{line}");
+            counts.read(line);
+        }
+        self.account(&beside.what, &counts, status);
+        Ok(())
+    }
+
+    /// Add one runner's counts, its exit `status` standing in when it
+    /// printed none or failed without a failed test.
+    fn account(&mut self, what: &str, counts: &Counts, status: std::process::ExitStatus) {
         let (passed, mut failed) = if counts.seen {
             (counts.passed, counts.failed)
         } else if status.success() {
@@ -61,7 +109,6 @@ impl Tally {
         if failed > 0 {
             self.failing.push(format!("{what} ({status})"));
         }
-        Ok(())
     }
 
     /// Print the closing line and fail when anything failed.

@@ -19,7 +19,9 @@ impl Prometheus {
     pub fn start(rules: &Path, targets: &[(u16, &str)]) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
-        let targets = targets.iter().map(|(p, node)| format!("127.0.0.1:{p}={node}"));
+        let targets = targets
+            .iter()
+            .map(|(p, node)| format!("127.0.0.1:{p}={node}"));
         let status = Command::new(workspace_root().join("tests/peers/prometheus.sh"))
             .args(["start", dir.path().to_str().unwrap(), &port.to_string()])
             .arg(rules)
@@ -36,7 +38,10 @@ impl Prometheus {
         let (code, body) = http_get(self.port, &path).unwrap();
         let answer: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
         assert_eq!(code, 200, "{expr}: {body}");
-        answer["data"]["result"].as_array().cloned().unwrap_or_default()
+        answer["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// What Prometheus logged (rule evaluation errors among it).
