@@ -35,7 +35,8 @@ static struct {
     char runs[32];             /* state key "runs"; "" when absent */
     int http_status;           /* the answer to the GET ... */
     failure_t http_fails;      /* ... unless it fails */
-    const char *node;          /* the Node that exists, or NULL: not-found */
+    const char *node;          /* the Node that exists, or NULL: not-found ... */
+    failure_t kube_fails;      /* ... unless its get fails */
     failure_t files_fails;     /* the write fails */
     char report_path[256];     /* the last write */
     char report[512];
@@ -103,6 +104,7 @@ bool tend_plugin_http_send(tend_plugin_http_request_t *req, tend_plugin_http_res
 bool tend_plugin_kube_get(tend_plugin_kube_object_key_t *key, plugin_string_t *ret,
                           tend_plugin_kube_error_t *err) {
     CHECK(str_is(key->api_version, "v1") && str_is(key->kind, "Node"), "a Node");
+    if (fails(node.kube_fails, err)) return false;
     if (node.node != NULL && str_is(key->name, node.node)) {
         *ret = dup_str("{\"kind\":\"Node\"}");
         return true;
@@ -185,6 +187,36 @@ static void missing_node_degrades(void) {
     }
 }
 
+/* No Kubernetes API: the node is not checked, the host's message (bounded) says
+ * why, and the probe alone decides the health. */
+static void off_a_cluster_the_node_is_not_checked(void) {
+    static const char *const why = "no Kubernetes API: not in a cluster";
+    node = (typeof(node)){.plugin = "probe", .http_status = 200,
+                          .kube_fails = {TEND_PLUGIN_TYPES_ERROR_UNAVAILABLE, why}};
+    tend_plugin_types_outcome_t outcome;
+    tend_error_t err;
+    CHECK(reconcile(CONFIG, &outcome, &err), "failed: %.*s", TEND_STR(tend_error_message(&err)));
+    const char *const line = "probe run 1: http://127.0.0.1:10248/healthz answered 200; "
+                             "node node-1 not checked (no Kubernetes API: not in a cluster)";
+    CHECK(outcome.health == TEND_PLUGIN_TYPES_HEALTH_HEALTHY, "health %u", outcome.health);
+    CHECK(str_is(outcome.message, line), "summary %.*s", TEND_STR(outcome.message));
+    CHECK(strncmp(node.report, line, strlen(line)) == 0 &&
+              strcmp(node.report + strlen(line), "\n") == 0,
+          "report %s", node.report);
+    tend_plugin_types_outcome_free(&outcome);
+
+    char long_why[601] = {0}, quoted[420] = {0};
+    for (int i = 0; i < 300; i++) memcpy(long_why + 2 * i, "é", 2);
+    snprintf(quoted, sizeof quoted, "not checked (%.400s…)", long_why);
+    node.kube_fails.message = long_why;
+    CHECK(reconcile(CONFIG, &outcome, &err), "failed: %.*s", TEND_STR(tend_error_message(&err)));
+    size_t tail = strlen(quoted);
+    CHECK(outcome.message.len >= tail &&
+              memcmp(outcome.message.ptr + outcome.message.len - tail, quoted, tail) == 0,
+          "summary %.*s", TEND_STR(outcome.message));
+    tend_plugin_types_outcome_free(&outcome);
+}
+
 static void expect_error(const char *config, uint8_t kind, const char *message) {
     tend_plugin_types_outcome_t outcome;
     tend_error_t err;
@@ -203,6 +235,12 @@ static void without_a_files_grant_the_write_is_denied(void) {
     CHECK(node.report_path[0] == 0, "a denied write wrote %s", node.report_path);
 }
 
+static void a_denied_node_lookup_fails_the_reconcile(void) {
+    node = (typeof(node)){.plugin = "probe", .http_status = 200,
+                          .kube_fails = {TEND_PLUGIN_TYPES_ERROR_DENIED, "no kube grant"}};
+    expect_error(CONFIG, TEND_PLUGIN_TYPES_ERROR_DENIED, "no kube grant");
+}
+
 static void a_bad_config_names_the_key_and_an_example(void) {
     node = (typeof(node)){.plugin = "probe"};
     expect_error("{\"report\":\"/r\"}", TEND_PLUGIN_TYPES_ERROR_INVALID,
@@ -216,8 +254,10 @@ static void a_bad_config_names_the_key_and_an_example(void) {
 int main(void) {
     healthy_runs_count_and_report();
     missing_node_degrades();
+    off_a_cluster_the_node_is_not_checked();
     without_a_files_grant_the_write_is_denied();
+    a_denied_node_lookup_fails_the_reconcile();
     a_bad_config_names_the_key_and_an_example();
-    puts("{{name}}: 4 tests passed");
+    puts("{{name}}: 6 tests passed");
     return 0;
 }

@@ -6,7 +6,9 @@
  *
  * One reconcile counts its runs in state, GETs the configured `url`, looks up
  * this node's Node object, writes one line to the configured `report` file and
- * reports healthy when the endpoint answered 2xx and the Node exists.
+ * reports healthy when the endpoint answered 2xx and the Node exists. Off a
+ * cluster (the kube call answers `unavailable`) the Node is "not checked" and
+ * the endpoint alone decides.
  *
  * The safety: the plugin runs in Tend's sandbox and can do only what its
  * grants allow (tend.toml): GET that one URL, get this node's Node, write
@@ -82,49 +84,71 @@ static bool probe(plugin_string_t url, plugin_string_t *what, bool *ok, tend_err
     return true;
 }
 
-/* Whether this node's Node object exists; any error but not-found fails. */
-static bool node_found(plugin_string_t node, bool *found, tend_error_t *err) {
+/* The most bytes of the host's message a report line quotes. */
+#define MAX_MESSAGE 400
+
+/* `message` cut to MAX_MESSAGE bytes on a character boundary, ending with "…"
+ * when cut: a report stays one short line whatever the host said. */
+static plugin_string_t bounded(plugin_string_t message) {
+    if (message.len <= MAX_MESSAGE) return tend_format("%.*s", TEND_STR(message));
+    size_t end = MAX_MESSAGE;
+    while (end > 0 && (message.ptr[end] & 0xC0) == 0x80) end--;
+    return tend_format("%.*s…", (int)end, (const char *)message.ptr);
+}
+
+/* This node's Node into `node`: "found", "missing" (not `*ok`), or, off a
+ * cluster (no Kubernetes API), "not checked (WHY)" and the probe alone
+ * decides. Any other error fails the reconcile. */
+static bool check_node(plugin_string_t name, plugin_string_t *node, bool *ok, tend_error_t *err) {
     tend_plugin_kube_object_key_t key = {
         .api_version = tend_str("v1"),
         .kind = tend_str("Node"),
-        .name = node,
+        .name = name,
     };
     plugin_string_t object;
     tend_error_t failed;
     if (tend_plugin_kube_get(&key, &object, &failed)) {
         plugin_string_free(&object);
-        *found = true;
+        *node = tend_format("found");
+        *ok = true;
         return true;
     }
     if (failed.tag == TEND_PLUGIN_TYPES_ERROR_NOT_FOUND) {
-        tend_plugin_types_error_free(&failed);
-        *found = false;
-        return true;
+        *node = tend_format("missing");
+        *ok = false;
+    } else if (failed.tag == TEND_PLUGIN_TYPES_ERROR_UNAVAILABLE) {
+        plugin_string_t why = bounded(tend_error_message(&failed));
+        *node = tend_format("not checked (%.*s)", TEND_STR(why));
+        plugin_string_free(&why);
+        *ok = true;
+    } else {
+        *err = failed;
+        return false;
     }
-    *err = failed;
-    return false;
+    tend_plugin_types_error_free(&failed);
+    return true;
 }
 
 static bool reconcile(tend_context_t *ctx, exports_tend_plugin_reconciler_outcome_t *ret,
                       tend_error_t *err) {
-    plugin_string_t url = {0}, report = {0}, answer = {0}, line = {0};
-    bool done = false, answered_ok = false, found = false;
+    plugin_string_t url = {0}, report = {0}, answer = {0}, node = {0}, line = {0};
+    bool done = false, answered_ok = false, node_ok = false;
     uint64_t runs;
     if (!tend_config_string(ctx, "url", "http://127.0.0.1:10248/healthz", &url, err) ||
         !tend_config_string(ctx, "report", "/var/lib/{{name}}/report.txt", &report, err) ||
         !count_run(&runs, err) || !probe(url, &answer, &answered_ok, err) ||
-        !node_found(ctx->node_name, &found, err))
+        !check_node(ctx->node_name, &node, &node_ok, err))
         goto out;
-    line = tend_format("%.*s run %llu: %.*s %.*s; node %.*s %s", TEND_STR(ctx->plugin),
+    line = tend_format("%.*s run %llu: %.*s %.*s; node %.*s %.*s", TEND_STR(ctx->plugin),
                        (unsigned long long)runs, TEND_STR(url), TEND_STR(answer),
-                       TEND_STR(ctx->node_name), found ? "found" : "missing");
+                       TEND_STR(ctx->node_name), TEND_STR(node));
     plugin_string_t text = tend_format("%.*s\n", TEND_STR(line));
     plugin_list_u8_t contents = tend_bytes(text);
     bool changed;
     done = tend_plugin_files_write(&report, &contents, NULL, &changed, err);
     plugin_string_free(&text);
     if (!done) goto out;
-    ret->health = answered_ok && found ? TEND_PLUGIN_TYPES_HEALTH_HEALTHY
+    ret->health = answered_ok && node_ok ? TEND_PLUGIN_TYPES_HEALTH_HEALTHY
                                        : TEND_PLUGIN_TYPES_HEALTH_DEGRADED;
     ret->message = line;
     ret->requeue_after_ms.is_some = false;
@@ -133,6 +157,7 @@ out:
     plugin_string_free(&url);
     plugin_string_free(&report);
     plugin_string_free(&answer);
+    plugin_string_free(&node);
     plugin_string_free(&line);
     return done;
 }

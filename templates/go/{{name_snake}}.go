@@ -6,7 +6,9 @@
 //
 // One reconcile counts its runs in state, GETs the configured url, looks up
 // this node's Node object, writes one line to the configured report file and
-// reports healthy when the endpoint answered 2xx and the Node exists.
+// reports healthy when the endpoint answered 2xx and the Node exists. Off a
+// cluster (the kube call answers unavailable) the Node is "not checked" and
+// the endpoint alone decides.
 //
 // The safety: the plugin runs in Tend's sandbox and can do only what its
 // grants allow (tend.toml): GET that one URL, get this node's Node, write
@@ -26,6 +28,7 @@ package main
 import (
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"tend/sdk"
 )
@@ -60,11 +63,8 @@ func (probe) Reconcile(ctx tend.Context, host tend.Host) (tend.Outcome, error) {
 		answer = fmt.Sprintf("answered %d", resp.Status)
 		answered = resp.Status >= 200 && resp.Status < 300
 	}
-	node := "found"
-	_, err = host.Kube.Get(tend.ObjectKey{APIVersion: "v1", Kind: "Node", Name: ctx.NodeName})
-	if kind, _ := tend.KindOf(err); err != nil && kind == tend.NotFound {
-		node = "missing"
-	} else if err != nil {
+	node, nodeOK, err := checkNode(host.Kube, ctx.NodeName)
+	if err != nil {
 		return tend.Outcome{}, err
 	}
 	line := fmt.Sprintf("%s run %d: %s %s; node %s %s", ctx.Plugin, runs, cfg.URL, answer, ctx.NodeName, node)
@@ -72,10 +72,43 @@ func (probe) Reconcile(ctx tend.Context, host tend.Host) (tend.Outcome, error) {
 		return tend.Outcome{}, err
 	}
 	health := tend.Degraded
-	if answered && node == "found" {
+	if answered && nodeOK {
 		health = tend.Healthy
 	}
 	return tend.Outcome{Health: health, Message: line}, nil
+}
+
+// maxMessage is the most bytes of the host's message a report line quotes.
+const maxMessage = 400
+
+// checkNode looks up the Node named name: "found", "missing" (not ok), or,
+// off a cluster (no Kubernetes API), "not checked (WHY)" and the probe alone
+// decides. Any other error fails the reconcile.
+func checkNode(kube tend.Kube, name string) (string, bool, error) {
+	_, err := kube.Get(tend.ObjectKey{APIVersion: "v1", Kind: "Node", Name: name})
+	switch kind, _ := tend.KindOf(err); {
+	case err == nil:
+		return "found", true, nil
+	case kind == tend.NotFound:
+		return "missing", false, nil
+	case kind == tend.Unavailable:
+		return fmt.Sprintf("not checked (%s)", bounded(err.(*tend.Error).Message)), true, nil
+	default:
+		return "", false, err
+	}
+}
+
+// bounded is message cut to maxMessage bytes on a character boundary, ending
+// with "…" when cut: a report stays one short line whatever the host said.
+func bounded(message string) string {
+	if len(message) <= maxMessage {
+		return message
+	}
+	end := maxMessage
+	for end > 0 && !utf8.RuneStart(message[end]) {
+		end--
+	}
+	return message[:end] + "…"
 }
 
 // countRun is state key runs plus one, stored back. A value that is not a

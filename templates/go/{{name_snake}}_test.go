@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"tend/sdk"
@@ -77,6 +78,35 @@ func TestUnreachableAndMissingDegrade(t *testing.T) {
 	if err != nil || outcome.Health != tend.Degraded || outcome.Message != want {
 		t.Errorf("got %+v, %v; want degraded: %s", outcome, err, want)
 	}
+}
+
+func TestOffAClusterTheNodeIsNotCheckedAndTheProbeDecides(t *testing.T) {
+	h := node()
+	why := "no Kubernetes API: not in a cluster"
+	h.Kube.Fail(thisNode, tend.Unavailable, why)
+	outcome, err := reconcile(h, settings)
+	want := "probe run 1: " + url + " answered 200; node node-1 not checked (" + why + ")"
+	if err != nil || outcome.Health != tend.Healthy || outcome.Message != want {
+		t.Errorf("got %+v, %v; want healthy: %s", outcome, err, want)
+	}
+	if got := string(h.Files.Written[report]); got != want+"\n" {
+		t.Errorf("report %q", got)
+	}
+
+	long := strings.Repeat("é", 300)
+	h.Kube.Fail(thisNode, tend.Unavailable, long)
+	outcome, err = reconcile(h, settings)
+	quoted := "not checked (" + long[:maxMessage] + "…)"
+	if err != nil || !strings.HasSuffix(outcome.Message, quoted) {
+		t.Errorf("got %+v, %v; want it to end with %s", outcome, err, quoted)
+	}
+}
+
+func TestADeniedNodeLookupFailsTheReconcile(t *testing.T) {
+	h := node()
+	h.Kube.Fail(thisNode, tend.Denied, "no kube grant")
+	_, err := reconcile(h, settings)
+	wantError(t, err, tend.Denied, "no kube grant")
 }
 
 func TestWithoutAFilesGrantTheWriteIsDenied(t *testing.T) {

@@ -3,7 +3,8 @@
 // The problem it solves, as a starting point: is this node's health endpoint
 // answering, and does the cluster still know this node? Each reconcile probes
 // one URL, looks up the Node named after this host, and writes a one-line
-// report file, counting its runs in its own state.
+// report file, counting its runs in its own state. Off a cluster (no
+// Kubernetes API) the Node is "not checked" and the probe alone decides.
 //
 // The safety: it reads one URL and one Node and writes one file, each within
 // the grants of `tend.toml` and nothing else. A missing grant fails the
@@ -13,7 +14,37 @@
 // - `url`: the endpoint to probe with GET (timeout 2 s);
 // - `report`: the file to write the report line to.
 
-import { DeniedError, NotFoundError, TendError, config, decodeUtf8, definePlugin, degraded, healthy } from "@tend/sdk";
+import {
+  DeniedError,
+  NotFoundError,
+  TendError,
+  UnavailableError,
+  config,
+  decodeUtf8,
+  definePlugin,
+  degraded,
+  healthy,
+} from "@tend/sdk";
+
+/** The most bytes of the host's message a report line quotes. */
+export const MAX_MESSAGE = 400;
+
+/**
+ * `message` cut to MAX_MESSAGE bytes (UTF-8) on a character boundary, ending
+ * with "…" when cut: a report stays one short line whatever the host said.
+ */
+function bounded(message) {
+  let bytes = 0;
+  let end = 0;
+  for (const char of message) {
+    const point = char.codePointAt(0);
+    const size = point < 0x80 ? 1 : point < 0x800 ? 2 : point < 0x10000 ? 3 : 4;
+    if (bytes + size > MAX_MESSAGE) return `${message.slice(0, end)}…`;
+    bytes += size;
+    end += char.length;
+  }
+  return message;
+}
 
 export default definePlugin({
   name: "{{name}}",
@@ -41,16 +72,25 @@ export default definePlugin({
       answer = `unreachable (${e.message})`;
     }
 
-    let found = true;
+    // Off a cluster (no Kubernetes API) the node is not checked and the probe
+    // alone decides; any other error fails the reconcile.
+    let node = "found";
+    let nodeOk = true;
     try {
       host.kube.get({ apiVersion: "v1", kind: "Node", namespace: null, name: ctx.nodeName });
     } catch (e) {
-      if (!(e instanceof NotFoundError)) throw e;
-      found = false;
+      if (e instanceof NotFoundError) {
+        node = "missing";
+        nodeOk = false;
+      } else if (e instanceof UnavailableError) {
+        node = `not checked (${bounded(e.message)})`;
+      } else {
+        throw e;
+      }
     }
 
-    const line = `${ctx.plugin} run ${runs}: ${url} ${answer}; node ${ctx.nodeName} ${found ? "found" : "missing"}`;
+    const line = `${ctx.plugin} run ${runs}: ${url} ${answer}; node ${ctx.nodeName} ${node}`;
     host.files.write(report, `${line}\n`);
-    return answering && found ? healthy(line) : degraded(line);
+    return answering && nodeOk ? healthy(line) : degraded(line);
   },
 });

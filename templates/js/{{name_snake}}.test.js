@@ -3,9 +3,9 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { DeniedError, InvalidError, decodeUtf8 } from "@tend/sdk";
+import { DeniedError, InvalidError, UnavailableError, decodeUtf8 } from "@tend/sdk";
 import { FakeHost, testContext } from "@tend/sdk/testing";
-import plugin from "./{{name_snake}}.js";
+import plugin, { MAX_MESSAGE } from "./{{name_snake}}.js";
 
 const URL = "http://127.0.0.1:10248/healthz";
 const REPORT = "/var/lib/{{name}}/report.txt";
@@ -34,6 +34,32 @@ test("a healthy run writes the report and counts runs", () => {
 
   const again = plugin.reconcile(ctx, host);
   assert.match(again.message, /^{{name}} run 2: /);
+});
+
+test("off a cluster the node is not checked and the probe decides", () => {
+  const host = grantedHost();
+  const why = "no Kubernetes API: not in a cluster";
+  host.kube.failCall("get", new UnavailableError(why));
+  const ctx = testContext("{{name}}", CONFIG);
+  const outcome = plugin.reconcile(ctx, host);
+  const line = `{{name}} run 1: ${URL} answered 200; node test-node not checked (${why})`;
+  assert.deepEqual(outcome, { health: "healthy", message: line, requeueAfterMs: null });
+  assert.equal(decodeUtf8(host.files.get(REPORT)), `${line}\n`);
+
+  const long = "é".repeat(300);
+  host.kube.failCall("get", new UnavailableError(long));
+  const quoted = `not checked (${long.slice(0, MAX_MESSAGE / 2)}…)`;
+  assert.ok(plugin.reconcile(ctx, host).message.endsWith(quoted));
+});
+
+test("a denied node lookup fails the reconcile", () => {
+  const host = grantedHost();
+  host.kube.failCall("get", new DeniedError("no kube grant"));
+  assert.throws(() => plugin.reconcile(testContext("{{name}}", CONFIG), host), (e) => {
+    assert.ok(e instanceof DeniedError);
+    assert.equal(e.message, "no kube grant");
+    return true;
+  });
 });
 
 test("a missing files grant fails with the host's message", () => {

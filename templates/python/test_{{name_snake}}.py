@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from tend_sdk import Context, Denied, Health
+from tend_sdk import Context, Denied, Health, Unavailable
 from tend_sdk.testing import FakeHost
 
-from {{name_snake}} import reconcile
+from {{name_snake}} import MAX_MESSAGE, reconcile
 
 URL = "http://127.0.0.1:10248/healthz"
 REPORT = "/var/lib/{{name}}/report.txt"
@@ -42,3 +42,26 @@ def test_without_a_files_grant_the_reconcile_is_denied():
         "no files grant covers /var/lib/{{name}}/report.txt: "
         'add { path = "/var/lib/{{name}}", write = true } to [plugins.{{name}}.grants] files'
     )
+
+
+def test_off_a_cluster_the_node_is_not_checked_and_the_probe_decides():
+    host = granted_host()
+    why = "no Kubernetes API: not in a cluster"
+    host.kube.fail_call("get", Unavailable(why))
+    outcome = reconcile(CONTEXT, host)
+    line = f"{{name}} run 1: {URL} answered 200; node node-1 not checked ({why})"
+    assert (outcome.health, outcome.message) == (Health.HEALTHY, line)
+    assert host.files.get(REPORT) == (line + "\n").encode()
+
+    long = "é" * 300
+    host.kube.fail_call("get", Unavailable(long))
+    quoted = f"not checked ({long[:MAX_MESSAGE // 2]}…)"
+    assert reconcile(CONTEXT, host).message.endswith(quoted)
+
+
+def test_a_denied_node_lookup_fails_the_reconcile():
+    host = granted_host()
+    host.kube.fail_call("get", Denied("no kube grant"))
+    with pytest.raises(Denied) as denied:
+        reconcile(CONTEXT, host)
+    assert denied.value.message == "no kube grant"

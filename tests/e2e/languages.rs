@@ -4,13 +4,20 @@
 //! against the project's Kubernetes API fake (tests/peers/kube-apiserver.py)
 //! for both its kube call and its HTTP probe. Each exercises files, http,
 //! state and kube under the narrowest grants, and is denied like any other
-//! plugin when a grant is missing. And a JavaScript build Winch cannot
+//! plugin when a grant is missing. Each project as `tend new` writes it also
+//! plans off a cluster, its Node "not checked". And a JavaScript build Winch cannot
 //! compile (QuickJS `--opt-size`: tail calls) still loads in the daemon, by
 //! Cranelift, saying so.
 
 use serde_json::json;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
-use tend_e2e::{KubeApi, Sandbox, free_port, http_get, plugin_status, wait_until};
+use tend_e2e::{
+    KubeApi, Sandbox, free_port, http_get, plugin, plugin_status, tend_bin, wait_until,
+};
 
 const NODE: &str = "e2e-node";
 
@@ -103,6 +110,96 @@ fn c_starter_plugin() {
 #[test]
 fn go_starter_plugin() {
     starter_plugin_runs("go");
+}
+
+/// The URL the generated tend.toml probes: a kubelet's health endpoint.
+const KUBELET_HEALTHZ: &str = "http://127.0.0.1:10248/healthz";
+
+/// A stand-in kubelet on 127.0.0.1:10248 answering every request 200, for
+/// this test process's lifetime (shared by the tests running in parallel).
+fn kubelet_answers_200() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        let listener = TcpListener::bind("127.0.0.1:10248")
+            .expect("127.0.0.1:10248 must be free: the starter's tend.toml probes it");
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                );
+            }
+        });
+    });
+}
+
+/// The project `tend new LANG-probe --lang LANG` writes, with the suite's
+/// build of it (target/plugins/LANG-probe.wasm) as its `LANG-probe.wasm`,
+/// planned as its README says, off a cluster: no [host.kube], no in-cluster
+/// environment, no KUBECONFIG and a HOME with no ~/.kube/config. The plan
+/// succeeds, the Node "not checked" with the host's reason, and the probe's
+/// 200 alone makes it healthy.
+fn starter_plans_off_a_cluster(lang: &str) {
+    kubelet_answers_200();
+    let name = format!("{lang}-probe");
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, home) = (tmp.path().join(&name), tmp.path().join("home"));
+    std::fs::create_dir(&home).unwrap();
+    let new = Command::new(tend_bin())
+        .args(["new", &name, "--lang", lang, "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(new.status.success(), "{new:?}");
+    std::fs::copy(plugin(&name), dir.join(format!("{name}.wasm"))).unwrap();
+    let report = format!("/var/lib/{name}/report.txt");
+    let before = std::fs::read(&report).ok();
+    let plan = Command::new(tend_bin())
+        .args(["plan", &name, "-c", "tend.toml"])
+        .current_dir(&dir)
+        .env("HOME", &home)
+        .env("TEND_LOG", "warn")
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&plan.stdout);
+    assert!(plan.status.success(), "{plan:?}");
+    let healthy = format!("{name}: healthy: {name} run 1: {KUBELET_HEALTHZ} answered 200; node ");
+    let why = " not checked (no Kubernetes API: not in a cluster, and no kubeconfig (";
+    assert!(
+        stdout.contains(&healthy) && stdout.contains(why),
+        "{stdout}"
+    );
+    assert!(stdout.contains("; set [host.kube] kubeconfig)"), "{stdout}");
+    assert_eq!(std::fs::read(&report).ok(), before, "a plan wrote {report}");
+}
+
+#[test]
+fn rust_starter_plans_off_a_cluster() {
+    starter_plans_off_a_cluster("rust");
+}
+
+#[test]
+fn python_starter_plans_off_a_cluster() {
+    starter_plans_off_a_cluster("python");
+}
+
+#[test]
+fn js_starter_plans_off_a_cluster() {
+    starter_plans_off_a_cluster("js");
+}
+
+#[test]
+fn c_starter_plans_off_a_cluster() {
+    starter_plans_off_a_cluster("c");
+}
+
+#[test]
+fn go_starter_plans_off_a_cluster() {
+    starter_plans_off_a_cluster("go");
 }
 
 #[test]

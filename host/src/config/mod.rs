@@ -460,8 +460,14 @@ pub(crate) fn is_valid_plugin_name(name: &str) -> bool {
         && !name.starts_with('-')
 }
 
+/// The directory relative paths of the config at `path` resolve against,
+/// made absolute. A bare file name (`-c tend.toml`, as the starter's README
+/// says) has the empty parent "", which `absolute` refuses: it is ".".
 fn absolute_parent(path: &Path) -> PathBuf {
-    let parent = path.parent().unwrap_or(Path::new("."));
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::path::absolute(parent).unwrap_or_else(|_| parent.to_path_buf())
 }
 

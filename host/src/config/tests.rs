@@ -49,6 +49,14 @@ fn resolves_paths_defaults_and_plugin_config() {
 }
 
 #[test]
+fn a_bare_file_name_resolves_against_the_working_directory() {
+    let config = Config::parse(Path::new("tend.toml"), GOOD).unwrap();
+    let cwd = std::env::current_dir().unwrap();
+    assert_eq!(config.host.plugins_dir, cwd.join("plugins"));
+    assert_eq!(config.host.cache_dir, cwd.join("state/cache"));
+}
+
+#[test]
 fn limits_default_to_64mib_and_30s() {
     let config = parse("[host]\nplugins-dir='p'\nstate-dir='s'\n[plugins.a]\n").unwrap();
     assert_eq!(config.plugins["a"].limits, Limits::default());

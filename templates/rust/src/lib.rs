@@ -3,7 +3,8 @@
 //! The problem it solves, as a starting point: is this node's health endpoint
 //! answering, and does the cluster still know this node? Each reconcile probes
 //! one URL, looks up the Node named after this host, and writes a one-line
-//! report file, counting its runs in its own state.
+//! report file, counting its runs in its own state. Off a cluster (no
+//! Kubernetes API) the Node is "not checked" and the probe alone decides.
 //!
 //! The safety: it reads one URL and one Node and writes one file, each within
 //! the grants of `tend.toml` and nothing else. A missing grant fails the
@@ -52,22 +53,23 @@ impl tend_sdk::Plugin for Plugin {
             Err(e) => (false, format!("unreachable ({})", e.message())),
         };
 
-        let node = ObjectKey::cluster("v1", "Node", &ctx.node_name);
-        let found = match host.kube().get(&node) {
-            Ok(_) => true,
-            Err(Error::NotFound(_)) => false,
+        let key = ObjectKey::cluster("v1", "Node", &ctx.node_name);
+        // Off a cluster (no Kubernetes API) the node is not checked and the
+        // probe alone decides; any other error fails the reconcile.
+        let (node, node_ok) = match host.kube().get(&key) {
+            Ok(_) => ("found".to_string(), true),
+            Err(Error::NotFound(_)) => ("missing".to_string(), false),
+            Err(Error::Unavailable(why)) => (format!("not checked ({})", bounded(&why)), true),
             Err(e) => return Err(e),
         };
 
         let line = format!(
-            "{} run {runs}: {url} {answer}; node {} {}",
-            ctx.plugin,
-            ctx.node_name,
-            if found { "found" } else { "missing" }
+            "{} run {runs}: {url} {answer}; node {} {node}",
+            ctx.plugin, ctx.node_name
         );
         host.files()
             .write(&report, format!("{line}\n").as_bytes(), None)?;
-        Ok(match answering && found {
+        Ok(match answering && node_ok {
             true => Outcome::healthy(line),
             false => Outcome::degraded(line),
         })
@@ -75,6 +77,22 @@ impl tend_sdk::Plugin for Plugin {
 }
 
 tend_sdk::export_plugin!(Plugin);
+
+/// The most bytes of the host's message a report line quotes.
+const MAX_MESSAGE: usize = 400;
+
+/// `message` cut to [`MAX_MESSAGE`] bytes on a character boundary, ending
+/// with "…" when cut: a report stays one short line whatever the host said.
+fn bounded(message: &str) -> String {
+    if message.len() <= MAX_MESSAGE {
+        return message.to_string();
+    }
+    let mut end = MAX_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
 
 /// The string under `key`, or the `invalid` error that names it.
 fn text(ctx: &Context, config: &Value, key: &str, example: &str) -> Result<String> {
@@ -133,6 +151,37 @@ mod tests {
             "{}",
             again.message
         );
+    }
+
+    #[test]
+    fn off_a_cluster_the_node_is_not_checked_and_the_probe_decides() {
+        let host = host();
+        let why = "no Kubernetes API: not in a cluster";
+        host.kube
+            .fail_call("get", Some(Error::Unavailable(why.into())));
+        let outcome = Plugin::reconcile(&Context::new("{{name}}", CONFIG), &host).unwrap();
+        assert_eq!(outcome.health, Health::Healthy);
+        let line =
+            format!("{{name}} run 1: {URL} answered 200; node test-node not checked ({why})");
+        assert_eq!(outcome.message, line);
+        let report = host.files.get("/var/lib/{{name}}/report.txt").unwrap();
+        assert_eq!(String::from_utf8(report).unwrap(), format!("{line}\n"));
+
+        let long = "é".repeat(300);
+        host.kube
+            .fail_call("get", Some(Error::Unavailable(long.clone())));
+        let outcome = Plugin::reconcile(&Context::new("{{name}}", CONFIG), &host).unwrap();
+        let quoted = format!("not checked ({}…)", &long[..MAX_MESSAGE]);
+        assert!(outcome.message.ends_with(&quoted), "{}", outcome.message);
+    }
+
+    #[test]
+    fn a_denied_node_lookup_fails_the_reconcile() {
+        let host = host();
+        host.kube
+            .fail_call("get", Some(Error::Denied("no kube grant".into())));
+        let err = Plugin::reconcile(&Context::new("{{name}}", CONFIG), &host).unwrap_err();
+        assert_eq!(err, Error::Denied("no kube grant".into()));
     }
 
     #[test]
