@@ -383,9 +383,11 @@ fn test() -> Result<()> {
 const BESIDE: (&str, &str) = ("tend-e2e", "node_reaper");
 
 /// The executable of `package`'s test target `test`, built (and linted).
+/// `--workspace`, so that features unify as in the build of every test
+/// (`-p` alone would build tend and its dependencies again, 3 minutes).
 fn test_executable(package: &str, test: &str) -> Result<PathBuf> {
     let output = cargo()
-        .args(["test", "-p", package, "--test", test, "--no-run"])
+        .args(["test", "--workspace", "--test", test, "--no-run"])
         .arg("--message-format=json")
         .stderr(Stdio::inherit())
         .output()
