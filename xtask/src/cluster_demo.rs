@@ -33,7 +33,12 @@ pub struct ScriptPeer {
     script: PathBuf,
     dir: PathBuf,
     url: String,
+    /// The token seeding requests carry, if the peer needs one.
+    bearer: Option<&'static str>,
 }
+
+/// The Kubernetes fake's fixture admin (tests/peers/kube-apiserver.py ADMIN_TOKEN).
+const KUBE_ADMIN_TOKEN: &str = "tend-fake-admin-token";
 
 impl ScriptPeer {
     /// `example` (the config expecting the peer on `port`) is named when the
@@ -55,6 +60,7 @@ impl ScriptPeer {
             script,
             dir: dir.to_path_buf(),
             url: String::from_utf8_lossy(&output.stdout).trim().to_string(),
+            bearer: None,
         };
         if !output.status.success() {
             bail!(
@@ -66,10 +72,19 @@ impl ScriptPeer {
         Ok(peer)
     }
 
+    /// Seed as the bearer of `token` (the Kubernetes fake refuses anonymous
+    /// requests, as a real API server does; its fixtures' admin token).
+    fn seeding_as(mut self, token: &'static str) -> Self {
+        self.bearer = Some(token);
+        self
+    }
+
     /// POST `body` (JSON) to `path`, as the seeding scripts of a test would.
     fn post(&self, path: &str, body: &serde_json::Value) -> Result<()> {
+        let auth = self.bearer.map(|t| format!("authorization: Bearer {t}"));
         run(Command::new("curl")
             .args(["-fsS", "-o", "/dev/null", "-X", "POST"])
+            .args(auth.iter().flat_map(|h| ["-H", h.as_str()]))
             .args(["-H", "content-type: application/json", "--data-binary"])
             .arg(body.to_string())
             .arg(format!("{}{path}", self.url)))
@@ -122,7 +137,8 @@ pub fn run_demo(tend: &Path) -> Result<()> {
         "starting the project's Kubernetes API fake on 127.0.0.1:{KUBE_PORT} and its OpenStack fake (Keystone, Nova, Neutron) on 127.0.0.1:{OPENSTACK_PORT}"
     ));
     const EXAMPLE: &str = "examples/cluster/tend.toml";
-    let kube = ScriptPeer::start("kube-apiserver.sh", &work.join("kube"), KUBE_PORT, EXAMPLE)?;
+    let kube = ScriptPeer::start("kube-apiserver.sh", &work.join("kube"), KUBE_PORT, EXAMPLE)?
+        .seeding_as(KUBE_ADMIN_TOKEN);
     let cloud = ScriptPeer::start(
         "openstack.sh",
         &work.join("openstack"),
