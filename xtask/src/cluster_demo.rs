@@ -139,6 +139,16 @@ pub fn run_demo(tend: &Path) -> Result<()> {
     const EXAMPLE: &str = "examples/cluster/tend.toml";
     let kube = ScriptPeer::start("kube-apiserver.sh", &work.join("kube"), KUBE_PORT, EXAMPLE)?
         .seeding_as(KUBE_ADMIN_TOKEN);
+    // tend's kubeconfig (examples/cluster/tend.toml names it): the fake's
+    // plain-HTTP port with a bearer token, which kube-rs sends over HTTP too.
+    std::fs::write(
+        work.join("kube/tend.kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{KUBE_PORT}\n\
+             users:\n- name: tend\n  user:\n    token: {KUBE_ADMIN_TOKEN}\ncontexts:\n- name: fake\n  context:\n\
+             \x20   cluster: fake\n    user: tend\ncurrent-context: fake\n"
+        ),
+    )?;
     let cloud = ScriptPeer::start(
         "openstack.sh",
         &work.join("openstack"),
