@@ -334,6 +334,21 @@ fn pod_rules_grant() -> String {
     format!("remotes = [\"{POD_V4}\", \"{POD_V6}\"], ports = [\"1-65535\"]")
 }
 
+/// A sandbox running secgroup-guard for `group` on `cloud`, its grant
+/// naming that group only.
+fn guarding(cloud: &Cloud, group: &str) -> Sandbox {
+    let sandbox = Sandbox::new();
+    let plugins = plugin(
+        &sandbox,
+        "secgroup-guard",
+        "secgroup-guard",
+        &guard_grant(&[group]),
+        &guard_config(&format!("group-id = \"{group}\"")),
+    );
+    sandbox.config_with_host(&cloud.host_config(), &plugins);
+    sandbox
+}
+
 fn guard_config(group: &str) -> String {
     format!(
         "owner = {{ tag = \"{OWNER_TAG}\", value = \"owned\" }}\n{group}\npod-cidrs = [\"{POD_V4}\", \"{POD_V6}\"]"
@@ -356,15 +371,7 @@ fn guard_adds_what_is_missing_and_a_second_pass_changes_nothing(provider: Provid
     let outside = cloud.add_instance_in("node-outside", (OWNER_TAG, "owned"), &[&legacy]);
     let member = cloud.add_instance_in("node-member", (OWNER_TAG, "owned"), &[&group]);
     let stranger = cloud.add_instance_in("not-ours", (OWNER_TAG, "shared"), &[&legacy]);
-    let sandbox = Sandbox::new();
-    let plugins = plugin(
-        &sandbox,
-        "secgroup-guard",
-        "secgroup-guard",
-        &guard_grant(&[&group]),
-        &guard_config(&format!("group-id = \"{group}\"")),
-    );
-    sandbox.config_with_host(&cloud.host_config(), &plugins);
+    let sandbox = guarding(&cloud, &group);
     cloud.clear_requests();
 
     let plan = tend(&sandbox, &cloud, &["plan", "secgroup-guard"]);
@@ -1171,15 +1178,7 @@ fn guard_puts_every_network_interface_in_the_group() {
         !cloud.groups_of(&partial).contains(&group),
         "one interface of two in the group is not a member"
     );
-    let sandbox = Sandbox::new();
-    let plugins = plugin(
-        &sandbox,
-        "secgroup-guard",
-        "secgroup-guard",
-        &guard_grant(&[&group]),
-        &guard_config(&format!("group-id = \"{group}\"")),
-    );
-    sandbox.config_with_host(&cloud.host_config(), &plugins);
+    let sandbox = guarding(&cloud, &group);
     cloud.clear_requests();
 
     let first = tend(&sandbox, &cloud, &["reconcile", "secgroup-guard"]);
