@@ -17,6 +17,18 @@ pub fn check_key(key: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// A `list-keys` prefix is at most [`MAX_KEY`] bytes (empty lists every
+/// key): a longer one matches no key, and plugin text is bounded everywhere.
+pub fn check_prefix(prefix: &str) -> Result<(), Refusal> {
+    if prefix.len() > MAX_KEY {
+        return Err(Refusal::Invalid(format!(
+            "state key prefixes are at most {MAX_KEY} bytes long, not {}; a longer prefix matches no key",
+            prefix.len()
+        )));
+    }
+    Ok(())
+}
+
 /// A value is at most [`MAX_VALUE`] bytes.
 pub fn check_value(key: &str, value: &[u8]) -> Result<(), Refusal> {
     if value.len() > MAX_VALUE {

@@ -4,7 +4,7 @@ use crate::{NotProvided, Result};
 use serde::{Serialize, de::DeserializeOwned};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use tend_rules::state::{check_key, check_value};
+use tend_rules::state::{check_key, check_prefix, check_value};
 
 /// The plugin's own persistent key-value store.
 pub trait State {
@@ -104,6 +104,7 @@ impl State for FakeState {
         Ok(self.entries.borrow_mut().remove(key).is_some())
     }
     fn list_keys(&self, prefix: &str) -> Result<Vec<String>> {
+        check_prefix(prefix).map_err(crate::Error::from)?;
         Ok(self
             .entries
             .borrow()

@@ -15,6 +15,8 @@
 //! `misuse` naming the fix instead of trapping.
 
 mod calls;
+#[cfg(test)]
+mod conformance;
 mod setup;
 mod wit;
 

@@ -8,7 +8,7 @@ use crate::capabilities::error::CapError;
 use crate::capabilities::limits::raise;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use tend_rules::state::{check_key, check_value};
+use tend_rules::state::{check_key, check_prefix, check_value};
 
 pub struct PluginState {
     pub(super) backend: Arc<dyn StateBackend>,
@@ -74,6 +74,7 @@ impl PluginState {
     }
 
     pub async fn list_keys(&self, prefix: &str) -> Result<Vec<String>, CapError> {
+        check_prefix(prefix)?;
         let mut keys = self.backend.list_keys(&self.call.plugin, prefix).await?;
         let overlay = self.overlay.lock().unwrap();
         for (key, value) in overlay

@@ -20,6 +20,9 @@ use crate::kube::{KubeRule, MAX_BODY, MAX_NOTE, MAX_REASON, OWN_LEASE, PatchShap
 use crate::systemd::{MAX_NAME_LEN, MAX_NAMES, SystemdGrant};
 use serde_json::{Value, json};
 
+pub mod fixture;
+mod populated;
+
 /// The plugin name the expected messages use.
 pub const PLUGIN: &str = "conformance";
 
@@ -57,6 +60,12 @@ pub enum Op {
     Metric {
         counter: bool,
         name: String,
+    },
+    /// Any WIT function with its arguments as WIT JSON (`sdk/fakes/README.md`).
+    Wit {
+        cap: &'static str,
+        function: &'static str,
+        args: Value,
     },
 }
 
@@ -132,15 +141,19 @@ impl Op {
     }
 }
 
-/// What the grant check decides.
+/// How the call ends, on the fixture's node and cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expect {
-    /// The grants allow the call; it may still fail for other reasons (the file
-    /// does not exist, nothing answers the request), but not as denied or invalid.
-    Allowed,
-    /// Refused with exactly this error and message.
+    /// It succeeded.
+    Ok,
+    /// Refused by a grant or an input rule with exactly this error and message.
     Refused(Refusal),
-    /// A list returned objects of these names, sorted.
+    /// It failed with an error of this kind other than denied or invalid
+    /// (`not-found`, `conflict`, ...): the kind is compared, the message is
+    /// the backend's own.
+    Failed(String),
+    /// A listing answered these names, sorted (see [`outcome`]); for
+    /// `http.send-all`, each request's outcome in order.
     Listed(Vec<String>),
 }
 
@@ -234,35 +247,45 @@ fn invalid(message: &str) -> Expect {
     Expect::Refused(Refusal::Invalid(message.into()))
 }
 
+fn failed(kind: &str) -> Expect {
+    Expect::Failed(kind.into())
+}
+
 /// The table, about forty cases; see the module docs.
 pub fn cases() -> Vec<Case> {
-    use Expect::Allowed;
     let p = |s: &str| s.to_string();
     let loopback = ["http://127.0.0.1:*/*"];
     let wildcard = ["http://*.example.com/*"];
     let ula = ["http://[fd00::a]:18080/*"];
     let ten = ["http://10.0.0.0/8:*/*"];
     let long_path = format!("/etc/{}", "a/".repeat(2100));
+    // Expect::Ok, and sent to the fixture's network, where nothing answers.
+    let unanswered = || failed("unavailable");
     vec![
         // files: inside a root, the innermost root, the roots themselves
         file(
             etc(),
             Op::Read(p("/etc/containerd/certs.d/docker.io/hosts.toml")),
-            Allowed,
+            Expect::Ok,
         ),
         file(
             etc(),
             Op::Write(p("/etc/containerd/certs.d//docker.io/./hosts.toml")),
-            Allowed,
+            Expect::Ok,
         ),
+        // (a directory that is not empty: the backend's conflict)
         file(
             etc(),
             Op::Remove(p("/etc/containerd/certs.d/docker.io")),
-            Allowed,
+            failed("conflict"),
         ),
-        file(etc(), Op::List(p("/etc/containerd/certs.d")), Allowed),
-        file(etc(), Op::Stat(p("/etc/containerd/certs.d/")), Allowed),
-        file(etc(), Op::List(p("/etc")), Allowed),
+        file(
+            etc(),
+            Op::List(p("/etc/containerd/certs.d")),
+            listed(&["docker.io"]),
+        ),
+        file(etc(), Op::Stat(p("/etc/containerd/certs.d/")), Expect::Ok),
+        file(etc(), Op::List(p("/etc")), listed(&["containerd", "hosts"])),
         // files: a read-only grant
         file(
             etc(),
@@ -366,7 +389,7 @@ pub fn cases() -> Vec<Case> {
             Op::List(p("/proc/thread-self/fd")),
             denied(&format!("/proc/thread-self/fd: {OWN_PROC}")),
         ),
-        file(proc(), Op::Stat(p("/proc/1/status")), Allowed),
+        file(proc(), Op::Stat(p("/proc/1/status")), Expect::Ok),
         // files: oversized paths
         file(
             etc(),
@@ -385,13 +408,13 @@ pub fn cases() -> Vec<Case> {
             )),
         ),
         // http: ports
-        send(&loopback, "GET", "http://127.0.0.1:5000/v2/", Allowed),
-        send(&loopback, "GET", "http://127.0.0.1/", Allowed),
+        send(&loopback, "GET", "http://127.0.0.1:5000/v2/", unanswered()),
+        send(&loopback, "GET", "http://127.0.0.1/", unanswered()),
         send(
             &["https://registry.example.com"],
             "GET",
             "https://REGISTRY.example.com:443/v2/",
-            Allowed,
+            unanswered(),
         ),
         send(
             &["https://registry.example.com"],
@@ -410,7 +433,7 @@ pub fn cases() -> Vec<Case> {
                 "GET https://127.0.0.1:5000/v2/: no http grant matches; add \"https://127.0.0.1:5000/*\" to [plugins.conformance.grants] http",
             ),
         ),
-        send(&wildcard, "GET", "http://cache.example.com/v2/", Allowed),
+        send(&wildcard, "GET", "http://cache.example.com/v2/", unanswered()),
         send(
             &wildcard,
             "GET",
@@ -436,7 +459,7 @@ pub fn cases() -> Vec<Case> {
             ),
         ),
         // http: IP literals are addresses, never names
-        send(&ula, "GET", "http://[fd00::a]:18080/v2/", Allowed),
+        send(&ula, "GET", "http://[fd00::a]:18080/v2/", unanswered()),
         send(
             &ula,
             "GET",
@@ -445,7 +468,7 @@ pub fn cases() -> Vec<Case> {
                 "GET http://a:18080/v2/: no http grant matches; add \"http://a:18080/*\" to [plugins.conformance.grants] http",
             ),
         ),
-        send(&loopback, "GET", "http://2130706433:5000/v2/", Allowed),
+        send(&loopback, "GET", "http://2130706433:5000/v2/", unanswered()),
         send(
             &loopback,
             "GET",
@@ -455,7 +478,7 @@ pub fn cases() -> Vec<Case> {
             ),
         ),
         // http: CIDR ranges
-        send(&ten, "GET", "http://10.1.2.3:5000/v2/", Allowed),
+        send(&ten, "GET", "http://10.1.2.3:5000/v2/", unanswered()),
         send(
             &ten,
             "GET",
@@ -512,12 +535,12 @@ pub fn cases() -> Vec<Case> {
     .chain(systemd_cases())
     .chain(cri_cases())
     .chain(cloud_cases())
+    .chain(populated::cases())
     .collect()
 }
 
 /// Cloud: owners by key and value, IDs and rules by shape, groups by ID.
 fn cloud_cases() -> Vec<Case> {
-    use Expect::Allowed;
     let p = |s: &str| s.to_string();
     vec![
         cloud(
@@ -525,7 +548,7 @@ fn cloud_cases() -> Vec<Case> {
                 tag: p("kubernetes.io/cluster/a"),
                 value: p("owned"),
             },
-            Allowed,
+            listed(&[fixture::INSTANCE_A]),
         ),
         cloud(
             CloudCall::ListInstances {
@@ -542,7 +565,7 @@ fn cloud_cases() -> Vec<Case> {
                 "cloud instance id \"i-0123456789abcdef0/../x\": expected an instance ID: an AWS instance ID (\"i-\" and 8 or 17 lower-case hexadecimal digits) or an OpenStack server UUID, for example \"i-0123456789abcdef0\"",
             ),
         ),
-        cloud(CloudCall::GetInstance(p("i-0123456789abcdef0")), Allowed),
+        cloud(CloudCall::GetInstance(p("i-0123456789abcdef0")), Expect::Ok),
         cloud(
             CloudCall::DeleteInstance(p("i-0123456789abcdef0")),
             denied(
@@ -560,7 +583,7 @@ fn cloud_cases() -> Vec<Case> {
                 group: p("sg-0123456789abcdef0"),
                 cidr: p("10.244.0.0/16"),
             },
-            Allowed,
+            Expect::Ok,
         ),
         cloud(
             CloudCall::EnsureRule {
@@ -604,7 +627,7 @@ fn cloud_cases() -> Vec<Case> {
                 group: p("sg-0123456789abcdef0"),
                 cidr: p("10.244.3.0/24"),
             },
-            Allowed,
+            Expect::Ok,
         ),
         cloud(
             CloudCall::EnsureGroupRule {
@@ -633,7 +656,6 @@ fn cloud_cases() -> Vec<Case> {
 
 /// Input bounds: file modes, kube bodies and Events, state keys and values.
 fn bound_cases() -> Vec<Case> {
-    use Expect::Allowed;
     let own_node = r#"[{"resource": "nodes", "verbs": ["get", "create", "patch"]}]"#;
     let node = ("v1", "Node", None, "node-1");
     // Compact JSON: the host bounds the text, the SDK the JSON it serializes.
@@ -652,14 +674,14 @@ fn bound_cases() -> Vec<Case> {
                 key: key.into(),
                 len,
             },
-            Allowed,
+            Expect::Ok,
         )
     };
     let long_key = "k".repeat(crate::state::MAX_KEY + 1);
     let writable = "/etc/containerd/certs.d/docker.io/hosts.toml";
     vec![
         // files: plain permission bits only
-        file(etc(), Op::WriteMode(writable.into(), 0o755), Allowed),
+        file(etc(), Op::WriteMode(writable.into(), 0o755), Expect::Ok),
         file(
             etc(),
             Op::WriteMode(writable.into(), 0o4755),
@@ -687,7 +709,7 @@ fn bound_cases() -> Vec<Case> {
             own_node,
             KubeCall::Patch(PatchShape::Merge, body(MAX_BODY)),
             node,
-            Allowed,
+            Expect::Ok,
         ),
         kube(
             own_node,
@@ -699,7 +721,7 @@ fn bound_cases() -> Vec<Case> {
             own_node,
             event("LabelsApplied", &"m".repeat(MAX_NOTE)),
             node,
-            Allowed,
+            Expect::Ok,
         ),
         kube(
             own_node,
@@ -746,7 +768,6 @@ fn bound_cases() -> Vec<Case> {
 
 /// systemd: units and operations, names per call.
 fn systemd_cases() -> Vec<Case> {
-    use Expect::Allowed;
     let grant: SystemdGrant = serde_json::from_value(json!({
         "units": ["kubelet.service", "tend-*.service"],
         "operations": ["restart"],
@@ -768,9 +789,9 @@ fn systemd_cases() -> Vec<Case> {
         ))
     };
     vec![
-        case(SystemdCall::Status("kubelet.service".into()), Allowed),
-        case(SystemdCall::Status("tend-a.service".into()), Allowed),
-        case(SystemdCall::Restart("kubelet.service".into()), Allowed),
+        case(SystemdCall::Status("kubelet.service".into()), Expect::Ok),
+        case(SystemdCall::Status("tend-a.service".into()), Expect::Ok),
+        case(SystemdCall::Restart("kubelet.service".into()), Expect::Ok),
         case(
             SystemdCall::Status("containerd.service".into()),
             uncovered("containerd.service"),
@@ -797,10 +818,14 @@ fn systemd_cases() -> Vec<Case> {
                 "\"../../etc/passwd\" is not a unit name: expected for example \"kubelet.service\"",
             ),
         ),
-        case(SystemdCall::ListUnits(vec!["*.service".into()]), Allowed),
+        // only the granted units are listed
+        case(
+            SystemdCall::ListUnits(vec!["*.service".into()]),
+            listed(&["kubelet.service"]),
+        ),
         case(
             SystemdCall::ListUnits(names(MAX_NAMES, MAX_NAME_LEN)),
-            Allowed,
+            listed(&[]),
         ),
         case(
             SystemdCall::ListUnits(names(MAX_NAMES + 1, 1)),
@@ -819,7 +844,6 @@ fn systemd_cases() -> Vec<Case> {
 
 /// cri: reads need `read = true`; label filters are bounded.
 fn cri_cases() -> Vec<Case> {
-    use Expect::Allowed;
     let reader = CriGrant {
         read: true,
         ..CriGrant::default()
@@ -839,7 +863,7 @@ fn cri_cases() -> Vec<Case> {
         list(
             &reader,
             vec![label("io.kubernetes.pod.namespace", "default")],
-            Allowed,
+            listed(&[fixture::SANDBOX_EXITED, fixture::SANDBOX_WEB]),
         ),
         list(
             &CriGrant::default(),
@@ -848,7 +872,11 @@ fn cri_cases() -> Vec<Case> {
                 "cri list-pod-sandboxes is not granted: set read = true in [plugins.conformance.grants] cri",
             ),
         ),
-        list(&reader, vec![label("k", ""); MAX_FILTER_LABELS], Allowed),
+        list(
+            &reader,
+            vec![label("k", ""); MAX_FILTER_LABELS],
+            listed(&[]),
+        ),
         list(
             &reader,
             vec![label("k", "v"); MAX_FILTER_LABELS + 1],
@@ -957,10 +985,10 @@ fn node_cases() -> Vec<Case> {
         ))
     };
     vec![
-        case(Op::CriRemove(id.into()), Expect::Allowed),
+        case(Op::CriRemove(id.into()), Expect::Ok),
         case(Op::CriRemove(id[..12].into()), short_id),
-        case(metric(false, "cache_withdrawn"), Expect::Allowed),
-        case(metric(true, "cache_withdrawn_seconds"), Expect::Allowed),
+        case(metric(false, "cache_withdrawn"), Expect::Ok),
+        case(metric(true, "cache_withdrawn_seconds"), Expect::Ok),
         case(
             metric(false, "state"),
             host_family("state", "tend_plugin_state"),
@@ -986,7 +1014,6 @@ fn node_cases() -> Vec<Case> {
 }
 
 fn kube_cases() -> Vec<Case> {
-    use Expect::Allowed;
     let pods = r#"[{"resource": "pods", "verbs": ["get", "list", "create", "patch", "delete"], "namespaces": ["default"]}]"#;
     let pod = |name| ("v1", "Pod", Some("default"), name);
     let on_node = r#"[{"resource": "pods", "verbs": ["list", "get"], "field-selector": "spec.nodeName=$NODE"}]"#;
@@ -1044,7 +1071,7 @@ fn kube_cases() -> Vec<Case> {
             pod(""),
             invalid("kube create: metadata.namespace \"kube-system\" does not match the namespace of the call (default); name the same namespace in both, or leave it out of the object"),
         ),
-        kube(pods, KubeCall::Get, pod("web"), Allowed),
+        kube(pods, KubeCall::Get, pod("web"), Expect::Ok),
         // Tend's own election Lease, whatever the grant
         kube(
             leases,
@@ -1064,8 +1091,8 @@ fn kube_cases() -> Vec<Case> {
             lease(""),
             denied(&format!("create leases.coordination.k8s.io in namespace tend-system named tend-cluster: {OWN_LEASE}")),
         ),
-        kube(leases, KubeCall::Get, lease(KUBE_OWN_LEASE.1), Allowed),
-        kube(leases, merge(r#"{"spec": {"holderIdentity": "me"}}"#), lease("mine"), Allowed),
+        kube(leases, KubeCall::Get, lease(KUBE_OWN_LEASE.1), Expect::Ok),
+        kube(leases, merge(r#"{"spec": {"holderIdentity": "me"}}"#), lease("mine"), Expect::Ok),
         // selectors are part of the grant
         kube(on_node, list.clone(), pod(""), listed(&["bare", "web"])),
         kube(
@@ -1081,6 +1108,7 @@ fn kube_cases() -> Vec<Case> {
             pod("bare"),
             denied("get pods in namespace default named bare: the object is outside the grant's selectors ({ resource = \"pods\", label-selector = \"tend=yes\" }); label the object to match, or widen the selectors in [plugins.conformance.grants] kube"),
         ),
+        kube(labelled, KubeCall::Delete, pod("web"), Expect::Ok),
         kube(
             labelled,
             KubeCall::Delete,
@@ -1097,7 +1125,7 @@ fn kube_cases() -> Vec<Case> {
             labelled,
             KubeCall::Create(r#"{"metadata": {"name": "new", "labels": {"tend": "yes"}}}"#.into()),
             pod(""),
-            Allowed,
+            Expect::Ok,
         ),
         kube(
             labelled,
@@ -1120,7 +1148,7 @@ fn kube_cases() -> Vec<Case> {
             invalid("kube patch pods/default/web: the JSON patch does not apply (operation '/0' failed at path '/spec/missing': path is invalid); patch paths that exist, or `add` their parents first"),
         ),
         // fields narrow patch
-        kube(own_node, merge(r#"{"metadata": {"labels": {"a": "b"}}}"#), node, Allowed),
+        kube(own_node, merge(r#"{"metadata": {"labels": {"a": "b"}}}"#), node, Expect::Ok),
         kube(
             own_node,
             merge(r#"{"spec": {"unschedulable": true}}"#),
@@ -1151,13 +1179,81 @@ pub fn to_json() -> Value {
     let cases: Vec<Value> = cases().iter().map(Case::to_json).collect();
     json!({
         "plugin": PLUGIN,
-        "kube": {
-            "node-name": "node-1",
-            "own-lease": {"namespace": KUBE_OWN_LEASE.0, "name": KUBE_OWN_LEASE.1},
-            "objects": kube_objects(),
-        },
+        "fixture": {"setup": fixture::setup_requests(), "calls": fixture::seed_calls()},
         "cases": cases,
     })
+}
+
+/// The functions whose answer is compared as a list of names (see
+/// [`item_name`]).
+pub const LISTINGS: [(&str, &str); 10] = [
+    ("state", "list-keys"),
+    ("files", "list-dir"),
+    ("http", "send-all"),
+    ("systemd", "list-units"),
+    ("cri", "list-pod-sandboxes"),
+    ("cri", "list-containers"),
+    ("cri", "list-images"),
+    ("kube", "list"),
+    ("cloud", "list-instances"),
+    ("cloud", "list-security-groups"),
+];
+
+/// The name of one item of a listing's answer (WIT JSON): a key, a `name`,
+/// an `id`, an image's first tag, a kube object's `metadata.name`, or for
+/// `http.send-all` the request's outcome ("ok 200", "denied: MESSAGE").
+fn item_name(cap: &str, function: &str, item: &Value) -> Option<String> {
+    let text = |value: &Value| value.as_str().map(str::to_string);
+    match (cap, function) {
+        ("state", "list-keys") => text(item),
+        ("files", "list-dir") | ("systemd", "list-units") => text(&item["name"]),
+        ("cri", "list-images") => text(&item["repo-tags"][0]),
+        ("kube", "list") => {
+            let object: Value = serde_json::from_str(item.as_str()?).ok()?;
+            text(&object["metadata"]["name"])
+        }
+        ("http", "send-all") => Some(match outcome("http", "send", item) {
+            Expect::Ok => format!("ok {}", item["ok"]["status"]),
+            Expect::Refused(refusal) => format!("{}: {}", refusal.kind(), refusal.message()),
+            Expect::Failed(kind) => kind,
+            Expect::Listed(_) => unreachable!("send is not a listing"),
+        }),
+        _ => text(&item["id"]),
+    }
+}
+
+/// How a call ended, from its answer as WIT JSON (`{"ok": VALUE}` or
+/// `{"err": {"kind", "message"}}`): what every implementation compares with
+/// the case's [`Expect`].
+pub fn outcome(cap: &str, function: &str, answer: &Value) -> Expect {
+    if let Some(error) = answer.get("err") {
+        let message = error["message"].as_str().unwrap_or_default().to_string();
+        return match error["kind"].as_str().unwrap_or_default() {
+            "denied" => Expect::Refused(Refusal::Denied(message)),
+            "invalid" => Expect::Refused(Refusal::Invalid(message)),
+            kind => Expect::Failed(kind.to_string()),
+        };
+    }
+    if !LISTINGS.contains(&(cap, function)) {
+        return Expect::Ok;
+    }
+    let items = match (cap, function) {
+        ("kube", "list") => &answer["ok"]["items"],
+        _ => &answer["ok"],
+    };
+    let names: Option<Vec<String>> = items.as_array().and_then(|items| {
+        items
+            .iter()
+            .map(|item| item_name(cap, function, item))
+            .collect()
+    });
+    let Some(mut names) = names else {
+        return Expect::Failed(format!("an answer that is no listing: {answer}"));
+    };
+    if function != "send-all" {
+        names.sort();
+    }
+    Expect::Listed(names)
 }
 
 impl Case {
@@ -1165,11 +1261,11 @@ impl Case {
     pub fn to_json(&self) -> Value {
         let (cap, function, args) = self.op.call();
         let expect = match &self.expect {
-            Expect::Allowed => json!({"outcome": "allowed"}),
+            Expect::Ok => json!({"outcome": "ok"}),
             Expect::Refused(refusal) => {
-                let error = crate::Error::from(refusal.clone());
-                json!({"outcome": "refused", "kind": error.kind(), "message": error.message()})
+                json!({"outcome": "refused", "kind": refusal.kind(), "message": refusal.message()})
             }
+            Expect::Failed(kind) => json!({"outcome": "failed", "kind": kind}),
             Expect::Listed(names) => json!({"outcome": "listed", "names": names}),
         };
         json!({
@@ -1310,6 +1406,11 @@ impl Op {
                 if *counter { "counter-add" } else { "gauge-set" },
                 json!({"name": name, "labels": [], "value": 1.0}),
             ),
+            Op::Wit {
+                cap,
+                function,
+                args,
+            } => (cap, function, args.clone()),
         }
     }
 }
@@ -1542,21 +1643,7 @@ mod tests {
     /// Every capability has cases, refusals among them.
     #[test]
     fn the_table_covers_every_capability() {
-        let capability = |op: &Op| match op {
-            Op::Read(_)
-            | Op::Write(_)
-            | Op::WriteMode(..)
-            | Op::Remove(_)
-            | Op::List(_)
-            | Op::Stat(_) => "files",
-            Op::Send { .. } => "http",
-            Op::Kube(_) => "kube",
-            Op::Systemd(_) => "systemd",
-            Op::CriRemove(_) | Op::CriList(_) => "cri",
-            Op::Cloud(_) => "cloud",
-            Op::Metric { .. } => "metrics",
-            Op::StateSet { .. } => "state",
-        };
+        let capability = |op: &Op| op.call().0;
         let mut counts = std::collections::BTreeMap::<&str, (usize, usize)>::new();
         for case in cases() {
             let count = counts.entry(capability(&case.op)).or_default();
@@ -1592,7 +1679,9 @@ mod tests {
                     .and_then(|_| crate::files::file_mode(path, Some(*mode)).map(drop)),
                 // Kube decisions need objects, systemd, cri and cloud calls
                 // a host: the host and the SDK's fake run them.
-                Op::Kube(_) | Op::Systemd(_) | Op::CriList(_) | Op::Cloud(_) => continue,
+                Op::Kube(_) | Op::Systemd(_) | Op::CriList(_) | Op::Cloud(_) | Op::Wit { .. } => {
+                    continue;
+                }
                 Op::CriRemove(id) => crate::cri::check_id("sandbox id", id).and_then(|()| {
                     case.cri
                         .check_operation(PLUGIN, CriOperation::RemovePodSandbox, id)
@@ -1608,11 +1697,64 @@ mod tests {
                     crate::metrics::check_series(kind, name, &[], 1.0)
                 }
             };
-            let got = match decision {
-                Ok(()) => Expect::Allowed,
-                Err(refusal) => Expect::Refused(refusal),
-            };
-            assert_eq!(got, case.expect, "{:?}", case.op);
+            match decision {
+                Ok(()) => assert!(
+                    !matches!(case.expect, Expect::Refused(_)),
+                    "{:?}: allowed by the rules, but the table expects {:?}",
+                    case.op,
+                    case.expect
+                ),
+                Err(refusal) => assert_eq!(Expect::Refused(refusal), case.expect, "{:?}", case.op),
+            }
         }
+    }
+
+    /// Every function a plugin imports (every `NAME: func` of `wit/` but the
+    /// reconciler's exports) has a case that succeeds and a case that fails.
+    #[test]
+    fn the_table_covers_every_wit_function() {
+        let wit = concat!(env!("CARGO_MANIFEST_DIR"), "/../wit");
+        let mut functions = std::collections::BTreeSet::new();
+        for entry in std::fs::read_dir(wit).expect("wit/") {
+            let path = entry.expect("an entry").path();
+            let text = std::fs::read_to_string(&path).expect("a WIT file");
+            let mut interface = None;
+            for line in text.lines().map(str::trim) {
+                if let Some(name) = line.strip_prefix("interface ") {
+                    interface = Some(name.trim_end_matches([' ', '{']).to_string());
+                } else if let (Some(cap), Some((name, _))) =
+                    (&interface, line.split_once(": func("))
+                    && cap != "reconciler"
+                {
+                    functions.insert((cap.clone(), name.trim_start_matches('%').to_string()));
+                }
+            }
+        }
+        assert_eq!(functions.len(), 47, "{functions:?}");
+        let mut seen = std::collections::BTreeMap::<(String, String), (bool, bool)>::new();
+        for case in cases() {
+            let (cap, function, _) = case.op.call();
+            let entry = seen.entry((cap.into(), function.into())).or_default();
+            match case.expect {
+                // Each request of a send-all has its own outcome.
+                Expect::Listed(outcomes) if function == "send-all" => {
+                    entry.0 |= outcomes.iter().any(|o| o.starts_with("ok "));
+                    entry.1 |= outcomes.iter().any(|o| !o.starts_with("ok "));
+                }
+                Expect::Ok | Expect::Listed(_) => entry.0 = true,
+                Expect::Refused(_) | Expect::Failed(_) => entry.1 = true,
+            }
+        }
+        for function in &functions {
+            let covered = seen.get(function).copied().unwrap_or_default();
+            // log.log has no error: a line over the limits is dropped.
+            let needs_failure = function.0 != "log";
+            assert!(
+                covered.0 && (covered.1 || !needs_failure),
+                "{function:?}: (succeeds, fails) = {covered:?}"
+            );
+        }
+        let unknown: Vec<_> = seen.keys().filter(|f| !functions.contains(f)).collect();
+        assert!(unknown.is_empty(), "cases of no WIT function: {unknown:?}");
     }
 }
