@@ -9,6 +9,13 @@
  * operator's `[plugins.NAME.config]` (JSON text) with the message Tend's
  * plugins give for a bad value.
  *
+ * There is no C fake host: a C plugin's test stubs the imports it calls, and
+ * no stub decides grants. The grant rules exist once, in Rust (tend-rules);
+ * the Rust, Python and JavaScript fakes run them and pass the shared
+ * conformance table (sdk/conformance.json), C would need a native build of
+ * those fakes in every plugin test. For grant-faithful answers run
+ * `tend plan` against the real host.
+ *
  * Ownership, as the canonical ABI has it: what an import returns (results,
  * errors) belongs to the caller, who frees it; the `context` of a reconcile
  * belongs to the plugin (free it with

@@ -13,7 +13,12 @@
 // a refusal copies the host's message as test data and checks that the
 // plugin propagates it unchanged. Only Tend's host decides grants (the Rust
 // crate tend-rules, written once); for grant-faithful answers run
-// `tend plan` against the real host.
+// `tend plan` against the real host. So this fake does not run the shared
+// conformance table (sdk/conformance.json) that the Rust, Python and
+// JavaScript fakes pass: reaching the rules from Go would need a WebAssembly
+// runtime for the wasm fakes (none in Go's standard library, and no Go
+// modules can be fetched here) or cgo against a native fakes library that
+// every plugin's `go test` would then carry.
 //
 // An HTTP request to a URL with nothing scripted, or a Kubernetes get of an
 // object that is not in Kube.Objects, answers an error whose message starts
