@@ -51,6 +51,16 @@ fn camel(name: &str) -> String {
         .collect()
 }
 
+/// A list's or tuple's elements, each converted by its type.
+fn elements<'t>(
+    types: impl Iterator<Item = &'t Type>,
+    value: &Value,
+    convert: impl Fn(&Type, &Value) -> Value,
+) -> Value {
+    let items = value.as_array().expect("a list or tuple");
+    Value::Array(types.zip(items).map(|(ty, v)| convert(ty, v)).collect())
+}
+
 impl Wit {
     fn load() -> Wit {
         let mut resolve = Resolve::default();
@@ -122,22 +132,12 @@ impl Wit {
                     .expect("base64");
                 json!(bytes)
             }
-            TypeDefKind::List(item) => Value::Array(
-                value
-                    .as_array()
-                    .expect("a list")
-                    .iter()
-                    .map(|v| self.to_serde(item, v))
-                    .collect(),
-            ),
-            TypeDefKind::Tuple(tuple) => Value::Array(
-                tuple
-                    .types
-                    .iter()
-                    .zip(value.as_array().expect("a tuple"))
-                    .map(|(ty, v)| self.to_serde(ty, v))
-                    .collect(),
-            ),
+            TypeDefKind::List(item) => {
+                elements(std::iter::repeat(item), value, |t, v| self.to_serde(t, v))
+            }
+            TypeDefKind::Tuple(tuple) => {
+                elements(tuple.types.iter(), value, |t, v| self.to_serde(t, v))
+            }
             other => panic!("no conversion for {other:?}"),
         }
     }
@@ -205,22 +205,12 @@ impl Wit {
                 let bytes: Vec<u8> = serde_json::from_value(value.clone()).expect("bytes");
                 json!(base64::engine::general_purpose::STANDARD.encode(bytes))
             }
-            TypeDefKind::List(item) => Value::Array(
-                value
-                    .as_array()
-                    .expect("a list")
-                    .iter()
-                    .map(|v| self.to_wit(item, v))
-                    .collect(),
-            ),
-            TypeDefKind::Tuple(tuple) => Value::Array(
-                tuple
-                    .types
-                    .iter()
-                    .zip(value.as_array().expect("a tuple"))
-                    .map(|(ty, v)| self.to_wit(ty, v))
-                    .collect(),
-            ),
+            TypeDefKind::List(item) => {
+                elements(std::iter::repeat(item), value, |t, v| self.to_wit(t, v))
+            }
+            TypeDefKind::Tuple(tuple) => {
+                elements(tuple.types.iter(), value, |t, v| self.to_wit(t, v))
+            }
             other => panic!("no conversion for {other:?}"),
         }
     }

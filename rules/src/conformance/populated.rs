@@ -12,7 +12,7 @@ use super::{Case, Expect, Op, denied, etc, failed, invalid, listed, ungranted};
 use crate::cloud::CloudGrant;
 use crate::cri::CriGrant;
 use crate::http::UrlPattern;
-use crate::systemd::SystemdGrant;
+use crate::systemd::{Operation, SystemdGrant};
 use serde_json::{Value, json};
 
 fn call(cap: &'static str, function: &'static str, args: Value) -> Op {
@@ -136,17 +136,7 @@ fn systemd() -> Vec<Case> {
         }))
         .expect("valid systemd grant")
     };
-    let all = grant(json!([
-        "start",
-        "stop",
-        "restart",
-        "reload-or-restart",
-        "try-restart",
-        "reset-failed",
-        "enable",
-        "disable",
-        "daemon-reload"
-    ]));
+    let all = grant(json!(Operation::ALL.map(Operation::name)));
     let none = grant(json!([]));
     let case = |grant: &SystemdGrant, function, args, expect| Case {
         systemd: grant.clone(),
