@@ -1072,6 +1072,15 @@ fn kube_cases() -> Vec<Case> {
             invalid("kube create: metadata.namespace \"kube-system\" does not match the namespace of the call (default); name the same namespace in both, or leave it out of the object"),
         ),
         kube(pods, KubeCall::Get, pod("web"), Expect::Ok),
+        // the API server's own answers: what does not exist, what already does
+        kube(pods, KubeCall::Get, pod("gone"), failed("not-found")),
+        kube(pods, KubeCall::Delete, pod("gone"), failed("not-found")),
+        kube(
+            pods,
+            KubeCall::Create(r#"{"metadata": {"name": "web"}}"#.into()),
+            pod(""),
+            failed("conflict"),
+        ),
         // Tend's own election Lease, whatever the grant
         kube(
             leases,

@@ -213,11 +213,19 @@ impl KubeBackend for FakeKube {
             .unwrap_or_default()
             .to_string();
         self.request()?;
+        let key = Self::key(r, namespace, &name);
+        let mut objects = self.objects.lock().unwrap();
+        // As the API server: 409 AlreadyExists, in a dry run too.
+        if objects.contains_key(&key) {
+            return Err(CapError::Conflict(format!(
+                "{} {name:?} already exists (AlreadyExists)",
+                r.plural
+            )));
+        }
         if !run.dry() {
             self.ledger
                 .record("create", &Self::target(r, namespace, &name));
-            let key = Self::key(r, namespace, &name);
-            self.objects.lock().unwrap().insert(key, object.clone());
+            objects.insert(key, object.clone());
         }
         Ok(object)
     }
