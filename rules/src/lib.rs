@@ -18,14 +18,12 @@
 //!   [`kube::check_size`], [`kube::check_event`], [`cri::check_filter_labels`],
 //!   [`files::file_mode`].
 //! - [`state::check_key`], [`state::check_value`]: the sizes of a plugin's state.
-//! - [`conformance::cases`]: a table of decisions both implementations must agree on.
 //! - [`Error`]: the one 8-case capability error (the WIT `error` variant) that
 //!   host and SDK both use; a [`Refusal`] converts into it.
 //!
 //! The crate builds for `wasm32-wasip2` as well as natively.
 
 pub mod cloud;
-pub mod conformance;
 pub mod cri;
 mod error;
 pub mod files;

@@ -1,5 +1,5 @@
 //! The host answers every case of the shared table
-//! (`tend_rules::conformance`) as the table says, through the same WIT
+//! (`tend_conformance`) as the table says, through the same WIT
 //! functions a plugin calls (the `Host` trait of each interface, behind
 //! `Call::answer`), on fakes holding the table's fixture. The SDK's fakes run
 //! the same table (`sdk/fakes`, and through them Python and JavaScript), so a
@@ -25,7 +25,7 @@ use crate::wit::{cloud, cri, files, http, kube, log, metrics, state, systemd};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tend_rules::conformance::{self, Case, fixture};
+use tend_conformance::{self as conformance, Case, fixture};
 use wit_parser::{Function, Resolve, Type, TypeDefKind};
 
 /// `wit/`, to convert values by their WIT types.

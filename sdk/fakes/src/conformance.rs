@@ -1,10 +1,10 @@
-//! The shared case table (`tend_rules::conformance`) through this module's
+//! The shared case table (`tend_conformance`) through this module's
 //! JSON requests, as the Python and JavaScript SDKs run it: the Rust SDK's
 //! fakes answer every case as the host does.
 
 use crate::tests::{ask, new_host};
 use serde_json::{Value, json};
-use tend_rules::conformance::{Case, PLUGIN, cases, fixture, outcome};
+use tend_conformance::{Case, PLUGIN, cases, fixture, outcome};
 
 /// A host of the table's plugin on the fixture, with the case's grants.
 fn host_for(case: &Case) -> u64 {

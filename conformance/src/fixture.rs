@@ -9,8 +9,8 @@
 //! implementation applies them to its own fakes.
 
 use super::{KUBE_OWN_LEASE, kube_objects};
-use crate::ident::CRI_ID;
 use serde_json::{Value, json};
+use tend_rules::ident::CRI_ID;
 
 /// The node's name (`$NODE` in grants).
 pub const NODE: &str = "node-1";

@@ -1,24 +1,28 @@
-//! Grant decisions every implementation of the capabilities must agree on: the
-//! host and the SDK's fakes each run [`cases`] and compare their answers.
+//! The cases every implementation of the capabilities must end alike: the
+//! host (through its WIT `Host` traits) and the SDK's fakes (Rust natively,
+//! Python and JavaScript through the same fakes compiled to wasm) each run
+//! [`cases`] on the node of [`fixture`] and compare the [`outcome`] of every
+//! call with the case's [`Expect`], exactly.
 //!
-//! Every capability is covered: files, http, systemd, cri, kube (against the
-//! objects of [`kube_objects`]), cloud (on a cloud without instances), metrics
-//! and state, each with the grant
-//! decisions of its rules module and the input bounds
-//! ([`crate::systemd::check_names`], [`crate::kube::check_size`],
-//! [`crate::cri::check_filter_labels`], [`crate::files::file_mode`],
-//! [`crate::state`]) both sides call. Rules the capability adapters add on
-//! top (a granted root cannot be written or removed, methods are upper-cased
-//! before the check) are tested where they live.
+//! Every function a plugin imports has a case that succeeds and one that
+//! fails (a test reads `wit/` to hold that), with the grant decisions of each
+//! rules module and the input bounds both sides call
+//! ([`tend_rules::systemd::check_names`], [`tend_rules::kube::check_size`],
+//! [`tend_rules::cri::check_filter_labels`], [`tend_rules::files::file_mode`],
+//! [`tend_rules::state`]). Rules the capability adapters add on top (a
+//! granted root cannot be written or removed, methods are upper-cased before
+//! the check) are tested where they live.
+//!
+//! Test data, not code a plugin builds: only tests depend on this crate.
 
-use crate::Refusal;
-use crate::cloud::CloudGrant;
-use crate::cri::{CriGrant, MAX_FILTER_LABELS, MAX_LABEL_TEXT, Operation as CriOperation};
-use crate::files::{FileGrant, OWN_PROC};
-use crate::http::UrlPattern;
-use crate::kube::{KubeRule, MAX_BODY, MAX_NOTE, MAX_REASON, OWN_LEASE, PatchShape};
-use crate::systemd::{MAX_NAME_LEN, MAX_NAMES, SystemdGrant};
 use serde_json::{Value, json};
+use tend_rules::Refusal;
+use tend_rules::cloud::CloudGrant;
+use tend_rules::cri::{CriGrant, MAX_FILTER_LABELS, MAX_LABEL_TEXT, Operation as CriOperation};
+use tend_rules::files::{FileGrant, OWN_PROC};
+use tend_rules::http::UrlPattern;
+use tend_rules::kube::{KubeRule, MAX_BODY, MAX_NOTE, MAX_REASON, OWN_LEASE, PatchShape};
+use tend_rules::systemd::{MAX_NAME_LEN, MAX_NAMES, SystemdGrant};
 
 pub mod fixture;
 mod populated;
@@ -43,13 +47,13 @@ pub enum Op {
     WriteMode(String, u32),
     /// A Kubernetes API call, against the objects of [`kube_objects`].
     Kube(KubeOp),
-    /// A systemd call, on a host without units.
+    /// A systemd call.
     Systemd(SystemdCall),
-    /// A CRI sandbox removal, on a runtime without sandboxes.
+    /// A CRI sandbox removal.
     CriRemove(String),
     /// A CRI sandbox listing filtered on these labels.
     CriList(Vec<(String, String)>),
-    /// A cloud call, on a cloud without instances or groups.
+    /// A cloud call.
     Cloud(CloudCall),
     /// A state write of `len` bytes under `key` (state is always granted).
     StateSet {
@@ -251,7 +255,7 @@ fn failed(kind: &str) -> Expect {
     Expect::Failed(kind.into())
 }
 
-/// The table, about forty cases; see the module docs.
+/// The table (about two hundred cases); see the crate docs.
 pub fn cases() -> Vec<Case> {
     let p = |s: &str| s.to_string();
     let loopback = ["http://127.0.0.1:*/*"];
@@ -677,7 +681,7 @@ fn bound_cases() -> Vec<Case> {
             Expect::Ok,
         )
     };
-    let long_key = "k".repeat(crate::state::MAX_KEY + 1);
+    let long_key = "k".repeat(tend_rules::state::MAX_KEY + 1);
     let writable = "/etc/containerd/certs.d/docker.io/hosts.toml";
     vec![
         // files: plain permission bits only
@@ -744,7 +748,7 @@ fn bound_cases() -> Vec<Case> {
             ),
         ),
         // state: keys and values
-        state("k", crate::state::MAX_VALUE),
+        state("k", tend_rules::state::MAX_VALUE),
         Case {
             expect: invalid(
                 "state keys must be 1 to 512 bytes long, not 0; use a shorter key (a hash of a long one)",
@@ -761,7 +765,7 @@ fn bound_cases() -> Vec<Case> {
             expect: invalid(
                 "state value for \"k\" is 1048577 bytes; at most 1048576 are allowed: store less, or split it over several keys",
             ),
-            ..state("k", crate::state::MAX_VALUE + 1)
+            ..state("k", tend_rules::state::MAX_VALUE + 1)
         },
     ]
 }
@@ -894,10 +898,10 @@ fn cri_cases() -> Vec<Case> {
         Case {
             cri: CriGrant::default(),
             ..ungranted(
-                Op::CriRemove(crate::ident::CRI_ID.example.into()),
+                Op::CriRemove(tend_rules::ident::CRI_ID.example.into()),
                 denied(&format!(
                     "cri remove-pod-sandbox of {} is not granted: add \"remove-pod-sandbox\" to operations in [plugins.conformance.grants] cri",
-                    crate::ident::CRI_ID.example
+                    tend_rules::ident::CRI_ID.example
                 )),
             )
         },
@@ -969,11 +973,11 @@ fn node_cases() -> Vec<Case> {
         cri: remover.clone(),
         ..ungranted(op, expect)
     };
-    let id = crate::ident::CRI_ID.example;
+    let id = tend_rules::ident::CRI_ID.example;
     let short_id = invalid(&format!(
         "cri sandbox id \"{}\": expected {}, for example \"{id}\"",
         &id[..12],
-        crate::ident::CRI_ID.description
+        tend_rules::ident::CRI_ID.description
     ));
     let metric = |counter, name: &str| Op::Metric {
         counter,
@@ -1308,7 +1312,7 @@ impl Case {
         put(
             "systemd",
             json!({"units": units, "operations": operations, "watch": systemd.watch}),
-            *systemd == crate::systemd::SystemdGrant::default(),
+            *systemd == tend_rules::systemd::SystemdGrant::default(),
         );
         let cri = &self.cri;
         put(
@@ -1580,7 +1584,7 @@ fn longest_repeat(text: &str) -> Option<(usize, usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{files::resolve, http::check_url};
+    use tend_rules::{files::resolve, http::check_url};
 
     /// `sdk/conformance.json` is [`to_json`]; `UPDATE_CONFORMANCE=1` rewrites it.
     #[test]
@@ -1593,7 +1597,7 @@ mod tests {
         let committed = std::fs::read_to_string(path).unwrap_or_default();
         assert!(
             committed == text,
-            "sdk/conformance.json is stale: run `UPDATE_CONFORMANCE=1 cargo test -p tend-rules` and commit it"
+            "sdk/conformance.json is stale: run `UPDATE_CONFORMANCE=1 cargo test -p tend-conformance` and commit it"
         );
     }
 
@@ -1685,25 +1689,25 @@ mod tests {
                     resolve(&case.files, PLUGIN, path, case.op.writes()).map(|_| ())
                 }
                 Op::WriteMode(path, mode) => resolve(&case.files, PLUGIN, path, true)
-                    .and_then(|_| crate::files::file_mode(path, Some(*mode)).map(drop)),
+                    .and_then(|_| tend_rules::files::file_mode(path, Some(*mode)).map(drop)),
                 // Kube decisions need objects, systemd, cri and cloud calls
                 // a host: the host and the SDK's fake run them.
                 Op::Kube(_) | Op::Systemd(_) | Op::CriList(_) | Op::Cloud(_) | Op::Wit { .. } => {
                     continue;
                 }
-                Op::CriRemove(id) => crate::cri::check_id("sandbox id", id).and_then(|()| {
+                Op::CriRemove(id) => tend_rules::cri::check_id("sandbox id", id).and_then(|()| {
                     case.cri
                         .check_operation(PLUGIN, CriOperation::RemovePodSandbox, id)
                 }),
-                Op::StateSet { key, len } => crate::state::check_key(key)
-                    .and_then(|()| crate::state::check_value(key, &vec![0; *len])),
+                Op::StateSet { key, len } => tend_rules::state::check_key(key)
+                    .and_then(|()| tend_rules::state::check_value(key, &vec![0; *len])),
                 Op::Metric { counter, name } => {
                     let kind = if *counter {
-                        crate::metrics::Kind::Counter
+                        tend_rules::metrics::Kind::Counter
                     } else {
-                        crate::metrics::Kind::Gauge
+                        tend_rules::metrics::Kind::Gauge
                     };
-                    crate::metrics::check_series(kind, name, &[], 1.0)
+                    tend_rules::metrics::check_series(kind, name, &[], 1.0)
                 }
             };
             match decision {

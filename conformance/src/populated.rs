@@ -9,11 +9,11 @@ use super::fixture::{
     SANDBOX_SYSTEM, SANDBOX_WEB,
 };
 use super::{Case, Expect, Op, denied, etc, failed, invalid, listed, ungranted};
-use crate::cloud::CloudGrant;
-use crate::cri::CriGrant;
-use crate::http::UrlPattern;
-use crate::systemd::{Operation, SystemdGrant};
 use serde_json::{Value, json};
+use tend_rules::cloud::CloudGrant;
+use tend_rules::cri::CriGrant;
+use tend_rules::http::UrlPattern;
+use tend_rules::systemd::{Operation, SystemdGrant};
 
 fn call(cap: &'static str, function: &'static str, args: Value) -> Op {
     Op::Wit {
