@@ -1,5 +1,5 @@
 // Every case of sdk/conformance.json (the host's table, exported by
-// tend-rules) through the typed JS wrappers and FakeHost, on the table's
+// tend-conformance) through the typed JS wrappers and FakeHost, on the table's
 // populated fixture: each case must end exactly as the host's (`ok`,
 // `refused` with kind and message, `failed` with a kind, or `listed` names).
 // The table's arguments are in the fakes' ABI shape; they are turned into

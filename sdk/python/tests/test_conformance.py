@@ -1,5 +1,5 @@
 """Every case of sdk/conformance.json (the host's table, exported by
-tend-rules) through the Python wrappers and the fakes, on the table's
+tend-conformance) through the Python wrappers and the fakes, on the table's
 populated fixture: each case must end exactly as the host's (`ok`, `refused`
 with kind and message, `failed` with a kind, or `listed` names)."""
 
