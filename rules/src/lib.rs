@@ -18,6 +18,7 @@
 //!   [`kube::check_size`], [`kube::check_event`], [`cri::check_filter_labels`],
 //!   [`files::file_mode`].
 //! - [`state::check_key`], [`state::check_value`]: the sizes of a plugin's state.
+//! - [`wit`]: every imported interface's functions, generated from `wit/`.
 //! - [`Error`]: the one 8-case capability error (the WIT `error` variant) that
 //!   host and SDK both use; a [`Refusal`] converts into it.
 //!
@@ -33,6 +34,7 @@ pub mod kube;
 pub mod metrics;
 pub mod state;
 pub mod systemd;
+pub mod wit;
 
 pub use error::Error;
 

@@ -51,19 +51,7 @@ impl Operation {
 
 /// Every function of the WIT `systemd` interface, by its WIT name: the two
 /// reads, then each [`Operation`] in [`Operation::ALL`]'s order.
-pub const CALLS: [&str; 11] = [
-    "status",
-    "list-units",
-    "start",
-    "stop",
-    "restart",
-    "reload-or-restart",
-    "try-restart",
-    "reset-failed",
-    "enable",
-    "disable",
-    "daemon-reload",
-];
+pub const CALLS: [&str; 11] = crate::wit::systemd::FUNCTIONS;
 
 /// The mutating functions: the names of [`Operation::ALL`].
 pub const MUTATIONS: &[&str] = CALLS.split_at(2).1;

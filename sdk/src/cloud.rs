@@ -253,15 +253,7 @@ pub(crate) mod wasm {
 }
 
 /// The calls [`FakeCloud::fail_call`] can make fail: the WIT function names.
-pub const CALLS: [&str; 7] = [
-    "list-instances",
-    "get-instance",
-    "delete-instance",
-    "list-security-groups",
-    "find-security-group",
-    "ensure-rule",
-    "add-to-group",
-];
+pub const CALLS: [&str; 7] = tend_rules::wit::cloud::FUNCTIONS;
 
 /// The fake: a provider account behind the host's grant rules and messages
 /// (nothing granted until [`FakeCloud::grant`]).

@@ -142,17 +142,7 @@ pub(crate) mod wasm {
 }
 
 /// The calls [`FakeCri::fail_call`] can make fail: the WIT function names.
-pub const CALLS: [&str; 9] = [
-    "version",
-    "list-pod-sandboxes",
-    "pod-sandbox-status",
-    "stop-pod-sandbox",
-    "remove-pod-sandbox",
-    "list-containers",
-    "list-images",
-    "image-status",
-    "pull-image",
-];
+pub const CALLS: [&str; 9] = tend_rules::wit::cri::FUNCTIONS;
 
 /// Time the host keeps, after a pull's deadline, for the plugin to report.
 const PULL_MARGIN: Duration = Duration::from_secs(1);

@@ -17,13 +17,6 @@
 use crate::log::FakeLog;
 use crate::{Host, Level};
 
-/// Every function of these WIT interfaces, by its WIT name: what the fakes'
-/// `fail_call` takes, and what other languages' fakes (sdk/fakes) dispatch on.
-pub use crate::cloud::CALLS as CLOUD_CALLS;
-pub use crate::cri::CALLS as CRI_CALLS;
-pub use crate::kube::CALLS as KUBE_CALLS;
-pub use tend_rules::systemd::CALLS as SYSTEMD_CALLS;
-
 /// What [`FakeHost::named`] needs of each capability's fake: one for the
 /// plugin `plugin`, with nothing granted (the name appears in denial messages).
 pub(crate) trait Fake {

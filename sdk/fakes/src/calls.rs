@@ -5,30 +5,18 @@ use crate::wit::{Bytes, answer};
 use crate::{Args, unknown_fn};
 use serde_json::{Value, json};
 use std::time::Duration;
-use tend_sdk::testing::{CLOUD_CALLS, CRI_CALLS, FakeHost, KUBE_CALLS, SYSTEMD_CALLS};
+use tend_rules::wit::INTERFACES;
+use tend_sdk::testing::FakeHost;
 use tend_sdk::{Host, Level, Request, Rule};
-
-/// The capabilities and their functions, as in the WIT.
-pub(crate) const CAPABILITIES: [(&str, &[&str]); 9] = [
-    ("log", &["log"]),
-    ("state", &["get", "set", "delete", "list-keys"]),
-    ("files", &["read", "write", "remove", "list-dir", "stat"]),
-    ("http", &["send", "send-all"]),
-    ("systemd", &SYSTEMD_CALLS),
-    ("cri", &CRI_CALLS),
-    ("metrics", &["counter-add", "gauge-set"]),
-    ("kube", &KUBE_CALLS),
-    ("cloud", &CLOUD_CALLS),
-];
 
 /// The WIT functions of `cap`, or what to write instead.
 pub(crate) fn functions(cap: &str) -> Result<&'static [&'static str], String> {
-    CAPABILITIES
+    INTERFACES
         .iter()
         .find(|(name, _)| *name == cap)
         .map(|(_, functions)| *functions)
         .ok_or_else(|| {
-            let names: Vec<&str> = CAPABILITIES.iter().map(|(name, _)| *name).collect();
+            let names: Vec<&str> = INTERFACES.iter().map(|(name, _)| *name).collect();
             format!("no capability {cap:?}; expected one of {names:?}")
         })
 }
@@ -109,7 +97,7 @@ pub(crate) fn call(
         }),
         ("kube", _) => kube(host, function, a)?,
         ("cloud", _) => cloud(host, function, a)?,
-        _ => unreachable!("every capability of CAPABILITIES has an arm"),
+        _ => unreachable!("every interface of INTERFACES has an arm"),
     })
 }
 

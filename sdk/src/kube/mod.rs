@@ -17,7 +17,7 @@ pub(crate) mod wasm;
 pub use fake::{FakeKube, RecordedEvent, RecordedPatch};
 
 /// The calls [`FakeKube::fail_call`] can make fail: the WIT function names.
-pub const CALLS: [&str; 6] = ["get", "list", "create", "patch", "delete", "emit-event"];
+pub const CALLS: [&str; 6] = tend_rules::wit::kube::FUNCTIONS;
 pub use patch::merge_patch;
 pub use rules::IntoKubeRules;
 
