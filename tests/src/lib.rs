@@ -113,7 +113,20 @@ pub(crate) fn split_response(response: &str) -> (u16, String) {
 
 /// The sha256 digest of a file as tend reports it.
 pub fn digest_of(path: &Path) -> String {
-    let output = Command::new("sha256sum").arg(path).output().unwrap();
+    sha256_of(&std::fs::read(path).unwrap())
+}
+
+/// The sha256 digest (`sha256:<hex>`) of `bytes`, by `sha256sum`.
+pub fn sha256_of(bytes: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
     format!(
         "sha256:{}",
         String::from_utf8_lossy(&output.stdout)

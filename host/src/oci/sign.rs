@@ -101,14 +101,30 @@ impl Verifier {
     }
 }
 
-/// Whether two `registry/repo` names are one repository: cosign names Docker
-/// Hub's `index.docker.io/…`, a reference may say `docker.io/…`.
-fn same_repository(a: &str, b: &str) -> bool {
+/// Whether the payload's `signed` docker-reference names `repository`
+/// (`registry/repo`). The cosign CLI writes the repository alone;
+/// sigstore-rs writes the reference it was asked to sign, with its `:tag` or
+/// `@digest` (tests/fixtures/cosign): either names the repository before it.
+/// cosign names Docker Hub `index.docker.io/…`, a reference may say `docker.io/…`.
+fn same_repository(signed: &str, repository: &str) -> bool {
     let hub = |r: &str| {
         r.strip_prefix("index.docker.io/")
             .map_or_else(|| r.to_string(), |rest| format!("docker.io/{rest}"))
     };
-    hub(a) == hub(b)
+    hub(repository_of(signed)) == hub(repository)
+}
+
+/// `registry/repo` of a `registry/repo[:tag][@digest]` reference (a port's
+/// colon is before the last `/`, a tag's after it).
+fn repository_of(reference: &str) -> &str {
+    let name = reference
+        .split_once('@')
+        .map_or(reference, |(name, _)| name);
+    let last = name.rfind('/').map_or(0, |slash| slash + 1);
+    match name[last..].find(':') {
+        Some(colon) => &name[..last + colon],
+        None => name,
+    }
 }
 
 /// A private key to sign with (cosign's encrypted format).
@@ -221,6 +237,32 @@ mod tests {
     }
 
     #[test]
+    fn a_docker_reference_with_a_tag_or_digest_names_its_repository() {
+        for signed in [
+            "127.0.0.1:5000/tend/chaos",
+            "127.0.0.1:5000/tend/chaos:v1",
+            "127.0.0.1:5000/tend/chaos@sha256:11",
+            "127.0.0.1:5000/tend/chaos:v1@sha256:11",
+        ] {
+            assert!(same_repository(signed, R), "{signed}");
+        }
+        for signed in [
+            "127.0.0.1:5000/tend/chaos-other:v1",
+            "127.0.0.1:5000/tend:chaos",
+            "127.0.0.1:5001/tend/chaos",
+            "127.0.0.1:5000/tend/chaos/sub:v1",
+            "",
+        ] {
+            assert!(!same_repository(signed, R), "{signed}");
+        }
+        assert!(same_repository(
+            "index.docker.io/tend/chaos:1",
+            "docker.io/tend/chaos"
+        ));
+        assert_eq!(repository_of("localhost:5000/a:b"), "localhost:5000/a");
+    }
+
+    #[test]
     fn a_public_key_file_that_is_not_a_key_names_the_file() {
         let (_d, _) = verifier(&Signer::generate(b"").unwrap().1);
         let dir = tempfile::tempdir().unwrap();
@@ -235,6 +277,58 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.contains("cannot read"), "{e}");
+    }
+
+    /// tests/fixtures/cosign, made with sigstore-rs 0.13.0 by tools/cosign-fixture.
+    fn interop_fixture(rel: &str) -> Vec<u8> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/cosign");
+        std::fs::read(dir.join(rel)).unwrap()
+    }
+
+    /// The payload and signature annotation of a committed signature image.
+    fn committed_signature(image: &str) -> (Vec<u8>, String) {
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&interop_fixture(&format!("{image}/manifest.json"))).unwrap();
+        let layer = &manifest["layers"][0];
+        assert_eq!(layer["mediaType"], PAYLOAD_MEDIA_TYPE);
+        let blob = layer["digest"].as_str().unwrap().replacen(':', "-", 1);
+        let signature = layer["annotations"][SIGNATURE_ANNOTATION].as_str().unwrap();
+        (
+            interop_fixture(&format!("{image}/blobs/{blob}")),
+            signature.to_string(),
+        )
+    }
+
+    /// sigstore-rs's signature verifies here; Tend's, which sigstore-rs's
+    /// `PublicKeyVerifier` accepted, is still what Tend signs (RFC 6979
+    /// ECDSA is deterministic); the encrypted key sigstore-rs wrote loads.
+    #[test]
+    fn the_signatures_exchanged_with_sigstore_rs_verify_and_tend_still_signs_the_same() {
+        const DIGEST: &str =
+            "sha256:a27663016214a9ef8c740884f2f160b709db40d23aa0923cd036cec004af2c3e";
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/cosign");
+        let verifier = Verifier::load(&dir.join("cosign.pub")).unwrap();
+        let (theirs, signature) = committed_signature("sigstore-rs-signed");
+        verifier
+            .verify(
+                &theirs,
+                &signature,
+                DIGEST,
+                "127.0.0.1:5917/tend/mirror-gate",
+            )
+            .unwrap();
+        let repository = "127.0.0.1:5917/tend/tend-signed";
+        let (ours, signature) = committed_signature("tend-signed");
+        verifier
+            .verify(&ours, &signature, DIGEST, repository)
+            .unwrap();
+        assert_eq!(payload(repository, DIGEST), ours);
+        let signer = Signer::load(&dir.join("cosign.key"), b"tend-fixture").unwrap();
+        assert_eq!(signer.sign(&ours).unwrap(), signature);
+        assert_eq!(
+            signer.public_pem().unwrap().as_bytes(),
+            interop_fixture("cosign.pub")
+        );
     }
 
     /// Fidelity with the real cosign CLI: a key `cosign generate-key-pair`

@@ -12,8 +12,13 @@ pub struct Registry {
 
 impl Registry {
     pub fn start() -> Registry {
+        Registry::start_on(free_port())
+    }
+
+    /// A registry on a fixed `port`: for content signed for a fixed
+    /// `127.0.0.1:PORT/…` name (tests/fixtures/cosign).
+    pub fn start_on(port: u16) -> Registry {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
         let status = Command::new(workspace_root().join("tests/peers/registry.sh"))
             .args(["start", dir.path().to_str().unwrap(), &port.to_string()])
             .status()
@@ -56,6 +61,70 @@ impl Registry {
             .join(&hex[..2])
             .join(hex)
             .join("data")
+    }
+
+    /// Store `manifest` (an OCI image manifest, exactly these bytes) as
+    /// `repository:tag`, after the `blobs` it names: how a test puts content
+    /// another tool pushed into the registry as that tool laid it out.
+    pub fn put_image(&self, repository: &str, tag: &str, manifest: &[u8], blobs: &[Vec<u8>]) {
+        let base = format!("{}/v2/{repository}", self.endpoint());
+        for blob in blobs {
+            let started = curl(
+                &["-X", "POST", "-D", "-", &format!("{base}/blobs/uploads/")],
+                &[],
+            );
+            let started = String::from_utf8_lossy(&started);
+            let location = started
+                .lines()
+                .find_map(|line| {
+                    line.strip_prefix("Location: ")
+                        .or(line.strip_prefix("location: "))
+                })
+                .unwrap_or_else(|| panic!("no upload location in {started}"))
+                .trim();
+            let separator = if location.contains('?') { '&' } else { '?' };
+            let url = format!("{location}{separator}digest={}", crate::sha256_of(blob));
+            curl(
+                &[
+                    "-X",
+                    "PUT",
+                    "-H",
+                    "Content-Type: application/octet-stream",
+                    &url,
+                ],
+                blob,
+            );
+        }
+        curl(
+            &[
+                "-X",
+                "PUT",
+                "-H",
+                "Content-Type: application/vnd.oci.image.manifest.v1+json",
+                &format!("{base}/manifests/{tag}"),
+            ],
+            manifest,
+        );
+    }
+
+    /// The bytes of the OCI image manifest `repository:reference`.
+    pub fn manifest(&self, repository: &str, reference: &str) -> Vec<u8> {
+        let url = format!("{}/v2/{repository}/manifests/{reference}", self.endpoint());
+        let out = Command::new("curl")
+            .args([
+                "-fsS",
+                "-H",
+                "Accept: application/vnd.oci.image.manifest.v1+json",
+                &url,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "GET {url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
     }
 
     /// What the registry logged so far: its access log (every request, with
@@ -101,4 +170,25 @@ pub fn push_plugin(
         "{pinned}"
     );
     pinned
+}
+
+/// `curl -fsS ARGS --data-binary @-` with `body` on stdin: its stdout.
+fn curl(args: &[&str], body: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = Command::new("curl")
+        .args(["-fsS", "--data-binary", "@-"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(body).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "curl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
 }
