@@ -146,20 +146,31 @@ fn rust_type(resolve: &Resolve, ty: &Type) -> Result<String> {
     })
 }
 
-/// How the host answers a function: through `Call::answer` (a
-/// `result<T, error>`: `Some(T)`), or whole by the adapter (anything else,
-/// `None`: `log.log` answers nothing, `http.send-all` a result per request).
-fn answered(resolve: &Resolve, function: &Function) -> Result<Option<String>> {
-    let Some(Type::Id(id)) = &function.result else {
-        return Ok(None);
+/// How the host answers a function.
+enum Answer {
+    /// A `result<T, error>`: through `Call::answer`, the adapter's `T`.
+    Result(String),
+    /// Nothing (`log.log`): through `Call::answer` too, so it is recorded and
+    /// replayed; the adapter answers nothing.
+    Nothing,
+    /// Anything else (`http.send-all`, a result per request): by the adapter,
+    /// whole.
+    Whole(String),
+}
+
+fn answer(resolve: &Resolve, function: &Function) -> Result<Answer> {
+    let Some(ty) = &function.result else {
+        return Ok(Answer::Nothing);
     };
-    let TypeDefKind::Result(result) = &resolve.types[*id].kind else {
-        return Ok(None);
-    };
-    Ok(Some(match &result.ok {
-        Some(t) => rust_type(resolve, t)?,
-        None => "()".into(),
-    }))
+    if let Type::Id(id) = ty
+        && let TypeDefKind::Result(result) = &resolve.types[*id].kind
+    {
+        return Ok(Answer::Result(match &result.ok {
+            Some(t) => rust_type(resolve, t)?,
+            None => "()".into(),
+        }));
+    }
+    Ok(Answer::Whole(rust_type(resolve, ty)?))
 }
 
 /// `host/src/capabilities/<interface>/wit.rs`: the trait `Functions` and the
@@ -175,6 +186,7 @@ fn host_binding(resolve: &Resolve, interface: &str) -> Result<String> {
     let mut functions = String::new();
     let mut host = String::new();
     let mut no_args = false;
+    let mut uses_types = false;
     for function in iface.functions.values() {
         let name = snake(&function.name);
         let params: Result<Vec<(String, String)>> = function
@@ -201,23 +213,39 @@ fn host_binding(resolve: &Resolve, interface: &str) -> Result<String> {
             "Functions::{name}(this{})",
             names.iter().map(|n| format!(", {n}")).collect::<String>()
         );
-        match answered(resolve, function)? {
-            Some(ok) => {
+        let route = |work: &str| {
+            format!(
+                "let this = &*self;\n        this.call.answer(Self::NAME, {wit:?}, {args}, |{pattern}| {work})",
+                wit = function.name
+            )
+        };
+        match answer(resolve, function)? {
+            Answer::Result(ok) => {
+                uses_types = true;
                 let _ = writeln!(
                     functions,
                     "    fn {name}(&self{signature}) -> impl Future<Output = Result<{ok}, CapError>> + Send;"
                 );
                 let _ = write!(
                     host,
-                    "    async fn {name}(&mut self{signature}) -> wasmtime::Result<Result<{ok}, types::Error>> {{\n        let this = &*self;\n        this.call.answer(Self::NAME, {wit:?}, {args}, |{pattern}| {call}).await\n    }}\n",
-                    wit = function.name,
+                    "    async fn {name}(&mut self{signature}) -> wasmtime::Result<Result<{ok}, types::Error>> {{\n        {}.await\n    }}\n",
+                    route(&call)
                 );
             }
-            None => {
-                let output = match &function.result {
-                    Some(t) => rust_type(resolve, t)?,
-                    None => "()".into(),
-                };
+            Answer::Nothing => {
+                let _ = writeln!(
+                    functions,
+                    "    fn {name}(&self{signature}) -> impl Future<Output = ()> + Send;"
+                );
+                let work = format!("async move {{ {call}.await; Ok::<(), CapError>(()) }}");
+                let _ = write!(
+                    host,
+                    "    async fn {name}(&mut self{signature}) -> wasmtime::Result<()> {{\n        // Nothing to answer: only a replay that diverged traps here.\n        {}.await.map(|_| ())\n    }}\n",
+                    route(&work)
+                );
+            }
+            Answer::Whole(output) => {
+                uses_types |= output.contains("types::");
                 let _ = writeln!(
                     functions,
                     "    fn {name}(&self{signature}) -> impl Future<Output = wasmtime::Result<{output}>> + Send;"
@@ -234,23 +262,30 @@ fn host_binding(resolve: &Resolve, interface: &str) -> Result<String> {
     } else {
         ""
     };
+    let wit = if uses_types {
+        format!("{{{module}, types}}")
+    } else {
+        module.clone()
+    };
     Ok(format!(
         "//! `tend:plugin/{interface}`: each function answered through `Call::answer`\n\
          //! under its WIT name by [`Functions`], which the adapter implements.\n\
          //! {GENERATED}\n\n\
          use super::adapter::{adapter};\n\
          use crate::capabilities::{{CapError, Capability}};\n{no_args}\
-         use crate::wit::{{{module}, types}};\n\n\
+         use crate::wit::{wit};\n\n\
          /// What the adapter does for each function of `tend:plugin/{interface}`,\n\
-         /// with the WIT's own types (a function that does not answer one\n\
-         /// `result<_, error>` answers itself, whole).\n\
+         /// with the WIT's own types (a function whose answer is neither a\n\
+         /// `result<_, error>` nor nothing answers itself, whole).\n\
          pub trait Functions {{\n{functions}}}\n\n\
          impl {module}::Host for {adapter} {{\n{host}}}\n"
     ))
 }
 
 /// The capabilities whose host binding is generated.
-const HOST_BINDINGS: &[&str] = &["cri"];
+const HOST_BINDINGS: &[&str] = &[
+    "log", "state", "files", "http", "systemd", "cri", "metrics", "kube", "cloud",
+];
 
 /// Every generated file and what it should hold now.
 fn outputs() -> Result<Vec<(PathBuf, String)>> {

@@ -8,8 +8,8 @@ use crate::capabilities::{CapError, Capability};
 use crate::wit::{cri, types};
 
 /// What the adapter does for each function of `tend:plugin/cri`,
-/// with the WIT's own types (a function that does not answer one
-/// `result<_, error>` answers itself, whole).
+/// with the WIT's own types (a function whose answer is neither a
+/// `result<_, error>` nor nothing answers itself, whole).
 pub trait Functions {
     fn version(&self) -> impl Future<Output = Result<cri::RuntimeVersion, CapError>> + Send;
     fn list_pod_sandboxes(

@@ -1,12 +1,14 @@
 //! `tend:plugin/log`: plugin log lines into the host's log, tagged with the
 //! plugin's name, bounded per reconcile so a chatty plugin cannot flood the node.
 //!
-//! Small enough for one face: this file holds the capability and its WIT
-//! binding, `backend.rs` the trait with its real and fake backends.
+//! Small enough for one face: this file holds the capability, `backend.rs`
+//! the trait with its real and fake backends, `wit.rs` (generated) its WIT
+//! binding.
 
 mod adapter;
 mod backend;
 mod grants;
+mod wit;
 
 pub use adapter::{PluginLog, charge_host_line};
 pub use backend::{FakeLog, Level, LogBackend, TracingLog};
@@ -53,17 +55,5 @@ impl Capability for PluginLog {
         get: fn(&mut T) -> &mut Self,
     ) -> wasmtime::Result<()> {
         log::add_to_linker::<T, HasSelf<Self>>(linker, get)
-    }
-}
-
-impl log::Host for PluginLog {
-    async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
-        let this = &*self;
-        let answered = this.call.answer(Self::NAME, "log", (level, message), |(level, message)| async move {
-            this.log(level, &message).await;
-            Ok(())
-        });
-        // Logging cannot fail: only a replay that diverged traps here.
-        answered.await.map(|_| ())
     }
 }

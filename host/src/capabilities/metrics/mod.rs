@@ -2,7 +2,7 @@
 //! bounded in number and shape per plugin.
 
 //!
-//! This file holds the capability and its WIT binding. The series store is
+//! This file holds the capability; `wit.rs` (generated) its WIT binding. The series store is
 //! in memory already, so tests use it as the fake and read it back through
 //! its rendering.
 
@@ -10,6 +10,7 @@ mod adapter;
 mod backend;
 mod grants;
 mod real;
+mod wit;
 
 pub use adapter::PluginMetrics;
 pub use backend::{Kind, MetricsBackend};
@@ -18,7 +19,6 @@ pub use real::SeriesStore;
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::{AlwaysGranted, BackendEnv, Capability, NoSettings};
 use crate::wit::tend::plugin::metrics;
-use crate::wit::types;
 use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
 
@@ -60,36 +60,5 @@ impl Capability for PluginMetrics {
     /// The series plugins recorded, of plugins still configured.
     fn render_metrics(backend: &dyn MetricsBackend, configured: &dyn Fn(&str) -> bool) -> String {
         backend.render(configured)
-    }
-}
-
-impl metrics::Host for PluginMetrics {
-    async fn counter_add(
-        &mut self,
-        name: String,
-        labels: Vec<(String, String)>,
-        value: f64,
-    ) -> wasmtime::Result<Result<(), types::Error>> {
-        let this = &*self;
-        let args = (name, labels, value);
-        this.call
-            .answer(Self::NAME, "counter-add", args, |(name, labels, value)| {
-                std::future::ready(this.record(Kind::Counter, &name, &labels, value))
-            })
-            .await
-    }
-    async fn gauge_set(
-        &mut self,
-        name: String,
-        labels: Vec<(String, String)>,
-        value: f64,
-    ) -> wasmtime::Result<Result<(), types::Error>> {
-        let this = &*self;
-        let args = (name, labels, value);
-        this.call
-            .answer(Self::NAME, "gauge-set", args, |(name, labels, value)| {
-                std::future::ready(this.record(Kind::Gauge, &name, &labels, value))
-            })
-            .await
     }
 }
