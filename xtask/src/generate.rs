@@ -271,7 +271,7 @@ fn host_binding(resolve: &Resolve, interface: &str) -> Result<String> {
         "//! `tend:plugin/{interface}`: each function answered through `Call::answer`\n\
          //! under its WIT name by [`Functions`], which the adapter implements.\n\
          //! {GENERATED}\n\n\
-         use super::adapter::{adapter};\n\
+         use super::{adapter};\n\
          use crate::capabilities::{{CapError, Capability}};\n{no_args}\
          use crate::wit::{wit};\n\n\
          /// What the adapter does for each function of `tend:plugin/{interface}`,\n\

@@ -1,0 +1,300 @@
+//! `cargo xtask graph`: the import graph of a crate's modules and its cycles
+//! (issue 27 measures with it, and asks for none).
+//!
+//! A node is a module file (`capabilities/kube/grants.rs` is
+//! `capabilities::kube::grants`); an edge is a path to another module in a
+//! `use` or in code (`crate::a::b::Item`, `super::b`), resolved to the longest
+//! module it names. Edges between a module and its own ancestors or
+//! descendants are left out: a `mod.rs` re-exports its children and they use
+//! its items, which is structure, not a cycle. So a cycle through a parent's
+//! re-export is not seen (the graph's known blind spot). Test code is left
+//! out: modules declared `#[cfg(test)] mod NAME;`, and each file from its
+//! `#[cfg(test)] mod` on.
+//! A cycle is a strongly connected component of two or more modules.
+
+use anyhow::Result;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// The crates measured: (name, source root).
+pub const CRATES: [(&str, &str); 3] = [
+    ("host", "host/src"),
+    ("rules", "rules/src"),
+    ("sdk", "sdk/src"),
+];
+
+type Module = Vec<String>;
+
+/// Every module file under `src`, by module path, with its code (tests cut).
+fn modules(src: &Path) -> Result<BTreeMap<Module, String>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if !name.ends_with(".rs") {
+                continue;
+            }
+            let relative = path.strip_prefix(src)?.with_extension("");
+            let mut module: Module = relative
+                .iter()
+                .map(|part| part.to_string_lossy().into_owned())
+                .collect();
+            if matches!(
+                module.last().map(String::as_str),
+                Some("mod" | "lib" | "main")
+            ) {
+                module.pop();
+            }
+            let text = std::fs::read_to_string(&path)?;
+            let code = match text.find("#[cfg(test)]\nmod ") {
+                Some(at) => text[..at].to_string(),
+                None => text,
+            };
+            out.insert(module, code);
+        }
+    }
+    // Modules declared `#[cfg(test)] mod NAME;` are tests only.
+    let tests: Vec<Module> = out
+        .iter()
+        .flat_map(|(parent, code)| {
+            let code = code.replace("#[cfg(test)]\npub ", "#[cfg(test)]\n");
+            code.split("#[cfg(test)]\nmod ")
+                .skip(1)
+                .filter_map(|rest| {
+                    rest.split_once(';')
+                        .map(|(name, _)| name.trim().to_string())
+                })
+                .map(|name| [parent.clone(), vec![name]].concat())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for test in tests {
+        out.remove(&test);
+    }
+    Ok(out)
+}
+
+/// The paths of one `use` tree: `a::{b, c::{d, e}}` is `a::b`, `a::c::d`, `a::c::e`.
+fn expand(tree: &str) -> Vec<String> {
+    let words: Vec<&str> = tree.split_whitespace().collect();
+    let mut kept = Vec::new();
+    let mut skip = false;
+    for word in words {
+        if skip {
+            skip = false;
+            // `x as y,`: keep what follows the alias.
+            kept.push(word.trim_start_matches(|c: char| c.is_alphanumeric() || c == '_'));
+        } else if word == "as" {
+            skip = true;
+        } else {
+            kept.push(word);
+        }
+    }
+    let tree: String = kept.concat();
+    let Some(open) = tree.find('{') else {
+        return vec![tree];
+    };
+    let prefix = &tree[..open];
+    let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&inner[start..]);
+    parts
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .flat_map(|p| expand(p).into_iter().map(move |e| format!("{prefix}{e}")))
+        .collect()
+}
+
+/// Every module path `code` names (`crate::` and `super::` ones), absolute.
+fn references(module: &Module, code: &str) -> Vec<Module> {
+    let mut paths: Vec<String> = Vec::new();
+    let mut statement: Option<String> = None;
+    for line in code.lines().map(str::trim) {
+        let line = line.split("//").next().unwrap_or_default();
+        if statement.is_none() {
+            let bare = line
+                .strip_prefix("pub(crate) ")
+                .or_else(|| line.strip_prefix("pub(super) "))
+                .or_else(|| line.strip_prefix("pub "))
+                .unwrap_or(line);
+            if let Some(tree) = bare.strip_prefix("use ") {
+                statement = Some(String::new() + tree);
+            }
+        } else if let Some(open) = statement.as_mut() {
+            open.push_str(line);
+        }
+        if let Some(open) = statement.take_if(|s| s.contains(';')) {
+            paths.extend(expand(open.split(';').next().unwrap_or_default()));
+        }
+    }
+    for word in code.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')) {
+        if word.starts_with("crate::") || word.starts_with("super::") {
+            paths.push(word.to_string());
+        }
+    }
+    paths
+        .into_iter()
+        .filter_map(|path| {
+            let mut parts = path.split("::").filter(|p| !p.is_empty());
+            let mut absolute: Module = match parts.next()? {
+                "crate" => Vec::new(),
+                "super" => module[..module.len().saturating_sub(1)].to_vec(),
+                _ => return None,
+            };
+            for part in parts {
+                if part == "super" {
+                    absolute.pop();
+                } else if part != "self" && part != "*" {
+                    absolute.push(part.to_string());
+                }
+            }
+            Some(absolute)
+        })
+        .collect()
+}
+
+/// The module graph: each module and the modules it uses.
+fn graph(src: &Path) -> Result<BTreeMap<Module, BTreeSet<Module>>> {
+    let modules = modules(src)?;
+    let mut edges = BTreeMap::new();
+    for (module, code) in &modules {
+        let mut targets = BTreeSet::new();
+        for path in references(module, code) {
+            let Some(target) = (1..=path.len())
+                .rev()
+                .map(|n| path[..n].to_vec())
+                .find(|prefix| modules.contains_key(prefix))
+            else {
+                continue;
+            };
+            let related = target.starts_with(module) || module.starts_with(&target);
+            if !related {
+                targets.insert(target);
+            }
+        }
+        edges.insert(module.clone(), targets);
+    }
+    Ok(edges)
+}
+
+/// The strongly connected components of two or more modules (Tarjan).
+fn cycles(edges: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<Vec<Module>> {
+    struct State<'a> {
+        edges: &'a BTreeMap<Module, BTreeSet<Module>>,
+        index: BTreeMap<&'a Module, usize>,
+        low: BTreeMap<&'a Module, usize>,
+        stack: Vec<&'a Module>,
+        on_stack: BTreeSet<&'a Module>,
+        found: Vec<Vec<Module>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a Module) {
+        let n = s.index.len();
+        s.index.insert(v, n);
+        s.low.insert(v, n);
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        for w in s.edges.get(v).into_iter().flatten() {
+            if !s.index.contains_key(w) {
+                visit(s, w);
+                let low = s.low[v].min(s.low[w]);
+                s.low.insert(v, low);
+            } else if s.on_stack.contains(w) {
+                let low = s.low[v].min(s.index[w]);
+                s.low.insert(v, low);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut component = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack.remove(w);
+                component.push(w.clone());
+                if w == v {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                component.sort();
+                s.found.push(component);
+            }
+        }
+    }
+    let mut state = State {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for v in edges.keys() {
+        if !state.index.contains_key(v) {
+            visit(&mut state, v);
+        }
+    }
+    state.found.sort();
+    state.found
+}
+
+/// `cargo xtask graph`: every crate's cycles, and their count.
+pub fn report() -> Result<()> {
+    let mut total = 0;
+    for (name, src) in CRATES {
+        let found = cycles(&graph(&crate::root().join(src))?);
+        total += found.len();
+        for component in &found {
+            let names: Vec<String> = component.iter().map(|m| m.join("::")).collect();
+            println!("{name}: {}", names.join(" <-> "));
+        }
+    }
+    println!("{total} import cycles");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn use_trees_expand_to_paths() {
+        assert_eq!(
+            expand("crate::a::{b, c::{d, e as f}, g::*}"),
+            [
+                "crate::a::b",
+                "crate::a::c::d",
+                "crate::a::c::e",
+                "crate::a::g::*"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cycle_of_siblings_is_found_and_parent_child_is_not() {
+        let m = |s: &str| -> Module { s.split("::").map(str::to_string).collect() };
+        let mut edges = BTreeMap::new();
+        edges.insert(m("a::x"), BTreeSet::from([m("a::y")]));
+        edges.insert(m("a::y"), BTreeSet::from([m("a::x")]));
+        edges.insert(m("b"), BTreeSet::from([m("a::x")]));
+        assert_eq!(cycles(&edges), vec![vec![m("a::x"), m("a::y")]]);
+    }
+}
