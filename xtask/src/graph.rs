@@ -262,9 +262,16 @@ pub fn report() -> Result<()> {
     for (name, src) in CRATES {
         let found = cycles(&graph(&crate::root().join(src))?);
         total += found.len();
+        let edges = graph(&crate::root().join(src))?;
         for component in &found {
             let names: Vec<String> = component.iter().map(|m| m.join("::")).collect();
             println!("{name}: {}", names.join(" <-> "));
+            // The arrows inside it, to cut one.
+            for from in component {
+                for to in edges[from].iter().filter(|to| component.contains(to)) {
+                    println!("    {} -> {}", from.join("::"), to.join("::"));
+                }
+            }
         }
     }
     println!("{total} import cycles");

@@ -5,7 +5,6 @@
 //! everything that has one field or one entry per capability from this trait.
 
 use super::call::Call;
-use super::registry::Capabilities;
 use super::triggers::TriggerSource;
 use serde::de::DeserializeOwned;
 use std::path::Path;
@@ -61,11 +60,6 @@ pub trait Capability: Sized + Send + 'static {
     fn render_metrics(_backend: &Self::Backend, _configured: &dyn Fn(&str) -> bool) -> String {
         String::new()
     }
-}
-
-/// The store data of a call: where the linker finds the adapters.
-pub trait HasCapabilities: Send + 'static {
-    fn capabilities(&mut self) -> &mut Capabilities;
 }
 
 /// The grant of a capability every plugin always has (`log`, `state`).

@@ -34,8 +34,10 @@ mod footprint;
 pub mod testing;
 
 pub use call::{Call, CallCount};
-pub use capability::{BackendEnv, Capability, HasCapabilities};
+pub use capability::{BackendEnv, Capability};
 pub use error::CapError;
 pub use gate::Mutation;
-pub use registry::{Backends, Capabilities, Fakes, Grants, Settings};
+pub use registry::{
+    Backends, Capabilities, Fakes, Grants, GrantsSource, HasCapabilities, Settings,
+};
 pub use services::Services;

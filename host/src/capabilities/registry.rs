@@ -5,11 +5,45 @@
 //! it, here and in the config.
 
 use super::call::Call;
-use super::capability::{BackendEnv, Capability, HasCapabilities};
-use super::triggers::{GrantsSource, Picked};
+use super::capability::{BackendEnv, Capability};
+use super::triggers::{TriggerSink, TriggerSource};
 use crate::wit;
 use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
+
+/// The store data of a call: where the linker finds the adapters.
+pub trait HasCapabilities: Send + 'static {
+    fn capabilities(&mut self) -> &mut Capabilities;
+}
+
+/// A capability's trigger source as the scheduler holds it: told every
+/// plugin's [`Grants`], it picks its own capability's grant.
+pub trait GrantsSource: Send {
+    /// Watch for `plugins` (every enabled plugin, with its grants).
+    fn update(&mut self, plugins: &[(&str, &Grants)], sink: Arc<dyn TriggerSink>);
+    /// What a plugin holding `grants` waits on from this source, in words.
+    fn waits_on(&self, grants: &Grants) -> Vec<String>;
+}
+
+/// A source with the accessor of its capability's grant in [`Grants`].
+pub(super) struct Picked<Grant: 'static> {
+    pub source: Box<dyn TriggerSource<Grant>>,
+    pub pick: fn(&Grants) -> &Grant,
+}
+
+impl<Grant: Clone + 'static> GrantsSource for Picked<Grant> {
+    fn update(&mut self, plugins: &[(&str, &Grants)], sink: Arc<dyn TriggerSink>) {
+        let watchers = plugins
+            .iter()
+            .map(|(plugin, grants)| (plugin.to_string(), (self.pick)(grants).clone()))
+            .collect();
+        self.source.update(watchers, sink);
+    }
+
+    fn waits_on(&self, grants: &Grants) -> Vec<String> {
+        self.source.waits_on((self.pick)(grants))
+    }
+}
 
 /// Calls `$callback! { name: adapter, ... }` with every capability.
 macro_rules! capability_list {

@@ -10,7 +10,8 @@ pub use files::{FileSource, is_atomic_write_temp};
 
 use super::{Trigger, Triggers};
 use crate::capabilities::Backends;
-use crate::capabilities::triggers::{GrantsSource, TriggerSink};
+use crate::capabilities::GrantsSource;
+use crate::capabilities::triggers::TriggerSink;
 use crate::config::Config;
 use std::sync::Arc;
 
