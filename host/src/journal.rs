@@ -12,7 +12,6 @@
 //! [`PLAN_MAX_BYTES`]: however many plans run, they never rotate a plugin's
 //! real history away. `tend journal` reads both.
 
-use crate::capabilities::gate::{Caller, Intent};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -80,32 +79,6 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The line recording `intent` of `caller` at `phase`, stamped now.
-    pub fn for_intent(
-        caller: &Caller,
-        intent: &Intent,
-        id: &str,
-        phase: Phase,
-        result: String,
-    ) -> Entry {
-        let (time, time_ms) = Entry::now();
-        Entry {
-            id: id.to_string(),
-            phase,
-            time,
-            time_ms,
-            plugin: caller.plugin.clone(),
-            digest: caller.digest.clone(),
-            triggers: caller.triggers.clone(),
-            capability: intent.capability.to_string(),
-            operation: intent.operation.to_string(),
-            target: intent.target.clone(),
-            detail: intent.detail.clone(),
-            dry_run: caller.dry_run,
-            result,
-        }
-    }
-
     pub fn now() -> (String, u64) {
         let now = SystemTime::now();
         let ms = now
@@ -388,42 +361,6 @@ mod tests {
             dry_run: false,
             result: "ok".into(),
         }
-    }
-
-    #[test]
-    fn an_entry_built_from_an_intent_keeps_the_line_format() {
-        let caller = Caller {
-            plugin: "p".into(),
-            digest: "sha256:d".into(),
-            triggers: vec!["file:/etc/x".into()],
-            dry_run: false,
-            cluster: false,
-        };
-        let intent = Intent {
-            capability: "files",
-            operation: "write",
-            target: "/etc/x".into(),
-            detail: "new file, 3 bytes".into(),
-            diff: Some("+abc".into()),
-        };
-        let mut entry = Entry::for_intent(&caller, &intent, "run-0", Phase::Intent, String::new());
-        let (_, now) = Entry::now();
-        assert!(now.abs_diff(entry.time_ms) < 60_000, "stamped now");
-        assert!(entry.time.ends_with('Z'), "{}", entry.time);
-        entry.time = "2025-01-02T03:04:05.678Z".into();
-        entry.time_ms = 1_735_787_045_678;
-        let line = concat!(
-            r#"{"id":"run-0","phase":"intent","time":"2025-01-02T03:04:05.678Z","#,
-            r#""time_ms":1735787045678,"plugin":"p","digest":"sha256:d","#,
-            r#""triggers":["file:/etc/x"],"capability":"files","operation":"write","#,
-            r#""target":"/etc/x","detail":"new file, 3 bytes","dry_run":false,"result":""}"#,
-            "\n"
-        );
-        assert_eq!(
-            Journal::line(&entry),
-            line,
-            "the diff is for plans, not the journal"
-        );
     }
 
     #[test]

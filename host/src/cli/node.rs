@@ -43,7 +43,14 @@ impl Node {
             let runtime = self.runtime.clone();
             let host = self.config.host.clone();
             jobs.push(tokio::spawn(async move {
-                let plugin = crate::oci::load(runtime, &config, &host).await;
+                let plugin = crate::oci::load(
+                    runtime,
+                    &config.file,
+                    config.oci.as_ref(),
+                    &host.oci,
+                    &host.cache_dir,
+                )
+                .await;
                 Loaded { config, plugin }
             }));
         }

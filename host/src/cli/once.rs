@@ -105,7 +105,15 @@ pub async fn reconcile(
     let plugin_config = plugin_named(&config, name)?.clone();
     let node = Node::new(config)?;
     let runtime = node.runtime.clone();
-    let plugin = crate::oci::load(runtime, &plugin_config, &node.config.host).await?;
+    let host = &node.config.host;
+    let plugin = crate::oci::load(
+        runtime,
+        &plugin_config.file,
+        plugin_config.oci.as_ref(),
+        &host.oci,
+        &host.cache_dir,
+    )
+    .await?;
     let dry_run = node.config.host.dry_run;
     if dry_run {
         report::line("(dry run: [host] dry-run = true)");

@@ -58,7 +58,7 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>
     match path {
         "/metrics" => {
             let host = crate::daemon::metrics::HostGauges {
-                ready: readiness(shared).is_none(),
+                ready: super::status::readiness(shared).is_none(),
                 config_rejected: shared.config_error.read().unwrap().is_some(),
                 leading: (shared.config.read().unwrap().host.leader_election.is_some())
                     .then(|| shared.leadership.borrow().leading),
@@ -73,7 +73,7 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>
             respond(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
         "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
-        "/readyz" => match readiness(shared) {
+        "/readyz" => match super::status::readiness(shared) {
             None => respond(StatusCode::OK, "text/plain", "ready\n".into()),
             Some(why) => respond(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why),
         },
@@ -88,25 +88,6 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>
             "try /metrics, /healthz, /readyz, /status or /status/NAME\n".into(),
         ),
     }
-}
-
-/// Why tend is not ready (`/readyz` 503), or None: the last config change
-/// was rejected (the last good config keeps running, but the fleet should not
-/// roll on), or an enabled plugin is loading, failed to load or is missing.
-pub(super) fn readiness(shared: &Shared) -> Option<String> {
-    let mut reasons: Vec<String> = shared
-        .config_error
-        .read()
-        .unwrap()
-        .iter()
-        .map(|e| format!("config rejected, the last good config keeps running: {e}"))
-        .collect();
-    reasons.extend(shared.table.read().unwrap().not_ready());
-    (!reasons.is_empty()).then(|| {
-        let mut text = reasons.join("\n");
-        text.push('\n');
-        text
-    })
 }
 
 /// The answer to anything but GET: commands that act are not served here.

@@ -13,7 +13,7 @@ fn now_ms() -> u64 {
 
 pub async fn overview(shared: &Shared) -> String {
     let budgets = shared.services.budgets.status(now_ms()).await;
-    let not_ready = crate::daemon::http::readiness(shared);
+    let not_ready = readiness(shared);
     let table = shared.table.read().unwrap();
     let host = shared.host.read().unwrap();
     serde_json::to_string_pretty(&serde_json::json!({
@@ -103,4 +103,23 @@ pub async fn plugin(shared: &Shared, name: &str) -> Option<String> {
         "budgets": budgets,
     });
     Some(serde_json::to_string_pretty(&body).expect("status serializes"))
+}
+
+/// Why tend is not ready (`/readyz` 503), or None: the last config change
+/// was rejected (the last good config keeps running, but the fleet should not
+/// roll on), or an enabled plugin is loading, failed to load or is missing.
+pub(super) fn readiness(shared: &Shared) -> Option<String> {
+    let mut reasons: Vec<String> = shared
+        .config_error
+        .read()
+        .unwrap()
+        .iter()
+        .map(|e| format!("config rejected, the last good config keeps running: {e}"))
+        .collect();
+    reasons.extend(shared.table.read().unwrap().not_ready());
+    (!reasons.is_empty()).then(|| {
+        let mut text = reasons.join("\n");
+        text.push('\n');
+        text
+    })
 }

@@ -20,7 +20,7 @@ pub use reference::Reference;
 use crate::runtime::{CompiledPlugin, LoadError, Runtime};
 use crate::units::ByteSize;
 use serde::Deserialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,23 +98,25 @@ pub fn client(settings: &Settings) -> oci_client::Client {
 
 pub use auth::credentials;
 
-/// Compile `plugin`'s component off the async executor: its `file`, or for
-/// a plugin from a registry the cached component after a pull (see
+/// Compile a plugin's component off the async executor: `file`, or for a
+/// plugin from a registry (`source`) the cached component after a pull (see
 /// [`fetch`]), refused unless the bytes compiled are the verified ones.
 pub async fn load(
     runtime: Arc<Runtime>,
-    plugin: &crate::config::PluginConfig,
-    host: &crate::config::HostConfig,
+    file: &Path,
+    source: Option<&Source>,
+    settings: &Settings,
+    cache_dir: &Path,
 ) -> Result<Arc<CompiledPlugin>, LoadError> {
     let compile = |file: PathBuf| async move {
         tokio::task::spawn_blocking(move || runtime.load(&file).map(Arc::new))
             .await
             .expect("plugin load task panicked")
     };
-    match &plugin.oci {
-        None => compile(plugin.file.clone()).await,
+    match source {
+        None => compile(file.to_path_buf()).await,
         Some(source) => {
-            let pulled = fetch(source, &host.oci, &host.cache_dir)
+            let pulled = fetch(source, settings, cache_dir)
                 .await
                 .map_err(LoadError::Fetch)?;
             pulled.checked(compile(pulled.path.clone()).await)

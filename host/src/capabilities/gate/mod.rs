@@ -348,7 +348,7 @@ impl Gate {
     }
 
     fn entry(&self, intent: &Intent, id: &str, phase: Phase, result: String) -> Entry {
-        Entry::for_intent(&self.0.caller, intent, id, phase, result)
+        journal_entry(&self.0.caller, intent, id, phase, result)
     }
 
     /// Journal (without fsync: [`Gate::sync`] does that) and list a mutation
@@ -491,6 +491,32 @@ impl Admitted {
 impl Drop for Admitted {
     fn drop(&mut self) {
         self.close(INTERRUPTED.to_string());
+    }
+}
+
+/// The journal line recording `intent` of `caller` at `phase`, stamped now.
+fn journal_entry(
+    caller: &Caller,
+    intent: &Intent,
+    id: &str,
+    phase: Phase,
+    result: String,
+) -> Entry {
+    let (time, time_ms) = Entry::now();
+    Entry {
+        id: id.to_string(),
+        phase,
+        time,
+        time_ms,
+        plugin: caller.plugin.clone(),
+        digest: caller.digest.clone(),
+        triggers: caller.triggers.clone(),
+        capability: intent.capability.to_string(),
+        operation: intent.operation.to_string(),
+        target: intent.target.clone(),
+        detail: intent.detail.clone(),
+        dry_run: caller.dry_run,
+        result,
     }
 }
 

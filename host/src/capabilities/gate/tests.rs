@@ -283,3 +283,39 @@ async fn work_carrying_its_permit_journals_its_own_result_after_a_cut_off() {
     assert!(gate.settle(Duration::from_secs(5)).await);
     assert_eq!(gate.mutations()[0].result, "ok");
 }
+
+#[test]
+fn an_entry_built_from_an_intent_keeps_the_line_format() {
+    let caller = Caller {
+        plugin: "p".into(),
+        digest: "sha256:d".into(),
+        triggers: vec!["file:/etc/x".into()],
+        dry_run: false,
+        cluster: false,
+    };
+    let intent = Intent {
+        capability: "files",
+        operation: "write",
+        target: "/etc/x".into(),
+        detail: "new file, 3 bytes".into(),
+        diff: Some("+abc".into()),
+    };
+    let mut entry = journal_entry(&caller, &intent, "run-0", Phase::Intent, String::new());
+    let (_, now) = Entry::now();
+    assert!(now.abs_diff(entry.time_ms) < 60_000, "stamped now");
+    assert!(entry.time.ends_with('Z'), "{}", entry.time);
+    entry.time = "2025-01-02T03:04:05.678Z".into();
+    entry.time_ms = 1_735_787_045_678;
+    let line = concat!(
+        r#"{"id":"run-0","phase":"intent","time":"2025-01-02T03:04:05.678Z","#,
+        r#""time_ms":1735787045678,"plugin":"p","digest":"sha256:d","#,
+        r#""triggers":["file:/etc/x"],"capability":"files","operation":"write","#,
+        r#""target":"/etc/x","detail":"new file, 3 bytes","dry_run":false,"result":""}"#,
+        "\n"
+    );
+    assert_eq!(
+        Journal::line(&entry),
+        line,
+        "the diff is for plans, not the journal"
+    );
+}

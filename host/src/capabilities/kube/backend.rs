@@ -262,7 +262,7 @@ pub trait KubeBackend: Send + Sync + 'static {
     /// This host's node name: what `$NODE` in a grant stands for.
     fn node_name(&self) -> &str;
     /// `[host.leader-election]`'s Lease, which no plugin may write.
-    fn own_lease(&self) -> Option<&super::grants::OwnLease> {
+    fn own_lease(&self) -> Option<&tend_rules::kube::OwnLease> {
         None
     }
     /// Watches held open on the API server by the shared cache.

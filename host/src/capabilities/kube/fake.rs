@@ -328,7 +328,7 @@ impl KubeBackend for FakeKube {
         "node-1"
     }
 
-    fn own_lease(&self) -> Option<&super::grants::OwnLease> {
+    fn own_lease(&self) -> Option<&tend_rules::kube::OwnLease> {
         self.own_lease.get()
     }
 

@@ -64,7 +64,7 @@ struct Shared {
     requests: AtomicU64,
     node: String,
     /// `[host.leader-election]`'s Lease (no plugin writes it).
-    own_lease: Option<super::grants::OwnLease>,
+    own_lease: Option<tend_rules::kube::OwnLease>,
 }
 
 /// The backend, as the host (triggers) or as one plugin's reconcile (`call`).
@@ -626,7 +626,7 @@ impl KubeBackend for RealKube {
         &self.shared.node
     }
 
-    fn own_lease(&self) -> Option<&super::grants::OwnLease> {
+    fn own_lease(&self) -> Option<&tend_rules::kube::OwnLease> {
         self.shared.own_lease.as_ref()
     }
 
