@@ -269,14 +269,16 @@ fn host_binding(resolve: &Resolve, interface: &str) -> Result<String> {
     };
     Ok(format!(
         "//! `tend:plugin/{interface}`: each function answered through `Call::answer`\n\
-         //! under its WIT name by [`Functions`], which the adapter implements.\n\
+         //! under its WIT name by [`Functions`].\n\
          //! {GENERATED}\n\n\
-         use super::{adapter};\n\
+         use super::adapter::{adapter};\n\
          use crate::capabilities::{{CapError, Capability}};\n{no_args}\
          use crate::wit::{wit};\n\n\
-         /// What the adapter does for each function of `tend:plugin/{interface}`,\n\
+         /// What the capability does for each function of `tend:plugin/{interface}`,\n\
          /// with the WIT's own types (a function whose answer is neither a\n\
-         /// `result<_, error>` nor nothing answers itself, whole).\n\
+         /// `result<_, error>` nor nothing answers itself, whole). Implemented on\n\
+         /// the adapter in the capability's `mod.rs`, so `adapter.rs` never names\n\
+         /// this file.\n\
          pub trait Functions {{\n{functions}}}\n\n\
          impl {module}::Host for {adapter} {{\n{host}}}\n"
     ))

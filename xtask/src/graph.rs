@@ -23,7 +23,7 @@ pub const CRATES: [(&str, &str); 3] = [
     ("sdk", "sdk/src"),
 ];
 
-type Module = Vec<String>;
+pub type Module = Vec<String>;
 
 /// Every module file under `src`, by module path, with its code (tests cut).
 fn modules(src: &Path) -> Result<BTreeMap<Module, String>> {
@@ -126,10 +126,40 @@ fn expand(tree: &str) -> Vec<String> {
         .collect()
 }
 
-/// Every module path `code` names (`crate::` and `super::` ones), absolute.
-fn references(module: &Module, code: &str) -> Vec<Module> {
+/// What a module's code names: every path (`crate::`, `super::`, and a `use`
+/// of a child module), absolute, and what it re-exports (`pub use`), each
+/// item with the absolute path it stands for.
+struct Names {
+    paths: Vec<Module>,
+    reexports: BTreeMap<String, Module>,
+}
+
+/// `path` from `module`, absolute: `crate::a` and `super::a` as Rust reads
+/// them, anything else (a `use` of a child, `std::...`) below `module`.
+fn absolute(module: &Module, path: &str) -> Option<Module> {
+    let mut parts = path.split("::").filter(|p| !p.is_empty()).peekable();
+    let mut absolute: Module = match *parts.peek()? {
+        "crate" => {
+            parts.next();
+            Vec::new()
+        }
+        "super" | "self" => module.clone(),
+        _ => module.clone(),
+    };
+    for part in parts {
+        if part == "super" {
+            absolute.pop();
+        } else if part != "self" && part != "*" {
+            absolute.push(part.to_string());
+        }
+    }
+    Some(absolute)
+}
+
+fn references(module: &Module, code: &str) -> Names {
     let mut paths: Vec<String> = Vec::new();
-    let mut statement: Option<String> = None;
+    let mut reexports = BTreeMap::new();
+    let mut statement: Option<(bool, String)> = None;
     for line in code.lines().map(str::trim) {
         let line = line.split("//").next().unwrap_or_default();
         if statement.is_none() {
@@ -139,13 +169,22 @@ fn references(module: &Module, code: &str) -> Vec<Module> {
                 .or_else(|| line.strip_prefix("pub "))
                 .unwrap_or(line);
             if let Some(tree) = bare.strip_prefix("use ") {
-                statement = Some(String::new() + tree);
+                statement = Some((bare.len() < line.len(), tree.to_string()));
             }
-        } else if let Some(open) = statement.as_mut() {
+        } else if let Some((_, open)) = statement.as_mut() {
             open.push_str(line);
         }
-        if let Some(open) = statement.take_if(|s| s.contains(';')) {
-            paths.extend(expand(open.split(';').next().unwrap_or_default()));
+        if let Some((public, open)) = statement.take_if(|(_, s)| s.contains(';')) {
+            for path in expand(open.split(';').next().unwrap_or_default()) {
+                let item = path.rsplit("::").next().unwrap_or_default().to_string();
+                if public
+                    && item != "*"
+                    && let Some(target) = absolute(module, &path)
+                {
+                    reexports.insert(item, target);
+                }
+                paths.push(path);
+            }
         }
     }
     // Paths in code; a comment's (a doc link) is no import.
@@ -159,46 +198,48 @@ fn references(module: &Module, code: &str) -> Vec<Module> {
             paths.push(word.to_string());
         }
     }
-    paths
-        .into_iter()
-        .filter_map(|path| {
-            let mut parts = path.split("::").filter(|p| !p.is_empty());
-            let mut absolute: Module = match parts.next()? {
-                "crate" => Vec::new(),
-                "super" => module[..module.len().saturating_sub(1)].to_vec(),
-                _ => return None,
-            };
-            for part in parts {
-                if part == "super" {
-                    absolute.pop();
-                } else if part != "self" && part != "*" {
-                    absolute.push(part.to_string());
-                }
-            }
-            Some(absolute)
-        })
-        .collect()
+    let paths = paths.iter().filter_map(|p| absolute(module, p)).collect();
+    Names { paths, reexports }
+}
+
+/// The module a path names: its longest prefix that is a module, followed
+/// through re-exports (`capabilities::OwnLease` is `capabilities::kube::...`).
+fn resolve(modules: &BTreeMap<Module, Names>, path: &Module) -> Option<Module> {
+    let mut path = path.clone();
+    // A re-export chain is short; a loop of them is no module.
+    for _ in 0..8 {
+        let n = (1..=path.len())
+            .rev()
+            .find(|&n| modules.contains_key(&path[..n]))?;
+        let source = path
+            .get(n)
+            .and_then(|item| modules[&path[..n]].reexports.get(item))
+            .filter(|target| target[..] != path[..=n]);
+        match source {
+            Some(target) => path = [target.clone(), path[n + 1..].to_vec()].concat(),
+            None => return Some(path[..n].to_vec()),
+        }
+    }
+    None
 }
 
 /// The module graph: each module and the modules it uses.
-fn graph(src: &Path) -> Result<BTreeMap<Module, BTreeSet<Module>>> {
-    let modules = modules(src)?;
+pub fn graph(src: &Path) -> Result<BTreeMap<Module, BTreeSet<Module>>> {
+    let modules: BTreeMap<Module, Names> = modules(src)?
+        .into_iter()
+        .map(|(module, code)| {
+            let names = references(&module, &code);
+            (module, names)
+        })
+        .collect();
     let mut edges = BTreeMap::new();
-    for (module, code) in &modules {
-        let mut targets = BTreeSet::new();
-        for path in references(module, code) {
-            let Some(target) = (1..=path.len())
-                .rev()
-                .map(|n| path[..n].to_vec())
-                .find(|prefix| modules.contains_key(prefix))
-            else {
-                continue;
-            };
-            let related = target.starts_with(module) || module.starts_with(&target);
-            if !related {
-                targets.insert(target);
-            }
-        }
+    for (module, names) in &modules {
+        let targets = names
+            .paths
+            .iter()
+            .filter_map(|path| resolve(&modules, path))
+            .filter(|target| !(target.starts_with(module) || module.starts_with(target)))
+            .collect();
         edges.insert(module.clone(), targets);
     }
     Ok(edges)

@@ -11,6 +11,7 @@ mod fake;
 mod grants;
 mod openstack;
 mod real;
+
 #[cfg(test)]
 mod tests;
 mod wit;
@@ -124,4 +125,31 @@ fn aws_backend(_: &CloudSettings) -> anyhow::Result<Arc<dyn CloudBackend>> {
     anyhow::bail!(
         "[host.cloud] provider = \"aws\": this tend was built without AWS support: build it with the cargo feature \"aws\""
     )
+}
+
+use crate::capabilities::CapError;
+
+/// The WIT's functions, each on the adapter method that does it.
+impl wit::Functions for PluginCloud {
+    async fn list_instances(&self, owner: OwnerTag) -> Result<Vec<Instance>, CapError> {
+        self.list_instances(&owner).await
+    }
+    async fn get_instance(&self, id: String) -> Result<Instance, CapError> {
+        self.get_instance(&id).await
+    }
+    async fn delete_instance(&self, id: String) -> Result<(), CapError> {
+        self.delete_instance(&id).await
+    }
+    async fn list_security_groups(&self, ids: Vec<String>) -> Result<Vec<SecurityGroup>, CapError> {
+        self.list_security_groups(&ids).await
+    }
+    async fn find_security_group(&self, name: String) -> Result<String, CapError> {
+        self.find_security_group(&name).await
+    }
+    async fn ensure_rule(&self, group_id: String, rule: Rule) -> Result<bool, CapError> {
+        self.ensure_rule(&group_id, &rule).await
+    }
+    async fn add_to_group(&self, instance_id: String, group_id: String) -> Result<bool, CapError> {
+        self.add_to_group(&instance_id, &group_id).await
+    }
 }

@@ -92,3 +92,37 @@ impl Capability for PluginCri {
         cri::add_to_linker::<T, HasSelf<Self>>(linker, get)
     }
 }
+
+use crate::capabilities::CapError;
+use std::time::Duration;
+
+/// The WIT's functions, each on the adapter method that does it.
+impl wit::Functions for PluginCri {
+    async fn version(&self) -> Result<RuntimeVersion, CapError> {
+        self.version().await
+    }
+    async fn list_pod_sandboxes(&self, filter: SandboxFilter) -> Result<Vec<PodSandbox>, CapError> {
+        self.list_pod_sandboxes(&filter).await
+    }
+    async fn pod_sandbox_status(&self, id: String) -> Result<SandboxStatus, CapError> {
+        self.pod_sandbox_status(&id).await
+    }
+    async fn stop_pod_sandbox(&self, id: String) -> Result<(), CapError> {
+        self.stop_pod_sandbox(&id).await
+    }
+    async fn remove_pod_sandbox(&self, id: String) -> Result<(), CapError> {
+        self.remove_pod_sandbox(&id).await
+    }
+    async fn list_containers(&self, pod_sandbox_id: Option<String>) -> Result<Vec<Container>, CapError> {
+        self.list_containers(pod_sandbox_id.as_deref()).await
+    }
+    async fn list_images(&self) -> Result<Vec<Image>, CapError> {
+        self.list_images().await
+    }
+    async fn image_status(&self, image: String) -> Result<Option<Image>, CapError> {
+        self.image_status(&image).await
+    }
+    async fn pull_image(&self, image: String, timeout_ms: u32) -> Result<String, CapError> {
+        self.pull_image(&image, Duration::from_millis(timeout_ms.into())).await
+    }
+}

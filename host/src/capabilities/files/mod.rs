@@ -68,3 +68,24 @@ impl Capability for PluginFiles {
         files::add_to_linker::<T, HasSelf<Self>>(linker, get)
     }
 }
+
+use crate::capabilities::CapError;
+
+/// The WIT's functions, each on the adapter method that does it.
+impl wit::Functions for PluginFiles {
+    async fn read(&self, path: String) -> Result<Vec<u8>, CapError> {
+        self.read(path).await
+    }
+    async fn write(&self, path: String, contents: Vec<u8>, mode: Option<u32>) -> Result<bool, CapError> {
+        self.write(path, contents, mode).await
+    }
+    async fn remove(&self, path: String) -> Result<bool, CapError> {
+        self.remove(path).await
+    }
+    async fn list_dir(&self, path: String) -> Result<Vec<crate::wit::files::DirEntry>, CapError> {
+        self.list(path).await
+    }
+    async fn stat(&self, path: String) -> Result<Option<crate::wit::files::Metadata>, CapError> {
+        self.metadata(path).await
+    }
+}

@@ -65,3 +65,28 @@ impl Capability for PluginHttp {
         http::add_to_linker::<T, HasSelf<Self>>(linker, get)
     }
 }
+
+use crate::capabilities::CapError;
+
+/// The WIT's functions, each on the adapter method that does it.
+impl wit::Functions for PluginHttp {
+    async fn send(&self, req: HttpRequest) -> Result<HttpResponse, CapError> {
+        self.send(req).await
+    }
+    /// Each request answered as one `send` (recorded, journaled, bounded
+    /// alike), all at once; a list over the limit is refused whole.
+    async fn send_all(
+        &self,
+        reqs: Vec<HttpRequest>,
+    ) -> wasmtime::Result<Vec<Result<HttpResponse, crate::wit::types::Error>>> {
+        use crate::capabilities::Capability;
+        if let Err(refused) = tend_rules::http::check_send_all(reqs.len()) {
+            let refusal = crate::wit::types::Error::Invalid(refused);
+            return Ok(reqs.iter().map(|_| Err(refusal.clone())).collect());
+        }
+        let answers = reqs.into_iter().map(|req| {
+            self.call.answer(Self::NAME, SEND, (req,), |(req,)| self.send(req))
+        });
+        futures_util::future::join_all(answers).await.into_iter().collect()
+    }
+}

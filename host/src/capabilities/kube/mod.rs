@@ -103,3 +103,55 @@ impl Capability for PluginKube {
         backend::render_metrics(backend)
     }
 }
+
+use crate::capabilities::CapError;
+
+/// The WIT's functions, each on the adapter method that does it.
+impl wit::Functions for PluginKube {
+    async fn get(&self, key: ObjectKey) -> Result<String, CapError> {
+        self.get(&key).await
+    }
+    async fn list(
+        &self,
+        api_version: String,
+        kind: String,
+        namespace: Option<String>,
+        params: ListParams,
+    ) -> Result<crate::wit::kube::ObjectList, CapError> {
+        let list = self
+            .list(&api_version, &kind, namespace.as_deref(), &params)
+            .await?;
+        Ok(crate::wit::kube::ObjectList {
+            // The WIT's list<string> owns its strings: one copy, no serializing.
+            items: list.items.iter().map(|text| text.to_string()).collect(),
+            continue_token: list.continue_token,
+            resource_version: list.resource_version,
+        })
+    }
+    async fn create(
+        &self,
+        api_version: String,
+        kind: String,
+        namespace: Option<String>,
+        object: String,
+    ) -> Result<String, CapError> {
+        self.create(&api_version, &kind, namespace.as_deref(), &object)
+            .await
+    }
+    async fn patch(&self, key: ObjectKey, patch_type: PatchType, patch: String) -> Result<String, CapError> {
+        self.patch(&key, patch_type, &patch).await
+    }
+    async fn delete(&self, key: ObjectKey) -> Result<(), CapError> {
+        self.delete(&key).await
+    }
+    async fn emit_event(
+        &self,
+        regarding: ObjectKey,
+        event_type: EventType,
+        reason: String,
+        message: String,
+    ) -> Result<(), CapError> {
+        self.emit_event(&regarding, event_type, &reason, &message)
+            .await
+    }
+}

@@ -82,13 +82,6 @@ impl PluginLog {
     }
 }
 
-/// The WIT's functions, each on the adapter method that does it.
-impl super::wit::Functions for PluginLog {
-    async fn log(&self, level: Level, message: String) {
-        self.log(level, &message).await;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

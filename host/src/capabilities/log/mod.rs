@@ -57,3 +57,10 @@ impl Capability for PluginLog {
         log::add_to_linker::<T, HasSelf<Self>>(linker, get)
     }
 }
+
+/// The WIT's functions, each on the adapter method that does it.
+impl wit::Functions for PluginLog {
+    async fn log(&self, level: Level, message: String) {
+        self.log(level, &message).await;
+    }
+}

@@ -26,16 +26,6 @@ impl PluginMetrics {
     }
 }
 
-/// The WIT's functions, each on the adapter method that does it.
-impl super::wit::Functions for PluginMetrics {
-    async fn counter_add(&self, name: String, labels: Vec<(String, String)>, value: f64) -> Result<(), CapError> {
-        self.record(Kind::Counter, &name, &labels, value)
-    }
-    async fn gauge_set(&self, name: String, labels: Vec<(String, String)>, value: f64) -> Result<(), CapError> {
-        self.record(Kind::Gauge, &name, &labels, value)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,3 +62,15 @@ impl Capability for PluginMetrics {
         backend.render(configured)
     }
 }
+
+use crate::capabilities::CapError;
+
+/// The WIT's functions, each on the adapter method that does it.
+impl wit::Functions for PluginMetrics {
+    async fn counter_add(&self, name: String, labels: Vec<(String, String)>, value: f64) -> Result<(), CapError> {
+        self.record(Kind::Counter, &name, &labels, value)
+    }
+    async fn gauge_set(&self, name: String, labels: Vec<(String, String)>, value: f64) -> Result<(), CapError> {
+        self.record(Kind::Gauge, &name, &labels, value)
+    }
+}

@@ -94,22 +94,6 @@ impl PluginState {
     }
 }
 
-/// The WIT's functions, each on the adapter method that does it.
-impl super::wit::Functions for PluginState {
-    async fn get(&self, key: String) -> Result<Option<Vec<u8>>, CapError> {
-        self.get(&key).await
-    }
-    async fn set(&self, key: String, value: Vec<u8>) -> Result<(), CapError> {
-        self.set(&key, value).await
-    }
-    async fn delete(&self, key: String) -> Result<bool, CapError> {
-        self.delete(&key).await
-    }
-    async fn list_keys(&self, prefix: String) -> Result<Vec<String>, CapError> {
-        self.list_keys(&prefix).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

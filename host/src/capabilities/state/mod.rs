@@ -60,3 +60,21 @@ impl Capability for PluginState {
         state::add_to_linker::<T, HasSelf<Self>>(linker, get)
     }
 }
+
+use crate::capabilities::CapError;
+
+/// The WIT's functions, each on the adapter method that does it.
+impl wit::Functions for PluginState {
+    async fn get(&self, key: String) -> Result<Option<Vec<u8>>, CapError> {
+        self.get(&key).await
+    }
+    async fn set(&self, key: String, value: Vec<u8>) -> Result<(), CapError> {
+        self.set(&key, value).await
+    }
+    async fn delete(&self, key: String) -> Result<bool, CapError> {
+        self.delete(&key).await
+    }
+    async fn list_keys(&self, prefix: String) -> Result<Vec<String>, CapError> {
+        self.list_keys(&prefix).await
+    }
+}

@@ -267,43 +267,6 @@ fn with_note(error: CapError, note: &str) -> CapError {
     error.map_message(|m| format!("{m} ({note})"))
 }
 
-/// The WIT's functions, each on the adapter method that does it.
-impl super::wit::Functions for PluginSystemd {
-    async fn status(&self, unit: String) -> Result<UnitStatus, CapError> {
-        self.status(&unit).await
-    }
-    async fn list_units(&self, patterns: Vec<String>) -> Result<Vec<UnitStatus>, CapError> {
-        self.list_units(&patterns).await
-    }
-    async fn start(&self, unit: String) -> Result<JobResult, CapError> {
-        self.job(Operation::Start, JobKind::Start, &unit).await
-    }
-    async fn stop(&self, unit: String) -> Result<JobResult, CapError> {
-        self.job(Operation::Stop, JobKind::Stop, &unit).await
-    }
-    async fn restart(&self, unit: String) -> Result<JobResult, CapError> {
-        self.job(Operation::Restart, JobKind::Restart, &unit).await
-    }
-    async fn reload_or_restart(&self, unit: String) -> Result<JobResult, CapError> {
-        self.job(Operation::ReloadOrRestart, JobKind::ReloadOrRestart, &unit).await
-    }
-    async fn try_restart(&self, unit: String) -> Result<JobResult, CapError> {
-        self.job(Operation::TryRestart, JobKind::TryRestart, &unit).await
-    }
-    async fn reset_failed(&self, unit: String) -> Result<(), CapError> {
-        self.reset_failed(&unit).await
-    }
-    async fn enable(&self, units: Vec<String>) -> Result<(), CapError> {
-        self.unit_files(Operation::Enable, units).await
-    }
-    async fn disable(&self, units: Vec<String>) -> Result<(), CapError> {
-        self.unit_files(Operation::Disable, units).await
-    }
-    async fn daemon_reload(&self) -> Result<(), CapError> {
-        self.daemon_reload().await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
