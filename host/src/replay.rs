@@ -13,9 +13,11 @@
 
 use crate::capabilities::Services;
 use crate::capabilities::limits::Limits;
-use crate::capabilities::tape::{Divergence, Entry, RECORD_LIMIT, Tape, TooLarge};
+use crate::capabilities::tape::{Divergence, Entry, RECORD_LIMIT, Tape, TapeEnd, TooLarge};
 use crate::config::PluginConfig;
-use crate::runtime::{CallRequest, CompiledPlugin, Failure, Health, Outcome, Runtime};
+use crate::runtime::{
+    CallRequest, CompiledPlugin, Failure, Health, Outcome, ReconcileReport, Runtime, TapedRun,
+};
 use crate::scheduler::Trigger;
 use crate::units::ByteSize;
 use crate::wit::types;
@@ -124,16 +126,52 @@ pub struct RecordedAnswer {
 }
 
 impl RecordedAnswer {
-    /// The answer for the report of `plugin`'s recorded reconcile.
-    pub fn of(plugin: &str, report: &mut crate::runtime::ReconcileReport) -> Self {
-        let recording = match report.tape.take() {
+    /// The answer for the report of a recorded reconcile of `plugin`
+    /// (configured as `config`).
+    pub fn of(
+        plugin: &CompiledPlugin,
+        config: &PluginConfig,
+        report: &mut ReconcileReport,
+    ) -> Self {
+        let name = &config.name;
+        let recording = match Taped::of(report, plugin, config) {
             Some(Taped::Recorded(recording)) => recording.map_err(|e| e.to_string()),
-            _ => Err(format!("the reconcile of {plugin} was not recorded")),
+            _ => Err(format!("the reconcile of {name} was not recorded")),
         };
         RecordedAnswer {
-            report: report.summary(plugin),
+            report: report.summary(name),
             recording,
         }
+    }
+}
+
+impl Taped {
+    /// What `report`'s tape holds, taken from it: the recording of a recorded
+    /// reconcile of `plugin` (configured as `config`), or how a replay went.
+    pub fn of(
+        report: &mut ReconcileReport,
+        plugin: &CompiledPlugin,
+        config: &PluginConfig,
+    ) -> Option<Taped> {
+        let TapedRun { end, context } = report.tape.take()?;
+        Some(match end {
+            TapeEnd::Recorded(calls) => Taped::Recorded(calls.map(|calls| {
+                Box::new(Recording::new(
+                    plugin,
+                    config,
+                    context,
+                    calls,
+                    &report.result,
+                ))
+            })),
+            TapeEnd::Replayed {
+                matched,
+                divergence,
+            } => Taped::Replayed {
+                matched,
+                divergence,
+            },
+        })
     }
 }
 
@@ -401,9 +439,9 @@ pub async fn replay(runtime: &Runtime, plugin: &CompiledPlugin, recording: &Reco
         dry_run: context.dry_run,
         tape: Tape::replay(recording.calls.clone()),
     };
-    let report = runtime.reconcile(plugin, &config, request).await;
+    let mut report = runtime.reconcile(plugin, &config, request).await;
     let outcome = RecordedOutcome::of(&report.result);
-    match report.tape {
+    match Taped::of(&mut report, plugin, &config) {
         Some(Taped::Replayed {
             matched,
             divergence,

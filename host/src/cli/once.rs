@@ -130,13 +130,13 @@ pub async fn reconcile(
             Tape::Off
         },
     };
-    let result = node
+    let mut result = node
         .runtime
         .reconcile(&plugin, &plugin_config, request)
         .await;
     let summary = result.summary(name);
     report::print(&summary, "");
-    match (record, result.tape) {
+    match (record, Taped::of(&mut result, &plugin, &plugin_config)) {
         (Some(file), Some(Taped::Recorded(recording))) => {
             let recording = recording.map_err(|e| anyhow::anyhow!("{e}"))?;
             write_recording(&recording, file, report::succeeded(&summary))

@@ -72,7 +72,8 @@ impl Runner for DaemonRunner {
                     Err(result) => return result,
                 };
                 if let Some(recorder) = recorder {
-                    let _ = recorder.send(RecordedAnswer::of(&name, &mut report));
+                    let answer = RecordedAnswer::of(&fetched.plugin, &fetched.config, &mut report);
+                    let _ = recorder.send(answer);
                 }
                 let ran = Ran {
                     plugin: name,

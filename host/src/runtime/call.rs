@@ -11,7 +11,6 @@ use crate::capabilities::gate::{Caller, Planned};
 use crate::capabilities::tape::{Tape, TapeEnd};
 use crate::capabilities::{CallCount, CapError, Capabilities, Mutation, Services};
 use crate::config::PluginConfig;
-use crate::replay::{Recording, Taped};
 use crate::scheduler::Trigger;
 use crate::text::{bounded, inert};
 use crate::wit::types;
@@ -81,6 +80,14 @@ pub enum Failure {
     Host(String),
 }
 
+/// A taped reconcile's tape as it ended and the context it ran with: what a
+/// recording keeps (`replay::Taped::of` makes one of it).
+#[derive(Debug)]
+pub struct TapedRun {
+    pub end: TapeEnd,
+    pub context: types::Context,
+}
+
 /// What one reconcile did.
 #[derive(Debug)]
 pub struct ReconcileReport {
@@ -92,7 +99,7 @@ pub struct ReconcileReport {
     pub logs_dropped: usize,
     pub calls: Vec<CallCount>,
     /// What was recorded or replayed; None when the request's tape was off.
-    pub tape: Option<Taped>,
+    pub tape: Option<TapedRun>,
 }
 
 impl ReconcileReport {
@@ -219,18 +226,7 @@ impl Runtime {
         };
         forward_output(&config.name, &output);
         call.gate.sync().await;
-        let tape = call.tape.finish().map(|end| match end {
-            TapeEnd::Recorded(calls) => Taped::Recorded(
-                calls.map(|calls| Box::new(Recording::new(plugin, config, ctx, calls, &result))),
-            ),
-            TapeEnd::Replayed {
-                matched,
-                divergence,
-            } => Taped::Replayed {
-                matched,
-                divergence,
-            },
-        });
+        let tape = call.tape.finish().map(|end| TapedRun { end, context: ctx });
         ReconcileReport {
             result,
             mutations: call.gate.mutations(),

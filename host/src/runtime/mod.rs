@@ -11,7 +11,9 @@ mod plugin;
 mod store;
 
 pub use cache::{ArtifactCache, CacheOutcome};
-pub use call::{CallRequest, Failure, Health, Outcome, PluginInfo, ReconcileReport, SETTLE_GRACE};
+pub use call::{
+    CallRequest, Failure, Health, Outcome, PluginInfo, ReconcileReport, SETTLE_GRACE, TapedRun,
+};
 pub use engine::EpochTicker;
 pub use plugin::{CompiledPlugin, LoadError};
 pub use store::CallState;
