@@ -28,6 +28,7 @@ pub type Module = Vec<String>;
 /// Every module file under `src`, by module path, with its code (tests cut).
 fn modules(src: &Path) -> Result<BTreeMap<Module, String>> {
     let mut out = BTreeMap::new();
+    let mut tests: Vec<Module> = Vec::new();
     let mut stack = vec![src.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir)? {
@@ -55,6 +56,13 @@ fn modules(src: &Path) -> Result<BTreeMap<Module, String>> {
                 module.pop();
             }
             let text = std::fs::read_to_string(&path)?;
+            // Modules declared `#[cfg(test)] mod NAME;` are tests only.
+            let declared = text.replace("#[cfg(test)]\npub ", "#[cfg(test)]\n");
+            for name in declared.split("#[cfg(test)]\nmod ").skip(1) {
+                if let Some((name, _)) = name.split_once(';') {
+                    tests.push([module.clone(), vec![name.trim().to_string()]].concat());
+                }
+            }
             let code = match text.find("#[cfg(test)]\nmod ") {
                 Some(at) => text[..at].to_string(),
                 None => text,
@@ -62,21 +70,6 @@ fn modules(src: &Path) -> Result<BTreeMap<Module, String>> {
             out.insert(module, code);
         }
     }
-    // Modules declared `#[cfg(test)] mod NAME;` are tests only.
-    let tests: Vec<Module> = out
-        .iter()
-        .flat_map(|(parent, code)| {
-            let code = code.replace("#[cfg(test)]\npub ", "#[cfg(test)]\n");
-            code.split("#[cfg(test)]\nmod ")
-                .skip(1)
-                .filter_map(|rest| {
-                    rest.split_once(';')
-                        .map(|(name, _)| name.trim().to_string())
-                })
-                .map(|name| [parent.clone(), vec![name]].concat())
-                .collect::<Vec<_>>()
-        })
-        .collect();
     for test in tests {
         out.remove(&test);
     }
@@ -129,9 +122,11 @@ fn expand(tree: &str) -> Vec<String> {
 /// What a module's code names: every path (`crate::`, `super::`, and a `use`
 /// of a child module), absolute, and what it re-exports (`pub use`), each
 /// item with the absolute path it stands for.
-struct Names {
+pub struct Names {
     paths: Vec<Module>,
     reexports: BTreeMap<String, Module>,
+    /// The modules of the rules crate it names (`tend_rules::kube::...`).
+    pub rules: BTreeSet<String>,
 }
 
 /// `path` from `module`, absolute: `crate::a` and `super::a` as Rust reads
@@ -193,13 +188,23 @@ fn references(module: &Module, code: &str) -> Names {
         .map(|line| line.split("//").next().unwrap_or_default())
         .collect::<Vec<_>>()
         .join("\n");
+    let mut rules = BTreeSet::new();
     for word in code.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')) {
         if word.starts_with("crate::") || word.starts_with("super::") {
             paths.push(word.to_string());
         }
     }
+    for word in code.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')) {
+        if let Some(rest) = word.strip_prefix("tend_rules::") {
+            rules.insert(rest.split("::").next().unwrap_or_default().to_string());
+        }
+    }
     let paths = paths.iter().filter_map(|p| absolute(module, p)).collect();
-    Names { paths, reexports }
+    Names {
+        paths,
+        reexports,
+        rules,
+    }
 }
 
 /// The module a path names: its longest prefix that is a module, followed
@@ -223,26 +228,35 @@ fn resolve(modules: &BTreeMap<Module, Names>, path: &Module) -> Option<Module> {
     None
 }
 
-/// The module graph: each module and the modules it uses.
-pub fn graph(src: &Path) -> Result<BTreeMap<Module, BTreeSet<Module>>> {
-    let modules: BTreeMap<Module, Names> = modules(src)?
+/// Every module of the crate at `src` and what it names.
+pub fn names(src: &Path) -> Result<BTreeMap<Module, Names>> {
+    Ok(modules(src)?
         .into_iter()
         .map(|(module, code)| {
             let names = references(&module, &code);
             (module, names)
         })
-        .collect();
+        .collect())
+}
+
+/// The module graph: each module and the modules it uses.
+pub fn graph(src: &Path) -> Result<BTreeMap<Module, BTreeSet<Module>>> {
+    Ok(edges(&names(src)?))
+}
+
+/// Each module and the modules it uses, from what each names.
+pub fn edges(modules: &BTreeMap<Module, Names>) -> BTreeMap<Module, BTreeSet<Module>> {
     let mut edges = BTreeMap::new();
-    for (module, names) in &modules {
+    for (module, names) in modules {
         let targets = names
             .paths
             .iter()
-            .filter_map(|path| resolve(&modules, path))
+            .filter_map(|path| resolve(modules, path))
             .filter(|target| !(target.starts_with(module) || module.starts_with(target)))
             .collect();
         edges.insert(module.clone(), targets);
     }
-    Ok(edges)
+    edges
 }
 
 /// The strongly connected components of two or more modules (Tarjan).

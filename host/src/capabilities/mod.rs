@@ -29,8 +29,6 @@ registry::capability_list!(declare_capability_modules);
 #[cfg(test)]
 mod conformance;
 #[cfg(test)]
-mod footprint;
-#[cfg(test)]
 pub mod testing;
 
 pub use call::{Call, CallCount};
