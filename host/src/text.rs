@@ -62,23 +62,7 @@ pub fn peer_answer(body: &[u8]) -> String {
     text
 }
 
-/// `text` with every control character escaped (`\n`, `\u{1b}`, ...).
-pub fn inert(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return Cow::Borrowed(text);
-    }
-    Cow::Owned(
-        text.chars()
-            .map(|c| match c {
-                c if !c.is_control() => c.to_string(),
-                '\n' => "\\n".to_string(),
-                '\r' => "\\r".to_string(),
-                '\t' => "\\t".to_string(),
-                c => c.escape_unicode().to_string(),
-            })
-            .collect(),
-    )
-}
+pub use tend_rules::text::inert;
 
 /// JSON text (as serde_json writes it) made safe for a terminal: serde_json
 /// escapes the C0 controls inside strings but writes DEL and the C1 controls

@@ -34,6 +34,7 @@ pub mod kube;
 pub mod metrics;
 pub mod state;
 pub mod systemd;
+pub mod text;
 pub mod wit;
 
 pub use error::Error;

@@ -1,4 +1,5 @@
-//! `cargo xtask graph`: the import graph of a crate's modules and its cycles
+//! `cargo xtask graph`: the import graph of a crate's modules, its cycles, and
+//! what depends on a capability outside its folder (`footprint`)
 //! (issue 27 asks for none; `the_crates_have_no_import_cycles` holds that).
 //!
 //! A node is a module file (`capabilities/kube/grants.rs` is
@@ -336,6 +337,25 @@ pub fn report() -> Result<()> {
         }
     }
     println!("{total} import cycles");
+    // What depends on a capability outside its folder (xtask footprint).
+    let capabilities: Vec<String> = {
+        let mut resolve = wit_parser::Resolve::default();
+        resolve.push_dir(crate::root().join("wit"))?;
+        crate::generate::imports(&resolve)?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect()
+    };
+    for (capability, module) in crate::footprint::sites(&capabilities)? {
+        let why = crate::footprint::EXCEPTIONS
+            .iter()
+            .find(|(c, m, _)| *c == capability && *m == module)
+            .map_or(
+                "NOT LISTED: move it into the capability, or list it with its reason",
+                |e| e.2,
+            );
+        println!("{capability} outside its folder: {module} ({why})");
+    }
     Ok(())
 }
 

@@ -5,7 +5,7 @@
 //! everything that has one field or one entry per capability from this trait.
 
 use super::call::Call;
-use super::triggers::TriggerSource;
+use super::watch::Watch;
 use serde::de::DeserializeOwned;
 use std::path::Path;
 use std::sync::Arc;
@@ -48,9 +48,7 @@ pub trait Capability: Sized + Send + 'static {
 
     /// Hook: the source of triggers this capability notices (systemd: unit
     /// state changes), started once by the scheduler; most have none.
-    fn trigger_source(
-        _backend: &Arc<Self::Backend>,
-    ) -> Option<Box<dyn TriggerSource<Self::Grant>>> {
+    fn watch(_backend: &Arc<Self::Backend>) -> Option<Box<dyn Watch<Self::Grant>>> {
         None
     }
 

@@ -18,7 +18,7 @@ pub mod rate;
 pub mod registry;
 mod services;
 pub mod tape;
-pub mod triggers;
+pub mod watch;
 
 /// One module per registered capability, declared from the registration list.
 macro_rules! declare_capability_modules {
@@ -36,6 +36,6 @@ pub use capability::{BackendEnv, Capability};
 pub use error::CapError;
 pub use gate::Mutation;
 pub use registry::{
-    Backends, Capabilities, Fakes, Grants, GrantsSource, HasCapabilities, Settings,
+    Backends, Capabilities, CapabilityWatch, Fakes, Grants, HasCapabilities, Settings,
 };
 pub use services::Services;

@@ -6,7 +6,7 @@
 
 use super::call::Call;
 use super::capability::{BackendEnv, Capability};
-use super::triggers::{TriggerSink, TriggerSource};
+use super::watch::{TriggerSink, Watch};
 use crate::wit;
 use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
@@ -18,7 +18,7 @@ pub trait HasCapabilities: Send + 'static {
 
 /// A capability's trigger source as the scheduler holds it: told every
 /// plugin's [`Grants`], it picks its own capability's grant.
-pub trait GrantsSource: Send {
+pub trait CapabilityWatch: Send {
     /// Watch for `plugins` (every enabled plugin, with its grants).
     fn update(&mut self, plugins: &[(&str, &Grants)], sink: Arc<dyn TriggerSink>);
     /// What a plugin holding `grants` waits on from this source, in words.
@@ -26,12 +26,12 @@ pub trait GrantsSource: Send {
 }
 
 /// A source with the accessor of its capability's grant in [`Grants`].
-pub(super) struct Picked<Grant: 'static> {
-    pub source: Box<dyn TriggerSource<Grant>>,
+pub(super) struct GrantWatch<Grant: 'static> {
+    pub source: Box<dyn Watch<Grant>>,
     pub pick: fn(&Grants) -> &Grant,
 }
 
-impl<Grant: Clone + 'static> GrantsSource for Picked<Grant> {
+impl<Grant: Clone + 'static> CapabilityWatch for GrantWatch<Grant> {
     fn update(&mut self, plugins: &[(&str, &Grants)], sink: Arc<dyn TriggerSink>) {
         let watchers = plugins
             .iter()
@@ -123,11 +123,11 @@ macro_rules! generate {
 
         impl Backends {
             /// Every capability's trigger source, in registration order.
-            pub fn trigger_sources(&self) -> Vec<Box<dyn GrantsSource>> {
-                let mut sources: Vec<Box<dyn GrantsSource>> = Vec::new();
+            pub fn watches(&self) -> Vec<Box<dyn CapabilityWatch>> {
+                let mut sources: Vec<Box<dyn CapabilityWatch>> = Vec::new();
                 $(
-                    if let Some(source) = <$cap as Capability>::trigger_source(&self.$name) {
-                        sources.push(Box::new(Picked { source, pick: |grants: &Grants| &grants.$name }));
+                    if let Some(source) = <$cap as Capability>::watch(&self.$name) {
+                        sources.push(Box::new(GrantWatch { source, pick: |grants: &Grants| &grants.$name }));
                     }
                 )*
                 sources

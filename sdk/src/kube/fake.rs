@@ -7,6 +7,7 @@ use crate::{Error, Result};
 use serde_json::{Map, Value};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use tend_rules::text::inert;
 use tend_rules::kube::{
     Access, FieldSelector, KubeRule, LabelSelector, MAX_BODY, MAX_SELECTOR, OwnLease, PatchShape,
     Verb, check, check_event, check_key, check_object, check_own_lease, check_size, list_scope,
@@ -651,7 +652,7 @@ impl Kube for FakeKube {
             object.as_ref(),
             None,
         )?;
-        let message = inert(message);
+        let message = inert(message).into_owned();
         let target = kind.target(namespace.as_deref(), &regarding.name);
         self.actions
             .borrow_mut()
@@ -679,17 +680,4 @@ impl Kube for FakeKube {
         }
         Ok(())
     }
-}
-
-/// `text` with control characters escaped, as the host shows plugin text.
-fn inert(text: &str) -> String {
-    text.chars()
-        .map(|c| match c {
-            '\n' => "\\n".to_string(),
-            '\r' => "\\r".to_string(),
-            '\t' => "\\t".to_string(),
-            c if c.is_control() => c.escape_unicode().to_string(),
-            c => c.to_string(),
-        })
-        .collect()
 }

@@ -6,7 +6,7 @@
 //! and a replica that takes the Lease over merges them into its own
 //! ([`Budgets::merge_shared`]): a fail-over does not refill a budget.
 
-use super::budget::{BudgetRule, Ledger, target_hash};
+use super::ledger::{BudgetRule, Ledger, target_hash};
 use crate::capabilities::error::CapError;
 use crate::capabilities::state::StateBackend;
 use serde::Serialize;

@@ -13,12 +13,12 @@
 //! after a crash the journal shows the intent without a result, which
 //! `tend journal` reads as interrupted too.
 
-mod budget;
 mod budgets;
 pub mod diff;
+mod ledger;
 
-pub use budget::{BudgetRule, Ledger, target_hash};
 pub use budgets::{BudgetStatus, Budgets};
+pub use ledger::{BudgetRule, Ledger, target_hash};
 
 use super::error::CapError;
 use super::limits::{Limits, raise};

@@ -24,7 +24,7 @@ pub use source::KUBE_TRIGGER;
 
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::{BackendEnv, Capability};
-use crate::capabilities::triggers::TriggerSource;
+use crate::capabilities::watch::Watch;
 use crate::wit::kube;
 use source::KubeSource;
 use std::sync::Arc;
@@ -92,9 +92,9 @@ impl Capability for PluginKube {
         kube::add_to_linker::<T, HasSelf<Self>>(linker, get)
     }
 
-    fn trigger_source(
+    fn watch(
         backend: &Arc<dyn KubeBackend>,
-    ) -> Option<Box<dyn TriggerSource<Vec<KubeRule>>>> {
+    ) -> Option<Box<dyn Watch<Vec<KubeRule>>>> {
         Some(Box::new(KubeSource::new(backend.clone())))
     }
 

@@ -6,7 +6,7 @@
 
 use super::backend::{Change, KubeBackend};
 use super::grants::{KubeRule, Verb};
-use crate::capabilities::triggers::{TriggerSink, TriggerSource};
+use crate::capabilities::watch::{TriggerSink, Watch};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,7 +113,7 @@ fn covers(rules: &[KubeRule], node: &str, change: &Change) -> bool {
     check(rules, "", node, &watch).is_ok()
 }
 
-impl TriggerSource<Vec<KubeRule>> for KubeSource {
+impl Watch<Vec<KubeRule>> for KubeSource {
     fn update(&mut self, watchers: Vec<(String, Vec<KubeRule>)>, sink: Arc<dyn TriggerSink>) {
         for task in self.tasks.drain(..) {
             task.abort();

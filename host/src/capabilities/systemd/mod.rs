@@ -18,7 +18,7 @@ pub use source::UNIT_TRIGGER;
 
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::{BackendEnv, Capability};
-use crate::capabilities::triggers::TriggerSource;
+use crate::capabilities::watch::Watch;
 use crate::wit::systemd;
 use source::UnitSource;
 use std::sync::Arc;
@@ -77,9 +77,9 @@ impl Capability for PluginSystemd {
         systemd::add_to_linker::<T, HasSelf<Self>>(linker, get)
     }
 
-    fn trigger_source(
+    fn watch(
         backend: &Arc<dyn SystemdBackend>,
-    ) -> Option<Box<dyn TriggerSource<SystemdGrant>>> {
+    ) -> Option<Box<dyn Watch<SystemdGrant>>> {
         Some(Box::new(UnitSource::new(backend.clone())))
     }
 }

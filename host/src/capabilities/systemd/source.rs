@@ -6,7 +6,7 @@
 
 use super::backend::SystemdBackend;
 use super::grants::SystemdGrant;
-use crate::capabilities::triggers::{TriggerSink, TriggerSource};
+use crate::capabilities::watch::{TriggerSink, Watch};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ fn watches(grant: &SystemdGrant) -> bool {
     grant.watch && !grant.units.is_empty()
 }
 
-impl TriggerSource<SystemdGrant> for UnitSource {
+impl Watch<SystemdGrant> for UnitSource {
     fn update(&mut self, watchers: Vec<(String, SystemdGrant)>, sink: Arc<dyn TriggerSink>) {
         if let Some(task) = self.task.take() {
             task.abort();

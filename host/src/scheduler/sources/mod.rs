@@ -10,8 +10,8 @@ pub use files::{FileSource, is_atomic_write_temp};
 
 use super::{Trigger, Triggers};
 use crate::capabilities::Backends;
-use crate::capabilities::GrantsSource;
-use crate::capabilities::triggers::TriggerSink;
+use crate::capabilities::CapabilityWatch;
+use crate::capabilities::watch::TriggerSink;
 use crate::config::Config;
 use std::sync::Arc;
 
@@ -27,16 +27,16 @@ pub trait TriggerSource: Send {
 /// then every capability's, in registration order.
 pub fn all(backends: &Backends) -> Vec<Box<dyn TriggerSource>> {
     let mut sources: Vec<Box<dyn TriggerSource>> = vec![Box::new(FileSource::default())];
-    for source in backends.trigger_sources() {
-        sources.push(Box::new(CapabilitySource(source)));
+    for source in backends.watches() {
+        sources.push(Box::new(WatchSource(source)));
     }
     sources
 }
 
 /// A capability's source, told the grants of the enabled plugins.
-struct CapabilitySource(Box<dyn GrantsSource>);
+struct WatchSource(Box<dyn CapabilityWatch>);
 
-impl TriggerSource for CapabilitySource {
+impl TriggerSource for WatchSource {
     fn update(&mut self, config: &Config, triggers: &Triggers) {
         let plugins: Vec<_> = config
             .enabled_plugins()

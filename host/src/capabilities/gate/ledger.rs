@@ -1,6 +1,6 @@
-//! The pure rules of a host-wide budget: how many destructive operations fit
-//! in a sliding window, and how soon one target may be acted on again. Times
-//! are milliseconds since the Unix epoch, passed in, so every rule is tested
+//! One budget: its rule (how many destructive operations fit in a sliding
+//! window, how soon one target may be acted on again) and its ledger of spends.
+//! Times are milliseconds since the Unix epoch, passed in, so every rule is tested
 //! without a clock.
 
 use serde::{Deserialize, Serialize};
