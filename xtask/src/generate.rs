@@ -284,11 +284,6 @@ fn host_binding(resolve: &Resolve, interface: &str) -> Result<String> {
     ))
 }
 
-/// The capabilities whose host binding is generated.
-const HOST_BINDINGS: &[&str] = &[
-    "log", "state", "files", "http", "systemd", "cri", "metrics", "kube", "cloud",
-];
-
 /// Every generated file and what it should hold now.
 fn outputs() -> Result<Vec<(PathBuf, String)>> {
     let mut resolve = Resolve::default();
@@ -297,7 +292,8 @@ fn outputs() -> Result<Vec<(PathBuf, String)>> {
         .context("reading wit/")?;
     let interfaces = imports(&resolve)?;
     let mut files = vec![(root().join("rules/src/wit.rs"), function_names(&interfaces))];
-    for interface in HOST_BINDINGS {
+    // Every imported interface is a capability with a host folder.
+    for (interface, _) in &interfaces {
         files.push((
             root().join(format!("host/src/capabilities/{interface}/wit.rs")),
             host_binding(&resolve, interface)?,
