@@ -1,4 +1,4 @@
-//! The starter plugin `tend new` writes, in every language, side by side
+//! The starter plugin `tend-author new` writes, in every language, side by side
 //! (numbers go to docs/benchmarks.md). Needs `cargo xtask plugins` first.
 //!
 //!   cargo bench -p tend --bench languages

@@ -11,9 +11,12 @@
 //! - [`journal`]: the durable record of every mutation.
 //! - [`replay`]: recordings of one reconcile, replayed against a plugin.
 //! - [`oci`]: plugins pulled from OCI registries, cosign-verified.
-//! - [`cli`]: the `tend` commands.
+//! - [`cli`]: the `tend` commands, the node agent's.
+//! - [`author`]: the `tend-author` commands (new, plugins push, plugins keygen),
+//!   a second binary the node's image leaves out.
 
 pub mod atomic;
+pub mod author;
 pub mod capabilities;
 pub mod cli;
 pub mod config;

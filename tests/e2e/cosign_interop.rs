@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use tend_e2e::{Outcome, Registry, Sandbox, push_plugin, sha256_of, tend_bin, workspace_root};
+use tend_e2e::{Outcome, Registry, Sandbox, author_bin, push_plugin, sha256_of, workspace_root};
 
 /// The fixture's signature names `127.0.0.1:5917/tend/mirror-gate:0.1.0`:
 /// the registry must answer on that port for the names to match.
@@ -105,10 +105,10 @@ impl SignatureImage {
     }
 }
 
-/// `tend plugins push` of the fixture component to `reference`, signed with
-/// the fixture key sigstore-rs wrote, COSIGN_PASSWORD `password`.
+/// `tend-author plugins push` of the fixture component to `reference`,
+/// signed with the fixture key sigstore-rs wrote, COSIGN_PASSWORD `password`.
 fn push_signed(reference: &str, password: &str) -> std::process::Output {
-    Command::new(tend_bin())
+    Command::new(author_bin())
         .args(["plugins", "push"])
         .arg(artifact())
         .args([reference, "--insecure", "--sign-key"])
@@ -266,7 +266,7 @@ fn a_signature_sigstore_rs_made_verifies_and_the_plugin_runs_an_altered_one_is_r
     );
 }
 
-/// `tend plugins push --sign-key` with the encrypted key sigstore-rs wrote
+/// `tend-author plugins push --sign-key` with the encrypted key sigstore-rs wrote
 /// (its password from COSIGN_PASSWORD): the signature verifies with the
 /// sigstore-rs public key; a wrong password is refused naming it.
 #[test]

@@ -8,7 +8,7 @@
 //!   its state and cache dirs is its own (dirs 0700, files 0600); a cache dir
 //!   others can write is refused, and a compiled component another user
 //!   rewrote (with a matching checksum sidecar) is recompiled, never loaded;
-//! - `tend new` (hole 9): a project path a local user swaps for a symlink to
+//! - `tend-author new` (hole 9): a project path a local user swaps for a symlink to
 //!   a root-owned 0600 file never makes that file 0755, and a name that is a
 //!   keyword of the language is refused before anything is written.
 
@@ -297,9 +297,9 @@ fn own_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// `tend new NAME --lang LANG --dir DIR`.
+/// `tend-author new NAME --lang LANG --dir DIR`.
 fn tend_new(name: &str, lang: &str, dir: &Path) -> std::process::Output {
-    Command::new(tend_bin())
+    Command::new(author_bin())
         .args(["new", name, "--lang", lang, "--dir"])
         .arg(dir)
         .output()
@@ -355,11 +355,14 @@ fn tend_new_refuses_keywords_and_never_chmods_a_symlink_swapped_in() {
         let _ = std::fs::remove_dir_all(&dir);
         created += usize::from(tend_new("node-probe", "c", &dir).status.success());
         let mode = std::fs::metadata(&victim).unwrap().mode() & 0o7777;
-        assert_eq!(mode, 0o600, "tend new followed the swapped-in symlink");
+        assert_eq!(
+            mode, 0o600,
+            "tend-author new followed the swapped-in symlink"
+        );
     }
     stop.store(true, Ordering::Relaxed);
     swapper.join().unwrap();
-    assert!(created > 0, "tend new never wrote the project");
+    assert!(created > 0, "tend-author new never wrote the project");
     assert!(swaps.load(Ordering::Relaxed) > 0, "the swapper never raced");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret");
 }

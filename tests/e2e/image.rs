@@ -148,7 +148,7 @@ fn the_image_runs_tend_and_checks_the_node_config_in_containerd() {
         labels["org.opencontainers.image.version"],
         env!("CARGO_PKG_VERSION")
     );
-    let mut plugins = Vec::new();
+    let mut paths = Vec::new();
     for layer in manifest["layers"].as_array().unwrap() {
         let tgz = blob(&archive, layer["digest"].as_str().unwrap());
         let mut list = Command::new("tar")
@@ -161,16 +161,26 @@ fn the_image_runs_tend_and_checks_the_node_config_in_containerd() {
         let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &tgz));
         let listed = list.wait_with_output().unwrap();
         writer.join().unwrap().unwrap();
-        plugins.extend(
+        paths.extend(
             String::from_utf8_lossy(&listed.stdout)
                 .lines()
-                .filter_map(|l| {
-                    l.strip_prefix("usr/lib/tend/plugins/")?
-                        .strip_suffix(".wasm")
-                })
                 .map(str::to_string),
         );
     }
+    let mut plugins: Vec<String> = paths
+        .iter()
+        .filter_map(|l| {
+            l.strip_prefix("usr/lib/tend/plugins/")?
+                .strip_suffix(".wasm")
+                .map(str::to_string)
+        })
+        .collect();
+    // The node agent only: the author's tool stays out of the image.
+    assert!(
+        paths.iter().any(|p| p == "usr/local/bin/tend")
+            && !paths.iter().any(|p| p.contains("tend-author")),
+        "{paths:?}"
+    );
     plugins.sort();
     // The built-in plugins are the crates of plugins/ (xtask's BUILT_IN_PLUGINS,
     // which its unit test holds to the same directory).
@@ -200,6 +210,27 @@ fn the_image_runs_tend_and_checks_the_node_config_in_containerd() {
     assert_eq!(
         String::from_utf8_lossy(&version.stdout).trim(),
         format!("tend {}", env!("CARGO_PKG_VERSION"))
+    );
+    // The image's tend has no author commands: it names tend-author instead.
+    let new = run(
+        &peer,
+        &name,
+        "tend-new",
+        etc.path(),
+        &[
+            "tend",
+            "new",
+            "probe",
+            "--lang",
+            "rust",
+            "--dir",
+            "/tmp/probe",
+        ],
+    );
+    assert!(
+        !new.status.success() && text(&new).contains("`tend new` is in tend-author"),
+        "tend new in the image: {}",
+        text(&new)
     );
 
     // A node config naming the node plugins where the image has them

@@ -1,10 +1,10 @@
 //! Plugins in every language with an SDK, end to end: the starter plugin that
-//! `tend new` writes for Rust, Python, JavaScript, C and Go (built by `cargo
+//! `tend-author new` writes for Rust, Python, JavaScript, C and Go (built by `cargo
 //! xtask plugins` as target/plugins/LANG-probe.wasm), run by the real `tend`
 //! against the project's Kubernetes API fake (tests/peers/kube-apiserver.py)
 //! for both its kube call and its HTTP probe. Each exercises files, http,
 //! state and kube under the narrowest grants, and is denied like any other
-//! plugin when a grant is missing. Each project as `tend new` writes it also
+//! plugin when a grant is missing. Each project as `tend-author new` writes it also
 //! plans off a cluster, its Node "not checked". And a JavaScript build Winch cannot
 //! compile (QuickJS `--opt-size`: tail calls) still loads in the daemon, by
 //! Cranelift, saying so.
@@ -16,7 +16,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 use tend_e2e::{
-    KubeApi, Sandbox, free_port, http_get, plugin, plugin_status, tend_bin, wait_until,
+    KubeApi, Sandbox, author_bin, free_port, http_get, plugin, plugin_status, tend_bin, wait_until,
 };
 
 const NODE: &str = "e2e-node";
@@ -134,7 +134,7 @@ fn kubelet_answers_200() {
     });
 }
 
-/// The project `tend new LANG-probe --lang LANG` writes, with the suite's
+/// The project `tend-author new LANG-probe --lang LANG` writes, with the suite's
 /// build of it (target/plugins/LANG-probe.wasm) as its `LANG-probe.wasm`,
 /// planned as its README says, off a cluster: no [host.kube], no in-cluster
 /// environment, no KUBECONFIG and a HOME with no ~/.kube/config. The plan
@@ -146,7 +146,7 @@ fn starter_plans_off_a_cluster(lang: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, home) = (tmp.path().join(&name), tmp.path().join("home"));
     std::fs::create_dir(&home).unwrap();
-    let new = Command::new(tend_bin())
+    let new = Command::new(author_bin())
         .args(["new", &name, "--lang", lang, "--dir"])
         .arg(&dir)
         .output()

@@ -1,13 +1,14 @@
 //! Plugins as OCI artifacts, with the real `tend run` and a real registry
-//! (distribution, plain HTTP on loopback): published with `tend plugins
-//! push`, loaded by tag and by digest, reloaded when the config names another
+//! (distribution, plain HTTP on loopback): published with `tend-author
+//! plugins push`, loaded by tag and by digest, reloaded when the config names another
 //! digest, refused when the registry's blob was tampered with or the cosign
 //! signature is missing or made with another key (the old version keeps
 //! running), and loaded from the cache with the registry gone.
 
 use std::process::Command;
 use tend_e2e::{
-    Daemon, Registry, Sandbox, digest_of, free_port, plugin, push_plugin, tend_bin, wait_for_plugin,
+    Daemon, Registry, Sandbox, author_bin, digest_of, free_port, plugin, push_plugin,
+    wait_for_plugin,
 };
 
 /// Push `file` as `reference`, signed with the sandbox's `key` if given.
@@ -16,7 +17,7 @@ fn push(sandbox: &Sandbox, file: &std::path::Path, reference: &str, key: Option<
 }
 
 fn keygen(sandbox: &Sandbox, dir: &str) {
-    let out = Command::new(tend_bin())
+    let out = Command::new(author_bin())
         .args(["plugins", "keygen"])
         .arg(sandbox.path(dir))
         .env("COSIGN_PASSWORD", "test")
@@ -199,7 +200,7 @@ fn unsigned_and_wrongly_signed_artifacts_are_refused_while_the_old_version_runs(
 fn a_push_to_a_plain_http_registry_without_insecure_names_the_flag() {
     let registry = Registry::start();
     let reference = format!("oci://127.0.0.1:{}/plugins/chaos:v1", registry.port);
-    let out = Command::new(tend_bin())
+    let out = Command::new(author_bin())
         .args(["plugins", "push"])
         .arg(plugin("chaos"))
         .arg(&reference)

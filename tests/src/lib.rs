@@ -55,6 +55,12 @@ pub fn tend_bin() -> PathBuf {
     built(workspace_root().join(bin))
 }
 
+/// The plugin author's tool under test, `tend-author` (`new`, `plugins push`,
+/// `plugins keygen`): the one built beside [`tend_bin`].
+pub fn author_bin() -> PathBuf {
+    built(tend_bin().with_file_name("tend-author"))
+}
+
 /// A plugin built by `cargo xtask plugins`.
 pub fn plugin(name: &str) -> PathBuf {
     built(

@@ -15,7 +15,7 @@ use std::time::Duration;
 const KUBE_PORT: u16 = 5060;
 const OPENSTACK_PORT: u16 = 5061;
 const WORK: &str = "/tmp/tend-cluster";
-/// The languages of the starter plugin (`tend new`) the demo runs.
+/// The languages of the starter plugin (`tend-author new`) the demo runs.
 const LANGS: [&str; 5] = ["rust", "python", "js", "c", "go"];
 /// The cluster's security group, pinned by ID in the example's grants.
 const GROUP: &str = "5ec6a0a1-0000-4000-8000-00000000de70";

@@ -91,7 +91,8 @@ pub struct Meta {
 /// and prints its digest and how to pin it.
 pub fn image() -> Result<()> {
     step("building tend (release)");
-    run(cargo().args(["build", "--release", "-p", "tend"]))?;
+    // The node agent only: tend-author is the plugin author's, not the node's.
+    run(cargo().args(["build", "--release", "-p", "tend", "--bin", "tend"]))?;
     pack(&root().join("target/release/tend"))
 }
 

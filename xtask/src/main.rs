@@ -287,11 +287,12 @@ pub(crate) fn newest_mtime(paths: impl IntoIterator<Item = PathBuf>) -> std::tim
 }
 
 /// Every plugin into target/plugins/: the Rust ones of the workspace, then each
-/// language's (`tend`, the binary just built, renders their `tend new` templates).
+/// language's (`tend-author`, built beside `tend`, renders their `tend-author
+/// new` templates).
 fn plugins(tend: &Path) -> Result<()> {
     ensure_debian_packages()?;
     ensure_wasm_target("wasm32-wasip2")?;
-    langs::use_tend(tend);
+    langs::use_author_beside(tend);
     let out = root().join("target/plugins");
     std::fs::create_dir_all(&out)?;
     step("building Rust plugins for wasm32-wasip2");

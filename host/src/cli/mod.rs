@@ -1,7 +1,9 @@
-//! The `tend` command line.
+//! The `tend` command line: the node agent's commands. The plugin author's
+//! (`new`, `plugins push`, `plugins keygen`) are `tend-author`'s
+//! ([`crate::author`]): nothing here names them, so the linker leaves their
+//! code and the templates out of `tend`.
 
 mod journal;
-mod new;
 mod node;
 mod once;
 mod rbac;
@@ -11,14 +13,19 @@ mod status;
 mod validate;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// The binary that holds the plugin author's commands.
+const AUTHOR_BINARY: &str = "tend-author";
 
 #[derive(Parser)]
 #[command(
     name = "tend",
     version,
-    about = "Keeps Kubernetes nodes healthy with sandboxed WebAssembly plugins"
+    about = "Keeps Kubernetes nodes healthy with sandboxed WebAssembly plugins",
+    after_help = "Writing, publishing and signing plugins (new, plugins push, plugins keygen): tend-author."
 )]
 struct Cli {
     /// Log format on stderr.
@@ -29,7 +36,7 @@ struct Cli {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
+pub(crate) enum LogFormat {
     Text,
     Json,
 }
@@ -107,23 +114,13 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
-    /// Write a new plugin project: the starter plugin in LANG, its unit test
-    /// against the SDK's fakes, a sample config with the narrowest grants, a
-    /// README, build.sh and test.sh.
+    /// Moved to tend-author: refused, naming the command to run there.
+    #[command(hide = true, disable_help_flag = true)]
     New {
-        /// The plugin's name, as in [plugins.NAME].
-        name: String,
-        #[arg(long, value_enum)]
-        lang: new::Lang,
-        /// Where to write it (default: ./NAME); must not exist.
-        #[arg(long)]
-        dir: Option<PathBuf>,
-        /// The Tend source checkout whose wit/ and sdk/ the project uses
-        /// (default: $TEND_SOURCE, else the checkout tend was built from).
-        #[arg(long)]
-        tend: Option<PathBuf>,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
     },
-    /// Look at, publish and sign plugin components.
+    /// Look at plugin components (publishing and signing them: tend-author).
     Plugins {
         #[command(subcommand)]
         command: PluginsCommand,
@@ -134,27 +131,18 @@ enum Command {
 enum PluginsCommand {
     /// Show a component's world, imported capabilities and exports.
     Inspect { file: PathBuf },
-    /// Publish a component to a registry as a wasm artifact (config
-    /// application/vnd.wasm.config.v0+json, one application/wasm layer) and
-    /// print the digest reference to pin in tend.toml.
+    /// Moved to tend-author: refused, naming the command to run there.
+    #[command(hide = true, disable_help_flag = true)]
     Push {
-        file: PathBuf,
-        /// oci://REGISTRY/REPOSITORY:TAG
-        reference: String,
-        /// Sign it with this cosign private key (password from COSIGN_PASSWORD).
-        #[arg(long)]
-        sign_key: Option<PathBuf>,
-        /// Take registry credentials and insecure registries from this
-        /// config's [host.oci].
-        #[arg(short, long)]
-        config: Option<PathBuf>,
-        /// Reach the registry over plain HTTP (a local test registry).
-        #[arg(long)]
-        insecure: bool,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
     },
-    /// Write a cosign key pair, DIR/cosign.key (encrypted with
-    /// COSIGN_PASSWORD) and DIR/cosign.pub, as `cosign generate-key-pair` does.
-    Keygen { dir: PathBuf },
+    /// Moved to tend-author: refused, naming the command to run there.
+    #[command(hide = true, disable_help_flag = true)]
+    Keygen {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -164,12 +152,7 @@ pub fn main() -> ExitCode {
     } else {
         "warn"
     };
-    init_logging(cli.log_format, default_level);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("start the tokio runtime");
-    let result = runtime.block_on(async {
+    execute(cli.log_format, default_level, async move {
         match cli.command {
             Command::Run { config } => crate::daemon::run(&config).await,
             Command::Journal {
@@ -191,36 +174,29 @@ pub fn main() -> ExitCode {
             } => once::reconcile(&config, &name, record.as_deref()).await,
             Command::Replay { file, plugin } => replay::run(&file, plugin.as_deref()).await,
             Command::Rbac { config } => rbac::print(&config),
-            Command::New {
-                name,
-                lang,
-                dir,
-                tend,
-            } => new::run(&name, lang, dir, tend),
+            Command::New { args } => moved_to_author("new", &args),
             Command::Plugins { command } => match command {
                 PluginsCommand::Inspect { file } => validate::inspect(&file).await,
-                PluginsCommand::Push {
-                    file,
-                    reference,
-                    sign_key,
-                    config,
-                    insecure,
-                } => {
-                    push(
-                        &file,
-                        &reference,
-                        sign_key.as_deref(),
-                        config.as_deref(),
-                        insecure,
-                    )
-                    .await
-                }
-                PluginsCommand::Keygen { dir } => {
-                    crate::oci::push::keygen(&dir).map(|()| ExitCode::SUCCESS)
-                }
+                PluginsCommand::Push { args } => moved_to_author("plugins push", &args),
+                PluginsCommand::Keygen { args } => moved_to_author("plugins keygen", &args),
             },
         }
-    });
+    })
+}
+
+/// Runs one command on a fresh tokio runtime, logging as asked, and turns its
+/// result into the exit code: shared by `tend` and `tend-author`.
+pub(crate) fn execute(
+    format: LogFormat,
+    default_level: &str,
+    command: impl Future<Output = anyhow::Result<ExitCode>>,
+) -> ExitCode {
+    init_logging(format, default_level);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("start the tokio runtime");
+    let result = runtime.block_on(command);
     // A blocking operation a plugin left behind (it is bounded, but may still
     // be finishing) must not keep the process alive past a short grace.
     runtime.shutdown_timeout(crate::runtime::SETTLE_GRACE);
@@ -234,25 +210,28 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// `tend plugins push`: [host.oci] from `config` (if given), plus the
-/// target registry as insecure with `--insecure`.
-async fn push(
-    file: &std::path::Path,
-    reference: &str,
-    sign_key: Option<&std::path::Path>,
-    config: Option<&std::path::Path>,
-    insecure: bool,
-) -> anyhow::Result<ExitCode> {
-    let mut settings = match config {
-        Some(path) => crate::config::Config::load(path)?.host.oci,
-        None => crate::oci::Settings::default(),
-    };
-    if insecure {
-        let target = crate::oci::Reference::parse(reference).map_err(anyhow::Error::msg)?;
-        settings.insecure_registries.push(target.registry);
+/// `tend new`, `tend plugins push` and `tend plugins keygen` on the node
+/// agent, which ships no templates, publishing or key generation: say where
+/// they are, with the same command there.
+fn moved_to_author(command: &str, args: &[OsString]) -> anyhow::Result<ExitCode> {
+    let mut instead = format!("{AUTHOR_BINARY} {command}");
+    for arg in args {
+        instead.push(' ');
+        instead.push_str(&shell_word(&arg.to_string_lossy()));
     }
-    crate::oci::push::run(file, reference, &settings, sign_key).await?;
-    Ok(ExitCode::SUCCESS)
+    anyhow::bail!(
+        "`tend {command}` is in {AUTHOR_BINARY}, the plugin author's tool, not in the node agent (it ships no templates, publishing or key generation): run `{instead}` ({AUTHOR_BINARY} is built beside tend by `cargo build -p tend` and installed with it by `cargo install --path host`)"
+    )
+}
+
+/// `word` as a shell reads it back: as is when plain, else single-quoted.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._/:@=+-,".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
 }
 
 /// `TEND_LOG` (a tracing filter) wins; otherwise the daemon logs at info and
@@ -269,5 +248,20 @@ fn init_logging(format: LogFormat, default_level: &str) {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_suggested_command_quotes_what_a_shell_would_split_or_expand() {
+        let plain = "oci://127.0.0.1:5000/p:v1";
+        assert_eq!(shell_word(plain), plain);
+        assert_eq!(shell_word("my dir"), "'my dir'");
+        assert_eq!(shell_word("$(id)"), "'$(id)'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
     }
 }

@@ -196,7 +196,7 @@ fn wasm_layer(
     })?;
     if parsed.config.media_type != WASM_CONFIG_MEDIA_TYPE {
         return Err(format!(
-            "not a wasm artifact: its config media type is \"{}\", not {WASM_CONFIG_MEDIA_TYPE:?} (publish it with `tend plugins push`, `wkg oci push` or `spin registry push`)",
+            "not a wasm artifact: its config media type is \"{}\", not {WASM_CONFIG_MEDIA_TYPE:?} (publish it with `tend-author plugins push`, `wkg oci push` or `spin registry push`)",
             peer_answer(parsed.config.media_type.as_bytes())
         ));
     }
@@ -297,7 +297,7 @@ impl Remote {
         let tag = pinned.at_tag(&sign::signature_tag(digest));
         let missing = |why: String| {
             format!(
-                "no cosign signature verifies with {}: {why}; sign it (`cosign sign --key cosign.key {}` or `tend plugins push … --sign-key cosign.key`) or name the right key in verify",
+                "no cosign signature verifies with {}: {why}; sign it (`cosign sign --key cosign.key {}` or `tend-author plugins push … --sign-key cosign.key`) or name the right key in verify",
                 verifier.path,
                 pinned.to_string().trim_start_matches("oci://"),
             )

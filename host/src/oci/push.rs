@@ -1,5 +1,5 @@
-//! `tend plugins push FILE.wasm oci://REGISTRY/REPOSITORY:TAG [--sign-key cosign.key]`
-//! and `tend plugins keygen DIR`: publish a component in the wasm artifact
+//! `tend-author plugins push FILE.wasm oci://REGISTRY/REPOSITORY:TAG [--sign-key cosign.key]`
+//! and `tend-author plugins keygen DIR`: publish a component in the wasm artifact
 //! layout (and its cosign signature), or make a cosign key pair.
 
 use super::cache::sha256;
@@ -121,7 +121,7 @@ fn plain_http_hint(
     }
 }
 
-/// `tend plugins push`.
+/// `tend-author plugins push`.
 pub async fn run(
     file: &Path,
     target: &str,
@@ -146,7 +146,7 @@ pub async fn run(
     Ok(())
 }
 
-/// `tend plugins keygen DIR`: DIR/cosign.key (encrypted with COSIGN_PASSWORD)
+/// `tend-author plugins keygen DIR`: DIR/cosign.key (encrypted with COSIGN_PASSWORD)
 /// and DIR/cosign.pub, as `cosign generate-key-pair` writes them.
 pub fn keygen(dir: &Path) -> anyhow::Result<()> {
     let (private, public) = Signer::generate(cosign_password()?.as_bytes())?;

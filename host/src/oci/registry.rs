@@ -4,7 +4,7 @@
 //! hostile registry could make Tend hold gigabytes or fetch an internal URL.
 //! Here every body is bounded while it is read, redirects and token realms
 //! pass [`crate::peer::check_target`], and what the registry answers is
-//! shown only through [`peer_answer`]. Pushes (`tend plugins push`, run by
+//! shown only through [`peer_answer`]. Pushes (`tend-author plugins push`, run by
 //! the operator) still use oci-client.
 
 use super::Settings;

@@ -1,4 +1,4 @@
-//! {{name}}: a Tend plugin, started with `tend new` — make it yours.
+//! {{name}}: a Tend plugin, started with `tend-author new` — make it yours.
 //!
 //! The problem it solves, as a starting point: is this node's health endpoint
 //! answering, and does the cluster still know this node? Each reconcile probes

@@ -142,14 +142,14 @@ impl Drop for Registry {
     }
 }
 
-/// `tend plugins push FILE REFERENCE --insecure [--sign-key KEY]` (key
+/// `tend-author plugins push FILE REFERENCE --insecure [--sign-key KEY]` (key
 /// password "test"): the `oci://…@sha256:…` reference it printed.
 pub fn push_plugin(
     file: &std::path::Path,
     reference: &str,
     sign_key: Option<&std::path::Path>,
 ) -> String {
-    let mut command = Command::new(crate::tend_bin());
+    let mut command = Command::new(crate::author_bin());
     command
         .args(["plugins", "push"])
         .arg(file)

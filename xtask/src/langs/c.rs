@@ -1,4 +1,4 @@
-//! C plugins: the `tend new` template (templates/c) rendered as `c-probe`,
+//! C plugins: the `tend-author new` template (templates/c) rendered as `c-probe`,
 //! built by its build.sh (clang-19 for WASI preview 1, wasm-tools, the WASI
 //! preview-1 reactor adapter) and unit-tested by its test.sh and the SDK's.
 //!

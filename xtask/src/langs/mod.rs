@@ -1,5 +1,5 @@
 //! Plugins in every language with an SDK. Each language's module builds the
-//! project `tend new` writes for it (as target/plugins/LANG-probe.wasm, which
+//! project `tend-author new` writes for it (as target/plugins/LANG-probe.wasm, which
 //! tests/e2e/languages.rs runs) and its other plugins into target/plugins/,
 //! and runs its SDK's and that project's unit tests with the language's own
 //! runner; its toolchain comes from Debian, PyPI (target/venv) or npm (under
@@ -29,25 +29,27 @@ pub struct Lang {
 
 pub const ALL: &[Lang] = &[rust::LANG, python::LANG, js::LANG, c::LANG, go::LANG];
 
-/// The `tend` binary that renders the templates.
-static TEND: OnceLock<PathBuf> = OnceLock::new();
+/// The `tend-author` binary that renders the templates.
+static AUTHOR: OnceLock<PathBuf> = OnceLock::new();
 
-pub fn use_tend(tend: &Path) {
-    TEND.get_or_init(|| tend.to_path_buf());
+/// Render with the `tend-author` built beside `tend` (cargo builds both
+/// binaries of the host crate).
+pub fn use_author_beside(tend: &Path) {
+    AUTHOR.get_or_init(|| tend.with_file_name("tend-author"));
 }
 
-/// `tend new LANG-probe --lang LANG` into target/new/LANG (written afresh),
-/// against this checkout's wit/ and sdk/: the project's directory.
+/// `tend-author new LANG-probe --lang LANG` into target/new/LANG (written
+/// afresh), against this checkout's wit/ and sdk/: the project's directory.
 pub fn render(lang: &str) -> Result<PathBuf> {
-    let tend = TEND
+    let author = AUTHOR
         .get()
-        .context("xtask: render before use_tend (build tend first)")?;
+        .context("xtask: render before use_author_beside (build tend first)")?;
     let dir = root().join("target/new").join(lang);
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("remove {}", dir.display()))?;
     }
-    step(&format!("tend new {lang}-probe --lang {lang}"));
-    run(Command::new(tend)
+    step(&format!("tend-author new {lang}-probe --lang {lang}"));
+    run(Command::new(author)
         .args(["new", &format!("{lang}-probe"), "--lang", lang, "--dir"])
         .arg(&dir)
         .arg("--tend")
@@ -137,7 +139,7 @@ pub fn one(name: Option<&str>) -> Result<()> {
         bail!("usage: cargo xtask lang <{}>", names.join("|"));
     };
     crate::ensure_debian_packages()?;
-    use_tend(&crate::build_tend()?);
+    use_author_beside(&crate::build_tend()?);
     let out = root().join("target/plugins");
     std::fs::create_dir_all(&out)?;
     (lang.plugins)(&out)?;

@@ -1,4 +1,4 @@
-//! The Rust project `tend new` writes (the built-in plugins are workspace
+//! The Rust project `tend-author new` writes (the built-in plugins are workspace
 //! members, built by `plugins` in main.rs). It is a workspace of its own: it
 //! gets this workspace's lock file and target directory, so the dependencies
 //! it shares with the workspace are the same versions, compiled once.

@@ -1,4 +1,4 @@
-//! `tend new NAME --lang LANG`: a plugin project to start from, in any language
+//! `tend-author new NAME --lang LANG`: a plugin project to start from, in any language
 //! with a Tend SDK. The templates (`templates/LANG/`, compiled into the binary)
 //! are one starter plugin each, so every language's project builds, has a
 //! passing unit test against its SDK's fakes, a sample config with the
@@ -15,7 +15,7 @@ use std::process::ExitCode;
 static TEMPLATES: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../templates");
 
 /// The checkout this binary was built from: its `wit/` and `sdk/` serve
-/// `tend new` until the SDKs are published.
+/// `tend-author new` until the SDKs are published.
 const BUILT_FROM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -281,7 +281,7 @@ fn tend_source(given: Option<PathBuf>) -> Result<PathBuf> {
             Some(dir) => (PathBuf::from(dir), "TEND_SOURCE"),
             None => (
                 PathBuf::from(BUILT_FROM),
-                "the checkout tend was built from",
+                "the checkout tend-author was built from",
             ),
         },
     };
@@ -305,7 +305,7 @@ fn check_source_path(dir: &Path) -> Result<()> {
     let plain = |c: char| c.is_ascii_alphanumeric() || "._/+-".contains(c);
     if text.is_empty() || !text.chars().all(plain) {
         bail!(
-            "{}: the projects `tend new` writes name this path in scripts and manifests, so it may hold only letters, digits and . _ / + -: use a checkout at a plainer path, or a symlink to it, with --tend",
+            "{}: the projects `tend-author new` writes name this path in scripts and manifests, so it may hold only letters, digits and . _ / + -: use a checkout at a plainer path, or a symlink to it, with --tend",
             crate::text::inert(&dir.to_string_lossy())
         );
     }
@@ -554,7 +554,7 @@ mod tests {
     }
 
     /// A local user who can write the parent swaps the project directory for
-    /// a symlink to a root-owned 0600 file, before `tend new` runs and while
+    /// a symlink to a root-owned 0600 file, before `tend-author new` runs and while
     /// it runs: the file's mode never changes, since the project's mode is
     /// set through the staging directory's descriptor before the rename.
     #[test]
@@ -570,7 +570,7 @@ mod tests {
         std::os::unix::fs::symlink(&victim, &dir).unwrap();
         assert!(create("node-probe", Lang::C, &dir, &source()).is_err());
         assert_eq!(mode(&victim), 0o600);
-        // Swapped in while tend new runs: tests/e2e/hostile_local.rs races
+        // Swapped in while tend-author new runs: tests/e2e/hostile_local.rs races
         // the real binary.
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret");
     }
