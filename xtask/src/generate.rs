@@ -16,6 +16,7 @@
 
 use crate::root;
 use anyhow::{Context, Result, bail};
+use heck::{ToSnakeCase, ToUpperCamelCase};
 use std::fmt::Write;
 use std::path::PathBuf;
 use wit_parser::{Function, Resolve, Type, TypeDefKind, TypeOwner, WorldItem, WorldKey};
@@ -77,24 +78,6 @@ fn function_names(interfaces: &[(String, Vec<String>)]) -> String {
     out
 }
 
-/// kebab-case to UpperCamelCase, as bindgen names types and cases.
-fn camel(name: &str) -> String {
-    name.split('-')
-        .map(|part| {
-            let mut chars = part.chars();
-            chars
-                .next()
-                .map(|first| first.to_uppercase().chain(chars).collect::<String>())
-                .unwrap_or_default()
-        })
-        .collect()
-}
-
-/// kebab-case to snake_case, as bindgen names functions and parameters.
-fn snake(name: &str) -> String {
-    name.replace('-', "_")
-}
-
 /// The Rust type bindgen gives a WIT type (`crate::wit::NAME::Type`).
 fn rust_type(resolve: &Resolve, ty: &Type) -> Result<String> {
     Ok(match ty {
@@ -118,7 +101,11 @@ fn rust_type(resolve: &Resolve, ty: &Type) -> Result<String> {
                     .name
                     .clone()
                     .context("a named interface")?;
-                return Ok(format!("{}::{}", snake(&interface), camel(name)));
+                return Ok(format!(
+                    "{}::{}",
+                    interface.to_snake_case(),
+                    name.to_upper_camel_case()
+                ));
             }
             match &def.kind {
                 TypeDefKind::Option(t) => format!("Option<{}>", rust_type(resolve, t)?),
@@ -181,18 +168,18 @@ fn host_binding(resolve: &Resolve, interface: &str) -> Result<String> {
         .iter()
         .find(|(_, i)| i.name.as_deref() == Some(interface))
         .context("an interface")?;
-    let module = snake(interface);
-    let adapter = format!("Plugin{}", camel(interface));
+    let module = interface.to_snake_case();
+    let adapter = format!("Plugin{}", interface.to_upper_camel_case());
     let mut functions = String::new();
     let mut host = String::new();
     let mut no_args = false;
     let mut uses_types = false;
     for function in iface.functions.values() {
-        let name = snake(&function.name);
+        let name = function.name.to_snake_case();
         let params: Result<Vec<(String, String)>> = function
             .params
             .iter()
-            .map(|p| Ok((snake(&p.name), rust_type(resolve, &p.ty)?)))
+            .map(|p| Ok((p.name.to_snake_case(), rust_type(resolve, &p.ty)?)))
             .collect();
         let params = params?;
         let typed: Vec<String> = params.iter().map(|(n, t)| format!("{n}: {t}")).collect();

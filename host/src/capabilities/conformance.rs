@@ -22,6 +22,7 @@ use super::state::PluginState;
 use super::systemd::PluginSystemd;
 use super::testing::call;
 use crate::wit::{cloud, cri, files, http, kube, log, metrics, state, systemd};
+use heck::{ToSnakeCase, ToUpperCamelCase};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -31,24 +32,6 @@ use wit_parser::{Function, Resolve, Type, TypeDefKind};
 /// `wit/`, to convert values by their WIT types.
 struct Wit {
     resolve: Resolve,
-}
-
-/// kebab-case to snake_case: a record field as bindgen names it.
-fn snake(name: &str) -> String {
-    name.replace('-', "_")
-}
-
-/// kebab-case to UpperCamelCase: an enum or variant case as bindgen names it.
-fn camel(name: &str) -> String {
-    name.split('-')
-        .map(|part| {
-            let mut chars = part.chars();
-            chars
-                .next()
-                .map(|first| first.to_uppercase().chain(chars).collect::<String>())
-                .unwrap_or_default()
-        })
-        .collect()
 }
 
 /// A list's or tuple's elements, each converted by its type.
@@ -102,10 +85,17 @@ impl Wit {
                 record
                     .fields
                     .iter()
-                    .map(|f| (snake(&f.name), self.to_serde(&f.ty, &value[&f.name])))
+                    .map(|f| {
+                        (
+                            f.name.to_snake_case(),
+                            self.to_serde(&f.ty, &value[&f.name]),
+                        )
+                    })
                     .collect(),
             ),
-            TypeDefKind::Enum(_) => json!(camel(value.as_str().expect("an enum case"))),
+            TypeDefKind::Enum(_) => {
+                json!(value.as_str().expect("an enum case").to_upper_camel_case())
+            }
             TypeDefKind::Variant(variant) => {
                 let (case, payload) = match value {
                     Value::String(case) => (case.as_str(), None),
@@ -121,8 +111,10 @@ impl Wit {
                     .find(|c| c.name == case)
                     .expect("a case");
                 match (&ty.ty, payload) {
-                    (Some(ty), Some(payload)) => json!({camel(case): self.to_serde(ty, payload)}),
-                    _ => json!(camel(case)),
+                    (Some(ty), Some(payload)) => {
+                        json!({case.to_upper_camel_case(): self.to_serde(ty, payload)})
+                    }
+                    _ => json!(case.to_upper_camel_case()),
                 }
             }
             TypeDefKind::List(Type::U8) => {
@@ -157,7 +149,12 @@ impl Wit {
                 record
                     .fields
                     .iter()
-                    .map(|f| (f.name.clone(), self.to_wit(&f.ty, &value[snake(&f.name)])))
+                    .map(|f| {
+                        (
+                            f.name.clone(),
+                            self.to_wit(&f.ty, &value[f.name.to_snake_case()]),
+                        )
+                    })
                     .collect(),
             ),
             TypeDefKind::Enum(e) => {
@@ -165,7 +162,7 @@ impl Wit {
                 let name = e
                     .cases
                     .iter()
-                    .find(|c| camel(&c.name) == case)
+                    .find(|c| c.name.to_upper_camel_case() == case)
                     .expect("a case");
                 json!(name.name)
             }
@@ -181,7 +178,7 @@ impl Wit {
                 let case = variant
                     .cases
                     .iter()
-                    .find(|c| camel(&c.name) == case)
+                    .find(|c| c.name.to_upper_camel_case() == case)
                     .expect("a case");
                 match (&case.ty, def.name.as_deref()) {
                     (Some(ty), Some("error")) => {
