@@ -21,6 +21,7 @@ pub mod capabilities;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod exposition;
 pub mod fs_watch;
 pub mod journal;
 pub mod oci;

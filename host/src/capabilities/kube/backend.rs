@@ -5,6 +5,7 @@
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::{Performed, Permit};
+use crate::exposition::{Exposition, Kind};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -269,21 +270,24 @@ pub trait KubeBackend: Send + Sync + 'static {
     fn watches(&self) -> usize;
     /// The series of the bounds (caches, request rate, discovery misses,
     /// Events) for `/metrics`, whole families.
-    fn bounds_metrics(&self) -> String {
-        String::new()
-    }
+    fn bounds_metrics(&self, _families: &Exposition) {}
 }
 
 /// The kube backend's own series for `/metrics`.
 pub fn render_metrics(backend: &dyn KubeBackend) -> String {
-    format!(
-        "# HELP tend_kube_api_requests_total Kubernetes API requests made for plugin calls (reads served by the watch cache are none).\n\
-         # TYPE tend_kube_api_requests_total counter\n\
-         tend_kube_api_requests_total {}\n\
-         # HELP tend_kube_watches Watches the shared cache holds open on the API server.\n\
-         # TYPE tend_kube_watches gauge\n\
-         tend_kube_watches {}\n",
-        backend.requests(),
-        backend.watches()
-    ) + &backend.bounds_metrics()
+    let families = Exposition::default();
+    families.scalar(
+        Kind::Counter,
+        "tend_kube_api_requests_total",
+        "Kubernetes API requests made for plugin calls (reads served by the watch cache are none).",
+        backend.requests() as f64,
+    );
+    families.scalar(
+        Kind::Gauge,
+        "tend_kube_watches",
+        "Watches the shared cache holds open on the API server.",
+        backend.watches() as f64,
+    );
+    backend.bounds_metrics(&families);
+    families.text()
 }

@@ -9,10 +9,11 @@ use super::backend::{
     Change, EventNote, KubeBackend, ListParams, Listed, ObjectList, PatchBody, PatchType,
     ResourceInfo, Run,
 };
-use super::cache::{CacheKey, Charge, HostBounds, WatchCache};
+use super::cache::{CacheKey, CacheStats, Charge, HostBounds, WatchCache};
 use super::discovery::{Discovery, Known};
 use super::events::Correlator;
-use crate::capabilities::rate::{Asker, Throttle};
+use crate::capabilities::rate::{Asker, Throttle, Waits};
+use crate::exposition::{Exposition, Kind};
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
@@ -22,8 +23,7 @@ use kube::api::{
 };
 use kube::discovery::Scope;
 use serde_json::{Value, json};
-use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -634,109 +634,185 @@ impl KubeBackend for RealKube {
         self.shared.cache.running()
     }
 
-    fn bounds_metrics(&self) -> String {
+    fn bounds_metrics(&self, families: &Exposition) {
         let shared = &self.shared;
-        let cache = shared.cache.stats();
-        let mut text = String::new();
-        let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, String)>| {
-            let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, value) in rows {
-                let _ = writeln!(text, "{name}{labels} {value}");
-            }
+        cache_families(families, &shared.cache.stats());
+        rate_families(families, &shared.throttle.waits());
+        saved_request_families(
+            families,
+            shared.discovery.saved(),
+            &shared.events.combined(),
+        );
+    }
+}
+
+/// The watch caches' families: bytes held in all and per plugin, caches per
+/// plugin, lists read directly because a bound was reached, evictions.
+fn cache_families(families: &Exposition, cache: &CacheStats) {
+    families.scalar(
+        Kind::Gauge,
+        "tend_kube_cache_bytes",
+        "Bytes (serialized objects) the watch caches hold; bounded by [host.kube] cache-memory.",
+        cache.bytes as f64,
+    );
+    let per_plugin = |value: fn(&(usize, u64)) -> f64| {
+        let plugins = cache.plugins.iter();
+        plugins.map(move |(plugin, stats)| (vec![plugin.as_str()], value(stats)))
+    };
+    families.family(
+        Kind::Gauge,
+        "tend_kube_plugin_caches",
+        "Watch caches a plugin's lists started (kube-caches) and their bytes (kube-cache-bytes).",
+        &["plugin"],
+        per_plugin(|(caches, _)| *caches as f64),
+    );
+    families.family(
+        Kind::Gauge,
+        "tend_kube_plugin_cache_bytes",
+        "Bytes of the watch caches a plugin's lists started.",
+        &["plugin"],
+        per_plugin(|(_, bytes)| *bytes as f64),
+    );
+    families.family(
+        Kind::Counter,
+        "tend_kube_direct_lists_total",
+        "Lists read from the API server because a cache bound was reached, by the bound.",
+        &["plugin", "bound"],
+        cache.direct.iter().map(|((plugin, bound), n)| (vec![plugin.as_str(), *bound], *n as f64)),
+    );
+    families.scalar(
+        Kind::Counter,
+        "tend_kube_cache_evictions_total",
+        "Idle list caches stopped to make room for a watch trigger's.",
+        cache.evicted as f64,
+    );
+}
+
+/// The request rate's families: plugin requests that waited for a token,
+/// how long, and those refused at the reconcile's deadline.
+fn rate_families(families: &Exposition, waits: &BTreeMap<String, Waits>) {
+    let per_plugin = |value: fn(&Waits) -> f64| {
+        let waits = waits.iter();
+        waits.map(move |(plugin, w)| (vec![plugin.as_str()], value(w)))
+    };
+    families.family(
+        Kind::Counter,
+        "tend_kube_rate_waits_total",
+        "Plugin requests that waited for a token (kube-qps, kube-burst; [host.kube] qps, burst).",
+        &["plugin"],
+        per_plugin(|w| w.count as f64),
+    );
+    families.family(
+        Kind::Counter,
+        "tend_kube_rate_wait_seconds_total",
+        "Seconds plugin requests waited for a token.",
+        &["plugin"],
+        per_plugin(|w| w.seconds),
+    );
+    families.family(
+        Kind::Counter,
+        "tend_kube_rate_refused_total",
+        "Plugin requests refused because their token came after the reconcile's deadline.",
+        &["plugin"],
+        per_plugin(|w| w.refused as f64),
+    );
+}
+
+/// The requests not sent: discovery misses answered from memory, and Events
+/// combined by their reporter (`tend-<plugin>`).
+fn saved_request_families(families: &Exposition, misses: u64, combined: &BTreeMap<String, u64>) {
+    families.scalar(
+        Kind::Counter,
+        "tend_kube_discovery_misses_cached_total",
+        "Lookups of kinds the API server lacks answered from the discovery cache, without a request.",
+        misses as f64,
+    );
+    families.family(
+        Kind::Counter,
+        "tend_kube_events_combined_total",
+        "Events beyond the burst of 25 per object, combined into one Event per type and reason.",
+        &["plugin"],
+        combined.iter().map(|(reporter, n)| {
+            (vec![reporter.strip_prefix("tend-").unwrap_or(reporter)], *n as f64)
+        }),
+    );
+}
+
+#[cfg(test)]
+mod metrics_tests {
+    use super::*;
+    use crate::exposition::declared;
+
+    fn family(name: &str, kind: &str, help: &str) -> (String, String, String) {
+        (name.into(), kind.into(), help.into())
+    }
+
+    #[test]
+    fn every_bounds_family_keeps_its_name_type_and_help() {
+        let families = Exposition::default();
+        let cache = CacheStats {
+            running: 2,
+            bytes: 10,
+            plugins: [("p".to_string(), (2, 10))].into(),
+            direct: [(("p".to_string(), "plugin-caches"), 3)].into(),
+            evicted: 1,
         };
-        let plugin = |p: &str| format!("{{plugin=\"{p}\"}}");
-        family(
-            "tend_kube_cache_bytes",
-            "gauge",
-            "Bytes (serialized objects) the watch caches hold; bounded by [host.kube] cache-memory.",
-            vec![(String::new(), cache.bytes.to_string())],
+        cache_families(&families, &cache);
+        let waits = Waits {
+            count: 2,
+            seconds: 0.5,
+            refused: 1,
+        };
+        rate_families(&families, &[("p".to_string(), waits)].into());
+        saved_request_families(&families, 4, &[("tend-p".to_string(), 5)].into());
+        let text = families.text();
+        assert_eq!(
+            declared(&text),
+            [
+                family("tend_kube_cache_bytes", "gauge", "Bytes (serialized objects) the watch caches hold; bounded by [host.kube] cache-memory."),
+                family("tend_kube_cache_evictions_total", "counter", "Idle list caches stopped to make room for a watch trigger's."),
+                family("tend_kube_direct_lists_total", "counter", "Lists read from the API server because a cache bound was reached, by the bound."),
+                family("tend_kube_discovery_misses_cached_total", "counter", "Lookups of kinds the API server lacks answered from the discovery cache, without a request."),
+                family("tend_kube_events_combined_total", "counter", "Events beyond the burst of 25 per object, combined into one Event per type and reason."),
+                family("tend_kube_plugin_cache_bytes", "gauge", "Bytes of the watch caches a plugin's lists started."),
+                family("tend_kube_plugin_caches", "gauge", "Watch caches a plugin's lists started (kube-caches) and their bytes (kube-cache-bytes)."),
+                family("tend_kube_rate_refused_total", "counter", "Plugin requests refused because their token came after the reconcile's deadline."),
+                family("tend_kube_rate_wait_seconds_total", "counter", "Seconds plugin requests waited for a token."),
+                family("tend_kube_rate_waits_total", "counter", "Plugin requests that waited for a token (kube-qps, kube-burst; [host.kube] qps, burst)."),
+            ]
         );
-        family(
-            "tend_kube_plugin_caches",
-            "gauge",
-            "Watch caches a plugin's lists started (kube-caches) and their bytes (kube-cache-bytes).",
-            cache
-                .plugins
-                .iter()
-                .map(|(p, (n, _))| (plugin(p), n.to_string()))
-                .collect(),
+        for line in [
+            "tend_kube_cache_bytes 10",
+            "tend_kube_plugin_caches{plugin=\"p\"} 2",
+            "tend_kube_plugin_cache_bytes{plugin=\"p\"} 10",
+            "tend_kube_direct_lists_total{bound=\"plugin-caches\",plugin=\"p\"} 3",
+            "tend_kube_cache_evictions_total 1",
+            "tend_kube_rate_waits_total{plugin=\"p\"} 2",
+            "tend_kube_rate_wait_seconds_total{plugin=\"p\"} 0.5",
+            "tend_kube_rate_refused_total{plugin=\"p\"} 1",
+            "tend_kube_discovery_misses_cached_total 4",
+            "tend_kube_events_combined_total{plugin=\"p\"} 5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_unlabelled_families_are_present_from_the_start() {
+        let kube = RealKube::new(&KubeSettings::default(), "node-1");
+        let text = super::super::backend::render_metrics(&kube);
+        let names: Vec<String> = declared(&text).into_iter().map(|(name, _, _)| name).collect();
+        assert_eq!(
+            names,
+            [
+                "tend_kube_api_requests_total",
+                "tend_kube_cache_bytes",
+                "tend_kube_cache_evictions_total",
+                "tend_kube_discovery_misses_cached_total",
+                "tend_kube_watches",
+            ]
         );
-        family(
-            "tend_kube_plugin_cache_bytes",
-            "gauge",
-            "Bytes of the watch caches a plugin's lists started.",
-            cache
-                .plugins
-                .iter()
-                .map(|(p, (_, b))| (plugin(p), b.to_string()))
-                .collect(),
-        );
-        family(
-            "tend_kube_direct_lists_total",
-            "counter",
-            "Lists read from the API server because a cache bound was reached, by the bound.",
-            cache
-                .direct
-                .iter()
-                .map(|((p, why), n)| (format!("{{plugin=\"{p}\",bound=\"{why}\"}}"), n.to_string()))
-                .collect(),
-        );
-        family(
-            "tend_kube_cache_evictions_total",
-            "counter",
-            "Idle list caches stopped to make room for a watch trigger's.",
-            vec![(String::new(), cache.evicted.to_string())],
-        );
-        let waits = shared.throttle.waits();
-        family(
-            "tend_kube_rate_waits_total",
-            "counter",
-            "Plugin requests that waited for a token (kube-qps, kube-burst; [host.kube] qps, burst).",
-            waits
-                .iter()
-                .map(|(p, w)| (plugin(p), w.count.to_string()))
-                .collect(),
-        );
-        family(
-            "tend_kube_rate_wait_seconds_total",
-            "counter",
-            "Seconds plugin requests waited for a token.",
-            waits
-                .iter()
-                .map(|(p, w)| (plugin(p), format!("{:.3}", w.seconds)))
-                .collect(),
-        );
-        family(
-            "tend_kube_rate_refused_total",
-            "counter",
-            "Plugin requests refused because their token came after the reconcile's deadline.",
-            waits
-                .iter()
-                .map(|(p, w)| (plugin(p), w.refused.to_string()))
-                .collect(),
-        );
-        family(
-            "tend_kube_discovery_misses_cached_total",
-            "counter",
-            "Lookups of kinds the API server lacks answered from the discovery cache, without a request.",
-            vec![(String::new(), shared.discovery.saved().to_string())],
-        );
-        family(
-            "tend_kube_events_combined_total",
-            "counter",
-            "Events beyond the burst of 25 per object, combined into one Event per type and reason.",
-            shared
-                .events
-                .combined()
-                .iter()
-                .map(|(reporter, n)| {
-                    (
-                        plugin(reporter.strip_prefix("tend-").unwrap_or(reporter)),
-                        n.to_string(),
-                    )
-                })
-                .collect(),
-        );
-        text
+        assert!(text.lines().any(|l| l == "tend_kube_api_requests_total 0"), "{text}");
+        assert!(text.contains("# HELP tend_kube_watches Watches the shared cache holds open on the API server.\n# TYPE tend_kube_watches gauge\n"), "{text}");
     }
 }
