@@ -139,7 +139,7 @@ fn absolute(module: &Module, path: &str) -> Option<Module> {
             parts.next();
             Vec::new()
         }
-        "super" | "self" => module.clone(),
+        // `super::`, `self::` and a child's name start from the module.
         _ => module.clone(),
     };
     for part in parts {
@@ -193,10 +193,7 @@ fn references(module: &Module, code: &str) -> Names {
     for word in code.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')) {
         if word.starts_with("crate::") || word.starts_with("super::") {
             paths.push(word.to_string());
-        }
-    }
-    for word in code.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')) {
-        if let Some(rest) = word.strip_prefix("tend_rules::") {
+        } else if let Some(rest) = word.strip_prefix("tend_rules::") {
             rules.insert(rest.split("::").next().unwrap_or_default().to_string());
         }
     }

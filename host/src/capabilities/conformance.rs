@@ -260,7 +260,7 @@ struct Node {
 }
 
 impl Node {
-    async fn for_case(wit: &Wit, case: &Case) -> Node {
+    fn for_case(wit: &Wit, case: &Case) -> Node {
         let call = call(conformance::PLUGIN, false);
         let (files_backend, files) = PluginFiles::fake();
         let (http_backend, http) = PluginHttp::fake();
@@ -468,7 +468,7 @@ async fn the_host_answers_every_case_as_the_table_says() {
     let mut wrong = Vec::new();
     let cases = conformance::cases();
     for case in &cases {
-        let mut node = Node::for_case(&wit, case).await;
+        let mut node = Node::for_case(&wit, case);
         for seed in fixture::seed_calls() {
             let (cap, function) = (seed["cap"].as_str().unwrap(), seed["fn"].as_str().unwrap());
             let answer = node.call(&wit, cap, function, &seed["args"]).await;

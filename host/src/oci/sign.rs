@@ -280,9 +280,12 @@ mod tests {
     }
 
     /// tests/fixtures/cosign, made with sigstore-rs 0.13.0 by tools/cosign-fixture.
+    fn interop_dir() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/cosign")
+    }
+
     fn interop_fixture(rel: &str) -> Vec<u8> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/cosign");
-        std::fs::read(dir.join(rel)).unwrap()
+        std::fs::read(interop_dir().join(rel)).unwrap()
     }
 
     /// The payload and signature annotation of a committed signature image.
@@ -306,7 +309,7 @@ mod tests {
     fn the_signatures_exchanged_with_sigstore_rs_verify_and_tend_still_signs_the_same() {
         const DIGEST: &str =
             "sha256:a27663016214a9ef8c740884f2f160b709db40d23aa0923cd036cec004af2c3e";
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/cosign");
+        let dir = interop_dir();
         let verifier = Verifier::load(&dir.join("cosign.pub")).unwrap();
         let (theirs, signature) = committed_signature("sigstore-rs-signed");
         verifier
