@@ -282,6 +282,7 @@ impl Recording {
                 min_requeue: Duration::from_millis(self.limits.min_requeue_ms),
                 ..Limits::default()
             },
+            capability_limits: Default::default(),
             scope: Default::default(),
             config_json: self.context.config.clone(),
         }

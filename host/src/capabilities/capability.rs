@@ -28,6 +28,10 @@ pub trait Capability: Sized + Send + 'static {
     type Grant: DeserializeOwned + Clone + PartialEq + std::fmt::Debug + Default + Send + Sync;
     /// `[host.<NAME>]`: how the backend is reached.
     type Settings: DeserializeOwned + Clone + PartialEq + std::fmt::Debug + Default + Send + Sync;
+    /// `[plugins.<name>.limits] <NAME>-<key>`: what one plugin may make this
+    /// capability's backend spend (`kube-qps`), with safe defaults. Its serde
+    /// names carry the prefix, so its own errors name the key as written.
+    type Limits: DeserializeOwned + Copy + PartialEq + Eq + std::fmt::Debug + Default + Send + Sync;
     /// Shared by every plugin's calls.
     type Backend: ?Sized + Send + Sync + 'static;
     /// The in-memory backend for tests: records actions, injects failures.
@@ -37,9 +41,14 @@ pub trait Capability: Sized + Send + 'static {
     fn describe_grant(grant: &Self::Grant) -> Vec<String>;
     fn real(settings: &Self::Settings, env: &BackendEnv) -> anyhow::Result<Arc<Self::Backend>>;
     fn fake() -> (Arc<Self::Backend>, Arc<Self::Fake>);
-    /// The adapter one reconcile uses: it enforces `grant` and sends every
-    /// mutation through `call.gate`.
-    fn for_call(backend: &Arc<Self::Backend>, grant: &Self::Grant, call: &Arc<Call>) -> Self;
+    /// The adapter one reconcile uses: it enforces `grant` and `limits`, and
+    /// sends every mutation through `call.gate`.
+    fn for_call(
+        backend: &Arc<Self::Backend>,
+        grant: &Self::Grant,
+        limits: &Self::Limits,
+        call: &Arc<Call>,
+    ) -> Self;
     /// Answer the WIT interface's imports with the adapter `get` finds in the store.
     fn add_to_linker<T: Send + 'static>(
         linker: &mut Linker<T>,
@@ -83,3 +92,9 @@ impl<'de> serde::Deserialize<'de> for NoSettings {
         ))
     }
 }
+
+/// The limits of a capability that has none of its own: any
+/// `<NAME>-<key>` limit is an unknown field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoLimits {}

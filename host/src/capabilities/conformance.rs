@@ -320,15 +320,35 @@ impl Node {
             }
         }
         Node {
-            files: PluginFiles::for_call(&files_backend, &case.files, &call),
-            http: PluginHttp::for_call(&http_backend, &case.http, &call),
-            state: PluginState::for_call(&PluginState::fake().0, &AlwaysGranted, &call),
-            log: PluginLog::for_call(&PluginLog::fake().0, &AlwaysGranted, &call),
-            metrics: PluginMetrics::for_call(&PluginMetrics::fake().0, &AlwaysGranted, &call),
-            systemd: PluginSystemd::for_call(&systemd_backend, &case.systemd, &call),
-            cri: PluginCri::for_call(&cri_backend, &case.cri, &call),
-            kube: PluginKube::for_call(&kube_backend, &case.kube, &call),
-            cloud: PluginCloud::for_call(&cloud_backend, &case.cloud, &call),
+            files: PluginFiles::for_call(&files_backend, &case.files, &Default::default(), &call),
+            http: PluginHttp::for_call(&http_backend, &case.http, &Default::default(), &call),
+            state: PluginState::for_call(
+                &PluginState::fake().0,
+                &AlwaysGranted,
+                &Default::default(),
+                &call,
+            ),
+            log: PluginLog::for_call(
+                &PluginLog::fake().0,
+                &AlwaysGranted,
+                &Default::default(),
+                &call,
+            ),
+            metrics: PluginMetrics::for_call(
+                &PluginMetrics::fake().0,
+                &AlwaysGranted,
+                &Default::default(),
+                &call,
+            ),
+            systemd: PluginSystemd::for_call(
+                &systemd_backend,
+                &case.systemd,
+                &Default::default(),
+                &call,
+            ),
+            cri: PluginCri::for_call(&cri_backend, &case.cri, &Default::default(), &call),
+            kube: PluginKube::for_call(&kube_backend, &case.kube, &Default::default(), &call),
+            cloud: PluginCloud::for_call(&cloud_backend, &case.cloud, &Default::default(), &call),
         }
     }
 

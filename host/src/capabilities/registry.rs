@@ -91,6 +91,27 @@ macro_rules! generate {
             $( pub $name: <$cap as Capability>::Settings, )*
         }
 
+        /// Every capability's own `[plugins.<name>.limits]` keys, each named
+        /// `<capability>-<key>` ("kube-qps").
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct CapabilityLimits {
+            $( pub $name: <$cap as Capability>::Limits, )*
+        }
+
+        impl CapabilityLimits {
+            /// Read the keys `owner` owns (its table): the capability's own
+            /// type refuses what it does not know, by the key as written.
+            pub fn read(&mut self, owner: &str, table: toml::Table) -> Result<(), toml::de::Error> {
+                $(
+                    if owner == <$cap as Capability>::NAME {
+                        self.$name = toml::Value::Table(table).try_into()?;
+                        return Ok(());
+                    }
+                )*
+                unreachable!("limits read for {owner}, which is not a capability")
+            }
+        }
+
         /// The backends every plugin's adapters share.
         #[derive(Clone)]
         pub struct Backends {
@@ -151,9 +172,9 @@ macro_rules! generate {
         }
 
         impl Capabilities {
-            pub fn for_call(backends: &Backends, grants: &Grants, call: &Arc<Call>) -> Self {
+            pub fn for_call(backends: &Backends, grants: &Grants, limits: &CapabilityLimits, call: &Arc<Call>) -> Self {
                 Capabilities {
-                    $( $name: <$cap as Capability>::for_call(&backends.$name, &grants.$name, call), )*
+                    $( $name: <$cap as Capability>::for_call(&backends.$name, &grants.$name, &limits.$name, call), )*
                 }
             }
 

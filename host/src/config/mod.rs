@@ -3,6 +3,7 @@
 //! then resolved into absolute paths and defaults.
 
 pub mod diff;
+mod limits;
 mod listen;
 
 pub use listen::Listen;
@@ -14,7 +15,9 @@ pub use crate::units::ByteSize;
 
 use crate::capabilities::capability::Capability;
 use crate::capabilities::gate::BudgetRule;
-use crate::capabilities::registry::{Settings, capability_list, mutating_operations};
+use crate::capabilities::registry::{
+    CapabilityLimits, Settings, capability_list, mutating_operations,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -103,7 +106,10 @@ pub struct PluginConfig {
     /// Paths (inside the files grants) whose changes trigger a reconcile.
     pub watch: Vec<PathBuf>,
     pub grants: Grants,
+    /// `[plugins.<name>.limits]`: the plugin's own ...
     pub limits: Limits,
+    /// ... and each capability's (`kube-qps`), handed to its adapter.
+    pub capability_limits: CapabilityLimits,
     pub scope: Scope,
     /// `[plugins.<name>.config]` as JSON text, handed to the plugin.
     pub config_json: String,
@@ -191,7 +197,7 @@ struct RawPlugin {
     #[serde(default)]
     grants: Grants,
     #[serde(default)]
-    limits: Limits,
+    limits: limits::PluginLimits,
     scope: Option<Spanned<Scope>>,
     #[serde(default)]
     config: toml::Table,
@@ -338,7 +344,8 @@ impl Config {
                     interval: plugin.interval,
                     watch: plugin.watch.into_iter().map(Spanned::into_inner).collect(),
                     grants: plugin.grants,
-                    limits: plugin.limits,
+                    limits: plugin.limits.own,
+                    capability_limits: plugin.limits.capabilities,
                     scope: plugin.scope.map(Spanned::into_inner).unwrap_or_default(),
                     config_json,
                 },

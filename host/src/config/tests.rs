@@ -65,6 +65,61 @@ fn limits_default_to_64mib_and_30s() {
 }
 
 #[test]
+fn each_capabilitys_limits_go_to_its_own_type_and_the_rest_are_the_plugins() {
+    let text = "[host]\nplugins-dir='p'\nstate-dir='s'\n[plugins.a.limits]\n\
+        memory = '8MiB'\nlog-lines = 7\nlog-bytes-per-minute = '1KiB'\nstate-keys = 3\n\
+        kube-qps = 9\nkube-cache-bytes = '1MiB'\ncloud-burst = 4\n";
+    let plugin = &parse(text).unwrap().plugins["a"];
+    let limits = plugin.limits;
+    assert_eq!(limits.memory, ByteSize(8 << 20));
+    let own = plugin.capability_limits;
+    assert_eq!(
+        (own.log.lines, own.log.bytes_per_minute),
+        (7, ByteSize(1024))
+    );
+    assert_eq!((own.state.keys, own.kube.qps, own.cloud.burst), (3, 9, 4));
+    assert_eq!(own.kube.cache_bytes, ByteSize(1 << 20));
+    // What was not written keeps its default.
+    assert_eq!(
+        own.kube.burst,
+        crate::capabilities::kube::KubeLimits::default().burst
+    );
+    assert_eq!(limits.timeout, Limits::default().timeout);
+}
+
+#[test]
+fn a_wrong_limit_names_its_line_and_what_its_owner_expects() {
+    let with = |line: &str| {
+        error_of(&format!(
+            "[host]\nplugins-dir='p'\nstate-dir='s'\n[plugins.a.limits]\nmemory = '8MiB'\n{line}\n"
+        ))
+    };
+    let err = with("kube-qpz = 1");
+    assert!(err.starts_with("/srv/tend/tend.toml:6:"), "{err}");
+    assert!(
+        err.contains("unknown field `kube-qpz`, expected one of `kube-qps`, `kube-burst`, `kube-caches`, `kube-cache-bytes`"),
+        "{err}"
+    );
+    let err = with("cloud-qps = 'fast'");
+    assert!(err.starts_with("/srv/tend/tend.toml:6:"), "{err}");
+    assert!(err.contains("u32"), "{err}");
+    // A capability without limits of its own has no such key.
+    let err = with("files-read = 1");
+    assert!(
+        err.contains("unknown field `files-read`, there are no fields"),
+        "{err}"
+    );
+    // An unknown key of the plugin's own says where a capability's would go.
+    let err = with("qps = 1");
+    assert!(err.starts_with("/srv/tend/tend.toml:6:"), "{err}");
+    assert!(
+        err.contains("unknown field `qps`, expected one of `memory`"),
+        "{err}"
+    );
+    assert!(err.contains("named after it (`kube-qps`"), "{err}");
+}
+
+#[test]
 fn unknown_key_is_an_error_with_line_and_column() {
     let text = GOOD.replace("interval = \"10s\"", "intervall = \"10s\"");
     let err = error_of(&text);
@@ -292,7 +347,10 @@ fn cloud_settings_grants_and_limits_parse_and_a_bad_provider_names_its_line() {
         "kubernetes.io/cluster/a"
     );
     assert_eq!(
-        (reaper.limits.cloud_qps, reaper.limits.cloud_burst),
+        (
+            reaper.capability_limits.cloud.qps,
+            reaper.capability_limits.cloud.burst
+        ),
         (2, 10)
     );
     let err = error_of(&text.replace("\"openstack\"", "\"gce\""));

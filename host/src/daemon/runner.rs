@@ -8,8 +8,7 @@ use super::Shared;
 use super::metrics::{Metrics, mutation_result};
 use super::table::{LastRun, Lifecycle, PluginTable};
 use crate::capabilities::Mutation;
-use crate::capabilities::limits::Limits;
-use crate::capabilities::log::charge_host_line;
+use crate::capabilities::log::{LogLimits, charge_host_line};
 use crate::capabilities::tape::Tape;
 use crate::config::{PluginConfig, Scope};
 use crate::journal::Entry;
@@ -45,7 +44,8 @@ struct Ran {
     digest: String,
     compiler: Compiler,
     triggers: Vec<String>,
-    limits: Limits,
+    /// What the host's lines about the plugin may spend of its log budget.
+    log: LogLimits,
 }
 
 impl Runner for DaemonRunner {
@@ -80,7 +80,7 @@ impl Runner for DaemonRunner {
                     digest: fetched.plugin.digest.clone(),
                     compiler: fetched.plugin.compiler,
                     triggers: trigger_list,
-                    limits: fetched.config.limits,
+                    log: fetched.config.capability_limits.log,
                 };
                 record(&shared.table, &shared.metrics, ran, report)
             }
@@ -168,7 +168,7 @@ fn log_mutations(ran: &Ran, report: &ReconcileReport) {
     let mut unlogged = 0;
     for mutation in &report.mutations {
         let line = mutation.describe();
-        if charge_host_line(&ran.plugin, &ran.limits, line.len()) {
+        if charge_host_line(&ran.plugin, &ran.log, line.len()) {
             tracing::info!("{line}");
         } else {
             unlogged += 1;
@@ -266,7 +266,7 @@ fn log_outcome(ran: &Ran, report: &ReconcileReport) {
 /// Plugin text for a line the host logs: inert, and charged to the plugin's
 /// log budget per minute; once that is spent, a note in its place.
 fn logged_text<'a>(ran: &Ran, text: &'a str) -> std::borrow::Cow<'a, str> {
-    if charge_host_line(&ran.plugin, &ran.limits, text.len()) {
+    if charge_host_line(&ran.plugin, &ran.log, text.len()) {
         inert(text)
     } else {
         format!(

@@ -187,7 +187,12 @@ impl Runtime {
             request
                 .services
                 .call(caller, config.limits, request.planned.clone(), request.tape);
-        let caps = Capabilities::for_call(&request.services.backends, &config.grants, &call);
+        let caps = Capabilities::for_call(
+            &request.services.backends,
+            &config.grants,
+            &config.capability_limits,
+            &call,
+        );
         let (mut store, output) = self.new_store(plugin, caps, config.limits.memory.0);
         let ctx = types::Context {
             plugin: config.name.clone(),
@@ -252,6 +257,7 @@ impl Runtime {
             watch: vec![],
             grants: Default::default(),
             limits: Default::default(),
+            capability_limits: Default::default(),
             scope: Default::default(),
             config_json: "{}".into(),
         };
@@ -263,7 +269,12 @@ impl Runtime {
             cluster: false,
         };
         let call = services.call(caller, config.limits, None, Tape::Off);
-        let caps = Capabilities::for_call(&services.backends, &config.grants, &call);
+        let caps = Capabilities::for_call(
+            &services.backends,
+            &config.grants,
+            &config.capability_limits,
+            &call,
+        );
         let (mut store, output) = self.new_store(plugin, caps, config.limits.memory.0);
         let _ticking = self.ticker.running();
         let run = async {
@@ -362,6 +373,7 @@ mod tests {
             watch: vec![],
             grants: Default::default(),
             limits: Default::default(),
+            capability_limits: Default::default(),
             scope: Default::default(),
             config_json: "{}".into(),
         }
@@ -375,7 +387,8 @@ mod tests {
     ) -> (Store<CallState>, MemoryOutputPipe) {
         let (backends, _fakes) = Backends::fake();
         let call = testing::call("p", false);
-        let caps = Capabilities::for_call(&backends, &Default::default(), &call);
+        let caps =
+            Capabilities::for_call(&backends, &Default::default(), &Default::default(), &call);
         let pipe = MemoryOutputPipe::new(OUTPUT_CAPACITY);
         pipe.clone().write_all(output.as_bytes()).await.unwrap();
         let state = CallState {

@@ -12,11 +12,11 @@
 //! [`REQUEST_TIMEOUT`] and by what is left of the reconcile's deadline; the
 //! SDK retries a failed attempt at most twice (standard retry, 3 attempts).
 
-use super::backend::{
+use super::backend::{CloudLimits, 
     CloudBackend, Direction, EtherType, Instance, InstanceState, MAX_PAGES, OwnerTag, PortRange,
     Protocol, REQUEST_TIMEOUT, Remote, Rule, SecurityGroup,
 };
-use super::real::Pacer;
+use super::real::{Paced, Pacer};
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
@@ -63,7 +63,7 @@ struct Shared {
 /// The EC2 backend, as the host or as one plugin's reconcile (`call`).
 pub struct AwsCloud {
     shared: Arc<Shared>,
-    call: Option<Arc<Call>>,
+    paced: Option<Paced>,
 }
 
 impl AwsCloud {
@@ -86,7 +86,7 @@ impl AwsCloud {
                 client: OnceCell::new(),
                 pacer,
             }),
-            call: None,
+            paced: None,
         })
     }
 
@@ -95,8 +95,8 @@ impl AwsCloud {
     /// service, which off EC2 only times out).
     async fn client(&self) -> Result<Client, CapError> {
         let shared = &self.shared;
-        let within = self.call.as_ref().map_or(REQUEST_TIMEOUT, |call| {
-            call.remaining().min(REQUEST_TIMEOUT)
+        let within = self.paced.as_ref().map_or(REQUEST_TIMEOUT, |paced| {
+            paced.call.remaining().min(REQUEST_TIMEOUT)
         });
         let load = || async {
             let load = connect(shared.region.clone(), shared.endpoint.clone());
@@ -125,7 +125,7 @@ impl AwsCloud {
         let allowed = self
             .shared
             .pacer
-            .slot(self.call.as_deref(), operation)
+            .slot(self.paced.as_ref(), operation)
             .await
             .map_err(Failure::host)?;
         let result = if allowed < REQUEST_TIMEOUT {
@@ -322,10 +322,13 @@ impl CloudBackend for AwsCloud {
         "aws"
     }
 
-    fn for_plugin(self: Arc<Self>, call: &Arc<Call>) -> Arc<dyn CloudBackend> {
+    fn for_plugin(self: Arc<Self>, call: &Arc<Call>, limits: CloudLimits) -> Arc<dyn CloudBackend> {
         Arc::new(AwsCloud {
             shared: self.shared.clone(),
-            call: Some(call.clone()),
+            paced: Some(Paced {
+                call: call.clone(),
+                limits,
+            }),
         })
     }
 

@@ -11,6 +11,24 @@ use crate::capabilities::gate::Permit;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `[plugins.<name>.limits] cloud-*`: one plugin's API requests (every page
+/// counts; a token bucket kept across reconciles, waited for as `kube-qps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CloudLimits {
+    #[serde(rename = "cloud-qps")]
+    pub qps: u32,
+    /// Requests the bucket holds.
+    #[serde(rename = "cloud-burst")]
+    pub burst: u32,
+}
+
+impl Default for CloudLimits {
+    fn default() -> Self {
+        CloudLimits { qps: 5, burst: 10 }
+    }
+}
+
 pub use crate::wit::cloud::{
     Direction, EtherType, Instance, InstanceState, OwnerTag, PortRange, Protocol, Remote, Rule,
     SecurityGroup,
@@ -26,9 +44,9 @@ pub const MAX_PAGES: usize = 1000;
 pub trait CloudBackend: Send + Sync + 'static {
     /// "openstack" or "aws": for messages and the journal.
     fn provider(&self) -> &'static str;
-    /// This backend with every request paced by `call`'s plugin's request rate
-    /// and deadline.
-    fn for_plugin(self: Arc<Self>, call: &Arc<Call>) -> Arc<dyn CloudBackend>;
+    /// This backend with every request paced by `call`'s deadline and its
+    /// plugin's request rate (`limits`).
+    fn for_plugin(self: Arc<Self>, call: &Arc<Call>, limits: CloudLimits) -> Arc<dyn CloudBackend>;
     /// Every instance tagged `owner` (key and value), all pages, or an error.
     async fn list_instances(&self, owner: &OwnerTag) -> Result<Vec<Instance>, CapError>;
     /// One instance; None when it does not exist (or is long terminated).

@@ -3,9 +3,9 @@
 //! rule is `false`), recorded actions, injectable failures, a provider that
 //! ignores filters, and requests paced and counted as a real backend's.
 
-use super::backend::{CloudBackend, Instance, InstanceState, OwnerTag, Rule, SecurityGroup};
+use super::backend::{CloudBackend, CloudLimits, Instance, InstanceState, OwnerTag, Rule, SecurityGroup};
 use super::grants::{Operation, describe_rule, spec};
-use super::real::Pacer;
+use super::real::{Paced, Pacer};
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::fakes::FakeLedger;
@@ -39,7 +39,7 @@ impl Default for Account {
 #[derive(Default)]
 pub struct FakeCloud {
     account: Arc<Account>,
-    call: Option<Arc<Call>>,
+    paced: Option<Paced>,
 }
 
 impl FakeCloud {
@@ -122,7 +122,7 @@ impl FakeCloud {
     async fn request(&self, operation: Operation) -> Result<(), CapError> {
         self.account
             .pacer
-            .slot(self.call.as_deref(), operation.name())
+            .slot(self.paced.as_ref(), operation.name())
             .await?;
         self.account.ledger.check()
     }
@@ -138,10 +138,13 @@ impl CloudBackend for FakeCloud {
         "fake"
     }
 
-    fn for_plugin(self: Arc<Self>, call: &Arc<Call>) -> Arc<dyn CloudBackend> {
+    fn for_plugin(self: Arc<Self>, call: &Arc<Call>, limits: CloudLimits) -> Arc<dyn CloudBackend> {
         Arc::new(FakeCloud {
             account: self.account.clone(),
-            call: Some(call.clone()),
+            paced: Some(Paced {
+                call: call.clone(),
+                limits,
+            }),
         })
     }
 

@@ -18,7 +18,7 @@ mod wit;
 
 pub use adapter::{CloudSettings, Endpoint, PluginCloud, Provider};
 pub use backend::{
-    CloudBackend, Direction, EtherType, Instance, InstanceState, OwnerTag, PortRange, Protocol,
+    CloudBackend, CloudLimits, Direction, EtherType, Instance, InstanceState, OwnerTag, PortRange, Protocol,
     Remote, Rule, SecurityGroup,
 };
 pub use fake::FakeCloud;
@@ -36,6 +36,7 @@ impl Capability for PluginCloud {
     const MUTATIONS: &'static [&'static str] = &["delete-instance", "ensure-rule", "add-to-group"];
     type Grant = CloudGrant;
     type Settings = CloudSettings;
+    type Limits = CloudLimits;
     type Backend = dyn CloudBackend;
     type Fake = FakeCloud;
 
@@ -88,10 +89,10 @@ impl Capability for PluginCloud {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn CloudBackend>, grant: &CloudGrant, call: &Arc<Call>) -> Self {
+    fn for_call(backend: &Arc<dyn CloudBackend>, grant: &CloudGrant, limits: &CloudLimits, call: &Arc<Call>) -> Self {
         PluginCloud {
             // Paced by this plugin's request rate and deadline.
-            backend: backend.clone().for_plugin(call),
+            backend: backend.clone().for_plugin(call, *limits),
             grant: grant.clone(),
             call: call.clone(),
         }

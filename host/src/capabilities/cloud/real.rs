@@ -4,7 +4,7 @@
 //! The providers themselves are `openstack.rs` and `aws.rs`; `mod.rs` picks
 //! one from `[host.cloud] provider`.
 
-use super::backend::{CloudBackend, Instance, OwnerTag, REQUEST_TIMEOUT, Rule, SecurityGroup};
+use super::backend::{CloudBackend, CloudLimits, Instance, OwnerTag, REQUEST_TIMEOUT, Rule, SecurityGroup};
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
@@ -17,6 +17,14 @@ use std::time::Duration;
 
 /// Paces and counts the requests of one provider account, shared by every
 /// plugin's view of the backend.
+/// One plugin's reconcile as its requests are paced: its name and deadline
+/// (`call`) and its `cloud-*` limits.
+#[derive(Clone)]
+pub struct Paced {
+    pub call: Arc<Call>,
+    pub limits: CloudLimits,
+}
+
 pub struct Pacer {
     throttle: Throttle,
     /// Requests by plugin ("" for the host's own) and backend operation.
@@ -40,13 +48,14 @@ impl Pacer {
     /// or less when the reconcile's deadline comes first.
     pub async fn slot(
         &self,
-        call: Option<&Call>,
+        paced: Option<&Paced>,
         operation: &'static str,
     ) -> Result<Duration, CapError> {
-        let asker = call.map(|call| Asker {
+        let call = paced.map(|p| &*p.call);
+        let asker = paced.map(|Paced { call, limits }| Asker {
             plugin: &call.plugin,
-            qps: call.limits.cloud_qps,
-            burst: call.limits.cloud_burst,
+            qps: limits.qps,
+            burst: limits.burst,
             within: call.remaining(),
         });
         self.throttle.acquire(asker.as_ref()).await?;
@@ -152,7 +161,7 @@ impl CloudBackend for Unconfigured {
     fn provider(&self) -> &'static str {
         "none"
     }
-    fn for_plugin(self: Arc<Self>, _: &Arc<Call>) -> Arc<dyn CloudBackend> {
+    fn for_plugin(self: Arc<Self>, _: &Arc<Call>, _: CloudLimits) -> Arc<dyn CloudBackend> {
         self
     }
     async fn list_instances(&self, _: &OwnerTag) -> Result<Vec<Instance>, CapError> {
@@ -184,21 +193,18 @@ impl CloudBackend for Unconfigured {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capabilities::limits::Limits;
-    use crate::capabilities::testing::call_with_limits;
+    use crate::capabilities::testing::call;
 
     #[tokio::test(start_paused = true)]
     async fn slots_follow_the_plugins_limits_and_are_counted_by_operation() {
         let pacer = Pacer::new(100, 100);
-        let limits = Limits {
-            cloud_qps: 2,
-            cloud_burst: 2,
-            ..Limits::default()
+        let paced = Paced {
+            call: call("reaper", false),
+            limits: CloudLimits { qps: 2, burst: 2 },
         };
-        let call = call_with_limits("reaper", false, limits);
         let start = tokio::time::Instant::now();
         for _ in 0..4 {
-            let timeout = pacer.slot(Some(&call), "list-instances").await.unwrap();
+            let timeout = pacer.slot(Some(&paced), "list-instances").await.unwrap();
             assert!(timeout <= REQUEST_TIMEOUT);
         }
         assert_eq!(

@@ -38,7 +38,7 @@ fn scripted() -> (Arc<dyn CloudBackend>, Arc<FakeCloud>) {
 fn cloud_for(grant: &str, call: &Arc<Call>) -> (PluginCloud, Arc<FakeCloud>) {
     let (backend, fake) = scripted();
     let grant: CloudGrant = toml::from_str(grant).unwrap();
-    (PluginCloud::for_call(&backend, &grant, call), fake)
+    (PluginCloud::for_call(&backend, &grant, &Default::default(), call), fake)
 }
 
 fn cloud(grant: &str, dry_run: bool) -> (PluginCloud, Arc<FakeCloud>) {
@@ -431,13 +431,12 @@ async fn requests_wait_for_the_plugins_rate_within_the_deadline() {
     let (backend, fake) = scripted();
     let grant: CloudGrant = toml::from_str(FULL).unwrap();
     let limits = |timeout| Limits {
-        cloud_qps: 1,
-        cloud_burst: 2,
         timeout,
         ..Limits::default()
     };
+    let rate = CloudLimits { qps: 1, burst: 2 };
     let patient = call_with_limits("reaper", false, limits(Duration::from_secs(30)));
-    let cloud = PluginCloud::for_call(&backend, &grant, &patient);
+    let cloud = PluginCloud::for_call(&backend, &grant, &rate, &patient);
     let start = tokio::time::Instant::now();
     for _ in 0..4 {
         cloud.get_instance(A1).await.unwrap();
@@ -449,7 +448,7 @@ async fn requests_wait_for_the_plugins_rate_within_the_deadline() {
     );
     // The next reconcile shares the bucket, and its deadline is too short to wait.
     let hurried = call_with_limits("reaper", false, limits(Duration::from_millis(500)));
-    let cloud = PluginCloud::for_call(&backend, &grant, &hurried);
+    let cloud = PluginCloud::for_call(&backend, &grant, &rate, &hurried);
     let err = cloud.get_instance(A1).await.unwrap_err();
     assert_eq!(err.kind(), "timeout");
     assert!(
@@ -481,7 +480,7 @@ async fn listings_spend_the_read_allowance() {
         ..Limits::default()
     };
     let call = call_with_limits("reaper", false, limits);
-    let cloud = PluginCloud::for_call(&backend, &grant, &call);
+    let cloud = PluginCloud::for_call(&backend, &grant, &Default::default(), &call);
     let err = cloud.list_instances(&owner(POOL_A)).await.unwrap_err();
     assert_eq!(err.kind(), "budget-exhausted", "{err}");
     assert!(

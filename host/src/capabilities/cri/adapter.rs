@@ -228,6 +228,7 @@ mod tests {
             PluginCri::for_call(
                 &backend,
                 &grant,
+                &Default::default(),
                 &call_with_limits("sweeper", dry_run, limits),
             ),
             fake,

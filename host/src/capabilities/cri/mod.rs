@@ -19,7 +19,7 @@ pub use grants::{CriGrant, Operation};
 pub use real::RealCri;
 
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{BackendEnv, Capability};
+use crate::capabilities::capability::{BackendEnv, Capability, NoLimits};
 use crate::wit::cri;
 use adapter::DEFAULT_SOCKET;
 use std::path::PathBuf;
@@ -32,6 +32,7 @@ impl Capability for PluginCri {
         &["stop-pod-sandbox", "remove-pod-sandbox", "pull-image"];
     type Grant = CriGrant;
     type Settings = CriSettings;
+    type Limits = NoLimits;
     type Backend = dyn CriBackend;
     type Fake = FakeCri;
 
@@ -77,7 +78,7 @@ impl Capability for PluginCri {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn CriBackend>, grant: &CriGrant, call: &Arc<Call>) -> Self {
+    fn for_call(backend: &Arc<dyn CriBackend>, grant: &CriGrant, _: &NoLimits, call: &Arc<Call>) -> Self {
         PluginCri {
             backend: backend.clone(),
             grant: grant.clone(),

@@ -16,7 +16,7 @@ pub use grants::{FileGrant, Resolved, resolve};
 pub use real::RealFiles;
 
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{BackendEnv, Capability, NoSettings};
+use crate::capabilities::capability::{BackendEnv, Capability, NoLimits, NoSettings};
 use crate::wit::files;
 use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
@@ -31,6 +31,7 @@ impl Capability for PluginFiles {
     const MUTATIONS: &'static [&'static str] = &[WRITE, REMOVE];
     type Grant = Vec<FileGrant>;
     type Settings = NoSettings;
+    type Limits = NoLimits;
     type Backend = dyn FileBackend;
     type Fake = FakeFiles;
 
@@ -53,7 +54,7 @@ impl Capability for PluginFiles {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn FileBackend>, grants: &Vec<FileGrant>, call: &Arc<Call>) -> Self {
+    fn for_call(backend: &Arc<dyn FileBackend>, grants: &Vec<FileGrant>, _: &NoLimits, call: &Arc<Call>) -> Self {
         PluginFiles {
             backend: backend.clone(),
             grants: grants.clone(),

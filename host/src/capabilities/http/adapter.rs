@@ -72,7 +72,7 @@ mod tests {
         fake.respond("http://127.0.0.1:5000/v2/", 200);
         let grants = vec![UrlPattern::parse("http://127.0.0.1:*/*").unwrap()];
         (
-            PluginHttp::for_call(&backend, &grants, &call("p", dry_run)),
+            PluginHttp::for_call(&backend, &grants, &Default::default(), &call("p", dry_run)),
             fake,
         )
     }

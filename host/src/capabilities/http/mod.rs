@@ -16,7 +16,7 @@ pub use grants::{UrlPattern, check_url};
 pub use real::RealHttp;
 
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{BackendEnv, Capability, NoSettings};
+use crate::capabilities::capability::{BackendEnv, Capability, NoLimits, NoSettings};
 use crate::wit::http;
 use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
@@ -30,6 +30,7 @@ impl Capability for PluginHttp {
     const MUTATIONS: &'static [&'static str] = &[SEND];
     type Grant = Vec<UrlPattern>;
     type Settings = NoSettings;
+    type Limits = NoLimits;
     type Backend = dyn HttpBackend;
     type Fake = FakeHttp;
 
@@ -49,6 +50,7 @@ impl Capability for PluginHttp {
     fn for_call(
         backend: &Arc<dyn HttpBackend>,
         grants: &Vec<UrlPattern>,
+        _: &NoLimits,
         call: &Arc<Call>,
     ) -> Self {
         PluginHttp {

@@ -506,7 +506,7 @@ mod tests {
             json!({"metadata": {"name": "node-2", "uid": "u2"}}),
         );
         (
-            PluginKube::for_call(&backend, &grant.kube, &call("labeler", dry_run)),
+            PluginKube::for_call(&backend, &grant.kube, &Default::default(), &call("labeler", dry_run)),
             fake,
         )
     }

@@ -9,6 +9,38 @@ use crate::exposition::{Exposition, Kind};
 use serde_json::Value;
 use std::sync::Arc;
 
+/// `[plugins.<name>.limits] kube-*`: one plugin's API requests and watch caches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubeLimits {
+    /// Requests per second (a token bucket kept across reconciles; a call
+    /// waits for a token, within the reconcile's deadline).
+    #[serde(rename = "kube-qps")]
+    pub qps: u32,
+    /// Requests the bucket holds: a reconcile may make this many at once.
+    #[serde(rename = "kube-burst")]
+    pub burst: u32,
+    /// Watch caches this plugin's lists may start (beyond: direct reads).
+    #[serde(rename = "kube-caches")]
+    pub caches: u32,
+    /// Bytes (serialized objects) of the watch caches this plugin started
+    /// (beyond: no new caches, direct reads).
+    #[serde(rename = "kube-cache-bytes")]
+    pub cache_bytes: crate::units::ByteSize,
+}
+
+impl Default for KubeLimits {
+    fn default() -> Self {
+        // client-go's defaults for a whole client, here per plugin.
+        KubeLimits {
+            qps: 5,
+            burst: 10,
+            caches: 16,
+            cache_bytes: crate::units::ByteSize(32 << 20),
+        }
+    }
+}
+
 // The plugin's own words, as the WIT generates them.
 pub use crate::wit::kube::{EventType, ListParams, ObjectKey, PatchType};
 
@@ -199,7 +231,7 @@ pub trait KubeBackend: Send + Sync + 'static {
     /// its own and the host's tokens (within `call`'s deadline), the caches
     /// its lists start and its Events are charged to it. The host's own calls
     /// (watch triggers) use the backend itself.
-    fn for_plugin(self: Arc<Self>, call: &Arc<Call>) -> Arc<dyn KubeBackend>;
+    fn for_plugin(self: Arc<Self>, call: &Arc<Call>, limits: KubeLimits) -> Arc<dyn KubeBackend>;
     async fn resolve(&self, api_version: &str, kind: &str) -> Result<ResourceInfo, CapError>;
     /// A resource by group and plural name (for grants and triggers).
     async fn resource(&self, group: &str, plural: &str) -> Result<ResourceInfo, CapError>;

@@ -2,7 +2,7 @@
 //! resource, namespace and name, recorded actions, injectable failures.
 //! Patches are applied as the API server (and the SDK's fake) applies them.
 
-use super::backend::{
+use super::backend::{KubeLimits, 
     Change, EventNote, KubeBackend, ListParams, Listed, ObjectList, PatchBody, PatchType,
     ResourceInfo, Run,
 };
@@ -131,7 +131,7 @@ impl FakeKube {
 #[async_trait::async_trait]
 impl KubeBackend for FakeKube {
     /// Every plugin sees the same fake: it neither throttles nor caches.
-    fn for_plugin(self: Arc<Self>, _: &Arc<Call>) -> Arc<dyn KubeBackend> {
+    fn for_plugin(self: Arc<Self>, _: &Arc<Call>, _: KubeLimits) -> Arc<dyn KubeBackend> {
         self
     }
 

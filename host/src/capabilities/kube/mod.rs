@@ -15,7 +15,7 @@ mod wit;
 
 pub use adapter::{KubeSettings, PluginKube};
 pub use backend::{
-    Change, EventType, KubeBackend, ListParams, ObjectKey, ObjectList, PatchType, ResourceInfo,
+    Change, EventType, KubeBackend, KubeLimits, ListParams, ObjectKey, ObjectList, PatchType, ResourceInfo,
 };
 pub use fake::FakeKube;
 pub use grants::{KubeRule, OwnLease, Verb};
@@ -35,6 +35,7 @@ impl Capability for PluginKube {
     const MUTATIONS: &'static [&'static str] = &["create", "patch", "delete", "emit-event"];
     type Grant = Vec<KubeRule>;
     type Settings = KubeSettings;
+    type Limits = KubeLimits;
     type Backend = dyn KubeBackend;
     type Fake = FakeKube;
 
@@ -76,10 +77,10 @@ impl Capability for PluginKube {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn KubeBackend>, rules: &Vec<KubeRule>, call: &Arc<Call>) -> Self {
+    fn for_call(backend: &Arc<dyn KubeBackend>, rules: &Vec<KubeRule>, limits: &KubeLimits, call: &Arc<Call>) -> Self {
         PluginKube {
             // Charged to this plugin: its request bucket, caches and Events.
-            backend: backend.clone().for_plugin(call),
+            backend: backend.clone().for_plugin(call, *limits),
             rules: rules.clone(),
             call: call.clone(),
         }

@@ -5,7 +5,7 @@
 //! the host's request tokens and charges the caches its lists start.
 
 use super::adapter::KubeSettings;
-use super::backend::{
+use super::backend::{KubeLimits, 
     Change, EventNote, KubeBackend, ListParams, Listed, ObjectList, PatchBody, PatchType,
     ResourceInfo, Run,
 };
@@ -71,6 +71,8 @@ struct Shared {
 pub struct RealKube {
     shared: Arc<Shared>,
     call: Option<Arc<Call>>,
+    /// The plugin's `kube-*` limits (with `call`).
+    limits: KubeLimits,
 }
 
 /// Objects a page of a direct read of a whole list holds.
@@ -95,6 +97,7 @@ impl RealKube {
                 own_lease: settings.own_lease.clone(),
             }),
             call: None,
+            limits: KubeLimits::default(),
         }
     }
 
@@ -113,8 +116,8 @@ impl RealKube {
     async fn request(&self) -> Result<(), CapError> {
         let asker = self.call.as_ref().map(|call| Asker {
             plugin: &call.plugin,
-            qps: call.limits.kube_qps,
-            burst: call.limits.kube_burst,
+            qps: self.limits.qps,
+            burst: self.limits.burst,
             within: call.remaining(),
         });
         self.shared.throttle.acquire(asker.as_ref()).await?;
@@ -125,8 +128,8 @@ impl RealKube {
     fn charge(&self) -> Option<Charge<'_>> {
         self.call.as_ref().map(|call| Charge {
             plugin: &call.plugin,
-            caches: call.limits.kube_caches,
-            bytes: call.limits.kube_cache_bytes.0,
+            caches: self.limits.caches,
+            bytes: self.limits.cache_bytes.0,
         })
     }
 
@@ -290,10 +293,11 @@ fn split_api_version(api_version: &str) -> (&str, &str) {
 
 #[async_trait::async_trait]
 impl KubeBackend for RealKube {
-    fn for_plugin(self: Arc<Self>, call: &Arc<Call>) -> Arc<dyn KubeBackend> {
+    fn for_plugin(self: Arc<Self>, call: &Arc<Call>, limits: KubeLimits) -> Arc<dyn KubeBackend> {
         Arc::new(RealKube {
             shared: self.shared.clone(),
             call: Some(call.clone()),
+            limits,
         })
     }
 

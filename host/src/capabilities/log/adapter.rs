@@ -5,11 +5,38 @@
 use super::backend::{Level, LogBackend};
 use super::grants::{LogCap, MinuteWindow, Spent};
 use crate::capabilities::call::Call;
-use crate::capabilities::limits::Limits;
 use crate::text::inert;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
+use crate::units::ByteSize;
+use serde::Deserialize;
 use std::time::Instant;
+
+/// `[plugins.<name>.limits] log-*`: lines and bytes per reconcile, and per
+/// minute across reconciles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogLimits {
+    #[serde(rename = "log-lines")]
+    pub lines: u32,
+    #[serde(rename = "log-bytes")]
+    pub bytes: ByteSize,
+    #[serde(rename = "log-lines-per-minute")]
+    pub lines_per_minute: u32,
+    #[serde(rename = "log-bytes-per-minute")]
+    pub bytes_per_minute: ByteSize,
+}
+
+impl Default for LogLimits {
+    fn default() -> Self {
+        LogLimits {
+            lines: 1000,
+            bytes: ByteSize(64 << 10),
+            lines_per_minute: 3000,
+            bytes_per_minute: ByteSize(256 << 10),
+        }
+    }
+}
 
 /// Each plugin's current minute, across its reconciles (one entry per plugin
 /// name the process has run).
@@ -18,16 +45,17 @@ static MINUTES: LazyLock<Mutex<HashMap<String, MinuteWindow<Instant>>>> =
 
 pub struct PluginLog {
     pub(super) backend: Arc<dyn LogBackend>,
+    pub(super) limits: LogLimits,
     pub(super) call: Arc<Call>,
     pub(super) spent: Mutex<Spent>,
     pub(super) dropped: Mutex<usize>,
 }
 
 /// Spend one line of `len` bytes from `plugin`'s current minute.
-fn admit_this_minute(plugin: &str, limits: &Limits, len: usize) -> bool {
+fn admit_this_minute(plugin: &str, limits: &LogLimits, len: usize) -> bool {
     let per_minute = LogCap {
-        lines: limits.log_lines_per_minute,
-        bytes: limits.log_bytes_per_minute.0,
+        lines: limits.lines_per_minute,
+        bytes: limits.bytes_per_minute.0,
     };
     let now = Instant::now();
     let mut minutes = MINUTES.lock().unwrap();
@@ -41,16 +69,16 @@ fn admit_this_minute(plugin: &str, limits: &Limits, len: usize) -> bool {
 /// mutations it made) of `len` bytes of plugin text to the plugin's log budget
 /// per minute: false when that is spent, and the host must leave the plugin's
 /// text out of its line.
-pub fn charge_host_line(plugin: &str, limits: &Limits, len: usize) -> bool {
+pub fn charge_host_line(plugin: &str, limits: &LogLimits, len: usize) -> bool {
     admit_this_minute(plugin, limits, len)
 }
 
 impl PluginLog {
     fn admit(&self, len: usize) -> bool {
-        let limits = &self.call.limits;
+        let limits = &self.limits;
         let per_reconcile = LogCap {
-            lines: limits.log_lines,
-            bytes: limits.log_bytes.0,
+            lines: limits.lines,
+            bytes: limits.bytes.0,
         };
         let mut spent = self.spent.lock().unwrap();
         let mut fits = *spent;
@@ -85,21 +113,22 @@ impl PluginLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capabilities::testing::call_with_limits;
+    use crate::capabilities::testing::call;
     use crate::capabilities::{Capability, capability::AlwaysGranted};
 
     #[tokio::test]
     async fn lines_are_inert_and_bounded_per_reconcile_and_per_minute() {
-        let limits = Limits {
-            log_lines: 3,
-            log_lines_per_minute: 5,
-            ..Limits::default()
+        let limits = LogLimits {
+            lines: 3,
+            lines_per_minute: 5,
+            ..LogLimits::default()
         };
         let (backend, fake) = PluginLog::fake();
         let first = PluginLog::for_call(
             &backend,
             &AlwaysGranted,
-            &call_with_limits("chatty", false, limits),
+            &limits,
+            &call("chatty", false),
         );
         assert!(first.log(Level::Info, "a\nFORGED host line").await);
         for _ in 0..5 {
@@ -111,7 +140,8 @@ mod tests {
         let second = PluginLog::for_call(
             &backend,
             &AlwaysGranted,
-            &call_with_limits("chatty", false, limits),
+            &limits,
+            &call("chatty", false),
         );
         for _ in 0..3 {
             second.log(Level::Info, "x").await;
@@ -121,9 +151,9 @@ mod tests {
 
     #[tokio::test]
     async fn what_the_host_logs_for_a_plugin_spends_its_minute() {
-        let limits = Limits {
-            log_bytes_per_minute: crate::units::ByteSize(10 * 1024),
-            ..Limits::default()
+        let limits = LogLimits {
+            bytes_per_minute: ByteSize(10 * 1024),
+            ..LogLimits::default()
         };
         // Two 4 KiB outcome messages fit in 10 KiB, the third does not ...
         let kept = (0..3)
@@ -135,7 +165,8 @@ mod tests {
         let log = PluginLog::for_call(
             &backend,
             &AlwaysGranted,
-            &call_with_limits("outcomes", false, limits),
+            &limits,
+            &call("outcomes", false),
         );
         assert!(!log.log(Level::Info, &"x".repeat(4096)).await);
         assert!(log.log(Level::Info, "short").await);

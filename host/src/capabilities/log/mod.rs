@@ -10,7 +10,7 @@ mod backend;
 mod grants;
 mod wit;
 
-pub use adapter::{PluginLog, charge_host_line};
+pub use adapter::{LogLimits, PluginLog, charge_host_line};
 pub use backend::{FakeLog, Level, LogBackend, TracingLog};
 pub use grants::LINE_COST;
 
@@ -25,6 +25,7 @@ impl Capability for PluginLog {
     const MUTATIONS: &'static [&'static str] = &[];
     type Grant = AlwaysGranted;
     type Settings = NoSettings;
+    type Limits = LogLimits;
     type Backend = dyn LogBackend;
     type Fake = FakeLog;
 
@@ -41,9 +42,10 @@ impl Capability for PluginLog {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn LogBackend>, _: &AlwaysGranted, call: &Arc<Call>) -> Self {
+    fn for_call(backend: &Arc<dyn LogBackend>, _: &AlwaysGranted, limits: &LogLimits, call: &Arc<Call>) -> Self {
         PluginLog {
             backend: backend.clone(),
+            limits: *limits,
             call: call.clone(),
             spent: Mutex::default(),
             dropped: Mutex::default(),

@@ -17,7 +17,7 @@ pub use backend::{Kind, MetricsBackend};
 pub use real::SeriesStore;
 
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{AlwaysGranted, BackendEnv, Capability, NoSettings};
+use crate::capabilities::capability::{AlwaysGranted, BackendEnv, Capability, NoLimits, NoSettings};
 use crate::wit::tend::plugin::metrics;
 use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
@@ -27,6 +27,7 @@ impl Capability for PluginMetrics {
     const MUTATIONS: &'static [&'static str] = &[];
     type Grant = AlwaysGranted;
     type Settings = NoSettings;
+    type Limits = NoLimits;
     type Backend = dyn MetricsBackend;
     type Fake = SeriesStore;
 
@@ -43,7 +44,7 @@ impl Capability for PluginMetrics {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn MetricsBackend>, _: &AlwaysGranted, call: &Arc<Call>) -> Self {
+    fn for_call(backend: &Arc<dyn MetricsBackend>, _: &AlwaysGranted, _: &NoLimits, call: &Arc<Call>) -> Self {
         PluginMetrics {
             backend: backend.clone(),
             call: call.clone(),

@@ -2,7 +2,7 @@
 //! overlay that this reconcile reads back and that is then dropped, so a plan
 //! never changes what the next real reconcile remembers.
 
-use super::backend::{Quota, StateBackend};
+use super::backend::{StateBackend, StateLimits};
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::limits::raise;
@@ -12,6 +12,7 @@ use tend_rules::state::{check_key, check_prefix, check_value};
 
 pub struct PluginState {
     pub(super) backend: Arc<dyn StateBackend>,
+    pub(super) limits: StateLimits,
     pub(super) call: Arc<Call>,
     pub(super) overlay: Mutex<Overlay>,
 }
@@ -54,12 +55,8 @@ impl PluginState {
         if self.call.dry_run {
             return self.overlay_put(key, Some(value));
         }
-        let quota = Quota {
-            keys: self.call.limits.state_keys,
-            bytes: self.call.limits.state_bytes,
-        };
         self.backend
-            .set(&self.call.plugin, key, value, Some(quota))
+            .set(&self.call.plugin, key, value, Some(self.limits))
             .await
     }
 
@@ -102,7 +99,7 @@ mod tests {
 
     fn state(backend: &Arc<FakeState>, plugin: &str, dry_run: bool) -> PluginState {
         let backend: Arc<dyn StateBackend> = backend.clone();
-        PluginState::for_call(&backend, &AlwaysGranted, &call(plugin, dry_run))
+        PluginState::for_call(&backend, &AlwaysGranted, &Default::default(), &call(plugin, dry_run))
     }
 
     #[tokio::test]

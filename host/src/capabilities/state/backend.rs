@@ -5,14 +5,27 @@ use crate::capabilities::error::CapError;
 use crate::capabilities::limits::raise;
 use crate::units::ByteSize;
 
-/// How much one plugin may keep. Keys and values both count as bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Quota {
+/// `[plugins.<name>.limits] state-*`: how much one plugin may keep. Keys and
+/// values both count as bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateLimits {
+    #[serde(rename = "state-keys")]
     pub keys: u32,
+    #[serde(rename = "state-bytes")]
     pub bytes: ByteSize,
 }
 
-impl Quota {
+impl Default for StateLimits {
+    fn default() -> Self {
+        StateLimits {
+            keys: 1000,
+            bytes: ByteSize(16 << 20),
+        }
+    }
+}
+
+impl StateLimits {
     /// Check what the plugin would hold after a write; the error names the
     /// limit to raise.
     pub fn check(&self, plugin: &str, keys: u64, bytes: u64) -> Result<(), CapError> {
@@ -35,14 +48,14 @@ impl Quota {
 #[async_trait::async_trait]
 pub trait StateBackend: Send + Sync + 'static {
     async fn get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, CapError>;
-    /// Store a value; with a quota, refuse (storing nothing) when the plugin
+    /// Store a value; with limits, refuse (storing nothing) when the plugin
     /// would hold more than it allows.
     async fn set(
         &self,
         plugin: &str,
         key: &str,
         value: Vec<u8>,
-        quota: Option<Quota>,
+        limits: Option<StateLimits>,
     ) -> Result<(), CapError>;
     async fn delete(&self, plugin: &str, key: &str) -> Result<bool, CapError>;
     /// Sorted.

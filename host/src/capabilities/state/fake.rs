@@ -1,6 +1,6 @@
 //! An in-memory state store for tests: records writes, injects failures.
 
-use super::backend::{Quota, StateBackend};
+use super::backend::{StateLimits, StateBackend};
 use crate::capabilities::error::CapError;
 use crate::capabilities::fakes::FakeLedger;
 use std::collections::BTreeMap;
@@ -36,17 +36,17 @@ impl StateBackend for FakeState {
         plugin: &str,
         key: &str,
         value: Vec<u8>,
-        quota: Option<Quota>,
+        limits: Option<StateLimits>,
     ) -> Result<(), CapError> {
         self.ledger.check()?;
-        if let Some(quota) = quota {
+        if let Some(limits) = limits {
             let entries = self.entries.lock().unwrap();
             let mine = entries.iter().filter(|((p, k), _)| p == plugin && k != key);
             let (keys, bytes) = mine.fold(
                 (1u64, (key.len() + value.len()) as u64),
                 |(n, b), ((_, k), v)| (n + 1, b + (k.len() + v.len()) as u64),
             );
-            quota.check(plugin, keys, bytes)?;
+            limits.check(plugin, keys, bytes)?;
         }
         self.ledger.record("set", &format!("{plugin}/{key}"));
         self.entries

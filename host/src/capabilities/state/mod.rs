@@ -9,7 +9,7 @@ mod real;
 mod wit;
 
 pub use adapter::PluginState;
-pub use backend::{Quota, StateBackend};
+pub use backend::{StateLimits, StateBackend};
 pub use fake::FakeState;
 pub use real::RedbState;
 /// The rules crate's bounds, shared with the SDK's fake.
@@ -27,6 +27,7 @@ impl Capability for PluginState {
     const MUTATIONS: &'static [&'static str] = &[];
     type Grant = AlwaysGranted;
     type Settings = NoSettings;
+    type Limits = StateLimits;
     type Backend = dyn StateBackend;
     type Fake = FakeState;
 
@@ -45,9 +46,10 @@ impl Capability for PluginState {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn StateBackend>, _: &AlwaysGranted, call: &Arc<Call>) -> Self {
+    fn for_call(backend: &Arc<dyn StateBackend>, _: &AlwaysGranted, limits: &StateLimits, call: &Arc<Call>) -> Self {
         PluginState {
             backend: backend.clone(),
+            limits: *limits,
             call: call.clone(),
             overlay: Mutex::default(),
         }

@@ -3,7 +3,7 @@
 //! calling task (measured: microseconds); commits fsync, so they run on the
 //! blocking pool, never on a tokio worker.
 
-use super::backend::{Quota, StateBackend};
+use super::backend::{StateLimits, StateBackend};
 use crate::capabilities::error::CapError;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 const TABLE: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("plugin-state");
 /// Per plugin: (keys, bytes of keys and values), kept in step with TABLE in
-/// the same transactions, so a quota check never scans.
+/// the same transactions, so a limits check never scans.
 const USAGE: TableDefinition<&str, (u64, u64)> = TableDefinition::new("plugin-usage");
 /// The store's schema version, one row under [`VERSION_KEY`] (see
 /// [`crate::schema`]). A store without it is version 1, adopted on open.
@@ -158,7 +158,7 @@ impl StateBackend for RedbState {
         plugin: &str,
         key: &str,
         value: Vec<u8>,
-        quota: Option<Quota>,
+        limits: Option<StateLimits>,
     ) -> Result<(), CapError> {
         let (plugin, key) = (plugin.to_string(), key.to_string());
         commit(&self.db, move |txn| {
@@ -170,8 +170,8 @@ impl StateBackend for RedbState {
                 .map(|v| (key.len() + v.value().len()) as u64);
             let keys = keys + u64::from(old.is_none());
             let bytes = bytes - old.unwrap_or(0) + (key.len() + value.len()) as u64;
-            if let Some(quota) = quota {
-                quota.check(&plugin, keys, bytes)?;
+            if let Some(limits) = limits {
+                limits.check(&plugin, keys, bytes)?;
             }
             table
                 .insert((plugin.as_str(), key.as_str()), value.as_slice())
@@ -258,20 +258,20 @@ mod tests {
     async fn a_quota_bounds_keys_and_bytes_and_deletes_give_room_back() {
         let dir = tempfile::tempdir().unwrap();
         let store = RedbState::open(&dir.path().join("state.redb")).unwrap();
-        let quota = Some(Quota {
+        let limits = Some(StateLimits {
             keys: 2,
             bytes: crate::units::ByteSize(100),
         });
-        store.set("p", "a", vec![0; 40], quota).await.unwrap();
-        store.set("p", "a", vec![0; 45], quota).await.unwrap();
-        store.set("p", "b", vec![0; 40], quota).await.unwrap();
-        let err = store.set("p", "c", vec![], quota).await.unwrap_err();
+        store.set("p", "a", vec![0; 40], limits).await.unwrap();
+        store.set("p", "a", vec![0; 45], limits).await.unwrap();
+        store.set("p", "b", vec![0; 40], limits).await.unwrap();
+        let err = store.set("p", "c", vec![], limits).await.unwrap_err();
         assert!(
             err.to_string()
                 .contains("raise [plugins.p.limits] state-keys (now 2)"),
             "{err}"
         );
-        let err = store.set("p", "b", vec![0; 60], quota).await.unwrap_err();
+        let err = store.set("p", "b", vec![0; 60], limits).await.unwrap_err();
         assert!(err.to_string().contains("state-bytes"), "{err}");
         assert_eq!(
             store.get("p", "b").await.unwrap().unwrap().len(),
@@ -279,9 +279,9 @@ mod tests {
             "nothing stored"
         );
         assert!(store.delete("p", "a").await.unwrap());
-        store.set("p", "c", vec![0; 50], quota).await.unwrap();
-        // Another plugin has its own quota.
-        store.set("q", "a", vec![0; 90], quota).await.unwrap();
+        store.set("p", "c", vec![0; 50], limits).await.unwrap();
+        // Another plugin has its own limits.
+        store.set("q", "a", vec![0; 90], limits).await.unwrap();
     }
 
     #[test]

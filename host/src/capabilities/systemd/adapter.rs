@@ -292,7 +292,7 @@ mod tests {
                 .join(", ")
         ))
         .unwrap();
-        PluginSystemd::for_call(backend, &grant, &call("doctor", dry_run))
+        PluginSystemd::for_call(backend, &grant, &Default::default(), &call("doctor", dry_run))
     }
 
     /// Another reconcile's adapter on the same fake systemd.

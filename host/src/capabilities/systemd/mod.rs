@@ -17,7 +17,7 @@ pub use real::RealSystemd;
 pub use source::UNIT_TRIGGER;
 
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{BackendEnv, Capability};
+use crate::capabilities::capability::{BackendEnv, Capability, NoLimits};
 use crate::capabilities::watch::Watch;
 use crate::wit::systemd;
 use source::UnitSource;
@@ -31,6 +31,7 @@ impl Capability for PluginSystemd {
     const MUTATIONS: &'static [&'static str] = tend_rules::systemd::MUTATIONS;
     type Grant = SystemdGrant;
     type Settings = SystemdSettings;
+    type Limits = NoLimits;
     type Backend = dyn SystemdBackend;
     type Fake = FakeSystemd;
 
@@ -61,7 +62,7 @@ impl Capability for PluginSystemd {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn SystemdBackend>, grant: &SystemdGrant, call: &Arc<Call>) -> Self {
+    fn for_call(backend: &Arc<dyn SystemdBackend>, grant: &SystemdGrant, _: &NoLimits, call: &Arc<Call>) -> Self {
         PluginSystemd {
             backend: backend.clone(),
             grant: grant.clone(),

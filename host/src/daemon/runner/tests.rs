@@ -19,6 +19,7 @@ fn config(name: &str) -> PluginConfig {
         watch: vec![],
         grants: Default::default(),
         limits: Default::default(),
+        capability_limits: Default::default(),
         scope: Default::default(),
         config_json: "{}".into(),
     }
@@ -40,7 +41,7 @@ fn ran(plugin: &str) -> Ran {
         digest: "sha256:abc".into(),
         compiler: Compiler::Cranelift,
         triggers: vec!["interval".into()],
-        limits: Limits::default(),
+        log: LogLimits::default(),
     }
 }
 
@@ -307,7 +308,7 @@ fn what_the_host_logs_for_a_plugin_spends_its_log_budget_per_minute() {
     let plugin = "runner-test-log-budget";
     let table = table(plugin, Lifecycle::Ready, 0);
     let mut ran = ran(plugin);
-    ran.limits.log_lines_per_minute = 2;
+    ran.log.lines_per_minute = 2;
     let mutations = ["/a", "/b", "/c"].map(|t| write(t, "ok")).to_vec();
     let report = report(healthy("the plugin's own words", None), mutations);
 

@@ -14,8 +14,8 @@
 mod auth;
 mod model;
 
-use super::backend::{CloudBackend, Instance, MAX_PAGES, OwnerTag, Rule, SecurityGroup};
-use super::real::Pacer;
+use super::backend::{CloudBackend, CloudLimits, Instance, MAX_PAGES, OwnerTag, Rule, SecurityGroup};
+use super::real::{Paced, Pacer};
 use crate::capabilities::call::Call;
 use crate::capabilities::cloud::CloudSettings;
 use crate::capabilities::error::CapError;
@@ -54,7 +54,7 @@ struct Shared {
 /// The backend, as the host or as one plugin's reconcile (`call`).
 pub struct OpenStack {
     shared: Arc<Shared>,
-    call: Option<Arc<Call>>,
+    paced: Option<Paced>,
 }
 
 impl OpenStack {
@@ -74,7 +74,7 @@ impl OpenStack {
                 token: tokio::sync::Mutex::default(),
                 pacer: Pacer::new(settings.qps, settings.burst),
             }),
-            call: None,
+            paced: None,
         })
     }
 
@@ -103,7 +103,7 @@ impl OpenStack {
         let timeout = self
             .shared
             .pacer
-            .slot(self.call.as_deref(), "authenticate")
+            .slot(self.paced.as_ref(), "authenticate")
             .await?;
         let request = self
             .shared
@@ -268,7 +268,7 @@ impl OpenStack {
             let timeout = self
                 .shared
                 .pacer
-                .slot(self.call.as_deref(), operation)
+                .slot(self.paced.as_ref(), operation)
                 .await?;
             let mut request = self
                 .shared
@@ -533,10 +533,13 @@ impl CloudBackend for OpenStack {
         "openstack"
     }
 
-    fn for_plugin(self: Arc<Self>, call: &Arc<Call>) -> Arc<dyn CloudBackend> {
+    fn for_plugin(self: Arc<Self>, call: &Arc<Call>, limits: CloudLimits) -> Arc<dyn CloudBackend> {
         Arc::new(OpenStack {
             shared: self.shared.clone(),
-            call: Some(call.clone()),
+            paced: Some(Paced {
+                call: call.clone(),
+                limits,
+            }),
         })
     }
 
