@@ -221,7 +221,7 @@ impl Cloud for NotProvided {
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
     use super::*;
-    use crate::__wasm::from_wit_error;
+    use crate::types::from_wit_error;
     use crate::bindings::tend::plugin::cloud as wit;
 
     pub(crate) struct WasmCloud;
@@ -282,10 +282,10 @@ pub struct FakeCloud {
     instances: RefCell<Vec<Instance>>,
     groups: RefCell<Vec<SecurityGroup>>,
     actions: RefCell<Vec<String>>,
-    failures: crate::testing::ScriptedFailures,
+    failures: crate::fake::ScriptedFailures,
 }
 
-impl crate::testing::Fake for FakeCloud {
+impl crate::fake::Fake for FakeCloud {
     fn for_plugin(plugin: &str) -> Self {
         FakeCloud::new(plugin)
     }
@@ -306,7 +306,7 @@ impl FakeCloud {
             instances: RefCell::default(),
             groups: RefCell::default(),
             actions: RefCell::default(),
-            failures: crate::testing::ScriptedFailures::new("FakeCloud", &CALLS),
+            failures: crate::fake::ScriptedFailures::new("FakeCloud", &CALLS),
         }
     }
 

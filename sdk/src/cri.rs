@@ -103,7 +103,7 @@ impl Cri for NotProvided {
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
     use super::*;
-    use crate::__wasm::from_wit_error;
+    use crate::types::from_wit_error;
     use crate::bindings::tend::plugin::cri as wit;
 
     pub(crate) struct WasmCri;
@@ -161,13 +161,13 @@ pub struct FakeCri {
     containers: RefCell<Vec<Container>>,
     images: RefCell<Vec<Image>>,
     actions: RefCell<Vec<String>>,
-    failures: crate::testing::ScriptedFailures,
+    failures: crate::fake::ScriptedFailures,
     pull_failures: RefCell<BTreeMap<String, Error>>,
     pull_durations: RefCell<BTreeMap<String, Duration>>,
     time_left: Cell<Option<Duration>>,
 }
 
-impl crate::testing::Fake for FakeCri {
+impl crate::fake::Fake for FakeCri {
     fn for_plugin(plugin: &str) -> Self {
         FakeCri::new(plugin)
     }
@@ -194,7 +194,7 @@ impl FakeCri {
             containers: RefCell::default(),
             images: RefCell::default(),
             actions: RefCell::default(),
-            failures: crate::testing::ScriptedFailures::new("FakeCri", &CALLS),
+            failures: crate::fake::ScriptedFailures::new("FakeCri", &CALLS),
             pull_failures: RefCell::default(),
             pull_durations: RefCell::default(),
             time_left: Cell::new(None),

@@ -55,7 +55,7 @@ impl Files for NotProvided {
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
     use super::{DirEntry, Metadata};
-    use crate::__wasm::from_wit_error;
+    use crate::types::from_wit_error;
     use crate::Result;
     use crate::bindings::tend::plugin::files;
 
@@ -91,7 +91,7 @@ pub struct FakeFiles {
     grants: RefCell<Vec<FileGrant>>,
 }
 
-impl crate::testing::Fake for FakeFiles {
+impl crate::fake::Fake for FakeFiles {
     fn for_plugin(plugin: &str) -> Self {
         FakeFiles::new(plugin)
     }

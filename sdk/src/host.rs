@@ -1,8 +1,8 @@
-//! The [`Host`] a reconcile is handed, and [`NotProvided`], what its accessors
-//! return by default. Each capability (its trait, wasm glue and fake) lives in
-//! its own module; its accessor here comes from the list in `lib.rs`.
+//! The [`Host`] a reconcile is handed; its accessors return [`NotProvided`]
+//! by default. Each capability (its trait, wasm glue and fake) lives in its
+//! own module; its accessor here comes from the list in `lib.rs`.
 
-use crate::{Error, Level};
+use crate::{Level, NotProvided};
 
 /// [`Host`]: `log`, then one accessor per listed capability, defaulting to
 /// [`NotProvided`].
@@ -18,7 +18,7 @@ macro_rules! host_trait {
         /// Every accessor has a default, so a capability added to the SDK later does
         /// not break an existing implementation of this trait: a capability the
         /// implementation does not override is [`NotProvided`], whose every call
-        /// returns [`Error::Denied`] ("... is not provided by this host ..."), and the
+        /// returns [`crate::Error::Denied`] ("... is not provided by this host ..."), and the
         /// default [`Host::log`] drops the line. The wasm host and
         /// [`crate::testing::FakeHost`] override every accessor.
         pub trait Host {
@@ -37,25 +37,10 @@ macro_rules! host_trait {
 }
 capability_list!(host_trait);
 
-/// A capability the [`Host`] does not provide: it implements every capability
-/// trait, and every call returns [`Error::Denied`]. The default of each
-/// [`Host`] accessor.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NotProvided;
-
-impl NotProvided {
-    /// The error of every call to `capability`.
-    pub(crate) fn denied(capability: &str) -> Error {
-        Error::Denied(format!(
-            "{capability} is not provided by this host: its Host implementation does not override Host::{capability}"
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Request;
+    use crate::{Error, Request};
 
     /// A host written before any capability existed still compiles.
     struct Bare;

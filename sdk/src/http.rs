@@ -51,7 +51,7 @@ impl Http for NotProvided {
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
     use super::{Request, Response};
-    use crate::__wasm::from_wit_error;
+    use crate::types::from_wit_error;
     use crate::Result;
     use crate::bindings::tend::plugin::http;
 
@@ -95,7 +95,7 @@ pub struct FakeHttp {
     batches: RefCell<Vec<usize>>,
 }
 
-impl crate::testing::Fake for FakeHttp {
+impl crate::fake::Fake for FakeHttp {
     fn for_plugin(plugin: &str) -> Self {
         FakeHttp::new(plugin)
     }

@@ -24,7 +24,7 @@
 /// its module plus an entry here. An entry is the accessor's doc, then the
 /// module's name and what it holds: the trait (also implemented for
 /// [`NotProvided`]), its wasm glue `wasm::$wasm`, its fake (implementing
-/// `testing::Fake`), the types re-exported at the crate root and the extra
+/// `fake::Fake`), the types re-exported at the crate root and the extra
 /// names re-exported from [`testing`]. Generated from it: the modules and
 /// re-exports (below), the [`Host`] accessors with their [`NotProvided`]
 /// defaults (`host.rs`), the [`testing::FakeHost`] fields and accessors
@@ -116,14 +116,17 @@ capability_list!(capability_modules);
 #[doc(hidden)]
 pub mod __wasm;
 mod clock;
+mod fake;
 mod host;
 mod log;
+mod not_provided;
 pub mod testing;
 mod types;
 
 pub use clock::{human_duration, wall_clock_ms};
-pub use host::{Host, NotProvided};
+pub use host::Host;
 pub use log::Level;
+pub use not_provided::NotProvided;
 pub use types::{Context, Error, Health, Outcome, PluginInfo, Result, Trigger};
 
 /// The generated bindings of the `tend:plugin` world, on every target: their

@@ -38,7 +38,7 @@ fn owned(labels: &[(&str, &str)]) -> Vec<(String, String)> {
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
     use super::owned;
-    use crate::__wasm::from_wit_error;
+    use crate::types::from_wit_error;
     use crate::Result;
     use crate::bindings::tend::plugin::metrics as wit;
 
@@ -75,7 +75,7 @@ pub struct FakeMetrics {
     values: RefCell<BTreeMap<Series, f64>>,
 }
 
-impl crate::testing::Fake for FakeMetrics {
+impl crate::fake::Fake for FakeMetrics {
     fn for_plugin(plugin: &str) -> Self {
         FakeMetrics::new(plugin)
     }

@@ -50,7 +50,7 @@ impl State for NotProvided {
 /// The wasm glue: the host's `state` imports.
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
-    use crate::__wasm::from_wit_error;
+    use crate::types::from_wit_error;
     use crate::Result;
     use crate::bindings::tend::plugin::state;
 
@@ -79,7 +79,7 @@ pub struct FakeState {
     entries: RefCell<BTreeMap<String, Vec<u8>>>,
 }
 
-impl crate::testing::Fake for FakeState {
+impl crate::fake::Fake for FakeState {
     /// State needs no grant, so nothing names the plugin.
     fn for_plugin(_plugin: &str) -> Self {
         FakeState::default()

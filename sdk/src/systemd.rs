@@ -72,7 +72,7 @@ impl Systemd for NotProvided {
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
     use super::{JobResult, UnitStatus};
-    use crate::__wasm::from_wit_error;
+    use crate::types::from_wit_error;
     use crate::Result;
     use crate::bindings::tend::plugin::systemd as wit;
 
@@ -131,7 +131,7 @@ pub struct FakeSystemd {
     failure: RefCell<Option<Error>>,
 }
 
-impl crate::testing::Fake for FakeSystemd {
+impl crate::fake::Fake for FakeSystemd {
     fn for_plugin(plugin: &str) -> Self {
         FakeSystemd::new(plugin)
     }

@@ -1,6 +1,8 @@
 //! The WIT `types` interface: its generated records, with the constructors
 //! and helpers plugins and their tests use.
 
+#[cfg(target_arch = "wasm32")]
+use crate::bindings::tend::plugin::types::Error as WitError;
 use serde::de::DeserializeOwned;
 
 /// The one error type of every capability; each case carries an
@@ -9,6 +11,36 @@ use serde::de::DeserializeOwned;
 pub use tend_rules::Error;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The SDK's error as the WIT's, for what a plugin's reconcile returns.
+#[cfg(target_arch = "wasm32")]
+pub(crate) fn to_wit_error(e: Error) -> WitError {
+    match e {
+        Error::Denied(m) => WitError::Denied(m),
+        Error::NotFound(m) => WitError::NotFound(m),
+        Error::Conflict(m) => WitError::Conflict(m),
+        Error::Unavailable(m) => WitError::Unavailable(m),
+        Error::Timeout(m) => WitError::Timeout(m),
+        Error::Invalid(m) => WitError::Invalid(m),
+        Error::BudgetExhausted(m) => WitError::BudgetExhausted(m),
+        Error::Other(m) => WitError::Other(m),
+    }
+}
+
+/// The WIT's error as the SDK's, for what an import answered.
+#[cfg(target_arch = "wasm32")]
+pub(crate) fn from_wit_error(e: WitError) -> Error {
+    match e {
+        WitError::Denied(m) => Error::Denied(m),
+        WitError::NotFound(m) => Error::NotFound(m),
+        WitError::Conflict(m) => Error::Conflict(m),
+        WitError::Unavailable(m) => Error::Unavailable(m),
+        WitError::Timeout(m) => Error::Timeout(m),
+        WitError::Invalid(m) => Error::Invalid(m),
+        WitError::BudgetExhausted(m) => Error::BudgetExhausted(m),
+        WitError::Other(m) => Error::Other(m),
+    }
+}
 
 /// The WIT records themselves: the host hands over and takes these very types.
 pub use crate::bindings::tend::plugin::types::{Context, Health, Outcome, PluginInfo, Trigger};

@@ -26,6 +26,96 @@ pub const CRATES: [(&str, &str); 3] = [
 
 pub type Module = Vec<String>;
 
+/// Each crate's floors, lowest first: a module uses modules on its own floor
+/// or below, never above (an arrow back up). A module is on the floor of the
+/// longest entry that names it or an ancestor; `*` is every module no entry
+/// names (in the SDK and the rules crate: the capabilities, so a new one
+/// needs no entry).
+pub const FLOORS: [(&str, &[&[&str]]); 3] = [
+    (
+        "host",
+        &[
+            // What every part uses: text, files, units, the WIT, the journal,
+            // and the plain data the config holds of a registry.
+            &[
+                "atomic",
+                "schema",
+                "text",
+                "units",
+                "untrusted",
+                "tls",
+                "peer",
+                "exposition",
+                "fs_watch",
+                "wit",
+                "journal",
+                "oci::reference",
+                "oci::settings",
+            ],
+            &["capabilities"],
+            // What the operator wrote, and the words of a trigger.
+            &["config", "scheduler::trigger"],
+            // Compiling and calling a plugin.
+            &["runtime"],
+            // Where plugins come from, when they run, and replays of them.
+            &["oci", "scheduler", "replay"],
+            &["daemon"],
+            &["cli"],
+            &["author", "bin"],
+        ],
+    ),
+    ("rules", &[&["error", "ident", "text", "wit"], &["*"]]),
+    (
+        "sdk",
+        &[
+            // The SDK's own types, and what every capability's fake and default share.
+            &["types", "clock", "log", "fake", "not_provided"],
+            &["*"],
+            // What gathers every capability: the Host trait, the fakes, the wasm glue.
+            &["host", "testing", "__wasm"],
+        ],
+    ),
+];
+
+/// The floor of `module` (its index in `floors`).
+fn floor(floors: &[&[&str]], module: &Module) -> Option<usize> {
+    let named = |entry: &str| {
+        let entry: Vec<&str> = entry.split("::").collect();
+        module.len() >= entry.len() && module.iter().zip(&entry).all(|(m, e)| m == e)
+    };
+    let mut best: Option<(usize, usize)> = None;
+    for (index, entries) in floors.iter().enumerate() {
+        for entry in entries.iter().filter(|e| **e != "*" && named(e)) {
+            let length = entry.split("::").count();
+            if best.is_none_or(|(_, longest)| length > longest) {
+                best = Some((index, length));
+            }
+        }
+    }
+    best.map(|(index, _)| index)
+        .or_else(|| floors.iter().position(|entries| entries.contains(&"*")))
+}
+
+/// Every arrow back up ("from -> to"), and every module on no floor.
+pub fn arrows_up(floors: &[&[&str]], edges: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (from, targets) in edges.iter().filter(|(m, _)| !m.is_empty()) {
+        let Some(own) = floor(floors, from) else {
+            found.push(format!(
+                "{} is on no floor: add it to FLOORS",
+                from.join("::")
+            ));
+            continue;
+        };
+        for to in targets {
+            if floor(floors, to).is_some_and(|theirs| theirs > own) {
+                found.push(format!("{} -> {}", from.join("::"), to.join("::")));
+            }
+        }
+    }
+    found
+}
+
 /// Every module file under `src`, by module path, with its code (tests cut).
 fn modules(src: &Path) -> Result<BTreeMap<Module, String>> {
     let mut out = BTreeMap::new();
@@ -125,6 +215,9 @@ fn expand(tree: &str) -> Vec<String> {
 /// item with the absolute path it stands for.
 pub struct Names {
     paths: Vec<Module>,
+    /// The capability modules a callback of the registration list reaches
+    /// (`capability_list!(x)`), though no path names them.
+    pub listed: Vec<Module>,
     reexports: BTreeMap<String, Module>,
     /// The modules of the rules crate it names (`tend_rules::kube::...`).
     pub rules: BTreeSet<String>,
@@ -200,6 +293,7 @@ fn references(module: &Module, code: &str) -> Names {
     let paths = paths.iter().filter_map(|p| absolute(module, p)).collect();
     Names {
         paths,
+        listed: Vec::new(),
         reexports,
         rules,
     }
@@ -211,7 +305,7 @@ fn resolve(modules: &BTreeMap<Module, Names>, path: &Module) -> Option<Module> {
     let mut path = path.clone();
     // A re-export chain is short; a loop of them is no module.
     for _ in 0..8 {
-        let n = (1..=path.len())
+        let n = (0..=path.len())
             .rev()
             .find(|&n| modules.contains_key(&path[..n]))?;
         let source = path
@@ -228,11 +322,29 @@ fn resolve(modules: &BTreeMap<Module, Names>, path: &Module) -> Option<Module> {
 
 /// Every module of the crate at `src` and what it names.
 pub fn names(src: &Path) -> Result<BTreeMap<Module, Names>> {
-    Ok(modules(src)?
-        .into_iter()
+    let modules = modules(src)?;
+    let listed = listed_capabilities(&modules)?;
+    Ok(modules
+        .iter()
         .map(|(module, code)| {
-            let names = references(&module, &code);
-            (module, names)
+            let mut names = references(module, code);
+            if code.contains("capability_list!(") {
+                names.listed = listed.clone();
+            }
+            (module.clone(), names)
+        })
+        .collect())
+}
+
+/// The module of each capability (a WIT import with functions) in this
+/// crate: `NAME` (the SDK) or `capabilities::NAME` (the host).
+fn listed_capabilities(modules: &BTreeMap<Module, String>) -> Result<Vec<Module>> {
+    Ok(crate::generate::capability_names()?
+        .into_iter()
+        .filter_map(|name| {
+            [vec![name.clone()], vec!["capabilities".to_string(), name]]
+                .into_iter()
+                .find(|module| modules.contains_key(module))
         })
         .collect())
 }
@@ -249,6 +361,7 @@ pub fn edges(modules: &BTreeMap<Module, Names>) -> BTreeMap<Module, BTreeSet<Mod
         let targets = names
             .paths
             .iter()
+            .chain(&names.listed)
             .filter_map(|path| resolve(modules, path))
             .filter(|target| !(target.starts_with(module) || module.starts_with(target)))
             .collect();
@@ -334,15 +447,17 @@ pub fn report() -> Result<()> {
         }
     }
     println!("{total} import cycles");
+    for (name, floors) in FLOORS {
+        let src = CRATES.iter().find(|(crate_name, _)| *crate_name == name);
+        let edges = graph(&crate::root().join(src.map_or("", |(_, src)| *src)))?;
+        let up = arrows_up(floors, &edges);
+        println!("{name}: {} arrows back up the floors", up.len());
+        for arrow in up {
+            println!("    {arrow}");
+        }
+    }
     // What depends on a capability outside its folder (xtask footprint).
-    let capabilities: Vec<String> = {
-        let mut resolve = wit_parser::Resolve::default();
-        resolve.push_dir(crate::root().join("wit"))?;
-        crate::generate::imports(&resolve)?
-            .into_iter()
-            .map(|(name, _)| name)
-            .collect()
-    };
+    let capabilities = crate::generate::capability_names()?;
     for (capability, module) in crate::footprint::sites(&capabilities)? {
         let why = crate::footprint::EXCEPTIONS
             .iter()
@@ -386,6 +501,60 @@ mod tests {
                 "crate::a::c::e",
                 "crate::a::g::*"
             ]
+        );
+    }
+
+    /// host/, rules/ and sdk/: no module uses one on a floor above its own.
+    #[test]
+    fn no_module_uses_one_on_a_higher_floor() {
+        for (name, floors) in FLOORS {
+            let (_, src) = CRATES.iter().find(|(n, _)| *n == name).unwrap();
+            let up = arrows_up(floors, &graph(&crate::root().join(src)).unwrap());
+            assert!(up.is_empty(), "{name}: {up:?} (docs/design.md, \"Floors\")");
+        }
+    }
+
+    #[test]
+    fn an_arrow_up_and_a_module_on_no_floor_are_found_and_the_longest_entry_wins() {
+        let m = |s: &str| -> Module { s.split("::").map(str::to_string).collect() };
+        let floors: &[&[&str]] = &[&["text", "oci::settings"], &["config"], &["oci"]];
+        let edges = BTreeMap::from([
+            (m("config"), BTreeSet::from([m("oci::settings"), m("text")])),
+            (m("oci::settings"), BTreeSet::from([m("config")])),
+            (m("oci::pull"), BTreeSet::from([m("config")])),
+            (m("stray"), BTreeSet::new()),
+        ]);
+        assert_eq!(
+            arrows_up(floors, &edges),
+            [
+                "oci::settings -> config",
+                "stray is on no floor: add it to FLOORS"
+            ]
+        );
+        let with_rest: &[&[&str]] = &[&["text"], &["*"]];
+        assert_eq!(floor(with_rest, &m("kube::fake")), Some(1));
+    }
+
+    #[test]
+    fn a_path_through_the_crate_roots_reexport_reaches_the_defining_module() {
+        let module = |s: &str| -> Module { s.split("::").map(str::to_string).collect() };
+        let modules = BTreeMap::from([
+            (
+                Vec::new(),
+                references(&Vec::new(), "pub use host::NotProvided;\n"),
+            ),
+            (
+                module("host"),
+                references(&module("host"), "use crate::files::Files;\n"),
+            ),
+            (
+                module("files"),
+                references(&module("files"), "use crate::NotProvided;\n"),
+            ),
+        ]);
+        assert_eq!(
+            cycles(&edges(&modules)),
+            vec![vec![module("files"), module("host")]]
         );
     }
 

@@ -109,10 +109,10 @@ pub struct FakeKube {
     actions: RefCell<Vec<String>>,
     patches: RefCell<Vec<RecordedPatch>>,
     events: RefCell<Vec<RecordedEvent>>,
-    failures: crate::testing::ScriptedFailures,
+    failures: crate::fake::ScriptedFailures,
 }
 
-impl crate::testing::Fake for FakeKube {
+impl crate::fake::Fake for FakeKube {
     fn for_plugin(plugin: &str) -> Self {
         FakeKube::new(plugin)
     }
@@ -146,7 +146,7 @@ impl FakeKube {
             actions: RefCell::default(),
             patches: RefCell::default(),
             events: RefCell::default(),
-            failures: crate::testing::ScriptedFailures::new("FakeKube", &super::CALLS),
+            failures: crate::fake::ScriptedFailures::new("FakeKube", &super::CALLS),
         }
     }
 

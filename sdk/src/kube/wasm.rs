@@ -1,7 +1,7 @@
 //! The wasm glue: the host's `kube` import; objects cross it as JSON text.
 
 use super::{EventType, Kube, ListParams, ObjectKey, ObjectList, PatchType};
-use crate::__wasm::from_wit_error;
+use crate::types::from_wit_error;
 use crate::bindings::tend::plugin::kube as wit;
 use crate::{Error, Result};
 use serde_json::Value;
