@@ -4,6 +4,7 @@
 //! languages' tools, npm tools under target/npm).
 
 mod cluster_demo;
+mod fakes_dispatch;
 mod footprint;
 mod generate;
 mod graph;

@@ -1,13 +1,18 @@
 //! Plugin calls: each WIT function of world `plugin`, by its WIT name, on the
-//! [`Host`] of a fake, its answer the WIT result as JSON.
+//! [`Host`] of a fake, its answer the WIT result as JSON. The arguments are
+//! taken by the generated dispatch (`dispatch.rs`); what is here is how each
+//! function reaches the Rust fakes, whose methods take Rust's shapes.
 
+use crate::dispatch::{Functions, dispatch};
 use crate::wit::{Bytes, answer};
 use crate::{Args, unknown_fn};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tend_rules::wit::INTERFACES;
 use tend_sdk::testing::FakeHost;
-use tend_sdk::{Host, Level, Request, Rule};
+use tend_sdk::{
+    Host, Level, ListParams, ObjectKey, OwnerTag, PatchType, Request, Rule, SandboxFilter,
+};
 
 /// The WIT functions of `cap`, or what to write instead.
 pub(crate) fn functions(cap: &str) -> Result<&'static [&'static str], String> {
@@ -21,9 +26,27 @@ pub(crate) fn functions(cap: &str) -> Result<&'static [&'static str], String> {
         })
 }
 
+pub(crate) fn call(
+    host: &FakeHost,
+    cap: &str,
+    function: &str,
+    a: &mut Args,
+) -> Result<Value, String> {
+    let known = functions(cap)?;
+    dispatch(host, cap, function, a)?.ok_or_else(|| unknown_fn(cap, function, known))
+}
+
 /// `&[String]` as the `&[&str]` the SDK's traits take.
 fn strs(items: &[String]) -> Vec<&str> {
     items.iter().map(String::as_str).collect()
+}
+
+/// Metric labels as the `&[(&str, &str)]` the SDK's trait takes.
+fn label_refs(labels: &[(String, String)]) -> Vec<(&str, &str)> {
+    labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
 }
 
 /// A kube object or patch, JSON text in the WIT: text that is not JSON is
@@ -38,238 +61,195 @@ fn object_text(result: tend_sdk::Result<Value>) -> tend_sdk::Result<String> {
     result.map(|object| object.to_string())
 }
 
-pub(crate) fn call(
-    host: &FakeHost,
-    cap: &str,
-    function: &str,
-    a: &mut Args,
-) -> Result<Value, String> {
-    let known = functions(cap)?;
-    if !known.contains(&function) {
-        return Err(unknown_fn(cap, function, known));
+impl Functions for FakeHost {
+    fn log_log(&self, level: Level, message: String) -> Value {
+        self.log(level, &message);
+        json!({ "ok": null })
     }
-    // Each arm takes its arguments, checks none is left over, then calls.
-    macro_rules! run {
-        ($($name:ident: $ty:ty),* => $call:expr) => {{
-            $( let $name: $ty = a.get(stringify!($name))?; )*
-            a.done()?;
-            $call
-        }};
+    fn state_get(&self, key: String) -> Value {
+        answer(self.state().get(&key).map(|v| v.map(Bytes)))
     }
-    Ok(match (cap, function) {
-        ("log", _) => run!(level: Level, message: String => {
-            host.log(level, &message);
-            json!({ "ok": null })
-        }),
-        ("state", "get") => {
-            run!(key: String => answer(host.state().get(&key).map(|v| v.map(Bytes))))
-        }
-        ("state", "set") => {
-            run!(key: String, value: Bytes => answer(host.state().set(&key, &value.0)))
-        }
-        ("state", "delete") => run!(key: String => answer(host.state().delete(&key))),
-        ("state", _) => run!(prefix: String => answer(host.state().list_keys(&prefix))),
-        ("files", "read") => run!(path: String => answer(host.files().read(&path).map(Bytes))),
-        ("files", "write") => {
-            run!(path: String, contents: Bytes, mode: Option<u32> =>
-                answer(host.files().write(&path, &contents.0, mode)))
-        }
-        ("files", "remove") => run!(path: String => answer(host.files().remove(&path))),
-        ("files", "list-dir") => run!(path: String => answer(host.files().list(&path))),
-        ("files", _) => run!(path: String => answer(host.files().metadata(&path))),
-        ("http", "send") => run!(req: Request => answer(host.http().send(&req))),
-        ("http", _) => run!(reqs: Vec<Request> => {
-            // One host call, not the SDK's splitting `send_all`: over 32 requests are refused.
-            let results: Vec<Value> = host.http.send_batch(&reqs).into_iter().map(answer).collect();
-            json!({ "ok": results })
-        }),
-        ("systemd", _) => systemd(host, function, a)?,
-        ("cri", _) => cri(host, function, a)?,
-        ("metrics", "counter-add") => {
-            run!(name: String, labels: Vec<(String, String)>, value: f64 => {
-                let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                answer(host.metrics().counter_add(&name, &labels, value))
-            })
-        }
-        ("metrics", _) => run!(name: String, labels: Vec<(String, String)>, value: f64 => {
-            let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            answer(host.metrics().gauge_set(&name, &labels, value))
-        }),
-        ("kube", _) => kube(host, function, a)?,
-        ("cloud", _) => cloud(host, function, a)?,
-        _ => unreachable!("every interface of INTERFACES has an arm"),
-    })
-}
-
-fn systemd(host: &FakeHost, function: &str, a: &mut Args) -> Result<Value, String> {
-    let systemd = host.systemd();
-    if function == "daemon-reload" {
-        a.done()?;
-        return Ok(answer(systemd.daemon_reload()));
+    fn state_set(&self, key: String, value: Bytes) -> Value {
+        answer(self.state().set(&key, &value.0))
     }
-    if matches!(function, "list-units" | "enable" | "disable") {
-        let key = if function == "list-units" {
-            "patterns"
-        } else {
-            "units"
-        };
-        let names: Vec<String> = a.get(key)?;
-        a.done()?;
-        let names = strs(&names);
-        return Ok(match function {
-            "list-units" => answer(systemd.list_units(&names)),
-            "enable" => answer(systemd.enable(&names)),
-            _ => answer(systemd.disable(&names)),
+    fn state_delete(&self, key: String) -> Value {
+        answer(self.state().delete(&key))
+    }
+    fn state_list_keys(&self, prefix: String) -> Value {
+        answer(self.state().list_keys(&prefix))
+    }
+    fn files_read(&self, path: String) -> Value {
+        answer(self.files().read(&path).map(Bytes))
+    }
+    fn files_write(&self, path: String, contents: Bytes, mode: Option<u32>) -> Value {
+        answer(self.files().write(&path, &contents.0, mode))
+    }
+    fn files_remove(&self, path: String) -> Value {
+        answer(self.files().remove(&path))
+    }
+    fn files_list_dir(&self, path: String) -> Value {
+        answer(self.files().list(&path))
+    }
+    fn files_stat(&self, path: String) -> Value {
+        answer(self.files().metadata(&path))
+    }
+    fn http_send(&self, req: Request) -> Value {
+        answer(self.http().send(&req))
+    }
+    fn http_send_all(&self, reqs: Vec<Request>) -> Value {
+        // One host call, not the SDK's splitting `send_all`: over 32 requests are refused.
+        let results: Vec<Value> = self
+            .http
+            .send_batch(&reqs)
+            .into_iter()
+            .map(answer)
+            .collect();
+        json!({ "ok": results })
+    }
+    fn systemd_status(&self, unit: String) -> Value {
+        answer(self.systemd().status(&unit))
+    }
+    fn systemd_list_units(&self, patterns: Vec<String>) -> Value {
+        answer(self.systemd().list_units(&strs(&patterns)))
+    }
+    fn systemd_start(&self, unit: String) -> Value {
+        answer(self.systemd().start(&unit))
+    }
+    fn systemd_stop(&self, unit: String) -> Value {
+        answer(self.systemd().stop(&unit))
+    }
+    fn systemd_restart(&self, unit: String) -> Value {
+        answer(self.systemd().restart(&unit))
+    }
+    fn systemd_reload_or_restart(&self, unit: String) -> Value {
+        answer(self.systemd().reload_or_restart(&unit))
+    }
+    fn systemd_try_restart(&self, unit: String) -> Value {
+        answer(self.systemd().try_restart(&unit))
+    }
+    fn systemd_reset_failed(&self, unit: String) -> Value {
+        answer(self.systemd().reset_failed(&unit))
+    }
+    fn systemd_enable(&self, units: Vec<String>) -> Value {
+        answer(self.systemd().enable(&strs(&units)))
+    }
+    fn systemd_disable(&self, units: Vec<String>) -> Value {
+        answer(self.systemd().disable(&strs(&units)))
+    }
+    fn systemd_daemon_reload(&self) -> Value {
+        answer(self.systemd().daemon_reload())
+    }
+    fn cri_version(&self) -> Value {
+        answer(self.cri().version())
+    }
+    fn cri_list_pod_sandboxes(&self, filter: SandboxFilter) -> Value {
+        answer(self.cri().list_pod_sandboxes(&filter))
+    }
+    fn cri_pod_sandbox_status(&self, id: String) -> Value {
+        answer(self.cri().pod_sandbox_status(&id))
+    }
+    fn cri_stop_pod_sandbox(&self, id: String) -> Value {
+        answer(self.cri().stop_pod_sandbox(&id))
+    }
+    fn cri_remove_pod_sandbox(&self, id: String) -> Value {
+        answer(self.cri().remove_pod_sandbox(&id))
+    }
+    fn cri_list_containers(&self, pod_sandbox_id: Option<String>) -> Value {
+        answer(self.cri().list_containers(pod_sandbox_id.as_deref()))
+    }
+    fn cri_list_images(&self) -> Value {
+        answer(self.cri().list_images())
+    }
+    fn cri_image_status(&self, image: String) -> Value {
+        answer(self.cri().image_status(&image))
+    }
+    fn cri_pull_image(&self, image: String, timeout_ms: u32) -> Value {
+        let timeout = Duration::from_millis(timeout_ms.into());
+        answer(self.cri().pull_image(&image, timeout))
+    }
+    fn metrics_counter_add(
+        &self,
+        name: String,
+        labels: Vec<(String, String)>,
+        value: f64,
+    ) -> Value {
+        answer(
+            self.metrics()
+                .counter_add(&name, &label_refs(&labels), value),
+        )
+    }
+    fn metrics_gauge_set(&self, name: String, labels: Vec<(String, String)>, value: f64) -> Value {
+        answer(self.metrics().gauge_set(&name, &label_refs(&labels), value))
+    }
+    fn kube_get(&self, key: ObjectKey) -> Value {
+        answer(object_text(self.kube().get(&key)))
+    }
+    fn kube_list(
+        &self,
+        api_version: String,
+        kind: String,
+        namespace: Option<String>,
+        params: ListParams,
+    ) -> Value {
+        answer(
+            self.kube()
+                .list(&api_version, &kind, namespace.as_deref(), &params),
+        )
+    }
+    fn kube_create(
+        &self,
+        api_version: String,
+        kind: String,
+        namespace: Option<String>,
+        object: String,
+    ) -> Value {
+        let created = json_text("create", &object).and_then(|object| {
+            self.kube()
+                .create(&api_version, &kind, namespace.as_deref(), &object)
         });
+        answer(object_text(created))
     }
-    let unit: String = a.get("unit")?;
-    a.done()?;
-    Ok(match function {
-        "status" => answer(systemd.status(&unit)),
-        "start" => answer(systemd.start(&unit)),
-        "stop" => answer(systemd.stop(&unit)),
-        "restart" => answer(systemd.restart(&unit)),
-        "reload-or-restart" => answer(systemd.reload_or_restart(&unit)),
-        "try-restart" => answer(systemd.try_restart(&unit)),
-        _ => answer(systemd.reset_failed(&unit)),
-    })
-}
-
-fn cri(host: &FakeHost, function: &str, a: &mut Args) -> Result<Value, String> {
-    let cri = host.cri();
-    let result = match function {
-        "version" => {
-            a.done()?;
-            answer(cri.version())
-        }
-        "list-pod-sandboxes" => {
-            let filter = a.get("filter")?;
-            a.done()?;
-            answer(cri.list_pod_sandboxes(&filter))
-        }
-        "list-containers" => {
-            let id: Option<String> = a.get("pod-sandbox-id")?;
-            a.done()?;
-            answer(cri.list_containers(id.as_deref()))
-        }
-        "list-images" => {
-            a.done()?;
-            answer(cri.list_images())
-        }
-        "image-status" => {
-            let image: String = a.get("image")?;
-            a.done()?;
-            answer(cri.image_status(&image))
-        }
-        "pull-image" => {
-            let image: String = a.get("image")?;
-            let timeout: u32 = a.get("timeout-ms")?;
-            a.done()?;
-            answer(cri.pull_image(&image, Duration::from_millis(timeout.into())))
-        }
-        _ => {
-            let id: String = a.get("id")?;
-            a.done()?;
-            match function {
-                "pod-sandbox-status" => answer(cri.pod_sandbox_status(&id)),
-                "stop-pod-sandbox" => answer(cri.stop_pod_sandbox(&id)),
-                _ => answer(cri.remove_pod_sandbox(&id)),
-            }
-        }
-    };
-    Ok(result)
-}
-
-fn kube(host: &FakeHost, function: &str, a: &mut Args) -> Result<Value, String> {
-    let kube = host.kube();
-    let result = match function {
-        "get" | "delete" => {
-            let key = a.get("key")?;
-            a.done()?;
-            if function == "get" {
-                answer(object_text(kube.get(&key)))
-            } else {
-                answer(kube.delete(&key))
-            }
-        }
-        "list" | "create" => {
-            let api_version: String = a.get("api-version")?;
-            let kind: String = a.get("kind")?;
-            let namespace: Option<String> = a.get("namespace")?;
-            if function == "list" {
-                let params = a.get("params")?;
-                a.done()?;
-                answer(kube.list(&api_version, &kind, namespace.as_deref(), &params))
-            } else {
-                let object: String = a.get("object")?;
-                a.done()?;
-                answer(object_text(json_text("create", &object).and_then(
-                    |object| kube.create(&api_version, &kind, namespace.as_deref(), &object),
-                )))
-            }
-        }
-        "patch" => {
-            let key = a.get("key")?;
-            let patch_type = a.get("patch-type")?;
-            let patch: String = a.get("patch")?;
-            a.done()?;
-            answer(object_text(
-                json_text("patch", &patch).and_then(|patch| kube.patch(&key, patch_type, &patch)),
-            ))
-        }
-        _ => {
-            let regarding = a.get("regarding")?;
-            let event_type = a.get("event-type")?;
-            let reason: String = a.get("reason")?;
-            let message: String = a.get("message")?;
-            a.done()?;
-            answer(kube.emit_event(&regarding, event_type, &reason, &message))
-        }
-    };
-    Ok(result)
-}
-
-fn cloud(host: &FakeHost, function: &str, a: &mut Args) -> Result<Value, String> {
-    let cloud = host.cloud();
-    let result = match function {
-        "list-instances" => {
-            let owner = a.get("owner")?;
-            a.done()?;
-            answer(cloud.list_instances(&owner))
-        }
-        "list-security-groups" => {
-            let ids: Vec<String> = a.get("ids")?;
-            a.done()?;
-            answer(cloud.list_security_groups(&strs(&ids)))
-        }
-        "find-security-group" => {
-            let name: String = a.get("name")?;
-            a.done()?;
-            answer(cloud.find_security_group(&name))
-        }
-        "ensure-rule" => {
-            let group: String = a.get("group-id")?;
-            let rule: Rule = a.get("rule")?;
-            a.done()?;
-            answer(cloud.ensure_rule(&group, &rule))
-        }
-        "add-to-group" => {
-            let instance: String = a.get("instance-id")?;
-            let group: String = a.get("group-id")?;
-            a.done()?;
-            answer(cloud.add_to_group(&instance, &group))
-        }
-        _ => {
-            let id: String = a.get("id")?;
-            a.done()?;
-            if function == "get-instance" {
-                answer(cloud.get_instance(&id))
-            } else {
-                answer(cloud.delete_instance(&id))
-            }
-        }
-    };
-    Ok(result)
+    fn kube_patch(&self, key: ObjectKey, patch_type: PatchType, patch: String) -> Value {
+        let patched = json_text("patch", &patch)
+            .and_then(|patch| self.kube().patch(&key, patch_type, &patch));
+        answer(object_text(patched))
+    }
+    fn kube_delete(&self, key: ObjectKey) -> Value {
+        answer(self.kube().delete(&key))
+    }
+    fn kube_emit_event(
+        &self,
+        regarding: ObjectKey,
+        event_type: tend_sdk::EventType,
+        reason: String,
+        message: String,
+    ) -> Value {
+        answer(
+            self.kube()
+                .emit_event(&regarding, event_type, &reason, &message),
+        )
+    }
+    fn cloud_list_instances(&self, owner: OwnerTag) -> Value {
+        answer(self.cloud().list_instances(&owner))
+    }
+    fn cloud_get_instance(&self, id: String) -> Value {
+        answer(self.cloud().get_instance(&id))
+    }
+    fn cloud_delete_instance(&self, id: String) -> Value {
+        answer(self.cloud().delete_instance(&id))
+    }
+    fn cloud_list_security_groups(&self, ids: Vec<String>) -> Value {
+        answer(self.cloud().list_security_groups(&strs(&ids)))
+    }
+    fn cloud_find_security_group(&self, name: String) -> Value {
+        answer(self.cloud().find_security_group(&name))
+    }
+    fn cloud_ensure_rule(&self, group_id: String, rule: Rule) -> Value {
+        answer(self.cloud().ensure_rule(&group_id, &rule))
+    }
+    fn cloud_add_to_group(&self, instance_id: String, group_id: String) -> Value {
+        answer(self.cloud().add_to_group(&instance_id, &group_id))
+    }
 }
 
 #[cfg(test)]

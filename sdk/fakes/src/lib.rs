@@ -17,6 +17,7 @@
 mod calls;
 #[cfg(test)]
 mod conformance;
+mod dispatch;
 mod setup;
 mod wit;
 
