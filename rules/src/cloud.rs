@@ -49,16 +49,22 @@ impl Operation {
         Operation::AddToGroup,
     ];
 
-    /// The name in grants, budgets and the journal: "delete-instance".
-    pub fn name(self) -> &'static str {
+    /// The WIT function it is.
+    pub const fn function(self) -> crate::wit::cloud::Function {
+        use crate::wit::cloud::Function;
         match self {
-            Operation::ListInstances => "list-instances",
-            Operation::GetInstance => "get-instance",
-            Operation::DeleteInstance => "delete-instance",
-            Operation::ListSecurityGroups => "list-security-groups",
-            Operation::EnsureRule => "ensure-rule",
-            Operation::AddToGroup => "add-to-group",
+            Operation::ListInstances => Function::ListInstances,
+            Operation::GetInstance => Function::GetInstance,
+            Operation::DeleteInstance => Function::DeleteInstance,
+            Operation::ListSecurityGroups => Function::ListSecurityGroups,
+            Operation::EnsureRule => Function::EnsureRule,
+            Operation::AddToGroup => Function::AddToGroup,
         }
+    }
+
+    /// The name in grants, budgets and the journal: "delete-instance".
+    pub const fn name(self) -> &'static str {
+        self.function().name()
     }
 }
 

@@ -32,13 +32,19 @@ impl Operation {
         Operation::PullImage,
     ];
 
-    /// The name in grants, budgets and the journal: "remove-pod-sandbox".
-    pub fn name(self) -> &'static str {
+    /// The WIT function it is.
+    pub const fn function(self) -> crate::wit::cri::Function {
+        use crate::wit::cri::Function;
         match self {
-            Operation::StopPodSandbox => "stop-pod-sandbox",
-            Operation::RemovePodSandbox => "remove-pod-sandbox",
-            Operation::PullImage => "pull-image",
+            Operation::StopPodSandbox => Function::StopPodSandbox,
+            Operation::RemovePodSandbox => Function::RemovePodSandbox,
+            Operation::PullImage => Function::PullImage,
         }
+    }
+
+    /// The name in grants, budgets and the journal: "remove-pod-sandbox".
+    pub const fn name(self) -> &'static str {
+        self.function().name()
     }
 }
 

@@ -4,21 +4,100 @@
 /// `tend:plugin/log`.
 pub mod log {
     pub const FUNCTIONS: [&str; 1] = ["log"];
+
+    /// Each function, in WIT order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Function {
+        Log,
+    }
+
+    impl Function {
+        pub const ALL: [Function; 1] = [Function::Log];
+
+        /// Its WIT name, as grants, budgets and the journal say it.
+        pub const fn name(self) -> &'static str {
+            FUNCTIONS[self as usize]
+        }
+    }
 }
 
 /// `tend:plugin/state`.
 pub mod state {
     pub const FUNCTIONS: [&str; 4] = ["get", "set", "delete", "list-keys"];
+
+    /// Each function, in WIT order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Function {
+        Get,
+        Set,
+        Delete,
+        ListKeys,
+    }
+
+    impl Function {
+        pub const ALL: [Function; 4] = [
+            Function::Get,
+            Function::Set,
+            Function::Delete,
+            Function::ListKeys,
+        ];
+
+        /// Its WIT name, as grants, budgets and the journal say it.
+        pub const fn name(self) -> &'static str {
+            FUNCTIONS[self as usize]
+        }
+    }
 }
 
 /// `tend:plugin/files`.
 pub mod files {
     pub const FUNCTIONS: [&str; 5] = ["read", "write", "remove", "list-dir", "stat"];
+
+    /// Each function, in WIT order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Function {
+        Read,
+        Write,
+        Remove,
+        ListDir,
+        Stat,
+    }
+
+    impl Function {
+        pub const ALL: [Function; 5] = [
+            Function::Read,
+            Function::Write,
+            Function::Remove,
+            Function::ListDir,
+            Function::Stat,
+        ];
+
+        /// Its WIT name, as grants, budgets and the journal say it.
+        pub const fn name(self) -> &'static str {
+            FUNCTIONS[self as usize]
+        }
+    }
 }
 
 /// `tend:plugin/http`.
 pub mod http {
     pub const FUNCTIONS: [&str; 2] = ["send", "send-all"];
+
+    /// Each function, in WIT order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Function {
+        Send,
+        SendAll,
+    }
+
+    impl Function {
+        pub const ALL: [Function; 2] = [Function::Send, Function::SendAll];
+
+        /// Its WIT name, as grants, budgets and the journal say it.
+        pub const fn name(self) -> &'static str {
+            FUNCTIONS[self as usize]
+        }
+    }
 }
 
 /// `tend:plugin/systemd`.
@@ -36,6 +115,43 @@ pub mod systemd {
         "disable",
         "daemon-reload",
     ];
+
+    /// Each function, in WIT order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Function {
+        Status,
+        ListUnits,
+        Start,
+        Stop,
+        Restart,
+        ReloadOrRestart,
+        TryRestart,
+        ResetFailed,
+        Enable,
+        Disable,
+        DaemonReload,
+    }
+
+    impl Function {
+        pub const ALL: [Function; 11] = [
+            Function::Status,
+            Function::ListUnits,
+            Function::Start,
+            Function::Stop,
+            Function::Restart,
+            Function::ReloadOrRestart,
+            Function::TryRestart,
+            Function::ResetFailed,
+            Function::Enable,
+            Function::Disable,
+            Function::DaemonReload,
+        ];
+
+        /// Its WIT name, as grants, budgets and the journal say it.
+        pub const fn name(self) -> &'static str {
+            FUNCTIONS[self as usize]
+        }
+    }
 }
 
 /// `tend:plugin/cri`.
@@ -51,16 +167,92 @@ pub mod cri {
         "image-status",
         "pull-image",
     ];
+
+    /// Each function, in WIT order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Function {
+        Version,
+        ListPodSandboxes,
+        PodSandboxStatus,
+        StopPodSandbox,
+        RemovePodSandbox,
+        ListContainers,
+        ListImages,
+        ImageStatus,
+        PullImage,
+    }
+
+    impl Function {
+        pub const ALL: [Function; 9] = [
+            Function::Version,
+            Function::ListPodSandboxes,
+            Function::PodSandboxStatus,
+            Function::StopPodSandbox,
+            Function::RemovePodSandbox,
+            Function::ListContainers,
+            Function::ListImages,
+            Function::ImageStatus,
+            Function::PullImage,
+        ];
+
+        /// Its WIT name, as grants, budgets and the journal say it.
+        pub const fn name(self) -> &'static str {
+            FUNCTIONS[self as usize]
+        }
+    }
 }
 
 /// `tend:plugin/metrics`.
 pub mod metrics {
     pub const FUNCTIONS: [&str; 2] = ["counter-add", "gauge-set"];
+
+    /// Each function, in WIT order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Function {
+        CounterAdd,
+        GaugeSet,
+    }
+
+    impl Function {
+        pub const ALL: [Function; 2] = [Function::CounterAdd, Function::GaugeSet];
+
+        /// Its WIT name, as grants, budgets and the journal say it.
+        pub const fn name(self) -> &'static str {
+            FUNCTIONS[self as usize]
+        }
+    }
 }
 
 /// `tend:plugin/kube`.
 pub mod kube {
     pub const FUNCTIONS: [&str; 6] = ["get", "list", "create", "patch", "delete", "emit-event"];
+
+    /// Each function, in WIT order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Function {
+        Get,
+        List,
+        Create,
+        Patch,
+        Delete,
+        EmitEvent,
+    }
+
+    impl Function {
+        pub const ALL: [Function; 6] = [
+            Function::Get,
+            Function::List,
+            Function::Create,
+            Function::Patch,
+            Function::Delete,
+            Function::EmitEvent,
+        ];
+
+        /// Its WIT name, as grants, budgets and the journal say it.
+        pub const fn name(self) -> &'static str {
+            FUNCTIONS[self as usize]
+        }
+    }
 }
 
 /// `tend:plugin/cloud`.
@@ -74,6 +266,35 @@ pub mod cloud {
         "ensure-rule",
         "add-to-group",
     ];
+
+    /// Each function, in WIT order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Function {
+        ListInstances,
+        GetInstance,
+        DeleteInstance,
+        ListSecurityGroups,
+        FindSecurityGroup,
+        EnsureRule,
+        AddToGroup,
+    }
+
+    impl Function {
+        pub const ALL: [Function; 7] = [
+            Function::ListInstances,
+            Function::GetInstance,
+            Function::DeleteInstance,
+            Function::ListSecurityGroups,
+            Function::FindSecurityGroup,
+            Function::EnsureRule,
+            Function::AddToGroup,
+        ];
+
+        /// Its WIT name, as grants, budgets and the journal say it.
+        pub const fn name(self) -> &'static str {
+            FUNCTIONS[self as usize]
+        }
+    }
 }
 
 /// Every imported interface with its functions, in the world's order.

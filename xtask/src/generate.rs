@@ -67,12 +67,25 @@ fn function_names(interfaces: &[(String, Vec<String>)]) -> String {
     );
     for (interface, functions) in interfaces {
         let quoted: Vec<String> = functions.iter().map(|f| format!("{f:?}")).collect();
+        let variants: Vec<String> = functions.iter().map(|f| f.to_upper_camel_case()).collect();
+        let all: Vec<String> = variants.iter().map(|v| format!("Function::{v}")).collect();
         let _ = write!(
             out,
-            "\n/// `tend:plugin/{interface}`.\npub mod {module} {{\n    pub const FUNCTIONS: [&str; {n}] = [{list}];\n}}\n",
+            "\n/// `tend:plugin/{interface}`.\npub mod {module} {{\n\
+             pub const FUNCTIONS: [&str; {n}] = [{list}];\n\n\
+             /// Each function, in WIT order.\n\
+             #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]\n\
+             pub enum Function {{ {variants} }}\n\n\
+             impl Function {{\n\
+             pub const ALL: [Function; {n}] = [{all}];\n\n\
+             /// Its WIT name, as grants, budgets and the journal say it.\n\
+             pub const fn name(self) -> &'static str {{ FUNCTIONS[self as usize] }}\n\
+             }}\n}}\n",
             module = interface.replace('-', "_"),
             n = functions.len(),
             list = quoted.join(", "),
+            variants = variants.join(", "),
+            all = all.join(", "),
         );
     }
     let entries: Vec<String> = interfaces

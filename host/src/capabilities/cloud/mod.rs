@@ -33,7 +33,11 @@ use wasmtime::component::{HasSelf, Linker};
 impl Capability for PluginCloud {
     const NAME: &'static str = "cloud";
     /// The names of `tend_rules::cloud::Operation::MUTATIONS` (a test keeps them equal).
-    const MUTATIONS: &'static [&'static str] = &["delete-instance", "ensure-rule", "add-to-group"];
+    const MUTATIONS: &'static [&'static str] = &[
+        Operation::DeleteInstance.name(),
+        Operation::EnsureRule.name(),
+        Operation::AddToGroup.name(),
+    ];
     type Grant = CloudGrant;
     type Settings = CloudSettings;
     type Limits = CloudLimits;

@@ -28,8 +28,11 @@ use wasmtime::component::{HasSelf, Linker};
 
 impl Capability for PluginCri {
     const NAME: &'static str = "cri";
-    const MUTATIONS: &'static [&'static str] =
-        &["stop-pod-sandbox", "remove-pod-sandbox", "pull-image"];
+    const MUTATIONS: &'static [&'static str] = &[
+        Operation::StopPodSandbox.name(),
+        Operation::RemovePodSandbox.name(),
+        Operation::PullImage.name(),
+    ];
     type Grant = CriGrant;
     type Settings = CriSettings;
     type Limits = NoLimits;

@@ -19,12 +19,13 @@ use crate::capabilities::call::Call;
 use crate::capabilities::capability::{BackendEnv, Capability, NoLimits, NoSettings};
 use crate::wit::files;
 use std::sync::Arc;
+use tend_rules::wit::files::Function;
 use wasmtime::component::{HasSelf, Linker};
 
 /// The mutating operations, as budgets, the journal, call counts and the
 /// fake name them.
-const WRITE: &str = "write";
-const REMOVE: &str = "remove";
+const WRITE: &str = Function::Write.name();
+const REMOVE: &str = Function::Remove.name();
 
 impl Capability for PluginFiles {
     const NAME: &'static str = "files";

@@ -19,11 +19,12 @@ use crate::capabilities::call::Call;
 use crate::capabilities::capability::{BackendEnv, Capability, NoLimits, NoSettings};
 use crate::wit::http;
 use std::sync::Arc;
+use tend_rules::wit::http::Function;
 use wasmtime::component::{HasSelf, Linker};
 
 /// The mutating operation (a request with a method that changes something),
 /// as budgets, the journal and call counts name it.
-const SEND: &str = "send";
+const SEND: &str = Function::Send.name();
 
 impl Capability for PluginHttp {
     const NAME: &'static str = "http";

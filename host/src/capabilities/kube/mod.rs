@@ -28,11 +28,17 @@ use crate::capabilities::watch::Watch;
 use crate::wit::kube;
 use source::KubeSource;
 use std::sync::Arc;
+use tend_rules::wit::kube::Function;
 use wasmtime::component::{HasSelf, Linker};
 
 impl Capability for PluginKube {
     const NAME: &'static str = "kube";
-    const MUTATIONS: &'static [&'static str] = &["create", "patch", "delete", "emit-event"];
+    const MUTATIONS: &'static [&'static str] = &[
+        Function::Create.name(),
+        Function::Patch.name(),
+        Function::Delete.name(),
+        Function::EmitEvent.name(),
+    ];
     type Grant = Vec<KubeRule>;
     type Settings = KubeSettings;
     type Limits = KubeLimits;
