@@ -4,21 +4,11 @@
 // `reconciler` export. Only the component build imports this module (Node
 // cannot resolve `tend:plugin/...`); tests use `@tend/sdk/testing` instead.
 
-import log from "tend:plugin/log@0.1.0";
-import state from "tend:plugin/state@0.1.0";
-import files from "tend:plugin/files@0.1.0";
-import http from "tend:plugin/http@0.1.0";
-import systemd from "tend:plugin/systemd@0.1.0";
-import cri from "tend:plugin/cri@0.1.0";
-import metrics from "tend:plugin/metrics@0.1.0";
-import kube from "tend:plugin/kube@0.1.0";
-import cloud from "tend:plugin/cloud@0.1.0";
 import { TendError, errorFromKind } from "./errors.js";
 import { fromEngine } from "./codec.js";
 import { makeHost } from "./host.js";
+import { IMPORTED } from "./imports.js";
 import { camel } from "./names.js";
-
-const IMPORTED = { log, state, files, http, systemd, cri, metrics, kube, cloud };
 
 /** A result's error arrives as an exception whose `payload` is the WIT error: `{ tag, val }`. */
 function engineCall(cap, fn, args, sig) {

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
-import { parseWit, witModule, witTypes } from "../tools/gen-wit.mjs";
+import { importsModule, parseWit, witModule, witTypes } from "../tools/gen-wit.mjs";
 import { FakeHost } from "../src/testing.js";
 import { camel } from "../src/names.js";
 
@@ -17,6 +17,12 @@ test("src/wit.js is generated from the WIT", () => {
 
 test("src/wit.d.ts is generated from the WIT", () => {
   assert.equal(readFileSync(new URL("../src/wit.d.ts", import.meta.url), "utf8"), witTypes(wit), fresh);
+});
+
+test("src/imports.js is generated from the WIT", () => {
+  const text = importsModule(wit);
+  assert.equal(readFileSync(new URL("../src/imports.js", import.meta.url), "utf8"), text, fresh);
+  assert.ok(text.includes('import cloud from "tend:plugin/cloud@0.1.0";\n'), text);
 });
 
 test("a list of unions is typed as one: send-all answers (Response | TendError)[]", () => {

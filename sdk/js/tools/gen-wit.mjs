@@ -98,13 +98,16 @@ class Parser {
 export function parseWit(dir = defaultWit) {
   const interfaces = {};
   let world = null;
+  let pkg = null;
   for (const file of readdirSync(dir).filter((f) => f.endsWith(".wit")).sort()) {
     const p = new Parser(tokenize(readFileSync(join(dir, file), "utf8"), file), file);
     while (p.peek() !== undefined) {
       const doc = p.docs();
       const kw = p.next();
       if (kw === "package") {
-        while (p.next() !== ";");
+        let name = "";
+        for (let t = p.next(); t !== ";"; t = p.next()) name += t;
+        pkg = name;
       } else if (kw === "interface") {
         const iface = { name: p.next(), doc, types: [], funcs: [], uses: {} };
         interfaces[iface.name] = iface;
@@ -154,7 +157,7 @@ export function parseWit(dir = defaultWit) {
     }
   }
   if (!world) throw new Error(`${dir}: no world`);
-  return { interfaces, world };
+  return { interfaces, world, package: pkg };
 }
 
 const PRIMITIVES = new Set(["bool", "u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64", "f32", "f64", "string", "_"]);
@@ -306,8 +309,23 @@ export function witModule(wit = parseWit()) {
   );
 }
 
+/** src/imports.js: the component's import of every interface with functions. */
+export function importsModule(wit = parseWit()) {
+  const [namespace, rest] = wit.package.split(":");
+  const [pkg, version] = rest.split("@");
+  const names = wit.world.imports.filter((name) => wit.interfaces[name].funcs.length);
+  return (
+    HEADER +
+    "// The engine's imports of world `plugin`, by interface name. Only the component\n" +
+    "// build imports this module (Node cannot resolve `tend:plugin/...`).\n\n" +
+    names.map((name) => `import ${camel(name)} from "${namespace}:${pkg}/${name}@${version}";\n`).join("") +
+    `\nexport const IMPORTED = { ${names.map((name) => (camel(name) === name ? name : `${JSON.stringify(name)}: ${camel(name)}`)).join(", ")} };\n`
+  );
+}
+
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const wit = parseWit(process.argv[2] ?? defaultWit);
   writeFileSync(join(here, "..", "src", "wit.js"), witModule(wit));
+  writeFileSync(join(here, "..", "src", "imports.js"), importsModule(wit));
   writeFileSync(join(here, "..", "src", "wit.d.ts"), witTypes(wit));
 }
