@@ -17,6 +17,16 @@ pub const EXCEPTIONS: &[(&str, &str, &str)] = &[
         "budgets are kept in the state store, under a namespace no plugin can name",
     ),
     (
+        "state",
+        "capabilities::services",
+        "the gate's budgets are built on the state backend (kept under a namespace no plugin can name)",
+    ),
+    (
+        "log",
+        "runtime::call",
+        "a reconcile's report counts the plugin's log lines its limits dropped",
+    ),
+    (
         "log",
         "daemon::runner",
         "what the host logs on a plugin's behalf spends that plugin's log budget",
@@ -33,6 +43,11 @@ pub const EXCEPTIONS: &[(&str, &str, &str)] = &[
     ),
     (
         "kube",
+        "daemon",
+        "the leader elector is started with the capability's kubeconfig",
+    ),
+    (
+        "kube",
         "daemon::leader",
         "the leader elector talks to the API server with the capability's connection settings",
     ),
@@ -40,6 +55,11 @@ pub const EXCEPTIONS: &[(&str, &str, &str)] = &[
         "kube",
         "scheduler::trigger",
         "the scheduler's list of trigger kinds re-exports the watch trigger's",
+    ),
+    (
+        "kube",
+        "cli::rbac",
+        "`tend rbac` renders the plugins whose grants name kube",
     ),
     (
         "kube",
@@ -74,7 +94,9 @@ pub fn sites(capabilities: &[String]) -> anyhow::Result<Vec<(String, String)>> {
             if inside(module) || LISTS.contains(&name.as_str()) {
                 continue;
             }
-            let depends = edges[module].iter().any(inside) || names.rules.contains(capability);
+            let depends = edges[module].iter().any(inside)
+                || names.rules.contains(capability)
+                || names.fields.contains(capability);
             if depends {
                 found.push((capability.clone(), name));
             }

@@ -221,6 +221,46 @@ pub struct Names {
     reexports: BTreeMap<String, Module>,
     /// The modules of the rules crate it names (`tend_rules::kube::...`).
     pub rules: BTreeSet<String>,
+    /// The fields it reads of the registration list's structs (`grants.kube`),
+    /// each named after a capability: a dependency no path shows.
+    pub fields: BTreeSet<String>,
+}
+
+/// How the host names the registration list's structs (`Grants`,
+/// `Settings`, `Backends`, `Fakes`, `Capabilities`, `CapabilityLimits`) where
+/// it reads one capability's field: `p.grants.kube`, `caps.log`.
+const LISTED_STRUCTS: [&str; 8] = [
+    "caps",
+    "capabilities",
+    "grants",
+    "capability_limits",
+    "limits",
+    "backends",
+    "fakes",
+    "settings",
+];
+
+/// The fields `code` reads of the registration list's structs.
+fn listed_fields(code: &str) -> BTreeSet<String> {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut fields = BTreeSet::new();
+    for owner in LISTED_STRUCTS {
+        for (at, _) in code.match_indices(owner) {
+            let before = code[..at].chars().next_back();
+            let rest = &code[at + owner.len()..];
+            let rest = rest.strip_prefix("()").unwrap_or(rest);
+            if before.is_some_and(word) {
+                continue;
+            }
+            if let Some(field) = rest.strip_prefix('.') {
+                let name: String = field.chars().take_while(|c| word(*c)).collect();
+                if !name.is_empty() && !field[name.len()..].starts_with('(') {
+                    fields.insert(name);
+                }
+            }
+        }
+    }
+    fields
 }
 
 /// `path` from `module`, absolute: `crate::a` and `super::a` as Rust reads
@@ -296,6 +336,7 @@ fn references(module: &Module, code: &str) -> Names {
         listed: Vec::new(),
         reexports,
         rules,
+        fields: listed_fields(&code),
     }
 }
 
@@ -533,6 +574,16 @@ mod tests {
         );
         let with_rest: &[&[&str]] = &[&["text"], &["*"]];
         assert_eq!(floor(with_rest, &m("kube::fake")), Some(1));
+    }
+
+    #[test]
+    fn fields_of_the_listed_structs_are_read_but_not_methods_or_other_owners() {
+        let code = "p.grants.kube.is_empty(); store.data().caps.log.dropped(); \
+                    self.grants.describe(); mygrants.cloud; settings().cri";
+        assert_eq!(
+            listed_fields(code),
+            BTreeSet::from(["cri".to_string(), "kube".into(), "log".into()])
+        );
     }
 
     #[test]
