@@ -15,8 +15,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Paces and counts the requests of one provider account, shared by every
-/// plugin's view of the backend.
 /// One plugin's reconcile as its requests are paced: its name and deadline
 /// (`call`) and its `cloud-*` limits.
 #[derive(Clone)]
@@ -25,6 +23,8 @@ pub struct Paced {
     pub limits: CloudLimits,
 }
 
+/// Paces and counts the requests of one provider account, shared by every
+/// plugin's view of the backend.
 pub struct Pacer {
     throttle: Throttle,
     /// Requests by plugin ("" for the host's own) and backend operation.
