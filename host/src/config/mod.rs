@@ -20,6 +20,7 @@ use crate::capabilities::registry::{
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
@@ -220,7 +221,7 @@ impl Config {
 
     /// Parse `text` as if read from `path` (relative paths resolve against its folder).
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let at = |span: Option<std::ops::Range<usize>>, message: String| {
+        let at = |span: Option<Range<usize>>, message: String| {
             let (line, column) = line_column(text, span.map_or(0, |s| s.start));
             ConfigError::Invalid {
                 path: path.to_path_buf(),
@@ -232,125 +233,8 @@ impl Config {
         let raw: RawConfig =
             toml::from_str(text).map_err(|e| at(e.span(), e.message().trim().to_string()))?;
         let base = absolute_parent(path);
-        let budgets = budget_rules(&raw.host.budgets, &at)?;
-        let mut capabilities = raw.host.capability_settings();
-        // The election Lease is Tend's own: the kube adapter refuses plugin writes to it.
-        capabilities.kube.own_lease =
-            raw.host
-                .leader_election
-                .as_ref()
-                .map(|e| crate::capabilities::kube::OwnLease {
-                    namespace: e.get_ref().namespace.clone(),
-                    name: e.get_ref().name.clone(),
-                });
-        if let Some(election) = &raw.host.leader_election {
-            let e = election.get_ref();
-            if e.renew_deadline >= e.lease_duration || e.retry_period >= e.renew_deadline {
-                return Err(at(
-                    Some(election.span()),
-                    "expected retry-period < renew-deadline < lease-duration (a holder must give up before its Lease can expire)".into(),
-                ));
-            }
-        }
-        let host = HostConfig {
-            plugins_dir: base.join(&raw.host.plugins_dir),
-            cache_dir: base.join(
-                raw.host
-                    .cache_dir
-                    .unwrap_or_else(|| raw.host.state_dir.join("cache")),
-            ),
-            state_dir: base.join(&raw.host.state_dir),
-            node_name: node_name(
-                raw.host.node_name,
-                std::env::var("NODE_NAME").ok(),
-                hostname,
-            ),
-            dry_run: raw.host.dry_run,
-            listen: raw.host.listen,
-            cache_max_size: raw.host.cache_max_size.unwrap_or(ByteSize(1 << 30)),
-            budgets,
-            capabilities,
-            leader_election: raw.host.leader_election.map(Spanned::into_inner),
-            oci: crate::oci::Settings {
-                docker_config: raw.host.oci.docker_config.map(|f| base.join(f)),
-                ..raw.host.oci
-            },
-        };
-        let mut plugins = BTreeMap::new();
-        // A reference is pulled once for every plugin naming it (with the
-        // first one's key), so all of them must ask for the same key.
-        let mut keys: BTreeMap<PathBuf, (String, Option<PathBuf>)> = BTreeMap::new();
-        for (name, plugin) in raw.plugins {
-            if !is_valid_plugin_name(name.get_ref()) {
-                return Err(at(
-                    Some(name.span()),
-                    format!(
-                        "invalid plugin name {:?}: expected lowercase letters, digits and '-'",
-                        name.get_ref()
-                    ),
-                ));
-            }
-            for watched in &plugin.watch {
-                if !plugin
-                    .grants
-                    .files
-                    .iter()
-                    .any(|g| watched.get_ref().starts_with(&g.path))
-                {
-                    return Err(at(
-                        Some(watched.span()),
-                        format!(
-                            "watch path {} is outside every files grant: add a files grant that covers it",
-                            watched.get_ref().display()
-                        ),
-                    ));
-                }
-            }
-            if let Some(scope) = &plugin.scope
-                && *scope.get_ref() == Scope::Cluster
-                && host.leader_election.is_none()
-            {
-                return Err(at(
-                    Some(scope.span()),
-                    "scope = \"cluster\" runs the plugin only on the holder of a Lease: add [host.leader-election] with namespace and name".into(),
-                ));
-            }
-            let name = name.into_inner();
-            let (file, oci) = plugin_source(&name, &plugin, &host, &base, &at)?;
-            if let Some(source) = &oci {
-                let (first, key) = keys
-                    .entry(file.clone())
-                    .or_insert_with(|| (name.clone(), source.key.clone()));
-                if *key != source.key {
-                    let span = plugin.verify.as_ref().map(Spanned::span);
-                    return Err(at(
-                        span.or_else(|| plugin.file.as_ref().map(Spanned::span)),
-                        format!(
-                            "plugin {name} names {} like plugin {first} but with another verify: the component is pulled once for both, so give them the same verify key (or neither one)",
-                            file.display()
-                        ),
-                    ));
-                }
-            }
-            let config_json = serde_json::to_string(&plugin.config)
-                .expect("a TOML table always converts to JSON");
-            plugins.insert(
-                name.clone(),
-                PluginConfig {
-                    name,
-                    enabled: plugin.enabled,
-                    file,
-                    oci,
-                    interval: plugin.interval,
-                    watch: plugin.watch.into_iter().map(Spanned::into_inner).collect(),
-                    grants: plugin.grants,
-                    limits: plugin.limits.own,
-                    capability_limits: plugin.limits.capabilities,
-                    scope: plugin.scope.map(Spanned::into_inner).unwrap_or_default(),
-                    config_json,
-                },
-            );
-        }
+        let host = host_config(raw.host, &base, &at)?;
+        let plugins = plugin_configs(raw.plugins, &host, &base, &at)?;
         Ok(Config {
             source: path.to_path_buf(),
             host,
@@ -363,6 +247,180 @@ impl Config {
     }
 }
 
+/// A config error at a span of the text: file, line and column.
+type At<'a> = dyn Fn(Option<Range<usize>>, String) -> ConfigError + 'a;
+
+/// `[host]`: paths against the config's folder, budgets, each capability's
+/// settings and the leader election.
+fn host_config(raw: RawHost, base: &Path, at: &At) -> Result<HostConfig, ConfigError> {
+    let budgets = budget_rules(&raw.budgets, at)?;
+    if let Some(election) = &raw.leader_election {
+        check_election(election, at)?;
+    }
+    let mut capabilities = raw.capability_settings();
+    // The election Lease is Tend's own: the kube adapter refuses plugin writes to it.
+    capabilities.kube.own_lease =
+        raw.leader_election
+            .as_ref()
+            .map(|e| crate::capabilities::kube::OwnLease {
+                namespace: e.get_ref().namespace.clone(),
+                name: e.get_ref().name.clone(),
+            });
+    Ok(HostConfig {
+        plugins_dir: base.join(&raw.plugins_dir),
+        cache_dir: base.join(raw.cache_dir.unwrap_or_else(|| raw.state_dir.join("cache"))),
+        state_dir: base.join(&raw.state_dir),
+        node_name: node_name(raw.node_name, std::env::var("NODE_NAME").ok(), hostname),
+        dry_run: raw.dry_run,
+        listen: raw.listen,
+        cache_max_size: raw.cache_max_size.unwrap_or(ByteSize(1 << 30)),
+        budgets,
+        capabilities,
+        leader_election: raw.leader_election.map(Spanned::into_inner),
+        oci: crate::oci::Settings {
+            docker_config: raw.oci.docker_config.map(|f| base.join(f)),
+            ..raw.oci
+        },
+    })
+}
+
+/// A holder must give up its Lease before the Lease can expire.
+fn check_election(election: &Spanned<LeaderElection>, at: &At) -> Result<(), ConfigError> {
+    let e = election.get_ref();
+    if e.renew_deadline >= e.lease_duration || e.retry_period >= e.renew_deadline {
+        return Err(at(
+            Some(election.span()),
+            "expected retry-period < renew-deadline < lease-duration (a holder must give up before its Lease can expire)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Every `[plugins.<name>]`, each checked alone and against the others.
+fn plugin_configs(
+    raw: BTreeMap<Spanned<String>, RawPlugin>,
+    host: &HostConfig,
+    base: &Path,
+    at: &At,
+) -> Result<BTreeMap<String, PluginConfig>, ConfigError> {
+    let mut plugins = BTreeMap::new();
+    let mut keys = VerifyKeys::new();
+    for (name, plugin) in raw {
+        let name = plugin_name(name, at)?;
+        check_watch(&plugin, at)?;
+        check_scope(&plugin, host, at)?;
+        let (file, oci) = plugin_source(&name, &plugin, host, base, at)?;
+        if let Some(source) = &oci {
+            one_key_per_component(&mut keys, &name, &file, source, &plugin, at)?;
+        }
+        plugins.insert(name.clone(), plugin_config(name, plugin, file, oci));
+    }
+    Ok(plugins)
+}
+
+/// The name, if a plugin may have it (it becomes a path and a state namespace).
+fn plugin_name(name: Spanned<String>, at: &At) -> Result<String, ConfigError> {
+    if !is_valid_plugin_name(name.get_ref()) {
+        return Err(at(
+            Some(name.span()),
+            format!(
+                "invalid plugin name {:?}: expected lowercase letters, digits and '-'",
+                name.get_ref()
+            ),
+        ));
+    }
+    Ok(name.into_inner())
+}
+
+/// A watched path must lie inside a files grant: a plugin is woken only by
+/// what it may read.
+fn check_watch(plugin: &RawPlugin, at: &At) -> Result<(), ConfigError> {
+    for watched in &plugin.watch {
+        let granted = plugin
+            .grants
+            .files
+            .iter()
+            .any(|g| watched.get_ref().starts_with(&g.path));
+        if !granted {
+            return Err(at(
+                Some(watched.span()),
+                format!(
+                    "watch path {} is outside every files grant: add a files grant that covers it",
+                    watched.get_ref().display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A cluster-scope plugin runs only on the holder of a Lease, so one must be configured.
+fn check_scope(plugin: &RawPlugin, host: &HostConfig, at: &At) -> Result<(), ConfigError> {
+    if let Some(scope) = &plugin.scope
+        && *scope.get_ref() == Scope::Cluster
+        && host.leader_election.is_none()
+    {
+        return Err(at(
+            Some(scope.span()),
+            "scope = \"cluster\" runs the plugin only on the holder of a Lease: add [host.leader-election] with namespace and name".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Each pulled component's first plugin and the verify key it asked for.
+type VerifyKeys = BTreeMap<PathBuf, (String, Option<PathBuf>)>;
+
+/// A reference is pulled once for every plugin naming it (with the first
+/// one's key), so all of them must ask for the same key.
+fn one_key_per_component(
+    keys: &mut VerifyKeys,
+    name: &str,
+    file: &Path,
+    source: &crate::oci::Source,
+    plugin: &RawPlugin,
+    at: &At,
+) -> Result<(), ConfigError> {
+    let (first, key) = keys
+        .entry(file.to_path_buf())
+        .or_insert_with(|| (name.to_string(), source.key.clone()));
+    if *key != source.key {
+        let span = plugin.verify.as_ref().map(Spanned::span);
+        return Err(at(
+            span.or_else(|| plugin.file.as_ref().map(Spanned::span)),
+            format!(
+                "plugin {name} names {} like plugin {first} but with another verify: the component is pulled once for both, so give them the same verify key (or neither one)",
+                file.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The checked plugin as the host runs it.
+fn plugin_config(
+    name: String,
+    plugin: RawPlugin,
+    file: PathBuf,
+    oci: Option<crate::oci::Source>,
+) -> PluginConfig {
+    let config_json =
+        serde_json::to_string(&plugin.config).expect("a TOML table always converts to JSON");
+    PluginConfig {
+        name,
+        enabled: plugin.enabled,
+        file,
+        oci,
+        interval: plugin.interval,
+        watch: plugin.watch.into_iter().map(Spanned::into_inner).collect(),
+        grants: plugin.grants,
+        limits: plugin.limits.own,
+        capability_limits: plugin.limits.capabilities,
+        scope: plugin.scope.map(Spanned::into_inner).unwrap_or_default(),
+        config_json,
+    }
+}
+
 /// The component file, or the registry source of `file = "oci://…"` (with its
 /// `verify` key); `verify` without a registry source is an error.
 fn plugin_source(
@@ -370,7 +428,7 @@ fn plugin_source(
     plugin: &RawPlugin,
     host: &HostConfig,
     base: &Path,
-    at: &impl Fn(Option<std::ops::Range<usize>>, String) -> ConfigError,
+    at: &At,
 ) -> Result<(PathBuf, Option<crate::oci::Source>), ConfigError> {
     let reference = plugin
         .file
@@ -402,7 +460,7 @@ fn plugin_source(
 /// and mutate, a max of at least one.
 fn budget_rules(
     raw: &BTreeMap<Spanned<String>, RawBudget>,
-    at: &impl Fn(Option<std::ops::Range<usize>>, String) -> ConfigError,
+    at: &At,
 ) -> Result<Vec<BudgetRule>, ConfigError> {
     let known = mutating_operations();
     let mut rules = Vec::new();

@@ -440,3 +440,28 @@ fn oci_references_are_validated_where_they_are_written() {
     let e = error_of(&format!("{host}[host.oci]\ninsecure = true\n"));
     assert!(e.contains("unknown field `insecure`"), "{e}");
 }
+
+#[test]
+fn plugins_pulling_one_component_must_ask_for_one_verify_key() {
+    let at = |_: Option<std::ops::Range<usize>>, message: String| ConfigError::Invalid {
+        path: "tend.toml".into(),
+        line: 1,
+        column: 1,
+        message,
+    };
+    let plugin: RawPlugin = toml::from_str("file = 'oci://127.0.0.1:5000/x:v1'").unwrap();
+    let source = |key: Option<&str>| crate::oci::Source {
+        reference: crate::oci::Reference::parse("oci://127.0.0.1:5000/x:v1").unwrap(),
+        key: key.map(PathBuf::from),
+    };
+    let mut keys = VerifyKeys::new();
+    let mut check = |name: &str, file: &str, key| {
+        one_key_per_component(&mut keys, name, Path::new(file), &source(key), &plugin, &at)
+    };
+    check("a", "x", Some("cosign.pub")).unwrap();
+    check("b", "x", Some("cosign.pub")).unwrap();
+    let err = check("c", "x", None).unwrap_err().to_string();
+    assert!(err.contains("plugin c names x like plugin a"), "{err}");
+    // Another component may ask for another key.
+    check("d", "y", None).unwrap();
+}
