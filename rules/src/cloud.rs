@@ -584,6 +584,46 @@ pub enum Remote {
     Group(String),
 }
 
+/// The one conversion of the WIT `rule` record to a [`RuleSpec`]. The host's
+/// binding (wasmtime's bindgen) and the SDK's (wit-bindgen) are different
+/// Rust types of the same record, and this crate depends on neither, so the
+/// conversion is written once here and expanded beside each binding:
+/// `rule_spec_of!(cloud)`, with `cloud` the binding's module of the
+/// interface in scope, defines `fn rule_spec(rule: &cloud::Rule) -> RuleSpec`.
+#[macro_export]
+macro_rules! rule_spec_of {
+    ($wit:ident) => {
+        /// The WIT rule as the rules crate sees it (what "the same rule"
+        /// compares; the description never counts).
+        pub(crate) fn rule_spec(rule: &$wit::Rule) -> $crate::cloud::RuleSpec {
+            use $crate::cloud as rules;
+            rules::RuleSpec {
+                direction: match rule.direction {
+                    $wit::Direction::Ingress => rules::Direction::Ingress,
+                    $wit::Direction::Egress => rules::Direction::Egress,
+                },
+                ether_type: match rule.ether_type {
+                    $wit::EtherType::Ipv4 => rules::EtherType::Ipv4,
+                    $wit::EtherType::Ipv6 => rules::EtherType::Ipv6,
+                },
+                protocol: match rule.protocol {
+                    $wit::Protocol::Any => rules::Protocol::Any,
+                    $wit::Protocol::Tcp => rules::Protocol::Tcp,
+                    $wit::Protocol::Udp => rules::Protocol::Udp,
+                    $wit::Protocol::Icmp => rules::Protocol::Icmp,
+                    $wit::Protocol::Icmpv6 => rules::Protocol::Icmpv6,
+                    $wit::Protocol::Number(n) => rules::Protocol::Number(n),
+                },
+                ports: rule.ports.map(|p| (p.min, p.max)),
+                remote: match &rule.remote {
+                    $wit::Remote::Cidr(cidr) => rules::Remote::Cidr(cidr.clone()),
+                    $wit::Remote::Group(id) => rules::Remote::Group(id.clone()),
+                },
+            }
+        }
+    };
+}
+
 /// A security group rule, provider-neutral. Descriptions never make two rules
 /// different.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -755,6 +795,66 @@ fn canonical_cidr(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What both bindings generate for the WIT's `rule` (same names, same
+    /// shapes), for the one conversion; only some cases are built.
+    #[allow(dead_code)]
+    mod cloud {
+        pub enum Direction {
+            Ingress,
+            Egress,
+        }
+        pub enum EtherType {
+            Ipv4,
+            Ipv6,
+        }
+        pub enum Protocol {
+            Any,
+            Tcp,
+            Udp,
+            Icmp,
+            Icmpv6,
+            Number(u8),
+        }
+        #[derive(Clone, Copy)]
+        pub struct PortRange {
+            pub min: u16,
+            pub max: u16,
+        }
+        pub enum Remote {
+            Cidr(String),
+            Group(String),
+        }
+        pub struct Rule {
+            pub direction: Direction,
+            pub ether_type: EtherType,
+            pub protocol: Protocol,
+            pub ports: Option<PortRange>,
+            pub remote: Remote,
+        }
+    }
+    crate::rule_spec_of!(cloud);
+
+    #[test]
+    fn the_wit_rule_converts_field_by_field() {
+        let rule = cloud::Rule {
+            direction: cloud::Direction::Ingress,
+            ether_type: cloud::EtherType::Ipv6,
+            protocol: cloud::Protocol::Number(132),
+            ports: Some(cloud::PortRange { min: 1, max: 2 }),
+            remote: cloud::Remote::Group("sg-1".into()),
+        };
+        assert_eq!(
+            rule_spec(&rule),
+            RuleSpec {
+                direction: Direction::Ingress,
+                ether_type: EtherType::Ipv6,
+                protocol: Protocol::Number(132),
+                ports: Some((1, 2)),
+                remote: Remote::Group("sg-1".into()),
+            }
+        );
+    }
 
     fn grant() -> CloudGrant {
         serde_json::from_str(

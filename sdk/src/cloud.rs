@@ -9,6 +9,12 @@ use tend_rules::cloud::{
     CloudGrant, Operation, Ownership, RuleSpec, check_group_name, check_instance_id,
 };
 
+use crate::bindings::tend::plugin::cloud;
+
+// The WIT rule as the rules crate sees it: `rule_spec`, written once in the
+// rules crate for both bindings.
+tend_rules::rule_spec_of!(cloud);
+
 /// The WIT records themselves: the host answers with these very types.
 pub use crate::bindings::tend::plugin::cloud::{
     Direction, EtherType, Instance, InstanceState, OwnerTag, PortRange, Protocol, Remote, Rule,
@@ -117,30 +123,7 @@ impl SecurityGroup {
 impl Rule {
     /// The rule as the host's rules see it (descriptions never matter).
     pub fn spec(&self) -> RuleSpec {
-        use tend_rules::cloud as rules;
-        RuleSpec {
-            direction: match self.direction {
-                Direction::Ingress => rules::Direction::Ingress,
-                Direction::Egress => rules::Direction::Egress,
-            },
-            ether_type: match self.ether_type {
-                EtherType::Ipv4 => rules::EtherType::Ipv4,
-                EtherType::Ipv6 => rules::EtherType::Ipv6,
-            },
-            protocol: match self.protocol {
-                Protocol::Any => rules::Protocol::Any,
-                Protocol::Tcp => rules::Protocol::Tcp,
-                Protocol::Udp => rules::Protocol::Udp,
-                Protocol::Icmp => rules::Protocol::Icmp,
-                Protocol::Icmpv6 => rules::Protocol::Icmpv6,
-                Protocol::Number(n) => rules::Protocol::Number(n),
-            },
-            ports: self.ports.map(|p| (p.min, p.max)),
-            remote: match &self.remote {
-                Remote::Cidr(cidr) => rules::Remote::Cidr(cidr.clone()),
-                Remote::Group(id) => rules::Remote::Group(id.clone()),
-            },
-        }
+        rule_spec(self)
     }
 
     /// Whether `self` and `other` are the same rule, as the host decides

@@ -4,7 +4,7 @@
 //! ignores filters, and requests paced and counted as a real backend's.
 
 use super::backend::{CloudBackend, CloudLimits, Instance, InstanceState, OwnerTag, Rule, SecurityGroup};
-use super::grants::{Operation, describe_rule, spec};
+use super::grants::{Operation, describe_rule, rule_spec};
 use super::real::{Paced, Pacer};
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
@@ -213,7 +213,7 @@ impl CloudBackend for FakeCloud {
             .iter_mut()
             .find(|g| g.id == group_id)
             .ok_or_else(|| CapError::NotFound(format!("cloud: no security group {group_id}")))?;
-        if group.rules.iter().any(|r| spec(r).same(&spec(rule))) {
+        if group.rules.iter().any(|r| rule_spec(r).same(&rule_spec(rule))) {
             return Ok(false);
         }
         group.rules.push(rule.clone());

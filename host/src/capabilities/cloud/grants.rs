@@ -2,10 +2,11 @@
 //! (shared with the SDK's fake); here they meet the host's error type and the
 //! WIT's rule record.
 
-use super::backend::{Direction, EtherType, Protocol, Remote, Rule};
+use super::backend::Rule;
+use crate::wit::cloud;
 use crate::capabilities::error::CapError;
 use tend_rules::cloud as rules;
-pub use tend_rules::cloud::{CloudGrant, Operation, RuleSpec};
+pub use tend_rules::cloud::{CloudGrant, Operation};
 
 /// Is `id` an instance ID (before any request)?
 pub fn check_instance_id(id: &str) -> Result<(), CapError> {
@@ -66,7 +67,7 @@ pub fn check_group(
 
 /// Is `rule` a rule a provider can hold?
 pub fn check_rule(rule: &Rule) -> Result<(), CapError> {
-    Ok(spec(rule).check(rule.description.as_deref())?)
+    Ok(rule_spec(rule).check(rule.description.as_deref())?)
 }
 
 /// May `plugin` add `rule` to `group_id`: its remote, protocol and ports
@@ -77,45 +78,22 @@ pub fn check_rule_granted(
     group_id: &str,
     rule: &Rule,
 ) -> Result<(), CapError> {
-    Ok(grant.check_rule(plugin, group_id, &spec(rule))?)
+    Ok(grant.check_rule(plugin, group_id, &rule_spec(rule))?)
 }
 
-/// The WIT rule as the rules crate sees it (what "the same rule" compares).
-pub fn spec(rule: &Rule) -> RuleSpec {
-    RuleSpec {
-        direction: match rule.direction {
-            Direction::Ingress => rules::Direction::Ingress,
-            Direction::Egress => rules::Direction::Egress,
-        },
-        ether_type: match rule.ether_type {
-            EtherType::Ipv4 => rules::EtherType::Ipv4,
-            EtherType::Ipv6 => rules::EtherType::Ipv6,
-        },
-        protocol: match rule.protocol {
-            Protocol::Any => rules::Protocol::Any,
-            Protocol::Tcp => rules::Protocol::Tcp,
-            Protocol::Udp => rules::Protocol::Udp,
-            Protocol::Icmp => rules::Protocol::Icmp,
-            Protocol::Icmpv6 => rules::Protocol::Icmpv6,
-            Protocol::Number(n) => rules::Protocol::Number(n),
-        },
-        ports: rule.ports.map(|p| (p.min, p.max)),
-        remote: match &rule.remote {
-            Remote::Cidr(cidr) => rules::Remote::Cidr(cidr.clone()),
-            Remote::Group(id) => rules::Remote::Group(id.clone()),
-        },
-    }
-}
+// The WIT rule as the rules crate sees it: `rule_spec`, written once in the
+// rules crate for both bindings.
+tend_rules::rule_spec_of!(cloud);
 
-/// A rule in the words of the journal ([`RuleSpec::describe`]).
+/// A rule in the words of the journal ([`tend_rules::cloud::RuleSpec::describe`]).
 pub fn describe_rule(rule: &Rule) -> String {
-    spec(rule).describe()
+    rule_spec(rule).describe()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capabilities::cloud::PortRange;
+    use crate::capabilities::cloud::{Direction, EtherType, PortRange, Protocol, Remote};
 
     fn rule(protocol: Protocol, ports: Option<(u16, u16)>, remote: Remote) -> Rule {
         Rule {

@@ -4,7 +4,7 @@
 use crate::capabilities::cloud::backend::{
     Direction, EtherType, Instance, InstanceState, Protocol, Remote, Rule, SecurityGroup,
 };
-use crate::capabilities::cloud::grants::spec;
+use crate::capabilities::cloud::grants::rule_spec;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -233,7 +233,7 @@ pub fn group(g: Group) -> Result<SecurityGroup, String> {
 /// check sees what [`tend_rules::cloud::RuleSpec::same`] sees.
 pub fn rule_request(group_id: &str, r: &Rule) -> Value {
     use tend_rules::cloud as rules;
-    let s = spec(r).normalized();
+    let s = rule_spec(r).normalized();
     let protocol = match s.protocol {
         rules::Protocol::Any => Value::Null,
         rules::Protocol::Tcp => json!("tcp"),
@@ -349,7 +349,7 @@ mod tests {
             remote: Remote::Cidr("10.244.1.0/16".into()),
             ..g.rules[1].clone()
         };
-        assert!(spec(&tcp_all).same(&spec(&g.rules[1])));
+        assert!(rule_spec(&tcp_all).same(&rule_spec(&g.rules[1])));
         let body = rule_request("g", &tcp_all);
         assert_eq!(
             body,
