@@ -48,7 +48,10 @@ impl Operation {
     }
 }
 
-/// The state of a pod sandbox, as a grant's `states` names it.
+/// The state of a pod sandbox, as a grant's `states` names it ("notready",
+/// where the WIT's `sandbox-state` says "not-ready": the grant's word, kept
+/// for existing configs). Both bindings' WIT state becomes one of these
+/// through [`SandboxState::of`], the one conversion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxState {
@@ -57,6 +60,15 @@ pub enum SandboxState {
 }
 
 impl SandboxState {
+    /// The state of a sandbox that is `ready` or not.
+    pub fn of(ready: bool) -> Self {
+        if ready {
+            SandboxState::Ready
+        } else {
+            SandboxState::NotReady
+        }
+    }
+
     /// "ready" or "notready", as in grants.
     pub fn name(self) -> &'static str {
         match self {

@@ -717,6 +717,25 @@ pub fn check_object(
     )))
 }
 
+/// The one conversion of the WIT `patch-type` to a [`PatchShape`], expanded
+/// beside each binding (the host's and the SDK's are different Rust types of
+/// the same enum, and this crate depends on neither): `patch_shape_of!(wit)`,
+/// with `wit` the binding's module of the interface in scope, defines
+/// `fn patch_shape(kind: wit::PatchType) -> PatchShape`.
+#[macro_export]
+macro_rules! patch_shape_of {
+    ($wit:ident) => {
+        /// The WIT patch type as the rules read its body.
+        pub(crate) fn patch_shape(kind: $wit::PatchType) -> $crate::kube::PatchShape {
+            match kind {
+                $wit::PatchType::Merge => $crate::kube::PatchShape::Merge,
+                $wit::PatchType::Json => $crate::kube::PatchShape::Json,
+                $wit::PatchType::Apply => $crate::kube::PatchShape::Apply,
+            }
+        }
+    };
+}
+
 /// How a patch body is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchShape {
@@ -727,6 +746,17 @@ pub enum PatchShape {
     Json,
     /// Server-side apply: the object as the manager wants it.
     Apply,
+}
+
+impl PatchShape {
+    /// "merge", "json" or "apply": the WIT's name, as plans and fakes spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PatchShape::Merge => "merge",
+            PatchShape::Json => "json",
+            PatchShape::Apply => "apply",
+        }
+    }
 }
 
 /// Fields naming the object or preconditions, not changes.

@@ -386,10 +386,7 @@ impl FakeCri {
             id,
             namespace: &found.sandbox.namespace,
             pod_name: &found.sandbox.pod_name,
-            state: match found.sandbox.state {
-                SandboxState::Ready => tend_rules::cri::SandboxState::Ready,
-                SandboxState::NotReady => tend_rules::cri::SandboxState::NotReady,
-            },
+            state: tend_rules::cri::SandboxState::of(found.sandbox.state == SandboxState::Ready),
         };
         (grant.check_sandbox(&self.plugin, operation, &sandbox)).map_err(crate::Error::from)?;
         self.failing(operation.name())?;

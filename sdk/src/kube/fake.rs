@@ -569,11 +569,7 @@ impl Kube for FakeKube {
     fn patch(&self, key: &ObjectKey, patch_type: PatchType, patch: &Value) -> Result<Value> {
         Self::bounded("patch", &patch.to_string(), MAX_BODY)?;
         let (kind, namespace) = self.named(key, Verb::Patch)?;
-        let shape = match patch_type {
-            PatchType::Merge => PatchShape::Merge,
-            PatchType::Json => PatchShape::Json,
-            PatchType::Apply => PatchShape::Apply,
-        };
+        let shape = super::patch_shape(patch_type);
         self.object_allowed(
             &kind,
             namespace.as_deref(),

@@ -4,6 +4,7 @@
 //! node name).
 
 use crate::{NotProvided, Result};
+use crate::bindings::tend::plugin::kube as wit_kube;
 use serde_json::Value;
 
 mod fake;
@@ -98,14 +99,14 @@ impl ObjectList {
     }
 }
 
+// The WIT patch type as the rules read its body: `patch_shape`, written once
+// in the rules crate for both bindings.
+tend_rules::patch_shape_of!(wit_kube);
+
 impl PatchType {
     /// "merge", "json" or "apply".
     pub fn name(self) -> &'static str {
-        match self {
-            PatchType::Merge => "merge",
-            PatchType::Json => "json",
-            PatchType::Apply => "apply",
-        }
+        patch_shape(self).name()
     }
 }
 

@@ -134,10 +134,7 @@ impl PluginCri {
             id,
             namespace: &status.namespace,
             pod_name: &status.pod_name,
-            state: match status.state {
-                SandboxState::Ready => tend_rules::cri::SandboxState::Ready,
-                SandboxState::NotReady => tend_rules::cri::SandboxState::NotReady,
-            },
+            state: tend_rules::cri::SandboxState::of(status.state == SandboxState::Ready),
         };
         check_sandbox(&self.grant, &self.call.plugin, operation, &sandbox)?;
         Ok(Some(sandbox.target()))

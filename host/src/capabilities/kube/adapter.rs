@@ -377,11 +377,7 @@ impl PluginKube {
     ) -> Result<String, CapError> {
         let patch = parse("patch", patch)?;
         let (info, key) = self.resolve_key(key, Verb::Patch).await?;
-        let shape = match kind {
-            PatchType::Merge => PatchShape::Merge,
-            PatchType::Json => PatchShape::Json,
-            PatchType::Apply => PatchShape::Apply,
-        };
+        let shape = super::backend::patch_shape(kind);
         self.object_allowed(&info, &key, Verb::Patch, None, Some((shape, &patch)))
             .await?;
         let target = Self::target(&info, key.namespace.as_deref(), &key.name);

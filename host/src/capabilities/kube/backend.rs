@@ -6,6 +6,7 @@ use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::{Performed, Permit};
 use crate::exposition::{Exposition, Kind};
+use crate::wit::kube as wit_kube;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -154,14 +155,14 @@ pub struct ObjectList {
     pub resource_version: String,
 }
 
+// The WIT patch type as the rules read its body: `patch_shape`, written once
+// in the rules crate for both bindings.
+tend_rules::patch_shape_of!(wit_kube);
+
 impl PatchType {
     /// As the plan's detail and the fake's actions spell it.
     pub fn name(self) -> &'static str {
-        match self {
-            PatchType::Merge => "merge",
-            PatchType::Json => "json",
-            PatchType::Apply => "apply",
-        }
+        patch_shape(self).name()
     }
 }
 
