@@ -53,12 +53,8 @@ pub struct Outcome {
     pub requeue_after: Option<Duration>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginInfo {
-    pub name: String,
-    pub version: String,
-    pub summary: String,
-}
+/// What a plugin says of itself: the WIT's record, its texts bounded.
+pub use crate::wit::types::PluginInfo;
 
 /// Why a reconcile did not produce an outcome.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -197,14 +193,7 @@ impl Runtime {
         let ctx = types::Context {
             plugin: config.name.clone(),
             config: config.config_json.clone(),
-            triggers: request
-                .triggers
-                .iter()
-                .map(|t| types::Trigger {
-                    kind: t.kind.clone(),
-                    subject: t.subject.clone(),
-                })
-                .collect(),
+            triggers: request.triggers.iter().map(types::Trigger::from).collect(),
             node_name: request.node_name.to_string(),
             dry_run: request.dry_run,
         };

@@ -26,11 +26,22 @@ pub const CONFIG: &str = "config";
 /// An operator asked (`tend reconcile`, `tend plan`).
 pub const MANUAL: &str = "manual";
 
-/// Why a reconcile runs; mirrors WIT `trigger`.
+/// Why a reconcile runs: the WIT's `trigger` with what the scheduler needs
+/// of it (ordered and hashed to coalesce pending triggers, serialized into
+/// the journal), handed to the plugin through the one conversion below.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct Trigger {
     pub kind: String,
     pub subject: Option<String>,
+}
+
+impl From<&Trigger> for crate::wit::types::Trigger {
+    fn from(trigger: &Trigger) -> Self {
+        crate::wit::types::Trigger {
+            kind: trigger.kind.clone(),
+            subject: trigger.subject.clone(),
+        }
+    }
 }
 
 impl Trigger {
@@ -55,5 +66,22 @@ impl std::fmt::Display for Trigger {
             Some(subject) => write!(f, "{}:{subject}", self.kind),
             None => f.write_str(&self.kind),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trigger_reaches_the_plugin_as_the_wits_record() {
+        let unit =
+            crate::wit::types::Trigger::from(&Trigger::with_subject(UNIT, "a.service".into()));
+        assert_eq!(
+            (unit.kind.as_str(), unit.subject.as_deref()),
+            (UNIT, Some("a.service"))
+        );
+        let manual = crate::wit::types::Trigger::from(&Trigger::new(MANUAL));
+        assert_eq!((manual.kind.as_str(), manual.subject), (MANUAL, None));
     }
 }
