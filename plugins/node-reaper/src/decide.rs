@@ -416,9 +416,61 @@ pub fn decide(
         }
     };
     let (owned, duplicates) = owned_once(policy, instances);
+    let by_id: HashMap<&str, &Instance> = owned.iter().map(|(_, i)| (i.id.as_str(), *i)).collect();
+    let mut next = carried_over(policy, memory, now, &by_id);
+    let judge = Judge {
+        policy,
+        memory,
+        index: NodeIndex::new(nodes),
+        now,
+        healthy_since: next.api_healthy_since_ms.unwrap_or(now),
+    };
+    let mut absences = Absences::new(memory, pass, &by_id);
+    let mut judged = Judged::default();
+    for &(at, instance) in &owned {
+        judge.instance(at, instance, &mut absences, &mut next, &mut judged);
+    }
+    let cluster = owned.iter().filter(|(_, i)| live(i)).count();
+    let launches = std::mem::take(&mut judged.launches);
+    next.launches = merge_launches(&memory.launches, launches, policy.churn_window);
+    let breakers = open_breakers(policy, &mut next, nodes, &duplicates, cluster, &judged, now);
+    choose_deletions(
+        policy,
+        memory,
+        &mut next,
+        pass,
+        instances,
+        &breakers,
+        &mut judged,
+    );
+    Decision {
+        verdicts: judged.verdicts,
+        counts: judged.counts,
+        breakers,
+        memory: next,
+        instances: owned.len(),
+        next_due_in_ms: judged.due.into_iter().min(),
+        untracked: absences.untracked,
+    }
+}
+
+/// An instance that still exists (a terminated one is gone soon).
+fn live(instance: &Instance) -> bool {
+    instance.state != InstanceState::Terminated
+}
+
+/// What this pass keeps of the last one before judging: the API's health
+/// (healthy again after an outage it saw: timeouts restart there; with no
+/// outage ever seen, creation times count as they are), the latched breakers
+/// while `breaker-reset` is unchanged, and deletions in flight of instances
+/// still live.
+fn carried_over(
+    policy: &Policy,
+    memory: &Memory,
+    now: u64,
+    by_id: &HashMap<&str, &Instance>,
+) -> Memory {
     let mut next = Memory {
-        // Healthy again after an outage it saw: timeouts restart here. With
-        // no outage ever seen, creation times count as they are.
         api_healthy_since_ms: match (memory.api_down_since_ms, memory.api_healthy_since_ms) {
             (None, Some(since)) => Some(since),
             (None, None) => Some(0),
@@ -432,23 +484,49 @@ pub fn decide(
         },
         ..Memory::default()
     };
-    let healthy_since = next.api_healthy_since_ms.unwrap_or(now);
-    let live = |i: &Instance| i.state != InstanceState::Terminated;
-    let by_id: HashMap<&str, &Instance> = owned.iter().map(|(_, i)| (i.id.as_str(), *i)).collect();
     for (pool, flight) in &memory.in_flight {
         if by_id.get(flight.id.as_str()).is_some_and(|i| live(i)) {
             next.in_flight.insert(pool.clone(), flight.clone());
         }
     }
+    next
+}
 
-    let mut absences = Absences::new(memory, pass, &by_id);
-    let index = NodeIndex::new(nodes);
-    let mut counts = Counts::default();
-    let mut verdicts = Vec::with_capacity(owned.len());
-    let mut candidates: Vec<(usize, Why)> = Vec::new();
-    let mut launches: BTreeMap<&str, Vec<Launch>> = BTreeMap::new();
-    let mut due: Vec<u64> = Vec::new();
-    for &(at, instance) in &owned {
+/// What judging each instance needs of the pass.
+struct Judge<'a> {
+    policy: &'a Policy,
+    memory: &'a Memory,
+    index: NodeIndex<'a>,
+    now: u64,
+    /// Since when the Node listing has answered: no timeout counts from before.
+    healthy_since: u64,
+}
+
+/// What judging the instances found.
+#[derive(Default)]
+struct Judged<'a> {
+    verdicts: Vec<Verdict>,
+    counts: Counts,
+    /// Verdicts (by position) that would delete, and why.
+    candidates: Vec<(usize, Why)>,
+    /// This pass's launches by pool, for the churn breaker.
+    launches: BTreeMap<&'a str, Vec<Launch>>,
+    /// When each thing waiting becomes due, from now.
+    due: Vec<u64>,
+}
+
+impl<'a> Judge<'a> {
+    /// One instance's verdict, and what it adds to the counts, candidates,
+    /// launches and the next memory.
+    fn instance(
+        &self,
+        at: usize,
+        instance: &'a Instance,
+        absences: &mut Absences,
+        next: &mut Memory,
+        judged: &mut Judged<'a>,
+    ) {
+        let (policy, now) = (self.policy, self.now);
         let pool = policy.pool_of(instance);
         let id = instance.id.as_str();
         let launch = |registered| Launch {
@@ -456,74 +534,91 @@ pub fn decide(
             created_at_ms: instance.created_at_ms,
             registered,
         };
-        let action = if let Some(by) = index.matches(instance) {
-            counts.registered += 1;
+        if let Some(by) = self.index.matches(instance) {
+            judged.counts.registered += 1;
             next.ever_matched.insert(id.to_string());
-            launches.entry(pool).or_default().push(launch(true));
-            Action::Registered(by)
-        } else {
-            let once_matched = memory.ever_matched.contains(id);
-            if once_matched {
-                next.ever_matched.insert(id.to_string());
+            judged.launches.entry(pool).or_default().push(launch(true));
+            judged
+                .verdicts
+                .push(verdict(at, pool, Action::Registered(by)));
+            return;
+        }
+        let once_matched = self.memory.ever_matched.contains(id);
+        if once_matched {
+            next.ever_matched.insert(id.to_string());
+        }
+        let (why, due_ms) = match instance.state {
+            InstanceState::Running | InstanceState::Pending => {
+                let seen = absences.since(id, now, &mut next.absent_since);
+                let seen = seen.max(self.healthy_since);
+                no_node_due(policy, pool, instance, once_matched, seen)
             }
-            let (why, due_ms) = match instance.state {
-                InstanceState::Running | InstanceState::Pending => {
-                    let seen = absences.since(id, now, &mut next.absent_since);
-                    no_node_due(
-                        policy,
-                        pool,
-                        instance,
-                        once_matched,
-                        seen.max(healthy_since),
-                    )
+            InstanceState::Error => {
+                judged.counts.error += 1;
+                let since = self.memory.errored_since.get(id).copied().unwrap_or(now);
+                next.errored_since.insert(id.to_string(), since);
+                if once_matched && !policy.delete_errored_all {
+                    let action = Action::ErroredOnceRegistered;
+                    judged.verdicts.push(verdict(at, pool, action));
+                    return;
                 }
-                InstanceState::Error => {
-                    counts.error += 1;
-                    let since = memory.errored_since.get(id).copied().unwrap_or(now);
-                    next.errored_since.insert(id.to_string(), since);
-                    if memory.ever_matched.contains(id) && !policy.delete_errored_all {
-                        verdicts.push(verdict(at, pool, Action::ErroredOnceRegistered));
-                        continue;
-                    }
-                    (Why::Errored, since + policy.error_grace_ms)
-                }
-                state => {
-                    verdicts.push(verdict(at, pool, Action::Skipped(state)));
-                    continue;
-                }
-            };
-            let timed_out = why != Why::Errored;
-            if now < due_ms {
-                counts.unregistered += usize::from(timed_out);
-                due.push(due_ms - now);
-                Action::Young {
-                    why,
-                    left_ms: due_ms - now,
-                }
-            } else {
-                counts.long_unregistered += usize::from(timed_out);
-                launches.entry(pool).or_default().push(launch(once_matched));
-                if instance.tag(&policy.protect_tag).is_some() {
-                    Action::Candidate {
-                        why,
-                        skip: Skip::Protected,
-                    }
-                } else {
-                    candidates.push((verdicts.len(), why));
-                    Action::Delete { why }
-                }
+                (Why::Errored, since + policy.error_grace_ms)
+            }
+            state => {
+                judged
+                    .verdicts
+                    .push(verdict(at, pool, Action::Skipped(state)));
+                return;
             }
         };
-        verdicts.push(verdict(at, pool, action));
+        let timed_out = why != Why::Errored;
+        let action = if now < due_ms {
+            judged.counts.unregistered += usize::from(timed_out);
+            judged.due.push(due_ms - now);
+            Action::Young {
+                why,
+                left_ms: due_ms - now,
+            }
+        } else {
+            judged.counts.long_unregistered += usize::from(timed_out);
+            judged
+                .launches
+                .entry(pool)
+                .or_default()
+                .push(launch(once_matched));
+            if instance.tag(&policy.protect_tag).is_some() {
+                Action::Candidate {
+                    why,
+                    skip: Skip::Protected,
+                }
+            } else {
+                judged.candidates.push((judged.verdicts.len(), why));
+                Action::Delete { why }
+            }
+        };
+        judged.verdicts.push(verdict(at, pool, action));
     }
+}
 
+/// Every breaker open this pass: a listing with duplicates, no Nodes at all,
+/// too many NotReady Nodes, and the latched ones (too large a fraction of
+/// candidates, a pool whose launches keep failing), latching new ones in
+/// `next`.
+fn open_breakers(
+    policy: &Policy,
+    next: &mut Memory,
+    nodes: &[NodeInfo],
+    duplicates: &BTreeSet<&str>,
+    cluster: usize,
+    judged: &Judged,
+    now: u64,
+) -> Vec<Breaker> {
     let mut breakers = Vec::new();
-    let cluster = owned.iter().filter(|(_, i)| live(i)).count();
     let not_ready = nodes.iter().filter(|n| !n.ready).count();
     if !duplicates.is_empty() {
         breakers.push(Breaker {
             kind: BreakerKind::DuplicateListing,
-            detail: duplicated(&duplicates),
+            detail: duplicated(duplicates),
         });
     }
     if nodes.is_empty() && cluster > 0 {
@@ -544,18 +639,39 @@ pub fn decide(
             ),
         });
     }
-    let fraction_tripped = candidates.len() > policy.min_breaker_candidates
-        && candidates.len() as f64 > policy.max_fraction * cluster as f64;
-    if fraction_tripped && !next.latched.contains_key(MAX_FRACTION) {
+    latch_fraction(policy, next, judged.candidates.len(), cluster, now);
+    latch_churn(policy, next, now);
+    for (key, latch) in &next.latched {
+        let kind = match key.as_str() {
+            MAX_FRACTION => BreakerKind::MaxFraction,
+            _ => BreakerKind::Churn,
+        };
+        breakers.push(Breaker {
+            kind,
+            detail: format!("{} (latched; change breaker-reset to clear)", latch.why),
+        });
+    }
+    breakers
+}
+
+/// Latch the fraction breaker when more than `max-fraction` of the cluster
+/// (and more than `min-breaker-candidates`) would be deleted.
+fn latch_fraction(policy: &Policy, next: &mut Memory, candidates: usize, cluster: usize, now: u64) {
+    let tripped = candidates > policy.min_breaker_candidates
+        && candidates as f64 > policy.max_fraction * cluster as f64;
+    if tripped && !next.latched.contains_key(MAX_FRACTION) {
         let why = format!(
-            "{} candidate(s) of {cluster} instance(s), over max-fraction = {}",
-            candidates.len(),
+            "{candidates} candidate(s) of {cluster} instance(s), over max-fraction = {}",
             policy.max_fraction
         );
         next.latched
             .insert(MAX_FRACTION.into(), Latch { since_ms: now, why });
     }
-    next.launches = merge_launches(&memory.launches, launches, policy.churn_window);
+}
+
+/// Latch a pool's churn breaker when most of its recent launches (at least
+/// `churn-min-failures`) never registered.
+fn latch_churn(policy: &Policy, next: &mut Memory, now: u64) {
     for (pool, recent) in &next.launches {
         let failed = recent.iter().filter(|l| !l.registered).count();
         let key = churn_key(pool);
@@ -571,21 +687,26 @@ pub fn decide(
             next.latched.insert(key, Latch { since_ms: now, why });
         }
     }
-    for (key, latch) in &next.latched {
-        let kind = match key.as_str() {
-            MAX_FRACTION => BreakerKind::MaxFraction,
-            _ => BreakerKind::Churn,
-        };
-        breakers.push(Breaker {
-            kind,
-            detail: format!("{} (latched; change breaker-reset to clear)", latch.why),
-        });
-    }
+}
+
+/// Which candidates are deleted this pass, oldest first: a candidate is held
+/// back until confirmed on a later pass, by a breaker, by a deletion still in
+/// flight in its pool, or by the cap per pass; at most one per pool.
+fn choose_deletions(
+    policy: &Policy,
+    memory: &Memory,
+    next: &mut Memory,
+    pass: Pass,
+    instances: &[Instance],
+    breakers: &[Breaker],
+    judged: &mut Judged,
+) {
+    let now = pass.now_ms;
     let global = (breakers.iter())
         .find(|b| b.kind != BreakerKind::Churn)
         .map(|b| b.kind);
-
-    // Oldest first: the longest-waiting candidate goes first.
+    let mut candidates = std::mem::take(&mut judged.candidates);
+    let verdicts = &mut judged.verdicts;
     candidates.sort_by_key(|(v, _)| instances[verdicts[*v].index].created_at_ms);
     let seen = match pass.first {
         true => &BTreeMap::new(),
@@ -600,10 +721,10 @@ pub fn decide(
             .insert(instance.id.clone(), first_seen.unwrap_or(now));
         let confirmed_at = first_seen.unwrap_or(now) + policy.confirm_after_ms;
         let skip = if pass.first {
-            due.push(policy.confirm_after_ms.max(1));
+            judged.due.push(policy.confirm_after_ms.max(1));
             Some(Skip::FirstPass)
         } else if first_seen.is_none() || now < confirmed_at {
-            due.push(confirmed_at.saturating_sub(now).max(1));
+            judged.due.push(confirmed_at.saturating_sub(now).max(1));
             Some(Skip::Unconfirmed {
                 left_ms: confirmed_at.saturating_sub(now),
             })
@@ -626,15 +747,6 @@ pub fn decide(
         if let Some(skip) = skip {
             verdicts[v].action = Action::Candidate { why, skip };
         }
-    }
-    Decision {
-        verdicts,
-        counts,
-        breakers,
-        memory: next,
-        instances: owned.len(),
-        next_due_in_ms: due.into_iter().min(),
-        untracked: absences.untracked,
     }
 }
 

@@ -926,3 +926,46 @@ fn an_instance_listed_twice_counts_once_and_holds_that_pass() {
     assert!(once.breakers.is_empty(), "{:?}", once.breakers);
     assert_eq!(actions(&once)[1], DELETE_TIMEOUT);
 }
+
+#[test]
+fn the_fraction_breaker_latches_over_both_its_fraction_and_its_minimum_and_stays() {
+    let p = policy(); // max-fraction 0.5, min-breaker-candidates 3
+    let mut next = Memory::default();
+    // 3 of 4 is over the fraction but not over the minimum.
+    latch_fraction(&p, &mut next, 3, 4, 10);
+    assert!(next.latched.is_empty());
+    // 4 of 10 is over the minimum but not over the fraction.
+    latch_fraction(&p, &mut next, 4, 10, 10);
+    assert!(next.latched.is_empty());
+    latch_fraction(&p, &mut next, 4, 6, 10);
+    assert_eq!(next.latched[MAX_FRACTION].since_ms, 10);
+    // Latched: a later pass does not move its time.
+    latch_fraction(&p, &mut next, 5, 6, 20);
+    assert_eq!(next.latched[MAX_FRACTION].since_ms, 10);
+}
+
+#[test]
+fn a_pool_latches_churn_when_most_of_its_recent_launches_never_registered() {
+    let p = policy();
+    let launch = |id: &str, registered| Launch {
+        id: id.into(),
+        created_at_ms: 0,
+        registered,
+    };
+    let mut next = Memory::default();
+    let failing: Vec<Launch> = (0..p.churn_min_failures)
+        .map(|n| launch(&format!("i-{n}"), false))
+        .collect();
+    next.launches.insert("a".into(), failing);
+    let mut mixed: Vec<Launch> = (0..p.churn_min_failures)
+        .map(|n| launch(&format!("j-{n}"), false))
+        .collect();
+    mixed.extend((0..p.churn_min_failures).map(|n| launch(&format!("k-{n}"), true)));
+    next.launches.insert("b".into(), mixed);
+    latch_churn(&p, &mut next, 7);
+    assert!(next.latched.contains_key(&churn_key("a")));
+    assert!(
+        !next.latched.contains_key(&churn_key("b")),
+        "half is not most"
+    );
+}
