@@ -591,8 +591,29 @@ fn demo() -> Result<()> {
     plugins(&tend)?;
     let config = root().join("examples/quickstart/tend.toml");
     let work = Path::new("/tmp/tend-quickstart");
-    // A systemd or containerd left running by an interrupted demo goes first
-    // (and nothing is removed while the containerd's mounts may remain).
+    fresh_workspace(work)?;
+    let peers = DemoPeers::start(work)?;
+    let leak = LeakedIp::plant(work)?;
+    step("tend check: the config is valid and every plugin compiles");
+    run(Command::new(&tend).args(["check", "-c"]).arg(&config))?;
+    step("tend plan: what tend would change (a dry run: nothing is written)");
+    run(Command::new(&tend).args(["plan", "-c"]).arg(&config))?;
+    let seen = watch_tend(&tend, &config, work, &peers, &leak)?;
+    drop(peers);
+    report(work, &leak, &seen)?;
+    eprintln!(
+        "tend stopped on SIGTERM with {}. Files are under {}; the config is {}",
+        seen.status,
+        work.display(),
+        config.display()
+    );
+    cluster_demo::run_demo(&tend)
+}
+
+/// The demo's files from scratch. A systemd or containerd left running by an
+/// interrupted demo goes first (and nothing is removed while the
+/// containerd's mounts may remain).
+fn fresh_workspace(work: &Path) -> Result<()> {
     drop(DemoSystemd(work.join("systemd")));
     DemoContainerd::stop_leftover(&work.join("containerd"))?;
     let _ = std::fs::remove_dir_all(work);
@@ -601,72 +622,51 @@ fn demo() -> Result<()> {
         work.join("certs.d/quay.io/hosts.toml"),
         "# the operator's own file: mirror-gate leaves it alone\nserver = \"https://quay.io\"\n",
     )?;
+    Ok(())
+}
 
-    step(&format!(
-        "starting a real OCI registry on 127.0.0.1:{QUICKSTART_REGISTRY_PORT} as a stand-in registry cache"
-    ));
-    let registry_dir = root().join("target/demo/registry");
-    let _ = std::fs::remove_dir_all(&registry_dir);
-    let registry = cluster_demo::ScriptPeer::start(
-        "registry.sh",
-        &registry_dir,
-        QUICKSTART_REGISTRY_PORT,
-        "examples/quickstart/tend.toml",
-    )?;
-    step("starting a real systemd in private namespaces, on its own bus (not this machine's)");
-    let systemd = DemoSystemd::start(&work.join("systemd"))?;
-    step(&format!(
-        "starting a real containerd 1.6 (its CRI on a private socket, not this machine's) and a registry on 127.0.0.1:{QUICKSTART_CRI_REGISTRY_PORT} holding exp/big:v1"
-    ));
-    let containerd_dir = work.join("containerd");
-    let containerd = DemoContainerd::start(
-        &containerd_dir,
-        &format!(
+/// The real peers the quickstart's plugins work on, stopped when dropped (in
+/// this order).
+struct DemoPeers {
+    _registry: cluster_demo::ScriptPeer,
+    systemd: DemoSystemd,
+    containerd: DemoContainerd,
+}
+
+impl DemoPeers {
+    fn start(work: &Path) -> Result<DemoPeers> {
+        step(&format!(
+            "starting a real OCI registry on 127.0.0.1:{QUICKSTART_REGISTRY_PORT} as a stand-in registry cache"
+        ));
+        let registry_dir = root().join("target/demo/registry");
+        let _ = std::fs::remove_dir_all(&registry_dir);
+        let registry = cluster_demo::ScriptPeer::start(
+            "registry.sh",
+            &registry_dir,
+            QUICKSTART_REGISTRY_PORT,
+            "examples/quickstart/tend.toml",
+        )?;
+        step("starting a real systemd in private namespaces, on its own bus (not this machine's)");
+        let systemd = DemoSystemd::start(&work.join("systemd"))?;
+        step(&format!(
+            "starting a real containerd 1.6 (its CRI on a private socket, not this machine's) and a registry on 127.0.0.1:{QUICKSTART_CRI_REGISTRY_PORT} holding exp/big:v1"
+        ));
+        let containerd_dir = work.join("containerd");
+        let socket = format!(
             "unix://{}",
             containerd_dir.join("containerd.sock").display()
-        ),
-    )?;
-
-    // host-local's files for one network, and one allocation nobody holds.
-    let network = work.join("cni/networks/demo-net");
-    std::fs::create_dir_all(&network)?;
-    std::fs::write(network.join("lock"), "")?;
-    std::fs::write(network.join("last_reserved_ip.0"), "10.88.0.7")?;
-    let leaked = network.join("10.88.0.7");
-    std::fs::write(&leaked, format!("{LEAKED_SANDBOX}\r\neth0"))?;
-    let bookkeeping = || {
-        ["lock", "last_reserved_ip.0"].map(|name| {
-            let path = network.join(name);
-            let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
-            (std::fs::read(&path).ok(), modified)
+        );
+        let containerd = DemoContainerd::start(&containerd_dir, &socket)?;
+        Ok(DemoPeers {
+            _registry: registry,
+            systemd,
+            containerd,
         })
-    };
-    let bookkeeping_before = bookkeeping();
-    step(&format!(
-        "leaked an IP: {} names sandbox {}, which containerd does not have; it stands for a pod whose CNI DEL never ran",
-        leaked.display(),
-        &LEAKED_SANDBOX[..12]
-    ));
+    }
 
-    step("tend check: the config is valid and every plugin compiles");
-    run(Command::new(&tend).args(["check", "-c"]).arg(&config))?;
-    step("tend plan: what tend would change (a dry run: nothing is written)");
-    run(Command::new(&tend).args(["plan", "-c"]).arg(&config))?;
-
-    step(
-        "tend run: the daemon, until docker.io's mirror and demo-web.service are in place, the leaked IP is released and the image pre-pulled",
-    );
-    let log_path = root().join("target/demo/tend.log");
-    let mut daemon = Command::new(&tend)
-        .args(["run", "-c"])
-        .arg(&config)
-        .stderr(std::fs::File::create(&log_path)?)
-        .spawn()?;
-    let hosts = work.join("certs.d/docker.io/hosts.toml");
-    let starts_file = work.join("demo-web.starts");
-    let starts = || std::fs::read_to_string(&starts_file).map_or(0, |t| t.lines().count());
-    let active = || {
-        systemd
+    /// Whether demo-web.service is active, as systemd says.
+    fn web_active(&self) -> bool {
+        self.systemd
             .busctl(&[
                 "call",
                 "org.freedesktop.systemd1",
@@ -678,14 +678,11 @@ fn demo() -> Result<()> {
                 "ActiveState",
             ])
             .is_ok_and(|s| s.contains("\"active\""))
-    };
-    let applied = wait_for(&mut daemon, Duration::from_secs(120), || {
-        hosts.exists() && active()
-    })?;
-    let mut doctored = false;
-    if applied {
-        step("killing demo-web.service: unit-doctor hears it fail and restarts it");
-        systemd.busctl(&[
+    }
+
+    /// Kill demo-web.service's processes, as a crash would.
+    fn kill_web(&self) -> Result<()> {
+        self.systemd.busctl(&[
             "call",
             "org.freedesktop.systemd1",
             "/org/freedesktop/systemd1",
@@ -696,38 +693,138 @@ fn demo() -> Result<()> {
             "all",
             "9",
         ])?;
+        Ok(())
+    }
+}
+
+/// host-local's files for one network, and one allocation nobody holds: it
+/// stands for a pod whose CNI DEL never ran.
+struct LeakedIp {
+    network: PathBuf,
+    leaked: PathBuf,
+    bookkeeping_before: [(Option<Vec<u8>>, Option<std::time::SystemTime>); 2],
+}
+
+impl LeakedIp {
+    fn plant(work: &Path) -> Result<LeakedIp> {
+        let network = work.join("cni/networks/demo-net");
+        std::fs::create_dir_all(&network)?;
+        std::fs::write(network.join("lock"), "")?;
+        std::fs::write(network.join("last_reserved_ip.0"), "10.88.0.7")?;
+        let leaked = network.join("10.88.0.7");
+        std::fs::write(&leaked, format!("{LEAKED_SANDBOX}\r\neth0"))?;
+        let bookkeeping_before = bookkeeping(&network);
+        step(&format!(
+            "leaked an IP: {} names sandbox {}, which containerd does not have; it stands for a pod whose CNI DEL never ran",
+            leaked.display(),
+            &LEAKED_SANDBOX[..12]
+        ));
+        Ok(LeakedIp {
+            network,
+            leaked,
+            bookkeeping_before,
+        })
+    }
+
+    /// host-local's lock and last_reserved_ip.0 are as they were planted.
+    fn bookkeeping_untouched(&self) -> bool {
+        bookkeeping(&self.network) == self.bookkeeping_before
+    }
+}
+
+/// host-local's lock and last-reserved file: content and modification time.
+fn bookkeeping(network: &Path) -> [(Option<Vec<u8>>, Option<std::time::SystemTime>); 2] {
+    ["lock", "last_reserved_ip.0"].map(|name| {
+        let path = network.join(name);
+        let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        (std::fs::read(&path).ok(), modified)
+    })
+}
+
+/// What the demo's `tend run` did before it was stopped.
+struct Seen {
+    /// mirror-gate's hosts.toml written and demo-web.service active.
+    applied: bool,
+    /// demo-web.service restarted after it was killed.
+    doctored: bool,
+    /// The leaked IP released.
+    swept: bool,
+    /// The image in containerd and pull-guard saying so.
+    pulled: bool,
+    /// How often demo-web.service started.
+    starts: usize,
+    log: String,
+    log_path: PathBuf,
+    status: std::process::ExitStatus,
+}
+
+/// `tend run` until each plugin did its job (or its deadline passed), then SIGTERM.
+fn watch_tend(
+    tend: &Path,
+    config: &Path,
+    work: &Path,
+    peers: &DemoPeers,
+    leak: &LeakedIp,
+) -> Result<Seen> {
+    step(
+        "tend run: the daemon, until docker.io's mirror and demo-web.service are in place, the leaked IP is released and the image pre-pulled",
+    );
+    let log_path = root().join("target/demo/tend.log");
+    let mut daemon = Command::new(tend)
+        .args(["run", "-c"])
+        .arg(config)
+        .stderr(std::fs::File::create(&log_path)?)
+        .spawn()?;
+    let hosts = work.join("certs.d/docker.io/hosts.toml");
+    let starts_file = work.join("demo-web.starts");
+    let starts = || std::fs::read_to_string(&starts_file).map_or(0, |t| t.lines().count());
+    let applied = wait_for(&mut daemon, Duration::from_secs(120), || {
+        hosts.exists() && peers.web_active()
+    })?;
+    let mut doctored = false;
+    if applied {
+        step("killing demo-web.service: unit-doctor hears it fail and restarts it");
+        peers.kill_web()?;
         doctored = wait_for(&mut daemon, Duration::from_secs(30), || {
-            starts() >= 2 && active()
+            starts() >= 2 && peers.web_active()
         })?;
     }
     step(&format!(
         "waiting for ipam-sweeper to release {} after its grace and pull-guard to pre-pull {QUICKSTART_IMAGE}",
-        leaked.display()
+        leak.leaked.display()
     ));
-    let pull_outcome = || {
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        outcomes(&log, "pull-guard").pop()
-    };
     let pull_reported = || {
-        pull_outcome().is_some_and(|m| {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        outcomes(&log, "pull-guard").pop().is_some_and(|m| {
             m.contains(&format!("{QUICKSTART_IMAGE} pulled in"))
                 || m.contains(&format!("{QUICKSTART_IMAGE} present"))
         })
     };
     wait_for(&mut daemon, Duration::from_secs(90), || {
-        !leaked.exists() && pull_reported()
+        !leak.leaked.exists() && pull_reported()
     })?;
-    let swept = !leaked.exists();
-    let pulled = pull_reported() && containerd.has_image(QUICKSTART_IMAGE);
+    let swept = !leak.leaked.exists();
+    let pulled = pull_reported() && peers.containerd.has_image(QUICKSTART_IMAGE);
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     run(Command::new("kill").args(["-TERM", &daemon.id().to_string()]))?;
     let status = daemon.wait()?;
-    drop(registry);
-    drop(systemd);
-    drop(containerd);
+    Ok(Seen {
+        applied,
+        doctored,
+        swept,
+        pulled,
+        starts: starts(),
+        log,
+        log_path,
+        status,
+    })
+}
 
+/// What each plugin did, in words, and an error when one did not do its job.
+fn report(work: &Path, leak: &LeakedIp, seen: &Seen) -> Result<()> {
     step("what happened");
-    eprintln!("tend log ({}):\n{log}", log_path.display());
+    eprintln!("tend log ({}):\n{}", seen.log_path.display(), seen.log);
+    let hosts = work.join("certs.d/docker.io/hosts.toml");
     let Ok(text) = std::fs::read_to_string(&hosts) else {
         bail!("{} was not written; see the log above", hosts.display());
     };
@@ -750,10 +847,11 @@ fn demo() -> Result<()> {
             .last()
             .unwrap_or("")
     );
+    let ok = |done: bool, otherwise: &'static str| if done { "ok" } else { otherwise };
     eprintln!(
         "unit-applier: wrote {} and demo-web.service, reloaded systemd and started it: {}",
         work.join("etc/demo.conf").display(),
-        if applied {
+        if seen.applied {
             "active"
         } else {
             "NOT active (see the log)"
@@ -761,30 +859,27 @@ fn demo() -> Result<()> {
     );
     eprintln!(
         "unit-doctor: demo-web.service was killed and restarted at once (starts: {}): {}",
-        starts(),
-        if doctored {
-            "ok"
-        } else {
-            "NOT restarted (see the log)"
-        }
+        seen.starts,
+        ok(seen.doctored, "NOT restarted (see the log)")
     );
-    let sweeps = outcomes(&log, "ipam-sweeper");
+    let sweeps = outcomes(&seen.log, "ipam-sweeper");
     let first_sweep = sweeps.first().map_or("none", String::as_str);
-    let releasing_sweep = sweeps
-        .iter()
+    let releasing_sweep = (sweeps.iter())
         .find(|m| m.contains("released "))
         .map_or("none", String::as_str);
+    let leaked = leak.leaked.display();
     eprintln!(
         "ipam-sweeper: {}\n  first pass: {first_sweep}\n  the pass after the grace: {releasing_sweep}",
-        if swept {
-            format!("released the leaked {} after its grace", leaked.display())
+        if seen.swept {
+            format!("released the leaked {leaked} after its grace")
         } else {
-            format!("{} NOT released (see the log)", leaked.display())
+            format!("{leaked} NOT released (see the log)")
         }
     );
+    let untouched = leak.bookkeeping_untouched();
     eprintln!(
         "ipam-sweeper: host-local's lock and last_reserved_ip.0 are {}",
-        if bookkeeping() == bookkeeping_before {
+        if untouched {
             "untouched"
         } else {
             "CHANGED (unexpected!)"
@@ -792,25 +887,20 @@ fn demo() -> Result<()> {
     );
     eprintln!(
         "pull-guard: {QUICKSTART_IMAGE} {}; its outcome: {}",
-        if pulled {
+        if seen.pulled {
             "is in containerd's k8s.io namespace"
         } else {
             "NOT pulled (see the log)"
         },
-        outcomes(&log, "pull-guard")
+        outcomes(&seen.log, "pull-guard")
             .pop()
             .unwrap_or_else(|| "none".into())
     );
-    if !applied || !doctored {
+    if !seen.applied || !seen.doctored {
         bail!("the systemd part of the demo did not complete; see the log above");
     }
-    if !swept || !pulled || bookkeeping() != bookkeeping_before {
+    if !seen.swept || !seen.pulled || !untouched {
         bail!("the containerd part of the demo did not complete; see the log above");
     }
-    eprintln!(
-        "tend stopped on SIGTERM with {status}. Files are under {}; the config is {}",
-        work.display(),
-        config.display()
-    );
-    cluster_demo::run_demo(&tend)
+    Ok(())
 }
