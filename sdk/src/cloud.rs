@@ -204,8 +204,8 @@ impl Cloud for NotProvided {
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
     use super::*;
-    use crate::types::from_wit_error;
     use crate::bindings::tend::plugin::cloud as wit;
+    use crate::types::from_wit_error;
 
     pub(crate) struct WasmCloud;
 

@@ -103,8 +103,8 @@ impl Cri for NotProvided {
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
     use super::*;
-    use crate::types::from_wit_error;
     use crate::bindings::tend::plugin::cri as wit;
+    use crate::types::from_wit_error;
 
     pub(crate) struct WasmCri;
 

@@ -55,9 +55,9 @@ impl Files for NotProvided {
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
     use super::{DirEntry, Metadata};
-    use crate::types::from_wit_error;
     use crate::Result;
     use crate::bindings::tend::plugin::files;
+    use crate::types::from_wit_error;
 
     pub(crate) struct WasmFiles;
 

@@ -51,9 +51,9 @@ impl Http for NotProvided {
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
     use super::{Request, Response};
-    use crate::types::from_wit_error;
     use crate::Result;
     use crate::bindings::tend::plugin::http;
+    use crate::types::from_wit_error;
 
     pub(crate) struct WasmHttp;
 
@@ -289,7 +289,11 @@ mod tests {
         assert!(http.sent().is_empty() && http.batches().is_empty());
         assert!(http.send_batch(&requests[..32]).iter().all(Result::is_ok));
         let results = http.send_all(&requests);
-        assert!(results.iter().all(|r| r.as_ref().is_ok_and(|r| r.status == 200)));
+        assert!(
+            results
+                .iter()
+                .all(|r| r.as_ref().is_ok_and(|r| r.status == 200))
+        );
         assert_eq!(http.batches(), [32, 32, 1]);
     }
 

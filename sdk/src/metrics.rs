@@ -38,9 +38,9 @@ fn owned(labels: &[(&str, &str)]) -> Vec<(String, String)> {
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
     use super::owned;
-    use crate::types::from_wit_error;
     use crate::Result;
     use crate::bindings::tend::plugin::metrics as wit;
+    use crate::types::from_wit_error;
 
     pub(crate) struct WasmMetrics;
 

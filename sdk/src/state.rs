@@ -50,9 +50,9 @@ impl State for NotProvided {
 /// The wasm glue: the host's `state` imports.
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
-    use crate::types::from_wit_error;
     use crate::Result;
     use crate::bindings::tend::plugin::state;
+    use crate::types::from_wit_error;
 
     pub(crate) struct WasmState;
 

@@ -72,9 +72,9 @@ impl Systemd for NotProvided {
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod wasm {
     use super::{JobResult, UnitStatus};
-    use crate::types::from_wit_error;
     use crate::Result;
     use crate::bindings::tend::plugin::systemd as wit;
+    use crate::types::from_wit_error;
 
     pub(crate) struct WasmSystemd;
 
@@ -245,8 +245,7 @@ impl FakeSystemd {
     }
 
     fn unit_files(&self, operation: Operation, units: &[&str]) -> Result<()> {
-        tend_rules::systemd::check_names(operation.name(), units)
-            .map_err(crate::Error::from)?;
+        tend_rules::systemd::check_names(operation.name(), units).map_err(crate::Error::from)?;
         for unit in units {
             self.check(unit, Some(operation))?;
         }

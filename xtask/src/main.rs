@@ -5,6 +5,7 @@
 
 mod cluster_demo;
 mod fakes_dispatch;
+mod fmt;
 mod footprint;
 mod generate;
 mod graph;
@@ -108,10 +109,11 @@ fn main() -> ExitCode {
         "test" => test(),
         "demo" => demo(),
         "gen" => generate::generate(),
+        "fmt" => fmt::fmt(false),
         "graph" => graph::report(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <plugins|image|test-image|test|demo|gen|graph|lang LANG>\n  plugins  build every plugin into target/plugins/\n  image    the OCI image of tend (release) and the built-in plugins: target/image/tend.oci.tar\n  test-image  the same image around target/debug/tend, as `cargo xtask test` builds it for tests/e2e/image.rs\n  test     everything: unit and end-to-end tests (builds the plugins and the image first)\n  demo     run tend on examples/quickstart (a registry, systemd, containerd) and examples/cluster (fake Kubernetes and OpenStack)\n  gen      write the Rust code derived from wit/ (a test fails when it is stale)\n  graph    the import cycles of host/, rules/ and sdk/, and what names a capability outside its folder\n  lang     one language's plugins and SDK tests (rust, python, js, c, go)"
+                "usage: cargo xtask <plugins|image|test-image|test|demo|gen|fmt|graph|lang LANG>\n  plugins  build every plugin into target/plugins/\n  image    the OCI image of tend (release) and the built-in plugins: target/image/tend.oci.tar\n  test-image  the same image around target/debug/tend, as `cargo xtask test` builds it for tests/e2e/image.rs\n  test     everything: unit and end-to-end tests (builds the plugins and the image first)\n  demo     run tend on examples/quickstart (a registry, systemd, containerd) and examples/cluster (fake Kubernetes and OpenStack)\n  gen      write the Rust code derived from wit/ (a test fails when it is stale)\n  fmt      rustfmt every Rust file by name (cargo fmt misses the modules the registration lists declare)\n  graph    the import cycles of host/, rules/ and sdk/, and what names a capability outside its folder\n  lang     one language's plugins and SDK tests (rust, python, js, c, go)"
             );
             return ExitCode::from(2);
         }
@@ -341,6 +343,7 @@ pub(crate) fn build_tend() -> Result<PathBuf> {
 
 fn test() -> Result<()> {
     ensure_debian_packages()?;
+    fmt::fmt(true)?;
     lint_while_building()?;
     // The venv also serves the end-to-end tests (the fake Kubernetes API server).
     venv()?;

@@ -20,7 +20,9 @@ fn cloud() -> FakeCloud {
              remotes = ["10.244.0.0/16"], ports = ["1-65535"] }"#,
     );
     cloud
-        .put_instance(Instance::new(OWNED, "a-1", InstanceState::Running).with_tag(CLUSTER, "owned"))
+        .put_instance(
+            Instance::new(OWNED, "a-1", InstanceState::Running).with_tag(CLUSTER, "owned"),
+        )
         // Pool "ab" is not pool "a".
         .put_instance(
             Instance::new(FOREIGN, "ab-1", InstanceState::Running)
@@ -61,14 +63,18 @@ fn listings_need_the_owner_tag_key_and_value() {
         .list_instances(&OwnerTag::new("kubernetes.io/cluster/ab", "owned"))
         .unwrap_err();
     assert_eq!(err.kind(), "denied");
-    let err = cloud.list_instances(&OwnerTag::new("", "owned")).unwrap_err();
+    let err = cloud
+        .list_instances(&OwnerTag::new("", "owned"))
+        .unwrap_err();
     assert_eq!(err.kind(), "invalid");
 }
 
 #[test]
 fn nothing_is_granted_until_granted() {
     let cloud = FakeCloud::new("guard");
-    cloud.put_instance(Instance::new(OWNED, "a-1", InstanceState::Running).with_tag(CLUSTER, "owned"));
+    cloud.put_instance(
+        Instance::new(OWNED, "a-1", InstanceState::Running).with_tag(CLUSTER, "owned"),
+    );
     let err = cloud.delete_instance(OWNED).unwrap_err();
     assert_eq!(
         err.message(),
@@ -76,7 +82,10 @@ fn nothing_is_granted_until_granted() {
             "cloud delete-instance of instance {OWNED} is not granted: add \"delete-instance\" to operations in [plugins.guard.grants] cloud"
         )
     );
-    assert_eq!(cloud.list_security_groups(&[]).unwrap_err().kind(), "denied");
+    assert_eq!(
+        cloud.list_security_groups(&[]).unwrap_err().kind(),
+        "denied"
+    );
     assert_eq!(cloud.actions(), Vec::<String>::new());
 }
 
@@ -85,8 +94,16 @@ fn shapes_are_checked_before_anything_else() {
     let cloud = FakeCloud::new("guard");
     cloud.fail_with(Some(Error::Unavailable("down".into())));
     for bad in ["i-1/../x", "", "web-1"] {
-        assert_eq!(cloud.delete_instance(bad).unwrap_err().kind(), "invalid", "{bad:?}");
-        assert_eq!(cloud.get_instance(bad).unwrap_err().kind(), "invalid", "{bad:?}");
+        assert_eq!(
+            cloud.delete_instance(bad).unwrap_err().kind(),
+            "invalid",
+            "{bad:?}"
+        );
+        assert_eq!(
+            cloud.get_instance(bad).unwrap_err().kind(),
+            "invalid",
+            "{bad:?}"
+        );
     }
     assert_eq!(
         cloud.ensure_rule("default", &tcp(None)).unwrap_err().kind(),
@@ -108,9 +125,15 @@ fn instances_of_other_owners_are_denied_by_id() {
     assert_eq!(cloud.get_instance(OWNED).unwrap().name, "a-1");
     let err = cloud.get_instance(FOREIGN).unwrap_err();
     assert_eq!(err.kind(), "denied");
-    assert!(err.message().contains("kubernetes.io/cluster/a=owned"), "{err}");
+    assert!(
+        err.message().contains("kubernetes.io/cluster/a=owned"),
+        "{err}"
+    );
     assert_eq!(cloud.delete_instance(FOREIGN).unwrap_err().kind(), "denied");
-    assert_eq!(cloud.add_to_group(FOREIGN, GROUP).unwrap_err().kind(), "denied");
+    assert_eq!(
+        cloud.add_to_group(FOREIGN, GROUP).unwrap_err().kind(),
+        "denied"
+    );
     assert_eq!(cloud.get_instance(GONE).unwrap_err().kind(), "not-found");
     assert_eq!(cloud.actions(), Vec::<String>::new());
 }
@@ -119,7 +142,10 @@ fn instances_of_other_owners_are_denied_by_id() {
 fn a_delete_is_sent_once_and_gone_is_success() {
     let cloud = cloud();
     cloud.delete_instance(OWNED).unwrap();
-    assert_eq!(cloud.instance(OWNED).unwrap().state, InstanceState::Deleting);
+    assert_eq!(
+        cloud.instance(OWNED).unwrap().state,
+        InstanceState::Deleting
+    );
     // Already deleting: success, nothing sent again.
     cloud.delete_instance(OWNED).unwrap();
     cloud.remove_instance(OWNED);
@@ -142,12 +168,18 @@ fn a_rule_outside_the_granted_remotes_is_denied_and_sends_nothing() {
     };
     let err = cloud.ensure_rule(GROUP, &world).unwrap_err();
     assert_eq!(err.kind(), "denied");
-    assert!(err.message().contains("add \"0.0.0.0/0\" to remotes"), "{err}");
+    assert!(
+        err.message().contains("add \"0.0.0.0/0\" to remotes"),
+        "{err}"
+    );
     let from_other = Rule {
         remote: Remote::Group(OTHER_GROUP.into()),
         ..tcp(Some((22, 22)))
     };
-    assert_eq!(cloud.ensure_rule(GROUP, &from_other).unwrap_err().kind(), "denied");
+    assert_eq!(
+        cloud.ensure_rule(GROUP, &from_other).unwrap_err().kind(),
+        "denied"
+    );
     assert!(cloud.actions().is_empty());
     assert!(cloud.group(GROUP).unwrap().rules.is_empty());
 }
@@ -183,7 +215,10 @@ fn rules_are_the_same_only_with_the_full_port_range() {
         ether_type: EtherType::Ipv6,
         ..tcp(None)
     };
-    assert_eq!(cloud.ensure_rule(GROUP, &bad).unwrap_err().kind(), "invalid");
+    assert_eq!(
+        cloud.ensure_rule(GROUP, &bad).unwrap_err().kind(),
+        "invalid"
+    );
 }
 
 #[test]
@@ -192,7 +227,10 @@ fn membership_is_added_once() {
     assert!(cloud.add_to_group(OWNED, GROUP).unwrap());
     assert!(!cloud.add_to_group(OWNED, GROUP).unwrap());
     assert_eq!(cloud.instance(OWNED).unwrap().security_groups, [GROUP]);
-    assert_eq!(cloud.add_to_group(GONE, GROUP).unwrap_err().kind(), "not-found");
+    assert_eq!(
+        cloud.add_to_group(GONE, GROUP).unwrap_err().kind(),
+        "not-found"
+    );
     assert_eq!(cloud.actions(), [format!("add-to-group {OWNED} {GROUP}")]);
 }
 
@@ -200,10 +238,16 @@ fn membership_is_added_once() {
 fn groups_are_listed_and_found_among_the_granted_ones() {
     let cloud = cloud();
     let all = cloud.list_security_groups(&[]).unwrap();
-    assert_eq!(all.iter().map(|g| g.id.as_str()).collect::<Vec<_>>(), [GROUP]);
+    assert_eq!(
+        all.iter().map(|g| g.id.as_str()).collect::<Vec<_>>(),
+        [GROUP]
+    );
     assert_eq!(cloud.list_security_groups(&[GROUP]).unwrap().len(), 1);
     assert_eq!(
-        cloud.list_security_groups(&[OTHER_GROUP]).unwrap_err().kind(),
+        cloud
+            .list_security_groups(&[OTHER_GROUP])
+            .unwrap_err()
+            .kind(),
         "denied"
     );
     // Only one of the two groups named "nodes" is granted.
@@ -212,7 +256,10 @@ fn groups_are_listed_and_found_among_the_granted_ones() {
     let err = cloud.find_security_group("nodes").unwrap_err();
     assert_eq!(err.kind(), "conflict");
     assert!(err.message().ends_with("pin the group by its ID"), "{err}");
-    assert_eq!(cloud.find_security_group("web").unwrap_err().kind(), "not-found");
+    assert_eq!(
+        cloud.find_security_group("web").unwrap_err().kind(),
+        "not-found"
+    );
 }
 
 #[test]
@@ -226,7 +273,10 @@ fn calls_fail_as_scripted_after_the_grant_checks() {
         cloud.delete_instance(OWNED).unwrap_err().kind(),
         "budget-exhausted"
     );
-    assert_eq!(cloud.delete_instance(FOREIGN).unwrap_err().kind(), "budget-exhausted");
+    assert_eq!(
+        cloud.delete_instance(FOREIGN).unwrap_err().kind(),
+        "budget-exhausted"
+    );
     cloud.fail_call("delete-instance", None);
     cloud.fail_with(Some(Error::Unavailable("the API is down".into())));
     assert_eq!(

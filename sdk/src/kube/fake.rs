@@ -7,12 +7,12 @@ use crate::{Error, Result};
 use serde_json::{Map, Value};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use tend_rules::text::inert;
 use tend_rules::kube::{
     Access, FieldSelector, KubeRule, LabelSelector, MAX_BODY, MAX_SELECTOR, OwnLease, PatchShape,
     Verb, check, check_event, check_key, check_object, check_own_lease, check_size, list_scope,
     needs_object,
 };
+use tend_rules::text::inert;
 
 /// A kind the fake's discovery knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -373,8 +373,7 @@ impl FakeKube {
             )));
         }
         let access = Self::access(&kind, verb, namespace.as_deref(), Some(&key.name));
-        check_own_lease(self.own_lease.borrow().as_ref(), &access)
-            .map_err(crate::Error::from)?;
+        check_own_lease(self.own_lease.borrow().as_ref(), &access).map_err(crate::Error::from)?;
         check(
             &self.rules.borrow(),
             &self.plugin,

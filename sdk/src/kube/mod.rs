@@ -3,8 +3,8 @@
 //! (RBAC-like: group, resource, verb, namespace, name; `$NODE` is the host's
 //! node name).
 
-use crate::{NotProvided, Result};
 use crate::bindings::tend::plugin::kube as wit_kube;
+use crate::{NotProvided, Result};
 use serde_json::Value;
 
 mod fake;

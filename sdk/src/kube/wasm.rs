@@ -1,8 +1,8 @@
 //! The wasm glue: the host's `kube` import; objects cross it as JSON text.
 
 use super::{EventType, Kube, ListParams, ObjectKey, ObjectList, PatchType};
-use crate::types::from_wit_error;
 use crate::bindings::tend::plugin::kube as wit;
+use crate::types::from_wit_error;
 use crate::{Error, Result};
 use serde_json::Value;
 

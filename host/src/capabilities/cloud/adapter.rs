@@ -332,4 +332,3 @@ fn shown_ids(ids: &[&str]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
-

@@ -12,14 +12,15 @@
 //! [`REQUEST_TIMEOUT`] and by what is left of the reconcile's deadline; the
 //! SDK retries a failed attempt at most twice (standard retry, 3 attempts).
 
-use super::backend::{CloudLimits, 
-    CloudBackend, Direction, EtherType, Instance, InstanceState, MAX_PAGES, OwnerTag, PortRange,
-    Protocol, REQUEST_TIMEOUT, Remote, Rule, SecurityGroup,
+use super::backend::{
+    CloudBackend, CloudLimits, Direction, EtherType, Instance, InstanceState, MAX_PAGES, OwnerTag,
+    PortRange, Protocol, REQUEST_TIMEOUT, Remote, Rule, SecurityGroup,
 };
 use super::real::{Paced, Pacer};
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
+use crate::text::peer_answer;
 use anyhow::bail;
 use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
@@ -34,7 +35,6 @@ use aws_smithy_runtime_api::client::http::{
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_types::body::SdkBody;
-use crate::text::peer_answer;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
@@ -221,13 +221,19 @@ fn attached_interfaces(instance: &ec2::Instance) -> Vec<(String, Vec<String>)> {
         .network_interfaces()
         .iter()
         .filter(|eni| {
-            eni.attachment()
-                .and_then(|a| a.status())
-                .is_none_or(|s| matches!(s, ec2::AttachmentStatus::Attached | ec2::AttachmentStatus::Attaching))
+            eni.attachment().and_then(|a| a.status()).is_none_or(|s| {
+                matches!(
+                    s,
+                    ec2::AttachmentStatus::Attached | ec2::AttachmentStatus::Attaching
+                )
+            })
         })
         .filter_map(|eni| {
             let id = eni.network_interface_id()?;
-            let groups = eni.groups().iter().filter_map(|g| g.group_id().map(str::to_string));
+            let groups = eni
+                .groups()
+                .iter()
+                .filter_map(|g| g.group_id().map(str::to_string));
             Some((id.to_string(), groups.collect()))
         })
         .collect()
@@ -1238,7 +1244,11 @@ mod tests {
         ec2::GroupIdentifier::builder().group_id(id).build()
     }
 
-    fn interface(id: &str, status: ec2::AttachmentStatus, groups: &[&str]) -> ec2::InstanceNetworkInterface {
+    fn interface(
+        id: &str,
+        status: ec2::AttachmentStatus,
+        groups: &[&str],
+    ) -> ec2::InstanceNetworkInterface {
         ec2::InstanceNetworkInterface::builder()
             .network_interface_id(id)
             .attachment(
@@ -1265,8 +1275,14 @@ mod tests {
         assert_eq!(
             attached_interfaces(&instance),
             [
-                ("eni-1".to_string(), vec!["sg-a".to_string(), "sg-b".to_string()]),
-                ("eni-2".to_string(), vec!["sg-c".to_string(), "sg-b".to_string()]),
+                (
+                    "eni-1".to_string(),
+                    vec!["sg-a".to_string(), "sg-b".to_string()]
+                ),
+                (
+                    "eni-2".to_string(),
+                    vec!["sg-c".to_string(), "sg-b".to_string()]
+                ),
             ],
             "an interface being detached is no longer the instance's"
         );

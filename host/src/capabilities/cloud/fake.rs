@@ -3,7 +3,9 @@
 //! rule is `false`), recorded actions, injectable failures, a provider that
 //! ignores filters, and requests paced and counted as a real backend's.
 
-use super::backend::{CloudBackend, CloudLimits, Instance, InstanceState, OwnerTag, Rule, SecurityGroup};
+use super::backend::{
+    CloudBackend, CloudLimits, Instance, InstanceState, OwnerTag, Rule, SecurityGroup,
+};
 use super::grants::{Operation, describe_rule, rule_spec};
 use super::real::{Paced, Pacer};
 use crate::capabilities::call::Call;
@@ -213,7 +215,11 @@ impl CloudBackend for FakeCloud {
             .iter_mut()
             .find(|g| g.id == group_id)
             .ok_or_else(|| CapError::NotFound(format!("cloud: no security group {group_id}")))?;
-        if group.rules.iter().any(|r| rule_spec(r).same(&rule_spec(rule))) {
+        if group
+            .rules
+            .iter()
+            .any(|r| rule_spec(r).same(&rule_spec(rule)))
+        {
             return Ok(false);
         }
         group.rules.push(rule.clone());

@@ -3,8 +3,8 @@
 //! WIT's rule record.
 
 use super::backend::Rule;
-use crate::wit::cloud;
 use crate::capabilities::error::CapError;
+use crate::wit::cloud;
 use tend_rules::cloud as rules;
 pub use tend_rules::cloud::{CloudGrant, Operation};
 

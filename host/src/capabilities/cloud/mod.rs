@@ -18,8 +18,8 @@ mod wit;
 
 pub use adapter::{CloudSettings, Endpoint, PluginCloud, Provider};
 pub use backend::{
-    CloudBackend, CloudLimits, Direction, EtherType, Instance, InstanceState, OwnerTag, PortRange, Protocol,
-    Remote, Rule, SecurityGroup,
+    CloudBackend, CloudLimits, Direction, EtherType, Instance, InstanceState, OwnerTag, PortRange,
+    Protocol, Remote, Rule, SecurityGroup,
 };
 pub use fake::FakeCloud;
 pub use grants::{CloudGrant, Operation};
@@ -93,7 +93,12 @@ impl Capability for PluginCloud {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn CloudBackend>, grant: &CloudGrant, limits: &CloudLimits, call: &Arc<Call>) -> Self {
+    fn for_call(
+        backend: &Arc<dyn CloudBackend>,
+        grant: &CloudGrant,
+        limits: &CloudLimits,
+        call: &Arc<Call>,
+    ) -> Self {
         PluginCloud {
             // Paced by this plugin's request rate and deadline.
             backend: backend.clone().for_plugin(call, *limits),

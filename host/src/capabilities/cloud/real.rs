@@ -4,7 +4,9 @@
 //! The providers themselves are `openstack.rs` and `aws.rs`; `mod.rs` picks
 //! one from `[host.cloud] provider`.
 
-use super::backend::{CloudBackend, CloudLimits, Instance, OwnerTag, REQUEST_TIMEOUT, Rule, SecurityGroup};
+use super::backend::{
+    CloudBackend, CloudLimits, Instance, OwnerTag, REQUEST_TIMEOUT, Rule, SecurityGroup,
+};
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;

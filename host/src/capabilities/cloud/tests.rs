@@ -38,7 +38,10 @@ fn scripted() -> (Arc<dyn CloudBackend>, Arc<FakeCloud>) {
 fn cloud_for(grant: &str, call: &Arc<Call>) -> (PluginCloud, Arc<FakeCloud>) {
     let (backend, fake) = scripted();
     let grant: CloudGrant = toml::from_str(grant).unwrap();
-    (PluginCloud::for_call(&backend, &grant, &Default::default(), call), fake)
+    (
+        PluginCloud::for_call(&backend, &grant, &Default::default(), call),
+        fake,
+    )
 }
 
 fn cloud(grant: &str, dry_run: bool) -> (PluginCloud, Arc<FakeCloud>) {
@@ -245,7 +248,11 @@ async fn a_mutation_checks_the_owner_on_a_fresh_read_not_the_listing() {
     assert_eq!(err.kind(), "denied", "{err}");
     assert!(fake.actions().is_empty(), "{:?}", fake.actions());
     assert!(cloud.call.gate.mutations().is_empty());
-    assert_eq!(fake.requests(), 3, "one list, then one get before each mutation");
+    assert_eq!(
+        fake.requests(),
+        3,
+        "one list, then one get before each mutation"
+    );
 }
 
 #[tokio::test]
@@ -386,9 +393,8 @@ async fn groups_are_listed_and_found_only_among_the_granted() {
         .unwrap_err();
     assert_eq!(err.kind(), "not-found");
     assert!(
-        err.to_string().contains(
-            "add the group's ID to security-groups in [plugins.reaper.grants] cloud"
-        ),
+        err.to_string()
+            .contains("add the group's ID to security-groups in [plugins.reaper.grants] cloud"),
         "{err}"
     );
     // No oracle: an ungranted group of that name is never named, and its

@@ -81,7 +81,12 @@ impl Capability for PluginCri {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn CriBackend>, grant: &CriGrant, _: &NoLimits, call: &Arc<Call>) -> Self {
+    fn for_call(
+        backend: &Arc<dyn CriBackend>,
+        grant: &CriGrant,
+        _: &NoLimits,
+        call: &Arc<Call>,
+    ) -> Self {
         PluginCri {
             backend: backend.clone(),
             grant: grant.clone(),
@@ -117,7 +122,10 @@ impl wit::Functions for PluginCri {
     async fn remove_pod_sandbox(&self, id: String) -> Result<(), CapError> {
         self.remove_pod_sandbox(&id).await
     }
-    async fn list_containers(&self, pod_sandbox_id: Option<String>) -> Result<Vec<Container>, CapError> {
+    async fn list_containers(
+        &self,
+        pod_sandbox_id: Option<String>,
+    ) -> Result<Vec<Container>, CapError> {
         self.list_containers(pod_sandbox_id.as_deref()).await
     }
     async fn list_images(&self) -> Result<Vec<Image>, CapError> {
@@ -127,6 +135,7 @@ impl wit::Functions for PluginCri {
         self.image_status(&image).await
     }
     async fn pull_image(&self, image: String, timeout_ms: u32) -> Result<String, CapError> {
-        self.pull_image(&image, Duration::from_millis(timeout_ms.into())).await
+        self.pull_image(&image, Duration::from_millis(timeout_ms.into()))
+            .await
     }
 }

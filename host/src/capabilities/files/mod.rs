@@ -55,7 +55,12 @@ impl Capability for PluginFiles {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn FileBackend>, grants: &Vec<FileGrant>, _: &NoLimits, call: &Arc<Call>) -> Self {
+    fn for_call(
+        backend: &Arc<dyn FileBackend>,
+        grants: &Vec<FileGrant>,
+        _: &NoLimits,
+        call: &Arc<Call>,
+    ) -> Self {
         PluginFiles {
             backend: backend.clone(),
             grants: grants.clone(),
@@ -78,7 +83,12 @@ impl wit::Functions for PluginFiles {
     async fn read(&self, path: String) -> Result<Vec<u8>, CapError> {
         self.read(path).await
     }
-    async fn write(&self, path: String, contents: Vec<u8>, mode: Option<u32>) -> Result<bool, CapError> {
+    async fn write(
+        &self,
+        path: String,
+        contents: Vec<u8>,
+        mode: Option<u32>,
+    ) -> Result<bool, CapError> {
         self.write(path, contents, mode).await
     }
     async fn remove(&self, path: String) -> Result<bool, CapError> {

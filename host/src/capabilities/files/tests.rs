@@ -13,7 +13,10 @@ fn files_with(call: Arc<Call>) -> (PluginFiles, Arc<FakeFiles>) {
         path: "/etc/containerd/certs.d".into(),
         write: true,
     }];
-    (PluginFiles::for_call(&backend, &grants, &Default::default(), &call), fake)
+    (
+        PluginFiles::for_call(&backend, &grants, &Default::default(), &call),
+        fake,
+    )
 }
 
 fn files(dry_run: bool) -> (PluginFiles, Arc<FakeFiles>) {

@@ -88,8 +88,12 @@ impl wit::Functions for PluginHttp {
             return Ok(reqs.iter().map(|_| Err(refusal.clone())).collect());
         }
         let answers = reqs.into_iter().map(|req| {
-            self.call.answer(Self::NAME, SEND, (req,), |(req,)| self.send(req))
+            self.call
+                .answer(Self::NAME, SEND, (req,), |(req,)| self.send(req))
         });
-        futures_util::future::join_all(answers).await.into_iter().collect()
+        futures_util::future::join_all(answers)
+            .await
+            .into_iter()
+            .collect()
     }
 }

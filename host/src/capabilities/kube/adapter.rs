@@ -458,9 +458,9 @@ impl PluginKube {
         };
         self.object_allowed(&info, &key, Verb::Get, object.as_ref(), None)
             .await?;
-        let object = object.unwrap_or_else(|| {
-            serde_json::json!({"metadata": {"name": key.name, "namespace": key.namespace}})
-        });
+        let object = object.unwrap_or_else(
+            || serde_json::json!({"metadata": {"name": key.name, "namespace": key.namespace}}),
+        );
         let note = EventNote {
             event_type,
             reason: reason.to_string(),
@@ -502,7 +502,12 @@ mod tests {
             json!({"metadata": {"name": "node-2", "uid": "u2"}}),
         );
         (
-            PluginKube::for_call(&backend, &grant.kube, &Default::default(), &call("labeler", dry_run)),
+            PluginKube::for_call(
+                &backend,
+                &grant.kube,
+                &Default::default(),
+                &call("labeler", dry_run),
+            ),
             fake,
         )
     }
@@ -688,9 +693,14 @@ mod tests {
     #[tokio::test]
     async fn events_need_a_readable_object_and_a_plain_reason() {
         let (kube, fake) = kube(OWN_NODE, false);
-        kube.emit_event(&node("node-1"), EventType::Normal, "LabelsApplied", "set a=b\n")
-            .await
-            .unwrap();
+        kube.emit_event(
+            &node("node-1"),
+            EventType::Normal,
+            "LabelsApplied",
+            "set a=b\n",
+        )
+        .await
+        .unwrap();
         assert_eq!(
             fake.actions(),
             ["event nodes/node-1 LabelsApplied: set a=b\\n"]

@@ -2,9 +2,9 @@
 //! resource, namespace and name, recorded actions, injectable failures.
 //! Patches are applied as the API server (and the SDK's fake) applies them.
 
-use super::backend::{KubeLimits, 
-    Change, EventNote, KubeBackend, ListParams, Listed, ObjectList, PatchBody, PatchType,
-    ResourceInfo, Run,
+use super::backend::{
+    Change, EventNote, KubeBackend, KubeLimits, ListParams, Listed, ObjectList, PatchBody,
+    PatchType, ResourceInfo, Run,
 };
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;

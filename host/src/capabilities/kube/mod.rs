@@ -15,7 +15,8 @@ mod wit;
 
 pub use adapter::{KubeSettings, PluginKube};
 pub use backend::{
-    Change, EventType, KubeBackend, KubeLimits, ListParams, ObjectKey, ObjectList, PatchType, ResourceInfo,
+    Change, EventType, KubeBackend, KubeLimits, ListParams, ObjectKey, ObjectList, PatchType,
+    ResourceInfo,
 };
 pub use fake::FakeKube;
 pub use grants::{KubeRule, OwnLease, Verb};
@@ -83,7 +84,12 @@ impl Capability for PluginKube {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn KubeBackend>, rules: &Vec<KubeRule>, limits: &KubeLimits, call: &Arc<Call>) -> Self {
+    fn for_call(
+        backend: &Arc<dyn KubeBackend>,
+        rules: &Vec<KubeRule>,
+        limits: &KubeLimits,
+        call: &Arc<Call>,
+    ) -> Self {
         PluginKube {
             // Charged to this plugin: its request bucket, caches and Events.
             backend: backend.clone().for_plugin(call, *limits),
@@ -99,9 +105,7 @@ impl Capability for PluginKube {
         kube::add_to_linker::<T, HasSelf<Self>>(linker, get)
     }
 
-    fn watch(
-        backend: &Arc<dyn KubeBackend>,
-    ) -> Option<Box<dyn Watch<Vec<KubeRule>>>> {
+    fn watch(backend: &Arc<dyn KubeBackend>) -> Option<Box<dyn Watch<Vec<KubeRule>>>> {
         Some(Box::new(KubeSource::new(backend.clone())))
     }
 
@@ -145,7 +149,12 @@ impl wit::Functions for PluginKube {
         self.create(&api_version, &kind, namespace.as_deref(), &object)
             .await
     }
-    async fn patch(&self, key: ObjectKey, patch_type: PatchType, patch: String) -> Result<String, CapError> {
+    async fn patch(
+        &self,
+        key: ObjectKey,
+        patch_type: PatchType,
+        patch: String,
+    ) -> Result<String, CapError> {
         self.patch(&key, patch_type, &patch).await
     }
     async fn delete(&self, key: ObjectKey) -> Result<(), CapError> {

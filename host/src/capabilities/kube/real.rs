@@ -5,22 +5,20 @@
 //! the host's request tokens and charges the caches its lists start.
 
 use super::adapter::KubeSettings;
-use super::backend::{KubeLimits, 
-    Change, EventNote, KubeBackend, ListParams, Listed, ObjectList, PatchBody, PatchType,
-    ResourceInfo, Run,
+use super::backend::{
+    Change, EventNote, KubeBackend, KubeLimits, ListParams, Listed, ObjectList, PatchBody,
+    PatchType, ResourceInfo, Run,
 };
 use super::cache::{CacheKey, CacheStats, Charge, HostBounds, WatchCache};
 use super::discovery::{Discovery, Known};
 use super::events::Correlator;
-use crate::capabilities::rate::{Asker, Throttle, Waits};
-use crate::exposition::{Exposition, Kind};
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Permit;
+use crate::capabilities::rate::{Asker, Throttle, Waits};
+use crate::exposition::{Exposition, Kind};
 use crate::units::ByteSize;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::Scope;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -682,7 +680,10 @@ fn cache_families(families: &Exposition, cache: &CacheStats) {
         "tend_kube_direct_lists_total",
         "Lists read from the API server because a cache bound was reached, by the bound.",
         &["plugin", "bound"],
-        cache.direct.iter().map(|((plugin, bound), n)| (vec![plugin.as_str(), *bound], *n as f64)),
+        cache
+            .direct
+            .iter()
+            .map(|((plugin, bound), n)| (vec![plugin.as_str(), *bound], *n as f64)),
     );
     families.scalar(
         Kind::Counter,
@@ -737,7 +738,10 @@ fn saved_request_families(families: &Exposition, misses: u64, combined: &BTreeMa
         "Events beyond the burst of 25 per object, combined into one Event per type and reason.",
         &["plugin"],
         combined.iter().map(|(reporter, n)| {
-            (vec![reporter.strip_prefix("tend-").unwrap_or(reporter)], *n as f64)
+            (
+                vec![reporter.strip_prefix("tend-").unwrap_or(reporter)],
+                *n as f64,
+            )
         }),
     );
 }
@@ -773,16 +777,56 @@ mod metrics_tests {
         assert_eq!(
             declared(&text),
             [
-                family("tend_kube_cache_bytes", "gauge", "Bytes (serialized objects) the watch caches hold; bounded by [host.kube] cache-memory."),
-                family("tend_kube_cache_evictions_total", "counter", "Idle list caches stopped to make room for a watch trigger's."),
-                family("tend_kube_direct_lists_total", "counter", "Lists read from the API server because a cache bound was reached, by the bound."),
-                family("tend_kube_discovery_misses_cached_total", "counter", "Lookups of kinds the API server lacks answered from the discovery cache, without a request."),
-                family("tend_kube_events_combined_total", "counter", "Events beyond the burst of 25 per object, combined into one Event per type and reason."),
-                family("tend_kube_plugin_cache_bytes", "gauge", "Bytes of the watch caches a plugin's lists started."),
-                family("tend_kube_plugin_caches", "gauge", "Watch caches a plugin's lists started (kube-caches) and their bytes (kube-cache-bytes)."),
-                family("tend_kube_rate_refused_total", "counter", "Plugin requests refused because their token came after the reconcile's deadline."),
-                family("tend_kube_rate_wait_seconds_total", "counter", "Seconds plugin requests waited for a token."),
-                family("tend_kube_rate_waits_total", "counter", "Plugin requests that waited for a token (kube-qps, kube-burst; [host.kube] qps, burst)."),
+                family(
+                    "tend_kube_cache_bytes",
+                    "gauge",
+                    "Bytes (serialized objects) the watch caches hold; bounded by [host.kube] cache-memory."
+                ),
+                family(
+                    "tend_kube_cache_evictions_total",
+                    "counter",
+                    "Idle list caches stopped to make room for a watch trigger's."
+                ),
+                family(
+                    "tend_kube_direct_lists_total",
+                    "counter",
+                    "Lists read from the API server because a cache bound was reached, by the bound."
+                ),
+                family(
+                    "tend_kube_discovery_misses_cached_total",
+                    "counter",
+                    "Lookups of kinds the API server lacks answered from the discovery cache, without a request."
+                ),
+                family(
+                    "tend_kube_events_combined_total",
+                    "counter",
+                    "Events beyond the burst of 25 per object, combined into one Event per type and reason."
+                ),
+                family(
+                    "tend_kube_plugin_cache_bytes",
+                    "gauge",
+                    "Bytes of the watch caches a plugin's lists started."
+                ),
+                family(
+                    "tend_kube_plugin_caches",
+                    "gauge",
+                    "Watch caches a plugin's lists started (kube-caches) and their bytes (kube-cache-bytes)."
+                ),
+                family(
+                    "tend_kube_rate_refused_total",
+                    "counter",
+                    "Plugin requests refused because their token came after the reconcile's deadline."
+                ),
+                family(
+                    "tend_kube_rate_wait_seconds_total",
+                    "counter",
+                    "Seconds plugin requests waited for a token."
+                ),
+                family(
+                    "tend_kube_rate_waits_total",
+                    "counter",
+                    "Plugin requests that waited for a token (kube-qps, kube-burst; [host.kube] qps, burst)."
+                ),
             ]
         );
         for line in [
@@ -797,7 +841,10 @@ mod metrics_tests {
             "tend_kube_discovery_misses_cached_total 4",
             "tend_kube_events_combined_total{plugin=\"p\"} 5",
         ] {
-            assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing from:\n{text}"
+            );
         }
     }
 
@@ -805,7 +852,10 @@ mod metrics_tests {
     fn the_unlabelled_families_are_present_from_the_start() {
         let kube = RealKube::new(&KubeSettings::default(), "node-1");
         let text = super::super::backend::render_metrics(&kube);
-        let names: Vec<String> = declared(&text).into_iter().map(|(name, _, _)| name).collect();
+        let names: Vec<String> = declared(&text)
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect();
         assert_eq!(
             names,
             [
@@ -816,7 +866,10 @@ mod metrics_tests {
                 "tend_kube_watches",
             ]
         );
-        assert!(text.lines().any(|l| l == "tend_kube_api_requests_total 0"), "{text}");
+        assert!(
+            text.lines().any(|l| l == "tend_kube_api_requests_total 0"),
+            "{text}"
+        );
         assert!(text.contains("# HELP tend_kube_watches Watches the shared cache holds open on the API server.\n# TYPE tend_kube_watches gauge\n"), "{text}");
     }
 }

@@ -6,10 +6,10 @@ use super::backend::{Level, LogBackend};
 use super::grants::{LogCap, MinuteWindow, Spent};
 use crate::capabilities::call::Call;
 use crate::text::inert;
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
 use crate::units::ByteSize;
 use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 /// `[plugins.<name>.limits] log-*`: lines and bytes per reconcile, and per
@@ -124,12 +124,7 @@ mod tests {
             ..LogLimits::default()
         };
         let (backend, fake) = PluginLog::fake();
-        let first = PluginLog::for_call(
-            &backend,
-            &AlwaysGranted,
-            &limits,
-            &call("chatty", false),
-        );
+        let first = PluginLog::for_call(&backend, &AlwaysGranted, &limits, &call("chatty", false));
         assert!(first.log(Level::Info, "a\nFORGED host line").await);
         for _ in 0..5 {
             first.log(Level::Info, "").await;
@@ -137,12 +132,7 @@ mod tests {
         assert_eq!((fake.lines().len(), first.dropped()), (3, 3));
         assert_eq!(fake.lines()[0].2, "a\\nFORGED host line");
         // The next reconcile has its own 3 lines, but only 2 are left this minute.
-        let second = PluginLog::for_call(
-            &backend,
-            &AlwaysGranted,
-            &limits,
-            &call("chatty", false),
-        );
+        let second = PluginLog::for_call(&backend, &AlwaysGranted, &limits, &call("chatty", false));
         for _ in 0..3 {
             second.log(Level::Info, "x").await;
         }
@@ -162,12 +152,7 @@ mod tests {
         assert_eq!(kept, 2);
         // ... and the plugin's own lines share the same minute.
         let (backend, fake) = PluginLog::fake();
-        let log = PluginLog::for_call(
-            &backend,
-            &AlwaysGranted,
-            &limits,
-            &call("outcomes", false),
-        );
+        let log = PluginLog::for_call(&backend, &AlwaysGranted, &limits, &call("outcomes", false));
         assert!(!log.log(Level::Info, &"x".repeat(4096)).await);
         assert!(log.log(Level::Info, "short").await);
         assert_eq!(fake.lines().len(), 1);

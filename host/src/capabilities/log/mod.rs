@@ -42,7 +42,12 @@ impl Capability for PluginLog {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn LogBackend>, _: &AlwaysGranted, limits: &LogLimits, call: &Arc<Call>) -> Self {
+    fn for_call(
+        backend: &Arc<dyn LogBackend>,
+        _: &AlwaysGranted,
+        limits: &LogLimits,
+        call: &Arc<Call>,
+    ) -> Self {
         PluginLog {
             backend: backend.clone(),
             limits: *limits,

@@ -35,8 +35,12 @@ mod tests {
     #[test]
     fn plugins_record_under_their_own_name_and_counters_only_grow() {
         let (backend, store) = PluginMetrics::fake();
-        let metrics =
-            PluginMetrics::for_call(&backend, &AlwaysGranted, &Default::default(), &call("mirror-gate", false));
+        let metrics = PluginMetrics::for_call(
+            &backend,
+            &AlwaysGranted,
+            &Default::default(),
+            &call("mirror-gate", false),
+        );
         metrics.record(Kind::Counter, "pulls", &[], 2.0).unwrap();
         assert_eq!(
             metrics

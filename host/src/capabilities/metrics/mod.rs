@@ -17,7 +17,9 @@ pub use backend::{Kind, MetricsBackend};
 pub use real::SeriesStore;
 
 use crate::capabilities::call::Call;
-use crate::capabilities::capability::{AlwaysGranted, BackendEnv, Capability, NoLimits, NoSettings};
+use crate::capabilities::capability::{
+    AlwaysGranted, BackendEnv, Capability, NoLimits, NoSettings,
+};
 use crate::wit::tend::plugin::metrics;
 use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker};
@@ -44,7 +46,12 @@ impl Capability for PluginMetrics {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn MetricsBackend>, _: &AlwaysGranted, _: &NoLimits, call: &Arc<Call>) -> Self {
+    fn for_call(
+        backend: &Arc<dyn MetricsBackend>,
+        _: &AlwaysGranted,
+        _: &NoLimits,
+        call: &Arc<Call>,
+    ) -> Self {
         PluginMetrics {
             backend: backend.clone(),
             call: call.clone(),
@@ -68,10 +75,20 @@ use crate::capabilities::CapError;
 
 /// The WIT's functions, each on the adapter method that does it.
 impl wit::Functions for PluginMetrics {
-    async fn counter_add(&self, name: String, labels: Vec<(String, String)>, value: f64) -> Result<(), CapError> {
+    async fn counter_add(
+        &self,
+        name: String,
+        labels: Vec<(String, String)>,
+        value: f64,
+    ) -> Result<(), CapError> {
         self.record(Kind::Counter, &name, &labels, value)
     }
-    async fn gauge_set(&self, name: String, labels: Vec<(String, String)>, value: f64) -> Result<(), CapError> {
+    async fn gauge_set(
+        &self,
+        name: String,
+        labels: Vec<(String, String)>,
+        value: f64,
+    ) -> Result<(), CapError> {
         self.record(Kind::Gauge, &name, &labels, value)
     }
 }

@@ -99,7 +99,12 @@ mod tests {
 
     fn state(backend: &Arc<FakeState>, plugin: &str, dry_run: bool) -> PluginState {
         let backend: Arc<dyn StateBackend> = backend.clone();
-        PluginState::for_call(&backend, &AlwaysGranted, &Default::default(), &call(plugin, dry_run))
+        PluginState::for_call(
+            &backend,
+            &AlwaysGranted,
+            &Default::default(),
+            &call(plugin, dry_run),
+        )
     }
 
     #[tokio::test]

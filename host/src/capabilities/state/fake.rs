@@ -1,6 +1,6 @@
 //! An in-memory state store for tests: records writes, injects failures.
 
-use super::backend::{StateLimits, StateBackend};
+use super::backend::{StateBackend, StateLimits};
 use crate::capabilities::error::CapError;
 use crate::capabilities::fakes::FakeLedger;
 use std::collections::BTreeMap;

@@ -9,7 +9,7 @@ mod real;
 mod wit;
 
 pub use adapter::PluginState;
-pub use backend::{StateLimits, StateBackend};
+pub use backend::{StateBackend, StateLimits};
 pub use fake::FakeState;
 pub use real::RedbState;
 /// The rules crate's bounds, shared with the SDK's fake.
@@ -46,7 +46,12 @@ impl Capability for PluginState {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn StateBackend>, _: &AlwaysGranted, limits: &StateLimits, call: &Arc<Call>) -> Self {
+    fn for_call(
+        backend: &Arc<dyn StateBackend>,
+        _: &AlwaysGranted,
+        limits: &StateLimits,
+        call: &Arc<Call>,
+    ) -> Self {
         PluginState {
             backend: backend.clone(),
             limits: *limits,

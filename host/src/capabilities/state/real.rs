@@ -3,7 +3,7 @@
 //! calling task (measured: microseconds); commits fsync, so they run on the
 //! blocking pool, never on a tokio worker.
 
-use super::backend::{StateLimits, StateBackend};
+use super::backend::{StateBackend, StateLimits};
 use crate::capabilities::error::CapError;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
@@ -316,7 +316,10 @@ mod tests {
         {
             let db = Database::create(&old).unwrap();
             let txn = db.begin_write().unwrap();
-            txn.open_table(TABLE).unwrap().insert(("p", "k"), b"v".as_slice()).unwrap();
+            txn.open_table(TABLE)
+                .unwrap()
+                .insert(("p", "k"), b"v".as_slice())
+                .unwrap();
             txn.commit().unwrap();
         }
         assert_eq!(schema_version(&old), None);
@@ -333,7 +336,10 @@ mod tests {
         {
             let db = Database::create(&path).unwrap();
             let txn = db.begin_write().unwrap();
-            txn.open_table(SCHEMA).unwrap().insert(VERSION_KEY, 2).unwrap();
+            txn.open_table(SCHEMA)
+                .unwrap()
+                .insert(VERSION_KEY, 2)
+                .unwrap();
             txn.commit().unwrap();
         }
         let err = RedbState::open(&path).err().unwrap().to_string();
@@ -344,7 +350,10 @@ mod tests {
             )),
             "{err}"
         );
-        assert!(err.contains("knows versions up to 1") && err.contains("docs/upgrade.md"), "{err}");
+        assert!(
+            err.contains("knows versions up to 1") && err.contains("docs/upgrade.md"),
+            "{err}"
+        );
         assert_eq!(schema_version(&path), Some(2), "not rewritten");
     }
 }

@@ -19,10 +19,10 @@ use crate::capabilities::capability::Capability;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Intent;
 use serde::Deserialize;
-use tend_rules::systemd::install::EnablePlan;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use tend_rules::systemd::install::EnablePlan;
 
 /// `[host.systemd]`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -292,7 +292,12 @@ mod tests {
                 .join(", ")
         ))
         .unwrap();
-        PluginSystemd::for_call(backend, &grant, &Default::default(), &call("doctor", dry_run))
+        PluginSystemd::for_call(
+            backend,
+            &grant,
+            &Default::default(),
+            &call("doctor", dry_run),
+        )
     }
 
     /// Another reconcile's adapter on the same fake systemd.

@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use wasmtime::component::{HasSelf, Linker};
 
-
 impl Capability for PluginSystemd {
     const NAME: &'static str = "systemd";
     const MUTATIONS: &'static [&'static str] = tend_rules::systemd::MUTATIONS;
@@ -62,7 +61,12 @@ impl Capability for PluginSystemd {
         (fake.clone(), fake)
     }
 
-    fn for_call(backend: &Arc<dyn SystemdBackend>, grant: &SystemdGrant, _: &NoLimits, call: &Arc<Call>) -> Self {
+    fn for_call(
+        backend: &Arc<dyn SystemdBackend>,
+        grant: &SystemdGrant,
+        _: &NoLimits,
+        call: &Arc<Call>,
+    ) -> Self {
         PluginSystemd {
             backend: backend.clone(),
             grant: grant.clone(),
@@ -78,9 +82,7 @@ impl Capability for PluginSystemd {
         systemd::add_to_linker::<T, HasSelf<Self>>(linker, get)
     }
 
-    fn watch(
-        backend: &Arc<dyn SystemdBackend>,
-    ) -> Option<Box<dyn Watch<SystemdGrant>>> {
+    fn watch(backend: &Arc<dyn SystemdBackend>) -> Option<Box<dyn Watch<SystemdGrant>>> {
         Some(Box::new(UnitSource::new(backend.clone())))
     }
 }
@@ -105,10 +107,12 @@ impl wit::Functions for PluginSystemd {
         self.job(Operation::Restart, JobKind::Restart, &unit).await
     }
     async fn reload_or_restart(&self, unit: String) -> Result<JobResult, CapError> {
-        self.job(Operation::ReloadOrRestart, JobKind::ReloadOrRestart, &unit).await
+        self.job(Operation::ReloadOrRestart, JobKind::ReloadOrRestart, &unit)
+            .await
     }
     async fn try_restart(&self, unit: String) -> Result<JobResult, CapError> {
-        self.job(Operation::TryRestart, JobKind::TryRestart, &unit).await
+        self.job(Operation::TryRestart, JobKind::TryRestart, &unit)
+            .await
     }
     async fn reset_failed(&self, unit: String) -> Result<(), CapError> {
         self.reset_failed(&unit).await

@@ -14,7 +14,9 @@
 mod auth;
 mod model;
 
-use super::backend::{CloudBackend, CloudLimits, Instance, MAX_PAGES, OwnerTag, Rule, SecurityGroup};
+use super::backend::{
+    CloudBackend, CloudLimits, Instance, MAX_PAGES, OwnerTag, Rule, SecurityGroup,
+};
 use super::real::{Paced, Pacer};
 use crate::capabilities::call::Call;
 use crate::capabilities::cloud::CloudSettings;
@@ -179,14 +181,16 @@ impl OpenStack {
                 .map_err(|e| self.unreachable(operation, &e))?;
             let status = response.status();
             let headers = response.headers().clone();
-            let body = peer::read_body(response, MAX_BODY).await.map_err(|e| match e {
-                BodyError::TooLarge { .. } => {
-                    self.broken(operation, "an answer larger than 16 MiB")
-                }
-                cut => CapError::Unavailable(format!(
-                    "cloud {operation}: {cut}: never a partial answer"
-                )),
-            })?;
+            let body = peer::read_body(response, MAX_BODY)
+                .await
+                .map_err(|e| match e {
+                    BodyError::TooLarge { .. } => {
+                        self.broken(operation, "an answer larger than 16 MiB")
+                    }
+                    cut => CapError::Unavailable(format!(
+                        "cloud {operation}: {cut}: never a partial answer"
+                    )),
+                })?;
             Ok((status, headers, body))
         };
         tokio::time::timeout(timeout, exchange)
@@ -503,15 +507,13 @@ fn next_marker(answer: &Value, links: &str) -> Result<Option<String>, String> {
 
 /// The message of an OpenStack error body, bounded and inert.
 fn fault(body: &[u8]) -> String {
-    let text = serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| {
-            let inner = v.as_object()?.values().next()?.clone();
-            inner
-                .get("message")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        });
+    let text = serde_json::from_slice::<Value>(body).ok().and_then(|v| {
+        let inner = v.as_object()?.values().next()?.clone();
+        inner
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    });
     match text {
         Some(message) => peer_answer(message.as_bytes()),
         None => peer_answer(body),

@@ -1,0 +1,46 @@
+//! `cargo xtask fmt`: rustfmt over every Rust file git tracks. `cargo fmt`
+//! follows `mod` declarations, so it never reaches the capability modules
+//! that the host's and the SDK's registration lists declare through a macro;
+//! this names each file. `cargo xtask test` runs the check first.
+
+use crate::{root, step};
+use anyhow::{Context, Result, ensure};
+use std::process::Command;
+
+/// Every `.rs` file git tracks, relative to the root.
+fn rust_files() -> Result<Vec<String>> {
+    let out = Command::new("git")
+        .current_dir(root())
+        .args(["ls-files", "*.rs"])
+        .output()
+        .context("git ls-files")?;
+    ensure!(out.status.success(), "git ls-files failed");
+    Ok(String::from_utf8(out.stdout)?
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+/// Format every file; with `check`, change nothing and fail naming the
+/// files that differ.
+pub fn fmt(check: bool) -> Result<()> {
+    step(if check {
+        "checking that every Rust file is formatted (rustfmt, file by file)"
+    } else {
+        "formatting every Rust file (rustfmt, file by file)"
+    });
+    let mut rustfmt = Command::new("rustfmt");
+    rustfmt.current_dir(root()).args(["--edition", "2024"]);
+    if check {
+        rustfmt.args(["--check", "--files-with-diff"]);
+    }
+    let status = rustfmt
+        .args(rust_files()?)
+        .status()
+        .context("running rustfmt")?;
+    ensure!(
+        status.success(),
+        "the files above are not formatted: run `cargo xtask fmt`"
+    );
+    Ok(())
+}
