@@ -68,13 +68,13 @@ pub fn wit_py(resolve: &Resolve) -> Result<String> {
          from __future__ import annotations\n\n\
          from dataclasses import dataclass, field\n\
          from typing import Optional, Union\n\n\
-         from ._wit_base import {bases}, Variant, WitEnum, WitFunction\n\
+         from ._wit_base import (\n    {bases},\n    Variant,\n    WitEnum,\n    WitFunction,\n)\n\
          from .errors import TendError\n",
         bases = METHODS
             .iter()
             .map(|(_, base)| *base)
             .collect::<Vec<_>>()
-            .join(", "),
+            .join(",\n    "),
     );
     let interfaces = world_interfaces(resolve)?;
     let mut classes = Vec::new();
@@ -83,8 +83,11 @@ pub fn wit_py(resolve: &Resolve) -> Result<String> {
     }
     let _ = write!(
         out,
-        "\n\n#: The WIT types, which `tend_sdk.types` re-exports.\n__all__ = [{}]\n",
-        classes.join(", ")
+        "\n\n#: The WIT types, which `tend_sdk.types` re-exports.\n__all__ = [\n{}]\n",
+        classes
+            .iter()
+            .map(|c| format!("    {c},\n"))
+            .collect::<String>()
     );
     out.push_str(
         "\n#: Every function of every interface a plugin imports, in WIT order: its\n\

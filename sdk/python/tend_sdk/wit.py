@@ -8,7 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from ._wit_base import ObjectKeyMethods, ObjectListMethods, ContextMethods, OutcomeMethods, Variant, WitEnum, WitFunction
+from ._wit_base import (
+    ObjectKeyMethods,
+    ObjectListMethods,
+    ContextMethods,
+    OutcomeMethods,
+    Variant,
+    WitEnum,
+    WitFunction,
+)
 from .errors import TendError
 
 
@@ -331,7 +339,44 @@ class SecurityGroup:
 
 
 #: The WIT types, which `tend_sdk.types` re-exports.
-__all__ = ["Level", "Trigger", "Context", "Health", "Outcome", "PluginInfo", "FileKind", "Metadata", "DirEntry", "Request", "Response", "UnitStatus", "JobResult", "SandboxState", "PodSandbox", "SandboxFilter", "SandboxStatus", "ContainerState", "Container", "Image", "RuntimeVersion", "ObjectKey", "ListParams", "ObjectList", "PatchType", "EventType", "InstanceState", "Instance", "OwnerTag", "Direction", "EtherType", "Protocol", "PortRange", "Remote", "Rule", "SecurityGroup"]
+__all__ = [
+    "Level",
+    "Trigger",
+    "Context",
+    "Health",
+    "Outcome",
+    "PluginInfo",
+    "FileKind",
+    "Metadata",
+    "DirEntry",
+    "Request",
+    "Response",
+    "UnitStatus",
+    "JobResult",
+    "SandboxState",
+    "PodSandbox",
+    "SandboxFilter",
+    "SandboxStatus",
+    "ContainerState",
+    "Container",
+    "Image",
+    "RuntimeVersion",
+    "ObjectKey",
+    "ListParams",
+    "ObjectList",
+    "PatchType",
+    "EventType",
+    "InstanceState",
+    "Instance",
+    "OwnerTag",
+    "Direction",
+    "EtherType",
+    "Protocol",
+    "PortRange",
+    "Remote",
+    "Rule",
+    "SecurityGroup",
+]
 
 #: Every function of every interface a plugin imports, in WIT order: its
 #: parameters (WIT name, Python type) and the Python type of its answer (a
