@@ -53,7 +53,7 @@ def reconcile(ctx: Context, host: Host) -> Outcome:
 
     status = None
     try:
-        status = host.http.send(Request(config.url, "GET", timeout_ms=2000)).status
+        status = host.http.send(Request(url=config.url, timeout_ms=2000)).status
         probe = f"answered {status}"
     except Denied:
         raise  # the operator must fix the grant

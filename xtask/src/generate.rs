@@ -12,7 +12,9 @@
 //!   (`host/src/capabilities/<name>/wit.rs`): the interface's `Host` trait
 //!   routing every function through `Call::answer` under its WIT name, to a
 //!   trait `Functions` of the WIT's own types that the capability's adapter
-//!   implements (its behaviour, by hand).
+//!   implements (its behaviour, by hand);
+//! - the Python SDK's WIT types and function table
+//!   (`sdk/python/tend_sdk/wit.py`, see `python.rs`).
 
 use crate::root;
 use anyhow::{Context, Result, bail};
@@ -319,6 +321,10 @@ fn outputs() -> Result<Vec<(PathBuf, String)>> {
             root().join("sdk/fakes/src/dispatch.rs"),
             crate::fakes_dispatch::dispatch(&resolve, &interfaces)?,
         ),
+        (
+            root().join("sdk/python/tend_sdk/wit.py"),
+            crate::python::wit_py(&resolve)?,
+        ),
     ];
     // Every imported interface is a capability with a host folder.
     for (interface, _) in &interfaces {
@@ -331,8 +337,11 @@ fn outputs() -> Result<Vec<(PathBuf, String)>> {
 }
 
 /// Run `rustfmt` over generated Rust, so the committed file is what
-/// `cargo fmt` keeps.
-fn formatted(text: &str) -> Result<String> {
+/// `cargo fmt` keeps; any other file as generated.
+fn formatted(path: &std::path::Path, text: &str) -> Result<String> {
+    if path.extension().is_none_or(|e| e != "rs") {
+        return Ok(text.to_string());
+    }
     use std::io::Write as _;
     use std::process::{Command, Stdio};
     let mut child = Command::new("rustfmt")
@@ -357,7 +366,7 @@ fn formatted(text: &str) -> Result<String> {
 /// `cargo xtask gen`: write every generated file.
 pub fn generate() -> Result<()> {
     for (path, text) in outputs()? {
-        std::fs::write(&path, formatted(&text)?)
+        std::fs::write(&path, formatted(&path, &text)?)
             .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
@@ -373,7 +382,7 @@ mod tests {
         for (path, text) in outputs().unwrap() {
             let committed = std::fs::read_to_string(&path).unwrap_or_default();
             assert!(
-                committed == formatted(&text).unwrap(),
+                committed == formatted(&path, &text).unwrap(),
                 "{} is stale: run `cargo xtask gen` and commit it",
                 path.display()
             );

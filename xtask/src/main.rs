@@ -11,6 +11,7 @@ mod generate;
 mod graph;
 mod image;
 mod langs;
+mod python;
 mod tally;
 
 use anyhow::{Context, Result, bail};

@@ -137,7 +137,7 @@ class Http(Capability):
         return self._call("send", Response, req=request)
 
     def get(self, url: str, timeout_ms: Optional[int] = None) -> Response:
-        return self.send(Request(url, "GET", timeout_ms=timeout_ms))
+        return self.send(Request(url=url, timeout_ms=timeout_ms))
 
     def send_all(self, requests: list[Request]) -> list[Union[Response, TendError]]:
         """At most `MAX_SEND_ALL` (32) requests, sent concurrently; each answer a `Response` or the

@@ -72,8 +72,8 @@ def test_http_answers_and_records():
     host.http.respond("POST", url, Unavailable("down"))
     assert host.http.get(url) == Response(200, [("a", "b")], b"ok")
     with pytest.raises(Unavailable, match="down"):
-        host.http.send(Request(url, "POST", body=b"x", timeout_ms=10))
-    results = host.http.send_all([Request(url), Request("http://10.0.0.1/")])
+        host.http.send(Request(method="POST", url=url, body=b"x", timeout_ms=10))
+    results = host.http.send_all([Request(url=url), Request(url="http://10.0.0.1/")])
     assert results[0].status == 200 and isinstance(results[1], Denied)
     assert [r.method for r in host.http.sent()] == ["GET", "POST", "GET"]
     assert host.http.batches() == [2]
@@ -83,8 +83,8 @@ def test_send_all_over_32_requests_is_refused_whole_as_on_the_host():
     host = FakeHost("p")
     url = "http://127.0.0.1:5000/v2/"
     host.http.grant("http://127.0.0.1:*/*").status(url, 200)
-    assert all(r.status == 200 for r in host.http.send_all([Request(url)] * host.http.MAX_SEND_ALL))
-    results = host.http.send_all([Request(url)] * 33)
+    assert all(r.status == 200 for r in host.http.send_all([Request(url=url)] * host.http.MAX_SEND_ALL))
+    results = host.http.send_all([Request(url=url)] * 33)
     refused = Invalid("send-all takes at most 32 requests, got 33: split the call")
     assert results == [refused] * 33
     assert host.http.batches() == [32]
@@ -179,7 +179,7 @@ def test_cloud_records_cross_both_ways():
     host.cloud.put_instance(instance)
     assert host.cloud.list_instances(OwnerTag("kubernetes.io/cluster/a", "owned")) == [instance]
     host.cloud.put_group(tend_sdk.SecurityGroup("sg-0123456789abcdef0", "nodes"))
-    rule = Rule(Direction.INGRESS, EtherType.IPV4, Protocol.number(47), Remote.cidr("10.0.0.0/8"))
+    rule = Rule(Direction.INGRESS, EtherType.IPV4, Protocol.number(47), None, Remote.cidr("10.0.0.0/8"))
     assert host.cloud.ensure_rule("sg-0123456789abcdef0", rule) is True
     assert host.cloud.group("sg-0123456789abcdef0").rules == [rule]
     host.cloud.delete_instance(instance.id)
@@ -238,7 +238,7 @@ def test_the_adapter_converts_calls_and_errors(wit_world, monkeypatch):
 
     cloud = importlib.import_module("wit_world.imports.cloud")
     wit_types = importlib.import_module("wit_world.imports.types")
-    rule = Rule(Direction.INGRESS, EtherType.IPV4, Protocol.tcp(), Remote.group("sg-1"))
+    rule = Rule(Direction.INGRESS, EtherType.IPV4, Protocol.tcp(), None, Remote.group("sg-1"))
 
     def ensure_rule(group_id, wit_rule):
         assert isinstance(wit_rule.protocol, cloud.Protocol_Tcp) and wit_rule.remote == cloud.Remote_Group("sg-1")
