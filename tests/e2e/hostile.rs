@@ -241,8 +241,23 @@ fn a_fifo_never_blocks_and_a_late_write_is_journaled_before_the_report() {
         .filter(|e| e["operation"] == "write")
         .collect();
     assert!(!writes.is_empty());
+    // On a disk busy enough (an fsync behind other processes' writes), the
+    // write in flight can outlast the grace: the one-shot report cannot wait
+    // for it, and journals it as interrupted, but only that one, and only
+    // after waiting the whole grace.
+    let (writes, cut): (Vec<_>, Vec<_>) = writes.into_iter().partition(|w| w["result"] == "ok");
+    assert!(cut.len() <= 1, "only the write in flight: {cut:?}");
+    for write in &cut {
+        assert!(
+            write["result"].as_str().unwrap().starts_with("interrupted"),
+            "{write}"
+        );
+        assert!(
+            took >= Duration::from_secs(2 + 3),
+            "a write is journaled as interrupted only after the grace: {took:?}"
+        );
+    }
     for write in &writes {
-        assert_eq!(write["result"], "ok", "{write}");
         let target = write["target"].as_str().unwrap();
         assert_eq!(
             std::fs::metadata(target).unwrap().len(),
@@ -260,7 +275,11 @@ fn a_fifo_never_blocks_and_a_late_write_is_journaled_before_the_report() {
                 .starts_with('.')
         })
         .count();
-    assert_eq!(on_disk, writes.len(), "every file on disk is journaled");
+    assert!(
+        (writes.len()..=writes.len() + cut.len()).contains(&on_disk),
+        "every file on disk is journaled: {on_disk} files, {} writes",
+        writes.len()
+    );
 }
 
 /// SIGTERM arrives while a reconcile spins in compute (chaos `loop`, which
