@@ -341,7 +341,7 @@ mod tests {
             json!({"ok": null})
         );
         assert_eq!(
-            setup("host", "logs", json!({})),
+            setup("host", "log-lines", json!({})),
             json!({"ok": [{"level": "warn", "message": "m"}]})
         );
         assert_eq!(

@@ -20,7 +20,7 @@ use tend_sdk::{Error, SandboxState};
 
 /// The setup functions of each fake.
 const SETUP: [(&str, &[&str]); 10] = [
-    ("host", &["logs", "plugin"]),
+    ("host", &["log-lines", "plugin"]),
     ("files", &["grant", "put", "get", "paths"]),
     ("http", &["grant", "respond", "status", "sent", "batches"]),
     ("state", &[]),
