@@ -147,6 +147,12 @@ impl Follower {
             match following {
                 Ok(Ok(mut following)) => {
                     backoff = Duration::from_millis(500);
+                    tracing::info!(
+                        rules = active.len(),
+                        from = oldest(&active).map(|p| p.cursor()).unwrap_or_else(|| "the start of this boot".into()),
+                        "following the {} log",
+                        source.name()
+                    );
                     while let Some(first) = following.lines.recv().await {
                         let mut batch = vec![first];
                         while batch.len() < BATCH {
