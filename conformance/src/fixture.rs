@@ -94,7 +94,11 @@ pub fn setup_requests() -> Vec<Value> {
             "kernel",
             json!({"priority": 3, "message": "INFO: task kworker/0:1 blocked for more than 120 seconds."}),
         ),
-        setup("logs", "kernel", json!({"priority": 6, "message": "eth0: link up"})),
+        setup(
+            "logs",
+            "kernel",
+            json!({"priority": 6, "message": "eth0: link up"}),
+        ),
         setup(
             "logs",
             "journal",

@@ -576,9 +576,24 @@ fn logs_cases() -> Vec<Case> {
         args: json!({}),
     };
     vec![
-        logs(kernel(), read_logs("kernel", None, all(), 10), listed(&["INFO: task kworker/0:1 blocked for more than 120 seconds.", "eth0: link up"])),
-        logs(kernel(), read_logs("kernel", Some("k1;b=fake;s=1"), all(), 10), listed(&["eth0: link up"])),
-        logs(kernel(), read_logs("kernel", None, all(), 1), listed(&["INFO: task kworker/0:1 blocked for more than 120 seconds."])),
+        logs(
+            kernel(),
+            read_logs("kernel", None, all(), 10),
+            listed(&[
+                "INFO: task kworker/0:1 blocked for more than 120 seconds.",
+                "eth0: link up",
+            ]),
+        ),
+        logs(
+            kernel(),
+            read_logs("kernel", Some("k1;b=fake;s=1"), all(), 10),
+            listed(&["eth0: link up"]),
+        ),
+        logs(
+            kernel(),
+            read_logs("kernel", None, all(), 1),
+            listed(&["INFO: task kworker/0:1 blocked for more than 120 seconds."]),
+        ),
         logs(
             json!({"units": ["containerd.service"]}),
             read_logs("journal", None, all(), 10),
@@ -586,32 +601,57 @@ fn logs_cases() -> Vec<Case> {
         ),
         logs(
             json!({"units": ["*.service"], "identifiers": ["kubelet"]}),
-            read_logs("journal", None, json!({"units": [], "identifiers": [], "max-priority": 3}), 10),
+            read_logs(
+                "journal",
+                None,
+                json!({"units": [], "identifiers": [], "max-priority": 3}),
+                10,
+            ),
             listed(&["failed to start shim"]),
         ),
         logs(
             json!({"identifiers": ["*"]}),
-            read_logs("journal", None, json!({"units": [], "identifiers": ["sshd"], "max-priority": null}), 10),
+            read_logs(
+                "journal",
+                None,
+                json!({"units": [], "identifiers": ["sshd"], "max-priority": null}),
+                10,
+            ),
             listed(&["Accepted publickey for root"]),
         ),
         logs(
             json!({"units": ["containerd.service"]}),
             read_logs("kernel", None, all(), 10),
-            denied("plugin \"conformance\" may not read the kernel log: add kernel = true to [plugins.conformance.grants.logs]"),
+            denied(
+                "plugin \"conformance\" may not read the kernel log: add kernel = true to [plugins.conformance.grants.logs]",
+            ),
         ),
         ungranted(
             read_logs("journal", None, all(), 10),
-            denied("plugin \"conformance\" may not read the journal log: add units = [\"<unit>\"] or identifiers = [\"<identifier>\"] to [plugins.conformance.grants.logs]"),
+            denied(
+                "plugin \"conformance\" may not read the journal log: add units = [\"<unit>\"] or identifiers = [\"<identifier>\"] to [plugins.conformance.grants.logs]",
+            ),
         ),
-        logs(kernel(), read_logs("kernel", None, all(), 0), invalid("read returns 1 to 1000 entries at a time, not 0; page with the cursor")),
+        logs(
+            kernel(),
+            read_logs("kernel", None, all(), 0),
+            invalid("read returns 1 to 1000 entries at a time, not 0; page with the cursor"),
+        ),
         logs(
             kernel(),
             read_logs("kernel", Some("--file=/etc/shadow"), all(), 10),
-            invalid("logs cursor \"--file=/etc/shadow\": expected a logs cursor (the `cursor` of an entry or page, handed back unchanged), for example \"k1;b=0f5e3c7d9a0b4c1d8e2f3a4b5c6d7e8f;s=42\""),
+            invalid(
+                "logs cursor \"--file=/etc/shadow\": expected a logs cursor (the `cursor` of an entry or page, handed back unchanged), for example \"k1;b=0f5e3c7d9a0b4c1d8e2f3a4b5c6d7e8f;s=42\"",
+            ),
         ),
         logs(
             kernel(),
-            read_logs("kernel", None, json!({"units": [], "identifiers": [], "max-priority": 9}), 10),
+            read_logs(
+                "kernel",
+                None,
+                json!({"units": [], "identifiers": [], "max-priority": 9}),
+                10,
+            ),
             invalid("max-priority is a syslog priority, 0 (emerg) to 7 (debug)"),
         ),
         logs(
@@ -622,7 +662,9 @@ fn logs_cases() -> Vec<Case> {
         logs(
             kernel(),
             matches,
-            denied("plugin \"conformance\" has no watch rules, so nothing matches for it: add a [[plugins.conformance.grants.logs.watch]] rule"),
+            denied(
+                "plugin \"conformance\" has no watch rules, so nothing matches for it: add a [[plugins.conformance.grants.logs.watch]] rule",
+            ),
         ),
     ]
 }

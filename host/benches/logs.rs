@@ -21,21 +21,36 @@ fn kmsg(path: &Path, first: u64, messages: impl Iterator<Item = String>) -> u64 
         text += &format!("6,{seq},{},-;{message}\n", seq * 10);
         seq += 1;
     }
-    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
     file.write_all(text.as_bytes()).unwrap();
     seq
 }
 
 fn runs(port: u16) -> u64 {
-    plugin_status(port, "watcher")["reconciles"].as_u64().unwrap_or(0)
+    plugin_status(port, "watcher")["reconciles"]
+        .as_u64()
+        .unwrap_or(0)
 }
 
 /// NPD's kernel rules' patterns (config/kernel-monitor.json), as watch rules.
 const RULES: [(&str, &str); 4] = [
-    ("oom", r"Killed process \d+ (.+) total-vm:\d+kB, anon-rss:\d+kB, file-rss:\d+kB.*"),
-    ("hung", r"task [\S ]+:\w+ blocked for more than \w+ seconds\."),
+    (
+        "oom",
+        r"Killed process \d+ (.+) total-vm:\d+kB, anon-rss:\d+kB, file-rss:\d+kB.*",
+    ),
+    (
+        "hung",
+        r"task [\S ]+:\w+ blocked for more than \w+ seconds\.",
+    ),
     ("oops", r"BUG: unable to handle kernel"),
-    ("netdev", r"unregister_netdevice: waiting for \w+ to become free. Usage count = \d+"),
+    (
+        "netdev",
+        r"unregister_netdevice: waiting for \w+ to become free. Usage count = \d+",
+    ),
 ];
 
 fn main() {
@@ -43,7 +58,11 @@ fn main() {
     unsafe { std::env::set_var("TEND_BIN", env!("CARGO_BIN_EXE_tend")) };
     let sandbox = Sandbox::new();
     let log = sandbox.path("kmsg");
-    std::fs::write(sandbox.path("boot_id"), "0f5e3c7d9a0b4c1d8e2f3a4b5c6d7e8f\n").unwrap();
+    std::fs::write(
+        sandbox.path("boot_id"),
+        "0f5e3c7d9a0b4c1d8e2f3a4b5c6d7e8f\n",
+    )
+    .unwrap();
     std::fs::write(&log, "").unwrap();
     sandbox.add_plugin("chaos", "watcher");
     let mut plugins = "[plugins.watcher]\ninterval = \"24h\"\n[plugins.watcher.config]\nmode = \"log-matches\"\n[plugins.watcher.grants.logs]\nkernel = true\n".to_string();
@@ -70,7 +89,13 @@ fn main() {
     for i in 0..200 {
         let before = runs(port);
         let written = SystemTime::now();
-        seq = kmsg(&log, seq, std::iter::once(format!("INFO: task kworker/{i}:1 blocked for more than 120 seconds.")));
+        seq = kmsg(
+            &log,
+            seq,
+            std::iter::once(format!(
+                "INFO: task kworker/{i}:1 blocked for more than 120 seconds."
+            )),
+        );
         // The reconcile's own end time (ms), polled every 20 ms: polling
         // faster would load the daemon it measures.
         let mut ended = None;
@@ -85,7 +110,9 @@ fn main() {
             done
         });
         let written = written.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
-        latencies.push(Duration::from_millis(ended.expect("its time").saturating_sub(written)));
+        latencies.push(Duration::from_millis(
+            ended.expect("its time").saturating_sub(written),
+        ));
     }
     latencies.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -105,11 +132,21 @@ fn main() {
         let mut written = 0;
         while written < total {
             let n = 10_000.min(total - written);
-            seq = kmsg(&log, seq, (0..n).map(|i| format!("eth0: NIC Link is Up 1000 Mbps Full Duplex, flow {i}")));
+            seq = kmsg(
+                &log,
+                seq,
+                (0..n).map(|i| format!("eth0: NIC Link is Up 1000 Mbps Full Duplex, flow {i}")),
+            );
             written += n;
         }
-        seq = kmsg(&log, seq, std::iter::once("INFO: task end:1 blocked for more than 120 seconds.".to_string()));
-        time_until(Duration::from_secs(120), "the flood read", || runs(port) > before_runs);
+        seq = kmsg(
+            &log,
+            seq,
+            std::iter::once("INFO: task end:1 blocked for more than 120 seconds.".to_string()),
+        );
+        time_until(Duration::from_secs(120), "the flood read", || {
+            runs(port) > before_runs
+        });
         let took = started.elapsed();
         let cpu_ms = (cpu_ticks(pid) - cpu) as f64 * 1e3 / ticks_per_s;
         println!(

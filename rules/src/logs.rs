@@ -237,7 +237,8 @@ impl LogsGrant {
         match line.source {
             Source::Kernel => self.kernel,
             Source::Journal => {
-                any_unit(&self.units, line.unit) || any_identifier(&self.identifiers, line.identifier)
+                any_unit(&self.units, line.unit)
+                    || any_identifier(&self.identifiers, line.identifier)
             }
         }
     }
@@ -267,7 +268,9 @@ impl LogsGrant {
         if !self.grants(source) {
             let add = match source {
                 Source::Kernel => "kernel = true".to_string(),
-                Source::Journal => "units = [\"<unit>\"] or identifiers = [\"<identifier>\"]".into(),
+                Source::Journal => {
+                    "units = [\"<unit>\"] or identifiers = [\"<identifier>\"]".into()
+                }
             };
             return Err(Refusal::Denied(format!(
                 "plugin {plugin:?} may not read the {} log: add {add} to [plugins.{plugin}.grants.logs]",
@@ -327,7 +330,9 @@ impl Filter<'_> {
             return true;
         }
         line.unit.is_some_and(|u| self.units.iter().any(|f| f == u))
-            || line.identifier.is_some_and(|i| self.identifiers.iter().any(|f| f == i))
+            || line
+                .identifier
+                .is_some_and(|i| self.identifiers.iter().any(|f| f == i))
     }
 }
 
@@ -340,7 +345,8 @@ impl WatchRule {
                 self.source.name()
             ));
         }
-        if self.source == Source::Kernel && !(self.units.is_empty() && self.identifiers.is_empty()) {
+        if self.source == Source::Kernel && !(self.units.is_empty() && self.identifiers.is_empty())
+        {
             return Err(format!(
                 "watch rule {name:?}: units and identifiers narrow journal rules only"
             ));
@@ -408,7 +414,8 @@ impl Rate {
     pub fn take(&mut self, rule: &WatchRule, now_ms: u64) -> bool {
         let elapsed = now_ms.saturating_sub(self.at_ms) as f64;
         self.at_ms = self.at_ms.max(now_ms);
-        self.tokens = (self.tokens + elapsed * rule.per_minute as f64 / 60_000.0).min(rule.burst as f64);
+        self.tokens =
+            (self.tokens + elapsed * rule.per_minute as f64 / 60_000.0).min(rule.burst as f64);
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
             true
@@ -485,11 +492,15 @@ mod tests {
 
     #[test]
     fn a_journal_line_is_granted_by_its_unit_or_its_identifier() {
-        let grant = grant("units = [\"containerd*.service\"]\nidentifiers = [\"kubelet\"]").unwrap();
+        let grant =
+            grant("units = [\"containerd*.service\"]\nidentifiers = [\"kubelet\"]").unwrap();
         assert!(grant.covers(&journal(Some("containerd.service"), None)));
         assert!(grant.covers(&journal(Some("other.service"), Some("kubelet"))));
         assert!(!grant.covers(&journal(Some("sshd.service"), Some("sshd"))));
-        assert!(!grant.covers(&kernel(0)), "the journal grant is not the kernel's");
+        assert!(
+            !grant.covers(&kernel(0)),
+            "the journal grant is not the kernel's"
+        );
     }
 
     #[test]
@@ -501,7 +512,11 @@ mod tests {
         assert_eq!(refused.kind(), "denied");
         assert!(refused.message().contains("kernel = true"), "{refused:?}");
         assert!(refused.message().contains("[plugins.pd.grants.logs]"));
-        assert!(grant.check_read("pd", Source::Journal, &Filter::default()).is_ok());
+        assert!(
+            grant
+                .check_read("pd", Source::Journal, &Filter::default())
+                .is_ok()
+        );
     }
 
     #[test]
@@ -549,13 +564,20 @@ mod tests {
     fn a_rule_narrowed_to_a_unit_takes_only_that_unit() {
         let grant = grant("units = [\"*.service\"]\n[[watch]]\nrule = \"r\"\nsource = \"journal\"\npattern = \"fail\"\nunits = [\"containerd.service\"]\n").unwrap();
         let rule = &grant.watch[0];
-        assert!(rule.matches(&grant, &journal(Some("containerd.service"), None), "it fail"));
+        assert!(rule.matches(
+            &grant,
+            &journal(Some("containerd.service"), None),
+            "it fail"
+        ));
         assert!(!rule.matches(&grant, &journal(Some("kubelet.service"), None), "it fail"));
     }
 
     #[test]
     fn the_rate_delivers_a_burst_then_refills_with_time_only() {
-        let grant = grant(&format!("kernel = true\n{HUNG}burst = 2\nper-minute = 60\n")).unwrap();
+        let grant = grant(&format!(
+            "kernel = true\n{HUNG}burst = 2\nper-minute = 60\n"
+        ))
+        .unwrap();
         let rule = &grant.watch[0];
         let mut rate = Rate::full(rule, 1_000);
         assert!(rate.take(rule, 1_000));
@@ -566,7 +588,10 @@ mod tests {
         assert!(!rate.take(rule, 2_100));
         assert!(rate.take(rule, 3_000 + 60_000));
         assert!(rate.take(rule, 3_000 + 60_000));
-        assert!(!rate.take(rule, 3_000 + 60_000), "never more than the burst");
+        assert!(
+            !rate.take(rule, 3_000 + 60_000),
+            "never more than the burst"
+        );
     }
 
     #[test]
@@ -579,21 +604,43 @@ mod tests {
         };
         assert!(filter.passes(&journal(Some("kubelet.service"), None)));
         assert!(!filter.passes(&journal(Some("containerd.service"), None)));
-        assert!(!filter.passes(&LineFacts { priority: 6, ..journal(Some("kubelet.service"), None) }));
+        assert!(!filter.passes(&LineFacts {
+            priority: 6,
+            ..journal(Some("kubelet.service"), None)
+        }));
         assert!(Filter::default().passes(&kernel(7)));
     }
 
     #[test]
     fn matches_need_a_watch_rule() {
-        let refused = grant("kernel = true").unwrap().check_matches("pd").unwrap_err();
-        assert!(refused.message().contains("[[plugins.pd.grants.logs.watch]]"));
-        assert!(grant(&format!("kernel = true\n{HUNG}")).unwrap().check_matches("pd").is_ok());
+        let refused = grant("kernel = true")
+            .unwrap()
+            .check_matches("pd")
+            .unwrap_err();
+        assert!(
+            refused
+                .message()
+                .contains("[[plugins.pd.grants.logs.watch]]")
+        );
+        assert!(
+            grant(&format!("kernel = true\n{HUNG}"))
+                .unwrap()
+                .check_matches("pd")
+                .is_ok()
+        );
     }
 
     #[test]
     fn cursors_max_and_messages_are_bounded() {
         assert!(check_cursor("k1;b=1;s=2").is_ok());
-        for bad in ["", "a b", "x\n", "--file=/etc/shadow", "a/b", &"c".repeat(257)] {
+        for bad in [
+            "",
+            "a b",
+            "x\n",
+            "--file=/etc/shadow",
+            "a/b",
+            &"c".repeat(257),
+        ] {
             assert_eq!(check_cursor(bad).unwrap_err().kind(), "invalid");
         }
         assert!(check_max(0).is_err() && check_max(MAX_READ + 1).is_err() && check_max(1).is_ok());

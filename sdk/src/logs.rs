@@ -121,7 +121,9 @@ impl FakeLogs {
         let mut current = self.grant.borrow_mut();
         current.kernel |= grant.kernel;
         current.units.extend(grant.units.iter().cloned());
-        current.identifiers.extend(grant.identifiers.iter().cloned());
+        current
+            .identifiers
+            .extend(grant.identifiers.iter().cloned());
         current.watch.extend(grant.watch.iter().cloned());
         self
     }
@@ -150,7 +152,13 @@ impl FakeLogs {
         identifier: Option<&str>,
         message: &str,
     ) -> &Self {
-        let seq = self.lines.borrow().iter().filter(|l| l.source == source).count() as u64 + 1;
+        let seq = self
+            .lines
+            .borrow()
+            .iter()
+            .filter(|l| l.source == source)
+            .count() as u64
+            + 1;
         let entry = LogEntry {
             source,
             cursor: tend_rules::logs::fake_cursor(rules_source(source), seq),
@@ -165,7 +173,11 @@ impl FakeLogs {
             fields: vec![],
         };
         let grant = self.grant.borrow();
-        for rule in grant.watch.iter().filter(|r| r.matches(&grant, &facts(&entry), message)) {
+        for rule in grant
+            .watch
+            .iter()
+            .filter(|r| r.matches(&grant, &facts(&entry), message))
+        {
             let mut pending = self.pending.borrow_mut();
             let at = match pending.iter().position(|m| m.rule == rule.rule) {
                 Some(at) => at,
@@ -217,9 +229,14 @@ impl Logs for FakeLogs {
             None => 0,
             Some(cursor) => {
                 tend_rules::logs::check_cursor(cursor)?;
-                1 + lines.iter().position(|l| l.cursor == cursor).ok_or_else(|| {
-                    crate::Error::Invalid(format!("cursor {cursor:?} was not given by this fake"))
-                })?
+                1 + lines
+                    .iter()
+                    .position(|l| l.cursor == cursor)
+                    .ok_or_else(|| {
+                        crate::Error::Invalid(format!(
+                            "cursor {cursor:?} was not given by this fake"
+                        ))
+                    })?
             }
         };
         let mut page = LogPage {
@@ -251,7 +268,8 @@ mod tests {
         logs.grant(json!({"kernel": true, "watch": [
             {"rule": "hung", "source": "kernel", "pattern": "blocked for more than", "burst": 2}
         ]}));
-        logs.kernel(3, "ok").kernel(3, "task a blocked for more than 120 seconds");
+        logs.kernel(3, "ok")
+            .kernel(3, "task a blocked for more than 120 seconds");
         logs.kernel(3, "task b blocked for more than 120 seconds")
             .kernel(3, "task c blocked for more than 120 seconds");
         let matched = logs.matches().unwrap();

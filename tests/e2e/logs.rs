@@ -36,7 +36,11 @@ fn kmsg(path: &Path, first: u64, messages: &[String]) {
 /// (a day's interval).
 fn watcher(mode: &str) -> (Sandbox, u16) {
     let sandbox = Sandbox::new();
-    std::fs::write(sandbox.path("boot_id"), "0f5e3c7d-9a0b-4c1d-8e2f-3a4b5c6d7e8f\n").unwrap();
+    std::fs::write(
+        sandbox.path("boot_id"),
+        "0f5e3c7d-9a0b-4c1d-8e2f-3a4b5c6d7e8f\n",
+    )
+    .unwrap();
     kmsg(&sandbox.path("kmsg"), 1, &[format!("old: {HUNG}")]);
     let port = free_port();
     sandbox.add_plugin("chaos", "watcher");
@@ -82,7 +86,12 @@ fn delivered(daemon: &Daemon) -> Vec<String> {
         .lines()
         .filter_map(|l| {
             let message = l.split_once("matched hung: ")?.1;
-            Some(message.trim_end().trim_end_matches(" plugin=\"watcher\"").to_string())
+            Some(
+                message
+                    .trim_end()
+                    .trim_end_matches(" plugin=\"watcher\"")
+                    .to_string(),
+            )
         })
         .collect()
 }
@@ -92,7 +101,15 @@ fn missed(daemon: &Daemon) -> u64 {
     daemon
         .log()
         .lines()
-        .filter_map(|l| l.split_once("missed hung: ")?.1.split(',').next()?.trim().parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split_once("missed hung: ")?
+                .1
+                .split(',')
+                .next()?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
@@ -100,14 +117,18 @@ fn missed(daemon: &Daemon) -> u64 {
 fn a_matched_line_wakes_the_plugin_with_it_and_an_unmatched_flood_wakes_nothing() {
     let (sandbox, port) = watcher("log-matches");
     let daemon = sandbox.daemon();
-    wait_until(Duration::from_secs(60), "the startup reconcile", || runs(port) >= 1);
+    wait_until(Duration::from_secs(60), "the startup reconcile", || {
+        runs(port) >= 1
+    });
     daemon.wait_for_log(Duration::from_secs(20), &["following the kernel log"]);
     let started = runs(port);
 
     // 10,000 lines no rule matches, then one that matches: lines are matched
     // in order, so when the match arrives the flood has been read, and it
     // woke nothing.
-    let flood: Vec<String> = (0..10_000).map(|i| format!("eth0: link flap {i}")).collect();
+    let flood: Vec<String> = (0..10_000)
+        .map(|i| format!("eth0: link flap {i}"))
+        .collect();
     kmsg(&sandbox.path("kmsg"), 2, &flood);
     let line = format!("new: {HUNG}");
     let written = Instant::now();
@@ -115,7 +136,10 @@ fn a_matched_line_wakes_the_plugin_with_it_and_an_unmatched_flood_wakes_nothing(
     wait_until(Duration::from_secs(20), "the match delivered", || {
         delivered(&daemon).contains(&line)
     });
-    println!("a line behind 10,000 unmatched ones reached the plugin in {:?}", written.elapsed());
+    println!(
+        "a line behind 10,000 unmatched ones reached the plugin in {:?}",
+        written.elapsed()
+    );
     assert_eq!(
         delivered(&daemon),
         [line],
@@ -142,7 +166,11 @@ fn a_matched_line_wakes_the_plugin_with_it_and_an_unmatched_flood_wakes_nothing(
         (2..=4).contains(&(got.len() - 1)),
         "the burst (3, one spent) and at most a refill: {got:?}"
     );
-    assert_eq!(missed(&daemon) + got.len() as u64, 51, "every match counted once");
+    assert_eq!(
+        missed(&daemon) + got.len() as u64,
+        51,
+        "every match counted once"
+    );
     assert!(daemon.terminate(Duration::from_secs(10)));
 }
 
@@ -160,7 +188,10 @@ fn kill_9_between_a_line_and_its_delivery_delivers_it_once_after_the_restart() {
         std::fs::read_to_string(&store).is_ok_and(|s| s.contains("before the kill"))
     });
     let mode = std::fs::metadata(&store).unwrap().permissions();
-    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
     let killed = std::process::Command::new("kill")
         .args(["-9", &daemon.pid().to_string()])
         .status()
@@ -187,7 +218,11 @@ fn kill_9_between_a_line_and_its_delivery_delivers_it_once_after_the_restart() {
 
     // A reboot (a new boot ID, the sequence from 1 again) starts cleanly:
     // this boot's lines are matched, the old cursor's are not compared.
-    std::fs::write(sandbox.path("boot_id"), "1f5e3c7d-9a0b-4c1d-8e2f-3a4b5c6d7e8f\n").unwrap();
+    std::fs::write(
+        sandbox.path("boot_id"),
+        "1f5e3c7d-9a0b-4c1d-8e2f-3a4b5c6d7e8f\n",
+    )
+    .unwrap();
     std::fs::write(sandbox.path("kmsg"), "").unwrap();
     let rebooted = format!("after the reboot: {HUNG}");
     kmsg(&sandbox.path("kmsg"), 1, std::slice::from_ref(&rebooted));
@@ -202,7 +237,11 @@ fn kill_9_between_a_line_and_its_delivery_delivers_it_once_after_the_restart() {
 #[test]
 fn a_plugin_reads_only_its_granted_sources_and_pages_with_the_cursor() {
     let sandbox = Sandbox::new();
-    std::fs::write(sandbox.path("boot_id"), "0f5e3c7d9a0b4c1d8e2f3a4b5c6d7e8f\n").unwrap();
+    std::fs::write(
+        sandbox.path("boot_id"),
+        "0f5e3c7d9a0b4c1d8e2f3a4b5c6d7e8f\n",
+    )
+    .unwrap();
     let lines: Vec<String> = ["one", "two", "three"].map(String::from).to_vec();
     kmsg(&sandbox.path("kmsg"), 1, &lines);
     sandbox.add_plugin("chaos", "reader");
@@ -217,10 +256,18 @@ fn a_plugin_reads_only_its_granted_sources_and_pages_with_the_cursor() {
             &format!("[plugins.reader.config]\n{mode}\n[plugins.reader.grants]\nlogs = {grant}\n"),
         );
     };
-    config("mode = \"logs-read\"\nsource = \"kernel\"\nmax = 2", "{ kernel = true }");
+    config(
+        "mode = \"logs-read\"\nsource = \"kernel\"\nmax = 2",
+        "{ kernel = true }",
+    );
     let out = sandbox.tend(&["reconcile", "reader"]);
     let cursor = "k1;b=0f5e3c7d9a0b4c1d8e2f3a4b5c6d7e8f;s=2";
-    assert!(out.stdout.contains(&format!("read 2: one | two cursor {cursor}")), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains(&format!("read 2: one | two cursor {cursor}")),
+        "{}",
+        out.stdout
+    );
 
     config(
         &format!("mode = \"logs-read\"\nsource = \"kernel\"\nmax = 10\nsince = \"{cursor}\""),
@@ -231,7 +278,10 @@ fn a_plugin_reads_only_its_granted_sources_and_pages_with_the_cursor() {
 
     // The journal is not granted (units only narrow the journal), and a
     // cursor that would be an option of journalctl is refused.
-    config("mode = \"logs-read\"\nsource = \"journal\"\nmax = 10", "{ kernel = true }");
+    config(
+        "mode = \"logs-read\"\nsource = \"journal\"\nmax = 10",
+        "{ kernel = true }",
+    );
     let out = sandbox.tend(&["reconcile", "reader"]);
     assert!(
         out.stdout.contains("error denied") && out.stdout.contains("may not read the journal log"),
@@ -244,7 +294,10 @@ fn a_plugin_reads_only_its_granted_sources_and_pages_with_the_cursor() {
     );
     let out = sandbox.tend(&["reconcile", "reader"]);
     assert!(out.stdout.contains("error invalid"), "{}", out.stdout);
-    config("mode = \"logs-read\"\nsource = \"kernel\"\nmax = 10", "{ units = [\"kubelet.service\"] }");
+    config(
+        "mode = \"logs-read\"\nsource = \"kernel\"\nmax = 10",
+        "{ units = [\"kubelet.service\"] }",
+    );
     let out = sandbox.tend(&["reconcile", "reader"]);
     assert!(out.stdout.contains("add kernel = true"), "{}", out.stdout);
 }
@@ -259,7 +312,8 @@ fn a_watch_rule_beyond_its_grant_is_refused_with_file_and_line() {
     let out = sandbox.tend(&["check"]);
     assert!(!out.success);
     assert!(
-        out.stderr.contains("tend.toml") && out.stderr.contains("which the grant's units do not cover"),
+        out.stderr.contains("tend.toml")
+            && out.stderr.contains("which the grant's units do not cover"),
         "{}",
         out.stderr
     );

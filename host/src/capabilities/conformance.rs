@@ -17,9 +17,9 @@ use super::files::PluginFiles;
 use super::http::PluginHttp;
 use super::kube::{OwnLease, PluginKube};
 use super::log::PluginLog;
+use super::logs::{self, PluginLogs};
 use super::metrics::PluginMetrics;
 use super::state::PluginState;
-use super::logs::{self, PluginLogs};
 use super::systemd::PluginSystemd;
 use super::testing::call;
 use crate::wit::logs as wit_logs;
@@ -315,7 +315,13 @@ impl Node {
                         logs::Source::Journal
                     };
                     let priority = args["priority"].as_u64().expect("a priority") as u8;
-                    logs.write(source, priority, args["unit"].as_str(), args["identifier"].as_str(), &text("message"))
+                    logs.write(
+                        source,
+                        priority,
+                        args["unit"].as_str(),
+                        args["identifier"].as_str(),
+                        &text("message"),
+                    )
                 }
                 (Some("kube"), Some("set-node-name")) => {
                     assert_eq!(text("node"), "node-1", "the host's fake node is node-1")

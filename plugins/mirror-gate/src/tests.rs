@@ -315,8 +315,10 @@ fn a_cache_that_stops_answering_is_withdrawn_after_withdraw_after() {
     assert_eq!(outcome.requeue_after_ms, Some(5_000));
     assert_eq!(host.files.get(HOSTS), None);
     assert!(
-        host.log_lines().iter().any(|(level, line)| *level == Level::Warn
-            && line.starts_with("docker.io: mirror withdrawn from")),
+        host.log_lines()
+            .iter()
+            .any(|(level, line)| *level == Level::Warn
+                && line.starts_with("docker.io: mirror withdrawn from")),
         "{:?}",
         host.log_lines()
     );
@@ -504,8 +506,10 @@ fn metrics_the_host_refuses_do_not_fail_the_gate() {
     assert_eq!(outcome.health, Health::Healthy);
     assert!(host.files.get(HOSTS).is_some());
     assert!(
-        host.log_lines().iter().any(|(level, line)| *level == Level::Warn
-            && line.starts_with("docker.io: metrics not updated: budget-exhausted")),
+        host.log_lines()
+            .iter()
+            .any(|(level, line)| *level == Level::Warn
+                && line.starts_with("docker.io: metrics not updated: budget-exhausted")),
         "{:?}",
         host.log_lines()
     );

@@ -777,8 +777,12 @@ fn an_owner_is_recorded_with_a_warning() {
     let host = host();
     let config = set(declaration(), "/files/0/owner", json!("app:app"));
     reconcile(&host, &config);
-    assert!(host.log_lines().iter().any(|(level, line)| *level == Level::Warn
-        && line.contains("owner app:app recorded, not applied")));
+    assert!(
+        host.log_lines()
+            .iter()
+            .any(|(level, line)| *level == Level::Warn
+                && line.contains("owner app:app recorded, not applied"))
+    );
 }
 
 #[test]

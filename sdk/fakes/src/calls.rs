@@ -66,7 +66,13 @@ impl Functions for FakeHost {
     fn logs_matches(&self) -> Value {
         answer(self.logs().matches())
     }
-    fn logs_read(&self, source: LogSource, since: Option<String>, filter: LogFilter, max: u32) -> Value {
+    fn logs_read(
+        &self,
+        source: LogSource,
+        since: Option<String>,
+        filter: LogFilter,
+        max: u32,
+    ) -> Value {
         answer(self.logs().read(source, since.as_deref(), &filter, max))
     }
     fn log_log(&self, level: Level, message: String) -> Value {

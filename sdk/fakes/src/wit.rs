@@ -9,9 +9,9 @@ use serde_json::{Map, Value, json};
 use tend_sdk::{
     Container, ContainerState, DirEntry, Direction, Error, EtherType, EventType, FileKind, Image,
     Instance, InstanceState, JobResult, Level, ListParams, LogEntry, LogFilter, LogPage, LogSource,
-    Matched, Metadata, ObjectKey, ObjectList,
-    OwnerTag, PatchType, PodSandbox, PortRange, Protocol, Remote, Request, Response, Rule,
-    RuntimeVersion, SandboxFilter, SandboxState, SandboxStatus, SecurityGroup, UnitStatus,
+    Matched, Metadata, ObjectKey, ObjectList, OwnerTag, PatchType, PodSandbox, PortRange, Protocol,
+    Remote, Request, Response, Rule, RuntimeVersion, SandboxFilter, SandboxState, SandboxStatus,
+    SecurityGroup, UnitStatus,
 };
 
 /// A value that crosses the ABI. `at` names where a value sits in the

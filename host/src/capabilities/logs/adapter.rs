@@ -64,9 +64,10 @@ impl PluginLogs {
             .map(|c| Position::parse(source, c))
             .transpose()?;
         let reader = self.host.reader.clone();
-        let scanned = tokio::task::spawn_blocking(move || reader.read(source, after.as_ref(), SCAN))
-            .await
-            .map_err(|e| CapError::Unavailable(format!("reading the log: {e}")))??;
+        let scanned =
+            tokio::task::spawn_blocking(move || reader.read(source, after.as_ref(), SCAN))
+                .await
+                .map_err(|e| CapError::Unavailable(format!("reading the log: {e}")))??;
         let mut page = Page {
             entries: vec![],
             cursor: since,

@@ -142,8 +142,12 @@ pub trait LogReader: Send + Sync + 'static {
     fn boot_id(&self) -> String;
     /// Up to `scan` lines of `source` after `after` (the oldest of this boot
     /// when none, or when `after` is of another boot), oldest first.
-    fn read(&self, source: Source, after: Option<&Position>, scan: usize)
-    -> Result<Batch, CapError>;
+    fn read(
+        &self,
+        source: Source,
+        after: Option<&Position>,
+        scan: usize,
+    ) -> Result<Batch, CapError>;
     /// The position of the newest line now, if any.
     fn tail(&self, source: Source) -> Result<Option<Position>, CapError>;
     /// Every line after `after`, as it is written.

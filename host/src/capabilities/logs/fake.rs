@@ -18,11 +18,21 @@ pub struct FakeLogs {
 
 impl FakeLogs {
     /// Write `message` to `source` (a journal line with `unit` and `identifier`).
-    pub fn write(&self, source: Source, priority: u8, unit: Option<&str>, identifier: Option<&str>, message: &str) {
+    pub fn write(
+        &self,
+        source: Source,
+        priority: u8,
+        unit: Option<&str>,
+        identifier: Option<&str>,
+        message: &str,
+    ) {
         let mut lines = self.lines.lock().unwrap();
         let seq = lines.iter().filter(|(s, _)| *s == source).count() as u64 + 1;
         let position = match source {
-            Source::Kernel => Position::Kernel { boot: FAKE_BOOT.into(), seq },
+            Source::Kernel => Position::Kernel {
+                boot: FAKE_BOOT.into(),
+                seq,
+            },
             Source::Journal => Position::Journal {
                 boot: FAKE_BOOT.into(),
                 seqnum_id: "fake".into(),
@@ -47,7 +57,10 @@ impl FakeLogs {
             position,
         };
         self.followers.lock().unwrap().retain(|(s, sender)| {
-            *s != source || sender.try_send(Followed::Line(Box::new(line.clone()))).is_ok()
+            *s != source
+                || sender
+                    .try_send(Followed::Line(Box::new(line.clone())))
+                    .is_ok()
         });
         lines.push((source, line));
     }
@@ -58,7 +71,12 @@ impl LogReader for FakeLogs {
         FAKE_BOOT.into()
     }
 
-    fn read(&self, source: Source, after: Option<&Position>, scan: usize) -> Result<Batch, CapError> {
+    fn read(
+        &self,
+        source: Source,
+        after: Option<&Position>,
+        scan: usize,
+    ) -> Result<Batch, CapError> {
         let lines = self.lines.lock().unwrap();
         Ok(Batch {
             lines: lines
@@ -73,16 +91,26 @@ impl LogReader for FakeLogs {
 
     fn tail(&self, source: Source) -> Result<Option<Position>, CapError> {
         let lines = self.lines.lock().unwrap();
-        Ok(lines.iter().rev().find(|(s, _)| *s == source).map(|(_, l)| l.position.clone()))
+        Ok(lines
+            .iter()
+            .rev()
+            .find(|(s, _)| *s == source)
+            .map(|(_, l)| l.position.clone()))
     }
 
     fn follow(&self, source: Source, after: Option<Position>) -> Result<Following, CapError> {
         let (sender, lines) = mpsc::channel(1 << 16);
         let written = self.lines.lock().unwrap();
-        for (_, line) in written.iter().filter(|(s, l)| *s == source && l.position.is_after(after.as_ref())) {
+        for (_, line) in written
+            .iter()
+            .filter(|(s, l)| *s == source && l.position.is_after(after.as_ref()))
+        {
             let _ = sender.try_send(Followed::Line(Box::new(line.clone())));
         }
         self.followers.lock().unwrap().push((source, sender));
-        Ok(Following { lines, stop: Box::new(()) })
+        Ok(Following {
+            lines,
+            stop: Box::new(()),
+        })
     }
 }

@@ -59,7 +59,13 @@ pub fn parse(json: &[u8]) -> Option<Line> {
     let shown = |v: String| tend_rules::text::inert(&bounded(&v, MAX_FIELD)).into_owned();
     let user_fields = fields
         .iter()
-        .filter(|(k, _)| !k.starts_with('_') && !matches!(k.as_str(), "MESSAGE" | "PRIORITY" | "SYSLOG_FACILITY" | "SYSLOG_IDENTIFIER"))
+        .filter(|(k, _)| {
+            !k.starts_with('_')
+                && !matches!(
+                    k.as_str(),
+                    "MESSAGE" | "PRIORITY" | "SYSLOG_FACILITY" | "SYSLOG_IDENTIFIER"
+                )
+        })
         .filter_map(|(k, v)| Some((bounded(k, MAX_FIELD), shown(text(v)?))))
         .take(MAX_FIELDS)
         .collect();
@@ -73,8 +79,11 @@ pub fn parse(json: &[u8]) -> Option<Line> {
         facility: number("SYSLOG_FACILITY").unwrap_or(3).min(255) as u8,
         unit: get("_SYSTEMD_UNIT").map(shown),
         identifier: get("SYSLOG_IDENTIFIER").map(shown),
-        message: tend_rules::text::inert(&bounded(&get("MESSAGE").unwrap_or_default(), MAX_MESSAGE))
-            .into_owned(),
+        message: tend_rules::text::inert(&bounded(
+            &get("MESSAGE").unwrap_or_default(),
+            MAX_MESSAGE,
+        ))
+        .into_owned(),
         fields: user_fields,
     };
     Some(Line { position, entry })
@@ -160,7 +169,12 @@ impl Journalctl {
         })
     }
 
-    pub fn read(&self, boot: &str, after: Option<&Position>, scan: usize) -> Result<Batch, CapError> {
+    pub fn read(
+        &self,
+        boot: &str,
+        after: Option<&Position>,
+        scan: usize,
+    ) -> Result<Batch, CapError> {
         let mut child = self.spawn(boot, after, false)?;
         let mut reader = BufReader::new(child.stdout.take().expect("piped"));
         let mut batch = Batch::default();
@@ -205,7 +219,10 @@ impl Journalctl {
                     if !read.position.is_after(after.as_ref()) {
                         continue;
                     }
-                    if sender.blocking_send(Followed::Line(Box::new(read))).is_err() {
+                    if sender
+                        .blocking_send(Followed::Line(Box::new(read)))
+                        .is_err()
+                    {
                         return;
                     }
                 }
@@ -253,7 +270,12 @@ mod tests {
         let line = parse(br#"{"__CURSOR":"s=a;i=1;b=b;m=1;t=1;x=1","MESSAGE":[104,105],"SYSLOG_IDENTIFIER":["a","b"]}"#).unwrap();
         assert_eq!(line.entry.message, "hi");
         assert_eq!(line.entry.identifier.as_deref(), Some("a"));
-        for junk in [&b"not json"[..], b"[]", br#"{"MESSAGE":"no cursor"}"#, br#"{"__CURSOR":"--x"}"#] {
+        for junk in [
+            &b"not json"[..],
+            b"[]",
+            br#"{"MESSAGE":"no cursor"}"#,
+            br#"{"__CURSOR":"--x"}"#,
+        ] {
             assert!(parse(junk).is_none());
         }
     }
@@ -274,7 +296,11 @@ mod tests {
             program: "journalctl".into(),
             directory: Some("/j".into()),
         };
-        let at = Position::parse(tend_rules::logs::Source::Journal, "s=a;i=1;b=b0;m=1;t=1;x=1").unwrap();
+        let at = Position::parse(
+            tend_rules::logs::Source::Journal,
+            "s=a;i=1;b=b0;m=1;t=1;x=1",
+        )
+        .unwrap();
         let args = |boot: &str| -> Vec<String> {
             journalctl
                 .command(boot, Some(&at), true)
@@ -284,6 +310,10 @@ mod tests {
         };
         assert!(args("b0").contains(&"--after-cursor=s=a;i=1;b=b0;m=1;t=1;x=1".to_string()));
         assert!(args("b0").contains(&"--directory=/j".to_string()));
-        assert!(args("b1").contains(&"--boot=0".to_string()), "{:?}", args("b1"));
+        assert!(
+            args("b1").contains(&"--boot=0".to_string()),
+            "{:?}",
+            args("b1")
+        );
     }
 }

@@ -124,7 +124,9 @@ impl Records {
                     path.display()
                 ))
             })?;
-        let device = file.metadata().is_ok_and(|m| m.file_type().is_char_device());
+        let device = file
+            .metadata()
+            .is_ok_and(|m| m.file_type().is_char_device());
         Ok(Records {
             file,
             device,
@@ -148,7 +150,9 @@ impl Records {
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PIPE.raw_os_error()) => {
                 Ok(Next::Overrun)
             }
-            Err(e) => Err(CapError::Unavailable(format!("reading the kernel log: {e}"))),
+            Err(e) => Err(CapError::Unavailable(format!(
+                "reading the kernel log: {e}"
+            ))),
         }
     }
 
@@ -288,7 +292,9 @@ impl Kmsg {
                     }
                 }
             })
-            .map_err(|e| CapError::Unavailable(format!("cannot start the kernel log reader: {e}")))?;
+            .map_err(|e| {
+                CapError::Unavailable(format!("cannot start the kernel log reader: {e}"))
+            })?;
         Ok(Following {
             lines,
             stop: Box::new(StopOnDrop(stop)),
@@ -361,7 +367,8 @@ mod tests {
 
     #[test]
     fn a_read_after_a_cursor_skips_what_was_read_and_counts_what_was_lost() {
-        let (_dir, kmsg) = file_with("6,1,10,-;one\n 6,9,9,-;x\n6,2,20,-;two\n SUBSYSTEM=a\n6,7,70,-;seven\n");
+        let (_dir, kmsg) =
+            file_with("6,1,10,-;one\n 6,9,9,-;x\n6,2,20,-;two\n SUBSYSTEM=a\n6,7,70,-;seven\n");
         let all = kmsg.read("b", None, 100).unwrap();
         let seqs: Vec<_> = all.lines.iter().map(|l| l.entry.message.clone()).collect();
         assert_eq!(seqs, ["one", "two", "seven"]);

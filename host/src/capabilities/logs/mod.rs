@@ -20,10 +20,10 @@ pub use fake::{FAKE_BOOT, FakeLogs};
 pub use grants::{LogsGrant, Source};
 pub use source::LOG_TRIGGER;
 
+use crate::capabilities::CapError;
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::{BackendEnv, Capability, NoLimits};
 use crate::capabilities::watch::Watch;
-use crate::capabilities::CapError;
 use crate::wit::logs;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -114,7 +114,12 @@ impl Capability for PluginLogs {
         (Arc::new(host), fake)
     }
 
-    fn for_call(backend: &Arc<LogsHost>, grant: &LogsGrant, _: &NoLimits, call: &Arc<Call>) -> Self {
+    fn for_call(
+        backend: &Arc<LogsHost>,
+        grant: &LogsGrant,
+        _: &NoLimits,
+        call: &Arc<Call>,
+    ) -> Self {
         PluginLogs {
             host: backend.clone(),
             grant: grant.clone(),

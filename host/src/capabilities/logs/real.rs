@@ -25,7 +25,12 @@ impl LogReader for RealLogs {
             .collect()
     }
 
-    fn read(&self, source: Source, after: Option<&Position>, scan: usize) -> Result<Batch, CapError> {
+    fn read(
+        &self,
+        source: Source,
+        after: Option<&Position>,
+        scan: usize,
+    ) -> Result<Batch, CapError> {
         let boot = self.boot_id();
         match source {
             Source::Kernel => self.kmsg.read(&boot, after, scan),

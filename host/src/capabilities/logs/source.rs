@@ -142,14 +142,15 @@ impl Follower {
             let after = oldest(&active);
             let reader = self.reader.clone();
             let source = self.source;
-            let following =
-                tokio::task::spawn_blocking(move || reader.follow(source, after)).await;
+            let following = tokio::task::spawn_blocking(move || reader.follow(source, after)).await;
             match following {
                 Ok(Ok(mut following)) => {
                     backoff = Duration::from_millis(500);
                     tracing::info!(
                         rules = active.len(),
-                        from = oldest(&active).map(|p| p.cursor()).unwrap_or_else(|| "the start of this boot".into()),
+                        from = oldest(&active)
+                            .map(|p| p.cursor())
+                            .unwrap_or_else(|| "the start of this boot".into()),
                         "following the {} log",
                         source.name()
                     );
@@ -163,9 +164,15 @@ impl Follower {
                         }
                         self.take(&mut active, batch);
                     }
-                    tracing::warn!(source = source.name(), "the log reader stopped; following again");
+                    tracing::warn!(
+                        source = source.name(),
+                        "the log reader stopped; following again"
+                    );
                 }
-                Ok(Err(e)) => tracing::warn!(source = source.name(), "cannot follow the log: {e}; retrying in {backoff:?}"),
+                Ok(Err(e)) => tracing::warn!(
+                    source = source.name(),
+                    "cannot follow the log: {e}; retrying in {backoff:?}"
+                ),
                 Err(e) => tracing::error!("the log reader panicked: {e}"),
             }
             tokio::time::sleep(backoff).await;
@@ -190,7 +197,9 @@ impl Follower {
             .into_iter()
             .map(|(plugin, grant, rule)| {
                 let name = grant.watch[rule].rule.clone();
-                let saved = self.store.with(&plugin, false, |kept| kept.cursors.get(&name).cloned());
+                let saved = self
+                    .store
+                    .with(&plugin, false, |kept| kept.cursors.get(&name).cloned());
                 let cursor = match saved.and_then(|c| Position::parse(self.source, &c).ok()) {
                     Some(cursor) => Some(cursor),
                     None => {
@@ -227,7 +236,8 @@ impl Follower {
                 Followed::Gap(lines) => {
                     for rule in active.iter() {
                         let name = &rule.rule().rule;
-                        self.store.with(&rule.plugin, false, |kept| kept.gap(name, lines));
+                        self.store
+                            .with(&rule.plugin, false, |kept| kept.gap(name, lines));
                         changed.push(rule.plugin.clone());
                     }
                 }

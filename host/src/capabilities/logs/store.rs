@@ -179,8 +179,13 @@ mod tests {
             kept.cursors.insert("hung".into(), "k1;b=b;s=1".into());
             assert!(kept.add("hung", 5, entry("task hung")));
         });
-        let mode = std::fs::metadata(dir.path().join("logs/pd.json")).unwrap().permissions();
-        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+        let mode = std::fs::metadata(dir.path().join("logs/pd.json"))
+            .unwrap()
+            .permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600
+        );
 
         let again = MatchStore::open(Some(dir.path().join("logs"))).unwrap();
         let pending = again.with("pd", true, |kept| std::mem::take(&mut kept.pending));

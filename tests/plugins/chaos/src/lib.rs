@@ -619,10 +619,16 @@ impl Chaos {
                     }
                     host.log(
                         tend_sdk::Level::Info,
-                        &format!("missed {}: {}, gap {}", matched.rule, matched.missed, matched.gap),
+                        &format!(
+                            "missed {}: {}, gap {}",
+                            matched.rule, matched.missed, matched.gap
+                        ),
                     );
                 }
-                Ok(Outcome::healthy(format!("{count} matched; triggers: {}", triggers(ctx))))
+                Ok(Outcome::healthy(format!(
+                    "{count} matched; triggers: {}",
+                    triggers(ctx)
+                )))
             }
             Mode::LogsRead {
                 source,
@@ -864,4 +870,3 @@ mod tests {
         );
     }
 }
-
