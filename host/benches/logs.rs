@@ -8,26 +8,12 @@
 #[allow(dead_code)]
 mod landing;
 use landing::{settle, start_with_host};
-use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tend_e2e::{Sandbox, cpu_ticks, epoch_ms, plugin_status, rss_kib, time_until};
+use tend_e2e::{Sandbox, append_kmsg, cpu_ticks, epoch_ms, plugin_status, rss_kib, time_until};
 
-/// Append kernel records `first..` with these messages.
 fn kmsg(path: &Path, first: u64, messages: impl Iterator<Item = String>) -> u64 {
-    let mut text = String::new();
-    let mut seq = first;
-    for message in messages {
-        text += &format!("6,{seq},{},-;{message}\n", seq * 10);
-        seq += 1;
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    file.write_all(text.as_bytes()).unwrap();
-    seq
+    append_kmsg(path, first, 6, messages)
 }
 
 fn runs(port: u16) -> u64 {

@@ -9,26 +9,15 @@
 //! `host/src/capabilities/logs/kmsg.rs`. The boot ID is a file too
 //! (`boot-id-path`), so a test can reboot.
 
-use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tend_e2e::{Daemon, Sandbox, free_port, plugin_status, wait_until};
+use tend_e2e::{Daemon, Sandbox, append_kmsg, free_port, plugin_status, wait_until};
 
 const HUNG: &str = "INFO: task kworker/0:1 blocked for more than 120 seconds.";
 
 /// Append kernel records `first..` with these messages (priority 3, kernel).
 fn kmsg(path: &Path, first: u64, messages: &[String]) {
-    let mut text = String::new();
-    for (i, message) in messages.iter().enumerate() {
-        let seq = first + i as u64;
-        text += &format!("3,{seq},{},-;{message}\n SUBSYSTEM=test\n", seq * 1000);
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    file.write_all(text.as_bytes()).unwrap();
+    append_kmsg(path, first, 3, messages.iter().cloned());
 }
 
 /// A sandbox whose plugin `watcher` (chaos in `mode`) watches the kernel
