@@ -76,6 +76,7 @@ impl PluginLogs {
         for line in scanned.lines {
             page.cursor = Some(line.position.cursor());
             if self.shows(&line.entry, &wanted) {
+                self.call.spend_read("logs read", size(&line.entry))?;
                 page.entries.push(line.entry);
                 if page.entries.len() == max as usize {
                     break;
@@ -94,4 +95,10 @@ impl PluginLogs {
         };
         self.grant.covers(&facts) && filter.passes(&facts)
     }
+}
+
+/// What an entry costs the plugin's `read-per-reconcile`: its texts.
+fn size(entry: &Entry) -> u64 {
+    let fields: usize = entry.fields.iter().map(|(k, v)| k.len() + v.len()).sum();
+    (entry.message.len() + entry.cursor.len() + fields + 64) as u64
 }

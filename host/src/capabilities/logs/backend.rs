@@ -138,8 +138,6 @@ pub struct Following {
 /// The node's log sources. Blocking: the host calls them off the async
 /// runtime's worker threads.
 pub trait LogReader: Send + Sync + 'static {
-    /// This boot's ID.
-    fn boot_id(&self) -> String;
     /// Up to `scan` lines of `source` after `after` (the oldest of this boot
     /// when none, or when `after` is of another boot), oldest first.
     fn read(

@@ -67,10 +67,6 @@ impl FakeLogs {
 }
 
 impl LogReader for FakeLogs {
-    fn boot_id(&self) -> String {
-        FAKE_BOOT.into()
-    }
-
     fn read(
         &self,
         source: Source,

@@ -55,8 +55,13 @@ pub fn parse(json: &[u8]) -> Option<Line> {
     let get = |key: &str| fields.get(key).and_then(text);
     let cursor = get("__CURSOR")?;
     let position = Position::parse(tend_rules::logs::Source::Journal, &cursor).ok()?;
+    // Kernel lines the journal carries are the kernel source's: a journal
+    // grant (`identifiers = ["*"]`) must not read them without `kernel = true`.
+    if get("_TRANSPORT").as_deref() == Some("kernel") {
+        return None;
+    }
     let number = |key: &str| get(key).and_then(|v| v.parse::<u64>().ok());
-    let shown = |v: String| tend_rules::text::inert(&bounded(&v, MAX_FIELD)).into_owned();
+    let shown = |v: &str| bounded(&tend_rules::text::inert(v), MAX_FIELD);
     let user_fields = fields
         .iter()
         .filter(|(k, _)| {
@@ -66,7 +71,7 @@ pub fn parse(json: &[u8]) -> Option<Line> {
                     "MESSAGE" | "PRIORITY" | "SYSLOG_FACILITY" | "SYSLOG_IDENTIFIER"
                 )
         })
-        .filter_map(|(k, v)| Some((bounded(k, MAX_FIELD), shown(text(v)?))))
+        .filter_map(|(k, v)| Some((shown(k), shown(&text(v)?))))
         .take(MAX_FIELDS)
         .collect();
     let entry = Entry {
@@ -77,46 +82,50 @@ pub fn parse(json: &[u8]) -> Option<Line> {
         realtime_us: number("__REALTIME_TIMESTAMP"),
         priority: number("PRIORITY").unwrap_or(6).min(7) as u8,
         facility: number("SYSLOG_FACILITY").unwrap_or(3).min(255) as u8,
-        unit: get("_SYSTEMD_UNIT").map(shown),
-        identifier: get("SYSLOG_IDENTIFIER").map(shown),
-        message: tend_rules::text::inert(&bounded(
-            &get("MESSAGE").unwrap_or_default(),
+        unit: get("_SYSTEMD_UNIT").as_deref().map(shown),
+        identifier: get("SYSLOG_IDENTIFIER").as_deref().map(shown),
+        message: bounded(
+            &tend_rules::text::inert(&get("MESSAGE").unwrap_or_default()),
             MAX_MESSAGE,
-        ))
-        .into_owned(),
+        ),
         fields: user_fields,
     };
     Some(Line { position, entry })
 }
 
-/// The next line of `reader` up to [`LINE`] bytes; a longer one is skipped
-/// whole. None at the end.
-fn next_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Option<()>> {
+/// What [`next_line`] read.
+#[derive(Debug, PartialEq)]
+enum Read {
+    /// A line, in the buffer.
+    Line,
+    /// A line longer than [`LINE`] bytes, skipped whole (a lost line).
+    TooLong,
+    End,
+}
+
+/// The next line of `reader` up to [`LINE`] bytes into `line`.
+fn next_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Read> {
+    line.clear();
+    let mut too_long = false;
     loop {
-        line.clear();
-        let mut too_long = false;
-        loop {
-            let available = reader.fill_buf()?;
-            if available.is_empty() {
-                return Ok(None);
-            }
-            let (part, done) = match available.iter().position(|&b| b == b'\n') {
-                Some(at) => (&available[..at], Some(at + 1)),
-                None => (available, None),
-            };
-            if line.len() + part.len() > LINE {
-                too_long = true;
-            } else {
-                line.extend_from_slice(part);
-            }
-            let used = done.unwrap_or(available.len());
-            reader.consume(used);
-            if done.is_some() {
-                break;
-            }
+        let available = reader.fill_buf()?;
+        if available.is_empty() {
+            return Ok(Read::End);
         }
-        if !too_long {
-            return Ok(Some(()));
+        let (part, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(at) => (&available[..at], Some(at + 1)),
+            None => (available, None),
+        };
+        if line.len() + part.len() > LINE {
+            too_long = true;
+            line.clear();
+        } else {
+            line.extend_from_slice(part);
+        }
+        let used = done.unwrap_or(available.len());
+        reader.consume(used);
+        if done.is_some() {
+            return Ok(if too_long { Read::TooLong } else { Read::Line });
         }
     }
 }
@@ -139,7 +148,8 @@ impl Journalctl {
             }
         }
         if follow {
-            command.arg("--follow");
+            // Without --no-tail, --follow starts at the last 10 entries.
+            command.args(["--follow", "--no-tail"]);
         }
         command
             .env_clear()
@@ -161,12 +171,8 @@ impl Journalctl {
     }
 
     fn spawn(&self, boot: &str, after: Option<&Position>, follow: bool) -> Result<Child, CapError> {
-        self.command(boot, after, follow).spawn().map_err(|e| {
-            CapError::Unavailable(format!(
-                "cannot run {} to read the journal: {e}; install systemd's journalctl or set [host.logs] journalctl",
-                self.program.display()
-            ))
-        })
+        let program = self.program.display().to_string();
+        (self.command(boot, after, follow).spawn()).map_err(|e| cannot_run(&program, e))
     }
 
     pub fn read(
@@ -179,11 +185,11 @@ impl Journalctl {
         let mut reader = BufReader::new(child.stdout.take().expect("piped"));
         let mut batch = Batch::default();
         let mut line = Vec::new();
-        let mut scanned = 0;
-        while scanned < scan && next_line(&mut reader, &mut line).ok().flatten().is_some() {
-            scanned += 1;
-            if let Some(read) = parse(&line) {
-                batch.lines.push(read);
+        for _ in 0..scan {
+            match next_line(&mut reader, &mut line) {
+                Ok(Read::Line) => batch.lines.extend(parse(&line)),
+                Ok(Read::TooLong) => batch.gap += 1,
+                Ok(Read::End) | Err(_) => break,
             }
         }
         let _ = child.kill();
@@ -191,59 +197,98 @@ impl Journalctl {
         Ok(batch)
     }
 
+    /// The newest entry's position: only its cursor is printed, and read
+    /// within the line bound.
     pub fn tail(&self, boot: &str) -> Result<Option<Position>, CapError> {
         let mut command = self.command(boot, None, false);
-        command.arg("--lines=1");
-        let output = command.output().map_err(|e| {
-            CapError::Unavailable(format!("cannot run {}: {e}", self.program.display()))
-        })?;
-        Ok(output
-            .stdout
-            .split(|&b| b == b'\n')
-            .rev()
-            .find_map(parse)
-            .map(|l| l.position))
+        command.args(["--lines=1", "--output-fields=__CURSOR"]);
+        let program = self.program.display().to_string();
+        let mut child = command.spawn().map_err(|e| cannot_run(&program, e))?;
+        let mut reader = BufReader::new(child.stdout.take().expect("piped"));
+        let mut line = Vec::new();
+        let mut newest = None;
+        while let Ok(read) = next_line(&mut reader, &mut line) {
+            match read {
+                Read::Line => newest = parse(&line).map(|l| l.position).or(newest),
+                Read::TooLong => {}
+                Read::End => break,
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        Ok(newest)
     }
 
+    /// Follow the journal: the child is spawned by the thread that reads it
+    /// and lives as long (its parent-death signal is that thread's), and
+    /// killed when the answer is dropped.
     pub fn follow(&self, boot: &str, after: Option<Position>) -> Result<Following, CapError> {
-        let mut child = self.spawn(boot, after.as_ref(), true)?;
-        let stdout = child.stdout.take().expect("piped");
+        let mut command = self.command(boot, after.as_ref(), true);
+        let program = self.program.display().to_string();
         let (sender, lines) = mpsc::channel(1024);
+        let (spawned, started) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("tend-journal".into())
             .spawn(move || {
-                let mut reader = BufReader::new(stdout);
-                let mut line = Vec::new();
-                while let Ok(Some(())) = next_line(&mut reader, &mut line) {
-                    let Some(read) = parse(&line) else { continue };
-                    if !read.position.is_after(after.as_ref()) {
-                        continue;
-                    }
-                    if sender
-                        .blocking_send(Followed::Line(Box::new(read)))
-                        .is_err()
-                    {
+                let mut child = match command.spawn() {
+                    Ok(child) => child,
+                    Err(e) => {
+                        let _ = spawned.send(Err(cannot_run(&program, e)));
                         return;
                     }
-                }
+                };
+                let stdout = child.stdout.take().expect("piped");
+                let child = std::sync::Arc::new(std::sync::Mutex::new(child));
+                let _ = spawned.send(Ok(KillOnDrop(child.clone())));
+                forward(BufReader::new(stdout), after, &sender);
+                let _ = child.lock().unwrap().wait();
             })
             .map_err(|e| CapError::Unavailable(format!("cannot start the journal reader: {e}")))?;
+        let stop = started
+            .recv()
+            .map_err(|_| CapError::Unavailable("the journal reader ended at once".into()))??;
         Ok(Following {
             lines,
-            stop: Box::new(KillOnDrop(child)),
+            stop: Box::new(stop),
         })
     }
 }
 
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+/// Every entry after `after` from a following `journalctl` to `sender`; a
+/// line over the bound is a lost line (a gap of one).
+fn forward(mut reader: impl BufRead, after: Option<Position>, sender: &mpsc::Sender<Followed>) {
+    let mut line = Vec::new();
+    loop {
+        let item = match next_line(&mut reader, &mut line) {
+            Ok(Read::Line) => match parse(&line) {
+                Some(read) if read.position.is_after(after.as_ref()) => {
+                    Followed::Line(Box::new(read))
+                }
+                _ => continue,
+            },
+            Ok(Read::TooLong) => Followed::Gap(1),
+            Ok(Read::End) | Err(_) => return,
+        };
+        if sender.blocking_send(item).is_err() {
+            return;
+        }
     }
 }
 
+fn cannot_run(program: &str, error: std::io::Error) -> CapError {
+    CapError::Unavailable(format!(
+        "cannot run {program} to read the journal: {error}; install systemd's journalctl or set [host.logs] journalctl"
+    ))
+}
+
+struct KillOnDrop(std::sync::Arc<std::sync::Mutex<Child>>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // The reading thread reaps it.
+        let _ = self.0.lock().unwrap().kill();
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,13 +326,35 @@ mod tests {
     }
 
     #[test]
+    fn kernel_lines_are_the_kernel_sources_and_escapes_cannot_outgrow_the_bounds() {
+        let kernel = br#"{"__CURSOR":"s=a;i=1;b=b;m=1;t=1;x=1","_TRANSPORT":"kernel","SYSLOG_IDENTIFIER":"kernel","MESSAGE":"oom"}"#;
+        assert!(
+            parse(kernel).is_none(),
+            "identifiers = [\"*\"] is not kernel = true"
+        );
+        let escapes = r"\u001b".repeat(5000);
+        let json = format!(
+            r#"{{"__CURSOR":"s=a;i=1;b=b;m=1;t=1;x=1","MESSAGE":"{escapes}","K\u001bEY":"{escapes}"}}"#
+        );
+        let entry = parse(json.as_bytes()).unwrap().entry;
+        assert!(
+            entry.message.len() <= MAX_MESSAGE,
+            "{}",
+            entry.message.len()
+        );
+        let (key, value) = &entry.fields[0];
+        assert!(!key.chars().any(char::is_control) && value.len() <= MAX_FIELD);
+    }
+
+    #[test]
     fn a_line_longer_than_the_bound_is_skipped_whole() {
         let text = format!("{}\nshort\n", "x".repeat(LINE + 10));
         let mut reader = BufReader::with_capacity(1024, text.as_bytes());
         let mut line = Vec::new();
-        assert!(next_line(&mut reader, &mut line).unwrap().is_some());
+        assert_eq!(next_line(&mut reader, &mut line).unwrap(), Read::TooLong);
+        assert_eq!(next_line(&mut reader, &mut line).unwrap(), Read::Line);
         assert_eq!(line, b"short");
-        assert!(next_line(&mut reader, &mut line).unwrap().is_none());
+        assert_eq!(next_line(&mut reader, &mut line).unwrap(), Read::End);
     }
 
     #[test]

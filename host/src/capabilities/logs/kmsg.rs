@@ -37,7 +37,12 @@ pub fn parse(record: &str, boot: &str) -> Option<Line> {
     let fields = lines
         .filter_map(|l| l.strip_prefix(' ')?.split_once('='))
         .take(MAX_FIELDS)
-        .map(|(k, v)| (bounded(k, MAX_FIELD), bounded(&unescape(v), MAX_FIELD)))
+        .map(|(k, v)| {
+            (
+                bounded(&unescape(k), MAX_FIELD),
+                bounded(&unescape(v), MAX_FIELD),
+            )
+        })
         .collect();
     Some(Line {
         position: Position::Kernel {
@@ -68,7 +73,7 @@ pub fn parse(record: &str, boot: &str) -> Option<Line> {
 /// control characters stay escaped (a plugin's text is inert).
 fn unescape(text: &str) -> String {
     if !text.contains("\\x") {
-        return text.to_string();
+        return tend_rules::text::inert(text).into_owned();
     }
     let mut out = String::with_capacity(text.len());
     let mut rest = text;

@@ -13,25 +13,35 @@ pub struct RealLogs {
     pub boot_id_path: PathBuf,
 }
 
-impl LogReader for RealLogs {
-    /// The boot ID as the journal writes it: 32 hexadecimal digits.
-    fn boot_id(&self) -> String {
-        std::fs::read_to_string(&self.boot_id_path)
-            .unwrap_or_default()
+impl RealLogs {
+    /// The boot ID as the journal writes it (32 hexadecimal digits); a
+    /// cursor means nothing without it, so an unreadable one is an error.
+    fn boot(&self) -> Result<String, CapError> {
+        let text = std::fs::read_to_string(&self.boot_id_path).unwrap_or_default();
+        let boot: String = text
             .trim()
             .chars()
             .filter(char::is_ascii_alphanumeric)
             .take(64)
-            .collect()
+            .collect();
+        if boot.is_empty() {
+            return Err(CapError::Unavailable(format!(
+                "cannot read this boot's ID from {}: set [host.logs] boot-id-path",
+                self.boot_id_path.display()
+            )));
+        }
+        Ok(boot)
     }
+}
 
+impl LogReader for RealLogs {
     fn read(
         &self,
         source: Source,
         after: Option<&Position>,
         scan: usize,
     ) -> Result<Batch, CapError> {
-        let boot = self.boot_id();
+        let boot = self.boot()?;
         match source {
             Source::Kernel => self.kmsg.read(&boot, after, scan),
             Source::Journal => self.journal.read(&boot, after, scan),
@@ -39,7 +49,7 @@ impl LogReader for RealLogs {
     }
 
     fn tail(&self, source: Source) -> Result<Option<Position>, CapError> {
-        let boot = self.boot_id();
+        let boot = self.boot()?;
         match source {
             Source::Kernel => Ok(self
                 .kmsg
@@ -52,7 +62,7 @@ impl LogReader for RealLogs {
     }
 
     fn follow(&self, source: Source, after: Option<Position>) -> Result<Following, CapError> {
-        let boot = self.boot_id();
+        let boot = self.boot()?;
         match source {
             Source::Kernel => self.kmsg.follow(boot, after),
             Source::Journal => self.journal.follow(&boot, after),

@@ -154,7 +154,19 @@ impl Follower {
                         "following the {} log",
                         source.name()
                     );
-                    while let Some(first) = following.lines.recv().await {
+                    loop {
+                        // A quiet log still saves progress and hands over
+                        // counted misses, every SAVE_PROGRESS.
+                        let first =
+                            match tokio::time::timeout(SAVE_PROGRESS, following.lines.recv()).await
+                            {
+                                Ok(Some(first)) => first,
+                                Ok(None) => break,
+                                Err(_) => {
+                                    self.take(&mut active, vec![]);
+                                    continue;
+                                }
+                            };
                         let mut batch = vec![first];
                         while batch.len() < BATCH {
                             match following.lines.try_recv() {
@@ -238,16 +250,16 @@ impl Follower {
                         let name = &rule.rule().rule;
                         self.store
                             .with(&rule.plugin, false, |kept| kept.gap(name, lines));
-                        changed.push(rule.plugin.clone());
                     }
                 }
                 Followed::Line(line) => {
                     for rule in active.iter_mut() {
-                        if let Some(delivered) = self.offer(rule, &line, now) {
+                        // A kept match is saved before the wake-up; a missed
+                        // one is counted and saved with the progress, so a
+                        // flood over the rate costs no write per line.
+                        if self.offer(rule, &line, now) == Some(true) {
                             changed.push(rule.plugin.clone());
-                            if delivered {
-                                woken.push((rule.plugin.clone(), rule.rule().rule.clone()));
-                            }
+                            woken.push((rule.plugin.clone(), rule.rule().rule.clone()));
                         }
                     }
                 }
@@ -266,6 +278,17 @@ impl Follower {
             });
             if progress_due && !changed.contains(&rule.plugin) {
                 changed.push(rule.plugin.clone());
+                // Misses or gaps not handed over yet wake the plugin, at most
+                // once a SAVE_PROGRESS: it learns what it lost.
+                let name = &rule.rule().rule;
+                let untold = self.store.with(&rule.plugin, false, |kept| {
+                    kept.pending
+                        .iter()
+                        .any(|m| m.rule == *name && (m.missed > 0 || m.gap > 0))
+                });
+                if untold {
+                    woken.push((rule.plugin.clone(), name.clone()));
+                }
             }
         }
         for plugin in &changed {
@@ -297,7 +320,11 @@ impl Follower {
         }
         let (name, burst) = (rule.rule.as_str(), rule.burst);
         let allowed = active.rate.take(rule, now);
+        // The cursor moves with the match, so a take saved before the batch
+        // ends never leaves the match behind its rule's cursor.
+        let cursor = line.position.cursor();
         Some(self.store.with(&active.plugin, false, |kept| {
+            kept.cursors.insert(name.to_string(), cursor);
             if allowed {
                 kept.add(name, burst, entry.clone())
             } else {
@@ -323,4 +350,115 @@ fn oldest(active: &[Active]) -> Option<Position> {
         };
     }
     oldest.cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fake::FakeLogs;
+    use super::*;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Woken(Mutex<Vec<(String, String)>>);
+
+    impl TriggerSink for Woken {
+        fn reconcile(&self, plugin: &str, kind: &'static str, subject: String) {
+            assert_eq!(kind, LOG_TRIGGER);
+            self.0.lock().unwrap().push((plugin.to_string(), subject));
+        }
+    }
+
+    fn grant(text: &str) -> LogsGrant {
+        toml::from_str(text).unwrap()
+    }
+
+    const HUNG: &str = "kernel = true\n[[watch]]\nrule = \"hung\"\nsource = \"kernel\"\npattern = 'blocked for more than \\d+ seconds'\nburst = 2\nper-minute = 1\n";
+
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn matches_within_the_rate_are_kept_and_woken_the_rest_counted_and_the_past_skipped() {
+        let fake = Arc::new(FakeLogs::default());
+        fake.write(
+            Source::Kernel,
+            3,
+            None,
+            None,
+            "before: task x blocked for more than 120 seconds",
+        );
+        let store = Arc::new(MatchStore::open(None).unwrap());
+        let woken = Arc::new(Woken::default());
+        let mut source = LogSource::new(fake.clone(), store.clone());
+        source.update(
+            vec![
+                ("pd".into(), grant(HUNG)),
+                ("other".into(), grant("kernel = true")),
+            ],
+            woken.clone(),
+        );
+        until("the rule's cursor", || {
+            store.with("pd", false, |kept| kept.cursors.contains_key("hung"))
+        })
+        .await;
+        for i in 0..5 {
+            fake.write(
+                Source::Kernel,
+                3,
+                None,
+                None,
+                &format!("{i}: task y blocked for more than 120 seconds"),
+            );
+        }
+        fake.write(Source::Kernel, 3, None, None, "eth0 link up");
+        until("five matches taken in", || {
+            store.with("pd", false, |kept| {
+                kept.pending
+                    .first()
+                    .is_some_and(|m| m.entries.len() as u64 + m.missed == 5)
+            })
+        })
+        .await;
+        let pending = store.with("pd", false, |kept| kept.pending.clone());
+        let messages: Vec<&str> = pending[0]
+            .entries
+            .iter()
+            .map(|e| e.message.as_str())
+            .collect();
+        assert_eq!(
+            messages,
+            [
+                "0: task y blocked for more than 120 seconds",
+                "1: task y blocked for more than 120 seconds"
+            ],
+            "the burst, and not the line written before the rule started"
+        );
+        assert_eq!(pending[0].missed, 3);
+        let woken = woken.0.lock().unwrap().clone();
+        assert!(
+            !woken.is_empty() && woken.iter().all(|w| *w == ("pd".into(), "hung".into())),
+            "{woken:?}"
+        );
+        assert!(
+            store.with("other", false, |kept| kept.pending.is_empty()),
+            "a plugin without rules is never handed anything"
+        );
+    }
+
+    #[test]
+    fn waits_on_names_each_rule() {
+        let source = LogSource::new(
+            Arc::new(FakeLogs::default()),
+            Arc::new(MatchStore::open(None).unwrap()),
+        );
+        assert_eq!(
+            source.waits_on(&grant(HUNG)),
+            ["kernel log lines matching rule hung (\"blocked for more than \\\\d+ seconds\")"]
+        );
+    }
 }
