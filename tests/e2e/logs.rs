@@ -11,7 +11,7 @@
 
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tend_e2e::{Daemon, Sandbox, append_kmsg, free_port, plugin_status, wait_until};
+use tend_e2e::{Daemon, Sandbox, SystemdPeer, append_kmsg, free_port, plugin_status, wait_until};
 
 const HUNG: &str = "INFO: task kworker/0:1 blocked for more than 120 seconds.";
 
@@ -306,4 +306,122 @@ fn a_watch_rule_beyond_its_grant_is_refused_with_file_and_line() {
         "{}",
         out.stderr
     );
+}
+
+/// The `journalctl` processes reading `dir` (by their command line).
+fn journalctl_reading(dir: &Path) -> Vec<u32> {
+    let needle = format!("--directory={}", dir.display());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|p| p.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).split('\0').any(|a| a == needle))
+        })
+        .collect()
+}
+
+#[test]
+fn journal_lines_of_a_granted_unit_wake_the_plugin_once_across_a_kill_9() {
+    let peer = SystemdPeer::start();
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    sandbox.add_plugin("chaos", "watcher");
+    sandbox.config_with_host(
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\n[host.logs]\njournal-directory = \"{}\"\n",
+            peer.journal_dir().display()
+        ),
+        r#"[plugins.watcher]
+interval = "24h"
+[plugins.watcher.config]
+mode = "log-matches"
+[plugins.watcher.grants.logs]
+units = ["containerd.service"]
+[[plugins.watcher.grants.logs.watch]]
+rule = "shim"
+source = "journal"
+pattern = "failed to start shim"
+max-priority = 3
+"#,
+    );
+    let daemon = sandbox.daemon();
+    daemon.wait_for_log(Duration::from_secs(60), &["following the journal log"]);
+    // Another unit's line and a line not severe enough match nothing.
+    peer.journal_lines(
+        "sshd.service",
+        "sshd",
+        &["<3>failed to start shim: not granted"],
+    );
+    peer.journal_lines(
+        "containerd.service",
+        "containerd",
+        &[
+            "failed to start shim: only info",
+            "<3>failed to start shim: boom",
+        ],
+    );
+    let rule_delivered = |daemon: &Daemon| -> Vec<String> {
+        daemon
+            .log()
+            .lines()
+            .filter_map(|l| {
+                let message = l.split_once("matched shim: ")?.1;
+                Some(
+                    message
+                        .trim_end()
+                        .trim_end_matches(" plugin=\"watcher\"")
+                        .to_string(),
+                )
+            })
+            .collect()
+    };
+    wait_until(Duration::from_secs(20), "the journal match", || {
+        !rule_delivered(&daemon).is_empty()
+    });
+    assert_eq!(rule_delivered(&daemon), ["failed to start shim: boom"]);
+    let readers = journalctl_reading(&peer.journal_dir());
+    assert_eq!(readers.len(), 1, "one journalctl follows: {readers:?}");
+
+    // kill -9: the journalctl child dies with tend (its parent-death
+    // signal), and a line written meanwhile is matched once after the restart.
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &daemon.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    drop(daemon);
+    wait_until(Duration::from_secs(10), "no journalctl left", || {
+        journalctl_reading(&peer.journal_dir()).is_empty()
+    });
+    peer.journal_lines(
+        "containerd.service",
+        "containerd",
+        &["<2>failed to start shim: while down"],
+    );
+    let daemon = sandbox.daemon();
+    wait_until(
+        Duration::from_secs(30),
+        "the line written while down",
+        || !rule_delivered(&daemon).is_empty(),
+    );
+    peer.journal_lines(
+        "containerd.service",
+        "containerd",
+        &["<3>failed to start shim: after"],
+    );
+    wait_until(Duration::from_secs(20), "the line written after", || {
+        rule_delivered(&daemon).len() >= 2
+    });
+    assert_eq!(
+        rule_delivered(&daemon),
+        [
+            "failed to start shim: while down",
+            "failed to start shim: after"
+        ],
+        "nothing twice, nothing lost"
+    );
+    assert!(daemon.terminate(Duration::from_secs(10)));
+    assert!(journalctl_reading(&peer.journal_dir()).is_empty());
 }
