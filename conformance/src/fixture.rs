@@ -90,6 +90,26 @@ pub fn setup_requests() -> Vec<Value> {
             json!({"unit": "containerd.service", "active-state": "failed"}),
         ),
         setup(
+            "logs",
+            "kernel",
+            json!({"priority": 3, "message": "INFO: task kworker/0:1 blocked for more than 120 seconds."}),
+        ),
+        setup(
+            "logs",
+            "kernel",
+            json!({"priority": 6, "message": "eth0: link up"}),
+        ),
+        setup(
+            "logs",
+            "journal",
+            json!({"unit": "containerd.service", "identifier": "containerd", "priority": 3, "message": "failed to start shim"}),
+        ),
+        setup(
+            "logs",
+            "journal",
+            json!({"unit": "sshd.service", "identifier": "sshd", "priority": 6, "message": "Accepted publickey for root"}),
+        ),
+        setup(
             "cri",
             "set-version",
             json!({"name": "containerd", "version": "1.7.24"}),

@@ -22,6 +22,7 @@ use tend_rules::cri::{CriGrant, MAX_FILTER_LABELS, MAX_LABEL_TEXT, Operation as 
 use tend_rules::files::{FileGrant, OWN_PROC};
 use tend_rules::http::UrlPattern;
 use tend_rules::kube::{KubeRule, MAX_BODY, MAX_NOTE, MAX_REASON, OWN_LEASE, PatchShape};
+use tend_rules::logs::LogsGrant;
 use tend_rules::systemd::{MAX_NAME_LEN, MAX_NAMES, SystemdGrant};
 
 pub mod fixture;
@@ -170,6 +171,7 @@ pub struct Case {
     pub systemd: SystemdGrant,
     pub cri: CriGrant,
     pub cloud: CloudGrant,
+    pub logs: LogsGrant,
     pub op: Op,
     pub expect: Expect,
 }
@@ -183,6 +185,7 @@ fn ungranted(op: Op, expect: Expect) -> Case {
         systemd: SystemdGrant::default(),
         cri: CriGrant::default(),
         cloud: CloudGrant::default(),
+        logs: LogsGrant::default(),
         op,
         expect,
     }
@@ -539,8 +542,131 @@ pub fn cases() -> Vec<Case> {
     .chain(systemd_cases())
     .chain(cri_cases())
     .chain(cloud_cases())
+    .chain(logs_cases())
     .chain(populated::cases())
     .collect()
+}
+
+/// `op` under the logs grant `grant` (its TOML's JSON twin).
+fn logs(grant: Value, op: Op, expect: Expect) -> Case {
+    Case {
+        logs: serde_json::from_value(grant).expect("valid grant"),
+        ..ungranted(op, expect)
+    }
+}
+
+/// A `logs.read` of `source` after `since`, filtered, at most `max`.
+fn read_logs(source: &str, since: Option<&str>, filter: Value, max: u32) -> Op {
+    Op::Wit {
+        cap: "logs",
+        function: "read",
+        args: json!({"source": source, "since": since, "filter": filter, "max": max}),
+    }
+}
+
+/// Logs: sources and units by grant, filters, cursors, bounds, and matches
+/// only for a plugin with watch rules (the fixture's lines are in
+/// [`fixture::setup_requests`]).
+fn logs_cases() -> Vec<Case> {
+    let kernel = || json!({"kernel": true});
+    let all = || json!({"units": [], "identifiers": [], "max-priority": null});
+    let matches = Op::Wit {
+        cap: "logs",
+        function: "matches",
+        args: json!({}),
+    };
+    vec![
+        logs(
+            kernel(),
+            read_logs("kernel", None, all(), 10),
+            listed(&[
+                "INFO: task kworker/0:1 blocked for more than 120 seconds.",
+                "eth0: link up",
+            ]),
+        ),
+        logs(
+            kernel(),
+            read_logs("kernel", Some("k1;b=fake;s=1"), all(), 10),
+            listed(&["eth0: link up"]),
+        ),
+        logs(
+            kernel(),
+            read_logs("kernel", None, all(), 1),
+            listed(&["INFO: task kworker/0:1 blocked for more than 120 seconds."]),
+        ),
+        logs(
+            json!({"units": ["containerd.service"]}),
+            read_logs("journal", None, all(), 10),
+            listed(&["failed to start shim"]),
+        ),
+        logs(
+            json!({"units": ["*.service"], "identifiers": ["kubelet"]}),
+            read_logs(
+                "journal",
+                None,
+                json!({"units": [], "identifiers": [], "max-priority": 3}),
+                10,
+            ),
+            listed(&["failed to start shim"]),
+        ),
+        logs(
+            json!({"identifiers": ["*"]}),
+            read_logs(
+                "journal",
+                None,
+                json!({"units": [], "identifiers": ["sshd"], "max-priority": null}),
+                10,
+            ),
+            listed(&["Accepted publickey for root"]),
+        ),
+        logs(
+            json!({"units": ["containerd.service"]}),
+            read_logs("kernel", None, all(), 10),
+            denied(
+                "plugin \"conformance\" may not read the kernel log: add kernel = true to [plugins.conformance.grants.logs]",
+            ),
+        ),
+        ungranted(
+            read_logs("journal", None, all(), 10),
+            denied(
+                "plugin \"conformance\" may not read the journal log: add units = [\"<unit>\"] or identifiers = [\"<identifier>\"] to [plugins.conformance.grants.logs]",
+            ),
+        ),
+        logs(
+            kernel(),
+            read_logs("kernel", None, all(), 0),
+            invalid("read returns 1 to 1000 entries at a time, not 0; page with the cursor"),
+        ),
+        logs(
+            kernel(),
+            read_logs("kernel", Some("--file=/etc/shadow"), all(), 10),
+            invalid(
+                "logs cursor \"--file=/etc/shadow\": expected a logs cursor (the `cursor` of an entry or page, handed back unchanged), for example \"k1;b=0f5e3c7d9a0b4c1d8e2f3a4b5c6d7e8f;s=42\"",
+            ),
+        ),
+        logs(
+            kernel(),
+            read_logs(
+                "kernel",
+                None,
+                json!({"units": [], "identifiers": [], "max-priority": 9}),
+                10,
+            ),
+            invalid("max-priority is a syslog priority, 0 (emerg) to 7 (debug)"),
+        ),
+        logs(
+            json!({"kernel": true, "watch": [{"rule": "task-hung", "source": "kernel", "pattern": "blocked for more than"}]}),
+            matches.clone(),
+            listed(&[]),
+        ),
+        logs(
+            kernel(),
+            matches,
+            denied(
+                "plugin \"conformance\" has no watch rules, so nothing matches for it: add a [[plugins.conformance.grants.logs.watch]] rule",
+            ),
+        ),
+    ]
 }
 
 /// Cloud: owners by key and value, IDs and rules by shape, groups by ID.
@@ -1199,7 +1325,9 @@ pub fn to_json() -> Value {
 
 /// The functions whose answer is compared as a list of names (see
 /// [`item_name`]).
-pub const LISTINGS: [(&str, &str); 10] = [
+pub const LISTINGS: [(&str, &str); 12] = [
+    ("logs", "read"),
+    ("logs", "matches"),
     ("state", "list-keys"),
     ("files", "list-dir"),
     ("http", "send-all"),
@@ -1221,6 +1349,8 @@ fn item_name(cap: &str, function: &str, item: &Value) -> Option<String> {
         ("state", "list-keys") => text(item),
         ("files", "list-dir") | ("systemd", "list-units") => text(&item["name"]),
         ("cri", "list-images") => text(&item["repo-tags"][0]),
+        ("logs", "read") => text(&item["message"]),
+        ("logs", "matches") => text(&item["rule"]),
         ("kube", "list") => {
             let object: Value = serde_json::from_str(item.as_str()?).ok()?;
             text(&object["metadata"]["name"])
@@ -1252,6 +1382,7 @@ pub fn outcome(cap: &str, function: &str, answer: &Value) -> Expect {
     }
     let items = match (cap, function) {
         ("kube", "list") => &answer["ok"]["items"],
+        ("logs", "read") => &answer["ok"]["entries"],
         _ => &answer["ok"],
     };
     let names: Option<Vec<String>> = items.as_array().and_then(|items| {
@@ -1338,6 +1469,34 @@ impl Case {
                 "ports": cloud.ports.iter().map(ToString::to_string).collect::<Vec<_>>(),
             }),
             *cloud == CloudGrant::default(),
+        );
+        let logs = &self.logs;
+        let names = |patterns: Vec<&str>| json!(patterns);
+        let watch: Vec<Value> = logs
+            .watch
+            .iter()
+            .map(|rule| {
+                json!({
+                    "rule": rule.rule,
+                    "source": rule.source.name(),
+                    "pattern": rule.pattern.0.as_str(),
+                    "units": names(rule.units.iter().map(|u| u.0.as_str()).collect()),
+                    "identifiers": names(rule.identifiers.iter().map(|i| i.0.as_str()).collect()),
+                    "max-priority": rule.max_priority,
+                    "burst": rule.burst,
+                    "per-minute": rule.per_minute,
+                })
+            })
+            .collect();
+        put(
+            "logs",
+            json!({
+                "kernel": logs.kernel,
+                "units": names(logs.units.iter().map(|u| u.0.as_str()).collect()),
+                "identifiers": names(logs.identifiers.iter().map(|i| i.0.as_str()).collect()),
+                "watch": watch,
+            }),
+            *logs == LogsGrant::default(),
         );
         Value::Object(grants)
     }
@@ -1619,6 +1778,7 @@ mod tests {
             assert_eq!(read::<SystemdGrant>(&grants, "systemd"), case.systemd);
             assert_eq!(read::<CriGrant>(&grants, "cri"), case.cri);
             assert_eq!(read::<CloudGrant>(&grants, "cloud"), case.cloud);
+            assert_eq!(read::<LogsGrant>(&grants, "logs"), case.logs);
         }
     }
 

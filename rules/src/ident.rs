@@ -155,6 +155,30 @@ pub const CLOUD_GROUP_ID: Shape = Shape {
     valid: |text| aws_id(text, "sg-") || uuid(text),
 };
 
+/// A `logs` watch rule's name: the trigger's subject and a key of the host's
+/// match store.
+pub const WATCH_RULE: Shape = Shape {
+    description: "a DNS-1123 label (lower-case letters, digits and '-', at most 63 bytes)",
+    example: "task-hung",
+    max: 63,
+    empty: false,
+    valid: dns_label,
+};
+/// A `logs` cursor a plugin hands back (the host's kernel cursor, or
+/// journald's): it becomes an argument of `journalctl --after-cursor`.
+pub const LOG_CURSOR: Shape = Shape {
+    description: "a logs cursor (the `cursor` of an entry or page, handed back unchanged)",
+    example: "k1;b=0f5e3c7d9a0b4c1d8e2f3a4b5c6d7e8f;s=42",
+    max: 256,
+    empty: false,
+    valid: |text| {
+        !text.starts_with('-')
+            && text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, ';' | '='))
+    },
+};
+
 /// Whether `text` could leave its place in a URL path whatever the shape:
 /// a separator, query, fragment, escape or control character, or a dot
 /// segment.

@@ -31,6 +31,7 @@ pub mod files;
 pub mod http;
 pub mod ident;
 pub mod kube;
+pub mod logs;
 pub mod metrics;
 pub mod state;
 pub mod systemd;

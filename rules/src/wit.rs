@@ -297,8 +297,29 @@ pub mod cloud {
     }
 }
 
+/// `tend:plugin/logs`.
+pub mod logs {
+    pub const FUNCTIONS: [&str; 2] = ["matches", "read"];
+
+    /// Each function, in WIT order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Function {
+        Matches,
+        Read,
+    }
+
+    impl Function {
+        pub const ALL: [Function; 2] = [Function::Matches, Function::Read];
+
+        /// Its WIT name, as grants, budgets and the journal say it.
+        pub const fn name(self) -> &'static str {
+            FUNCTIONS[self as usize]
+        }
+    }
+}
+
 /// Every imported interface with its functions, in the world's order.
-pub const INTERFACES: [(&str, &[&str]); 9] = [
+pub const INTERFACES: [(&str, &[&str]); 10] = [
     ("log", &log::FUNCTIONS),
     ("state", &state::FUNCTIONS),
     ("files", &files::FUNCTIONS),
@@ -308,4 +329,5 @@ pub const INTERFACES: [(&str, &[&str]); 9] = [
     ("metrics", &metrics::FUNCTIONS),
     ("kube", &kube::FUNCTIONS),
     ("cloud", &cloud::FUNCTIONS),
+    ("logs", &logs::FUNCTIONS),
 ];

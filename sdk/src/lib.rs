@@ -78,6 +78,13 @@ macro_rules! capability_list {
                     Remote, Rule, SecurityGroup,
                 ],
             },
+            /// The node's kernel log and journal, within the granted sources,
+            /// and the matches of the grant's watch rules.
+            logs: Logs {
+                wasm: WasmLogs,
+                fake: FakeLogs,
+                types: [LogEntry, LogFilter, LogPage, LogSource, Matched],
+            },
         }
     };
     // Fills in the optional parts, so each callback matches one plain shape.
@@ -157,6 +164,7 @@ pub mod bindings {
             "tend:plugin/cri@0.1.0/runtime-version": [#[derive(Default)]],
             "tend:plugin/cloud@0.1.0/instance-state": [#[derive(Default)]],
             "tend:plugin/cloud@0.1.0/instance": [#[derive(Default)]],
+            "tend:plugin/logs@0.1.0/filter": [#[derive(Default)]],
         },
         additional_member_attributes: {
             "tend:plugin/cri@0.1.0/container-state.unknown": [#[default]],

@@ -82,8 +82,9 @@ impl FakeHost {
         &self.plugin
     }
 
-    /// Every line logged so far.
-    pub fn logs(&self) -> Vec<(Level, String)> {
+    /// Every line the plugin logged so far (`log`; `logs` is the node's
+    /// logs capability).
+    pub fn log_lines(&self) -> Vec<(Level, String)> {
         self.log.lines()
     }
 }
@@ -114,6 +115,6 @@ mod tests {
             "{err}"
         );
         host.log(Level::Info, "hello");
-        assert_eq!(host.logs(), [(Level::Info, "hello".to_string())]);
+        assert_eq!(host.log_lines(), [(Level::Info, "hello".to_string())]);
     }
 }

@@ -41,11 +41,16 @@ fn starts_a_unit_from_its_units_dir() {
         peer.unit_property("hello.service", "FragmentPath"),
         peer.units_dir().join("hello.service").to_str().unwrap()
     );
-    // Only the peer's units dir is on the unit path, not the host's.
-    assert!(Path::new("/lib/systemd/system/systemd-journald.service").exists());
+    // Only the peer's units dir is on the unit path, not the host's: its
+    // journald is its own unit.
+    assert!(Path::new("/lib/systemd/system/systemd-logind.service").exists());
     assert_eq!(
-        peer.unit_property("systemd-journald.service", "LoadState"),
+        peer.unit_property("systemd-logind.service", "LoadState"),
         "not-found"
+    );
+    assert_eq!(
+        peer.unit_property("systemd-journald.service", "FragmentPath"),
+        peer.units_dir().join("systemd-journald.service").to_str().unwrap()
     );
     // Restart: ExecStartPre runs once more.
     peer.manager(&["RestartUnit", "ss", "hello.service", "replace"]);

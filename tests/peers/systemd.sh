@@ -89,8 +89,9 @@ write_units() {
     shift 2
     printf '%s\n' "[Unit]" "Description=$description" "DefaultDependencies=no" "$@" >"$d/$file"
   }
-  unit peer.target "Tend test peer boot target" "Requires=basic.target dbus.socket dbus.service" \
-    "After=basic.target dbus.service" "AllowIsolate=yes"
+  unit peer.target "Tend test peer boot target" \
+    "Requires=basic.target dbus.socket dbus.service systemd-journald.socket systemd-journald.service" \
+    "After=basic.target dbus.service systemd-journald.service" "AllowIsolate=yes"
   unit basic.target "Basic System" "Requires=sysinit.target" \
     "Wants=sockets.target timers.target paths.target slices.target" \
     "After=sysinit.target sockets.target timers.target paths.target slices.target"
@@ -113,6 +114,17 @@ write_units() {
   # (systemd's own /run/systemd/private is useless from outside the pid namespace).
   unit dbus.socket "D-Bus System Message Bus Socket" "Before=sockets.target"
   printf '%s\n' "[Socket]" "ListenStream=/run/dbus/system_bus_socket" >>"$d/dbus.socket"
+  # journald, its sockets in the manager's /run as on a host (no /dev/log: /dev is the
+  # host's). Its config is a drop-in in that /run (below), never the host's /etc.
+  unit systemd-journald.socket "Journal Socket" "Before=sockets.target"
+  printf '%s\n' "[Socket]" "ListenStream=/run/systemd/journal/stdout" \
+    "ListenDatagram=/run/systemd/journal/socket" "SocketMode=0666" "PassCredentials=yes" \
+    "PassSecurity=yes" "ReceiveBuffer=8M" "Service=systemd-journald.service" >>"$d/systemd-journald.socket"
+  unit systemd-journald.service "Journal Service" "Requires=systemd-journald.socket" \
+    "After=systemd-journald.socket"
+  printf '%s\n' "[Service]" "Type=notify" "Sockets=systemd-journald.socket" \
+    "ExecStart=/lib/systemd/systemd-journald" "Restart=always" "RestartSec=0" \
+    "StandardOutput=null" "FileDescriptorStoreMax=4224" >>"$d/systemd-journald.service"
   unit dbus.service "D-Bus System Message Bus" "Requires=dbus.socket" "After=dbus.socket"
   printf '%s\n' "[Service]" "Type=notify" "NotifyAccess=main" \
     "ExecStart=/usr/bin/dbus-daemon --system --address=systemd: --nofork --nopidfile --systemd-activation --nosyslog" \
@@ -129,8 +141,15 @@ start)
   if [ -n "$(leftovers)" ]; then echo "a systemd peer already runs in $dir" >&2; exit 1; fi
   rm -rf "$dir/run" "$dir/console.log"
   # Manager defaults: /run/systemd/system.conf.d is read at boot and on daemon-reload.
-  # No journald runs: units' stdout/stderr go to the console, which is console.log.
-  mkdir -p "$dir/run/systemd/system.conf.d" "$dir/empty" "$dir/etc-systemd"
+  # Units' stdout/stderr go to the console (console.log) unless a unit says
+  # StandardOutput=journal. journald keeps its journal in the manager's /run
+  # (DIR/run/log/journal on the host; read it with journalctl --directory): the
+  # host's /var is shared, so Storage=volatile; it never reads or writes the
+  # machine's real kernel log (see inner).
+  mkdir -p "$dir/run/systemd/system.conf.d" "$dir/run/systemd/journald.conf.d" "$dir/empty" "$dir/etc-systemd"
+  printf '%s\n' "[Journal]" "Storage=volatile" "ForwardToKMsg=no" \
+    "ForwardToConsole=no" "ForwardToSyslog=no" "ForwardToWall=no" "RateLimitIntervalSec=0" \
+    >"$dir/run/systemd/journald.conf.d/50-tend-peer.conf"
   printf '%s\n' "[Manager]" "LogColor=no" "ShowStatus=no" "DefaultStandardOutput=tty" \
     "DefaultStandardError=inherit" "DefaultTimeoutStopSec=10s" \
     >"$dir/run/systemd/system.conf.d/50-tend-peer.conf"
@@ -217,6 +236,9 @@ inner) # Internal: PID 1 of the new namespaces; becomes systemd.
   # Most sysctls are global: make them read-only so the manager cannot change the host's.
   mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys
   mount --bind "$(tty)" /dev/console # the manager logs to /dev/console: script's pty
+  # journald (systemd 252 has no ReadKMSG=) would read and write the machine's real
+  # kernel log: it finds /dev/null there, in this mount namespace only.
+  mount --bind /dev/null /dev/kmsg
   # Wait until start has moved unshare out of our cgroup (see start).
   deadline=$((${EPOCHREALTIME/[.,]/} + 5000000))
   while ((${EPOCHREALTIME/[.,]/} < deadline)); do

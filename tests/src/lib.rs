@@ -231,3 +231,30 @@ pub fn http_call(
     stream.read_to_end(&mut response)?;
     Ok(split_response(&String::from_utf8_lossy(&response)))
 }
+
+/// Append records `first..` with `messages` to `path`, a kernel log in the
+/// `/dev/kmsg` record format (`prio,seq,usec,flags;message` then a ` KEY=value`
+/// line), as the kernel would at `priority`; answers the next sequence number.
+pub fn append_kmsg(
+    path: &Path,
+    first: u64,
+    priority: u8,
+    messages: impl IntoIterator<Item = String>,
+) -> u64 {
+    let mut text = String::new();
+    let mut seq = first;
+    for message in messages {
+        text += &format!(
+            "{priority},{seq},{},-;{message}\n SUBSYSTEM=test\n",
+            seq * 1000
+        );
+        seq += 1;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
+    seq
+}

@@ -12,9 +12,14 @@ use tend_e2e::{
 /// port) and start the release `tend run` on it, logging at `log`; returns
 /// once /readyz says ready.
 pub fn start(sandbox: &Sandbox, plugins: &str, log: &str) -> (Daemon, u16) {
+    start_with_host(sandbox, "", plugins, log)
+}
+
+/// [`start`] with more `[host]` text after the bench's own (`[host.logs]`).
+pub fn start_with_host(sandbox: &Sandbox, host: &str, plugins: &str, log: &str) -> (Daemon, u16) {
     let port = free_port();
     sandbox.config_with_host(
-        &format!("cache-dir = \"cache\"\nlisten = \"127.0.0.1:{port}\""),
+        &format!("cache-dir = \"cache\"\nlisten = \"127.0.0.1:{port}\"\n{host}"),
         plugins,
     );
     let daemon = sandbox.daemon_with_env(&[("TEND_LOG", log)]);

@@ -17,10 +17,12 @@ use super::files::PluginFiles;
 use super::http::PluginHttp;
 use super::kube::{OwnLease, PluginKube};
 use super::log::PluginLog;
+use super::logs::{self, PluginLogs};
 use super::metrics::PluginMetrics;
 use super::state::PluginState;
 use super::systemd::PluginSystemd;
 use super::testing::call;
+use crate::wit::logs as wit_logs;
 use crate::wit::{cloud, cri, files, http, kube, log, metrics, state, systemd};
 use heck::{ToSnakeCase, ToUpperCamelCase};
 use serde::Serialize;
@@ -257,6 +259,7 @@ struct Node {
     cri: PluginCri,
     kube: PluginKube,
     cloud: PluginCloud,
+    logs: PluginLogs,
 }
 
 impl Node {
@@ -268,6 +271,7 @@ impl Node {
         let (cri_backend, cri) = PluginCri::fake();
         let (kube_backend, kube) = PluginKube::fake();
         let (cloud_backend, cloud) = PluginCloud::fake();
+        let (logs_backend, logs) = PluginLogs::fake();
         for request in fixture::setup_requests() {
             let args = &request["args"];
             let text = |key: &str| args[key].as_str().expect("text").to_string();
@@ -303,6 +307,21 @@ impl Node {
                     let group: cloud::SecurityGroup =
                         wit.typed("cloud", "security-group", &args["group"]);
                     cloud.add_group(&group.id, &group.name, group.rules)
+                }
+                (Some("logs"), Some(source)) => {
+                    let source = if source == "kernel" {
+                        logs::Source::Kernel
+                    } else {
+                        logs::Source::Journal
+                    };
+                    let priority = args["priority"].as_u64().expect("a priority") as u8;
+                    logs.write(
+                        source,
+                        priority,
+                        args["unit"].as_str(),
+                        args["identifier"].as_str(),
+                        &text("message"),
+                    )
                 }
                 (Some("kube"), Some("set-node-name")) => {
                     assert_eq!(text("node"), "node-1", "the host's fake node is node-1")
@@ -349,6 +368,7 @@ impl Node {
             cri: PluginCri::for_call(&cri_backend, &case.cri, &Default::default(), &call),
             kube: PluginKube::for_call(&kube_backend, &case.kube, &Default::default(), &call),
             cloud: PluginCloud::for_call(&cloud_backend, &case.cloud, &Default::default(), &call),
+            logs: PluginLogs::for_call(&logs_backend, &case.logs, &Default::default(), &call),
         }
     }
 
@@ -455,6 +475,10 @@ impl Node {
             ("kube", "delete") => a.answer(kube::Host::delete(&mut self.kube, a.at(0)).await),
             ("kube", "emit-event") => a.answer(
                 kube::Host::emit_event(&mut self.kube, a.at(0), a.at(1), a.at(2), a.at(3)).await,
+            ),
+            ("logs", "matches") => a.answer(wit_logs::Host::matches(&mut self.logs).await),
+            ("logs", "read") => a.answer(
+                wit_logs::Host::read(&mut self.logs, a.at(0), a.at(1), a.at(2), a.at(3)).await,
             ),
             ("cloud", "list-instances") => {
                 a.answer(cloud::Host::list_instances(&mut self.cloud, a.at(0)).await)

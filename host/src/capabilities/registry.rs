@@ -58,6 +58,7 @@ macro_rules! capability_list {
             metrics: $crate::capabilities::metrics::PluginMetrics,
             kube: $crate::capabilities::kube::PluginKube,
             cloud: $crate::capabilities::cloud::PluginCloud,
+            logs: $crate::capabilities::logs::PluginLogs,
         }
     };
 }

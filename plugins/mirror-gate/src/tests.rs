@@ -133,10 +133,10 @@ fn second_reconcile_changes_nothing() {
     let host = host();
     host.http.status("http://127.0.0.1:5000/v2/", 200);
     MirrorGate::reconcile(&context(DOCKER), &host).unwrap();
-    let logged = host.logs().len();
+    let logged = host.log_lines().len();
     MirrorGate::reconcile(&context(DOCKER), &host).unwrap();
     assert_eq!(
-        host.logs().len(),
+        host.log_lines().len(),
         logged,
         "no 'enabled' log line when nothing changed"
     );
@@ -315,10 +315,12 @@ fn a_cache_that_stops_answering_is_withdrawn_after_withdraw_after() {
     assert_eq!(outcome.requeue_after_ms, Some(5_000));
     assert_eq!(host.files.get(HOSTS), None);
     assert!(
-        host.logs().iter().any(|(level, line)| *level == Level::Warn
-            && line.starts_with("docker.io: mirror withdrawn from")),
+        host.log_lines()
+            .iter()
+            .any(|(level, line)| *level == Level::Warn
+                && line.starts_with("docker.io: mirror withdrawn from")),
         "{:?}",
-        host.logs()
+        host.log_lines()
     );
     assert_eq!(withdrawn_gauge(&host, "docker.io"), Some(1.0));
 
@@ -363,11 +365,11 @@ fn a_withdrawn_mirror_returns_after_its_cache_answers_for_restore_after() {
     );
     assert_eq!(withdrawn_gauge(&host, "docker.io"), Some(0.0));
     assert!(
-        host.logs().iter().any(|(_, line)| line.starts_with(
+        host.log_lines().iter().any(|(_, line)| line.starts_with(
             "docker.io: mirror via http://127.0.0.1:5000 restored in /etc/containerd/certs.d/docker.io/hosts.toml"
         )),
         "{:?}",
-        host.logs()
+        host.log_lines()
     );
 }
 
@@ -378,7 +380,7 @@ fn a_flapping_cache_never_churns_the_file() {
     answering(&host, PROBE);
     run_at(&ctx, &host, T0);
     let writes = || {
-        host.logs()
+        host.log_lines()
             .iter()
             .filter(|(_, line)| line.contains("enabled in") || line.contains("withdrawn from"))
             .count()
@@ -393,7 +395,7 @@ fn a_flapping_cache_never_churns_the_file() {
         run_at(&ctx, &host, at);
         assert!(host.files.get(HOSTS).is_some(), "probe {i}");
     }
-    assert_eq!(writes(), 1, "{:?}", host.logs());
+    assert_eq!(writes(), 1, "{:?}", host.log_lines());
 }
 
 #[test]
@@ -504,9 +506,11 @@ fn metrics_the_host_refuses_do_not_fail_the_gate() {
     assert_eq!(outcome.health, Health::Healthy);
     assert!(host.files.get(HOSTS).is_some());
     assert!(
-        host.logs().iter().any(|(level, line)| *level == Level::Warn
-            && line.starts_with("docker.io: metrics not updated: budget-exhausted")),
+        host.log_lines()
+            .iter()
+            .any(|(level, line)| *level == Level::Warn
+                && line.starts_with("docker.io: metrics not updated: budget-exhausted")),
         "{:?}",
-        host.logs()
+        host.log_lines()
     );
 }

@@ -95,7 +95,7 @@ fn enforce_deletes_a_confirmed_candidate_once_and_waits_for_it() {
         host.metrics.gauge("instances", &[("state", "registered")]),
         Some(1.0)
     );
-    let logs = host.logs();
+    let logs = host.log_lines();
     assert!(
         logs.iter()
             .any(|(_, l)| l.contains(STUCK) && l.contains("deleted")),
@@ -183,7 +183,7 @@ fn without_the_grant_on_events_about_the_event_is_logged_not_the_pass() {
     let outcome = until_confirmed(&host, REPORT_WITH_EVENTS);
     assert!(host.kube.events().is_empty());
     assert_ne!(outcome.health, Health::Degraded, "{}", outcome.message);
-    let logs = host.logs();
+    let logs = host.log_lines();
     assert!(
         (logs.iter())
             .any(|(_, l)| l

@@ -137,7 +137,7 @@ fn changing_nothing_does_nothing_at_all() {
     reconcile(&host, &declaration());
     let actions = host.systemd.actions();
     let state = host.state.get("applied").unwrap();
-    let logs = host.logs().len();
+    let logs = host.log_lines().len();
     let outcome = reconcile(&host, &declaration());
     assert_eq!(outcome.health, Health::Healthy);
     assert_eq!(outcome.message, "nothing to do");
@@ -147,7 +147,7 @@ fn changing_nothing_does_nothing_at_all() {
         "no daemon-reload, no restart"
     );
     assert_eq!(host.state.get("applied").unwrap(), state);
-    assert_eq!(host.logs().len(), logs);
+    assert_eq!(host.log_lines().len(), logs);
 }
 
 #[test]
@@ -298,11 +298,11 @@ fn an_unowned_unit_that_is_not_running_is_not_started() {
     assert_eq!(outcome.health, Health::Healthy);
     assert_eq!(host.systemd.actions(), ["daemon-reload"]);
     assert!(
-        host.logs()
+        host.log_lines()
             .iter()
             .any(|(_, line)| line.contains("kubelet.service is not running")),
         "{:?}",
-        host.logs()
+        host.log_lines()
     );
     assert_eq!(
         reconcile(&host, &config).message,
@@ -777,8 +777,12 @@ fn an_owner_is_recorded_with_a_warning() {
     let host = host();
     let config = set(declaration(), "/files/0/owner", json!("app:app"));
     reconcile(&host, &config);
-    assert!(host.logs().iter().any(|(level, line)| *level == Level::Warn
-        && line.contains("owner app:app recorded, not applied")));
+    assert!(
+        host.log_lines()
+            .iter()
+            .any(|(level, line)| *level == Level::Warn
+                && line.contains("owner app:app recorded, not applied"))
+    );
 }
 
 #[test]

@@ -198,11 +198,11 @@ fn a_flapping_unit_is_not_restarted_beyond_max_restarts_in_the_window() {
     );
     assert_eq!(outcome.requeue_after_ms, None);
     assert!(
-        host.logs()
+        host.log_lines()
             .iter()
             .any(|(level, line)| *level == Level::Warn && line.contains("flapped")),
         "{:?}",
-        host.logs()
+        host.log_lines()
     );
 
     // Still failing, even once the restarts left the window: no restart.

@@ -11,7 +11,8 @@ use std::time::Duration;
 use tend_rules::wit::INTERFACES;
 use tend_sdk::testing::FakeHost;
 use tend_sdk::{
-    Host, Level, ListParams, ObjectKey, OwnerTag, PatchType, Request, Rule, SandboxFilter,
+    Host, Level, ListParams, LogFilter, LogSource, ObjectKey, OwnerTag, PatchType, Request, Rule,
+    SandboxFilter,
 };
 
 /// The WIT functions of `cap`, or what to write instead.
@@ -62,6 +63,18 @@ fn object_text(result: tend_sdk::Result<Value>) -> tend_sdk::Result<String> {
 }
 
 impl Functions for FakeHost {
+    fn logs_matches(&self) -> Value {
+        answer(self.logs().matches())
+    }
+    fn logs_read(
+        &self,
+        source: LogSource,
+        since: Option<String>,
+        filter: LogFilter,
+        max: u32,
+    ) -> Value {
+        answer(self.logs().read(source, since.as_deref(), &filter, max))
+    }
     fn log_log(&self, level: Level, message: String) -> Value {
         self.log(level, &message);
         json!({ "ok": null })
@@ -334,7 +347,7 @@ mod tests {
             json!({"ok": null})
         );
         assert_eq!(
-            setup("host", "logs", json!({})),
+            setup("host", "log-lines", json!({})),
             json!({"ok": [{"level": "warn", "message": "m"}]})
         );
         assert_eq!(

@@ -5,7 +5,7 @@
 use crate::Args;
 use crate::wit::Bytes;
 use serde_json::Value;
-use tend_sdk::bindings::tend::plugin::{cloud, cri, http, kube, log};
+use tend_sdk::bindings::tend::plugin::{cloud, cri, http, kube, log, logs};
 
 /// What the fakes answer for each function, with the WIT's own types:
 /// the JSON of its WIT result (`{"ok": ..}` or `{"err": ..}`).
@@ -77,6 +77,14 @@ pub(crate) trait Functions {
     fn cloud_find_security_group(&self, name: String) -> Value;
     fn cloud_ensure_rule(&self, group_id: String, rule: cloud::Rule) -> Value;
     fn cloud_add_to_group(&self, instance_id: String, group_id: String) -> Value;
+    fn logs_matches(&self) -> Value;
+    fn logs_read(
+        &self,
+        source: logs::Source,
+        since: Option<String>,
+        filter: logs::Filter,
+        max: u32,
+    ) -> Value;
 }
 
 /// Take the arguments of `function` of `interface` from `a` and answer it;
@@ -341,6 +349,18 @@ pub(crate) fn dispatch(
             let group_id: String = a.get("group-id")?;
             a.done()?;
             functions.cloud_add_to_group(instance_id, group_id)
+        }
+        ("logs", "matches") => {
+            a.done()?;
+            functions.logs_matches()
+        }
+        ("logs", "read") => {
+            let source: logs::Source = a.get("source")?;
+            let since: Option<String> = a.get("since")?;
+            let filter: logs::Filter = a.get("filter")?;
+            let max: u32 = a.get("max")?;
+            a.done()?;
+            functions.logs_read(source, since, filter, max)
         }
         _ => return Ok(None),
     }))

@@ -13,13 +13,14 @@ use tend_rules::cri::{CriGrant, normalize_image};
 use tend_rules::files::FileGrant;
 use tend_rules::http::UrlPattern;
 use tend_rules::kube::KubeRule;
+use tend_rules::logs::LogsGrant;
 use tend_rules::systemd::SystemdGrant;
 use tend_sdk::testing::FakeHost;
 use tend_sdk::{Error, SandboxState};
 
 /// The setup functions of each fake.
-const SETUP: [(&str, &[&str]); 9] = [
-    ("host", &["logs", "plugin"]),
+const SETUP: [(&str, &[&str]); 10] = [
+    ("host", &["log-lines", "plugin"]),
     ("files", &["grant", "put", "get", "paths"]),
     ("http", &["grant", "respond", "status", "sent", "batches"]),
     ("state", &[]),
@@ -87,6 +88,7 @@ const SETUP: [(&str, &[&str]); 9] = [
             "actions",
         ],
     ),
+    ("logs", &["grant", "kernel", "journal"]),
 ];
 
 fn ok(value: impl Wit) -> Value {
@@ -152,6 +154,7 @@ pub(crate) fn setup(
         "systemd" => systemd(host, function, a),
         "cri" => cri(host, function, a),
         "kube" => kube(host, function, a),
+        "logs" => logs(host, function, a),
         _ => cloud(host, function, a),
     };
     answer.map_err(|e| format!("{fake} {function}: {e}"))
@@ -163,7 +166,7 @@ fn host_setup(host: &FakeHost, function: &str, a: &mut Args) -> Result<Value, St
         ok(host.plugin().to_string())
     } else {
         let logs: Vec<Value> = host
-            .logs()
+            .log_lines()
             .into_iter()
             .map(|(level, message)| json!({ "level": level.to_json(), "message": message }))
             .collect();
@@ -495,6 +498,30 @@ fn cloud(host: &FakeHost, function: &str, a: &mut Args) -> Result<Value, String>
         _ => {
             a.done()?;
             return Ok(ok(cloud.actions()));
+        }
+    }
+    Ok(ok(()))
+}
+
+fn logs(host: &FakeHost, function: &str, a: &mut Args) -> Result<Value, String> {
+    let logs = &host.logs;
+    match function {
+        "grant" => {
+            logs.extend_grant(&grant::<LogsGrant>(a)?);
+        }
+        "kernel" => {
+            let priority: u8 = a.get("priority")?;
+            let message: String = a.get("message")?;
+            a.done()?;
+            logs.kernel(priority, &message);
+        }
+        _ => {
+            let unit: Option<String> = a.get("unit")?;
+            let identifier: Option<String> = a.get("identifier")?;
+            let priority: u8 = a.get("priority")?;
+            let message: String = a.get("message")?;
+            a.done()?;
+            logs.journal(unit.as_deref(), identifier.as_deref(), priority, &message);
         }
     }
     Ok(ok(()))

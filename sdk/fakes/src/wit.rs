@@ -8,9 +8,10 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value, json};
 use tend_sdk::{
     Container, ContainerState, DirEntry, Direction, Error, EtherType, EventType, FileKind, Image,
-    Instance, InstanceState, JobResult, Level, ListParams, Metadata, ObjectKey, ObjectList,
-    OwnerTag, PatchType, PodSandbox, PortRange, Protocol, Remote, Request, Response, Rule,
-    RuntimeVersion, SandboxFilter, SandboxState, SandboxStatus, SecurityGroup, UnitStatus,
+    Instance, InstanceState, JobResult, Level, ListParams, LogEntry, LogFilter, LogPage, LogSource,
+    Matched, Metadata, ObjectKey, ObjectList, OwnerTag, PatchType, PodSandbox, PortRange, Protocol,
+    Remote, Request, Response, Rule, RuntimeVersion, SandboxFilter, SandboxState, SandboxStatus,
+    SecurityGroup, UnitStatus,
 };
 
 /// A value that crosses the ABI. `at` names where a value sits in the
@@ -112,7 +113,7 @@ macro_rules! integers {
         }
     )*};
 }
-integers!(u16: as_u64, u32: as_u64, u64: as_u64, i64: as_i64);
+integers!(u8: as_u64, u16: as_u64, u32: as_u64, u64: as_u64, i64: as_i64);
 
 impl Wit for f64 {
     fn to_json(&self) -> Value {
@@ -231,7 +232,11 @@ plain_fields!(
     Protocol,
     Option<PortRange>,
     Remote,
-    Vec<Rule>
+    Vec<Rule>,
+    u8,
+    Option<u8>,
+    LogSource,
+    Vec<LogEntry>
 );
 
 impl Field for Vec<u8> {
@@ -303,6 +308,13 @@ records! {
     PortRange { min, max }
     Rule { direction, ether_type, protocol, ports, remote, description }
     SecurityGroup { id, name, description, rules }
+    LogEntry {
+        source, cursor, boot_id, monotonic_us, realtime_us, priority, facility, unit, identifier,
+        message, fields,
+    }
+    Matched { rule, entries, missed, gap }
+    LogFilter { units, identifiers, max_priority }
+    LogPage { entries, cursor, gap }
 }
 
 /// `Wit` for enums: the case name.
@@ -339,6 +351,7 @@ enums! {
     InstanceState { Pending, Running, Rebooting, Stopped, Deleting, Terminated, Error, Unknown }
     Direction { Ingress, Egress }
     EtherType { Ipv4, Ipv6 }
+    LogSource { Kernel, Journal }
 }
 
 /// A variant case with a payload: `{"cidr": "10.0.0.0/8"}`.

@@ -1,5 +1,5 @@
 import type {
-  Context, Cloud, ContainerState, Cri, Files, Http, Instance, JobResult, Kube, Log, Level, Metrics, ObjectKey,
+  Context, Cloud, ContainerState, Cri, Files, Http, Instance, JobResult, Kube, Log, Logs, Level, Metrics, ObjectKey,
   PodSandbox, Request, Response, SandboxState, SandboxStatus, Container, SecurityGroup, State, Systemd, Trigger, UnitStatus,
 } from "./wit.js";
 import type { TendError } from "./errors.js";
@@ -89,6 +89,14 @@ export class FakeHost {
     patches(): { key: unknown; "patch-type": string; patch: unknown }[];
     events(): { regarding: unknown; "event-type": string; reason: string; message: string; count: number }[];
   };
+  logs: Logs & {
+    /** The grant as under `[plugins.NAME.grants] logs`, watch rules included. */
+    grant(grant: Grant): void;
+    /** A kernel line; the grant's watch rules run on it as the host's do. */
+    kernel(priority: number, message: string): void;
+    /** A journal entry; the watch rules run on it. */
+    journal(unit: string | null, identifier: string | null, priority: number, message: string): void;
+  };
   cloud: Cloud & Failing & {
     grant(grant: Grant): void;
     putInstance(instance: Instance): void;
@@ -98,8 +106,8 @@ export class FakeHost {
     group(id: string): SecurityGroup | null;
     removeGroup(id: string): SecurityGroup | null;
   };
-  /** What the plugin logged. */
-  logs(): { level: Level; message: string }[];
+  /** What the plugin logged (`log`; `logs` is the node's logs capability). */
+  logLines(): { level: Level; message: string }[];
   /** The plugin name denial messages use. */
   plugin(): string;
   /** Free the fake now (else when garbage collected); nothing to free once its instance trapped. */

@@ -131,7 +131,7 @@ function unwrap(answer) {
 const ERROR = "error: option<types.error>";
 const FAIL = { "fail-with": ERROR, "fail-call": `call: string, ${ERROR}`, actions: "-> list<string>" };
 const SETUP = {
-  host: { logs: "-> json", plugin: "-> string" },
+  host: { "log-lines": "-> json", plugin: "-> string" },
   files: { grant: "grant: json", put: "path: string, contents: list<u8>", get: "path: string -> option<list<u8>>", paths: "-> list<string>" },
   http: {
     grant: "grant: json",
@@ -175,6 +175,11 @@ const SETUP = {
     remove: "key: kube.object-key -> json",
     patches: "-> json",
     events: "-> json",
+  },
+  logs: {
+    grant: "grant: json",
+    kernel: "priority: u8, message: string",
+    journal: "unit: option<string>, identifier: option<string>, priority: u8, message: string",
   },
   cloud: {
     ...FAIL,

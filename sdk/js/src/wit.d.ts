@@ -341,6 +341,101 @@ export type Level =
   | "warn"
   | "error";
 
+export type Source =
+  /**
+   * The kernel ring buffer (`/dev/kmsg`).
+   */
+  | "kernel"
+  /**
+   * The systemd journal.
+   */
+  | "journal";
+
+export interface Entry {
+  source: Source;
+  /**
+   * Where to resume after this entry: hand it to `read` as `since`.
+   */
+  cursor: string;
+  /**
+   * The boot it was written in (`/proc/sys/kernel/random/boot_id`).
+   */
+  bootId: string;
+  /**
+   * Microseconds since boot (the kernel's timestamp, the journal's
+   * `__MONOTONIC_TIMESTAMP`).
+   */
+  monotonicUs: number;
+  /**
+   * Microseconds since the epoch, when the source has it (the journal).
+   */
+  realtimeUs?: number | null;
+  /**
+   * syslog priority, 0 (emerg) to 7 (debug).
+   */
+  priority: number;
+  /**
+   * syslog facility (0 is the kernel).
+   */
+  facility: number;
+  /**
+   * The journal's `_SYSTEMD_UNIT`.
+   */
+  unit?: string | null;
+  /**
+   * The journal's `SYSLOG_IDENTIFIER`.
+   */
+  identifier?: string | null;
+  message: string;
+  /**
+   * The kernel's continuation lines (`SUBSYSTEM`, `DEVICE`), or the
+   * journal's other user fields.
+   */
+  fields: [string, string][];
+}
+
+export interface Matched {
+  /**
+   * The rule's name in the grant's `watch` table.
+   */
+  rule: string;
+  /**
+   * Oldest first; at most the rule's burst.
+   */
+  entries: Entry[];
+  /**
+   * Matches not delivered: over the rule's rate, or over the host's bound
+   * of what is kept for a plugin. Counted, never silently lost.
+   */
+  missed: number;
+  /**
+   * Lines the source lost before the host read them (the kernel ring
+   * buffer overwritten, a journal vacuumed) while this rule was behind.
+   */
+  gap: number;
+}
+
+export interface Filter {
+  units: string[];
+  identifiers: string[];
+  /**
+   * Only entries at least this severe (numerically at most this priority).
+   */
+  maxPriority?: number | null;
+}
+
+export interface Page {
+  entries: Entry[];
+  /**
+   * Resume here: the last entry read, or `since` when none was.
+   */
+  cursor?: string | null;
+  /**
+   * Lines lost between `since` and the first entry (see `matched.gap`).
+   */
+  gap: number;
+}
+
 export interface UnitStatus {
   /**
    * "kubelet.service".
@@ -485,6 +580,7 @@ export interface Host {
   metrics: Metrics;
   kube: Kube;
   cloud: Cloud;
+  logs: Logs;
 }
 
 export interface Log {
@@ -694,4 +790,15 @@ export interface Cloud {
    * Throws a `TendError` subclass (`DeniedError`, `NotFoundError`, ...) on an error.
    */
   addToGroup(instanceId: string, groupId: string): boolean;
+}
+
+export interface Logs {
+  /**
+   * Throws a `TendError` subclass (`DeniedError`, `NotFoundError`, ...) on an error.
+   */
+  matches(): Matched[];
+  /**
+   * Throws a `TendError` subclass (`DeniedError`, `NotFoundError`, ...) on an error.
+   */
+  read(source: Source, since: string | null, filter: Filter, max: number): Page;
 }

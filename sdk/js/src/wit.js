@@ -32,6 +32,11 @@ export const TYPES = {
   "kube.patch-type": {"enum":["merge","json","apply"]},
   "kube.event-type": {"enum":["normal","warning"]},
   "log.level": {"enum":["trace","debug","info","warn","error"]},
+  "logs.source": {"enum":["kernel","journal"]},
+  "logs.entry": {"record":{"source":"logs.source","cursor":"string","boot-id":"string","monotonic-us":"u64","realtime-us":"option<u64>","priority":"u8","facility":"u8","unit":"option<string>","identifier":"option<string>","message":"string","fields":"list<tuple<string, string>>"}},
+  "logs.matched": {"record":{"rule":"string","entries":"list<logs.entry>","missed":"u64","gap":"u64"}},
+  "logs.filter": {"record":{"units":"list<string>","identifiers":"list<string>","max-priority":"option<u8>"}},
+  "logs.page": {"record":{"entries":"list<logs.entry>","cursor":"option<string>","gap":"u64"}},
   "systemd.unit-status": {"record":{"name":"string","load-state":"string","active-state":"string","sub-state":"string","unit-file-state":"string","fragment-path":"option<string>","drop-in-paths":"list<string>","need-daemon-reload":"bool","active-enter-ms":"option<u64>","n-restarts":"option<u32>"}},
   "systemd.job-result": {"enum":["done","failed","canceled","timeout","dependency","skipped"]},
   "types.trigger": {"record":{"kind":"string","subject":"option<string>"}},
@@ -107,5 +112,9 @@ export const IMPORTS = {
     "find-security-group": {"params":{"name":"string"},"result":"result<string, types.error>"},
     "ensure-rule": {"params":{"group-id":"string","rule":"cloud.rule"},"result":"result<bool, types.error>"},
     "add-to-group": {"params":{"instance-id":"string","group-id":"string"},"result":"result<bool, types.error>"},
+  },
+  "logs": {
+    "matches": {"params":{},"result":"result<list<logs.matched>, types.error>"},
+    "read": {"params":{"source":"logs.source","since":"option<string>","filter":"logs.filter","max":"u32"},"result":"result<logs.page, types.error>"},
   },
 };

@@ -46,7 +46,7 @@ test("state, files, http and metrics as a plugin uses them", () => {
   host.metrics.counterAdd("probes", [["result", "ok"]], 2);
   assert.equal(host.metrics.counter("probes", [["result", "ok"]]), 2);
   host.log.log("warn", "careful");
-  assert.deepEqual(host.logs(), [{ level: "warn", message: "careful" }]);
+  assert.deepEqual(host.logLines(), [{ level: "warn", message: "careful" }]);
   assert.equal(host.plugin(), "p");
   host.close();
 });
@@ -108,9 +108,9 @@ test("hosts of a trapped instance fail clearly and leave the next instance alone
   assert.equal(fresh.handle, 1);
   fresh.state.set("k", "new");
   assert.throws(() => old.state.set("k", "old"), (e) => e instanceof FakesError && /instance trapped earlier.*make a new FakeHost/.test(e.message));
-  assert.throws(() => old.logs(), FakesError);
+  assert.throws(() => old.logLines(), FakesError);
   old.close(); // must not drop host 1 of the new instance
   assert.equal(decodeUtf8(fresh.state.get("k")), "new");
-  assert.deepEqual(fresh.logs(), []);
+  assert.deepEqual(fresh.logLines(), []);
   fresh.close();
 });

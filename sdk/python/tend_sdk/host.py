@@ -22,6 +22,11 @@ from .types import (
     JobResult,
     Level,
     ListParams,
+    LogEntry,
+    LogFilter,
+    LogPage,
+    LogSource,
+    Matched,
     Metadata,
     ObjectKey,
     ObjectList,
@@ -295,6 +300,27 @@ class Cloud(Capability):
         return self._call("add-to-group", bool, instance_id=instance_id, group_id=group_id)
 
 
+class Logs(Capability):
+    """The node's kernel log and journal, within the granted sources, units and
+    identifiers; and the matches of the grant's watch rules."""
+
+    CAP = "logs"
+
+    def matches(self) -> list[Matched]:
+        """The watch rules' matches not taken yet; taken by this call (not in a dry run)."""
+        return self._call("matches", list[Matched])
+
+    def read(
+        self,
+        source: LogSource,
+        since: Optional[str] = None,
+        filter: Optional[LogFilter] = None,
+        max: int = 100,
+    ) -> LogPage:
+        """Up to `max` entries of `source` after cursor `since`, oldest first; page on with `.cursor`."""
+        return self._call("read", LogPage, source=source, since=since, filter=filter or LogFilter(), max=max)
+
+
 class Host:
     """What a reconcile can reach: `log`, then one attribute per capability."""
 
@@ -310,6 +336,7 @@ class Host:
         self.metrics = self._capability(Metrics, backend)
         self.kube = self._capability(Kube, backend)
         self.cloud = self._capability(Cloud, backend)
+        self.logs = self._capability(Logs, backend)
 
     def _capability(self, kind: type, backend: Backend) -> Any:
         """The wrapper of one capability over `backend`."""

@@ -454,6 +454,25 @@ class FakeCloud(_Failures, _Fake, _host.Cloud):
         return from_json(Optional[SecurityGroup], self._setup("remove-group", id=id))
 
 
+class FakeLogs(_Fake, _host.Logs):
+    FAKE = "logs"
+
+    def grant(self, kernel: bool = False, units: Iterable[str] = (), identifiers: Iterable[str] = (), watch: Iterable[dict] = ()) -> "FakeLogs":
+        """Grant sources and watch rules, as `[plugins.NAME.grants] logs` (rules as JSON)."""
+        self.grant_raw({"kernel": kernel, "units": list(units), "identifiers": list(identifiers), "watch": list(watch)})
+        return self
+
+    def kernel(self, priority: int, message: str) -> "FakeLogs":
+        """A kernel line; the grant's watch rules run on it as the host's do."""
+        self._setup("kernel", priority=priority, message=message)
+        return self
+
+    def journal(self, message: str, unit: Optional[str] = None, identifier: Optional[str] = None, priority: int = 6) -> "FakeLogs":
+        """A journal entry of `unit` and `identifier`; the watch rules run on it."""
+        self._setup("journal", unit=unit, identifier=identifier, priority=priority, message=message)
+        return self
+
+
 class FakeHost(_host.Host):
     """A `Host` over the fakes for plugin `plugin` (named in denial messages), nothing granted."""
 
@@ -474,8 +493,9 @@ class FakeHost(_host.Host):
             getattr(self, cap).grant_raw(grant)
         return self
 
-    def logs(self) -> list[tuple[Level, str]]:
-        return [(Level(line["level"]), line["message"]) for line in self._fakes.setup("host", "logs")]
+    def log_lines(self) -> list[tuple[Level, str]]:
+        """Every line the plugin logged (`log`; `logs` is the node's logs capability)."""
+        return [(Level(line["level"]), line["message"]) for line in self._fakes.setup("host", "log-lines")]
 
     def __del__(self) -> None:
         fakes = getattr(self, "_fakes", None)

@@ -32,8 +32,11 @@ def kebab(name: str) -> str:
     return name.replace("_", "-")
 
 
+#: The logs interface's records under names that say whose they are.
+LogEntry, LogFilter, LogPage, LogSource = wit.Entry, wit.Filter, wit.Page, wit.Source
+
 #: The WIT types (what `from tend_sdk import *` gives).
-__all__ = ["WitEnum", "Variant"] + wit.__all__
+__all__ = ["WitEnum", "Variant", "LogEntry", "LogFilter", "LogPage", "LogSource"] + wit.__all__
 
 
 # --- the encodings -------------------------------------------------------------------------

@@ -338,6 +338,56 @@ class SecurityGroup:
     rules: list[Rule] = field(default_factory=list)
 
 
+# --- logs --------------------------------------------------------------------
+
+class Source(WitEnum):
+    KERNEL = "kernel"
+    JOURNAL = "journal"
+
+
+@dataclass
+class Entry:
+    """One log line as its source has it."""
+
+    source: Source
+    cursor: str
+    boot_id: str
+    monotonic_us: int
+    realtime_us: Optional[int]
+    priority: int
+    facility: int
+    unit: Optional[str]
+    identifier: Optional[str]
+    message: str
+    fields: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Matched:
+    """The entries of one watch rule that matched since the plugin last took them."""
+
+    rule: str
+    entries: list[Entry]
+    missed: int
+    gap: int
+
+
+@dataclass
+class Filter:
+    """Which lines `read` returns. An empty list means every granted one."""
+
+    units: list[str] = field(default_factory=list)
+    identifiers: list[str] = field(default_factory=list)
+    max_priority: Optional[int] = None
+
+
+@dataclass
+class Page:
+    entries: list[Entry]
+    cursor: Optional[str]
+    gap: int
+
+
 #: The WIT types, which `tend_sdk.types` re-exports.
 __all__ = [
     "Level",
@@ -376,6 +426,11 @@ __all__ = [
     "Remote",
     "Rule",
     "SecurityGroup",
+    "Source",
+    "Entry",
+    "Matched",
+    "Filter",
+    "Page",
 ]
 
 #: Every function of every interface a plugin imports, in WIT order: its
@@ -446,5 +501,9 @@ FUNCTIONS: dict[str, list[WitFunction]] = {
         WitFunction("find-security-group", [("name", str)], str),
         WitFunction("ensure-rule", [("group-id", str), ("rule", Rule)], bool),
         WitFunction("add-to-group", [("instance-id", str), ("group-id", str)], bool),
+    ],
+    "logs": [
+        WitFunction("matches", [], list[Matched]),
+        WitFunction("read", [("source", Source), ("since", Optional[str]), ("filter", Filter), ("max", int)], Page),
     ],
 }

@@ -15,6 +15,8 @@ from tend_sdk import (
     Instance,
     Level,
     ListParams,
+    LogFilter,
+    LogSource,
     ObjectKey,
     OwnerTag,
     PatchType,
@@ -27,6 +29,7 @@ from tend_sdk import (
 )
 from tend_sdk.errors import Conflict, Denied, Invalid, NotFound, TendError, Unavailable, from_kind
 from tend_sdk.testing import FakeHost
+from tend_sdk.wit import FUNCTIONS
 from tend_sdk.types import from_json
 
 TABLE = json.loads((Path(__file__).resolve().parents[2] / "conformance.json").read_text())
@@ -54,6 +57,10 @@ CALLS = {
     ("state", "set"): lambda h, a: h.state.set(a["key"], base64.b64decode(a["value"])),
     ("state", "delete"): lambda h, a: h.state.delete(a["key"]),
     ("state", "list-keys"): lambda h, a: h.state.list_keys(a["prefix"]),
+    ("logs", "matches"): lambda h, a: h.logs.matches(),
+    ("logs", "read"): lambda h, a: h.logs.read(
+        from_json(LogSource, a["source"]), a["since"], from_json(LogFilter, a["filter"]), a["max"]
+    ),
     ("files", "read"): lambda h, a: h.files.read(a["path"]),
     ("files", "write"): lambda h, a: h.files.write(a["path"], base64.b64decode(a["contents"]), a["mode"]),
     ("files", "remove"): lambda h, a: h.files.remove(a["path"]),
@@ -116,6 +123,8 @@ SETUPS = {
     ("kube", "set-node-name"): lambda h, a: h.kube.set_node_name(a["node"]),
     ("kube", "set-own-lease"): lambda h, a: h.kube.set_own_lease(a["namespace"], a["name"]),
     ("kube", "put"): lambda h, a: h.kube.put(a["object"]),
+    ("logs", "kernel"): lambda h, a: h.logs.kernel(a["priority"], a["message"]),
+    ("logs", "journal"): lambda h, a: h.logs.journal(a["message"], a["unit"], a["identifier"], a["priority"]),
 }
 
 
@@ -130,6 +139,8 @@ def sent(result):
 #: The listing functions: the names of a typed answer's items (the table's `item_name`).
 NAMES = {
     ("state", "list-keys"): lambda keys: list(keys),
+    ("logs", "read"): lambda page: [e.message for e in page.entries],
+    ("logs", "matches"): lambda matched: [m.rule for m in matched],
     ("files", "list-dir"): lambda entries: [e.name for e in entries],
     ("http", "send-all"): lambda results: [sent(r) for r in results],
     ("systemd", "list-units"): lambda units: [u.name for u in units],
@@ -201,7 +212,8 @@ def case_id(case):
 def test_the_table_covers_every_wit_function():
     functions = {(c["call"]["cap"], c["call"]["fn"]) for c in TABLE["cases"]}
     assert functions == set(CALLS), set(CALLS) ^ functions
-    assert len(functions) == 47
+    wit = {(cap, f.name) for cap, fns in FUNCTIONS.items() for f in fns}
+    assert functions == wit, wit ^ functions
 
 
 @pytest.mark.parametrize("case", TABLE["cases"], ids=[case_id(c) for c in TABLE["cases"]])

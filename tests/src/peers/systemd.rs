@@ -164,6 +164,53 @@ impl SystemdPeer {
         }
     }
 
+    /// The peer's journal (journald with `Storage=volatile` in the manager's
+    /// /run): what `journalctl --directory` and `[host.logs] journal-directory` take.
+    pub fn journal_dir(&self) -> PathBuf {
+        self.dir.path().join("run/log/journal")
+    }
+
+    /// Log `lines` into the peer's journal as `unit` (a oneshot unit of that
+    /// name whose stdout is the journal: `_SYSTEMD_UNIT` is `unit`,
+    /// `SYSLOG_IDENTIFIER` is `identifier`); a line starting `<N>` has
+    /// priority N, others 6. Returns once the unit has run.
+    pub fn journal_lines(&self, unit: &str, identifier: &str, lines: &[&str]) {
+        let script: String = lines
+            .iter()
+            .map(|line| format!("printf '%s\\n' '{}'\n", line.replace('\'', "'\\''")))
+            .collect();
+        let script_path = self.dir.path().join(format!("{unit}.sh"));
+        std::fs::write(&script_path, script).unwrap();
+        std::fs::write(
+            self.units_dir().join(unit),
+            format!(
+                "[Unit]\nDefaultDependencies=no\n[Service]\nType=oneshot\nRemainAfterExit=no\nStandardOutput=journal\nSyslogIdentifier={identifier}\nLogRateLimitIntervalSec=0\nExecStart=/bin/sh {}\n",
+                script_path.display()
+            ),
+        )
+        .unwrap();
+        self.manager(&["Reload"]);
+        // The start job ends when the oneshot's process has exited (the unit
+        // itself, inactive again, may be unloaded at once).
+        let job = self.manager(&["StartUnit", "ss", unit, "replace"]);
+        let job = job
+            .trim()
+            .trim_start_matches("o ")
+            .trim_matches('"')
+            .to_string();
+        wait_until(Duration::from_secs(30), &format!("{unit} ran"), || {
+            !Command::new("busctl")
+                .arg(format!("--address={}", self.address))
+                .args(["get-property", "org.freedesktop.systemd1", &job])
+                .args(["org.freedesktop.systemd1.Job", "State"])
+                .stderr(Stdio::null())
+                .output()
+                .unwrap()
+                .status
+                .success()
+        });
+    }
+
     /// Wait until `unit`'s `property` is `value`.
     pub fn wait_for_unit(&self, unit: &str, property: &str, value: &str, within: Duration) {
         wait_until(within, &format!("{unit} {property}={value}"), || {

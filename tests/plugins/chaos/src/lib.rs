@@ -42,6 +42,14 @@
 //! - `{"mode": "daemon-reloads", "count": N}`: N daemon-reloads; as the kube load
 //!   modes, "N ok, errors: {kind: count}; first: TEXT".
 //!
+//! Logs modes (tests/e2e/logs.rs):
+//! - `{"mode": "log-matches"}`: takes the watch rules' matches and logs one
+//!   line per entry, "matched RULE: MESSAGE", and per rule "missed RULE: N,
+//!   gap G"; healthy "N matched; triggers: kind:subject, ...".
+//! - `{"mode": "logs-read", "source": S, "since": C?, "max": N, "units": [...]}`:
+//!   one `read`; healthy "read N: MESSAGE | ... cursor C", or the error's
+//!   kind and message.
+//!
 //! Kubernetes modes (tests/e2e of the `kube` capability):
 //! - `{"mode": "kube-label", "node": N, "key": K, "value": V}`: merge-patches
 //!   Node N's label K=V, then emits a Normal Event "LabelApplied" on N; healthy
@@ -82,6 +90,16 @@ use tend_sdk::{
 #[derive(Deserialize)]
 #[serde(tag = "mode", rename_all = "kebab-case")]
 enum Mode {
+    LogMatches,
+    #[serde(rename_all = "kebab-case")]
+    LogsRead {
+        source: String,
+        #[serde(default)]
+        since: Option<String>,
+        max: u32,
+        #[serde(default)]
+        units: Vec<String>,
+    },
     Noop,
     Ok,
     Loop,
@@ -588,19 +606,60 @@ impl Chaos {
                     Err(e) => Outcome::degraded(e.to_string()),
                 })
             }
-            Mode::KubeWatch => {
-                let triggers: Vec<String> = ctx
-                    .triggers
-                    .iter()
-                    .map(|t| match &t.subject {
-                        Some(subject) => format!("{}:{subject}", t.kind),
-                        None => t.kind.clone(),
-                    })
-                    .collect();
+            Mode::KubeWatch => Ok(Outcome::healthy(format!("triggers: {}", triggers(ctx)))),
+            Mode::LogMatches => {
+                let mut count = 0;
+                for matched in host.logs().matches()? {
+                    for entry in &matched.entries {
+                        count += 1;
+                        host.log(
+                            tend_sdk::Level::Info,
+                            &format!("matched {}: {}", matched.rule, entry.message),
+                        );
+                    }
+                    host.log(
+                        tend_sdk::Level::Info,
+                        &format!(
+                            "missed {}: {}, gap {}",
+                            matched.rule, matched.missed, matched.gap
+                        ),
+                    );
+                }
                 Ok(Outcome::healthy(format!(
-                    "triggers: {}",
-                    triggers.join(", ")
+                    "{count} matched; triggers: {}",
+                    triggers(ctx)
                 )))
+            }
+            Mode::LogsRead {
+                source,
+                since,
+                max,
+                units,
+            } => {
+                let source = if source == "kernel" {
+                    tend_sdk::LogSource::Kernel
+                } else {
+                    tend_sdk::LogSource::Journal
+                };
+                let filter = tend_sdk::LogFilter {
+                    units,
+                    ..Default::default()
+                };
+                Ok(Outcome::healthy(
+                    match host.logs().read(source, since.as_deref(), &filter, max) {
+                        Ok(page) => {
+                            let messages: Vec<&str> =
+                                page.entries.iter().map(|e| e.message.as_str()).collect();
+                            format!(
+                                "read {}: {} cursor {}",
+                                messages.len(),
+                                messages.join(" | "),
+                                page.cursor.unwrap_or_default()
+                            )
+                        }
+                        Err(e) => format!("error {}: {e}", e.kind()),
+                    },
+                ))
             }
             Mode::KubeListMany {
                 api_version,
@@ -738,6 +797,19 @@ fn raw_send_all(_: &str, _: usize) -> Vec<std::result::Result<(), String>> {
 }
 
 tend_sdk::export_plugin!(Chaos);
+
+/// The reconcile's triggers as "kind:subject, ...".
+fn triggers(ctx: &Context) -> String {
+    let triggers: Vec<String> = ctx
+        .triggers
+        .iter()
+        .map(|t| match &t.subject {
+            Some(subject) => format!("{}:{subject}", t.kind),
+            None => t.kind.clone(),
+        })
+        .collect();
+    triggers.join(", ")
+}
 
 #[cfg(test)]
 mod tests {
