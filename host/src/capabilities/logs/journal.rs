@@ -225,7 +225,7 @@ impl Journalctl {
     pub fn follow(&self, boot: &str, after: Option<Position>) -> Result<Following, CapError> {
         let mut command = self.command(boot, after.as_ref(), true);
         let program = self.program.display().to_string();
-        let (sender, lines) = mpsc::channel(1024);
+        let (sender, lines) = mpsc::channel(512);
         let (spawned, started) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("tend-journal".into())

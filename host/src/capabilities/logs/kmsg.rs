@@ -249,7 +249,9 @@ impl Kmsg {
             last: None,
         };
         let mut batch = Batch::default();
-        for _ in 0..scan {
+        // Only lines after the cursor count toward `scan`: the ring buffer
+        // itself bounds the records before it.
+        while batch.lines.len() < scan {
             match records.next()? {
                 Next::Record(record) => {
                     for item in sequence.take(&record) {
@@ -268,7 +270,7 @@ impl Kmsg {
 
     pub fn follow(&self, boot: String, after: Option<Position>) -> Result<Following, CapError> {
         let mut records = Records::open(&self.path)?;
-        let (sender, lines) = mpsc::channel(1024);
+        let (sender, lines) = mpsc::channel(512);
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         std::thread::Builder::new()

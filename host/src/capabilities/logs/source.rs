@@ -24,7 +24,7 @@ pub const LOG_TRIGGER: &str = "log";
 /// The most lines taken from a source before the matches are saved and
 /// their plugins woken: bounds the latency of a wake-up under a flood, and
 /// the number of saves.
-const BATCH: usize = 4096;
+const BATCH: usize = 512;
 
 /// How often a rule's progress over lines it did not match is saved.
 const SAVE_PROGRESS: Duration = Duration::from_secs(5);
