@@ -117,6 +117,42 @@ write_units() {
   printf '%s\n' "[Service]" "Type=notify" "NotifyAccess=main" \
     "ExecStart=/usr/bin/dbus-daemon --system --address=systemd: --nofork --nopidfile --systemd-activation --nosyslog" \
     >>"$d/dbus.service"
+  # The journal: Debian's two units without their sandboxing and without the /dev/log
+  # socket (/dev is the host's). The manager adds After=systemd-journald.socket to every
+  # unit with StandardOutput=journal; its own log stays on the console (console.log), and
+  # so does journald's (SYSTEMD_LOG_TARGET=console: never the host's kmsg).
+  # RestrictAddressFamilies=AF_UNIX: systemd 252's journald opens an audit netlink socket
+  # and switches the kernel's auditing on (the whole VM's; no Audit= setting before 253);
+  # without AF_NETLINK it finds no audit and goes on.
+  unit systemd-journald.socket "Journal Socket" "Before=sockets.target"
+  printf '%s\n' "[Socket]" "ListenDatagram=/run/systemd/journal/socket" \
+    "ListenStream=/run/systemd/journal/stdout" "PassCredentials=yes" "PassSecurity=yes" \
+    "ReceiveBuffer=8M" "SocketMode=0666" "Timestamping=us" >>"$d/systemd-journald.socket"
+  unit systemd-journald.service "Journal Service" "Requires=systemd-journald.socket" \
+    "After=systemd-journald.socket" "Before=sysinit.target"
+  printf '%s\n' "[Service]" "Type=notify" "ExecStart=/lib/systemd/systemd-journald" \
+    "Sockets=systemd-journald.socket" "FileDescriptorStoreMax=4224" \
+    "Environment=SYSTEMD_LOG_TARGET=console" \
+    "RestrictAddressFamilies=AF_UNIX" >>"$d/systemd-journald.service"
+  printf '%s\n' "Wants=systemd-journald.socket systemd-journald.service" \
+    "After=systemd-journald.service" >>"$d/sysinit.target"
+}
+
+# journald's settings, in the manager's /run (the host's /etc stays untouched).
+# Storage=volatile: the namespace shares the host's /var, where /var/log/journal may
+# exist, so anything but volatile could write the host's journal; volatile keeps the
+# files in the manager's /run/log/journal, DIR/run/log/journal on the host. Nothing is
+# read from or written to the host's kernel log, console or terminals. Explicit sizes:
+# the defaults keep 15% of the disk free (up to 4G) and would delete a flood's entries
+# on a nearly full disk. No rate limit by default, so a test's writes all arrive: in
+# systemd 252 a unit cannot turn it off (LogRateLimitIntervalSec=0 means "the default"),
+# but a unit can turn it on (LogRateLimitIntervalSec=30s, LogRateLimitBurst=N).
+write_journald_conf() {
+  mkdir -p "$dir/run/systemd/journald.conf.d"
+  printf '%s\n' "[Journal]" "Storage=volatile" "ReadKMsg=no" "ForwardToKMsg=no" \
+    "ForwardToConsole=no" "ForwardToWall=no" "ForwardToSyslog=no" \
+    "RuntimeMaxUse=256M" "RuntimeKeepFree=64M" "RateLimitIntervalSec=0" \
+    >"$dir/run/systemd/journald.conf.d/50-tend-peer.conf"
 }
 
 case $cmd in
@@ -135,6 +171,7 @@ start)
     "DefaultStandardError=inherit" "DefaultTimeoutStopSec=10s" \
     >"$dir/run/systemd/system.conf.d/50-tend-peer.conf"
   write_units
+  write_journald_conf
   mkdir -p "$cgroup"
   echo "$cgroup" >"$dir/cgroup"
   home_cgroup=$(cgroup_root)$(sed -n 's/^0:://p' /proc/self/cgroup)
