@@ -268,6 +268,19 @@ fn journal_returns_written_entries_with_their_fields() {
     )]);
     assert_eq!(after_last, Vec::<serde_json::Value>::new());
 
+    // The unit's name is free again once a write returns: a second write as
+    // containerd.service adds to the first.
+    let fourth = peer.journal_write_unit(
+        "containerd.service",
+        "containerd",
+        2,
+        &format!("{token} fourth"),
+    );
+    assert_eq!(
+        peer.journalctl(&["_SYSTEMD_UNIT=containerd.service"]),
+        [second, fourth]
+    );
+
     // The journal is in the peer's /run; the host's journal directories are as they were.
     let machine_id = std::fs::read_to_string("/etc/machine-id").unwrap();
     assert!(
