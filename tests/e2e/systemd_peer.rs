@@ -246,7 +246,7 @@ fn journal_returns_written_entries_with_their_fields() {
 
     // Filtered by unit: only the entry written as containerd.service.
     let by_unit = peer.journalctl(&["_SYSTEMD_UNIT=containerd.service"]);
-    assert_eq!(by_unit, [second.clone()]);
+    assert_eq!(by_unit, std::slice::from_ref(&second));
     assert_eq!(second["MESSAGE"], format!("{token} second").as_str());
     assert_eq!(second["PRIORITY"], "4");
     assert_eq!(second["SYSLOG_IDENTIFIER"], "containerd");
