@@ -200,6 +200,7 @@ fn journal_returns_written_entries_with_their_fields() {
     // The namespace shares the host's /var: the journal must stay in the peer's /run.
     let host_journals = ["/var/log/journal", "/run/log/journal"];
     let host_before = files_under(&host_journals);
+    let mut kmsg = kernel_log_from_now();
     let peer = SystemdPeer::start();
     let token = unique_token();
     let writing = Instant::now();
@@ -294,6 +295,41 @@ fn journal_returns_written_entries_with_their_fields() {
     drop(peer);
     assert!(!journal_dir.exists(), "the peer's journal outlived it");
     assert_eq!(files_under(&host_journals), host_before);
+    // Nor did journald write to the VM's kernel log (its own log goes to the console).
+    let kernel_log = read_kernel_log(&mut kmsg);
+    assert!(
+        !kernel_log
+            .iter()
+            .any(|r| r.contains("systemd-journald") || r.contains(&token)),
+        "{kernel_log:#?}"
+    );
+}
+
+/// /dev/kmsg, positioned after its last record, non-blocking.
+fn kernel_log_from_now() -> std::fs::File {
+    use std::io::Seek;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut kmsg = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/kmsg")
+        .unwrap();
+    kmsg.seek(std::io::SeekFrom::End(0)).unwrap();
+    kmsg
+}
+
+/// The kernel log's records since `kmsg`'s position (one read, one record).
+fn read_kernel_log(kmsg: &mut std::fs::File) -> Vec<String> {
+    let mut records = Vec::new();
+    let mut record = vec![0u8; 8192];
+    loop {
+        match kmsg.read(&mut record) {
+            Ok(n) => records.push(String::from_utf8_lossy(&record[..n]).into_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return records,
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue, // overwritten
+            Err(e) => panic!("reading /dev/kmsg: {e}"),
+        }
+    }
 }
 
 /// A token that marks this run's lines.
