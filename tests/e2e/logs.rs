@@ -349,18 +349,23 @@ max-priority = 3
     let daemon = sandbox.daemon();
     daemon.wait_for_log(Duration::from_secs(60), &["following the journal log"]);
     // Another unit's line and a line not severe enough match nothing.
-    peer.journal_lines(
+    peer.journal_write_unit(
         "sshd.service",
         "sshd",
-        &["<3>failed to start shim: not granted"],
+        3,
+        "failed to start shim: not granted",
     );
-    peer.journal_lines(
+    peer.journal_write_unit(
         "containerd.service",
         "containerd",
-        &[
-            "failed to start shim: only info",
-            "<3>failed to start shim: boom",
-        ],
+        6,
+        "failed to start shim: only info",
+    );
+    peer.journal_write_unit(
+        "containerd.service",
+        "containerd",
+        3,
+        "failed to start shim: boom",
     );
     let rule_delivered = |daemon: &Daemon| -> Vec<String> {
         daemon
@@ -395,10 +400,11 @@ max-priority = 3
     wait_until(Duration::from_secs(10), "no journalctl left", || {
         journalctl_reading(&peer.journal_dir()).is_empty()
     });
-    peer.journal_lines(
+    peer.journal_write_unit(
         "containerd.service",
         "containerd",
-        &["<2>failed to start shim: while down"],
+        2,
+        "failed to start shim: while down",
     );
     let daemon = sandbox.daemon();
     wait_until(
@@ -406,10 +412,11 @@ max-priority = 3
         "the line written while down",
         || !rule_delivered(&daemon).is_empty(),
     );
-    peer.journal_lines(
+    peer.journal_write_unit(
         "containerd.service",
         "containerd",
-        &["<3>failed to start shim: after"],
+        3,
+        "failed to start shim: after",
     );
     wait_until(Duration::from_secs(20), "the line written after", || {
         rule_delivered(&daemon).len() >= 2

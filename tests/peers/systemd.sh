@@ -89,9 +89,8 @@ write_units() {
     shift 2
     printf '%s\n' "[Unit]" "Description=$description" "DefaultDependencies=no" "$@" >"$d/$file"
   }
-  unit peer.target "Tend test peer boot target" \
-    "Requires=basic.target dbus.socket dbus.service systemd-journald.socket systemd-journald.service" \
-    "After=basic.target dbus.service systemd-journald.service" "AllowIsolate=yes"
+  unit peer.target "Tend test peer boot target" "Requires=basic.target dbus.socket dbus.service" \
+    "After=basic.target dbus.service" "AllowIsolate=yes"
   unit basic.target "Basic System" "Requires=sysinit.target" \
     "Wants=sockets.target timers.target paths.target slices.target" \
     "After=sysinit.target sockets.target timers.target paths.target slices.target"
@@ -114,21 +113,46 @@ write_units() {
   # (systemd's own /run/systemd/private is useless from outside the pid namespace).
   unit dbus.socket "D-Bus System Message Bus Socket" "Before=sockets.target"
   printf '%s\n' "[Socket]" "ListenStream=/run/dbus/system_bus_socket" >>"$d/dbus.socket"
-  # journald, its sockets in the manager's /run as on a host (no /dev/log: /dev is the
-  # host's). Its config is a drop-in in that /run (below), never the host's /etc.
-  unit systemd-journald.socket "Journal Socket" "Before=sockets.target"
-  printf '%s\n' "[Socket]" "ListenStream=/run/systemd/journal/stdout" \
-    "ListenDatagram=/run/systemd/journal/socket" "SocketMode=0666" "PassCredentials=yes" \
-    "PassSecurity=yes" "ReceiveBuffer=8M" "Service=systemd-journald.service" >>"$d/systemd-journald.socket"
-  unit systemd-journald.service "Journal Service" "Requires=systemd-journald.socket" \
-    "After=systemd-journald.socket"
-  printf '%s\n' "[Service]" "Type=notify" "Sockets=systemd-journald.socket" \
-    "ExecStart=/lib/systemd/systemd-journald" "Restart=always" "RestartSec=0" \
-    "StandardOutput=null" "FileDescriptorStoreMax=4224" >>"$d/systemd-journald.service"
   unit dbus.service "D-Bus System Message Bus" "Requires=dbus.socket" "After=dbus.socket"
   printf '%s\n' "[Service]" "Type=notify" "NotifyAccess=main" \
     "ExecStart=/usr/bin/dbus-daemon --system --address=systemd: --nofork --nopidfile --systemd-activation --nosyslog" \
     >>"$d/dbus.service"
+  # The journal: Debian's two units without their sandboxing and without the /dev/log
+  # socket (/dev is the host's). The manager adds After=systemd-journald.socket to every
+  # unit with StandardOutput=journal; its own log stays on the console (console.log), and
+  # so does journald's (SYSTEMD_LOG_TARGET=console: never the host's kmsg).
+  # RestrictAddressFamilies=AF_UNIX: systemd 252's journald opens an audit netlink socket
+  # and switches the kernel's auditing on (the whole VM's; no Audit= setting before 253);
+  # without AF_NETLINK it finds no audit and goes on.
+  unit systemd-journald.socket "Journal Socket" "Before=sockets.target"
+  printf '%s\n' "[Socket]" "ListenDatagram=/run/systemd/journal/socket" \
+    "ListenStream=/run/systemd/journal/stdout" "PassCredentials=yes" "PassSecurity=yes" \
+    "ReceiveBuffer=8M" "SocketMode=0666" "Timestamping=us" >>"$d/systemd-journald.socket"
+  unit systemd-journald.service "Journal Service" "Requires=systemd-journald.socket" \
+    "After=systemd-journald.socket" "Before=sysinit.target"
+  printf '%s\n' "[Service]" "Type=notify" "ExecStart=/lib/systemd/systemd-journald" \
+    "Sockets=systemd-journald.socket" "FileDescriptorStoreMax=4224" \
+    "Environment=SYSTEMD_LOG_TARGET=console" \
+    "RestrictAddressFamilies=AF_UNIX" >>"$d/systemd-journald.service"
+  printf '%s\n' "Wants=systemd-journald.socket systemd-journald.service" \
+    "After=systemd-journald.service" >>"$d/sysinit.target"
+}
+
+# journald's settings, in the manager's /run (the host's /etc stays untouched).
+# Storage=volatile: the namespace shares the host's /var, where /var/log/journal may
+# exist, so anything but volatile could write the host's journal; volatile keeps the
+# files in the manager's /run/log/journal, DIR/run/log/journal on the host. Nothing is
+# read from or written to the host's kernel log, console or terminals. Explicit sizes:
+# the defaults keep 15% of the disk free (up to 4G) and would delete a flood's entries
+# on a nearly full disk. No rate limit by default, so a test's writes all arrive: in
+# systemd 252 a unit cannot turn it off (LogRateLimitIntervalSec=0 means "the default"),
+# but a unit can turn it on (LogRateLimitIntervalSec=30s, LogRateLimitBurst=N).
+write_journald_conf() {
+  mkdir -p "$dir/run/systemd/journald.conf.d"
+  printf '%s\n' "[Journal]" "Storage=volatile" "ReadKMsg=no" "ForwardToKMsg=no" \
+    "ForwardToConsole=no" "ForwardToWall=no" "ForwardToSyslog=no" \
+    "RuntimeMaxUse=256M" "RuntimeKeepFree=64M" "RateLimitIntervalSec=0" \
+    >"$dir/run/systemd/journald.conf.d/50-tend-peer.conf"
 }
 
 case $cmd in
@@ -141,19 +165,13 @@ start)
   if [ -n "$(leftovers)" ]; then echo "a systemd peer already runs in $dir" >&2; exit 1; fi
   rm -rf "$dir/run" "$dir/console.log"
   # Manager defaults: /run/systemd/system.conf.d is read at boot and on daemon-reload.
-  # Units' stdout/stderr go to the console (console.log) unless a unit says
-  # StandardOutput=journal. journald keeps its journal in the manager's /run
-  # (DIR/run/log/journal on the host; read it with journalctl --directory): the
-  # host's /var is shared, so Storage=volatile; it never reads or writes the
-  # machine's real kernel log (see inner).
-  mkdir -p "$dir/run/systemd/system.conf.d" "$dir/run/systemd/journald.conf.d" "$dir/empty" "$dir/etc-systemd"
-  printf '%s\n' "[Journal]" "Storage=volatile" "ForwardToKMsg=no" \
-    "ForwardToConsole=no" "ForwardToSyslog=no" "ForwardToWall=no" "RateLimitIntervalSec=0" \
-    >"$dir/run/systemd/journald.conf.d/50-tend-peer.conf"
+  # No journald runs: units' stdout/stderr go to the console, which is console.log.
+  mkdir -p "$dir/run/systemd/system.conf.d" "$dir/empty" "$dir/etc-systemd"
   printf '%s\n' "[Manager]" "LogColor=no" "ShowStatus=no" "DefaultStandardOutput=tty" \
     "DefaultStandardError=inherit" "DefaultTimeoutStopSec=10s" \
     >"$dir/run/systemd/system.conf.d/50-tend-peer.conf"
   write_units
+  write_journald_conf
   mkdir -p "$cgroup"
   echo "$cgroup" >"$dir/cgroup"
   home_cgroup=$(cgroup_root)$(sed -n 's/^0:://p' /proc/self/cgroup)
@@ -236,9 +254,6 @@ inner) # Internal: PID 1 of the new namespaces; becomes systemd.
   # Most sysctls are global: make them read-only so the manager cannot change the host's.
   mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys
   mount --bind "$(tty)" /dev/console # the manager logs to /dev/console: script's pty
-  # journald (systemd 252 has no ReadKMSG=) would read and write the machine's real
-  # kernel log: it finds /dev/null there, in this mount namespace only.
-  mount --bind /dev/null /dev/kmsg
   # Wait until start has moved unshare out of our cgroup (see start).
   deadline=$((${EPOCHREALTIME/[.,]/} + 5000000))
   while ((${EPOCHREALTIME/[.,]/} < deadline)); do

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::{strip_ansi, wait_until, workspace_root};
@@ -107,17 +108,22 @@ impl SystemdPeer {
 
     /// `busctl --address=<bus> ARGS...`: asserts success, returns stdout.
     pub fn busctl(&self, args: &[&str]) -> String {
+        self.try_busctl(args)
+            .unwrap_or_else(|error| panic!("busctl {args:?} failed: {error}"))
+    }
+
+    /// [`SystemdPeer::busctl`] that returns busctl's error instead of panicking.
+    fn try_busctl(&self, args: &[&str]) -> Result<String, String> {
         let output = Command::new("busctl")
             .arg(format!("--address={}", self.address))
             .args(args)
             .output()
             .unwrap();
-        assert!(
-            output.status.success(),
-            "busctl {args:?} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).unwrap()
+        if output.status.success() {
+            Ok(String::from_utf8(output.stdout).unwrap())
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        }
     }
 
     /// Call a method of org.freedesktop.systemd1.Manager, e.g.
@@ -164,59 +170,187 @@ impl SystemdPeer {
         }
     }
 
-    /// The peer's journal (journald with `Storage=volatile` in the manager's
-    /// /run): what `journalctl --directory` and `[host.logs] journal-directory` take.
-    pub fn journal_dir(&self) -> PathBuf {
-        self.dir.path().join("run/log/journal")
-    }
-
-    /// Log `lines` into the peer's journal as `unit` (a oneshot unit of that
-    /// name whose stdout is the journal: `_SYSTEMD_UNIT` is `unit`,
-    /// `SYSLOG_IDENTIFIER` is `identifier`); a line starting `<N>` has
-    /// priority N, others 6. Returns once the unit has run.
-    pub fn journal_lines(&self, unit: &str, identifier: &str, lines: &[&str]) {
-        let script: String = lines
-            .iter()
-            .map(|line| format!("printf '%s\\n' '{}'\n", line.replace('\'', "'\\''")))
-            .collect();
-        let script_path = self.dir.path().join(format!("{unit}.sh"));
-        std::fs::write(&script_path, script).unwrap();
-        std::fs::write(
-            self.units_dir().join(unit),
-            format!(
-                "[Unit]\nDefaultDependencies=no\n[Service]\nType=oneshot\nRemainAfterExit=no\nStandardOutput=journal\nSyslogIdentifier={identifier}\nLogRateLimitIntervalSec=0\nExecStart=/bin/sh {}\n",
-                script_path.display()
-            ),
-        )
-        .unwrap();
-        self.manager(&["Reload"]);
-        // The start job ends when the oneshot's process has exited (the unit
-        // itself, inactive again, may be unloaded at once).
-        let job = self.manager(&["StartUnit", "ss", unit, "replace"]);
-        let job = job
-            .trim()
-            .trim_start_matches("o ")
-            .trim_matches('"')
-            .to_string();
-        wait_until(Duration::from_secs(30), &format!("{unit} ran"), || {
-            !Command::new("busctl")
-                .arg(format!("--address={}", self.address))
-                .args(["get-property", "org.freedesktop.systemd1", &job])
-                .args(["org.freedesktop.systemd1.Job", "State"])
-                .stderr(Stdio::null())
-                .output()
-                .unwrap()
-                .status
-                .success()
-        });
-    }
-
     /// Wait until `unit`'s `property` is `value`.
     pub fn wait_for_unit(&self, unit: &str, property: &str, value: &str, within: Duration) {
         wait_until(within, &format!("{unit} {property}={value}"), || {
             self.unit_property(unit, property) == value
         });
     }
+
+    /// The peer's journal, for `journalctl --directory=`: journald keeps it in
+    /// the manager's /run/log/journal (Storage=volatile), DIR/run/log/journal
+    /// here, one subdirectory per machine id. Gone once the peer stops.
+    pub fn journal_dir(&self) -> PathBuf {
+        self.dir.path().join("run/log/journal")
+    }
+
+    /// `journalctl --directory=<journal_dir> -o json --no-pager ARGS...`: the
+    /// entries, oldest first, each a JSON object of strings.
+    pub fn journalctl(&self, args: &[&str]) -> Vec<serde_json::Value> {
+        let output = Command::new("journalctl")
+            .arg(format!("--directory={}", self.journal_dir().display()))
+            .args(["-o", "json", "--no-pager"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "journalctl {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    /// Write one entry to the peer's journal from a unit of its own
+    /// ([`SystemdPeer::journal_write_unit`] with a fresh unit name,
+    /// `journal-write-N.service`); returns the entry once journalctl shows it.
+    pub fn journal_write(
+        &self,
+        identifier: &str,
+        priority: u8,
+        message: &str,
+    ) -> serde_json::Value {
+        static WRITES: AtomicUsize = AtomicUsize::new(0);
+        let n = WRITES.fetch_add(1, Ordering::Relaxed);
+        self.journal_write_unit(
+            &format!("journal-write-{n}.service"),
+            identifier,
+            priority,
+            message,
+        )
+    }
+
+    /// Write one entry to the peer's journal as `unit` (say `containerd.service`)
+    /// would: a transient oneshot unit of that name runs `cat` on `<priority>message`
+    /// with StandardOutput=journal. journald then records MESSAGE=message,
+    /// PRIORITY, SYSLOG_IDENTIFIER=identifier, SYSLOG_FACILITY=3 (daemon),
+    /// _TRANSPORT=stdout, _SYSTEMD_UNIT=unit, _SYSTEMD_INVOCATION_ID, _STREAM_ID,
+    /// _PID, _UID, _GID, _BOOT_ID (the host's), _MACHINE_ID (the host's),
+    /// _HOSTNAME, plus __CURSOR and the timestamps (no _COMM/_EXE: cat is gone
+    /// before journald looks). Returns the entry once journalctl shows it, and
+    /// the unit is stopped and unloaded again, so the name can be reused; it must
+    /// not be a unit of the units dir.
+    pub fn journal_write_unit(
+        &self,
+        unit: &str,
+        identifier: &str,
+        priority: u8,
+        message: &str,
+    ) -> serde_json::Value {
+        assert!(
+            priority <= 7,
+            "syslog priorities are 0 (emerg) to 7 (debug)"
+        );
+        assert!(
+            !message.contains(['\n', '\0']),
+            "one line per entry: journald splits a stream at newlines and NULs"
+        );
+        // journald reads a leading <N> as the priority (SyslogLevelPrefix=yes).
+        let line = format!("<{priority}>{message}\n");
+        let mut data = vec![line.len().to_string()];
+        data.extend(line.bytes().map(|b| b.to_string()));
+        let input = vec![
+            property("StandardInput", "s", ["data"]),
+            property("StandardInputData", "ay", data),
+        ];
+        self.start_transient_oneshot(unit, identifier, &["/bin/cat"], input);
+        self.wait_for_unit(unit, "SubState", "exited", Duration::from_secs(10));
+        let invocation = self.invocation_id(unit);
+        let mut entries = Vec::new();
+        wait_until(
+            Duration::from_secs(10),
+            &format!("{unit}'s entry in the journal"),
+            || {
+                entries = self.journalctl(&[&format!("_SYSTEMD_INVOCATION_ID={invocation}")]);
+                !entries.is_empty()
+            },
+        );
+        self.manager(&["StopUnit", "ss", unit, "replace"]);
+        assert_eq!(entries.len(), 1, "{entries:#?}");
+        entries.remove(0)
+    }
+
+    /// Start `unit`, a transient oneshot unit whose shell loop writes `lines`
+    /// lines, `flood line 0` to `flood line <lines - 1>`, to the journal with
+    /// SYSLOG_IDENTIFIER=`identifier` and PRIORITY=6, as fast as journald takes
+    /// them (the peer's journald has no rate limit). Returns at once; the unit's
+    /// SubState is `exited` once the loop has written its last line.
+    pub fn journal_flood(&self, unit: &str, identifier: &str, lines: u32) {
+        let script =
+            format!("i=0; while [ $i -lt {lines} ]; do echo \"flood line $i\"; i=$((i+1)); done");
+        self.start_transient_oneshot(unit, identifier, &["/bin/sh", "-c", &script], Vec::new());
+    }
+
+    /// StartTransientUnit of a oneshot service running `argv` with its output to
+    /// the journal under `identifier`; it stays active (exited) until stopped,
+    /// then is unloaded. `extra` are more properties (see [`property`]). Retries
+    /// while a unit of that name is still loaded (being unloaded after a stop).
+    fn start_transient_oneshot(
+        &self,
+        unit: &str,
+        identifier: &str,
+        argv: &[&str],
+        extra: Vec<Vec<String>>,
+    ) {
+        let mut exec_start = vec!["1".to_string(), argv[0].to_string(), argv.len().to_string()];
+        exec_start.extend(argv.iter().map(|a| a.to_string()));
+        exec_start.push("false".to_string());
+        let mut properties = vec![
+            property("Type", "s", ["oneshot"]),
+            property("RemainAfterExit", "b", ["true"]),
+            property("CollectMode", "s", ["inactive-or-failed"]),
+            property("StandardOutput", "s", ["journal"]),
+            property("SyslogIdentifier", "s", [identifier]),
+            property("ExecStart", "a(sasb)", exec_start),
+        ];
+        properties.extend(extra);
+        let count = properties.len().to_string();
+        let mut args = vec![
+            "--", // the end of busctl's options: a command line may hold `-c`
+            "call",
+            "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1",
+            "org.freedesktop.systemd1.Manager",
+            "StartTransientUnit",
+            "ssa(sv)a(sa(sv))",
+            unit,
+            "replace",
+            &count,
+        ];
+        args.extend(properties.iter().flatten().map(String::as_str));
+        args.push("0"); // no auxiliary units
+        let what = format!("{unit} to be free for a transient unit (is it in the units dir?)");
+        wait_until(Duration::from_secs(10), &what, || {
+            match self.try_busctl(&args) {
+                Ok(_) => true,
+                Err(e) if e.contains("already loaded") => false,
+                Err(e) => panic!("StartTransientUnit {unit}: {e}"),
+            }
+        });
+    }
+
+    /// The unit's current InvocationID, as journald writes it (32 hex digits).
+    fn invocation_id(&self, unit: &str) -> String {
+        let bytes: Vec<u8> =
+            serde_json::from_str(&self.unit_property(unit, "InvocationID")).unwrap();
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// One property of a StartTransientUnit call, as busctl takes it: name,
+/// D-Bus signature, then the value's parts.
+fn property<V: ToString>(
+    name: &str,
+    signature: &str,
+    value: impl IntoIterator<Item = V>,
+) -> Vec<String> {
+    let mut parts = vec![name.to_string(), signature.to_string()];
+    parts.extend(value.into_iter().map(|v| v.to_string()));
+    parts
 }
 
 impl Drop for SystemdPeer {
