@@ -2307,3 +2307,392 @@ fn a_request_without_credentials_is_anonymous_and_refused() {
         );
     });
 }
+
+/// A Node's condition of `kind` in `node`, or Null.
+fn condition<'a>(node: &'a Value, kind: &str) -> &'a Value {
+    node["status"]["conditions"]
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["type"] == kind))
+        .unwrap_or(&Value::Null)
+}
+
+/// The condition types of `node`, in order.
+fn condition_types(node: &Value) -> Vec<String> {
+    node["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap_or("<none>").to_string())
+        .collect()
+}
+
+/// The conditions of `node` but those of `kind`.
+fn conditions_but(node: &Value, kind: &str) -> Value {
+    Value::Array(
+        node["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["type"] != kind)
+            .cloned()
+            .collect(),
+    )
+}
+
+const DEADLOCK: &str = r#"{"status":{"conditions":[{"type":"KernelDeadlock","status":"True","reason":"TaskHung","message":"m","lastHeartbeatTime":"2026-02-01T00:00:00Z","lastTransitionTime":"2026-02-01T00:00:00Z"}]}}"#;
+
+/// What a node-problem-detector-like writer (issue 28) does to its Node, with
+/// the real kubectl, as a real API server answers it: a strategic merge patch
+/// of the status subresource adds or (with `$patch: delete`) removes one
+/// condition by its type and keeps the kubelet's; a merge patch replaces the
+/// whole list (why the host must never send one); a JSON patch removes by
+/// index behind a `test`, and a failed `test` is the real 422; the main
+/// resource ignores status; a status write bumps resourceVersion, is a
+/// MODIFIED event, and Nodes have no generation; `kubectl wait`, `describe`
+/// and jsonpath see the condition; nothing about conditions is validated.
+#[test]
+fn kubectl_sets_node_conditions_through_the_status_subresource() {
+    each_kubectl(|api, k| {
+        let seeded = api.seed_node("n1");
+        assert_eq!(
+            seeded["status"]["conditions"],
+            tend_e2e::kubelet_conditions()
+        );
+        assert!(seeded["metadata"].get("generation").is_none(), "{seeded}");
+        let rv0 = rv(&seeded);
+        let mut watch = api.watch(&format!(
+            "/api/v1/nodes?watch=1&fieldSelector=metadata.name%3Dn1&resourceVersion={rv0}"
+        ));
+        assert_eq!(watch.status, 200);
+        let status_patch = |kind: &str, patch: &str| {
+            k.run(&[
+                "patch",
+                "node",
+                "n1",
+                "--subresource=status",
+                &format!("--type={kind}"),
+                "-p",
+                patch,
+            ])
+        };
+
+        // Strategic merge adds one condition, keeps the kubelet's.
+        let out = status_patch("strategic", DEADLOCK);
+        assert!(out.success(), "{out:?}");
+        assert!(out.stdout.contains("node/n1 patched"), "{out:?}");
+        let node = k.json(&["get", "node", "n1"]);
+        let mut want = tend_e2e::KUBELET_CONDITION_TYPES.map(String::from).to_vec();
+        want.push("KernelDeadlock".into());
+        assert_eq!(condition_types(&node), want);
+        assert_eq!(
+            conditions_but(&node, "KernelDeadlock"),
+            tend_e2e::kubelet_conditions()
+        );
+        assert_eq!(condition(&node, "KernelDeadlock")["reason"], "TaskHung");
+        assert!(node["metadata"].get("generation").is_none(), "{node}");
+        assert!(rv(&node) > rv0);
+        assert_eq!(node["spec"], seeded["spec"]);
+        // kubectl hides managedFields: read them over HTTP.
+        let (_, raw) = api.call("GET", "/api/v1/nodes/n1", None);
+        let managed = raw["metadata"]["managedFields"].as_array().unwrap();
+        assert!(
+            managed
+                .iter()
+                .any(|m| m["subresource"] == "status" && m["operation"] == "Update"),
+            "{managed:?}"
+        );
+        let event = watch.until(WITHIN, "the status write's event", |e| {
+            e["type"] == "MODIFIED"
+        });
+        assert_eq!(rv(&event["object"]), rv(&node));
+        assert_eq!(
+            condition(&event["object"], "KernelDeadlock")["status"],
+            "True"
+        );
+
+        // Readers see it: jsonpath, wait, describe.
+        let reason = k.ok(&[
+            "get",
+            "node",
+            "n1",
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="KernelDeadlock")].reason}"#,
+        ]);
+        assert_eq!(reason, "TaskHung");
+        let waited = k.ok(&[
+            "wait",
+            "--for=condition=KernelDeadlock=True",
+            "node/n1",
+            "--timeout=10s",
+        ]);
+        assert!(waited.contains("node/n1 condition met"), "{waited}");
+        let described = k.ok(&["describe", "node", "n1"]);
+        let line = described
+            .lines()
+            .find(|l| l.trim_start().starts_with("KernelDeadlock"))
+            .unwrap_or_else(|| panic!("no KernelDeadlock in describe:\n{described}"));
+        assert!(line.contains("True") && line.contains("TaskHung"), "{line}");
+        assert!(described.contains("KubeletReady"), "{described}");
+
+        // The main resource ignores status: nothing written.
+        let before = k.json(&["get", "node", "n1"]);
+        let out = k.run(&[
+            "patch",
+            "node",
+            "n1",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"conditions":[]}}"#,
+        ]);
+        assert!(out.success(), "{out:?}");
+        assert!(out.stdout.contains("(no change)"), "{out:?}");
+        assert_eq!(k.json(&["get", "node", "n1"]), before);
+
+        // `$patch: delete` removes that condition only.
+        let out = status_patch(
+            "strategic",
+            r#"{"status":{"conditions":[{"type":"KernelDeadlock","$patch":"delete"}]}}"#,
+        );
+        assert!(out.success(), "{out:?}");
+        let node = k.json(&["get", "node", "n1"]);
+        assert_eq!(node["status"]["conditions"], tend_e2e::kubelet_conditions());
+
+        // JSON patch: a failed `test` is the real 422 and changes nothing...
+        assert!(status_patch("strategic", DEADLOCK).success());
+        let before = k.json(&["get", "node", "n1"]);
+        let guarded_remove = |expected: &str| {
+            format!(
+                r#"[{{"op":"test","path":"/status/conditions/5/type","value":"{expected}"}},{{"op":"remove","path":"/status/conditions/5"}}]"#
+            )
+        };
+        let out = status_patch("json", &guarded_remove("Ready"));
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr.contains(
+                "The request is invalid: the server rejected our request due to an error in our request"
+            ),
+            "{out:?}"
+        );
+        assert_eq!(k.json(&["get", "node", "n1"]), before);
+        let (code, body) = api
+            .call_raw(
+                "PATCH",
+                "/api/v1/nodes/n1/status",
+                "application/json-patch+json",
+                &guarded_remove("Ready"),
+                None,
+                WITHIN,
+            )
+            .unwrap();
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(code, 422, "{body}");
+        assert_eq!(
+            body,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "the server rejected our request due to an error in our request",
+                   "reason": "Invalid", "details": {}, "code": 422})
+        );
+        // ...and one that holds removes by index.
+        let out = status_patch("json", &guarded_remove("KernelDeadlock"));
+        assert!(out.success(), "{out:?}");
+        let node = k.json(&["get", "node", "n1"]);
+        assert_eq!(node["status"]["conditions"], tend_e2e::kubelet_conditions());
+
+        // An item without its merge key is the real 500 (strategicpatch's ErrNoMergeKey).
+        let out = status_patch(
+            "strategic",
+            r#"{"status":{"conditions":[{"status":"True","reason":"R"}]}}"#,
+        );
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr.contains(
+                "Error from server: map: map[reason:R status:True] does not contain declared merge key: type"
+            ),
+            "{out:?}"
+        );
+        let (code, body) = api
+            .call_raw(
+                "PATCH",
+                "/api/v1/nodes/n1/status",
+                "application/strategic-merge-patch+json",
+                r#"{"status":{"conditions":[{"status":"True"}]}}"#,
+                None,
+                WITHIN,
+            )
+            .unwrap();
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(code, 500, "{body}");
+        assert!(body.get("reason").is_none(), "{body}");
+        // Nothing in a condition is validated (ValidateNodeUpdate checks none): one
+        // without status is stored, and reads back as the Go type writes it.
+        let out = status_patch(
+            "strategic",
+            r#"{"status":{"conditions":[{"type":"NoStatus","reason":"","lastHeartbeatTime":"2026-02-01T02:00:00.5+02:00"}]}}"#,
+        );
+        assert!(out.success(), "{out:?}");
+        let node = k.json(&["get", "node", "n1"]);
+        assert_eq!(
+            condition(&node, "NoStatus"),
+            &json!({"type": "NoStatus", "status": "", "lastHeartbeatTime": "2026-02-01T00:00:00Z",
+                    "lastTransitionTime": null})
+        );
+
+        // A merge patch replaces the whole list, the kubelet's conditions too.
+        let out = status_patch(
+            "merge",
+            r#"{"status":{"conditions":[{"type":"KernelDeadlock","status":"True"}]}}"#,
+        );
+        assert!(out.success(), "{out:?}");
+        let node = k.json(&["get", "node", "n1"]);
+        assert_eq!(
+            node["status"]["conditions"],
+            json!([{"type": "KernelDeadlock", "status": "True", "lastHeartbeatTime": null,
+                    "lastTransitionTime": null}])
+        );
+        assert!(node["metadata"].get("generation").is_none(), "{node}");
+    });
+}
+
+/// A ServiceAccount allowed `patch` on nodes/status (and no `patch` on nodes)
+/// patches a Node's conditions through the subresource with one PATCH and is
+/// refused (403) on the Node itself, whatever the patch carries; kubectl's
+/// `patch --subresource=status` also needs `get` on nodes/status, as it reads
+/// the subresource first.
+#[test]
+fn node_status_rbac_allows_the_subresource_not_the_node() {
+    const ROLE: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "npd:status"}
+rules:
+  - apiGroups: [""]
+    resources: ["nodes"]
+    verbs: ["get", "list", "watch"]
+  - apiGroups: [""]
+    resources: ["nodes/status"]
+    verbs: ["patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "npd:status"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "npd:status"}
+subjects:
+  - {kind: ServiceAccount, name: tend-cluster, namespace: tend-system}
+"#;
+    for version in KUBECTLS {
+        let api = KubeApi::start_with(&["--token", &format!("{SA_TOKEN}={SA_USER}")]);
+        let k = Kubectl::version(version, &api);
+        eprintln!("--- kubectl {version} against {}", api.url());
+        let out = k.apply(ROLE, &[]);
+        assert!(out.success(), "{out:?}");
+        api.seed_node("n1");
+        let sa = |args: &[&str]| {
+            k.run(
+                &with_token(&api, SA_TOKEN, args)
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let out = sa(&[
+            "patch",
+            "node",
+            "n1",
+            "--subresource=status",
+            "-p",
+            DEADLOCK,
+        ]);
+        // kubectl reads the subresource before it patches it, which `patch` alone
+        // does not allow (as on a real server)...
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr.contains(&format!(
+                "User \"{SA_USER}\" cannot get resource \"nodes/status\" in API group \"\" at the cluster scope"
+            )),
+            "{out:?}"
+        );
+        // ...while one PATCH, what a client such as kube-rs's patch_status sends, is allowed.
+        let auth = format!("Bearer {SA_TOKEN}");
+        let patch_as_sa = |path: &str| {
+            tend_e2e::http_call(
+                api.port(),
+                "PATCH",
+                path,
+                &[
+                    ("Authorization", &auth),
+                    ("Content-Type", "application/strategic-merge-patch+json"),
+                ],
+                DEADLOCK,
+                WITHIN,
+            )
+            .unwrap()
+        };
+        let (code, body) = patch_as_sa("/api/v1/nodes/n1/status");
+        assert_eq!(code, 200, "{body}");
+        let (code, body) = patch_as_sa("/api/v1/nodes/n1");
+        assert_eq!(code, 403, "{body}");
+        let node = k.json(&["get", "node", "n1"]);
+        assert_eq!(condition(&node, "KernelDeadlock")["status"], "True");
+        let forbidden = format!(
+            "nodes \"n1\" is forbidden: User \"{SA_USER}\" cannot patch resource \"nodes\" in API group \"\" at the cluster scope"
+        );
+        for patch in [DEADLOCK, r#"{"metadata":{"labels":{"a":"b"}}}"#] {
+            let out = sa(&["patch", "node", "n1", "-p", patch]);
+            assert_eq!(out.code, Some(1), "{out:?}");
+            assert!(
+                out.stderr
+                    .contains(&format!("Error from server (Forbidden): {forbidden}")),
+                "{out:?}"
+            );
+        }
+        let out = sa(&["label", "node", "n1", "a=b"]);
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert_eq!(k.json(&["get", "node", "n1"]), node, "a refusal wrote");
+    }
+}
+
+/// `KubeApi::writes_to` counts the write requests (POST, PUT, PATCH) under one
+/// path from the server's request log, whatever their answer, and no read.
+#[test]
+fn writes_to_counts_write_requests_per_path() {
+    let api = KubeApi::start();
+    let k = Kubectl::version("1.33", &api);
+    api.seed_node("n1");
+    api.seed_node("n10");
+    for _ in 0..2 {
+        k.ok(&[
+            "patch",
+            "node",
+            "n1",
+            "--subresource=status",
+            "-p",
+            DEADLOCK,
+        ]);
+    }
+    k.ok(&["label", "node", "n1", "a=b"]);
+    k.ok(&[
+        "patch",
+        "node",
+        "n10",
+        "--subresource=status",
+        "-p",
+        DEADLOCK,
+    ]);
+    // A refused write is still a write request.
+    let out = k.run(&[
+        "patch",
+        "node",
+        "n10",
+        "--subresource=status",
+        "-p",
+        r#"{"status":{"conditions":[{"status":"x"}]}}"#,
+    ]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    k.ok(&["get", "node", "n1"]);
+    k.ok(&["get", "nodes", "-o", "json"]);
+    assert_eq!(api.writes_to("/api/v1/nodes/n1/status"), 2);
+    assert_eq!(api.writes_to("/api/v1/nodes/n1"), 3);
+    assert_eq!(api.writes_to("/api/v1/nodes/n10/status"), 2);
+    assert_eq!(api.writes_to("/api/v1/nodes/n10/"), 2);
+    assert_eq!(api.writes_to("/api/v1/nodes"), 7, "{}", api.log());
+    assert_eq!(api.writes_to("/api/v1/pods"), 0);
+}

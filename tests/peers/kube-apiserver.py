@@ -31,6 +31,16 @@ SelfSubjectAccessReview (authorization.k8s.io/v1, `kubectl auth can-i`).
 Leases refuse a PUT without metadata.resourceVersion (422, as their strategy does not
 allow unconditional updates) and a stale one (409 Conflict).
 
+Node status, as the kubelet and node-problem-detector write it: GET/PUT/PATCH of
+nodes/NAME/status; strategic merge of status.conditions by `type` (`$patch: delete`
+removes one; an item without `type` is the real 500 `map: map[...] does not contain
+declared merge key: type`); a merge patch replaces the whole list; a JSON patch whose
+`test` fails is the real 422 with no causes; a status write keeps spec and a main-resource
+write keeps status; Nodes have no metadata.generation; every change bumps resourceVersion
+and is a MODIFIED event; conditions are not validated (the real server checks none) but
+read back as the Go type writes them (type and status always present, a missing time
+null, times in UTC at second precision, empty reason and message dropped).
+
 Authentication and authorization, as a real kube-apiserver with its defaults
 (--anonymous-auth=true, --authorization-mode=Node,RBAC): a request with
 `Authorization: Bearer TOKEN` acts as the user the token was registered for (--token,
@@ -215,6 +225,8 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
+        if not self.reason:  # StatusReasonUnknown is "", omitted as metav1.Status omits it
+            del s["reason"]
         if self.details is not None:
             s["details"] = self.details
         return s
@@ -647,6 +659,8 @@ def strategic_merge_list(field, cur, patch):
         return strip_directives(patch)
     out = copy.deepcopy(cur)
     for item in patch:
+        if key not in item:
+            raise no_merge_key(item, key)
         k = item.get(key)
         idx = next((n for n, c in enumerate(out) if isinstance(c, dict) and c.get(key) == k), None)
         if item.get("$patch") == "delete":
@@ -658,6 +672,29 @@ def strategic_merge_list(field, cur, patch):
         else:
             out[idx] = strategic_merge(out[idx], item)
     return out
+
+
+def go_value(v):
+    """Go's fmt %v of a decoded JSON value (maps with sorted keys, as Go >= 1.12 prints them)."""
+    if isinstance(v, dict):
+        return "map[" + " ".join(f"{k}:{go_value(v[k])}" for k in sorted(v)) + "]"
+    if isinstance(v, list):
+        return "[" + " ".join(go_value(x) for x in v) + "]"
+    if v is None:
+        return "<nil>"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e21:
+        return str(int(v))
+    return str(v)
+
+
+def no_merge_key(item, key):
+    """strategicpatch's mergepatch.ErrNoMergeKey, a plain error the API server answers as
+    500 with no reason (handlers/patch.go interpretStrategicMergePatchError passes it on;
+    ErrorToAPIStatus makes any other error StatusReasonUnknown, 500): kubectl prints
+    `Error from server: map: map[...] does not contain declared merge key: type`."""
+    return ApiError(500, "", f"map: {go_value(item)} does not contain declared merge key: {key}")
 
 
 # Server-side apply: a field is a path of elements "f:name" (map field), 'k:{"name":"x"}'
@@ -1160,6 +1197,34 @@ def default_on_create(res, obj, store, dry=False):
             obj.setdefault("data", {})[key] = base64.b64encode(str(v).encode()).decode()
 
 
+NODE_CONDITION_TIMES = ("lastHeartbeatTime", "lastTransitionTime")
+
+
+def typed_round_trip(res, obj):
+    """What decoding into the Go type and encoding again does to the fields a client
+    writes often, for Node conditions (k8s.io/api/core/v1 NodeCondition): `type` and
+    `status` are not omitempty (a missing one reads ""); the two times are metav1.Time,
+    which encodes a missing one as null and a present one in UTC at second precision;
+    `reason` and `message` are omitempty (an empty one is dropped)."""
+    if res.plural != "nodes":
+        return obj
+    for c in dig(obj, "status", "conditions", default=[]) or []:
+        if not isinstance(c, dict):
+            continue
+        c.setdefault("type", "")
+        c.setdefault("status", "")
+        for f in ("reason", "message"):
+            if c.get(f) == "":
+                del c[f]
+        for f in NODE_CONDITION_TIMES:
+            t = parse_ts(c.get(f))
+            if f not in c:
+                c[f] = None
+            elif t is not None and t.tzinfo is not None:
+                c[f] = ts(t.astimezone(datetime.timezone.utc))
+    return obj
+
+
 def validate(res, obj, old, request_res):
     """Causes [(field, reason, message)]; empty when valid."""
     causes = []
@@ -1183,6 +1248,9 @@ def validate(res, obj, old, request_res):
         if not isinstance(value, str):
             causes.append(("metadata.annotations", "FieldValueInvalid", f"Invalid value: {json.dumps(value)}: annotation values must be strings"))
     k = res.kind
+    # Nodes: nothing in status.conditions is checked (a condition without `type` or `status`
+    # is stored), as pkg/apis/core/validation/validation.go ValidateNode and
+    # ValidateNodeUpdate check no NodeCondition field ("All status fields are optional").
     if res.plural == "pods":
         containers = dig(obj, "spec", "containers")
         if not containers:
@@ -2471,7 +2539,7 @@ class Server:
                   "selfLink"):
             m.pop(f, None)
         m.pop("managedFields", None)
-        obj = drop_nulls(obj)
+        obj = typed_round_trip(res, drop_nulls(obj))
         new_meta(res, obj)
         default_on_create(res, obj, self.store, dry)
         causes = validate(res, obj, None, res)
@@ -2543,8 +2611,12 @@ class Server:
                 new = strategic_merge(base, patch)
             else:
                 raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json")
-        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
-            raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our request: {e}") from None
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
+            # handlers/patch.go applyJSPatch: NewGenericServerResponse(422, ...) keeps the
+            # json-patch error out of the Status (no causes); kubectl prints "The request is
+            # invalid: the server rejected our request due to an error in our request".
+            raise ApiError(422, "Invalid", "the server rejected our request due to an error in our request",
+                           {}) from None
         if not isinstance(new, dict):
             raise bad_request("the patched object is not an object")
         new = self.check_body_object(res, new, ns, name)
@@ -2562,7 +2634,7 @@ class Server:
             raise conflict(res, name)
         if m.get("uid") and m["uid"] != cm["uid"]:
             raise conflict(res, name, f"Precondition failed: UID in precondition: {m['uid']}, UID in object meta: {cm['uid']}")
-        obj = drop_nulls(obj)
+        obj = typed_round_trip(res, drop_nulls(obj))
         m = obj["metadata"]
         # What a client cannot change here.
         for f in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):

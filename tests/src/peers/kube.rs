@@ -12,6 +12,82 @@ use crate::{Sandbox, http_call, http_get, url_encode, workspace_root};
 /// and the kubeconfig in its state directory carry it. Never given to tend.
 pub const KUBE_ADMIN_TOKEN: &str = "tend-fake-admin-token";
 
+/// The condition types a healthy node carries from others than tend: the
+/// kubelet's (MemoryPressure, DiskPressure, PIDPressure, Ready) and the
+/// network plugin's NetworkUnavailable, in the order a real Node lists them.
+/// Tend must never change them.
+pub const KUBELET_CONDITION_TYPES: [&str; 5] = [
+    "NetworkUnavailable",
+    "MemoryPressure",
+    "DiskPressure",
+    "PIDPressure",
+    "Ready",
+];
+
+/// When the seeded kubelet last reported (fixed, so a later read can be
+/// compared with [`kubelet_conditions`] as it is).
+pub const KUBELET_SEEN_AT: &str = "2026-01-01T00:00:00Z";
+
+/// The conditions of a healthy node as its kubelet (and, for
+/// NetworkUnavailable, the route controller) writes them: each type of
+/// [`KUBELET_CONDITION_TYPES`] with the real reason and message, heartbeat and
+/// transition at [`KUBELET_SEEN_AT`].
+pub fn kubelet_conditions() -> serde_json::Value {
+    let condition = |kind: &str, status: &str, reason: &str, message: &str| {
+        serde_json::json!({
+            "type": kind, "status": status, "reason": reason, "message": message,
+            "lastHeartbeatTime": KUBELET_SEEN_AT, "lastTransitionTime": KUBELET_SEEN_AT,
+        })
+    };
+    serde_json::json!([
+        condition(
+            "NetworkUnavailable",
+            "False",
+            "RouteCreated",
+            "RouteController created a route"
+        ),
+        condition(
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available"
+        ),
+        condition(
+            "DiskPressure",
+            "False",
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure"
+        ),
+        condition(
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available"
+        ),
+        condition(
+            "Ready",
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status"
+        ),
+    ])
+}
+
+/// A Node `name` as a registered, healthy kubelet leaves it: its
+/// [`kubelet_conditions`], an InternalIP and its nodeInfo.
+pub fn kubelet_node(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "conditions": kubelet_conditions(),
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.10"}, {"type": "Hostname", "address": name}],
+            "nodeInfo": {"kubeletVersion": "v1.33.0", "osImage": "Debian GNU/Linux 13 (trixie)",
+                         "kernelVersion": "6.12.0", "containerRuntimeVersion": "containerd://2.1.0"},
+        },
+    })
+}
+
 // ---------------------------------------------------------------------------
 // The fake Kubernetes API server (tests/peers/kube-apiserver.py) and kubectl
 // against it (tests/e2e/kube_fake.rs). KubeApi starts the server as a child of
@@ -387,6 +463,39 @@ impl KubeApi {
     /// The request log the server wrote (one line per request).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("kube-apiserver.log")).unwrap_or_default()
+    }
+
+    /// Create [`kubelet_node`] `name` as the admin (a Node takes its status on
+    /// create, as the real strategy allows the kubelet's registration); the
+    /// created Node.
+    pub fn seed_node(&self, name: &str) -> serde_json::Value {
+        let (status, body) = self.call("POST", "/api/v1/nodes", Some(&kubelet_node(name)));
+        assert_eq!(status, 201, "create Node {name}: {body}");
+        body
+    }
+
+    /// Write requests (POST, PUT, PATCH) the server answered, whatever the
+    /// answer, whose path is `path` or below it (`/api/v1/nodes/n1` counts
+    /// `/api/v1/nodes/n1/status` too, not `/api/v1/nodes/n10`), from its request
+    /// log: the API load a client causes ("API writes per node per hour").
+    /// Requests refused before they were answered (401, an outage's 503, a
+    /// blackhole) and the `/fake/*` endpoints are not in the log.
+    pub fn writes_to(&self, path: &str) -> usize {
+        let path = path.trim_end_matches('/');
+        self.log()
+            .lines()
+            .filter(|line| {
+                let mut fields = line.split(' ').skip(1);
+                let (Some(method), Some(target)) = (fields.next(), fields.next()) else {
+                    return false;
+                };
+                let target = target.split('?').next().unwrap_or_default();
+                matches!(method, "POST" | "PUT" | "PATCH")
+                    && target
+                        .strip_prefix(path)
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            })
+            .count()
     }
 
     /// SIGTERM, then wait (SIGKILL after 5 s); true when it exited on SIGTERM.
