@@ -162,6 +162,14 @@ extern void __wasm_import_tend_plugin_cloud_ensure_rule(uint8_t *, size_t, int32
 __attribute__((__import_module__("tend:plugin/cloud@0.1.0"), __import_name__("add-to-group")))
 extern void __wasm_import_tend_plugin_cloud_add_to_group(uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
+// Imported Functions from `tend:plugin/logs@0.1.0`
+
+__attribute__((__import_module__("tend:plugin/logs@0.1.0"), __import_name__("matches")))
+extern void __wasm_import_tend_plugin_logs_matches(uint8_t *);
+
+__attribute__((__import_module__("tend:plugin/logs@0.1.0"), __import_name__("read")))
+extern void __wasm_import_tend_plugin_logs_read(int32_t, int32_t, uint8_t *, size_t, uint8_t *, size_t, uint8_t *, size_t, int32_t, int32_t, int32_t, uint8_t *);
+
 // Exported Functions from `tend:plugin/reconciler@0.1.0`
 
 __attribute__((__weak__, __export_name__("cabi_post_tend:plugin/reconciler@0.1.0#describe")))
@@ -3572,6 +3580,178 @@ bool tend_plugin_cloud_add_to_group(plugin_string_t *instance_id, plugin_string_
         }
         case 7: {
           variant.val.other = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+      }
+
+      result.val.err = variant;
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tend_plugin_logs_matches(tend_plugin_logs_list_matched_t *ret, tend_plugin_logs_error_t *err) {
+  __attribute__((__aligned__(sizeof(void*))))
+  uint8_t ret_area[(4*sizeof(void*))];
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tend_plugin_logs_matches(ptr);
+  tend_plugin_logs_result_list_matched_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      result.val.ok = (tend_plugin_logs_list_matched_t) { (tend_plugin_logs_matched_t*)(*((uint8_t **) (ptr + sizeof(void*)))), (*((size_t*) (ptr + (2*sizeof(void*))))) };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      tend_plugin_types_error_t variant;
+      variant.tag = (int32_t) *((uint8_t*) (ptr + sizeof(void*)));
+      switch ((int32_t) variant.tag) {
+        case 0: {
+          variant.val.denied = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+        case 1: {
+          variant.val.not_found = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+        case 2: {
+          variant.val.conflict = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+        case 3: {
+          variant.val.unavailable = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+        case 4: {
+          variant.val.timeout = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+        case 5: {
+          variant.val.invalid = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+        case 6: {
+          variant.val.budget_exhausted = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+        case 7: {
+          variant.val.other = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (2*sizeof(void*))))), (*((size_t*) (ptr + (3*sizeof(void*))))) };
+          break;
+        }
+      }
+
+      result.val.err = variant;
+      break;
+    }
+  }
+  if (!result.is_err) {
+    *ret = result.val.ok;
+    return 1;
+  } else {
+    *err = result.val.err;
+    return 0;
+  }
+}
+
+bool tend_plugin_logs_read(tend_plugin_logs_source_t source, plugin_string_t *maybe_since, tend_plugin_logs_filter_t *filter, uint32_t max, tend_plugin_logs_page_t *ret, tend_plugin_logs_error_t *err) {
+  __attribute__((__aligned__(8)))
+  uint8_t ret_area[(24+4*sizeof(void*))];
+  plugin_option_string_t since;
+  since.is_some = maybe_since != NULL;if (maybe_since) {
+    since.val = *maybe_since;
+  }
+  int32_t option;
+  uint8_t * option1;
+  size_t option2;
+  if ((since).is_some) {
+    const plugin_string_t *payload0 = &(since).val;
+    option = 1;
+    option1 = (uint8_t *) (*payload0).ptr;
+    option2 = (*payload0).len;
+  } else {
+    option = 0;
+    option1 = 0;
+    option2 = 0;
+  }
+  int32_t option5;
+  int32_t option6;
+  if (((*filter).max_priority).is_some) {
+    const uint8_t *payload4 = &((*filter).max_priority).val;
+    option5 = 1;
+    option6 = (int32_t) (*payload4);
+  } else {
+    option5 = 0;
+    option6 = 0;
+  }
+  uint8_t *ptr = (uint8_t *) &ret_area;
+  __wasm_import_tend_plugin_logs_read((int32_t) source, option, option1, option2, (uint8_t *) ((*filter).units).ptr, ((*filter).units).len, (uint8_t *) ((*filter).identifiers).ptr, ((*filter).identifiers).len, option5, option6, (int32_t) (max), ptr);
+  tend_plugin_logs_result_page_error_t result;
+  switch ((int32_t) *((uint8_t*) (ptr + 0))) {
+    case 0: {
+      result.is_err = false;
+      plugin_option_string_t option10;
+      switch ((int32_t) *((uint8_t*) (ptr + (8+2*sizeof(void*))))) {
+        case 0: {
+          option10.is_some = false;
+          break;
+        }
+        case 1: {
+          option10.is_some = true;
+          option10.val = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (8+3*sizeof(void*))))), (*((size_t*) (ptr + (8+4*sizeof(void*))))) };
+          break;
+        }
+      }
+
+      result.val.ok = (tend_plugin_logs_page_t) {
+        (tend_plugin_logs_list_entry_t) (tend_plugin_logs_list_entry_t) { (tend_plugin_logs_entry_t*)(*((uint8_t **) (ptr + 8))), (*((size_t*) (ptr + (8+1*sizeof(void*))))) },
+        (plugin_option_string_t) option10,
+        (uint64_t) (uint64_t) (*((int64_t*) (ptr + (16+4*sizeof(void*))))),
+      };
+      break;
+    }
+    case 1: {
+      result.is_err = true;
+      tend_plugin_types_error_t variant;
+      variant.tag = (int32_t) *((uint8_t*) (ptr + 8));
+      switch ((int32_t) variant.tag) {
+        case 0: {
+          variant.val.denied = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (8+1*sizeof(void*))))), (*((size_t*) (ptr + (8+2*sizeof(void*))))) };
+          break;
+        }
+        case 1: {
+          variant.val.not_found = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (8+1*sizeof(void*))))), (*((size_t*) (ptr + (8+2*sizeof(void*))))) };
+          break;
+        }
+        case 2: {
+          variant.val.conflict = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (8+1*sizeof(void*))))), (*((size_t*) (ptr + (8+2*sizeof(void*))))) };
+          break;
+        }
+        case 3: {
+          variant.val.unavailable = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (8+1*sizeof(void*))))), (*((size_t*) (ptr + (8+2*sizeof(void*))))) };
+          break;
+        }
+        case 4: {
+          variant.val.timeout = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (8+1*sizeof(void*))))), (*((size_t*) (ptr + (8+2*sizeof(void*))))) };
+          break;
+        }
+        case 5: {
+          variant.val.invalid = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (8+1*sizeof(void*))))), (*((size_t*) (ptr + (8+2*sizeof(void*))))) };
+          break;
+        }
+        case 6: {
+          variant.val.budget_exhausted = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (8+1*sizeof(void*))))), (*((size_t*) (ptr + (8+2*sizeof(void*))))) };
+          break;
+        }
+        case 7: {
+          variant.val.other = (plugin_string_t) { (uint8_t*)(*((uint8_t **) (ptr + (8+1*sizeof(void*))))), (*((size_t*) (ptr + (8+2*sizeof(void*))))) };
           break;
         }
       }

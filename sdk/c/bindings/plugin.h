@@ -793,6 +793,102 @@ typedef struct {
   } val;
 } tend_plugin_cloud_result_bool_error_t;
 
+typedef tend_plugin_types_error_t tend_plugin_logs_error_t;
+
+typedef uint8_t tend_plugin_logs_source_t;
+
+// The kernel ring buffer (`/dev/kmsg`).
+#define TEND_PLUGIN_LOGS_SOURCE_KERNEL 0
+// The systemd journal.
+#define TEND_PLUGIN_LOGS_SOURCE_JOURNAL 1
+
+// One log line as its source has it.
+typedef struct tend_plugin_logs_entry_t {
+  tend_plugin_logs_source_t   source;
+  // Where to resume after this entry: hand it to `read` as `since`.
+  plugin_string_t   cursor;
+  // The boot it was written in (`/proc/sys/kernel/random/boot_id`).
+  plugin_string_t   boot_id;
+  // Microseconds since boot (the kernel's timestamp, the journal's
+  // `__MONOTONIC_TIMESTAMP`).
+  uint64_t   monotonic_us;
+  // Microseconds since the epoch, when the source has it (the journal).
+  plugin_option_u64_t   realtime_us;
+  // syslog priority, 0 (emerg) to 7 (debug).
+  uint8_t   priority;
+  // syslog facility (0 is the kernel).
+  uint8_t   facility;
+  // The journal's `_SYSTEMD_UNIT`.
+  plugin_option_string_t   unit;
+  // The journal's `SYSLOG_IDENTIFIER`.
+  plugin_option_string_t   identifier;
+  plugin_string_t   message;
+  // The kernel's continuation lines (`SUBSYSTEM`, `DEVICE`), or the
+  // journal's other user fields.
+  plugin_list_tuple2_string_string_t   fields;
+} tend_plugin_logs_entry_t;
+
+typedef struct {
+  tend_plugin_logs_entry_t *ptr;
+  size_t len;
+} tend_plugin_logs_list_entry_t;
+
+// The entries of one watch rule that matched since the plugin last took them.
+typedef struct tend_plugin_logs_matched_t {
+  // The rule's name in the grant's `watch` table.
+  plugin_string_t   rule;
+  // Oldest first; at most the rule's burst.
+  tend_plugin_logs_list_entry_t   entries;
+  // Matches not delivered: over the rule's rate, or over the host's bound
+  // of what is kept for a plugin. Counted, never silently lost.
+  uint64_t   missed;
+  // Lines the source lost before the host read them (the kernel ring
+  // buffer overwritten, a journal vacuumed) while this rule was behind.
+  uint64_t   gap;
+} tend_plugin_logs_matched_t;
+
+typedef struct {
+  bool is_some;
+  uint8_t val;
+} plugin_option_u8_t;
+
+// Which lines `read` returns. An empty list means every granted one.
+typedef struct tend_plugin_logs_filter_t {
+  plugin_list_string_t   units;
+  plugin_list_string_t   identifiers;
+  // Only entries at least this severe (numerically at most this priority).
+  plugin_option_u8_t   max_priority;
+} tend_plugin_logs_filter_t;
+
+typedef struct tend_plugin_logs_page_t {
+  tend_plugin_logs_list_entry_t   entries;
+  // Resume here: the last entry read, or `since` when none was.
+  plugin_option_string_t   cursor;
+  // Lines lost between `since` and the first entry (see `matched.gap`).
+  uint64_t   gap;
+} tend_plugin_logs_page_t;
+
+typedef struct {
+  tend_plugin_logs_matched_t *ptr;
+  size_t len;
+} tend_plugin_logs_list_matched_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tend_plugin_logs_list_matched_t ok;
+    tend_plugin_logs_error_t err;
+  } val;
+} tend_plugin_logs_result_list_matched_error_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tend_plugin_logs_page_t ok;
+    tend_plugin_logs_error_t err;
+  } val;
+} tend_plugin_logs_result_page_error_t;
+
 typedef tend_plugin_types_context_t exports_tend_plugin_reconciler_context_t;
 
 typedef tend_plugin_types_outcome_t exports_tend_plugin_reconciler_outcome_t;
@@ -927,6 +1023,16 @@ extern bool tend_plugin_cloud_ensure_rule(plugin_string_t *group_id, tend_plugin
 // instance with several; OpenStack: each port, with the port's revision
 // checked): true when it was added, false when it was already a member.
 extern bool tend_plugin_cloud_add_to_group(plugin_string_t *instance_id, plugin_string_t *group_id, bool *ret, tend_plugin_cloud_error_t *err);
+
+// Imported Functions from `tend:plugin/logs@0.1.0`
+// The matches that woke this reconcile, and every other one not yet taken.
+// They are taken: the next call answers only newer ones (a dry run leaves
+// them in place). A match written before a restart of the host is answered
+// once after it.
+extern bool tend_plugin_logs_matches(tend_plugin_logs_list_matched_t *ret, tend_plugin_logs_error_t *err);
+// Up to `max` entries of `source` after `since` (from the oldest the
+// source still holds of this boot when none), filtered, oldest first.
+extern bool tend_plugin_logs_read(tend_plugin_logs_source_t source, plugin_string_t *maybe_since, tend_plugin_logs_filter_t *filter, uint32_t max, tend_plugin_logs_page_t *ret, tend_plugin_logs_error_t *err);
 
 // Exported Functions from `tend:plugin/reconciler@0.1.0`
 void exports_tend_plugin_reconciler_describe(exports_tend_plugin_reconciler_plugin_info_t *ret);
@@ -1107,6 +1213,26 @@ void tend_plugin_cloud_result_list_security_group_error_free(tend_plugin_cloud_r
 void tend_plugin_cloud_result_string_error_free(tend_plugin_cloud_result_string_error_t *ptr);
 
 void tend_plugin_cloud_result_bool_error_free(tend_plugin_cloud_result_bool_error_t *ptr);
+
+void tend_plugin_logs_error_free(tend_plugin_logs_error_t *ptr);
+
+void tend_plugin_logs_entry_free(tend_plugin_logs_entry_t *ptr);
+
+void tend_plugin_logs_list_entry_free(tend_plugin_logs_list_entry_t *ptr);
+
+void tend_plugin_logs_matched_free(tend_plugin_logs_matched_t *ptr);
+
+void plugin_option_u8_free(plugin_option_u8_t *ptr);
+
+void tend_plugin_logs_filter_free(tend_plugin_logs_filter_t *ptr);
+
+void tend_plugin_logs_page_free(tend_plugin_logs_page_t *ptr);
+
+void tend_plugin_logs_list_matched_free(tend_plugin_logs_list_matched_t *ptr);
+
+void tend_plugin_logs_result_list_matched_error_free(tend_plugin_logs_result_list_matched_error_t *ptr);
+
+void tend_plugin_logs_result_page_error_free(tend_plugin_logs_result_page_error_t *ptr);
 
 void exports_tend_plugin_reconciler_context_free(exports_tend_plugin_reconciler_context_t *ptr);
 

@@ -698,6 +698,79 @@ void tend_plugin_cloud_result_bool_error_free(tend_plugin_cloud_result_bool_erro
   }
 }
 
+void tend_plugin_logs_error_free(tend_plugin_logs_error_t *ptr) {
+  tend_plugin_types_error_free(ptr);
+}
+
+void tend_plugin_logs_entry_free(tend_plugin_logs_entry_t *ptr) {
+  plugin_string_free(&ptr->cursor);
+  plugin_string_free(&ptr->boot_id);
+  plugin_option_u64_free(&ptr->realtime_us);
+  plugin_option_string_free(&ptr->unit);
+  plugin_option_string_free(&ptr->identifier);
+  plugin_string_free(&ptr->message);
+  plugin_list_tuple2_string_string_free(&ptr->fields);
+}
+
+void tend_plugin_logs_list_entry_free(tend_plugin_logs_list_entry_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    tend_plugin_logs_entry_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+      tend_plugin_logs_entry_free(&list_ptr[i]);
+    }
+    free(list_ptr);
+  }
+}
+
+void tend_plugin_logs_matched_free(tend_plugin_logs_matched_t *ptr) {
+  plugin_string_free(&ptr->rule);
+  tend_plugin_logs_list_entry_free(&ptr->entries);
+}
+
+void plugin_option_u8_free(plugin_option_u8_t *ptr) {
+  if (ptr->is_some) {
+  }
+}
+
+void tend_plugin_logs_filter_free(tend_plugin_logs_filter_t *ptr) {
+  plugin_list_string_free(&ptr->units);
+  plugin_list_string_free(&ptr->identifiers);
+  plugin_option_u8_free(&ptr->max_priority);
+}
+
+void tend_plugin_logs_page_free(tend_plugin_logs_page_t *ptr) {
+  tend_plugin_logs_list_entry_free(&ptr->entries);
+  plugin_option_string_free(&ptr->cursor);
+}
+
+void tend_plugin_logs_list_matched_free(tend_plugin_logs_list_matched_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    tend_plugin_logs_matched_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+      tend_plugin_logs_matched_free(&list_ptr[i]);
+    }
+    free(list_ptr);
+  }
+}
+
+void tend_plugin_logs_result_list_matched_error_free(tend_plugin_logs_result_list_matched_error_t *ptr) {
+  if (!ptr->is_err) {
+    tend_plugin_logs_list_matched_free(&ptr->val.ok);
+  } else {
+    tend_plugin_logs_error_free(&ptr->val.err);
+  }
+}
+
+void tend_plugin_logs_result_page_error_free(tend_plugin_logs_result_page_error_t *ptr) {
+  if (!ptr->is_err) {
+    tend_plugin_logs_page_free(&ptr->val.ok);
+  } else {
+    tend_plugin_logs_error_free(&ptr->val.err);
+  }
+}
+
 void exports_tend_plugin_reconciler_context_free(exports_tend_plugin_reconciler_context_t *ptr) {
   tend_plugin_types_context_free(ptr);
 }
