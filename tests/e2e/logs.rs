@@ -11,7 +11,10 @@
 
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tend_e2e::{Daemon, Sandbox, SystemdPeer, append_kmsg, free_port, plugin_status, wait_until};
+use tend_e2e::{
+    Daemon, Sandbox, SystemdPeer, append_kmsg, free_port, http_get, metric, plugin_status,
+    wait_until,
+};
 
 const HUNG: &str = "INFO: task kworker/0:1 blocked for more than 120 seconds.";
 
@@ -142,6 +145,14 @@ fn a_matched_line_wakes_the_plugin_with_it_and_an_unmatched_flood_wakes_nothing(
         "{last:#}"
     );
     assert_eq!(runs(port), started + 1, "the flood woke nothing");
+    let (_, metrics) = http_get(port, "/metrics").unwrap();
+    assert!(
+        metrics.contains(
+            "tend_logs_matches_total{outcome=\"kept\",plugin=\"watcher\",rule=\"hung\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(metric(port, "tend_logs_lines_total").unwrap() >= 10_001.0);
 
     // 50 matches at once: within the rule's rate a few are delivered, the
     // rest counted; none lost, none twice.

@@ -17,6 +17,7 @@ pub const SCAN: usize = 50_000;
 pub struct LogsHost {
     pub reader: Arc<dyn LogReader>,
     pub store: Arc<MatchStore>,
+    pub counts: Arc<super::counts::Counts>,
 }
 
 pub struct PluginLogs {

@@ -5,6 +5,7 @@
 
 mod adapter;
 mod backend;
+mod counts;
 mod fake;
 mod grants;
 mod journal;
@@ -102,6 +103,7 @@ impl Capability for PluginLogs {
         Ok(Arc::new(LogsHost {
             reader: Arc::new(reader),
             store: Arc::new(MatchStore::open(Some(env.state_dir.join("logs")))?),
+            counts: Arc::default(),
         }))
     }
 
@@ -110,6 +112,7 @@ impl Capability for PluginLogs {
         let host = LogsHost {
             reader: fake.clone(),
             store: Arc::new(MatchStore::open(None).expect("an in-memory store opens")),
+            counts: Arc::default(),
         };
         (Arc::new(host), fake)
     }
@@ -138,7 +141,12 @@ impl Capability for PluginLogs {
         Some(Box::new(source::LogSource::new(
             backend.reader.clone(),
             backend.store.clone(),
+            backend.counts.clone(),
         )))
+    }
+
+    fn render_metrics(backend: &LogsHost, configured: &dyn Fn(&str) -> bool) -> String {
+        backend.counts.render(configured)
     }
 }
 

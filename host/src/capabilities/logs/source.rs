@@ -10,6 +10,7 @@
 //! a cursor of another boot, at the start of this boot's log.
 
 use super::backend::{Followed, Line, LogReader, Position};
+use super::counts::Counts;
 use super::grants::LogsGrant;
 use super::store::MatchStore;
 use crate::capabilities::watch::{TriggerSink, Watch};
@@ -32,14 +33,16 @@ const SAVE_PROGRESS: Duration = Duration::from_secs(5);
 pub struct LogSource {
     reader: Arc<dyn LogReader>,
     store: Arc<MatchStore>,
+    counts: Arc<Counts>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl LogSource {
-    pub fn new(reader: Arc<dyn LogReader>, store: Arc<MatchStore>) -> Self {
+    pub fn new(reader: Arc<dyn LogReader>, store: Arc<MatchStore>, counts: Arc<Counts>) -> Self {
         LogSource {
             reader,
             store,
+            counts,
             tasks: vec![],
         }
     }
@@ -96,6 +99,7 @@ impl Watch<LogsGrant> for LogSource {
                 source,
                 reader: self.reader.clone(),
                 store: self.store.clone(),
+                counts: self.counts.clone(),
                 sink: sink.clone(),
                 started: Instant::now(),
             };
@@ -124,6 +128,7 @@ struct Follower {
     source: Source,
     reader: Arc<dyn LogReader>,
     store: Arc<MatchStore>,
+    counts: Arc<Counts>,
     sink: Arc<dyn TriggerSink>,
     started: Instant,
 }
@@ -246,6 +251,7 @@ impl Follower {
         for item in batch {
             match item {
                 Followed::Gap(lines) => {
+                    self.counts.gap(self.source, lines);
                     for rule in active.iter() {
                         let name = &rule.rule().rule;
                         self.store
@@ -253,11 +259,16 @@ impl Follower {
                     }
                 }
                 Followed::Line(line) => {
+                    self.counts.lines(self.source, 1);
                     for rule in active.iter_mut() {
                         // A kept match is saved before the wake-up; a missed
                         // one is counted and saved with the progress, so a
                         // flood over the rate costs no write per line.
-                        if self.offer(rule, &line, now) == Some(true) {
+                        let Some(kept) = self.offer(rule, &line, now) else {
+                            continue;
+                        };
+                        self.counts.matched(&rule.plugin, &rule.rule().rule, kept);
+                        if kept {
                             changed.push(rule.plugin.clone());
                             woken.push((rule.plugin.clone(), rule.rule().rule.clone()));
                         }
@@ -394,7 +405,7 @@ mod tests {
         );
         let store = Arc::new(MatchStore::open(None).unwrap());
         let woken = Arc::new(Woken::default());
-        let mut source = LogSource::new(fake.clone(), store.clone());
+        let mut source = LogSource::new(fake.clone(), store.clone(), Arc::default());
         source.update(
             vec![
                 ("pd".into(), grant(HUNG)),
@@ -455,6 +466,7 @@ mod tests {
         let source = LogSource::new(
             Arc::new(FakeLogs::default()),
             Arc::new(MatchStore::open(None).unwrap()),
+            Arc::default(),
         );
         assert_eq!(
             source.waits_on(&grant(HUNG)),
