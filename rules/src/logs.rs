@@ -440,18 +440,6 @@ pub fn check_max(max: u32) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// `text` cut to at most `max` bytes on a character boundary, with "…" when cut.
-pub fn bounded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max.saturating_sub('…'.len_utf8());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -631,7 +619,7 @@ mod tests {
     }
 
     #[test]
-    fn cursors_max_and_messages_are_bounded() {
+    fn cursors_and_max_are_bounded() {
         assert!(check_cursor("k1;b=1;s=2").is_ok());
         for bad in [
             "",
@@ -644,8 +632,5 @@ mod tests {
             assert_eq!(check_cursor(bad).unwrap_err().kind(), "invalid");
         }
         assert!(check_max(0).is_err() && check_max(MAX_READ + 1).is_err() && check_max(1).is_ok());
-        let cut = bounded(&"é".repeat(100), 11);
-        assert!(cut.len() <= 11 && cut.ends_with('…'), "{cut}");
-        assert_eq!(bounded("short", 10), "short");
     }
 }

@@ -71,13 +71,14 @@ fn runs(port: u16) -> u64 {
         .unwrap_or(0)
 }
 
-/// The messages the plugin was handed, in order, from its log lines.
-fn delivered(daemon: &Daemon) -> Vec<String> {
+/// The messages the plugin was handed for `rule`, in order, from its log lines.
+fn delivered_for(daemon: &Daemon, rule: &str) -> Vec<String> {
+    let marker = format!("matched {rule}: ");
     daemon
         .log()
         .lines()
         .filter_map(|l| {
-            let message = l.split_once("matched hung: ")?.1;
+            let message = l.split_once(&marker)?.1;
             Some(
                 message
                     .trim_end()
@@ -86,6 +87,11 @@ fn delivered(daemon: &Daemon) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// The messages handed for the kernel rule `hung`.
+fn delivered(daemon: &Daemon) -> Vec<String> {
+    delivered_for(daemon, "hung")
 }
 
 /// The missed count of every take, from "missed hung: N, gap G".
@@ -245,7 +251,8 @@ fn a_plugin_reads_only_its_granted_sources_and_pages_with_the_cursor() {
     let lines: Vec<String> = ["one", "two", "three"].map(String::from).to_vec();
     kmsg(&sandbox.path("kmsg"), 1, &lines);
     sandbox.add_plugin("chaos", "reader");
-    let config = |mode: &str, grant: &str| {
+    // One `tend reconcile` of the reader in `mode` under `grant`: its stdout.
+    let read = |mode: &str, grant: &str| -> String {
         sandbox.config_with_host(
             &format!(
                 "[host.logs]\nkernel-path = \"{}\"\nboot-id-path = \"{}\"\njournal-directory = \"{}\"\n",
@@ -255,51 +262,42 @@ fn a_plugin_reads_only_its_granted_sources_and_pages_with_the_cursor() {
             ),
             &format!("[plugins.reader.config]\n{mode}\n[plugins.reader.grants]\nlogs = {grant}\n"),
         );
+        sandbox.tend(&["reconcile", "reader"]).stdout
     };
-    config(
-        "mode = \"logs-read\"\nsource = \"kernel\"\nmax = 2",
-        "{ kernel = true }",
-    );
-    let out = sandbox.tend(&["reconcile", "reader"]);
+    let kernel = "{ kernel = true }";
+    let out = read("mode = \"logs-read\"\nsource = \"kernel\"\nmax = 2", kernel);
     let cursor = "k1;b=0f5e3c7d9a0b4c1d8e2f3a4b5c6d7e8f;s=2";
     assert!(
-        out.stdout
-            .contains(&format!("read 2: one | two cursor {cursor}")),
-        "{}",
-        out.stdout
+        out.contains(&format!("read 2: one | two cursor {cursor}")),
+        "{out}"
     );
 
-    config(
+    let out = read(
         &format!("mode = \"logs-read\"\nsource = \"kernel\"\nmax = 10\nsince = \"{cursor}\""),
-        "{ kernel = true }",
+        kernel,
     );
-    let out = sandbox.tend(&["reconcile", "reader"]);
-    assert!(out.stdout.contains("read 1: three"), "{}", out.stdout);
+    assert!(out.contains("read 1: three"), "{out}");
 
-    // The journal is not granted (units only narrow the journal), and a
-    // cursor that would be an option of journalctl is refused.
-    config(
+    // The journal is not granted by the kernel grant, and a cursor that
+    // would be an option of journalctl is refused.
+    let out = read(
         "mode = \"logs-read\"\nsource = \"journal\"\nmax = 10",
-        "{ kernel = true }",
+        kernel,
     );
-    let out = sandbox.tend(&["reconcile", "reader"]);
     assert!(
-        out.stdout.contains("error denied") && out.stdout.contains("may not read the journal log"),
-        "{}",
-        out.stdout
+        out.contains("error denied") && out.contains("may not read the journal log"),
+        "{out}"
     );
-    config(
+    let out = read(
         "mode = \"logs-read\"\nsource = \"kernel\"\nmax = 10\nsince = \"--file=/etc/shadow\"",
-        "{ kernel = true }",
+        kernel,
     );
-    let out = sandbox.tend(&["reconcile", "reader"]);
-    assert!(out.stdout.contains("error invalid"), "{}", out.stdout);
-    config(
+    assert!(out.contains("error invalid"), "{out}");
+    let out = read(
         "mode = \"logs-read\"\nsource = \"kernel\"\nmax = 10",
         "{ units = [\"kubelet.service\"] }",
     );
-    let out = sandbox.tend(&["reconcile", "reader"]);
-    assert!(out.stdout.contains("add kernel = true"), "{}", out.stdout);
+    assert!(out.contains("add kernel = true"), "{out}");
 }
 
 #[test]
@@ -378,25 +376,13 @@ max-priority = 3
         3,
         "failed to start shim: boom",
     );
-    let rule_delivered = |daemon: &Daemon| -> Vec<String> {
-        daemon
-            .log()
-            .lines()
-            .filter_map(|l| {
-                let message = l.split_once("matched shim: ")?.1;
-                Some(
-                    message
-                        .trim_end()
-                        .trim_end_matches(" plugin=\"watcher\"")
-                        .to_string(),
-                )
-            })
-            .collect()
-    };
     wait_until(Duration::from_secs(20), "the journal match", || {
-        !rule_delivered(&daemon).is_empty()
+        !delivered_for(&daemon, "shim").is_empty()
     });
-    assert_eq!(rule_delivered(&daemon), ["failed to start shim: boom"]);
+    assert_eq!(
+        delivered_for(&daemon, "shim"),
+        ["failed to start shim: boom"]
+    );
     let readers = journalctl_reading(&peer.journal_dir());
     assert_eq!(readers.len(), 1, "one journalctl follows: {readers:?}");
 
@@ -421,7 +407,7 @@ max-priority = 3
     wait_until(
         Duration::from_secs(30),
         "the line written while down",
-        || !rule_delivered(&daemon).is_empty(),
+        || !delivered_for(&daemon, "shim").is_empty(),
     );
     peer.journal_write_unit(
         "containerd.service",
@@ -430,10 +416,10 @@ max-priority = 3
         "failed to start shim: after",
     );
     wait_until(Duration::from_secs(20), "the line written after", || {
-        rule_delivered(&daemon).len() >= 2
+        delivered_for(&daemon, "shim").len() >= 2
     });
     assert_eq!(
-        rule_delivered(&daemon),
+        delivered_for(&daemon, "shim"),
         [
             "failed to start shim: while down",
             "failed to start shim: after"

@@ -27,23 +27,28 @@ pub struct PluginLogs {
 }
 
 impl PluginLogs {
-    /// The plugin's untaken matches of the rules it still has; taken, except
-    /// in a dry run.
-    pub(super) fn matches(&self) -> Result<Vec<Matched>, CapError> {
+    /// The plugin's untaken matches of the rules it still has; taken (and
+    /// saved, off the async workers), except in a dry run.
+    pub(super) async fn matches(&self) -> Result<Vec<Matched>, CapError> {
         self.grant.check_matches(&self.call.plugin)?;
-        let rules: Vec<&str> = self.grant.watch.iter().map(|r| r.rule.as_str()).collect();
+        let rules: Vec<String> = self.grant.watch.iter().map(|r| r.rule.clone()).collect();
         let take = !self.call.dry_run;
-        Ok(self.host.store.with(&self.call.plugin, take, |kept| {
-            let pending = if take {
-                std::mem::take(&mut kept.pending)
-            } else {
-                kept.pending.clone()
-            };
-            pending
-                .into_iter()
-                .filter(|m| rules.contains(&m.rule.as_str()))
-                .collect()
-        }))
+        let (store, plugin) = (self.host.store.clone(), self.call.plugin.clone());
+        tokio::task::spawn_blocking(move || {
+            store.with(&plugin, take, |kept| {
+                let pending = if take {
+                    std::mem::take(&mut kept.pending)
+                } else {
+                    kept.pending.clone()
+                };
+                pending
+                    .into_iter()
+                    .filter(|m| rules.contains(&m.rule))
+                    .collect()
+            })
+        })
+        .await
+        .map_err(|e| CapError::Unavailable(format!("taking the matches: {e}")))
     }
 
     pub(super) async fn read(

@@ -10,11 +10,12 @@
 
 use super::backend::{Batch, Entry, Followed, Following, Line, Position};
 use crate::capabilities::error::CapError;
+use crate::text::cut;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use tend_rules::logs::{MAX_FIELD, MAX_FIELDS, MAX_MESSAGE, bounded};
+use tend_rules::logs::{MAX_FIELD, MAX_FIELDS, MAX_MESSAGE};
 use tokio::sync::mpsc;
 
 /// The longest JSON line read.
@@ -61,7 +62,7 @@ pub fn parse(json: &[u8]) -> Option<Line> {
         return None;
     }
     let number = |key: &str| get(key).and_then(|v| v.parse::<u64>().ok());
-    let shown = |v: &str| bounded(&tend_rules::text::inert(v), MAX_FIELD);
+    let shown = |v: &str| cut(tend_rules::text::inert(v).into_owned(), MAX_FIELD);
     let user_fields = fields
         .iter()
         .filter(|(k, _)| {
@@ -84,8 +85,8 @@ pub fn parse(json: &[u8]) -> Option<Line> {
         facility: number("SYSLOG_FACILITY").unwrap_or(3).min(255) as u8,
         unit: get("_SYSTEMD_UNIT").as_deref().map(shown),
         identifier: get("SYSLOG_IDENTIFIER").as_deref().map(shown),
-        message: bounded(
-            &tend_rules::text::inert(&get("MESSAGE").unwrap_or_default()),
+        message: cut(
+            tend_rules::text::inert(&get("MESSAGE").unwrap_or_default()).into_owned(),
             MAX_MESSAGE,
         ),
         fields: user_fields,

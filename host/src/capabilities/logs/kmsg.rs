@@ -12,6 +12,7 @@
 
 use super::backend::{Batch, Entry, Followed, Following, Line, Position};
 use crate::capabilities::error::CapError;
+use crate::text::cut;
 use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -19,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tend_rules::logs::{MAX_FIELD, MAX_FIELDS, MAX_MESSAGE, bounded};
+use tend_rules::logs::{MAX_FIELD, MAX_FIELDS, MAX_MESSAGE};
 use tokio::sync::mpsc;
 
 /// The longest record read: the kernel's own is at most 8 KiB, and a
@@ -37,12 +38,7 @@ pub fn parse(record: &str, boot: &str) -> Option<Line> {
     let fields = lines
         .filter_map(|l| l.strip_prefix(' ')?.split_once('='))
         .take(MAX_FIELDS)
-        .map(|(k, v)| {
-            (
-                bounded(&unescape(k), MAX_FIELD),
-                bounded(&unescape(v), MAX_FIELD),
-            )
-        })
+        .map(|(k, v)| (cut(unescape(k), MAX_FIELD), cut(unescape(v), MAX_FIELD)))
         .collect();
     Some(Line {
         position: Position::Kernel {
@@ -63,7 +59,7 @@ pub fn parse(record: &str, boot: &str) -> Option<Line> {
             facility: (prio >> 3).min(255) as u8,
             unit: None,
             identifier: None,
-            message: bounded(&unescape(message), MAX_MESSAGE),
+            message: cut(unescape(message), MAX_MESSAGE),
             fields,
         },
     })
@@ -104,6 +100,8 @@ pub struct Kmsg {
 struct Records {
     file: File,
     device: bool,
+    /// What one `read(2)` fills, allocated once.
+    chunk: Box<[u8]>,
     buffer: Vec<u8>,
     /// Complete records split from the last chunk, not yet taken.
     ready: std::collections::VecDeque<String>,
@@ -135,6 +133,7 @@ impl Records {
         Ok(Records {
             file,
             device,
+            chunk: vec![0; RECORD].into_boxed_slice(),
             buffer: Vec::new(),
             ready: Default::default(),
         })
@@ -144,11 +143,12 @@ impl Records {
         if let Some(record) = self.ready.pop_front() {
             return Ok(Next::Record(record));
         }
-        let mut chunk = vec![0; RECORD];
-        match self.file.read(&mut chunk) {
+        match self.file.read(&mut self.chunk) {
             Ok(0) => Ok(Next::End),
             Ok(n) => {
+                let chunk = std::mem::take(&mut self.chunk);
                 self.split(&chunk[..n]);
+                self.chunk = chunk;
                 Ok(self.ready.pop_front().map_or(Next::End, Next::Record))
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(Next::End),

@@ -153,7 +153,7 @@ impl Capability for PluginLogs {
 /// The WIT's functions, each on the adapter method that does it.
 impl wit::Functions for PluginLogs {
     async fn matches(&self) -> Result<Vec<logs::Matched>, CapError> {
-        self.matches()
+        self.matches().await
     }
     async fn read(
         &self,

@@ -168,7 +168,8 @@ impl Follower {
                                 Ok(Some(first)) => first,
                                 Ok(None) => break,
                                 Err(_) => {
-                                    self.take(&mut active, vec![]);
+                                    let taken = self.take(&mut active, vec![]);
+                                    self.commit(taken).await;
                                     continue;
                                 }
                             };
@@ -179,7 +180,8 @@ impl Follower {
                                 Err(_) => break,
                             }
                         }
-                        self.take(&mut active, batch);
+                        let taken = self.take(&mut active, batch);
+                        self.commit(taken).await;
                     }
                     tracing::warn!(
                         source = source.name(),
@@ -210,7 +212,8 @@ impl Follower {
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
         let now = self.now_ms();
-        Ok(rules
+        let mut new = vec![];
+        let active = rules
             .into_iter()
             .map(|(plugin, grant, rule)| {
                 let name = grant.watch[rule].rule.clone();
@@ -221,9 +224,10 @@ impl Follower {
                     Some(cursor) => Some(cursor),
                     None => {
                         if let Some(present) = &present {
-                            self.store.with(&plugin, true, |kept| {
+                            self.store.with(&plugin, false, |kept| {
                                 kept.cursors.insert(name, present.cursor())
                             });
+                            new.push(plugin.clone());
                         }
                         present.clone()
                     }
@@ -236,21 +240,23 @@ impl Follower {
                     cursor,
                 }
             })
-            .collect())
+            .collect();
+        save(&self.store, new, now).await;
+        Ok(active)
     }
 
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// Run the rules on a batch, save what changed, wake who matched.
-    fn take(&self, active: &mut [Active], batch: Vec<Followed>) {
+    /// Run the rules on a batch: what to save, and whom to wake after.
+    fn take(&self, active: &mut [Active], batch: Vec<Followed>) -> Taken {
         let now = self.now_ms();
         let mut woken: Vec<(String, String)> = vec![];
         let mut changed: Vec<String> = vec![];
-        for item in batch {
+        for item in &batch {
             match item {
-                Followed::Gap(lines) => {
+                &Followed::Gap(lines) => {
                     self.counts.gap(self.source, lines);
                     for rule in active.iter() {
                         let name = &rule.rule().rule;
@@ -264,7 +270,7 @@ impl Follower {
                         // A kept match is saved before the wake-up; a missed
                         // one is counted and saved with the progress, so a
                         // flood over the rate costs no write per line.
-                        let Some(kept) = self.offer(rule, &line, now) else {
+                        let Some(kept) = self.offer(rule, line, now) else {
                             continue;
                         };
                         self.counts.matched(&rule.plugin, &rule.rule().rule, kept);
@@ -273,6 +279,19 @@ impl Follower {
                             woken.push((rule.plugin.clone(), rule.rule().rule.clone()));
                         }
                     }
+                }
+            }
+        }
+        // Lines of a batch come in order: each rule has now seen up to the
+        // last one (one clone a rule a batch, not a line).
+        let last = batch.iter().rev().find_map(|item| match item {
+            Followed::Line(line) => Some(&line.position),
+            Followed::Gap(_) => None,
+        });
+        if let Some(last) = last {
+            for rule in active.iter_mut() {
+                if last.is_after(rule.cursor.as_ref()) {
+                    rule.cursor = Some(last.clone());
                 }
             }
         }
@@ -302,11 +321,18 @@ impl Follower {
                 }
             }
         }
-        for plugin in &changed {
-            self.store.with(plugin, true, |kept| kept.saved_at(now));
-        }
         woken.dedup();
-        for (plugin, rule) in woken {
+        Taken {
+            save: changed,
+            wake: woken,
+            now,
+        }
+    }
+
+    /// Save, then wake: a plugin never runs for a match a crash could lose.
+    async fn commit(&self, taken: Taken) {
+        save(&self.store, taken.save, taken.now).await;
+        for (plugin, rule) in taken.wake {
             self.sink.reconcile(&plugin, LOG_TRIGGER, rule);
         }
     }
@@ -317,7 +343,6 @@ impl Follower {
         if !line.position.is_after(active.cursor.as_ref()) {
             return None;
         }
-        active.cursor = Some(line.position.clone());
         let entry = &line.entry;
         let facts = LineFacts {
             source: self.source,
@@ -343,6 +368,31 @@ impl Follower {
                 false
             }
         }))
+    }
+}
+
+/// What a batch changed: the plugins whose kept state to save, and the
+/// (plugin, rule) to wake once it is saved.
+struct Taken {
+    save: Vec<String>,
+    wake: Vec<(String, String)>,
+    now: u64,
+}
+
+/// Write `plugins`' kept state off the async workers (a save is an fsync).
+async fn save(store: &Arc<MatchStore>, plugins: Vec<String>, now: u64) {
+    if plugins.is_empty() {
+        return;
+    }
+    let store = store.clone();
+    let saved = tokio::task::spawn_blocking(move || {
+        for plugin in plugins {
+            store.with(&plugin, true, |kept| kept.saved_at(now));
+        }
+    })
+    .await;
+    if let Err(e) = saved {
+        tracing::error!("saving the logs store failed: {e}");
     }
 }
 
