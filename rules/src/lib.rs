@@ -25,6 +25,7 @@
 //! The crate builds for `wasm32-wasip2` as well as natively.
 
 pub mod cloud;
+pub mod conditions;
 pub mod cri;
 mod error;
 pub mod files;

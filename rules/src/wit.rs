@@ -318,8 +318,30 @@ pub mod logs {
     }
 }
 
+/// `tend:plugin/conditions`.
+pub mod conditions {
+    pub const FUNCTIONS: [&str; 3] = ["set", "clear", "list"];
+
+    /// Each function, in WIT order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Function {
+        Set,
+        Clear,
+        List,
+    }
+
+    impl Function {
+        pub const ALL: [Function; 3] = [Function::Set, Function::Clear, Function::List];
+
+        /// Its WIT name, as grants, budgets and the journal say it.
+        pub const fn name(self) -> &'static str {
+            FUNCTIONS[self as usize]
+        }
+    }
+}
+
 /// Every imported interface with its functions, in the world's order.
-pub const INTERFACES: [(&str, &[&str]); 10] = [
+pub const INTERFACES: [(&str, &[&str]); 11] = [
     ("log", &log::FUNCTIONS),
     ("state", &state::FUNCTIONS),
     ("files", &files::FUNCTIONS),
@@ -330,4 +352,5 @@ pub const INTERFACES: [(&str, &[&str]); 10] = [
     ("kube", &kube::FUNCTIONS),
     ("cloud", &cloud::FUNCTIONS),
     ("logs", &logs::FUNCTIONS),
+    ("conditions", &conditions::FUNCTIONS),
 ];

@@ -5,7 +5,7 @@
 use crate::Args;
 use crate::wit::Bytes;
 use serde_json::Value;
-use tend_sdk::bindings::tend::plugin::{cloud, cri, http, kube, log, logs};
+use tend_sdk::bindings::tend::plugin::{cloud, conditions, cri, http, kube, log, logs};
 
 /// What the fakes answer for each function, with the WIT's own types:
 /// the JSON of its WIT result (`{"ok": ..}` or `{"err": ..}`).
@@ -85,6 +85,9 @@ pub(crate) trait Functions {
         filter: logs::Filter,
         max: u32,
     ) -> Value;
+    fn conditions_set(&self, report: conditions::Report) -> Value;
+    fn conditions_clear(&self, condition: String, reason: String, message: String) -> Value;
+    fn conditions_list(&self) -> Value;
 }
 
 /// Take the arguments of `function` of `interface` from `a` and answer it;
@@ -361,6 +364,22 @@ pub(crate) fn dispatch(
             let max: u32 = a.get("max")?;
             a.done()?;
             functions.logs_read(source, since, filter, max)
+        }
+        ("conditions", "set") => {
+            let report: conditions::Report = a.get("report")?;
+            a.done()?;
+            functions.conditions_set(report)
+        }
+        ("conditions", "clear") => {
+            let condition: String = a.get("condition")?;
+            let reason: String = a.get("reason")?;
+            let message: String = a.get("message")?;
+            a.done()?;
+            functions.conditions_clear(condition, reason, message)
+        }
+        ("conditions", "list") => {
+            a.done()?;
+            functions.conditions_list()
         }
         _ => return Ok(None),
     }))

@@ -388,6 +388,31 @@ class Page:
     gap: int
 
 
+# --- conditions --------------------------------------------------------------
+
+@dataclass
+class Report:
+    """The problem is present: status True."""
+
+    condition: str
+    reason: str
+    message: str
+    ttl_seconds: Optional[int] = None
+
+
+@dataclass
+class Held:
+    """A condition of this plugin's as the host holds it."""
+
+    condition: str
+    active: bool
+    reason: str
+    message: str
+    since: int
+    expires_in: Optional[int]
+    written: bool
+
+
 #: The WIT types, which `tend_sdk.types` re-exports.
 __all__ = [
     "Level",
@@ -431,6 +456,8 @@ __all__ = [
     "Matched",
     "Filter",
     "Page",
+    "Report",
+    "Held",
 ]
 
 #: Every function of every interface a plugin imports, in WIT order: its
@@ -505,5 +532,10 @@ FUNCTIONS: dict[str, list[WitFunction]] = {
     "logs": [
         WitFunction("matches", [], list[Matched]),
         WitFunction("read", [("source", Source), ("since", Optional[str]), ("filter", Filter), ("max", int)], Page),
+    ],
+    "conditions": [
+        WitFunction("set", [("report", Report)], None),
+        WitFunction("clear", [("condition", str), ("reason", str), ("message", str)], None),
+        WitFunction("list", [], list[Held]),
     ],
 }
