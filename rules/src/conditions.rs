@@ -243,6 +243,20 @@ pub fn check_ttl(ttl_seconds: Option<u32>) -> Result<(), Refusal> {
     }
 }
 
+/// The message of a condition cleared because its TTL passed: what it said
+/// before, bounded to [`MAX_MESSAGE`] bytes.
+pub fn expired_message(ttl_seconds: u32, reason: &str, message: &str) -> String {
+    let mut text = format!("not reported again within {ttl_seconds}s: was {reason}: {message}");
+    if text.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,5 +338,15 @@ mod tests {
         assert!(check_note("A", &"x".repeat(MAX_MESSAGE + 1)).is_err());
         assert!(check_ttl(None).is_ok() && check_ttl(Some(60)).is_ok());
         assert!(check_ttl(Some(0)).is_err() && check_ttl(Some(MAX_TTL_SECONDS + 1)).is_err());
+    }
+
+    #[test]
+    fn an_expired_message_says_what_was_and_stays_bounded() {
+        assert_eq!(
+            expired_message(60, "TaskHung", "blocked"),
+            "not reported again within 60s: was TaskHung: blocked"
+        );
+        let long = expired_message(60, "R", &"é".repeat(MAX_MESSAGE));
+        assert!(long.len() <= MAX_MESSAGE);
     }
 }

@@ -59,6 +59,7 @@ macro_rules! capability_list {
             kube: $crate::capabilities::kube::PluginKube,
             cloud: $crate::capabilities::cloud::PluginCloud,
             logs: $crate::capabilities::logs::PluginLogs,
+            conditions: $crate::capabilities::conditions::PluginConditions,
         }
     };
 }

@@ -266,6 +266,8 @@ fn host_config(raw: RawHost, base: &Path, at: &At) -> Result<HostConfig, ConfigE
                 namespace: e.get_ref().namespace.clone(),
                 name: e.get_ref().name.clone(),
             });
+    // The Node's conditions are written with the kube client and its bounds.
+    capabilities.conditions.kube = capabilities.kube.clone();
     Ok(HostConfig {
         plugins_dir: base.join(&raw.plugins_dir),
         cache_dir: base.join(raw.cache_dir.unwrap_or_else(|| raw.state_dir.join("cache"))),
@@ -305,8 +307,11 @@ fn plugin_configs(
 ) -> Result<BTreeMap<String, PluginConfig>, ConfigError> {
     let mut plugins = BTreeMap::new();
     let mut keys = VerifyKeys::new();
+    let mut owners = vec![];
     for (name, plugin) in raw {
+        let span = name.span();
         let name = plugin_name(name, at)?;
+        owners.push((name.clone(), span, plugin.grants.conditions.clone()));
         check_watch(&plugin, at)?;
         check_scope(&plugin, host, at)?;
         let (file, oci) = plugin_source(&name, &plugin, host, base, at)?;
@@ -315,7 +320,30 @@ fn plugin_configs(
         }
         plugins.insert(name.clone(), plugin_config(name, plugin, file, oci));
     }
+    one_owner_per_condition(&owners, at)?;
     Ok(plugins)
+}
+
+/// No two plugins are granted one condition type: every condition Tend
+/// writes has one owner (disabled plugins count: enabling one must not
+/// take over another's condition).
+fn one_owner_per_condition(
+    owners: &[(
+        String,
+        Range<usize>,
+        crate::capabilities::conditions::ConditionsGrant,
+    )],
+    at: &At,
+) -> Result<(), ConfigError> {
+    for (later, (name, span, _)) in owners.iter().enumerate() {
+        tend_rules::conditions::owners(
+            owners[..=later]
+                .iter()
+                .map(|(n, _, grant)| (n.as_str(), grant)),
+        )
+        .map_err(|message| at(Some(span.clone()), format!("plugin {name}: {message}")))?;
+    }
+    Ok(())
 }
 
 /// The name, if a plugin may have it (it becomes a path and a state namespace).

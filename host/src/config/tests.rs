@@ -465,3 +465,28 @@ fn plugins_pulling_one_component_must_ask_for_one_verify_key() {
     // Another component may ask for another key.
     check("d", "y", None).unwrap();
 }
+
+#[test]
+fn a_condition_type_has_one_owner_and_the_kubelets_are_nobodys() {
+    let two = r#"
+[host]
+plugins-dir = "p"
+state-dir = "s"
+[host.conditions]
+heartbeat = "1m"
+[plugins.a.grants]
+conditions = ["KernelDeadlock"]
+[plugins.b]
+enabled = false
+[plugins.b.grants]
+conditions = [{ condition = "KernelDeadlock", taint-on = { effect = "NoSchedule" } }]
+"#;
+    let error = error_of(two);
+    assert!(error.contains("tend.toml:9:"), "{error}");
+    assert!(error.contains("granted to both \"a\" and \"b\""), "{error}");
+    let one = two.replace("conditions = [{ condition = \"KernelDeadlock\"", "conditions = [{ condition = \"Other\"");
+    let config = parse(&one).unwrap();
+    assert_eq!(config.host.capabilities.conditions.heartbeat, Duration::from_secs(60));
+    let ready = error_of(&two.replace("conditions = [\"KernelDeadlock\"]", "conditions = [\"Ready\"]"));
+    assert!(ready.contains("tend.toml:8") && ready.contains("kubelet"), "{ready}");
+}

@@ -99,7 +99,7 @@ impl RealKube {
         }
     }
 
-    async fn client(&self) -> Result<kube::Client, CapError> {
+    pub(crate) async fn client(&self) -> Result<kube::Client, CapError> {
         let agent = user_agent(&self.shared.node);
         let kubeconfig = self.shared.kubeconfig.as_deref();
         self.shared
@@ -111,7 +111,7 @@ impl RealKube {
 
     /// Before each request to the API server: wait for a token (the plugin's
     /// and the host's), then count it.
-    async fn request(&self) -> Result<(), CapError> {
+    pub(crate) async fn request(&self) -> Result<(), CapError> {
         let asker = self.call.as_ref().map(|call| Asker {
             plugin: &call.plugin,
             qps: self.limits.qps,

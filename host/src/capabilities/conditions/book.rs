@@ -1,0 +1,460 @@
+//! What the host holds of the Node's conditions, and what to write: pure, so
+//! the whole lifecycle (report, renewal, TTL, recovery, owner gone,
+//! heartbeat, coalescing) is tested without an API server, as
+//! gardener-node-agent keeps its diff apart from its effects.
+//!
+//! A [`Book`] holds each condition with its owner and what the Node last
+//! showed of it; [`Book::plan`] says what is due at a moment: one strategic
+//! merge patch of the Node's `status.conditions` (every held condition with
+//! a fresh heartbeat, and a `$patch: delete` for each whose owner is gone),
+//! and the set of `tend.dev/<type>` taints the Node should carry.
+
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+use tend_rules::conditions::{EXPIRED, Granted, TaintEffect, expired_message};
+
+/// A message-only change (the same status and reason) is written at most
+/// this often: a plugin that puts a counter in its message cannot turn
+/// every reconcile into an API write. A status or reason change is written
+/// at once.
+pub const MESSAGE_GAP: u64 = 10;
+
+/// What a condition says: what the Node shows of it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Shown {
+    pub active: bool,
+    pub reason: String,
+    pub message: String,
+    /// lastTransitionTime, seconds since the epoch.
+    pub since: u64,
+}
+
+/// One condition as the host holds it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Held {
+    pub owner: String,
+    pub now: Shown,
+    /// Its TTL, and when it passes (seconds since the epoch).
+    pub ttl: Option<u32>,
+    pub expires: Option<u64>,
+    /// The taint tied to it while it is active.
+    pub taint: Option<TaintEffect>,
+    /// What the Node showed after the last write; None: never written.
+    pub written: Option<Shown>,
+    /// The owner is gone (removed, disabled, or no longer granted the type):
+    /// removed from the Node, then forgotten.
+    #[serde(default)]
+    pub orphaned: bool,
+}
+
+/// Every condition Tend holds on this Node, and the taints it put there.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Book {
+    pub conditions: BTreeMap<String, Held>,
+    /// When conditions were last written (seconds since the epoch).
+    pub last_write: Option<u64>,
+    /// The taints Tend last wrote: condition type -> effect.
+    pub taints: BTreeMap<String, TaintEffect>,
+}
+
+/// What is due at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// The strategic merge patch of the Node's status, if a write is due.
+    pub patch: Option<Value>,
+    /// What each condition will show once `patch` is written (None: removed).
+    pub shows: BTreeMap<String, Option<Shown>>,
+    /// The taints the Node should carry, if they differ from those written.
+    pub taints: Option<BTreeMap<String, TaintEffect>>,
+    /// When something falls due next, unless a report comes first.
+    pub next: Option<u64>,
+}
+
+/// A report as the adapter hands it over, already checked against the grant.
+pub struct Report<'a> {
+    pub owner: &'a str,
+    pub granted: &'a Granted,
+    pub active: bool,
+    pub reason: String,
+    pub message: String,
+    pub ttl: Option<u32>,
+}
+
+impl Book {
+    /// Whether `report` changes anything a write would show (a renewal of
+    /// the same report only moves its expiry).
+    pub fn changes(&self, report: &Report) -> bool {
+        self.conditions.get(&report.granted.condition).is_none_or(|held| {
+            held.orphaned
+                || held.owner != report.owner
+                || held.now.active != report.active
+                || held.now.reason != report.reason
+                || held.now.message != report.message
+        })
+    }
+
+    /// Take `report` at `now`: its status changes since when it differs.
+    pub fn report(&mut self, report: Report, now: u64) {
+        let condition = report.granted.condition.clone();
+        let previous = self.conditions.remove(&condition);
+        let since = match &previous {
+            Some(held) if held.now.active == report.active => held.now.since,
+            _ => now,
+        };
+        let ttl = report.ttl.filter(|_| report.active);
+        self.conditions.insert(
+            condition,
+            Held {
+                owner: report.owner.to_string(),
+                now: Shown {
+                    active: report.active,
+                    reason: report.reason,
+                    message: report.message,
+                    since,
+                },
+                ttl,
+                expires: ttl.map(|t| now + u64::from(t)),
+                taint: report.granted.taint_on.map(|t| t.effect),
+                written: previous.and_then(|held| held.written),
+                orphaned: false,
+            },
+        );
+    }
+
+    /// Clear every active condition whose TTL passed by `now`.
+    pub fn expire(&mut self, now: u64) -> bool {
+        let mut any = false;
+        for held in self.conditions.values_mut() {
+            if held.now.active && held.expires.is_some_and(|at| at <= now) {
+                let ttl = held.ttl.unwrap_or_default();
+                held.now = Shown {
+                    active: false,
+                    reason: EXPIRED.to_string(),
+                    message: expired_message(ttl, &held.now.reason, &held.now.message),
+                    since: now,
+                };
+                held.expires = None;
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// The configured plugins changed: `owns(owner, condition)` says whether
+    /// `owner` is still enabled and granted `condition` (and with which
+    /// taint). Conditions of owners that are gone are orphaned (removed from
+    /// the Node by the next plan); one never written is forgotten at once.
+    pub fn retain(&mut self, owns: impl Fn(&str, &str) -> Option<Option<TaintEffect>>) -> bool {
+        let before = self.clone();
+        self.conditions.retain(|condition, held| {
+            match owns(&held.owner, condition) {
+                Some(taint) => {
+                    held.orphaned = false;
+                    held.taint = taint;
+                }
+                None => held.orphaned = true,
+            }
+            !(held.orphaned && held.written.is_none())
+        });
+        *self != before
+    }
+
+    /// The conditions of `owner`.
+    pub fn of<'a>(&'a self, owner: &'a str) -> impl Iterator<Item = (&'a String, &'a Held)> {
+        self.conditions
+            .iter()
+            .filter(move |(_, held)| held.owner == owner && !held.orphaned)
+    }
+
+    /// What is due at `now`, with a heartbeat of `heartbeat`; `check_taints`
+    /// asks for the taints even when they match those written (once after a
+    /// start: the Node may have changed while Tend was down).
+    pub fn plan(&self, now: u64, heartbeat: Duration, check_taints: bool) -> Plan {
+        let heartbeat = heartbeat.as_secs().max(1);
+        let mut plan = Plan::default();
+        let mut at_once = false;
+        let mut message_only = false;
+        let mut live = false;
+        for (condition, held) in &self.conditions {
+            let shows = (!held.orphaned).then(|| held.now.clone());
+            match (&held.written, &shows) {
+                (Some(written), Some(now)) if written == now => {}
+                (Some(written), Some(now))
+                    if written.active == now.active && written.reason == now.reason =>
+                {
+                    message_only = true
+                }
+                (None, None) => {}
+                _ => at_once = true,
+            }
+            live |= shows.is_some();
+            if held.now.active && !held.orphaned {
+                plan.next = earliest(plan.next, held.expires);
+            }
+            plan.shows.insert(condition.clone(), shows);
+        }
+        let last = self.last_write;
+        let heartbeat_due = live && last.is_none_or(|at| now >= at + heartbeat);
+        let message_due = message_only && last.is_none_or(|at| now >= at + MESSAGE_GAP);
+        if at_once || heartbeat_due || message_due {
+            plan.patch = Some(status_patch(&plan.shows, now));
+            if live {
+                plan.next = earliest(plan.next, Some(now + heartbeat));
+            }
+        } else {
+            if live {
+                plan.next = earliest(plan.next, last.map(|at| at + heartbeat));
+            }
+            if message_only {
+                plan.next = earliest(plan.next, last.map(|at| at + MESSAGE_GAP));
+            }
+        }
+        let wanted: BTreeMap<String, TaintEffect> = self
+            .conditions
+            .iter()
+            .filter(|(_, held)| held.now.active && !held.orphaned)
+            .filter_map(|(condition, held)| held.taint.map(|t| (condition.clone(), t)))
+            .collect();
+        if check_taints || wanted != self.taints {
+            plan.taints = Some(wanted);
+        }
+        plan
+    }
+
+    /// `plan`'s patch was written at `now`.
+    pub fn written(&mut self, plan: &Plan, now: u64) {
+        for (condition, shows) in &plan.shows {
+            match shows {
+                None => {
+                    // Removed from the Node: forget it, unless re-granted meanwhile.
+                    if self.conditions.get(condition).is_some_and(|h| h.orphaned) {
+                        self.conditions.remove(condition);
+                    }
+                }
+                Some(shown) => {
+                    if let Some(held) = self.conditions.get_mut(condition) {
+                        held.written = Some(shown.clone());
+                    }
+                }
+            }
+        }
+        self.last_write = Some(now);
+    }
+}
+
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// RFC 3339 in seconds, as the API server writes times.
+pub fn rfc3339(seconds: u64) -> String {
+    humantime::format_rfc3339_seconds(SystemTime::UNIX_EPOCH + Duration::from_secs(seconds))
+        .to_string()
+}
+
+/// The strategic merge patch that makes the Node show `shows` (merged by
+/// `type`: the kubelet's conditions and other writers' are untouched).
+fn status_patch(shows: &BTreeMap<String, Option<Shown>>, now: u64) -> Value {
+    let conditions: Vec<Value> = shows
+        .iter()
+        .map(|(condition, shown)| match shown {
+            None => json!({ "type": condition, "$patch": "delete" }),
+            Some(shown) => json!({
+                "type": condition,
+                "status": if shown.active { "True" } else { "False" },
+                "reason": shown.reason,
+                "message": shown.message,
+                "lastTransitionTime": rfc3339(shown.since),
+                "lastHeartbeatTime": rfc3339(now),
+            }),
+        })
+        .collect();
+    json!({ "status": { "conditions": conditions } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tend_rules::conditions::TaintOn;
+
+    const BEAT: Duration = Duration::from_secs(300);
+
+    fn granted(condition: &str, taint: bool) -> Granted {
+        Granted {
+            condition: condition.into(),
+            taint_on: taint.then_some(TaintOn {
+                effect: TaintEffect::NoSchedule,
+            }),
+        }
+    }
+
+    fn report<'a>(g: &'a Granted, active: bool, reason: &str, message: &str, ttl: Option<u32>) -> Report<'a> {
+        Report {
+            owner: "pd",
+            granted: g,
+            active,
+            reason: reason.into(),
+            message: message.into(),
+            ttl,
+        }
+    }
+
+    /// Plan at `now` and, if a patch is due, write it.
+    fn write(book: &mut Book, now: u64) -> Plan {
+        let plan = book.plan(now, BEAT, false);
+        if plan.patch.is_some() {
+            book.written(&plan, now);
+        }
+        if let Some(taints) = &plan.taints {
+            book.taints = taints.clone();
+        }
+        plan
+    }
+
+    fn patched(plan: &Plan) -> Vec<Value> {
+        plan.patch.as_ref().unwrap()["status"]["conditions"].as_array().unwrap().clone()
+    }
+
+    #[test]
+    fn nothing_reported_is_never_written() {
+        let mut book = Book::default();
+        let plan = write(&mut book, 100);
+        assert_eq!(plan.patch, None);
+        assert_eq!(plan.next, None);
+        assert_eq!(plan.taints, None);
+    }
+
+    #[test]
+    fn a_status_change_is_written_at_once_and_a_renewal_writes_nothing() {
+        let g = granted("KernelDeadlock", false);
+        let mut book = Book::default();
+        book.report(report(&g, true, "TaskHung", "task blocked", None), 100);
+        let plan = write(&mut book, 100);
+        let written = patched(&plan);
+        assert_eq!(written[0]["type"], "KernelDeadlock");
+        assert_eq!(written[0]["status"], "True");
+        assert_eq!(written[0]["reason"], "TaskHung");
+        assert_eq!(written[0]["lastTransitionTime"], rfc3339(100));
+        assert_eq!(plan.next, Some(100 + 300));
+        let same = report(&g, true, "TaskHung", "task blocked", None);
+        assert!(!book.changes(&same));
+        book.report(same, 150);
+        assert_eq!(write(&mut book, 150).patch, None);
+        // Recovery is a status change: at once, with a new transition time.
+        book.report(report(&g, false, "TaskRecovered", "ok", None), 160);
+        let cleared = patched(&write(&mut book, 160));
+        assert_eq!(cleared[0]["status"], "False");
+        assert_eq!(cleared[0]["lastTransitionTime"], rfc3339(160));
+    }
+
+    #[test]
+    fn an_unchanged_condition_is_refreshed_once_a_heartbeat() {
+        let g = granted("KernelDeadlock", false);
+        let mut book = Book::default();
+        book.report(report(&g, true, "TaskHung", "m", None), 0);
+        write(&mut book, 0);
+        let mut writes = 0;
+        for now in (1..3600).step_by(7) {
+            if write(&mut book, now).patch.is_some() {
+                writes += 1;
+            }
+        }
+        assert_eq!(writes, 11, "an hour of 300 s heartbeats after the first write");
+        let beat = patched(&book.plan(3900, BEAT, false));
+        assert_eq!(beat[0]["lastHeartbeatTime"], rfc3339(3900));
+        assert_eq!(beat[0]["lastTransitionTime"], rfc3339(0));
+    }
+
+    #[test]
+    fn a_message_only_change_waits_for_the_gap() {
+        let g = granted("KernelDeadlock", false);
+        let mut book = Book::default();
+        book.report(report(&g, true, "TaskHung", "1 task", None), 0);
+        write(&mut book, 0);
+        book.report(report(&g, true, "TaskHung", "2 tasks", None), 3);
+        let plan = write(&mut book, 3);
+        assert_eq!(plan.patch, None);
+        assert_eq!(plan.next, Some(MESSAGE_GAP));
+        assert_eq!(patched(&write(&mut book, MESSAGE_GAP))[0]["message"], "2 tasks");
+    }
+
+    #[test]
+    fn a_ttl_not_renewed_clears_the_condition() {
+        let g = granted("KernelDeadlock", true);
+        let mut book = Book::default();
+        book.report(report(&g, true, "TaskHung", "blocked", Some(60)), 0);
+        let plan = write(&mut book, 0);
+        assert_eq!(plan.next, Some(60));
+        assert_eq!(book.taints.len(), 1);
+        assert!(!book.expire(59));
+        book.report(report(&g, true, "TaskHung", "blocked", Some(60)), 50);
+        assert!(!book.expire(100));
+        assert!(book.expire(110));
+        let plan = write(&mut book, 110);
+        let cleared = patched(&plan);
+        assert_eq!(cleared[0]["status"], "False");
+        assert_eq!(cleared[0]["reason"], EXPIRED);
+        assert!(cleared[0]["message"].as_str().unwrap().contains("TaskHung"));
+        assert_eq!(plan.taints, Some(BTreeMap::new()), "its taint goes with it");
+    }
+
+    #[test]
+    fn an_owner_gone_removes_its_conditions_and_taints_and_only_those() {
+        let kernel = granted("KernelDeadlock", true);
+        let other = granted("Other", false);
+        let mut book = Book::default();
+        book.report(report(&kernel, true, "TaskHung", "m", None), 0);
+        book.report(Report { owner: "x", ..report(&other, true, "Why", "m", None) }, 0);
+        write(&mut book, 0);
+        assert!(book.retain(|owner, _| (owner == "x").then_some(None)));
+        let plan = write(&mut book, 1);
+        let removed = patched(&plan);
+        assert_eq!(removed[0], json!({ "type": "KernelDeadlock", "$patch": "delete" }));
+        assert_eq!(removed[1]["type"], "Other");
+        assert_eq!(plan.taints, Some(BTreeMap::new()));
+        assert!(!book.conditions.contains_key("KernelDeadlock"));
+        assert!(!book.retain(|owner, _| (owner == "x").then_some(None)));
+    }
+
+    #[test]
+    fn an_orphan_never_written_is_forgotten_without_a_write() {
+        let g = granted("KernelDeadlock", false);
+        let mut book = Book::default();
+        book.report(report(&g, true, "TaskHung", "m", None), 0);
+        book.retain(|_, _| None);
+        assert!(book.conditions.is_empty());
+        assert_eq!(write(&mut book, 0).patch, None);
+    }
+
+    #[test]
+    fn a_taint_follows_its_condition_and_the_grant() {
+        let g = granted("KernelDeadlock", true);
+        let mut book = Book::default();
+        book.report(report(&g, true, "TaskHung", "m", None), 0);
+        let plan = write(&mut book, 0);
+        assert_eq!(
+            plan.taints,
+            Some(BTreeMap::from([("KernelDeadlock".to_string(), TaintEffect::NoSchedule)]))
+        );
+        assert_eq!(write(&mut book, 1).taints, None, "unchanged: not rewritten");
+        assert!(book.plan(1, BEAT, true).taints.is_some(), "checked once after a start");
+        // The grant drops taint-on: the taint goes, the condition stays.
+        book.retain(|_, _| Some(None));
+        assert_eq!(write(&mut book, 2).taints, Some(BTreeMap::new()));
+    }
+
+    #[test]
+    fn a_write_that_raced_a_report_still_writes_the_report() {
+        let g = granted("KernelDeadlock", false);
+        let mut book = Book::default();
+        book.report(report(&g, true, "TaskHung", "m", None), 0);
+        let plan = book.plan(0, BEAT, false);
+        book.report(report(&g, false, "Recovered", "ok", None), 0);
+        book.written(&plan, 0);
+        assert_eq!(patched(&book.plan(0, BEAT, false))[0]["status"], "False");
+    }
+}
