@@ -484,9 +484,21 @@ conditions = [{ condition = "KernelDeadlock", taint-on = { effect = "NoSchedule"
     let error = error_of(two);
     assert!(error.contains("tend.toml:9:"), "{error}");
     assert!(error.contains("granted to both \"a\" and \"b\""), "{error}");
-    let one = two.replace("conditions = [{ condition = \"KernelDeadlock\"", "conditions = [{ condition = \"Other\"");
+    let one = two.replace(
+        "conditions = [{ condition = \"KernelDeadlock\"",
+        "conditions = [{ condition = \"Other\"",
+    );
     let config = parse(&one).unwrap();
-    assert_eq!(config.host.capabilities.conditions.heartbeat, Duration::from_secs(60));
-    let ready = error_of(&two.replace("conditions = [\"KernelDeadlock\"]", "conditions = [\"Ready\"]"));
-    assert!(ready.contains("tend.toml:8") && ready.contains("kubelet"), "{ready}");
+    assert_eq!(
+        config.host.capabilities.conditions.heartbeat,
+        Duration::from_secs(60)
+    );
+    let ready = error_of(&two.replace(
+        "conditions = [\"KernelDeadlock\"]",
+        "conditions = [\"Ready\"]",
+    ));
+    assert!(
+        ready.contains("tend.toml:8") && ready.contains("kubelet"),
+        "{ready}"
+    );
 }

@@ -5,7 +5,9 @@
 //! it changes nothing on the Node, so it is not journaled.
 
 use super::book::{self, Shown};
-use super::grants::{ConditionsGrant, Granted, MAX_MESSAGE, check_condition, check_note, check_ttl};
+use super::grants::{
+    ConditionsGrant, Granted, MAX_MESSAGE, check_condition, check_note, check_ttl,
+};
 use super::writer::{ConditionsHost, now};
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
@@ -26,7 +28,12 @@ fn status(active: bool) -> &'static str {
 }
 
 fn said(shown: &Shown) -> String {
-    format!("{} {}: {}", status(shown.active), shown.reason, shown.message)
+    format!(
+        "{} {}: {}",
+        status(shown.active),
+        shown.reason,
+        shown.message
+    )
 }
 
 impl PluginConditions {
@@ -34,8 +41,14 @@ impl PluginConditions {
         let granted = check_condition(&self.grant, &report.condition)?;
         check_note(&report.reason, &report.message)?;
         check_ttl(report.ttl_seconds)?;
-        self.report(granted, true, report.reason, &report.message, report.ttl_seconds)
-            .await
+        self.report(
+            granted,
+            true,
+            report.reason,
+            &report.message,
+            report.ttl_seconds,
+        )
+        .await
     }
 
     pub(super) async fn clear(

@@ -32,10 +32,12 @@ pub fn merged_taints(
             .is_some_and(|key| key.starts_with(TAINT_PREFIX))
     };
     let mut taints: Vec<Value> = existing.iter().filter(|t| !ours(t)).cloned().collect();
-    taints.extend(wanted.iter().map(|(condition, effect)| {
-        json!({ "key": taint_key(condition), "effect": effect.name() })
-    }));
-    let same = |a: &Value, b: &Value| a["key"] == b["key"] && a["effect"] == b["effect"] && a["value"] == b["value"];
+    taints.extend(wanted.iter().map(
+        |(condition, effect)| json!({ "key": taint_key(condition), "effect": effect.name() }),
+    ));
+    let same = |a: &Value, b: &Value| {
+        a["key"] == b["key"] && a["effect"] == b["effect"] && a["value"] == b["value"]
+    };
     let unchanged = taints.len() == existing.len()
         && existing.iter().all(|e| taints.iter().any(|t| same(t, e)));
     (!unchanged).then_some(taints)
@@ -59,6 +61,9 @@ mod tests {
             ]
         );
         assert_eq!(merged_taints(&taints, &wanted), None, "already so");
-        assert_eq!(merged_taints(std::slice::from_ref(&theirs), &BTreeMap::new()), None);
+        assert_eq!(
+            merged_taints(std::slice::from_ref(&theirs), &BTreeMap::new()),
+            None
+        );
     }
 }

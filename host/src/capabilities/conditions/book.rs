@@ -85,13 +85,15 @@ impl Book {
     /// Whether `report` changes anything a write would show (a renewal of
     /// the same report only moves its expiry).
     pub fn changes(&self, report: &Report) -> bool {
-        self.conditions.get(&report.granted.condition).is_none_or(|held| {
-            held.orphaned
-                || held.owner != report.owner
-                || held.now.active != report.active
-                || held.now.reason != report.reason
-                || held.now.message != report.message
-        })
+        self.conditions
+            .get(&report.granted.condition)
+            .is_none_or(|held| {
+                held.orphaned
+                    || held.owner != report.owner
+                    || held.now.active != report.active
+                    || held.now.reason != report.reason
+                    || held.now.message != report.message
+            })
     }
 
     /// Take `report` at `now`: its status changes since when it differs.
@@ -292,7 +294,13 @@ mod tests {
         }
     }
 
-    fn report<'a>(g: &'a Granted, active: bool, reason: &str, message: &str, ttl: Option<u32>) -> Report<'a> {
+    fn report<'a>(
+        g: &'a Granted,
+        active: bool,
+        reason: &str,
+        message: &str,
+        ttl: Option<u32>,
+    ) -> Report<'a> {
         Report {
             owner: "pd",
             granted: g,
@@ -316,7 +324,10 @@ mod tests {
     }
 
     fn patched(plan: &Plan) -> Vec<Value> {
-        plan.patch.as_ref().unwrap()["status"]["conditions"].as_array().unwrap().clone()
+        plan.patch.as_ref().unwrap()["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .clone()
     }
 
     #[test]
@@ -363,7 +374,10 @@ mod tests {
                 writes += 1;
             }
         }
-        assert_eq!(writes, 11, "an hour of 300 s heartbeats after the first write");
+        assert_eq!(
+            writes, 11,
+            "an hour of 300 s heartbeats after the first write"
+        );
         let beat = patched(&book.plan(3900, BEAT, false));
         assert_eq!(beat[0]["lastHeartbeatTime"], rfc3339(3900));
         assert_eq!(beat[0]["lastTransitionTime"], rfc3339(0));
@@ -379,7 +393,10 @@ mod tests {
         let plan = write(&mut book, 3);
         assert_eq!(plan.patch, None);
         assert_eq!(plan.next, Some(MESSAGE_GAP));
-        assert_eq!(patched(&write(&mut book, MESSAGE_GAP))[0]["message"], "2 tasks");
+        assert_eq!(
+            patched(&write(&mut book, MESSAGE_GAP))[0]["message"],
+            "2 tasks"
+        );
     }
 
     #[test]
@@ -408,12 +425,21 @@ mod tests {
         let other = granted("Other", false);
         let mut book = Book::default();
         book.report(report(&kernel, true, "TaskHung", "m", None), 0);
-        book.report(Report { owner: "x", ..report(&other, true, "Why", "m", None) }, 0);
+        book.report(
+            Report {
+                owner: "x",
+                ..report(&other, true, "Why", "m", None)
+            },
+            0,
+        );
         write(&mut book, 0);
         assert!(book.retain(|owner, _| (owner == "x").then_some(None)));
         let plan = write(&mut book, 1);
         let removed = patched(&plan);
-        assert_eq!(removed[0], json!({ "type": "KernelDeadlock", "$patch": "delete" }));
+        assert_eq!(
+            removed[0],
+            json!({ "type": "KernelDeadlock", "$patch": "delete" })
+        );
         assert_eq!(removed[1]["type"], "Other");
         assert_eq!(plan.taints, Some(BTreeMap::new()));
         assert!(!book.conditions.contains_key("KernelDeadlock"));
@@ -438,10 +464,16 @@ mod tests {
         let plan = write(&mut book, 0);
         assert_eq!(
             plan.taints,
-            Some(BTreeMap::from([("KernelDeadlock".to_string(), TaintEffect::NoSchedule)]))
+            Some(BTreeMap::from([(
+                "KernelDeadlock".to_string(),
+                TaintEffect::NoSchedule
+            )]))
         );
         assert_eq!(write(&mut book, 1).taints, None, "unchanged: not rewritten");
-        assert!(book.plan(1, BEAT, true).taints.is_some(), "checked once after a start");
+        assert!(
+            book.plan(1, BEAT, true).taints.is_some(),
+            "checked once after a start"
+        );
         // The grant drops taint-on: the taint goes, the condition stays.
         book.retain(|_, _| Some(None));
         assert_eq!(write(&mut book, 2).taints, Some(BTreeMap::new()));

@@ -46,7 +46,11 @@ impl NodeStatus for FakeNode {
     async fn patch_status(&self, patch: Value) -> Result<(), CapError> {
         self.write()?;
         let mut conditions = self.conditions.lock().unwrap();
-        for item in patch["status"]["conditions"].as_array().into_iter().flatten() {
+        for item in patch["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
             conditions.retain(|c| c["type"] != item["type"]);
             if item.get("$patch").is_none() {
                 conditions.push(item.clone());

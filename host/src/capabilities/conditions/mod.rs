@@ -77,7 +77,10 @@ impl Capability for PluginConditions {
             .collect()
     }
 
-    fn real(settings: &ConditionsSettings, env: &BackendEnv) -> anyhow::Result<Arc<ConditionsHost>> {
+    fn real(
+        settings: &ConditionsSettings,
+        env: &BackendEnv,
+    ) -> anyhow::Result<Arc<ConditionsHost>> {
         let node = real::RealNode {
             kube: RealKube::new(&settings.kube, env.node_name),
         };
@@ -128,7 +131,12 @@ impl wit::Functions for PluginConditions {
     async fn set(&self, report: conditions::Report) -> Result<(), CapError> {
         self.set(report).await
     }
-    async fn clear(&self, condition: String, reason: String, message: String) -> Result<(), CapError> {
+    async fn clear(
+        &self,
+        condition: String,
+        reason: String,
+        message: String,
+    ) -> Result<(), CapError> {
         self.clear(condition, reason, message).await
     }
     async fn list(&self) -> Result<Vec<conditions::Held>, CapError> {

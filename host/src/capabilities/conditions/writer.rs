@@ -69,10 +69,13 @@ impl ConditionsHost {
     /// Write the book as it is now. Saves take turns, each snapshotting the
     /// book when its turn comes, so an older snapshot never lands last.
     async fn save(self: &Arc<Self>) {
-        let Some(file) = self.file.clone() else { return };
+        let Some(file) = self.file.clone() else {
+            return;
+        };
         let _turn = self.saving.lock().await;
         let bytes = serde_json::to_vec(&*self.book.lock().unwrap()).expect("the book serializes");
-        let saved = tokio::task::spawn_blocking(move || crate::atomic::write(&file, 0o600, &bytes)).await;
+        let saved =
+            tokio::task::spawn_blocking(move || crate::atomic::write(&file, 0o600, &bytes)).await;
         if let Ok(Err(e)) | Err(e) = saved.map_err(std::io::Error::other) {
             tracing::error!("cannot save the conditions book: {e}");
         }
@@ -113,7 +116,11 @@ impl ConditionsHost {
         }
     }
 
-    async fn perform(self: &Arc<Self>, plan: &Plan, now: u64) -> Result<(), crate::capabilities::CapError> {
+    async fn perform(
+        self: &Arc<Self>,
+        plan: &Plan,
+        now: u64,
+    ) -> Result<(), crate::capabilities::CapError> {
         if let Some(patch) = &plan.patch {
             self.node.patch_status(patch.clone()).await?;
             self.writes.fetch_add(1, Ordering::Relaxed);
@@ -231,7 +238,10 @@ mod tests {
     async fn until(what: &str, mut done: impl FnMut() -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while !done() {
-            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -250,7 +260,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("conditions.json");
         let node = Arc::new(FakeNode::default());
-        let host = Arc::new(ConditionsHost::new(node.clone(), Some(file.clone()), Duration::from_secs(300)));
+        let host = Arc::new(ConditionsHost::new(
+            node.clone(),
+            Some(file.clone()),
+            Duration::from_secs(300),
+        ));
         let mut watch = ConditionsWatch::new(host.clone());
         watch.update(vec![("pd".into(), grant())], Arc::new(NoSink));
         let granted = grant().0.remove(0);
@@ -275,21 +289,35 @@ mod tests {
 
         // A restart: the book is read back, nothing is written before the
         // plugins are known, and an owner gone takes its condition and taint.
-        let again = Arc::new(ConditionsHost::new(node.clone(), Some(file), Duration::from_secs(300)));
+        let again = Arc::new(ConditionsHost::new(
+            node.clone(),
+            Some(file),
+            Duration::from_secs(300),
+        ));
         assert_eq!(again.book.lock().unwrap().conditions.len(), 1);
         let writes = node.writes();
         let mut watch = ConditionsWatch::new(again.clone());
         watch.update(vec![], Arc::new(NoSink));
-        until("the orphan removed", || node.conditions().is_empty() && node.taints().is_empty()).await;
+        until("the orphan removed", || {
+            node.conditions().is_empty() && node.taints().is_empty()
+        })
+        .await;
         assert!(node.writes() > writes);
-        until("the book saved empty", || again.book.lock().unwrap().conditions.is_empty()).await;
+        until("the book saved empty", || {
+            again.book.lock().unwrap().conditions.is_empty()
+        })
+        .await;
     }
 
     #[tokio::test]
     async fn a_failed_write_is_retried_not_dropped() {
         let node = Arc::new(FakeNode::default());
         node.failing.store(true, Ordering::Relaxed);
-        let host = Arc::new(ConditionsHost::new(node.clone(), None, Duration::from_secs(300)));
+        let host = Arc::new(ConditionsHost::new(
+            node.clone(),
+            None,
+            Duration::from_secs(300),
+        ));
         let mut watch = ConditionsWatch::new(host.clone());
         watch.update(vec![("pd".into(), grant())], Arc::new(NoSink));
         let granted = grant().0.remove(0);
@@ -305,12 +333,17 @@ mod tests {
             now(),
         )
         .await;
-        until("a failure counted", || host.failures.load(Ordering::Relaxed) > 0).await;
+        until("a failure counted", || {
+            host.failures.load(Ordering::Relaxed) > 0
+        })
+        .await;
         node.failing.store(false, Ordering::Relaxed);
         until("the retry written", || node.conditions().len() == 1).await;
         let metrics = host.render(&|_| true);
         assert!(
-            metrics.contains("tend_conditions{condition=\"KernelDeadlock\",plugin=\"pd\",status=\"True\"} 1"),
+            metrics.contains(
+                "tend_conditions{condition=\"KernelDeadlock\",plugin=\"pd\",status=\"True\"} 1"
+            ),
             "{metrics}"
         );
     }
