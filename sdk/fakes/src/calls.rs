@@ -11,8 +11,8 @@ use std::time::Duration;
 use tend_rules::wit::INTERFACES;
 use tend_sdk::testing::FakeHost;
 use tend_sdk::{
-    Host, Level, ListParams, LogFilter, LogSource, ObjectKey, OwnerTag, PatchType, Request, Rule,
-    SandboxFilter,
+    ConditionReport, Host, Level, ListParams, LogFilter, LogSource, ObjectKey, OwnerTag, PatchType,
+    Request, Rule, SandboxFilter,
 };
 
 /// The WIT functions of `cap`, or what to write instead.
@@ -74,6 +74,15 @@ impl Functions for FakeHost {
         max: u32,
     ) -> Value {
         answer(self.logs().read(source, since.as_deref(), &filter, max))
+    }
+    fn conditions_set(&self, report: ConditionReport) -> Value {
+        answer(self.conditions().set(&report))
+    }
+    fn conditions_clear(&self, condition: String, reason: String, message: String) -> Value {
+        answer(self.conditions().clear(&condition, &reason, &message))
+    }
+    fn conditions_list(&self) -> Value {
+        answer(self.conditions().list())
     }
     fn log_log(&self, level: Level, message: String) -> Value {
         self.log(level, &message);
