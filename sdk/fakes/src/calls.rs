@@ -382,4 +382,34 @@ mod tests {
             "denied"
         );
     }
+
+    #[test]
+    fn conditions_expire_on_the_fakes_clock() {
+        let host = new_host("problem-detector");
+        let call = |function: &str, args| {
+            ask(
+                json!({"op": "call", "host": host, "cap": "conditions", "fn": function, "args": args}),
+            )
+        };
+        let setup = |function: &str, args| {
+            ask(
+                json!({"op": "setup", "host": host, "fake": "conditions", "fn": function, "args": args}),
+            )
+        };
+        let report = json!({"report": {"condition": "KernelDeadlock", "reason": "TaskHung", "message": "blocked", "ttl-seconds": 60}});
+        assert_eq!(call("set", report.clone())["err"]["kind"], "denied");
+        setup("grant", json!({"grant": ["KernelDeadlock"]}));
+        assert_eq!(call("set", report), json!({"ok": null}));
+        let set_at = setup("now", json!({}))["ok"].as_u64().unwrap();
+        setup("advance", json!({"seconds": 61}));
+        let held = &call("list", json!({}))["ok"][0];
+        assert_eq!(
+            *held,
+            json!({
+                "condition": "KernelDeadlock", "active": false, "reason": "Expired",
+                "message": "not reported again within 60s: was TaskHung: blocked",
+                "since": set_at + 60, "expires-in": null, "written": true,
+            })
+        );
+    }
 }
