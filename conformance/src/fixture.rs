@@ -1,5 +1,6 @@
 //! The node and cluster every case runs against: files, a probe answer,
-//! units, sandboxes in two namespaces and two states, a container, images,
+//! units, log lines, conditions held (one reported, one cleared), sandboxes
+//! in two namespaces and two states, a container, images,
 //! instances of two owners, security groups, Kubernetes objects and state
 //! keys. A populated backend is what lets a case be an ownership refusal (an
 //! instance of another cluster, a sandbox in another namespace) or a plain
@@ -30,6 +31,10 @@ pub const INSTANCE_B: &str = "i-0123456789abcdef1";
 /// The granted group and another.
 pub const GROUP: &str = "sg-0123456789abcdef0";
 pub const OTHER_GROUP: &str = "sg-0123456789abcdef1";
+
+/// The condition types the plugin holds before the case (as the host holds
+/// them from an earlier run): the first reported, the second cleared.
+pub const CONDITIONS: [&str; 2] = ["KernelDeadlock", "ReadonlyFilesystem"];
 
 /// The probe the fixture answers (GET, 200).
 pub const HEALTHZ: &str = "http://127.0.0.1:10248/healthz";
@@ -108,6 +113,16 @@ pub fn setup_requests() -> Vec<Value> {
             "logs",
             "journal",
             json!({"unit": "sshd.service", "identifier": "sshd", "priority": 6, "message": "Accepted publickey for root"}),
+        ),
+        setup(
+            "conditions",
+            "hold",
+            json!({"condition": CONDITIONS[0], "active": true, "reason": "TaskHung", "message": "task kworker/0:1 blocked for more than 120 seconds"}),
+        ),
+        setup(
+            "conditions",
+            "hold",
+            json!({"condition": CONDITIONS[1], "active": false, "reason": "FilesystemWritable", "message": "/ is writable"}),
         ),
         setup(
             "cri",

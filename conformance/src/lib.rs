@@ -18,6 +18,7 @@
 use serde_json::{Value, json};
 use tend_rules::Refusal;
 use tend_rules::cloud::CloudGrant;
+use tend_rules::conditions::ConditionsGrant;
 use tend_rules::cri::{CriGrant, MAX_FILTER_LABELS, MAX_LABEL_TEXT, Operation as CriOperation};
 use tend_rules::files::{FileGrant, OWN_PROC};
 use tend_rules::http::UrlPattern;
@@ -172,6 +173,7 @@ pub struct Case {
     pub cri: CriGrant,
     pub cloud: CloudGrant,
     pub logs: LogsGrant,
+    pub conditions: ConditionsGrant,
     pub op: Op,
     pub expect: Expect,
 }
@@ -186,6 +188,7 @@ fn ungranted(op: Op, expect: Expect) -> Case {
         cri: CriGrant::default(),
         cloud: CloudGrant::default(),
         logs: LogsGrant::default(),
+        conditions: ConditionsGrant::default(),
         op,
         expect,
     }
@@ -543,6 +546,7 @@ pub fn cases() -> Vec<Case> {
     .chain(cri_cases())
     .chain(cloud_cases())
     .chain(logs_cases())
+    .chain(conditions_cases())
     .chain(populated::cases())
     .collect()
 }
@@ -664,6 +668,98 @@ fn logs_cases() -> Vec<Case> {
             matches,
             denied(
                 "plugin \"conformance\" has no watch rules, so nothing matches for it: add a [[plugins.conformance.grants.logs.watch]] rule",
+            ),
+        ),
+    ]
+}
+
+/// `op` under a grant of [`fixture::CONDITIONS`], the second tied to a taint.
+fn conditions(op: Op, expect: Expect) -> Case {
+    let grant = json!(["KernelDeadlock", {"condition": "ReadonlyFilesystem", "taint-on": {"effect": "NoSchedule"}}]);
+    Case {
+        conditions: serde_json::from_value(grant).expect("valid grant"),
+        ..ungranted(op, expect)
+    }
+}
+
+/// A `conditions.set` of `condition` with `reason`, `message` and `ttl`.
+fn set_condition(condition: &str, reason: &str, message: &str, ttl: Option<u32>) -> Op {
+    Op::Wit {
+        cap: "conditions",
+        function: "set",
+        args: json!({"report": {"condition": condition, "reason": reason, "message": message, "ttl-seconds": ttl}}),
+    }
+}
+
+/// Conditions: only granted types, never the kubelet's, shapes and bounds
+/// in the host's order (type, grant, note, TTL); the list of what the
+/// fixture holds (one reported, one cleared) by type, status and reason.
+fn conditions_cases() -> Vec<Case> {
+    let clear = |condition: &str| Op::Wit {
+        cap: "conditions",
+        function: "clear",
+        args: json!({"condition": condition, "reason": "TaskRecovered", "message": "no task blocked"}),
+    };
+    let list = || Op::Wit {
+        cap: "conditions",
+        function: "list",
+        args: json!({}),
+    };
+    let hung =
+        |condition: &str| set_condition(condition, "TaskHung", "task kworker/0:1 blocked", None);
+    let not_granted = "condition \"Other\" is not granted: add it to [plugins.<name>.grants] conditions (a condition type has one owner)";
+    vec![
+        conditions(hung("KernelDeadlock"), Expect::Ok),
+        conditions(
+            set_condition("ReadonlyFilesystem", "RemountedReadonly", "", Some(300)),
+            Expect::Ok,
+        ),
+        conditions(hung("Other"), denied(not_granted)),
+        ungranted(
+            hung("KernelDeadlock"),
+            denied(
+                "condition \"KernelDeadlock\" is not granted: add it to [plugins.<name>.grants] conditions (a condition type has one owner)",
+            ),
+        ),
+        conditions(
+            hung("Ready"),
+            denied("condition \"Ready\" is the kubelet's: no plugin may set it"),
+        ),
+        conditions(
+            hung("kernel-deadlock"),
+            invalid(
+                "condition type \"kernel-deadlock\": expected CamelCase letters and digits, at most 63 bytes, for example \"KernelDeadlock\"",
+            ),
+        ),
+        conditions(
+            set_condition("KernelDeadlock", "task hung", "", None),
+            invalid(
+                "condition reason \"task hung\": expected CamelCase letters and digits, at most 128 bytes, for example \"TaskHung\"",
+            ),
+        ),
+        conditions(
+            set_condition("KernelDeadlock", "TaskHung", &"x".repeat(1025), None),
+            invalid("condition message: at most 1024 bytes, not 1025"),
+        ),
+        conditions(
+            set_condition("KernelDeadlock", "TaskHung", "", Some(0)),
+            invalid(
+                "condition ttl-seconds 0: expected 1 to 604800 (a week), or none to hold until cleared",
+            ),
+        ),
+        conditions(clear("KernelDeadlock"), Expect::Ok),
+        conditions(clear("Other"), denied(not_granted)),
+        conditions(
+            list(),
+            listed(&[
+                "KernelDeadlock True TaskHung",
+                "ReadonlyFilesystem False FilesystemWritable",
+            ]),
+        ),
+        ungranted(
+            list(),
+            denied(
+                "no condition types are granted, so none is held: add conditions = [\"<Type>\"] to [plugins.<name>.grants]",
             ),
         ),
     ]
@@ -1325,7 +1421,8 @@ pub fn to_json() -> Value {
 
 /// The functions whose answer is compared as a list of names (see
 /// [`item_name`]).
-pub const LISTINGS: [(&str, &str); 12] = [
+pub const LISTINGS: [(&str, &str); 13] = [
+    ("conditions", "list"),
     ("logs", "read"),
     ("logs", "matches"),
     ("state", "list-keys"),
@@ -1351,6 +1448,18 @@ fn item_name(cap: &str, function: &str, item: &Value) -> Option<String> {
         ("cri", "list-images") => text(&item["repo-tags"][0]),
         ("logs", "read") => text(&item["message"]),
         ("logs", "matches") => text(&item["rule"]),
+        ("conditions", "list") => {
+            let status = if item["active"].as_bool()? {
+                "True"
+            } else {
+                "False"
+            };
+            Some(format!(
+                "{} {status} {}",
+                text(&item["condition"])?,
+                text(&item["reason"])?
+            ))
+        }
         ("kube", "list") => {
             let object: Value = serde_json::from_str(item.as_str()?).ok()?;
             text(&object["metadata"]["name"])
@@ -1498,6 +1607,13 @@ impl Case {
             }),
             *logs == LogsGrant::default(),
         );
+        let conditions: Vec<Value> = (self.conditions.0.iter())
+            .map(|granted| match granted.taint_on {
+                None => json!(granted.condition),
+                Some(taint) => json!({"condition": granted.condition, "taint-on": {"effect": taint.effect.name()}}),
+            })
+            .collect();
+        put("conditions", json!(conditions), conditions.is_empty());
         Value::Object(grants)
     }
 }
@@ -1779,6 +1895,10 @@ mod tests {
             assert_eq!(read::<CriGrant>(&grants, "cri"), case.cri);
             assert_eq!(read::<CloudGrant>(&grants, "cloud"), case.cloud);
             assert_eq!(read::<LogsGrant>(&grants, "logs"), case.logs);
+            assert_eq!(
+                read::<ConditionsGrant>(&grants, "conditions"),
+                case.conditions
+            );
         }
     }
 

@@ -243,8 +243,19 @@ pub fn check_ttl(ttl_seconds: Option<u32>) -> Result<(), Refusal> {
     }
 }
 
-/// The message of a condition cleared because its TTL passed: what it said
-/// before, bounded to [`MAX_MESSAGE`] bytes.
+/// `list` needs a grant: a plugin granted no condition type holds none.
+pub fn check_list(grant: &ConditionsGrant) -> Result<(), Refusal> {
+    if grant.0.is_empty() {
+        return Err(Refusal::Denied(
+            "no condition types are granted, so none is held: add conditions = [\"<Type>\"] to [plugins.<name>.grants]".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// The message of a condition its TTL cleared (reason [`EXPIRED`]), saying
+/// what it reported before: host and SDK fakes say it alike. At most
+/// [`MAX_MESSAGE`] bytes, cut at a character boundary.
 pub fn expired_message(ttl_seconds: u32, reason: &str, message: &str) -> String {
     let mut text = format!("not reported again within {ttl_seconds}s: was {reason}: {message}");
     if text.len() > MAX_MESSAGE {
@@ -341,12 +352,22 @@ mod tests {
     }
 
     #[test]
-    fn an_expired_message_says_what_was_and_stays_bounded() {
+    fn listing_needs_a_grant() {
+        let denied = check_list(&ConditionsGrant::default()).unwrap_err();
+        assert_eq!(denied.kind(), "denied");
+        assert!(denied.message().contains("grants]"), "{denied:?}");
+        let g = grant(r#"conditions = ["KernelDeadlock"]"#).unwrap();
+        assert!(check_list(&g).is_ok());
+    }
+
+    #[test]
+    fn an_expired_message_says_what_was_reported_within_the_bound() {
         assert_eq!(
-            expired_message(60, "TaskHung", "blocked"),
-            "not reported again within 60s: was TaskHung: blocked"
+            expired_message(60, "TaskHung", "task blocked"),
+            "not reported again within 60s: was TaskHung: task blocked"
         );
-        let long = expired_message(60, "R", &"é".repeat(MAX_MESSAGE));
-        assert!(long.len() <= MAX_MESSAGE);
+        let long = expired_message(MAX_TTL_SECONDS, "A", &"é".repeat(MAX_MESSAGE));
+        assert!(long.len() <= MAX_MESSAGE && long.len() > MAX_MESSAGE - 2);
+        assert!(long.starts_with("not reported again within 604800s: was A: é"));
     }
 }

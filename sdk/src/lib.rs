@@ -85,6 +85,12 @@ macro_rules! capability_list {
                 fake: FakeLogs,
                 types: [LogEntry, LogFilter, LogPage, LogSource, Matched],
             },
+            /// NodeConditions on the own Node, of the condition types granted.
+            conditions: Conditions {
+                wasm: WasmConditions,
+                fake: FakeConditions,
+                types: [ConditionReport, HeldCondition],
+            },
         }
     };
     // Fills in the optional parts, so each callback matches one plain shape.

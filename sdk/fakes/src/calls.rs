@@ -11,8 +11,8 @@ use std::time::Duration;
 use tend_rules::wit::INTERFACES;
 use tend_sdk::testing::FakeHost;
 use tend_sdk::{
-    Host, Level, ListParams, LogFilter, LogSource, ObjectKey, OwnerTag, PatchType, Request, Rule,
-    SandboxFilter,
+    ConditionReport, Host, Level, ListParams, LogFilter, LogSource, ObjectKey, OwnerTag, PatchType,
+    Request, Rule, SandboxFilter,
 };
 
 /// The WIT functions of `cap`, or what to write instead.
@@ -74,6 +74,15 @@ impl Functions for FakeHost {
         max: u32,
     ) -> Value {
         answer(self.logs().read(source, since.as_deref(), &filter, max))
+    }
+    fn conditions_set(&self, report: ConditionReport) -> Value {
+        answer(self.conditions().set(&report))
+    }
+    fn conditions_clear(&self, condition: String, reason: String, message: String) -> Value {
+        answer(self.conditions().clear(&condition, &reason, &message))
+    }
+    fn conditions_list(&self) -> Value {
+        answer(self.conditions().list())
     }
     fn log_log(&self, level: Level, message: String) -> Value {
         self.log(level, &message);
@@ -371,6 +380,36 @@ mod tests {
         assert_eq!(
             call("cloud", "list-instances", owner)["err"]["kind"],
             "denied"
+        );
+    }
+
+    #[test]
+    fn conditions_expire_on_the_fakes_clock() {
+        let host = new_host("problem-detector");
+        let call = |function: &str, args| {
+            ask(
+                json!({"op": "call", "host": host, "cap": "conditions", "fn": function, "args": args}),
+            )
+        };
+        let setup = |function: &str, args| {
+            ask(
+                json!({"op": "setup", "host": host, "fake": "conditions", "fn": function, "args": args}),
+            )
+        };
+        let report = json!({"report": {"condition": "KernelDeadlock", "reason": "TaskHung", "message": "blocked", "ttl-seconds": 60}});
+        assert_eq!(call("set", report.clone())["err"]["kind"], "denied");
+        setup("grant", json!({"grant": ["KernelDeadlock"]}));
+        assert_eq!(call("set", report), json!({"ok": null}));
+        let set_at = setup("now", json!({}))["ok"].as_u64().unwrap();
+        setup("advance", json!({"seconds": 61}));
+        let held = &call("list", json!({}))["ok"][0];
+        assert_eq!(
+            *held,
+            json!({
+                "condition": "KernelDeadlock", "active": false, "reason": "Expired",
+                "message": "not reported again within 60s: was TaskHung: blocked",
+                "since": set_at + 60, "expires-in": null, "written": true,
+            })
         );
     }
 }

@@ -9,6 +9,7 @@ use crate::{Args, unknown_fn};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tend_rules::cloud::CloudGrant;
+use tend_rules::conditions::ConditionsGrant;
 use tend_rules::cri::{CriGrant, normalize_image};
 use tend_rules::files::FileGrant;
 use tend_rules::http::UrlPattern;
@@ -19,7 +20,7 @@ use tend_sdk::testing::FakeHost;
 use tend_sdk::{Error, SandboxState};
 
 /// The setup functions of each fake.
-const SETUP: [(&str, &[&str]); 10] = [
+const SETUP: [(&str, &[&str]); 11] = [
     ("host", &["log-lines", "plugin"]),
     ("files", &["grant", "put", "get", "paths"]),
     ("http", &["grant", "respond", "status", "sent", "batches"]),
@@ -89,6 +90,7 @@ const SETUP: [(&str, &[&str]); 10] = [
         ],
     ),
     ("logs", &["grant", "kernel", "journal"]),
+    ("conditions", &["grant", "hold", "advance", "now"]),
 ];
 
 fn ok(value: impl Wit) -> Value {
@@ -155,6 +157,7 @@ pub(crate) fn setup(
         "cri" => cri(host, function, a),
         "kube" => kube(host, function, a),
         "logs" => logs(host, function, a),
+        "conditions" => conditions(host, function, a),
         _ => cloud(host, function, a),
     };
     answer.map_err(|e| format!("{fake} {function}: {e}"))
@@ -525,4 +528,33 @@ fn logs(host: &FakeHost, function: &str, a: &mut Args) -> Result<Value, String> 
         }
     }
     Ok(ok(()))
+}
+
+fn conditions(host: &FakeHost, function: &str, a: &mut Args) -> Result<Value, String> {
+    let conditions = &host.conditions;
+    Ok(match function {
+        "grant" => {
+            conditions.extend_grant(&grant::<ConditionsGrant>(a)?);
+            ok(())
+        }
+        "hold" => {
+            let condition: String = a.get("condition")?;
+            let active: bool = a.get("active")?;
+            let reason: String = a.get("reason")?;
+            let message: String = a.get("message")?;
+            a.done()?;
+            conditions.hold(&condition, active, &reason, &message);
+            ok(())
+        }
+        "advance" => {
+            let seconds: u64 = a.get("seconds")?;
+            a.done()?;
+            conditions.advance(Duration::from_secs(seconds));
+            ok(())
+        }
+        _ => {
+            a.done()?;
+            ok(conditions.now())
+        }
+    })
 }

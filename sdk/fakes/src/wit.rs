@@ -7,11 +7,11 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value, json};
 use tend_sdk::{
-    Container, ContainerState, DirEntry, Direction, Error, EtherType, EventType, FileKind, Image,
-    Instance, InstanceState, JobResult, Level, ListParams, LogEntry, LogFilter, LogPage, LogSource,
-    Matched, Metadata, ObjectKey, ObjectList, OwnerTag, PatchType, PodSandbox, PortRange, Protocol,
-    Remote, Request, Response, Rule, RuntimeVersion, SandboxFilter, SandboxState, SandboxStatus,
-    SecurityGroup, UnitStatus,
+    ConditionReport, Container, ContainerState, DirEntry, Direction, Error, EtherType, EventType,
+    FileKind, HeldCondition, Image, Instance, InstanceState, JobResult, Level, ListParams,
+    LogEntry, LogFilter, LogPage, LogSource, Matched, Metadata, ObjectKey, ObjectList, OwnerTag,
+    PatchType, PodSandbox, PortRange, Protocol, Remote, Request, Response, Rule, RuntimeVersion,
+    SandboxFilter, SandboxState, SandboxStatus, SecurityGroup, UnitStatus,
 };
 
 /// A value that crosses the ABI. `at` names where a value sits in the
@@ -315,6 +315,8 @@ records! {
     Matched { rule, entries, missed, gap }
     LogFilter { units, identifiers, max_priority }
     LogPage { entries, cursor, gap }
+    ConditionReport { condition, reason, message, ttl_seconds }
+    HeldCondition { condition, active, reason, message, since, expires_in, written }
 }
 
 /// `Wit` for enums: the case name.
