@@ -33,8 +33,10 @@ pub mod rules;
 
 use rules::{Act, Config, Recent, Seen};
 use std::time::{SystemTime, UNIX_EPOCH};
-use tend_sdk::kube::{EventType, ObjectKey};
-use tend_sdk::{ConditionReport, Context, Error, Host, Level, Outcome, Plugin, PluginInfo, Result};
+use tend_sdk::{
+    ConditionReport, Context, Error, EventType, Host, Level, ObjectKey, Outcome, Plugin,
+    PluginInfo, Result,
+};
 
 /// State key: each counting rule's recent matches ([`rules::Recent`]).
 const RECENT: &str = "recent";
@@ -74,7 +76,9 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
     for watch in &unknown {
         host.log(
             Level::Warn,
-            &format!("watch rule {watch} matched but no rule says what it means: add it to extra-rules"),
+            &format!(
+                "watch rule {watch} matched but no rule says what it means: add it to extra-rules"
+            ),
         );
     }
     for act in acts {
@@ -178,7 +182,9 @@ fn summarize(host: &dyn Host, lost: u64) -> Result<Outcome> {
         active.join(", ")
     };
     if lost > 0 {
-        message += &format!("; {lost} matching lines not delivered (over a rule's rate or lost by the log)");
+        message += &format!(
+            "; {lost} matching lines not delivered (over a rule's rate or lost by the log)"
+        );
     }
     Ok(if active.is_empty() {
         Outcome::healthy(message)

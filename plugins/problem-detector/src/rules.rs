@@ -86,9 +86,14 @@ fn one() -> u32 {
 }
 
 fn time_sync_units() -> Vec<String> {
-    ["systemd-timesyncd.service", "chrony.service", "chronyd.service", "ntp.service"]
-        .map(String::from)
-        .to_vec()
+    [
+        "systemd-timesyncd.service",
+        "chrony.service",
+        "chronyd.service",
+        "ntp.service",
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 fn ntp_problem() -> String {
@@ -97,7 +102,9 @@ fn ntp_problem() -> String {
 
 /// "90s", "10m", "1h", "2d" in seconds.
 pub fn seconds(text: &str) -> Result<u64, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let scale = match unit {
         "s" => 1,
@@ -146,22 +153,48 @@ pub fn defaults() -> Vec<Rule> {
     vec![
         rule("oom-kill", None, "OOMKilling", None),
         rule("task-hung", Some("KernelDeadlock"), "TaskHung", Some(HOUR)),
-        rule("unregister-netdevice", Some("KernelDeadlock"), "UnregisterNetDevice", Some(HOUR)),
-        rule("kernel-oops", Some("KernelDeadlock"), "KernelOops", Some(HOUR)),
+        rule(
+            "unregister-netdevice",
+            Some("KernelDeadlock"),
+            "UnregisterNetDevice",
+            Some(HOUR),
+        ),
+        rule(
+            "kernel-oops",
+            Some("KernelDeadlock"),
+            "KernelOops",
+            Some(HOUR),
+        ),
         rule("ext4-error", None, "Ext4Error", None),
         rule("io-error", None, "IOError", None),
-        rule("xfs-shutdown", Some("XfsShutdown"), "XfsHasShutdown", Some(24 * HOUR)),
-        rule("readonly-filesystem", Some("ReadonlyFilesystem"), "FilesystemIsReadOnly", Some(24 * HOUR)),
+        rule(
+            "xfs-shutdown",
+            Some("XfsShutdown"),
+            "XfsHasShutdown",
+            Some(24 * HOUR),
+        ),
+        rule(
+            "readonly-filesystem",
+            Some("ReadonlyFilesystem"),
+            "FilesystemIsReadOnly",
+            Some(24 * HOUR),
+        ),
         restarts("containerd-restart", "FrequentContainerdRestart"),
         restarts("kubelet-restart", "FrequentKubeletRestart"),
-        rule("pleg-unhealthy", Some("KubeletUnhealthy"), "PLEGNotHealthy", Some(10 * 60)),
+        rule(
+            "pleg-unhealthy",
+            Some("KubeletUnhealthy"),
+            "PLEGNotHealthy",
+            Some(10 * 60),
+        ),
     ]
 }
 
 /// The config's own mistakes, said before anything is done.
 pub fn validate(config: &Config) -> Result<(), String> {
     let camel = |t: &str| {
-        t.starts_with(|c: char| c.is_ascii_uppercase()) && t.chars().all(|c| c.is_ascii_alphanumeric())
+        t.starts_with(|c: char| c.is_ascii_uppercase())
+            && t.chars().all(|c| c.is_ascii_alphanumeric())
     };
     for r in config.rules.iter().chain(&config.extra_rules) {
         if !camel(&r.reason) {
@@ -201,8 +234,16 @@ pub struct Seen {
 /// What to do about the lines seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Act {
-    Event { reason: String, message: String },
-    Set { condition: String, reason: String, message: String, ttl: Option<u64> },
+    Event {
+        reason: String,
+        message: String,
+    },
+    Set {
+        condition: String,
+        reason: String,
+        message: String,
+        ttl: Option<u64>,
+    },
 }
 
 /// Each counting rule's recent matches (seconds), kept between reconciles.
@@ -211,7 +252,12 @@ pub type Recent = BTreeMap<String, Vec<u64>>;
 /// What `seen` calls for at `now`, given and updating `recent`; a line of a
 /// watch rule no rule names is returned apart, to be said. A condition is
 /// set once per reconcile per type (the latest line's message).
-pub fn decide(config: &Config, seen: &[Seen], recent: &mut Recent, now: u64) -> (Vec<Act>, Vec<String>) {
+pub fn decide(
+    config: &Config,
+    seen: &[Seen],
+    recent: &mut Recent,
+    now: u64,
+) -> (Vec<Act>, Vec<String>) {
     let rules = config.all_rules();
     let mut acts: Vec<Act> = vec![];
     let mut unknown = vec![];
@@ -244,7 +290,10 @@ pub fn decide(config: &Config, seen: &[Seen], recent: &mut Recent, now: u64) -> 
     }
     // Forget what fell out of every window.
     for (watch, times) in recent.iter_mut() {
-        let within = rules.get(watch.as_str()).and_then(|r| r.within).unwrap_or(0);
+        let within = rules
+            .get(watch.as_str())
+            .and_then(|r| r.within)
+            .unwrap_or(0);
         times.retain(|&at| at + within > now);
     }
     recent.retain(|_, times| !times.is_empty());
@@ -278,7 +327,11 @@ pub fn clock_verdict(active: &[(String, bool)]) -> (bool, &'static str, String) 
             "NTPIsDown",
             format!(
                 "no time-sync unit is active ({})",
-                active.iter().map(|(u, _)| u.as_str()).collect::<Vec<_>>().join(", ")
+                active
+                    .iter()
+                    .map(|(u, _)| u.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         ),
     }
@@ -321,7 +374,12 @@ mod tests {
                 "XfsShutdown"
             ]
         );
-        let (acts, unknown) = decide(&c, &[seen("task-hung", 10), seen("oom-kill", 11)], &mut Recent::new(), 11);
+        let (acts, unknown) = decide(
+            &c,
+            &[seen("task-hung", 10), seen("oom-kill", 11)],
+            &mut Recent::new(),
+            11,
+        );
         assert!(unknown.is_empty());
         assert_eq!(
             acts,
@@ -346,13 +404,28 @@ mod tests {
         let mut recent = Recent::new();
         let four: Vec<Seen> = (0..4).map(|i| seen("containerd-restart", i * 60)).collect();
         assert!(decide(&c, &four, &mut recent, 240).0.is_empty());
-        assert_eq!(recent["containerd-restart"].len(), 4, "kept for the next reconcile");
+        assert_eq!(
+            recent["containerd-restart"].len(),
+            4,
+            "kept for the next reconcile"
+        );
         let (acts, _) = decide(&c, &[seen("containerd-restart", 300)], &mut recent, 300);
-        assert!(matches!(&acts[..], [Act::Set { condition, .. }] if condition == "FrequentContainerdRestart"));
+        assert!(
+            matches!(&acts[..], [Act::Set { condition, .. }] if condition == "FrequentContainerdRestart")
+        );
         // Spread over more than the window: never.
         let mut recent = Recent::new();
         for i in 0..10 {
-            assert!(decide(&c, &[seen("containerd-restart", i * 600)], &mut recent, i * 600).0.is_empty());
+            assert!(
+                decide(
+                    &c,
+                    &[seen("containerd-restart", i * 600)],
+                    &mut recent,
+                    i * 600
+                )
+                .0
+                .is_empty()
+            );
         }
         // Old matches are forgotten.
         assert!(decide(&c, &[], &mut recent, 100_000).0.is_empty());
@@ -364,7 +437,11 @@ mod tests {
         let c = config("{}").unwrap();
         let (acts, unknown) = decide(
             &c,
-            &[seen("task-hung", 1), seen("kernel-oops", 2), seen("mystery", 3)],
+            &[
+                seen("task-hung", 1),
+                seen("kernel-oops", 2),
+                seen("mystery", 3),
+            ],
             &mut Recent::new(),
             3,
         );
@@ -382,7 +459,12 @@ mod tests {
             ]}"#,
         )
         .unwrap();
-        let (acts, _) = decide(&c, &[seen("my-driver", 1), seen("task-hung", 2)], &mut Recent::new(), 2);
+        let (acts, _) = decide(
+            &c,
+            &[seen("my-driver", 1), seen("task-hung", 2)],
+            &mut Recent::new(),
+            2,
+        );
         assert_eq!(
             acts[0],
             Act::Set {
@@ -392,17 +474,28 @@ mod tests {
                 ttl: Some(1800)
             }
         );
-        assert!(matches!(&acts[1], Act::Event { reason, .. } if reason == "TaskHung"), "replaced: an Event now");
+        assert!(
+            matches!(&acts[1], Act::Event { reason, .. } if reason == "TaskHung"),
+            "replaced: an Event now"
+        );
     }
 
     #[test]
     fn mistakes_in_config_are_said() {
         let bad = |json: &str| config(json).unwrap_err();
         assert!(bad(r#"{"rules": [{"watch": "a", "reason": "task hung"}]}"#).contains("CamelCase"));
-        assert!(bad(r#"{"rules": [{"watch": "a", "reason": "A", "count": 3}]}"#).contains("within"));
-        assert!(bad(r#"{"rules": [{"watch": "a", "reason": "A", "ttl": "1h"}]}"#).contains("condition"));
-        assert!(bad(r#"{"rules": [{"watch": "a", "reason": "A", "ttl": "soon"}]}"#).contains("10m"));
-        assert!(bad(r#"{"rules": [{"watch": "a", "reason": "A", "colour": 1}]}"#).contains("colour"));
+        assert!(
+            bad(r#"{"rules": [{"watch": "a", "reason": "A", "count": 3}]}"#).contains("within")
+        );
+        assert!(
+            bad(r#"{"rules": [{"watch": "a", "reason": "A", "ttl": "1h"}]}"#).contains("condition")
+        );
+        assert!(
+            bad(r#"{"rules": [{"watch": "a", "reason": "A", "ttl": "soon"}]}"#).contains("10m")
+        );
+        assert!(
+            bad(r#"{"rules": [{"watch": "a", "reason": "A", "colour": 1}]}"#).contains("colour")
+        );
         assert_eq!(seconds("90s"), Ok(90));
         assert_eq!(seconds("2d"), Ok(172_800));
         assert!(seconds("0m").is_err() && seconds("m").is_err() && seconds("5").is_err());
@@ -417,8 +510,11 @@ mod tests {
                 .map(|(u, s)| (u.to_string(), *s))
                 .collect()
         };
-        assert_eq!(clock_verdict(&units(&[false, true])).0, false);
+        assert!(!clock_verdict(&units(&[false, true])).0);
         let (problem, reason, message) = clock_verdict(&units(&[false, false]));
-        assert!(problem && reason == "NTPIsDown" && message.contains("chrony.service"), "{message}");
+        assert!(
+            problem && reason == "NTPIsDown" && message.contains("chrony.service"),
+            "{message}"
+        );
     }
 }

@@ -6,7 +6,7 @@
 
 use super::book::{self, Shown};
 use super::grants::{
-    ConditionsGrant, Granted, MAX_MESSAGE, check_condition, check_note, check_ttl,
+    ConditionsGrant, Granted, MAX_MESSAGE, check_condition, check_list, check_note, check_ttl,
 };
 use super::writer::{ConditionsHost, now};
 use crate::capabilities::call::Call;
@@ -63,6 +63,7 @@ impl PluginConditions {
     }
 
     pub(super) async fn list(&self) -> Result<Vec<Held>, CapError> {
+        check_list(&self.grant)?;
         let now = now();
         let book = self.host.book.lock().unwrap();
         Ok(book

@@ -2,5 +2,5 @@
 //! `tend-rules` (shared with the SDK's fake).
 
 pub use tend_rules::conditions::{
-    ConditionsGrant, Granted, MAX_MESSAGE, check_condition, check_note, check_ttl,
+    ConditionsGrant, Granted, MAX_MESSAGE, check_condition, check_list, check_note, check_ttl,
 };
