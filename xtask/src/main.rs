@@ -30,6 +30,7 @@ pub(crate) const BUILT_IN_PLUGINS: &[&str] = &[
     "pull-guard",
     "node-reaper",
     "secgroup-guard",
+    "problem-detector",
 ];
 /// Rust plugins only the tests use (tests/plugins/): never in the image.
 const TEST_PLUGINS: &[&str] = &["chaos"];

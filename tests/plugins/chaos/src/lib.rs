@@ -43,6 +43,9 @@
 //!   modes, "N ok, errors: {kind: count}; first: TEXT".
 //!
 //! Logs modes (tests/e2e/logs.rs):
+//! - `{"mode": "condition", "op": "set"|"clear"|"list", "condition": C,
+//!   "reason": R, "message": M, "ttl": N?}`: one conditions call; healthy "ok"
+//!   (a list logs "held C=true(R), ..."), or degraded "KIND message".
 //! - `{"mode": "log-matches"}`: takes the watch rules' matches and logs one
 //!   line per entry, "matched RULE: MESSAGE", and per rule "missed RULE: N,
 //!   gap G"; healthy "N matched; triggers: kind:subject, ...".
@@ -90,6 +93,18 @@ use tend_sdk::{
 #[derive(Deserialize)]
 #[serde(tag = "mode", rename_all = "kebab-case")]
 enum Mode {
+    #[serde(rename_all = "kebab-case")]
+    Condition {
+        op: String,
+        #[serde(default)]
+        condition: String,
+        #[serde(default)]
+        reason: String,
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        ttl: Option<u32>,
+    },
     LogMatches,
     #[serde(rename_all = "kebab-case")]
     LogsRead {
@@ -607,6 +622,35 @@ impl Chaos {
                 })
             }
             Mode::KubeWatch => Ok(Outcome::healthy(format!("triggers: {}", triggers(ctx)))),
+            Mode::Condition {
+                op,
+                condition,
+                reason,
+                message,
+                ttl,
+            } => {
+                let conditions = host.conditions();
+                let done = match op.as_str() {
+                    "set" => conditions.set(&tend_sdk::ConditionReport {
+                        condition,
+                        reason,
+                        message,
+                        ttl_seconds: ttl,
+                    }),
+                    "clear" => conditions.clear(&condition, &reason, &message),
+                    _ => conditions.list().map(|held| {
+                        let held: Vec<String> = held
+                            .iter()
+                            .map(|h| format!("{}={}({})", h.condition, h.active, h.reason))
+                            .collect();
+                        host.log(tend_sdk::Level::Info, &format!("held {}", held.join(", ")));
+                    }),
+                };
+                Ok(match done {
+                    Ok(()) => Outcome::healthy("ok"),
+                    Err(e) => Outcome::degraded(format!("{} {e}", e.kind())),
+                })
+            }
             Mode::LogMatches => {
                 let mut count = 0;
                 for matched in host.logs().matches()? {
