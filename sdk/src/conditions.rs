@@ -82,6 +82,10 @@ pub(crate) mod wasm {
     }
 }
 
+/// Where [`FakeConditions`]' clock starts: 2026-01-01T00:00:00Z, in
+/// seconds since the epoch.
+pub const FAKE_CLOCK_START: u64 = 1_767_225_600;
+
 /// One condition as the fake holds it.
 #[derive(Debug, Clone)]
 struct Holding {
@@ -96,8 +100,9 @@ struct Holding {
 
 /// The fake: the host's lifecycle of this plugin's conditions, behind the
 /// host's grant rules (nothing granted until [`FakeConditions::grant`]), on
-/// a clock of its own that starts at the wall clock and moves only by
-/// [`FakeConditions::advance`]. A report whose TTL passed is cleared as the
+/// a clock of its own that starts at [`FAKE_CLOCK_START`] and moves only by
+/// [`FakeConditions::advance`] (the same in every language's fakes, which
+/// run without a wall clock). A report whose TTL passed is cleared as the
 /// host clears it (reason "Expired"); every condition listed is `written`
 /// (the fake has no API server to wait for).
 pub struct FakeConditions {
@@ -111,7 +116,7 @@ impl crate::fake::Fake for FakeConditions {
         FakeConditions {
             grant: RefCell::default(),
             held: RefCell::default(),
-            now: Cell::new(crate::wall_clock_ms() / 1000),
+            now: Cell::new(FAKE_CLOCK_START),
         }
     }
 }
@@ -301,6 +306,7 @@ mod tests {
     fn since_moves_only_when_the_status_changes() {
         let conditions = granted();
         let start = conditions.now();
+        assert_eq!(start, FAKE_CLOCK_START);
         let report = ConditionReport::new("KernelDeadlock", "TaskHung", "task blocked");
         conditions.set(&report).unwrap();
         conditions.advance(Duration::from_secs(30));

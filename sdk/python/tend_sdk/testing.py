@@ -473,6 +473,33 @@ class FakeLogs(_Fake, _host.Logs):
         return self
 
 
+class FakeConditions(_Fake, _host.Conditions):
+    """The host's lifecycle of the plugin's conditions, on a clock of the fake's
+    own: it starts at the wall clock and moves only by `advance`."""
+
+    FAKE = "conditions"
+
+    def grant(self, *conditions: Union[str, dict]) -> "FakeConditions":
+        """Grant condition types, as `[plugins.NAME.grants] conditions`: "KernelDeadlock"
+        or {"condition": "ReadonlyFilesystem", "taint-on": {"effect": "NoSchedule"}}."""
+        self.grant_raw(list(conditions))
+        return self
+
+    def hold(self, condition: str, active: bool, reason: str, message: str = "") -> "FakeConditions":
+        """Hold `condition` as the host holds an earlier run's report (no grant check, no TTL)."""
+        self._setup("hold", condition=condition, active=active, reason=reason, message=message)
+        return self
+
+    def advance(self, seconds: int) -> "FakeConditions":
+        """Move the fake's clock on: a report whose TTL passes lists as cleared ("Expired")."""
+        self._setup("advance", seconds=seconds)
+        return self
+
+    def now(self) -> int:
+        """The fake's clock in seconds since the epoch (what `since` is in)."""
+        return self._setup("now")
+
+
 class FakeHost(_host.Host):
     """A `Host` over the fakes for plugin `plugin` (named in denial messages), nothing granted."""
 
