@@ -475,7 +475,7 @@ class FakeLogs(_Fake, _host.Logs):
 
 class FakeConditions(_Fake, _host.Conditions):
     """The host's lifecycle of the plugin's conditions, on a clock of the fake's
-    own: it starts at the wall clock and moves only by `advance`."""
+    own: it starts at 2026-01-01T00:00:00Z and moves only by `advance`."""
 
     FAKE = "conditions"
 
