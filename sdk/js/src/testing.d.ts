@@ -97,7 +97,7 @@ export class FakeHost {
     /** A journal entry; the watch rules run on it. */
     journal(unit: string | null, identifier: string | null, priority: number, message: string): void;
   };
-  conditions: Conditions & {
+  conditions: Conditions & Failing & {
     /** The grant as under `[plugins.NAME.grants] conditions`: `["KernelDeadlock", { condition, "taint-on": { effect } }]`. */
     grant(grant: Grant): void;
     /** Hold `condition` as the host holds an earlier run's report (no grant check, no TTL). */

@@ -182,6 +182,7 @@ const SETUP = {
     journal: "unit: option<string>, identifier: option<string>, priority: u8, message: string",
   },
   conditions: {
+    ...FAIL,
     grant: "grant: json",
     hold: "condition: string, active: bool, reason: string, message: string",
     advance: "seconds: u64",

@@ -3,7 +3,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { DeniedError, InvalidError, NotFoundError, TendError, UnavailableError, decodeUtf8 } from "../src/index.js";
+import { BudgetExhaustedError, DeniedError, InvalidError, NotFoundError, TendError, UnavailableError, decodeUtf8 } from "../src/index.js";
 import { FakeHost, FakesError, fakesInstance, testContext } from "../src/testing.js";
 
 test("scripted sandboxes, instances and units come back as the plugin sees them", () => {
@@ -134,5 +134,8 @@ test("conditions hold to the grant and expire on the fake's clock", () => {
   const [expired] = host.conditions.list();
   assert.deepEqual([expired.active, expired.reason, expired.since], [false, "Expired", setAt + 60]);
   assert.equal(expired.message, "not reported again within 60s: was TaskHung: task blocked");
+  host.conditions.failCall("set", new BudgetExhaustedError("conditions.set: spent"));
+  assert.throws(() => host.conditions.set(report), BudgetExhaustedError);
+  assert.deepEqual(host.conditions.actions(), ["set KernelDeadlock", "clear ReadonlyFilesystem"]);
   host.close();
 });

@@ -273,7 +273,7 @@ class FakeSystemd(_Fake, _host.Systemd):
 
 
 class _Failures:
-    """`fail_with` and `fail_call`, shared by the cri, kube and cloud fakes."""
+    """`fail_with` and `fail_call`, shared by the cri, kube, cloud and conditions fakes."""
 
     def fail_with(self, error: Optional[TendError]):
         """Every call fails with `error` until cleared with None."""
@@ -473,7 +473,7 @@ class FakeLogs(_Fake, _host.Logs):
         return self
 
 
-class FakeConditions(_Fake, _host.Conditions):
+class FakeConditions(_Failures, _Fake, _host.Conditions):
     """The host's lifecycle of the plugin's conditions, on a clock of the fake's
     own: it starts at 2026-01-01T00:00:00Z and moves only by `advance`."""
 

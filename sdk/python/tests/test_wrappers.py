@@ -13,6 +13,7 @@ import pytest
 import tend_sdk
 from tend_sdk.wit import FUNCTIONS
 from tend_sdk import (
+    BudgetExhausted,
     ConditionReport,
     Conflict,
     Denied,
@@ -208,6 +209,10 @@ def test_conditions_hold_to_the_grant_and_expire_on_the_fakes_clock():
     expired = host.conditions.list()[0]
     assert (expired.active, expired.reason, expired.since) == (False, "Expired", set_at + 60)
     assert expired.message == "not reported again within 60s: was TaskHung: task blocked"
+    host.conditions.fail_call("set", BudgetExhausted("conditions.set: spent"))
+    with pytest.raises(BudgetExhausted):
+        host.conditions.set(report)
+    assert host.conditions.actions() == ["set KernelDeadlock", "clear ReadonlyFilesystem"]
 
 
 def test_setup_mistakes_name_the_fix():
