@@ -1945,7 +1945,15 @@ mod tests {
         }
         println!("cases (all, refused): {counts:?}");
         for name in [
-            "files", "http", "kube", "systemd", "cri", "cloud", "metrics", "state",
+            "files",
+            "http",
+            "kube",
+            "systemd",
+            "cri",
+            "cloud",
+            "metrics",
+            "state",
+            "conditions",
         ] {
             let (all, refused) = counts.get(name).copied().unwrap_or_default();
             assert!(
@@ -1970,6 +1978,11 @@ mod tests {
                 }
                 Op::WriteMode(path, mode) => resolve(&case.files, PLUGIN, path, true)
                     .and_then(|_| tend_rules::files::file_mode(path, Some(*mode)).map(drop)),
+                Op::Wit {
+                    cap: "conditions",
+                    function,
+                    args,
+                } => conditions_decision(&case.conditions, function, args),
                 // Kube decisions need objects, systemd, cri and cloud calls
                 // a host: the host and the SDK's fake run them.
                 Op::Kube(_) | Op::Systemd(_) | Op::CriList(_) | Op::Cloud(_) | Op::Wit { .. } => {
@@ -2000,6 +2013,25 @@ mod tests {
                 Err(refusal) => assert_eq!(Expect::Refused(refusal), case.expect, "{:?}", case.op),
             }
         }
+    }
+
+    /// A conditions call's grant and input checks, in the host's order.
+    fn conditions_decision(
+        grant: &ConditionsGrant,
+        function: &str,
+        args: &Value,
+    ) -> Result<(), Refusal> {
+        use tend_rules::conditions::{check_condition, check_list, check_note, check_ttl};
+        let text = |value: &Value| value.as_str().expect("text").to_string();
+        let args = match function {
+            "list" => return check_list(grant),
+            "set" => &args["report"],
+            _ => args,
+        };
+        check_condition(grant, &text(&args["condition"]))?;
+        check_note(&text(&args["reason"]), &text(&args["message"]))?;
+        let ttl = args.get("ttl-seconds").and_then(Value::as_u64);
+        check_ttl(ttl.map(|t| u32::try_from(t).expect("a u32")))
     }
 
     /// Every function a plugin imports has a case that succeeds and a case

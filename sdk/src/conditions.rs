@@ -2,12 +2,13 @@
 //! condition type its grant names; the host owns their lifecycle (writes,
 //! heartbeats, TTLs, the taints tied to them).
 
-use crate::{NotProvided, Result};
+use crate::{Error, NotProvided, Result};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tend_rules::conditions::{
-    ConditionsGrant, EXPIRED, check_condition, check_list, check_note, check_ttl, expired_message,
+    CALLS, ConditionsGrant, EXPIRED, check_condition, check_list, check_note, check_ttl,
+    expired_message,
 };
 
 /// The WIT records themselves: the host answers with these very types.
@@ -82,6 +83,10 @@ pub(crate) mod wasm {
     }
 }
 
+/// Where [`FakeConditions`]' clock starts: 2026-01-01T00:00:00Z, in
+/// seconds since the epoch.
+pub const FAKE_CLOCK_START: u64 = 1_767_225_600;
+
 /// One condition as the fake holds it.
 #[derive(Debug, Clone)]
 struct Holding {
@@ -96,14 +101,21 @@ struct Holding {
 
 /// The fake: the host's lifecycle of this plugin's conditions, behind the
 /// host's grant rules (nothing granted until [`FakeConditions::grant`]), on
-/// a clock of its own that starts at the wall clock and moves only by
-/// [`FakeConditions::advance`]. A report whose TTL passed is cleared as the
+/// a clock of its own that starts at [`FAKE_CLOCK_START`] and moves only by
+/// [`FakeConditions::advance`] (the same in every language's fakes, which
+/// run without a wall clock). A report whose TTL passed is cleared as the
 /// host clears it (reason "Expired"); every condition listed is `written`
-/// (the fake has no API server to wait for).
+/// (the fake has no API server to wait for). `set` and `clear` are recorded
+/// ([`FakeConditions::actions`]: "set KernelDeadlock"); failures are
+/// injected with [`FakeConditions::fail_with`] and
+/// [`FakeConditions::fail_call`] (`budget-exhausted` on "set" is what a spent
+/// host budget answers), after the grant checks, as on the host.
 pub struct FakeConditions {
     grant: RefCell<ConditionsGrant>,
     held: RefCell<BTreeMap<String, Holding>>,
     now: Cell<u64>,
+    actions: RefCell<Vec<String>>,
+    failures: crate::fake::ScriptedFailures,
 }
 
 impl crate::fake::Fake for FakeConditions {
@@ -111,7 +123,9 @@ impl crate::fake::Fake for FakeConditions {
         FakeConditions {
             grant: RefCell::default(),
             held: RefCell::default(),
-            now: Cell::new(crate::wall_clock_ms() / 1000),
+            now: Cell::new(FAKE_CLOCK_START),
+            actions: RefCell::default(),
+            failures: crate::fake::ScriptedFailures::new("FakeConditions", &CALLS),
         }
     }
 }
@@ -156,12 +170,52 @@ impl FakeConditions {
         self
     }
 
+    /// Every call fails with `error` until cleared with None. Grant checks
+    /// come first.
+    pub fn fail_with(&self, error: Option<Error>) -> &Self {
+        self.failures.fail_with(error);
+        self
+    }
+
+    /// The call named `call` as in the WIT ("set", "clear", "list") fails
+    /// with `error` until cleared with None.
+    pub fn fail_call(&self, call: &str, error: Option<Error>) -> &Self {
+        self.failures.fail_call(call, error);
+        self
+    }
+
+    /// Every `set` and `clear` made, in order: "set KernelDeadlock",
+    /// "clear KernelDeadlock".
+    pub fn actions(&self) -> Vec<String> {
+        self.actions.borrow().clone()
+    }
+
     /// Hold `condition` as the host would after an earlier run reported it
     /// (its store outlives restarts): no grant check, no TTL.
     pub fn hold(&self, condition: &str, active: bool, reason: &str, message: &str) -> &Self {
         self.expire();
         self.put(condition, active, reason, message, None);
         self
+    }
+
+    /// A `set` or `clear` past its checks: fails as scripted, else is
+    /// recorded and held.
+    fn apply(
+        &self,
+        call: &str,
+        condition: &str,
+        active: bool,
+        reason: &str,
+        message: &str,
+        ttl: Option<u32>,
+    ) -> Result<()> {
+        self.failures.check(call)?;
+        self.actions
+            .borrow_mut()
+            .push(format!("{call} {condition}"));
+        self.expire();
+        self.put(condition, active, reason, message, ttl);
+        Ok(())
     }
 
     /// Hold `condition` with this status: `since` moves only when the
@@ -208,27 +262,25 @@ impl Conditions for FakeConditions {
         check_condition(&self.grant.borrow(), &report.condition)?;
         check_note(&report.reason, &report.message)?;
         check_ttl(report.ttl_seconds)?;
-        self.expire();
-        self.put(
+        self.apply(
+            "set",
             &report.condition,
             true,
             &report.reason,
             &report.message,
             report.ttl_seconds,
-        );
-        Ok(())
+        )
     }
 
     fn clear(&self, condition: &str, reason: &str, message: &str) -> Result<()> {
         check_condition(&self.grant.borrow(), condition)?;
         check_note(reason, message)?;
-        self.expire();
-        self.put(condition, false, reason, message, None);
-        Ok(())
+        self.apply("clear", condition, false, reason, message, None)
     }
 
     fn list(&self) -> Result<Vec<HeldCondition>> {
         check_list(&self.grant.borrow())?;
+        self.failures.check("list")?;
         self.expire();
         let now = self.now.get();
         let held = self.held.borrow();
@@ -252,7 +304,6 @@ impl Conditions for FakeConditions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Error;
     use serde_json::json;
 
     fn granted() -> FakeConditions {
@@ -301,6 +352,7 @@ mod tests {
     fn since_moves_only_when_the_status_changes() {
         let conditions = granted();
         let start = conditions.now();
+        assert_eq!(start, FAKE_CLOCK_START);
         let report = ConditionReport::new("KernelDeadlock", "TaskHung", "task blocked");
         conditions.set(&report).unwrap();
         conditions.advance(Duration::from_secs(30));
@@ -360,6 +412,29 @@ mod tests {
         let held = only(&conditions);
         assert!(held.active);
         assert_eq!(held.since, conditions.now(), "False to True again");
+    }
+
+    #[test]
+    fn mutations_are_recorded_and_fail_as_scripted_after_the_checks() {
+        let conditions = granted();
+        let report = ConditionReport::new("KernelDeadlock", "TaskHung", "");
+        conditions.fail_call("set", Some(Error::BudgetExhausted("spent".into())));
+        let other = ConditionReport::new("Other", "TaskHung", "");
+        assert_eq!(conditions.set(&other).unwrap_err().kind(), "denied");
+        assert_eq!(
+            conditions.set(&report).unwrap_err().kind(),
+            "budget-exhausted"
+        );
+        conditions
+            .clear("KernelDeadlock", "TaskRecovered", "")
+            .unwrap();
+        conditions.fail_call("set", None).set(&report).unwrap();
+        assert_eq!(
+            conditions.actions(),
+            ["clear KernelDeadlock", "set KernelDeadlock"]
+        );
+        conditions.fail_with(Some(Error::Unavailable("down".into())));
+        assert_eq!(conditions.list().unwrap_err().kind(), "unavailable");
     }
 
     #[test]

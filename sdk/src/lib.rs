@@ -90,6 +90,7 @@ macro_rules! capability_list {
                 wasm: WasmConditions,
                 fake: FakeConditions,
                 types: [ConditionReport, HeldCondition],
+                testing: [FAKE_CLOCK_START],
             },
         }
     };

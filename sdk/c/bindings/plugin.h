@@ -889,6 +889,56 @@ typedef struct {
   } val;
 } tend_plugin_logs_result_page_error_t;
 
+typedef tend_plugin_types_error_t tend_plugin_conditions_error_t;
+
+// The problem is present: status True.
+typedef struct tend_plugin_conditions_report_t {
+  // The condition type, one the grant names: "KernelDeadlock".
+  plugin_string_t   condition;
+  // Why, in CamelCase: "TaskHung".
+  plugin_string_t   reason;
+  // For people: at most 1024 bytes, made inert.
+  plugin_string_t   message;
+  // Seconds the report holds: not reported again within them, the host
+  // clears it. None: until `clear`.
+  plugin_option_u32_t   ttl_seconds;
+} tend_plugin_conditions_report_t;
+
+// A condition of this plugin's as the host holds it.
+typedef struct tend_plugin_conditions_held_t {
+  plugin_string_t   condition;
+  // True: the problem is present (status True); false: it cleared.
+  bool   active;
+  plugin_string_t   reason;
+  plugin_string_t   message;
+  // When its status last changed, in seconds since the epoch.
+  uint64_t   since;
+  // Seconds left of its TTL, if it has one.
+  plugin_option_u32_t   expires_in;
+  // Whether the Node shows it as held (false while its write is pending).
+  bool   written;
+} tend_plugin_conditions_held_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tend_plugin_conditions_error_t err;
+  } val;
+} tend_plugin_conditions_result_void_error_t;
+
+typedef struct {
+  tend_plugin_conditions_held_t *ptr;
+  size_t len;
+} tend_plugin_conditions_list_held_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tend_plugin_conditions_list_held_t ok;
+    tend_plugin_conditions_error_t err;
+  } val;
+} tend_plugin_conditions_result_list_held_error_t;
+
 typedef tend_plugin_types_context_t exports_tend_plugin_reconciler_context_t;
 
 typedef tend_plugin_types_outcome_t exports_tend_plugin_reconciler_outcome_t;
@@ -1033,6 +1083,17 @@ extern bool tend_plugin_logs_matches(tend_plugin_logs_list_matched_t *ret, tend_
 // Up to `max` entries of `source` after `since` (from the oldest the
 // source still holds of this boot when none), filtered, oldest first.
 extern bool tend_plugin_logs_read(tend_plugin_logs_source_t source, plugin_string_t *maybe_since, tend_plugin_logs_filter_t *filter, uint32_t max, tend_plugin_logs_page_t *ret, tend_plugin_logs_error_t *err);
+
+// Imported Functions from `tend:plugin/conditions@0.1.0`
+// Report the problem present (status True; the taint tied to it is set).
+// Reporting the same again renews its TTL and writes nothing new.
+extern bool tend_plugin_conditions_set(tend_plugin_conditions_report_t *report, tend_plugin_conditions_error_t *err);
+// The problem is gone: status False with `reason` and `message` (the
+// taint tied to it is removed). Clearing a condition never reported
+// writes it False: the plugin evaluated it and found no problem.
+extern bool tend_plugin_conditions_clear(plugin_string_t *condition, plugin_string_t *reason, plugin_string_t *message, tend_plugin_conditions_error_t *err);
+// This plugin's conditions as the host holds them.
+extern bool tend_plugin_conditions_list(tend_plugin_conditions_list_held_t *ret, tend_plugin_conditions_error_t *err);
 
 // Exported Functions from `tend:plugin/reconciler@0.1.0`
 void exports_tend_plugin_reconciler_describe(exports_tend_plugin_reconciler_plugin_info_t *ret);
@@ -1233,6 +1294,18 @@ void tend_plugin_logs_list_matched_free(tend_plugin_logs_list_matched_t *ptr);
 void tend_plugin_logs_result_list_matched_error_free(tend_plugin_logs_result_list_matched_error_t *ptr);
 
 void tend_plugin_logs_result_page_error_free(tend_plugin_logs_result_page_error_t *ptr);
+
+void tend_plugin_conditions_error_free(tend_plugin_conditions_error_t *ptr);
+
+void tend_plugin_conditions_report_free(tend_plugin_conditions_report_t *ptr);
+
+void tend_plugin_conditions_held_free(tend_plugin_conditions_held_t *ptr);
+
+void tend_plugin_conditions_result_void_error_free(tend_plugin_conditions_result_void_error_t *ptr);
+
+void tend_plugin_conditions_list_held_free(tend_plugin_conditions_list_held_t *ptr);
+
+void tend_plugin_conditions_result_list_held_error_free(tend_plugin_conditions_result_list_held_error_t *ptr);
 
 void exports_tend_plugin_reconciler_context_free(exports_tend_plugin_reconciler_context_t *ptr);
 

@@ -771,6 +771,50 @@ void tend_plugin_logs_result_page_error_free(tend_plugin_logs_result_page_error_
   }
 }
 
+void tend_plugin_conditions_error_free(tend_plugin_conditions_error_t *ptr) {
+  tend_plugin_types_error_free(ptr);
+}
+
+void tend_plugin_conditions_report_free(tend_plugin_conditions_report_t *ptr) {
+  plugin_string_free(&ptr->condition);
+  plugin_string_free(&ptr->reason);
+  plugin_string_free(&ptr->message);
+  plugin_option_u32_free(&ptr->ttl_seconds);
+}
+
+void tend_plugin_conditions_held_free(tend_plugin_conditions_held_t *ptr) {
+  plugin_string_free(&ptr->condition);
+  plugin_string_free(&ptr->reason);
+  plugin_string_free(&ptr->message);
+  plugin_option_u32_free(&ptr->expires_in);
+}
+
+void tend_plugin_conditions_result_void_error_free(tend_plugin_conditions_result_void_error_t *ptr) {
+  if (!ptr->is_err) {
+  } else {
+    tend_plugin_conditions_error_free(&ptr->val.err);
+  }
+}
+
+void tend_plugin_conditions_list_held_free(tend_plugin_conditions_list_held_t *ptr) {
+  size_t list_len = ptr->len;
+  if (list_len > 0) {
+    tend_plugin_conditions_held_t *list_ptr = ptr->ptr;
+    for (size_t i = 0; i < list_len; i++) {
+      tend_plugin_conditions_held_free(&list_ptr[i]);
+    }
+    free(list_ptr);
+  }
+}
+
+void tend_plugin_conditions_result_list_held_error_free(tend_plugin_conditions_result_list_held_error_t *ptr) {
+  if (!ptr->is_err) {
+    tend_plugin_conditions_list_held_free(&ptr->val.ok);
+  } else {
+    tend_plugin_conditions_error_free(&ptr->val.err);
+  }
+}
+
 void exports_tend_plugin_reconciler_context_free(exports_tend_plugin_reconciler_context_t *ptr) {
   tend_plugin_types_context_free(ptr);
 }

@@ -90,7 +90,18 @@ const SETUP: [(&str, &[&str]); 11] = [
         ],
     ),
     ("logs", &["grant", "kernel", "journal"]),
-    ("conditions", &["grant", "hold", "advance", "now"]),
+    (
+        "conditions",
+        &[
+            "grant",
+            "hold",
+            "advance",
+            "now",
+            "fail-with",
+            "fail-call",
+            "actions",
+        ],
+    ),
 ];
 
 fn ok(value: impl Wit) -> Value {
@@ -552,9 +563,26 @@ fn conditions(host: &FakeHost, function: &str, a: &mut Args) -> Result<Value, St
             conditions.advance(Duration::from_secs(seconds));
             ok(())
         }
-        _ => {
+        "now" => {
             a.done()?;
             ok(conditions.now())
+        }
+        "fail-with" => {
+            let error: Option<Error> = a.get("error")?;
+            a.done()?;
+            conditions.fail_with(error);
+            ok(())
+        }
+        "fail-call" => {
+            let call = call_name("conditions", a)?;
+            let error: Option<Error> = a.get("error")?;
+            a.done()?;
+            conditions.fail_call(&call, error);
+            ok(())
+        }
+        _ => {
+            a.done()?;
+            ok(conditions.actions())
         }
     })
 }

@@ -12,5 +12,6 @@ import metrics from "tend:plugin/metrics@0.1.0";
 import kube from "tend:plugin/kube@0.1.0";
 import cloud from "tend:plugin/cloud@0.1.0";
 import logs from "tend:plugin/logs@0.1.0";
+import conditions from "tend:plugin/conditions@0.1.0";
 
-export const IMPORTED = { log, state, files, http, systemd, cri, metrics, kube, cloud, logs };
+export const IMPORTED = { log, state, files, http, systemd, cri, metrics, kube, cloud, logs, conditions };

@@ -1,5 +1,5 @@
 import type {
-  Context, Cloud, ContainerState, Cri, Files, Http, Instance, JobResult, Kube, Log, Logs, Level, Metrics, ObjectKey,
+  Conditions, Context, Cloud, ContainerState, Cri, Files, Http, Instance, JobResult, Kube, Log, Logs, Level, Metrics, ObjectKey,
   PodSandbox, Request, Response, SandboxState, SandboxStatus, Container, SecurityGroup, State, Systemd, Trigger, UnitStatus,
 } from "./wit.js";
 import type { TendError } from "./errors.js";
@@ -96,6 +96,16 @@ export class FakeHost {
     kernel(priority: number, message: string): void;
     /** A journal entry; the watch rules run on it. */
     journal(unit: string | null, identifier: string | null, priority: number, message: string): void;
+  };
+  conditions: Conditions & Failing & {
+    /** The grant as under `[plugins.NAME.grants] conditions`: `["KernelDeadlock", { condition, "taint-on": { effect } }]`. */
+    grant(grant: Grant): void;
+    /** Hold `condition` as the host holds an earlier run's report (no grant check, no TTL). */
+    hold(condition: string, active: boolean, reason: string, message: string): void;
+    /** Move the fake's clock on: a report whose TTL passes lists as cleared ("Expired"). */
+    advance(seconds: number): void;
+    /** The fake's clock in seconds since the epoch (what `since` is in); it starts at 2026-01-01T00:00:00Z. */
+    now(): number;
   };
   cloud: Cloud & Failing & {
     grant(grant: Grant): void;

@@ -181,6 +181,13 @@ const SETUP = {
     kernel: "priority: u8, message: string",
     journal: "unit: option<string>, identifier: option<string>, priority: u8, message: string",
   },
+  conditions: {
+    ...FAIL,
+    grant: "grant: json",
+    hold: "condition: string, active: bool, reason: string, message: string",
+    advance: "seconds: u64",
+    now: "-> u64",
+  },
   cloud: {
     ...FAIL,
     grant: "grant: json",

@@ -141,6 +141,48 @@ export interface SecurityGroup {
   rules: Rule[];
 }
 
+export interface Report {
+  /**
+   * The condition type, one the grant names: "KernelDeadlock".
+   */
+  condition: string;
+  /**
+   * Why, in CamelCase: "TaskHung".
+   */
+  reason: string;
+  /**
+   * For people: at most 1024 bytes, made inert.
+   */
+  message: string;
+  /**
+   * Seconds the report holds: not reported again within them, the host
+   * clears it. None: until `clear`.
+   */
+  ttlSeconds?: number | null;
+}
+
+export interface Held {
+  condition: string;
+  /**
+   * True: the problem is present (status True); false: it cleared.
+   */
+  active: boolean;
+  reason: string;
+  message: string;
+  /**
+   * When its status last changed, in seconds since the epoch.
+   */
+  since: number;
+  /**
+   * Seconds left of its TTL, if it has one.
+   */
+  expiresIn?: number | null;
+  /**
+   * Whether the Node shows it as held (false while its write is pending).
+   */
+  written: boolean;
+}
+
 export type SandboxState =
   | "ready"
   | "not-ready";
@@ -581,6 +623,7 @@ export interface Host {
   kube: Kube;
   cloud: Cloud;
   logs: Logs;
+  conditions: Conditions;
 }
 
 export interface Log {
@@ -801,4 +844,19 @@ export interface Logs {
    * Throws a `TendError` subclass (`DeniedError`, `NotFoundError`, ...) on an error.
    */
   read(source: Source, since: string | null, filter: Filter, max: number): Page;
+}
+
+export interface Conditions {
+  /**
+   * Throws a `TendError` subclass (`DeniedError`, `NotFoundError`, ...) on an error.
+   */
+  set(report: Report): void;
+  /**
+   * Throws a `TendError` subclass (`DeniedError`, `NotFoundError`, ...) on an error.
+   */
+  clear(condition: string, reason: string, message: string): void;
+  /**
+   * Throws a `TendError` subclass (`DeniedError`, `NotFoundError`, ...) on an error.
+   */
+  list(): Held[];
 }

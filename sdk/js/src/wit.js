@@ -13,6 +13,8 @@ export const TYPES = {
   "cloud.remote": {"variant":{"cidr":"string","group":"string"}},
   "cloud.rule": {"record":{"direction":"cloud.direction","ether-type":"cloud.ether-type","protocol":"cloud.protocol","ports":"option<cloud.port-range>","remote":"cloud.remote","description":"option<string>"}},
   "cloud.security-group": {"record":{"id":"string","name":"string","description":"string","rules":"list<cloud.rule>"}},
+  "conditions.report": {"record":{"condition":"string","reason":"string","message":"string","ttl-seconds":"option<u32>"}},
+  "conditions.held": {"record":{"condition":"string","active":"bool","reason":"string","message":"string","since":"u64","expires-in":"option<u32>","written":"bool"}},
   "cri.sandbox-state": {"enum":["ready","not-ready"]},
   "cri.pod-sandbox": {"record":{"id":"string","pod-name":"string","namespace":"string","uid":"string","attempt":"u32","state":"cri.sandbox-state","created-at-ns":"s64","labels":"list<tuple<string, string>>","annotations":"list<tuple<string, string>>"}},
   "cri.sandbox-filter": {"record":{"id":"option<string>","state":"option<cri.sandbox-state>","labels":"list<tuple<string, string>>"}},
@@ -116,5 +118,10 @@ export const IMPORTS = {
   "logs": {
     "matches": {"params":{},"result":"result<list<logs.matched>, types.error>"},
     "read": {"params":{"source":"logs.source","since":"option<string>","filter":"logs.filter","max":"u32"},"result":"result<logs.page, types.error>"},
+  },
+  "conditions": {
+    "set": {"params":{"report":"conditions.report"},"result":"result<_, types.error>"},
+    "clear": {"params":{"condition":"string","reason":"string","message":"string"},"result":"result<_, types.error>"},
+    "list": {"params":{},"result":"result<list<conditions.held>, types.error>"},
   },
 };

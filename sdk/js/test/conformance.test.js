@@ -45,6 +45,7 @@ const SETUPS = {
   "kube.put": (h, a) => h.kube.put(a.object),
   "logs.kernel": (h, a) => h.logs.kernel(a.priority, a.message),
   "logs.journal": (h, a) => h.logs.journal(a.unit, a.identifier, a.priority, a.message),
+  "conditions.hold": (h, a) => h.conditions.hold(a.condition, a.active, a.reason, a.message),
 };
 
 /** One request's outcome in a `send-all`: "ok STATUS", "KIND: MESSAGE" (denied, invalid), or the kind. */
@@ -59,6 +60,7 @@ const NAMES = {
   "state.list-keys": (keys) => keys,
   "logs.read": (page) => page.entries.map((e) => e.message),
   "logs.matches": (matched) => matched.map((m) => m.rule),
+  "conditions.list": (held) => held.map((h) => `${h.condition} ${h.active ? "True" : "False"} ${h.reason}`),
   "files.list-dir": (entries) => entries.map((e) => e.name),
   "http.send-all": (results) => results.map(sent),
   "systemd.list-units": (units) => units.map((u) => u.name),

@@ -3,7 +3,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { InvalidError, NotFoundError, TendError, UnavailableError, decodeUtf8 } from "../src/index.js";
+import { BudgetExhaustedError, DeniedError, InvalidError, NotFoundError, TendError, UnavailableError, decodeUtf8 } from "../src/index.js";
 import { FakeHost, FakesError, fakesInstance, testContext } from "../src/testing.js";
 
 test("scripted sandboxes, instances and units come back as the plugin sees them", () => {
@@ -113,4 +113,29 @@ test("hosts of a trapped instance fail clearly and leave the next instance alone
   assert.equal(decodeUtf8(fresh.state.get("k")), "new");
   assert.deepEqual(fresh.logLines(), []);
   fresh.close();
+});
+
+test("conditions hold to the grant and expire on the fake's clock", () => {
+  const host = new FakeHost("problem-detector");
+  const report = { condition: "KernelDeadlock", reason: "TaskHung", message: "task blocked", ttlSeconds: 60 };
+  assert.throws(() => host.conditions.set(report), (e) => e instanceof DeniedError && /grants\] conditions/.test(e.message));
+  host.conditions.grant(["KernelDeadlock", { condition: "ReadonlyFilesystem", "taint-on": { effect: "NoSchedule" } }]);
+  assert.throws(() => host.conditions.set({ ...report, condition: "Ready" }), (e) => e instanceof DeniedError && /kubelet/.test(e.message));
+  assert.throws(() => host.conditions.set({ ...report, ttlSeconds: 0 }), InvalidError);
+  host.conditions.set(report);
+  const setAt = host.conditions.now();
+  assert.equal(setAt, 1767225600);
+  host.conditions.clear("ReadonlyFilesystem", "FilesystemWritable", "");
+  assert.deepEqual(host.conditions.list(), [
+    { condition: "KernelDeadlock", active: true, reason: "TaskHung", message: "task blocked", since: setAt, expiresIn: 60, written: true },
+    { condition: "ReadonlyFilesystem", active: false, reason: "FilesystemWritable", message: "", since: setAt, expiresIn: null, written: true },
+  ]);
+  host.conditions.advance(61);
+  const [expired] = host.conditions.list();
+  assert.deepEqual([expired.active, expired.reason, expired.since], [false, "Expired", setAt + 60]);
+  assert.equal(expired.message, "not reported again within 60s: was TaskHung: task blocked");
+  host.conditions.failCall("set", new BudgetExhaustedError("conditions.set: spent"));
+  assert.throws(() => host.conditions.set(report), BudgetExhaustedError);
+  assert.deepEqual(host.conditions.actions(), ["set KernelDeadlock", "clear ReadonlyFilesystem"]);
+  host.close();
 });

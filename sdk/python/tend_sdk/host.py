@@ -14,9 +14,11 @@ from typing import Any, Iterable, Mapping, Optional, Protocol as TypingProtocol,
 
 from .errors import TendError
 from .types import (
+    ConditionReport,
     Container,
     DirEntry,
     EventType,
+    HeldCondition,
     Image,
     Instance,
     JobResult,
@@ -321,6 +323,25 @@ class Logs(Capability):
         return self._call("read", LogPage, source=source, since=since, filter=filter or LogFilter(), max=max)
 
 
+class Conditions(Capability):
+    """NodeConditions on the own Node, of the condition types granted; the host
+    owns their lifecycle (writes, heartbeats, TTLs, the taints tied to them)."""
+
+    CAP = "conditions"
+
+    def set(self, report: ConditionReport) -> None:
+        """Report the problem present (status True); reporting it again renews its TTL."""
+        self._call("set", None, report=report)
+
+    def clear(self, condition: str, reason: str, message: str = "") -> None:
+        """The problem is gone (status False); clearing one never reported holds it False."""
+        self._call("clear", None, condition=condition, reason=reason, message=message)
+
+    def list(self) -> "list[HeldCondition]":
+        """This plugin's conditions as the host holds them, by condition type."""
+        return self._call("list", list[HeldCondition])
+
+
 class Host:
     """What a reconcile can reach: `log`, then one attribute per capability."""
 
@@ -337,6 +358,7 @@ class Host:
         self.kube = self._capability(Kube, backend)
         self.cloud = self._capability(Cloud, backend)
         self.logs = self._capability(Logs, backend)
+        self.conditions = self._capability(Conditions, backend)
 
     def _capability(self, kind: type, backend: Backend) -> Any:
         """The wrapper of one capability over `backend`."""

@@ -273,7 +273,7 @@ class FakeSystemd(_Fake, _host.Systemd):
 
 
 class _Failures:
-    """`fail_with` and `fail_call`, shared by the cri, kube and cloud fakes."""
+    """`fail_with` and `fail_call`, shared by the cri, kube, cloud and conditions fakes."""
 
     def fail_with(self, error: Optional[TendError]):
         """Every call fails with `error` until cleared with None."""
@@ -471,6 +471,33 @@ class FakeLogs(_Fake, _host.Logs):
         """A journal entry of `unit` and `identifier`; the watch rules run on it."""
         self._setup("journal", unit=unit, identifier=identifier, priority=priority, message=message)
         return self
+
+
+class FakeConditions(_Failures, _Fake, _host.Conditions):
+    """The host's lifecycle of the plugin's conditions, on a clock of the fake's
+    own: it starts at 2026-01-01T00:00:00Z and moves only by `advance`."""
+
+    FAKE = "conditions"
+
+    def grant(self, *conditions: Union[str, dict]) -> "FakeConditions":
+        """Grant condition types, as `[plugins.NAME.grants] conditions`: "KernelDeadlock"
+        or {"condition": "ReadonlyFilesystem", "taint-on": {"effect": "NoSchedule"}}."""
+        self.grant_raw(list(conditions))
+        return self
+
+    def hold(self, condition: str, active: bool, reason: str, message: str = "") -> "FakeConditions":
+        """Hold `condition` as the host holds an earlier run's report (no grant check, no TTL)."""
+        self._setup("hold", condition=condition, active=active, reason=reason, message=message)
+        return self
+
+    def advance(self, seconds: int) -> "FakeConditions":
+        """Move the fake's clock on: a report whose TTL passes lists as cleared ("Expired")."""
+        self._setup("advance", seconds=seconds)
+        return self
+
+    def now(self) -> int:
+        """The fake's clock in seconds since the epoch (what `since` is in)."""
+        return self._setup("now")
 
 
 class FakeHost(_host.Host):

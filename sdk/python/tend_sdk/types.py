@@ -35,8 +35,20 @@ def kebab(name: str) -> str:
 #: The logs interface's records under names that say whose they are.
 LogEntry, LogFilter, LogPage, LogSource = wit.Entry, wit.Filter, wit.Page, wit.Source
 
+#: The conditions interface's records, likewise.
+ConditionReport, HeldCondition = wit.Report, wit.Held
+
 #: The WIT types (what `from tend_sdk import *` gives).
-__all__ = ["WitEnum", "Variant", "LogEntry", "LogFilter", "LogPage", "LogSource"] + wit.__all__
+__all__ = [
+    "WitEnum",
+    "Variant",
+    "LogEntry",
+    "LogFilter",
+    "LogPage",
+    "LogSource",
+    "ConditionReport",
+    "HeldCondition",
+] + wit.__all__
 
 
 # --- the encodings -------------------------------------------------------------------------

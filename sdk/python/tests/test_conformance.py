@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tend_sdk import (
+    ConditionReport,
     Container,
     EventType,
     Instance,
@@ -58,6 +59,9 @@ CALLS = {
     ("state", "delete"): lambda h, a: h.state.delete(a["key"]),
     ("state", "list-keys"): lambda h, a: h.state.list_keys(a["prefix"]),
     ("logs", "matches"): lambda h, a: h.logs.matches(),
+    ("conditions", "set"): lambda h, a: h.conditions.set(from_json(ConditionReport, a["report"])),
+    ("conditions", "clear"): lambda h, a: h.conditions.clear(a["condition"], a["reason"], a["message"]),
+    ("conditions", "list"): lambda h, a: h.conditions.list(),
     ("logs", "read"): lambda h, a: h.logs.read(
         from_json(LogSource, a["source"]), a["since"], from_json(LogFilter, a["filter"]), a["max"]
     ),
@@ -124,6 +128,7 @@ SETUPS = {
     ("kube", "set-own-lease"): lambda h, a: h.kube.set_own_lease(a["namespace"], a["name"]),
     ("kube", "put"): lambda h, a: h.kube.put(a["object"]),
     ("logs", "kernel"): lambda h, a: h.logs.kernel(a["priority"], a["message"]),
+    ("conditions", "hold"): lambda h, a: h.conditions.hold(a["condition"], a["active"], a["reason"], a["message"]),
     ("logs", "journal"): lambda h, a: h.logs.journal(a["message"], a["unit"], a["identifier"], a["priority"]),
 }
 
@@ -141,6 +146,7 @@ NAMES = {
     ("state", "list-keys"): lambda keys: list(keys),
     ("logs", "read"): lambda page: [e.message for e in page.entries],
     ("logs", "matches"): lambda matched: [m.rule for m in matched],
+    ("conditions", "list"): lambda held: [f"{h.condition} {'True' if h.active else 'False'} {h.reason}" for h in held],
     ("files", "list-dir"): lambda entries: [e.name for e in entries],
     ("http", "send-all"): lambda results: [sent(r) for r in results],
     ("systemd", "list-units"): lambda units: [u.name for u in units],

@@ -13,6 +13,8 @@ import pytest
 import tend_sdk
 from tend_sdk.wit import FUNCTIONS
 from tend_sdk import (
+    BudgetExhausted,
+    ConditionReport,
     Conflict,
     Denied,
     Direction,
@@ -185,6 +187,32 @@ def test_cloud_records_cross_both_ways():
     assert host.cloud.group("sg-0123456789abcdef0").rules == [rule]
     host.cloud.delete_instance(instance.id)
     assert host.cloud.actions()[-1] == f"delete-instance {instance.id}"
+
+
+def test_conditions_hold_to_the_grant_and_expire_on_the_fakes_clock():
+    host = FakeHost("problem-detector")
+    report = ConditionReport("KernelDeadlock", "TaskHung", "task blocked", ttl_seconds=60)
+    with pytest.raises(Denied, match="grants] conditions"):
+        host.conditions.set(report)
+    host.conditions.grant("KernelDeadlock", {"condition": "ReadonlyFilesystem", "taint-on": {"effect": "NoSchedule"}})
+    with pytest.raises(Denied, match="kubelet"):
+        host.conditions.set(ConditionReport("Ready", "KubeletReady", ""))
+    with pytest.raises(Invalid, match="at most 1024 bytes"):
+        host.conditions.set(ConditionReport("KernelDeadlock", "TaskHung", "x" * 1025))
+    host.conditions.set(report)
+    set_at = host.conditions.now()
+    host.conditions.clear("ReadonlyFilesystem", "FilesystemWritable")
+    (deadlock, readonly) = host.conditions.list()
+    assert (deadlock.active, deadlock.since, deadlock.expires_in, deadlock.written) == (True, set_at, 60, True)
+    assert (readonly.condition, readonly.active, readonly.expires_in) == ("ReadonlyFilesystem", False, None)
+    host.conditions.advance(61)
+    expired = host.conditions.list()[0]
+    assert (expired.active, expired.reason, expired.since) == (False, "Expired", set_at + 60)
+    assert expired.message == "not reported again within 60s: was TaskHung: task blocked"
+    host.conditions.fail_call("set", BudgetExhausted("conditions.set: spent"))
+    with pytest.raises(BudgetExhausted):
+        host.conditions.set(report)
+    assert host.conditions.actions() == ["set KernelDeadlock", "clear ReadonlyFilesystem"]
 
 
 def test_setup_mistakes_name_the_fix():
