@@ -58,7 +58,11 @@ fn chaos(name: &str, grant: &str, config: &str) -> String {
 
 fn sandbox() -> Sandbox {
     let sandbox = Sandbox::new();
-    std::fs::write(sandbox.path("boot_id"), "0f5e3c7d-9a0b-4c1d-8e2f-3a4b5c6d7e8f\n").unwrap();
+    std::fs::write(
+        sandbox.path("boot_id"),
+        "0f5e3c7d-9a0b-4c1d-8e2f-3a4b5c6d7e8f\n",
+    )
+    .unwrap();
     append_kmsg(&sandbox.path("kmsg"), 1, 6, ["booted".to_string()]);
     sandbox
 }
@@ -87,7 +91,9 @@ fn taint(node: &Value, key: &str) -> Option<Value> {
 }
 
 fn wait_ready(port: u16) {
-    wait_until(WITHIN, "/readyz", || matches!(http_get(port, "/readyz"), Ok((200, _))));
+    wait_until(WITHIN, "/readyz", || {
+        matches!(http_get(port, "/readyz"), Ok((200, _)))
+    });
 }
 
 fn start(sandbox: &Sandbox, port: u16) -> Daemon {
@@ -123,8 +129,14 @@ fn a_hung_task_sets_kernel_deadlock_and_its_taint_and_disabling_the_plugin_remov
     let deadlock = condition(&seen, "KernelDeadlock").unwrap();
     assert_eq!(deadlock["reason"], "TaskHung", "{deadlock}");
     assert_eq!(deadlock["message"], HUNG);
-    assert!(deadlock["lastTransitionTime"].is_string() && deadlock["lastHeartbeatTime"].is_string());
-    assert_eq!(condition(&seen, "Ready").unwrap()["status"], "True", "Ready is the kubelet's");
+    assert!(
+        deadlock["lastTransitionTime"].is_string() && deadlock["lastHeartbeatTime"].is_string()
+    );
+    assert_eq!(
+        condition(&seen, "Ready").unwrap()["status"],
+        "True",
+        "Ready is the kubelet's"
+    );
     assert_eq!(seen["status"]["conditions"].as_array().unwrap().len(), 6);
     wait_until(WITHIN, "the taint tied to it", || {
         taint(&node(&api), "tend.dev/KernelDeadlock").is_some_and(|t| t["effect"] == "NoSchedule")
@@ -148,9 +160,14 @@ fn a_hung_task_sets_kernel_deadlock_and_its_taint_and_disabling_the_plugin_remov
     let disabled = Instant::now();
     wait_until(WITHIN, "the condition and taint removed", || {
         let node = node(&api);
-        condition(&node, "KernelDeadlock").is_none() && taint(&node, "tend.dev/KernelDeadlock").is_none()
+        condition(&node, "KernelDeadlock").is_none()
+            && taint(&node, "tend.dev/KernelDeadlock").is_none()
     });
-    assert!(disabled.elapsed() < Duration::from_secs(3) + Duration::from_secs(5), "{:?}", disabled.elapsed());
+    assert!(
+        disabled.elapsed() < Duration::from_secs(3) + Duration::from_secs(5),
+        "{:?}",
+        disabled.elapsed()
+    );
     assert_eq!(condition(&node(&api), "Ready").unwrap()["status"], "True");
     drop(daemon);
 }
@@ -163,8 +180,11 @@ fn a_plugin_cannot_set_ready_or_another_plugins_type_and_a_plan_writes_nothing()
     sandbox.add_plugin("chaos", "mallory");
     sandbox.add_plugin("problem-detector", "problem-detector");
     let port = free_port();
-    let set = |what: &str| format!("op = \"set\"\ncondition = \"{what}\"\nreason = \"Mine\"\nmessage = \"m\"");
-    let config = |what: &str| detector(true) + &chaos("mallory", r#"["MalloryProblem"]"#, &set(what));
+    let set = |what: &str| {
+        format!("op = \"set\"\ncondition = \"{what}\"\nreason = \"Mine\"\nmessage = \"m\"")
+    };
+    let config =
+        |what: &str| detector(true) + &chaos("mallory", r#"["MalloryProblem"]"#, &set(what));
     sandbox.config_with_host(&host(&api, &sandbox, port, "5m"), &config("Ready"));
     api.grant_rbac(&sandbox);
     let status_path = format!("/api/v1/nodes/{NODE}/status");
@@ -176,9 +196,18 @@ fn a_plugin_cannot_set_ready_or_another_plugins_type_and_a_plan_writes_nothing()
     ] {
         sandbox.config_with_host(&host(&api, &sandbox, port, "5m"), &config(what));
         let out = sandbox.tend(&["reconcile", "mallory"]);
-        assert!(out.stdout.contains("mallory: degraded:") && out.stdout.contains(refusal), "{what}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stdout.contains("mallory: degraded:") && out.stdout.contains(refusal),
+            "{what}: {}{}",
+            out.stdout,
+            out.stderr
+        );
     }
-    assert_eq!(api.writes_to(&status_path), 0, "nothing was written to the Node");
+    assert_eq!(
+        api.writes_to(&status_path),
+        0,
+        "nothing was written to the Node"
+    );
 
     // A grant of the kubelet's type, or of another plugin's, is a config error.
     sandbox.config_with_host(
@@ -186,19 +215,37 @@ fn a_plugin_cannot_set_ready_or_another_plugins_type_and_a_plan_writes_nothing()
         &(detector(true) + &chaos("mallory", r#"["KernelDeadlock"]"#, &set("KernelDeadlock"))),
     );
     let out = sandbox.tend(&["check"]);
-    assert!(!out.success && out.stderr.contains("granted to both"), "{}", out.stderr);
-    sandbox.config_with_host(&host(&api, &sandbox, port, "5m"), &chaos("mallory", r#"["Ready"]"#, &set("Ready")));
+    assert!(
+        !out.success && out.stderr.contains("granted to both"),
+        "{}",
+        out.stderr
+    );
+    sandbox.config_with_host(
+        &host(&api, &sandbox, port, "5m"),
+        &chaos("mallory", r#"["Ready"]"#, &set("Ready")),
+    );
     let out = sandbox.tend(&["check"]);
-    assert!(!out.success && out.stderr.contains("tend.toml:") && out.stderr.contains("kubelet"), "{}", out.stderr);
+    assert!(
+        !out.success && out.stderr.contains("tend.toml:") && out.stderr.contains("kubelet"),
+        "{}",
+        out.stderr
+    );
 
     // A plan shows the change and holds nothing.
     sandbox.config_with_host(&host(&api, &sandbox, port, "5m"), &config("MalloryProblem"));
     let plan = sandbox.tend(&["plan", "mallory"]);
     assert!(plan.success, "{}{}", plan.stdout, plan.stderr);
-    assert!(plan.stdout.contains("conditions.set MalloryProblem"), "{}", plan.stdout);
+    assert!(
+        plan.stdout.contains("conditions.set MalloryProblem"),
+        "{}",
+        plan.stdout
+    );
     assert!(plan.stdout.contains("+ True Mine: m"), "{}", plan.stdout);
     let book = std::fs::read_to_string(sandbox.path("state/conditions.json")).unwrap_or_default();
-    assert!(!book.contains("MalloryProblem"), "a plan holds nothing: {book}");
+    assert!(
+        !book.contains("MalloryProblem"),
+        "a plan holds nothing: {book}"
+    );
     assert_eq!(api.writes_to(&status_path), 0);
 }
 
@@ -209,12 +256,15 @@ fn a_ttl_clears_the_condition_and_its_taint_and_a_restart_keeps_what_was_set() {
     let sandbox = sandbox();
     sandbox.add_plugin("chaos", "reporter");
     let port = free_port();
-    let grant = r#"[{ condition = "ReporterProblem", taint-on = { effect = "PreferNoSchedule" } }]"#;
+    let grant =
+        r#"[{ condition = "ReporterProblem", taint-on = { effect = "PreferNoSchedule" } }]"#;
     let report = |op: &str, ttl: &str| {
         chaos(
             "reporter",
             grant,
-            &format!("op = \"{op}\"\ncondition = \"ReporterProblem\"\nreason = \"Seen\"\nmessage = \"seen\"\n{ttl}"),
+            &format!(
+                "op = \"{op}\"\ncondition = \"ReporterProblem\"\nreason = \"Seen\"\nmessage = \"seen\"\n{ttl}"
+            ),
         )
     };
     sandbox.config_with_host(&host(&api, &sandbox, port, "5m"), &report("set", ""));
@@ -234,7 +284,9 @@ fn a_ttl_clears_the_condition_and_its_taint_and_a_restart_keeps_what_was_set() {
     drop(daemon);
     sandbox.config_with_host(&host(&api, &sandbox, port, "5m"), &report("list", ""));
     let daemon = start(&sandbox, port);
-    wait_until(WITHIN, "the list reconcile", || daemon.log().contains("held ReporterProblem=true(Seen)"));
+    wait_until(WITHIN, "the list reconcile", || {
+        daemon.log().contains("held ReporterProblem=true(Seen)")
+    });
     let after = condition(&node(&api), "ReporterProblem").unwrap();
     assert_eq!(after["status"], "True", "no reset to a default");
     assert_eq!(after["lastTransitionTime"], set["lastTransitionTime"]);
@@ -250,11 +302,18 @@ fn a_ttl_clears_the_condition_and_its_taint_and_a_restart_keeps_what_was_set() {
     sandbox.config_with_host(&host(&api, &sandbox, port, "5m"), &report("set", "ttl = 2"));
     wait_until(WITHIN, "Expired, untainted", || {
         let node = node(&api);
-        condition(&node, "ReporterProblem").is_some_and(|c| c["status"] == "False" && c["reason"] == "Expired")
+        condition(&node, "ReporterProblem")
+            .is_some_and(|c| c["status"] == "False" && c["reason"] == "Expired")
             && taint(&node, "tend.dev/ReporterProblem").is_none()
     });
     let expired = condition(&node(&api), "ReporterProblem").unwrap();
-    assert!(expired["message"].as_str().unwrap().contains("was Seen: seen"), "{expired}");
+    assert!(
+        expired["message"]
+            .as_str()
+            .unwrap()
+            .contains("was Seen: seen"),
+        "{expired}"
+    );
     drop(daemon);
 }
 

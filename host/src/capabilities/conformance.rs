@@ -12,6 +12,7 @@
 use super::Capability;
 use super::capability::AlwaysGranted;
 use super::cloud::PluginCloud;
+use super::conditions::PluginConditions;
 use super::cri::PluginCri;
 use super::files::PluginFiles;
 use super::http::PluginHttp;
@@ -22,6 +23,7 @@ use super::metrics::PluginMetrics;
 use super::state::PluginState;
 use super::systemd::PluginSystemd;
 use super::testing::call;
+use crate::wit::conditions as wit_conditions;
 use crate::wit::logs as wit_logs;
 use crate::wit::{cloud, cri, files, http, kube, log, metrics, state, systemd};
 use heck::{ToSnakeCase, ToUpperCamelCase};
@@ -260,6 +262,7 @@ struct Node {
     kube: PluginKube,
     cloud: PluginCloud,
     logs: PluginLogs,
+    conditions: PluginConditions,
 }
 
 impl Node {
@@ -272,6 +275,7 @@ impl Node {
         let (kube_backend, kube) = PluginKube::fake();
         let (cloud_backend, cloud) = PluginCloud::fake();
         let (logs_backend, logs) = PluginLogs::fake();
+        let (conditions_backend, _) = PluginConditions::fake();
         for request in fixture::setup_requests() {
             let args = &request["args"];
             let text = |key: &str| args[key].as_str().expect("text").to_string();
@@ -323,6 +327,13 @@ impl Node {
                         &text("message"),
                     )
                 }
+                (Some("conditions"), Some("hold")) => conditions_backend.hold(
+                    conformance::PLUGIN,
+                    &text("condition"),
+                    args["active"].as_bool().expect("active"),
+                    &text("reason"),
+                    &text("message"),
+                ),
                 (Some("kube"), Some("set-node-name")) => {
                     assert_eq!(text("node"), "node-1", "the host's fake node is node-1")
                 }
@@ -369,6 +380,12 @@ impl Node {
             kube: PluginKube::for_call(&kube_backend, &case.kube, &Default::default(), &call),
             cloud: PluginCloud::for_call(&cloud_backend, &case.cloud, &Default::default(), &call),
             logs: PluginLogs::for_call(&logs_backend, &case.logs, &Default::default(), &call),
+            conditions: PluginConditions::for_call(
+                &conditions_backend,
+                &case.conditions,
+                &Default::default(),
+                &call,
+            ),
         }
     }
 
@@ -476,6 +493,15 @@ impl Node {
             ("kube", "emit-event") => a.answer(
                 kube::Host::emit_event(&mut self.kube, a.at(0), a.at(1), a.at(2), a.at(3)).await,
             ),
+            ("conditions", "set") => {
+                a.answer(wit_conditions::Host::set(&mut self.conditions, a.at(0)).await)
+            }
+            ("conditions", "clear") => a.answer(
+                wit_conditions::Host::clear(&mut self.conditions, a.at(0), a.at(1), a.at(2)).await,
+            ),
+            ("conditions", "list") => {
+                a.answer(wit_conditions::Host::list(&mut self.conditions).await)
+            }
             ("logs", "matches") => a.answer(wit_logs::Host::matches(&mut self.logs).await),
             ("logs", "read") => a.answer(
                 wit_logs::Host::read(&mut self.logs, a.at(0), a.at(1), a.at(2), a.at(3)).await,

@@ -128,17 +128,19 @@ impl Book {
     pub fn expire(&mut self, now: u64) -> bool {
         let mut any = false;
         for held in self.conditions.values_mut() {
-            if held.now.active && held.expires.is_some_and(|at| at <= now) {
-                let ttl = held.ttl.unwrap_or_default();
-                held.now = Shown {
-                    active: false,
-                    reason: EXPIRED.to_string(),
-                    message: expired_message(ttl, &held.now.reason, &held.now.message),
-                    since: now,
-                };
-                held.expires = None;
-                any = true;
-            }
+            let Some(at) = held.expires.filter(|&at| held.now.active && at <= now) else {
+                continue;
+            };
+            let ttl = held.ttl.unwrap_or_default();
+            // It cleared when its TTL ran out, whenever that is noticed.
+            held.now = Shown {
+                active: false,
+                reason: EXPIRED.to_string(),
+                message: expired_message(ttl, &held.now.reason, &held.now.message),
+                since: at,
+            };
+            held.expires = None;
+            any = true;
         }
         any
     }

@@ -66,6 +66,24 @@ impl ConditionsHost {
         self.wake.notify_one();
     }
 
+    /// Hold `condition` for `owner` as an earlier run left it (a fixture).
+    #[cfg(test)]
+    pub fn hold(&self, owner: &str, condition: &str, active: bool, reason: &str, message: &str) {
+        let granted = tend_rules::conditions::Granted {
+            condition: condition.to_string(),
+            taint_on: None,
+        };
+        let report = Report {
+            owner,
+            granted: &granted,
+            active,
+            reason: reason.to_string(),
+            message: message.to_string(),
+            ttl: None,
+        };
+        self.book.lock().unwrap().report(report, now());
+    }
+
     /// Write the book as it is now. Saves take turns, each snapshotting the
     /// book when its turn comes, so an older snapshot never lands last.
     async fn save(self: &Arc<Self>) {
