@@ -74,13 +74,13 @@ impl ScriptPeer {
 
     /// Seed as the bearer of `token` (the Kubernetes fake refuses anonymous
     /// requests, as a real API server does; its fixtures' admin token).
-    fn seeding_as(mut self, token: &'static str) -> Self {
+    pub(crate) fn seeding_as(mut self, token: &'static str) -> Self {
         self.bearer = Some(token);
         self
     }
 
     /// POST `body` (JSON) to `path`, as the seeding scripts of a test would.
-    fn post(&self, path: &str, body: &serde_json::Value) -> Result<()> {
+    pub(crate) fn post(&self, path: &str, body: &serde_json::Value) -> Result<()> {
         let auth = self.bearer.map(|t| format!("authorization: Bearer {t}"));
         run(Command::new("curl")
             .args(["-fsS", "-o", "/dev/null", "-X", "POST"])
@@ -91,9 +91,11 @@ impl ScriptPeer {
         .with_context(|| format!("seeding {path}"))
     }
 
-    fn get(&self, path: &str) -> Result<serde_json::Value> {
+    pub(crate) fn get(&self, path: &str) -> Result<serde_json::Value> {
+        let auth = self.bearer.map(|t| format!("authorization: Bearer {t}"));
         let output = Command::new("curl")
             .args(["-fsS"])
+            .args(auth.iter().flat_map(|h| ["-H", h.as_str()]))
             .arg(format!("{}{path}", self.url))
             .output()?;
         Ok(serde_json::from_slice(&output.stdout)?)

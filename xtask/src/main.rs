@@ -12,6 +12,7 @@ mod graph;
 mod image;
 mod langs;
 mod python;
+mod sight_demo;
 mod tally;
 
 use anyhow::{Context, Result, bail};
@@ -109,13 +110,20 @@ fn main() -> ExitCode {
         // `cargo build` (what `cargo xtask test` builds before the tests).
         "test-image" => image::image_of_test_build(&root().join("target/debug/tend")),
         "test" => test(),
-        "demo" => demo(),
+        "demo" => match std::env::args().nth(2).as_deref() {
+            None => demo(),
+            // One part alone, on the plugins already built: `cargo xtask demo sight`.
+            Some("sight") => build_tend().and_then(|tend| sight_demo::run_demo(&tend)),
+            Some(part) => Err(anyhow::anyhow!(
+                "no demo part {part:?}: the parts alone are: sight"
+            )),
+        },
         "gen" => generate::generate(),
         "fmt" => fmt::fmt(false),
         "graph" => graph::report(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <plugins|image|test-image|test|demo|gen|fmt|graph|lang LANG>\n  plugins  build every plugin into target/plugins/\n  image    the OCI image of tend (release) and the built-in plugins: target/image/tend.oci.tar\n  test-image  the same image around target/debug/tend, as `cargo xtask test` builds it for tests/e2e/image.rs\n  test     everything: unit and end-to-end tests (builds the plugins and the image first)\n  demo     run tend on examples/quickstart (a registry, systemd, containerd) and examples/cluster (fake Kubernetes and OpenStack)\n  gen      write the Rust code derived from wit/ (a test fails when it is stale)\n  fmt      rustfmt every Rust file by name (cargo fmt misses the modules the registration lists declare)\n  graph    the import cycles of host/, rules/ and sdk/, and what names a capability outside its folder\n  lang     one language's plugins and SDK tests (rust, python, js, c, go)"
+                "usage: cargo xtask <plugins|image|test-image|test|demo|gen|fmt|graph|lang LANG>\n  plugins  build every plugin into target/plugins/\n  image    the OCI image of tend (release) and the built-in plugins: target/image/tend.oci.tar\n  test-image  the same image around target/debug/tend, as `cargo xtask test` builds it for tests/e2e/image.rs\n  test     everything: unit and end-to-end tests (builds the plugins and the image first)\n  demo     run tend on examples/quickstart (a registry, systemd, containerd), examples/cluster (fake Kubernetes and OpenStack) and examples/sight (the kernel log, journald, NodeConditions); `demo sight` runs that part alone\n  gen      write the Rust code derived from wit/ (a test fails when it is stale)\n  fmt      rustfmt every Rust file by name (cargo fmt misses the modules the registration lists declare)\n  graph    the import cycles of host/, rules/ and sdk/, and what names a capability outside its folder\n  lang     one language's plugins and SDK tests (rust, python, js, c, go)"
             );
             return ExitCode::from(2);
         }
@@ -612,7 +620,8 @@ fn demo() -> Result<()> {
         work.display(),
         config.display()
     );
-    cluster_demo::run_demo(&tend)
+    cluster_demo::run_demo(&tend)?;
+    sight_demo::run_demo(&tend)
 }
 
 /// The demo's files from scratch. A systemd or containerd left running by an

@@ -17,7 +17,8 @@
 //!   shutdown `XfsShutdown`; an OOM kill, an ext4 or I/O error is an Event
 //!   on the Node;
 //! - containerd or the kubelet restarted 5 times within 20 minutes sets
-//!   `FrequentContainerdRestart` / `FrequentKubeletRestart`; "PLEG is not
+//!   `FrequentContainerdRestart` / `FrequentKubeletRestart`; containerd
+//!   logging a fatal error sets `ContainerRuntimeUnhealthy`; "PLEG is not
 //!   healthy" sets `KubeletUnhealthy`;
 //! - the clock check (optional): no time-sync unit active sets `NTPProblem`,
 //!   one active clears it.

@@ -180,6 +180,12 @@ pub fn defaults() -> Vec<Rule> {
             Some(24 * HOUR),
         ),
         restarts("containerd-restart", "FrequentContainerdRestart"),
+        rule(
+            "containerd-failed",
+            Some("ContainerRuntimeUnhealthy"),
+            "ContainerdFailed",
+            Some(10 * 60),
+        ),
         restarts("kubelet-restart", "FrequentKubeletRestart"),
         rule(
             "pleg-unhealthy",
@@ -366,6 +372,7 @@ mod tests {
         assert_eq!(
             c.conditions(),
             [
+                "ContainerRuntimeUnhealthy",
                 "FrequentContainerdRestart",
                 "FrequentKubeletRestart",
                 "KernelDeadlock",

@@ -1,0 +1,285 @@
+//! The sight part of `cargo xtask demo`: tend with examples/sight/tend.toml,
+//! the project's Kubernetes API fake (this host's Node, with the kubelet's
+//! conditions), a real systemd with its real journald, and a kernel log file
+//! in the `/dev/kmsg` record format. A hung task written into the kernel log
+//! and a fatal containerd error written into the journal (by a failing
+//! `containerd.service` of that systemd) become NodeConditions on the Node;
+//! they clear when they stop recurring, and leave the Node when
+//! problem-detector is disabled.
+
+use crate::cluster_demo::ScriptPeer;
+use crate::{outcomes, root, run, step, wait_for};
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const KUBE_PORT: u16 = 5062;
+const WORK: &str = "/tmp/tend-sight";
+const NODE: &str = "sight-demo";
+const KUBE_ADMIN_TOKEN: &str = "tend-fake-admin-token";
+const HUNG: &str = "INFO: task jbd2/sda1-8:312 blocked for more than 120 seconds.";
+
+pub fn run_demo(tend: &Path) -> Result<()> {
+    crate::venv()?;
+    let work = Path::new(WORK);
+    let systemd_dir = work.join("systemd");
+    let _ = Command::new(root().join("tests/peers/systemd.sh"))
+        .arg("stop")
+        .arg(&systemd_dir)
+        .status();
+    let _ = std::fs::remove_dir_all(work.join("state"));
+    std::fs::create_dir_all(work)?;
+    step(&format!(
+        "sight: the Kubernetes API fake on 127.0.0.1:{KUBE_PORT} (Node {NODE}), a real systemd with its journald, and a kernel log file in the /dev/kmsg format"
+    ));
+    let kube = ScriptPeer::start(
+        "kube-apiserver.sh",
+        &work.join("kube"),
+        KUBE_PORT,
+        "examples/sight/tend.toml",
+    )?
+    .seeding_as(KUBE_ADMIN_TOKEN);
+    std::fs::write(
+        work.join("kube/tend.kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{KUBE_PORT}\n\
+             users:\n- name: tend\n  user:\n    token: {KUBE_ADMIN_TOKEN}\ncontexts:\n- name: fake\n  context:\n\
+             \x20   cluster: fake\n    user: tend\ncurrent-context: fake\n"
+        ),
+    )?;
+    kube.post("/api/v1/nodes", &kubelet_node())?;
+    let systemd = Systemd::start(&systemd_dir)?;
+    std::fs::write(
+        work.join("boot_id"),
+        "5d1c0ffe-0000-4000-8000-00000000d3a0\n",
+    )?;
+    std::fs::write(work.join("kmsg"), kmsg(1, 6, "Linux version 6.1.0 (demo)"))?;
+    // A copy whose disabling the demo can write; its paths stay the example's.
+    let config = work.join("tend.toml");
+    let example = std::fs::read_to_string(root().join("examples/sight/tend.toml"))?;
+    let plugins = root().join("target/plugins");
+    let cache = root().join("target/quickstart-cache");
+    let enabled = example
+        .replace(
+            "\"../../target/plugins\"",
+            &format!("{:?}", plugins.display().to_string()),
+        )
+        .replace(
+            "\"../../target/quickstart-cache\"",
+            &format!("{:?}", cache.display().to_string()),
+        );
+    std::fs::write(&config, &enabled)?;
+
+    step("tend run: problem-detector follows the kernel log and containerd's journal");
+    let log_path = root().join("target/demo/tend-sight.log");
+    let mut daemon = Daemon(
+        Command::new(tend)
+            .args(["run", "-c"])
+            .arg(&config)
+            .stderr(std::fs::File::create(&log_path)?)
+            .spawn()?,
+    );
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let node = || {
+        kube.get(&format!("/api/v1/nodes/{NODE}"))
+            .unwrap_or_default()
+    };
+    let following = wait_for(&mut daemon.0, Duration::from_secs(60), || {
+        let log = log();
+        log.contains("following the kernel log") && log.contains("following the journal")
+    })?;
+
+    step("a hung task in the kernel log, a fatal containerd error in the journal");
+    let written = Instant::now();
+    append(&work.join("kmsg"), &kmsg(2, 3, HUNG))?;
+    systemd.fail_containerd()?;
+    let seen = following
+        && wait_for(&mut daemon.0, Duration::from_secs(30), || {
+            let node = node();
+            status(&node, "KernelDeadlock") == Some("True")
+                && status(&node, "ContainerRuntimeUnhealthy") == Some("True")
+        })?;
+    eprintln!("  on the Node after {:?}:", written.elapsed());
+    show(&node());
+
+    step("no recurrence for their TTL (20 s here): the conditions clear, the taint goes");
+    let cleared = seen
+        && wait_for(&mut daemon.0, Duration::from_secs(60), || {
+            let node = node();
+            status(&node, "KernelDeadlock") == Some("False")
+                && status(&node, "ContainerRuntimeUnhealthy") == Some("False")
+        })?;
+    show(&node());
+
+    step("problem-detector disabled: its conditions leave the Node; the kubelet's stay");
+    std::fs::write(
+        &config,
+        enabled.replace(
+            "[plugins.problem-detector]\n",
+            "[plugins.problem-detector]\nenabled = false\n",
+        ),
+    )?;
+    let gone = cleared
+        && wait_for(&mut daemon.0, Duration::from_secs(30), || {
+            status(&node(), "KernelDeadlock").is_none()
+        })?;
+    show(&node());
+    run(Command::new("kill").args(["-TERM", &daemon.0.id().to_string()]))?;
+    let exit = daemon.0.wait()?;
+    drop(systemd);
+    drop(kube);
+    eprintln!("problem-detector:");
+    for outcome in outcomes(&log(), "problem-detector") {
+        eprintln!("  {outcome}");
+    }
+    if !gone {
+        bail!(
+            "the sight part of the demo did not complete; see the log {}",
+            log_path.display()
+        );
+    }
+    eprintln!("tend stopped on SIGTERM with {exit}. The config is examples/sight/tend.toml");
+    Ok(())
+}
+
+/// tend, killed if the demo ends early (its peers stop with the demo).
+struct Daemon(std::process::Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The Node as the kubelet registers it: its five conditions.
+fn kubelet_node() -> Value {
+    let condition = |kind: &str, status: &str, reason: &str| serde_json::json!({"type": kind, "status": status, "reason": reason, "message": "kubelet"});
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": NODE},
+        "status": {"conditions": [
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+            condition("NetworkUnavailable", "False", "RouteCreated"),
+            condition("Ready", "True", "KubeletReady"),
+        ]},
+    })
+}
+
+fn status<'a>(node: &'a Value, kind: &str) -> Option<&'a str> {
+    node["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)?["status"]
+        .as_str()
+}
+
+/// The Node's conditions and taints, one line each.
+fn show(node: &Value) {
+    for c in node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        eprintln!(
+            "    condition {} = {} ({}): {}",
+            c["type"].as_str().unwrap_or_default(),
+            c["status"].as_str().unwrap_or_default(),
+            c["reason"].as_str().unwrap_or_default(),
+            c["message"].as_str().unwrap_or_default()
+        );
+    }
+    for t in node["spec"]["taints"].as_array().into_iter().flatten() {
+        eprintln!(
+            "    taint {}:{}",
+            t["key"].as_str().unwrap_or_default(),
+            t["effect"].as_str().unwrap_or_default()
+        );
+    }
+}
+
+/// One record in the `/dev/kmsg` format: `prio,seq,usec,flags;message`.
+fn kmsg(seq: u64, priority: u8, message: &str) -> String {
+    format!("{priority},{seq},{},-;{message}\n", seq * 1_000_000)
+}
+
+fn append(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new().append(true).open(path)?;
+    file.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+/// The demo's systemd (tests/peers/systemd.sh), stopped on drop.
+struct Systemd(std::path::PathBuf);
+
+impl Systemd {
+    fn start(dir: &Path) -> Result<Systemd> {
+        let output = Command::new(root().join("tests/peers/systemd.sh"))
+            .arg("start")
+            .arg(dir)
+            .output()?;
+        if !output.status.success() {
+            bail!(
+                "the demo's systemd did not start: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(Systemd(dir.to_path_buf()))
+    }
+
+    /// A `containerd.service` of the demo's systemd that logs a fatal error
+    /// and exits 1: its output reaches journald as the unit's.
+    fn fail_containerd(&self) -> Result<()> {
+        let bus = format!(
+            "unix:path={}",
+            self.0.join("run/dbus/system_bus_socket").display()
+        );
+        let fatal = "echo 'level=fatal msg=\"failed to start containerd: failed to load plugin io.containerd.grpc.v1.cri\"'; exit 1";
+        run(Command::new("busctl")
+            .stdout(std::process::Stdio::null())
+            .arg(format!("--address={bus}"))
+            .args([
+                "--",
+                "call",
+                "org.freedesktop.systemd1",
+                "/org/freedesktop/systemd1",
+                "org.freedesktop.systemd1.Manager",
+                "StartTransientUnit",
+                "ssa(sv)a(sa(sv))",
+                "containerd.service",
+                "replace",
+                "3",
+                "Type",
+                "s",
+                "oneshot",
+                "StandardOutput",
+                "s",
+                "journal",
+                "ExecStart",
+                "a(sasb)",
+                "1",
+                "/bin/sh",
+                "3",
+                "/bin/sh",
+                "-c",
+                fatal,
+                "false",
+                "0",
+            ]))
+        .context("starting the failing containerd.service")
+    }
+}
+
+impl Drop for Systemd {
+    fn drop(&mut self) {
+        let _ = Command::new(root().join("tests/peers/systemd.sh"))
+            .arg("stop")
+            .arg(&self.0)
+            .status();
+    }
+}
