@@ -258,13 +258,7 @@ pub fn check_list(grant: &ConditionsGrant) -> Result<(), Refusal> {
 /// [`MAX_MESSAGE`] bytes, cut at a character boundary.
 pub fn expired_message(ttl_seconds: u32, reason: &str, message: &str) -> String {
     let mut text = format!("not reported again within {ttl_seconds}s: was {reason}: {message}");
-    if text.len() > MAX_MESSAGE {
-        let mut end = MAX_MESSAGE;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
+    text.truncate(text.floor_char_boundary(MAX_MESSAGE));
     text
 }
 

@@ -244,7 +244,8 @@ impl FakeConditions {
             let Some((ttl, at)) = holding.expiry else {
                 continue;
             };
-            if at <= now {
+            // Whole seconds, as the host: never less than the TTL.
+            if at < now {
                 *holding = Holding {
                     active: false,
                     reason: EXPIRED.to_string(),

@@ -10,7 +10,8 @@
 use serde_json::Value;
 use std::time::{Duration, Instant};
 use tend_e2e::{
-    Daemon, KubeApi, Kubectl, Sandbox, append_kmsg, free_port, http_get, metric, wait_until,
+    Daemon, KubeApi, Kubectl, Sandbox, append_kmsg, free_port, http_get, metric, node_condition,
+    wait_until,
 };
 
 const WITHIN: Duration = Duration::from_secs(20);
@@ -75,11 +76,7 @@ fn node(api: &KubeApi) -> Value {
 
 /// The Node's condition of `kind`, if it has one.
 fn condition(node: &Value, kind: &str) -> Option<Value> {
-    node["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
-        .cloned()
+    node_condition(node, kind).cloned()
 }
 
 fn taint(node: &Value, key: &str) -> Option<Value> {
@@ -113,6 +110,11 @@ fn a_hung_task_sets_kernel_deadlock_and_its_taint_and_disabling_the_plugin_remov
     sandbox.config_with_host(&host(&api, &sandbox, port, "3s"), &detector(true));
     api.grant_rbac(&sandbox);
     let daemon = start(&sandbox, port);
+    // The follower has started (the rule's cursor saved): a line written
+    // before would be the past, which a new rule does not match.
+    wait_until(WITHIN, "the rule's cursor", || {
+        sandbox.path("state/logs/problem-detector.json").exists()
+    });
     assert!(
         condition(&node(&api), "KernelDeadlock").is_none(),
         "nothing is written before a problem is seen"
@@ -250,7 +252,7 @@ fn a_plugin_cannot_set_ready_or_another_plugins_type_and_a_plan_writes_nothing()
 }
 
 #[test]
-fn a_ttl_clears_the_condition_and_its_taint_and_a_restart_keeps_what_was_set() {
+fn a_ttl_clears_the_condition_and_its_taint_a_restart_keeps_what_was_set_and_removal_takes_both() {
     let api = KubeApi::start();
     api.seed_node(NODE);
     let sandbox = sandbox();
@@ -314,6 +316,26 @@ fn a_ttl_clears_the_condition_and_its_taint_and_a_restart_keeps_what_was_set() {
             .contains("was Seen: seen"),
         "{expired}"
     );
+
+    // Set again, then the plugin removed from the config while it is set:
+    // the condition and its taint leave the Node.
+    sandbox.config_with_host(&host(&api, &sandbox, port, "5m"), &report("set", ""));
+    wait_until(WITHIN, "ReporterProblem True again, tainted", || {
+        let node = node(&api);
+        condition(&node, "ReporterProblem").is_some_and(|c| c["status"] == "True")
+            && taint(&node, "tend.dev/ReporterProblem").is_some()
+    });
+    sandbox.config_with_host(&host(&api, &sandbox, port, "5m"), "");
+    wait_until(
+        WITHIN,
+        "the removed plugin's condition and taint gone",
+        || {
+            let node = node(&api);
+            condition(&node, "ReporterProblem").is_none()
+                && taint(&node, "tend.dev/ReporterProblem").is_none()
+        },
+    );
+    assert_eq!(condition(&node(&api), "Ready").unwrap()["status"], "True");
     drop(daemon);
 }
 

@@ -38,7 +38,7 @@ pub struct ScriptPeer {
 }
 
 /// The Kubernetes fake's fixture admin (tests/peers/kube-apiserver.py ADMIN_TOKEN).
-const KUBE_ADMIN_TOKEN: &str = "tend-fake-admin-token";
+pub(crate) const KUBE_ADMIN_TOKEN: &str = "tend-fake-admin-token";
 
 impl ScriptPeer {
     /// `example` (the config expecting the peer on `port`) is named when the
@@ -111,6 +111,21 @@ impl Drop for ScriptPeer {
     }
 }
 
+/// tend's kubeconfig for the Kubernetes fake on `port` (the demo configs name
+/// it): the fake's plain-HTTP port with a bearer token, which kube-rs sends
+/// over HTTP too.
+pub(crate) fn write_kubeconfig(path: &Path, port: u16) -> Result<()> {
+    std::fs::write(
+        path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{port}\n\
+             users:\n- name: tend\n  user:\n    token: {KUBE_ADMIN_TOKEN}\ncontexts:\n- name: fake\n  context:\n\
+             \x20   cluster: fake\n    user: tend\ncurrent-context: fake\n"
+        ),
+    )?;
+    Ok(())
+}
+
 fn server(
     id: &str,
     name: &str,
@@ -141,16 +156,7 @@ pub fn run_demo(tend: &Path) -> Result<()> {
     const EXAMPLE: &str = "examples/cluster/tend.toml";
     let kube = ScriptPeer::start("kube-apiserver.sh", &work.join("kube"), KUBE_PORT, EXAMPLE)?
         .seeding_as(KUBE_ADMIN_TOKEN);
-    // tend's kubeconfig (examples/cluster/tend.toml names it): the fake's
-    // plain-HTTP port with a bearer token, which kube-rs sends over HTTP too.
-    std::fs::write(
-        work.join("kube/tend.kubeconfig"),
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{KUBE_PORT}\n\
-             users:\n- name: tend\n  user:\n    token: {KUBE_ADMIN_TOKEN}\ncontexts:\n- name: fake\n  context:\n\
-             \x20   cluster: fake\n    user: tend\ncurrent-context: fake\n"
-        ),
-    )?;
+    write_kubeconfig(&work.join("kube/tend.kubeconfig"), KUBE_PORT)?;
     let cloud = ScriptPeer::start(
         "openstack.sh",
         &work.join("openstack"),

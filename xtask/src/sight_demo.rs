@@ -8,7 +8,7 @@
 //! problem-detector is disabled.
 
 use crate::cluster_demo::ScriptPeer;
-use crate::{outcomes, root, run, step, wait_for};
+use crate::{DemoSystemd, outcomes, root, run, step, wait_for};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use std::path::Path;
@@ -18,17 +18,14 @@ use std::time::{Duration, Instant};
 const KUBE_PORT: u16 = 5062;
 const WORK: &str = "/tmp/tend-sight";
 const NODE: &str = "sight-demo";
-const KUBE_ADMIN_TOKEN: &str = "tend-fake-admin-token";
 const HUNG: &str = "INFO: task jbd2/sda1-8:312 blocked for more than 120 seconds.";
 
 pub fn run_demo(tend: &Path) -> Result<()> {
     crate::venv()?;
     let work = Path::new(WORK);
     let systemd_dir = work.join("systemd");
-    let _ = Command::new(root().join("tests/peers/systemd.sh"))
-        .arg("stop")
-        .arg(&systemd_dir)
-        .status();
+    // A systemd left running by an interrupted demo goes first.
+    drop(DemoSystemd(systemd_dir.clone()));
     let _ = std::fs::remove_dir_all(work.join("state"));
     std::fs::create_dir_all(work)?;
     step(&format!(
@@ -40,17 +37,10 @@ pub fn run_demo(tend: &Path) -> Result<()> {
         KUBE_PORT,
         "examples/sight/tend.toml",
     )?
-    .seeding_as(KUBE_ADMIN_TOKEN);
-    std::fs::write(
-        work.join("kube/tend.kubeconfig"),
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{KUBE_PORT}\n\
-             users:\n- name: tend\n  user:\n    token: {KUBE_ADMIN_TOKEN}\ncontexts:\n- name: fake\n  context:\n\
-             \x20   cluster: fake\n    user: tend\ncurrent-context: fake\n"
-        ),
-    )?;
+    .seeding_as(crate::cluster_demo::KUBE_ADMIN_TOKEN);
+    crate::cluster_demo::write_kubeconfig(&work.join("kube/tend.kubeconfig"), KUBE_PORT)?;
     kube.post("/api/v1/nodes", &kubelet_node())?;
-    let systemd = Systemd::start(&systemd_dir)?;
+    let systemd = DemoSystemd::start(&systemd_dir)?;
     std::fs::write(
         work.join("boot_id"),
         "5d1c0ffe-0000-4000-8000-00000000d3a0\n",
@@ -94,7 +84,7 @@ pub fn run_demo(tend: &Path) -> Result<()> {
     step("a hung task in the kernel log, a fatal containerd error in the journal");
     let written = Instant::now();
     append(&work.join("kmsg"), &kmsg(2, 3, HUNG))?;
-    systemd.fail_containerd()?;
+    fail_containerd(&systemd)?;
     let seen = following
         && wait_for(&mut daemon.0, Duration::from_secs(30), || {
             let node = node();
@@ -214,72 +204,39 @@ fn append(path: &Path, text: &str) -> Result<()> {
     Ok(())
 }
 
-/// The demo's systemd (tests/peers/systemd.sh), stopped on drop.
-struct Systemd(std::path::PathBuf);
-
-impl Systemd {
-    fn start(dir: &Path) -> Result<Systemd> {
-        let output = Command::new(root().join("tests/peers/systemd.sh"))
-            .arg("start")
-            .arg(dir)
-            .output()?;
-        if !output.status.success() {
-            bail!(
-                "the demo's systemd did not start: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        Ok(Systemd(dir.to_path_buf()))
-    }
-
-    /// A `containerd.service` of the demo's systemd that logs a fatal error
-    /// and exits 1: its output reaches journald as the unit's.
-    fn fail_containerd(&self) -> Result<()> {
-        let bus = format!(
-            "unix:path={}",
-            self.0.join("run/dbus/system_bus_socket").display()
-        );
-        let fatal = "echo 'level=fatal msg=\"failed to start containerd: failed to load plugin io.containerd.grpc.v1.cri\"'; exit 1";
-        run(Command::new("busctl")
-            .stdout(std::process::Stdio::null())
-            .arg(format!("--address={bus}"))
-            .args([
-                "--",
-                "call",
-                "org.freedesktop.systemd1",
-                "/org/freedesktop/systemd1",
-                "org.freedesktop.systemd1.Manager",
-                "StartTransientUnit",
-                "ssa(sv)a(sa(sv))",
-                "containerd.service",
-                "replace",
-                "3",
-                "Type",
-                "s",
-                "oneshot",
-                "StandardOutput",
-                "s",
-                "journal",
-                "ExecStart",
-                "a(sasb)",
-                "1",
-                "/bin/sh",
-                "3",
-                "/bin/sh",
-                "-c",
-                fatal,
-                "false",
-                "0",
-            ]))
-        .context("starting the failing containerd.service")
-    }
-}
-
-impl Drop for Systemd {
-    fn drop(&mut self) {
-        let _ = Command::new(root().join("tests/peers/systemd.sh"))
-            .arg("stop")
-            .arg(&self.0)
-            .status();
-    }
+/// A `containerd.service` of the demo's systemd that logs a fatal error
+/// and exits 1: its output reaches journald as the unit's.
+fn fail_containerd(systemd: &DemoSystemd) -> Result<()> {
+    let fatal = "echo 'level=fatal msg=\"failed to start containerd: failed to load plugin io.containerd.grpc.v1.cri\"'; exit 1";
+    systemd
+        .busctl(&[
+            "--",
+            "call",
+            "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1",
+            "org.freedesktop.systemd1.Manager",
+            "StartTransientUnit",
+            "ssa(sv)a(sa(sv))",
+            "containerd.service",
+            "replace",
+            "3",
+            "Type",
+            "s",
+            "oneshot",
+            "StandardOutput",
+            "s",
+            "journal",
+            "ExecStart",
+            "a(sasb)",
+            "1",
+            "/bin/sh",
+            "3",
+            "/bin/sh",
+            "-c",
+            fatal,
+            "false",
+            "0",
+        ])
+        .context("starting the failing containerd.service")?;
+    Ok(())
 }

@@ -111,13 +111,7 @@ fn read_matches(host: &dyn Host, now: u64) -> Result<(Vec<Seen>, u64)> {
 }
 
 fn bounded(mut text: String) -> String {
-    if text.len() > MAX_MESSAGE {
-        let mut end = MAX_MESSAGE;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
+    text.truncate(text.floor_char_boundary(MAX_MESSAGE));
     text
 }
 

@@ -98,6 +98,17 @@ pub fn kubelet_node(name: &str) -> serde_json::Value {
 /// (aiohttp, jsonpatch, PyYAML), which `cargo xtask test` installs there (xtask's
 /// VENV_PACKAGES). `TEND_KUBE_PYTHON` names another python. Panics with what to
 /// run when they are missing: the harness does not install anything itself.
+/// A Node's condition of `kind` (its `status.conditions` entry), if it has one.
+pub fn node_condition<'a>(
+    node: &'a serde_json::Value,
+    kind: &str,
+) -> Option<&'a serde_json::Value> {
+    node["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
 pub fn kube_python() -> PathBuf {
     static PYTHON: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     PYTHON

@@ -122,7 +122,9 @@ impl Book {
     pub fn expire(&mut self, now: u64) -> bool {
         let mut any = false;
         for held in self.conditions.values_mut() {
-            let Some(at) = held.expires.filter(|&at| held.now.active && at <= now) else {
+            // Times are whole seconds: a report made late in second `t` with a TTL
+            // of `n` holds until the end of second `t + n`, never less than `n`.
+            let Some(at) = held.expires.filter(|&at| held.now.active && at < now) else {
                 continue;
             };
             let ttl = held.ttl.unwrap_or_default();
@@ -184,7 +186,7 @@ impl Book {
             }
             live |= shows.is_some();
             if held.now.active && !held.orphaned {
-                plan.next = earliest(plan.next, held.expires);
+                plan.next = earliest(plan.next, held.expires.map(|at| at + 1));
             }
             plan.shows.insert(condition.clone(), shows);
         }
@@ -381,7 +383,10 @@ mod tests {
         book.report(report(&g, true, "TaskHung", "1 task", None), 0);
         write(&mut book, 0);
         for now in 1..300 {
-            book.report(report(&g, true, "TaskHung", &format!("{now} tasks"), None), now);
+            book.report(
+                report(&g, true, "TaskHung", &format!("{now} tasks"), None),
+                now,
+            );
             assert_eq!(write(&mut book, now).patch, None, "at {now}");
         }
         assert_eq!(patched(&write(&mut book, 300))[0]["message"], "299 tasks");
@@ -393,13 +398,13 @@ mod tests {
         let mut book = Book::default();
         book.report(report(&g, true, "TaskHung", "blocked", Some(60)), 0);
         let plan = write(&mut book, 0);
-        assert_eq!(plan.next, Some(60));
+        assert_eq!(plan.next, Some(61));
         assert_eq!(book.taints.len(), 1);
-        assert!(!book.expire(59));
+        assert!(!book.expire(60), "never less than its TTL");
         book.report(report(&g, true, "TaskHung", "blocked", Some(60)), 50);
-        assert!(!book.expire(100));
-        assert!(book.expire(110));
-        let plan = write(&mut book, 110);
+        assert!(!book.expire(110));
+        assert!(book.expire(111));
+        let plan = write(&mut book, 111);
         let cleared = patched(&plan);
         assert_eq!(cleared[0]["status"], "False");
         assert_eq!(cleared[0]["reason"], EXPIRED);

@@ -273,6 +273,20 @@ mod tests {
         }])
     }
 
+    /// Plugin "pd" reports KernelDeadlock.
+    async fn report_hung(host: &Arc<ConditionsHost>) {
+        let granted = grant().0.remove(0);
+        let report = Report {
+            owner: "pd",
+            granted: &granted,
+            active: true,
+            reason: "TaskHung".into(),
+            message: "blocked".into(),
+            ttl: None,
+        };
+        host.take(report, now()).await;
+    }
+
     #[tokio::test]
     async fn a_report_reaches_the_node_survives_a_restart_and_goes_with_its_owner() {
         let dir = tempfile::tempdir().unwrap();
@@ -285,19 +299,7 @@ mod tests {
         ));
         let mut watch = ConditionsWatch::new(host.clone());
         watch.update(vec![("pd".into(), grant())], Arc::new(NoSink));
-        let granted = grant().0.remove(0);
-        host.take(
-            Report {
-                owner: "pd",
-                granted: &granted,
-                active: true,
-                reason: "TaskHung".into(),
-                message: "blocked".into(),
-                ttl: None,
-            },
-            now(),
-        )
-        .await;
+        report_hung(&host).await;
         until("the condition and its taint", || {
             node.conditions().len() == 1 && node.taints().len() == 1
         })
@@ -338,19 +340,7 @@ mod tests {
         ));
         let mut watch = ConditionsWatch::new(host.clone());
         watch.update(vec![("pd".into(), grant())], Arc::new(NoSink));
-        let granted = grant().0.remove(0);
-        host.take(
-            Report {
-                owner: "pd",
-                granted: &granted,
-                active: true,
-                reason: "TaskHung".into(),
-                message: "m".into(),
-                ttl: None,
-            },
-            now(),
-        )
-        .await;
+        report_hung(&host).await;
         until("a failure counted", || {
             host.failures.load(Ordering::Relaxed) > 0
         })
