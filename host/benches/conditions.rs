@@ -73,7 +73,11 @@ fn main() {
     api.seed_node(NODE);
     let sandbox = Sandbox::new();
     let log = sandbox.path("kmsg");
-    std::fs::write(sandbox.path("boot_id"), "0f5e3c7d9a0b4c1d8e2f3a4b5c6d7e8f\n").unwrap();
+    std::fs::write(
+        sandbox.path("boot_id"),
+        "0f5e3c7d9a0b4c1d8e2f3a4b5c6d7e8f\n",
+    )
+    .unwrap();
     std::fs::write(&log, "").unwrap();
     sandbox.add_plugin("problem-detector", "problem-detector");
     sandbox.add_plugin("chaos", "holder");
@@ -121,7 +125,9 @@ fn main() {
             &log,
             seq,
             3,
-            std::iter::once(format!("INFO: task {marker}9 blocked for more than 120 seconds.")),
+            std::iter::once(format!(
+                "INFO: task {marker}9 blocked for more than 120 seconds."
+            )),
         );
         watch.until(Duration::from_secs(10), "the condition set", |event| {
             node_condition(&event["object"], "KernelDeadlock").is_some_and(|c| {
@@ -131,7 +137,8 @@ fn main() {
         latencies.push(written.elapsed());
         // Its TTL (1 s) passes: cleared, so the next line is a status change.
         watch.until(Duration::from_secs(10), "the condition cleared", |event| {
-            node_condition(&event["object"], "KernelDeadlock").is_some_and(|c| c["status"] == "False")
+            node_condition(&event["object"], "KernelDeadlock")
+                .is_some_and(|c| c["status"] == "False")
         });
     }
     latencies.sort();
@@ -156,7 +163,9 @@ fn main() {
         per_beat * 12.0
     );
 
-    println!("\n== the same under a storm of matching lines (10 a second, each renewing KernelDeadlock) ==");
+    println!(
+        "\n== the same under a storm of matching lines (10 a second, each renewing KernelDeadlock) =="
+    );
     let before = api.writes_to(&node_path);
     let started = Instant::now();
     let mut i = 0;
@@ -165,7 +174,9 @@ fn main() {
             &log,
             seq,
             3,
-            std::iter::once(format!("INFO: task storm/{i}:1:9 blocked for more than 120 seconds.")),
+            std::iter::once(format!(
+                "INFO: task storm/{i}:1:9 blocked for more than 120 seconds."
+            )),
         );
         i += 1;
         std::thread::sleep(Duration::from_millis(100));
