@@ -8,8 +8,8 @@
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use tend_e2e::{
-    Daemon, KubeApi, Sandbox, free_port, http_get, kubelet_conditions, metric,
-    plugin_status, wait_until,
+    Daemon, KubeApi, Sandbox, free_port, http_get, kubelet_conditions, metric, plugin_status,
+    wait_until,
 };
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -36,7 +36,9 @@ fn set(name: &str, grant: &str, condition: &str, reason: &str) -> String {
         name,
         grant,
         "condition",
-        &format!("op = \"set\"\ncondition = \"{condition}\"\nreason = \"{reason}\"\nmessage = \"m\""),
+        &format!(
+            "op = \"set\"\ncondition = \"{condition}\"\nreason = \"{reason}\"\nmessage = \"m\""
+        ),
     )
 }
 
@@ -183,7 +185,11 @@ fn a_planted_book_never_writes_nor_removes_a_kubelet_condition_and_a_plan_holds_
         .iter()
         .filter_map(|c| c["type"].as_str())
         .collect();
-    assert_eq!(types.len(), 6, "the kubelet's five and mallory's: {types:?}");
+    assert_eq!(
+        types.len(),
+        6,
+        "the kubelet's five and mallory's: {types:?}"
+    );
     assert!(
         !types.contains(&"Escape") && !types.contains(&"Ready "),
         "{types:?}"
@@ -248,14 +254,21 @@ fn a_flood_of_flips_messages_and_renewals_stays_within_the_write_bounds() {
     wait_until(WITHIN, "FloodProblem on the Node", || {
         condition(&node(&api), "FloodProblem").is_some()
     });
-    let (status0, taints0, runs0) = (status_writes(&api), taint_writes(&api), reconciles(port, "flooder"));
+    let (status0, taints0, runs0) = (
+        status_writes(&api),
+        taint_writes(&api),
+        reconciles(port, "flooder"),
+    );
     let began = Instant::now();
     wait_until(Duration::from_secs(60), "20 s of flipping", || {
         began.elapsed() >= Duration::from_secs(20)
     });
     let flips = reconciles(port, "flooder") - runs0;
     let message = plugin_status(port, "flooder")["last"]["message"].to_string();
-    assert!(flips >= 8, "the plugin kept flipping: {flips} reconciles, {message}");
+    assert!(
+        flips >= 8,
+        "the plugin kept flipping: {flips} reconciles, {message}"
+    );
     assert!(
         message.contains("budget-exhausted"),
         "the gate's 256 mutations a reconcile: {message}"
@@ -263,8 +276,13 @@ fn a_flood_of_flips_messages_and_renewals_stays_within_the_write_bounds() {
     let status = status_writes(&api) - status0;
     let taints = taint_writes(&api) - taints0;
     let most = began.elapsed().as_secs() as usize / 10 + 2;
-    eprintln!("{flips} reconciles of 256 flips in 20 s: {status} status writes, {taints} taint writes");
-    assert!(status <= most, "{status} status writes for {flips} reconciles of flips: at most {most}");
+    eprintln!(
+        "{flips} reconciles of 256 flips in 20 s: {status} status writes, {taints} taint writes"
+    );
+    assert!(
+        status <= most,
+        "{status} status writes for {flips} reconciles of flips: at most {most}"
+    );
     assert!(taints <= most, "{taints} taint writes: at most {most}");
 
     // Only the message changes each call: nothing until the heartbeat (5 min),
@@ -322,12 +340,17 @@ fn a_blackholed_api_server_never_holds_a_plugins_reconcile_and_the_writer_catche
     api.blackhole(12.0, Some("tend/"));
     let runs0 = reconciles(port, "flooder");
     let began = Instant::now();
-    wait_until(Duration::from_secs(10), "reconciles while the API is silent", || {
-        reconciles(port, "flooder") >= runs0 + 5
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "reconciles while the API is silent",
+        || reconciles(port, "flooder") >= runs0 + 5,
+    );
     assert!(began.elapsed() < Duration::from_secs(10));
     let message = plugin_status(port, "flooder")["last"]["message"].to_string();
-    assert!(message.contains("3 ok"), "each set and clear returned ok: {message}");
+    assert!(
+        message.contains("3 ok"),
+        "each set and clear returned ok: {message}"
+    );
     api.end_blackhole();
 
     // The writer is not stuck: the last report reaches the Node, and the
@@ -337,7 +360,10 @@ fn a_blackholed_api_server_never_holds_a_plugins_reconcile_and_the_writer_catche
         condition(&node(&api), "FloodProblem").is_some_and(|c| c["status"] == "False")
     });
     let failures = metric(port, "tend_conditions_write_failures_total").unwrap_or(0.0);
-    assert!(failures <= 5.0, "{failures} failed writes: a backoff, not a spin");
+    assert!(
+        failures <= 5.0,
+        "{failures} failed writes: a backoff, not a spin"
+    );
     drop(daemon);
 }
 
@@ -390,8 +416,11 @@ fn a_condition_follows_its_grant_across_reloads_renames_and_disabling() {
     wait_until(WITHIN, "gamma's MovedProblem", shows("Gamma"));
 
     // Disabled: removed, with its taint; enabled again: only a new report shows it.
-    let disabled = set("gamma", moved, "MovedProblem", "Gamma")
-        .replacen("interval", "enabled = false\ninterval", 1);
+    let disabled = set("gamma", moved, "MovedProblem", "Gamma").replacen(
+        "interval",
+        "enabled = false\ninterval",
+        1,
+    );
     config(&set("alpha", other, "OtherProblem", "Alpha"), &disabled);
     wait_until(WITHIN, "gamma's condition and taint removed", || {
         let node = node(&api);
@@ -404,5 +433,75 @@ fn a_condition_follows_its_grant_across_reloads_renames_and_disabling() {
     );
     wait_until(WITHIN, "gamma's MovedProblem again", shows("Again"));
     assert_kubelets_untouched(&api);
+    drop(daemon);
+}
+
+#[test]
+fn a_message_at_or_over_the_bound_reaches_the_node_bounded_and_inert() {
+    let api = KubeApi::start();
+    api.seed_node(NODE);
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("chaos", "mallory");
+    let port = free_port();
+    let grant = r#"["MalloryProblem"]"#;
+    // `message` as TOML escapes: the plugin sends the characters they name.
+    let report = |reason: &str, message: &str| {
+        chaos(
+            "mallory",
+            grant,
+            "condition",
+            &format!(
+                "op = \"set\"\ncondition = \"MalloryProblem\"\nreason = \"{reason}\"\nmessage = \"{message}\""
+            ),
+        )
+    };
+    let smiles = |n: usize| "\\U0001F600".repeat(n);
+    sandbox.config_with_host(&host(&api, &sandbox, port), &report("Exact", &smiles(256)));
+    api.grant_rbac(&sandbox);
+    let daemon = start(&sandbox, port);
+    let shown = |reason: &str| {
+        let mut found = None;
+        wait_until(WITHIN, &format!("the {reason} report on the Node"), || {
+            found = condition(&node(&api), "MalloryProblem").filter(|c| c["reason"] == reason);
+            found.is_some()
+        });
+        found.unwrap()["message"].as_str().unwrap().to_string()
+    };
+    // Exactly 1024 bytes of 4-byte characters: as sent.
+    assert_eq!(shown("Exact"), "\u{1F600}".repeat(256));
+
+    // 1023 bytes with control characters, and a 4-byte character where the
+    // inert text is cut: bounded, inert, cut at a character boundary.
+    let hostile = format!("\\u001b[2J\\u0007\\r\\n{}", smiles(254));
+    sandbox.config_with_host(&host(&api, &sandbox, port), &report("Escapes", &hostile));
+    let message = shown("Escapes");
+    assert!(message.len() <= 1024, "{} bytes", message.len());
+    assert!(
+        !message.chars().any(|c| c.is_control()),
+        "inert: {message:?}"
+    );
+    assert!(
+        message.starts_with("\\u{1b}[2J\\u{7}\\r\\n\u{1F600}"),
+        "{message:?}"
+    );
+    assert!(message.contains("cut"), "{message:?}");
+
+    // Over the bound: refused, nothing written.
+    let writes = status_writes(&api);
+    sandbox.config_with_host(
+        &host(&api, &sandbox, port),
+        &report("Over", &format!("x{}", smiles(256))),
+    );
+    let runs = reconciles(port, "mallory");
+    wait_until(WITHIN, "the refused report's reconcile", || {
+        reconciles(port, "mallory") > runs
+    });
+    let outcome = plugin_status(port, "mallory")["last"]["message"].to_string();
+    assert!(outcome.contains("invalid"), "{outcome}");
+    assert_eq!(status_writes(&api), writes);
+    assert_eq!(
+        condition(&node(&api), "MalloryProblem").unwrap()["reason"],
+        "Escapes"
+    );
     drop(daemon);
 }
