@@ -197,18 +197,26 @@ pub fn owners<'a>(
     Ok(())
 }
 
-/// May a plugin with `grant` report `condition`? The type's shape first,
-/// then the grant; the refusal names the grant to add.
-pub fn check_condition<'g>(
-    grant: &'g ConditionsGrant,
-    condition: &str,
-) -> Result<&'g Granted, Refusal> {
+/// Could any plugin report `condition`: its shape, and never the
+/// kubelet's. The host also holds a book read back from disk to this, so
+/// nothing but a reportable type is ever written or removed on the Node.
+pub fn check_reportable(condition: &str) -> Result<(), Refusal> {
     check_type(condition)?;
     if KUBELET_TYPES.contains(&condition) {
         return Err(Refusal::Denied(format!(
             "condition {condition:?} is the kubelet's: no plugin may set it"
         )));
     }
+    Ok(())
+}
+
+/// May a plugin with `grant` report `condition`? The type's shape first,
+/// then the grant; the refusal names the grant to add.
+pub fn check_condition<'g>(
+    grant: &'g ConditionsGrant,
+    condition: &str,
+) -> Result<&'g Granted, Refusal> {
+    check_reportable(condition)?;
     grant.get(condition).ok_or_else(|| {
         Refusal::Denied(format!(
             "condition {condition:?} is not granted: add it to [plugins.<name>.grants] conditions (a condition type has one owner)"
@@ -326,6 +334,38 @@ mod tests {
         assert!(owners([("a", &a), ("c", &c)]).is_ok());
         let both = owners([("a", &a), ("b", &b)]).unwrap_err();
         assert!(both.contains("\"a\"") && both.contains("\"b\""), "{both}");
+    }
+
+    #[test]
+    fn no_shape_escapes_into_a_kubelet_type_or_past_the_bounds() {
+        for kubelet in KUBELET_TYPES {
+            assert_eq!(check_reportable(kubelet).unwrap_err().kind(), "denied");
+        }
+        let long = "A".repeat(MAX_TYPE + 1);
+        for shape in [
+            "Ready ",
+            " Ready",
+            "Re\u{0430}dy",
+            "Ready\u{200b}",
+            "Ready\n",
+            "Ready\u{0}",
+            "Ready/status",
+            long.as_str(),
+            "",
+        ] {
+            assert_eq!(
+                check_reportable(shape).unwrap_err().kind(),
+                "invalid",
+                "{shape:?}"
+            );
+        }
+        assert!(check_reportable(&"A".repeat(MAX_TYPE)).is_ok());
+        assert_eq!(
+            check_note("Task\u{0}Hung", "").unwrap_err().kind(),
+            "invalid"
+        );
+        assert!(check_note("A", &"\u{1F600}".repeat(MAX_MESSAGE / 4)).is_ok());
+        assert!(check_note("A", &format!("x{}", "\u{1F600}".repeat(MAX_MESSAGE / 4))).is_err());
     }
 
     #[test]

@@ -12,7 +12,15 @@
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
-use tend_rules::conditions::{EXPIRED, Granted, TaintEffect, expired_message};
+use tend_rules::conditions::{
+    EXPIRED, Granted, TaintEffect, check_note, check_reportable, expired_message,
+};
+
+/// The shortest time between two writes a status or reason change may
+/// cause: a plugin flipping a condition True/False in a loop is one write
+/// per gap, the flips between coalesced (the kubelet, too, writes its
+/// status at most every 10 s). An owner's removal is not held back.
+pub const MIN_CHANGE_GAP: u64 = 10;
 
 /// What a condition says: what the Node shows of it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -76,6 +84,38 @@ pub struct Report<'a> {
 }
 
 impl Book {
+    /// Drop what a book read back from disk may hold that no report could
+    /// have made: a type of another shape or the kubelet's (removing an
+    /// orphan is a `$patch: delete`, which must never reach `Ready`), a
+    /// reason or message a report could not carry. Returns the types dropped.
+    pub fn drop_foreign(&mut self) -> Vec<String> {
+        let shown = |s: &Shown| {
+            check_note(&s.reason, &s.message).is_ok()
+                && crate::text::inert(&s.message) == s.message.as_str()
+        };
+        let sane = |condition: &str, held: &Held| {
+            check_reportable(condition).is_ok()
+                && shown(&held.now)
+                && held.written.as_ref().is_none_or(shown)
+        };
+        let mut dropped: Vec<String> = self
+            .conditions
+            .iter()
+            .filter(|(condition, held)| !sane(condition, held))
+            .map(|(condition, _)| condition.clone())
+            .collect();
+        self.conditions
+            .retain(|condition, _| !dropped.contains(condition));
+        self.taints.retain(|condition, _| {
+            let keep = check_reportable(condition).is_ok();
+            if !keep {
+                dropped.push(condition.clone());
+            }
+            keep
+        });
+        dropped
+    }
+
     /// Whether `report` changes anything a write would show (a renewal of
     /// the same report only moves its expiry).
     pub fn changes(&self, report: &Report) -> bool {
@@ -173,7 +213,8 @@ impl Book {
     pub fn plan(&self, now: u64, heartbeat: Duration, check_taints: bool) -> Plan {
         let heartbeat = heartbeat.as_secs().max(1);
         let mut plan = Plan::default();
-        let mut at_once = false;
+        let mut changed = false;
+        let mut removed = false;
         let mut live = false;
         for (condition, held) in &self.conditions {
             let shows = (!held.orphaned).then(|| held.now.clone());
@@ -182,7 +223,8 @@ impl Book {
                 (Some(written), Some(now))
                     if written.active == now.active && written.reason == now.reason => {}
                 (None, None) => {}
-                _ => at_once = true,
+                (Some(_), None) => removed = true,
+                _ => changed = true,
             }
             live |= shows.is_some();
             if held.now.active && !held.orphaned {
@@ -192,6 +234,11 @@ impl Book {
         }
         let last = self.last_write;
         let heartbeat_due = live && last.is_none_or(|at| now >= at + heartbeat);
+        let gap_passed = last.is_none_or(|at| now >= at + MIN_CHANGE_GAP);
+        let at_once = removed || (changed && gap_passed);
+        if changed && !gap_passed {
+            plan.next = earliest(plan.next, last.map(|at| at + MIN_CHANGE_GAP));
+        }
         // A message-only change (the same status and reason) rides on the
         // next heartbeat: a plugin that puts a counter or the latest line in
         // its message cannot turn every reconcile into an API write.
@@ -211,7 +258,10 @@ impl Book {
             .filter(|(_, held)| held.now.active && !held.orphaned)
             .filter_map(|(condition, held)| held.taint.map(|t| (condition.clone(), t)))
             .collect();
-        if check_taints || wanted != self.taints {
+        // The taints move with the status change they follow: held back
+        // with it, so a flipping condition does not flip its taint either.
+        let held_back = changed && !at_once;
+        if check_taints || (wanted != self.taints && !held_back) {
             plan.taints = Some(wanted);
         }
         plan
@@ -277,6 +327,7 @@ mod tests {
     use tend_rules::conditions::TaintOn;
 
     const BEAT: Duration = Duration::from_secs(300);
+    const MAX_MESSAGE_FOR_TEST: usize = tend_rules::conditions::MAX_MESSAGE;
 
     fn granted(condition: &str, taint: bool) -> Granted {
         Granted {
@@ -480,6 +531,100 @@ mod tests {
         let plan = book.plan(0, BEAT, false);
         book.report(report(&g, false, "Recovered", "ok", None), 0);
         book.written(&plan, 0);
-        assert_eq!(patched(&book.plan(0, BEAT, false))[0]["status"], "False");
+        let next = book.plan(0, BEAT, false).next.unwrap();
+        assert_eq!(next, MIN_CHANGE_GAP);
+        assert_eq!(patched(&book.plan(next, BEAT, false))[0]["status"], "False");
+    }
+
+    #[test]
+    fn a_flipping_condition_is_one_write_a_gap_and_its_taint_follows() {
+        let g = granted("KernelDeadlock", true);
+        let mut book = Book::default();
+        let (mut writes, mut taint_writes) = (0, 0);
+        // An hour of a True/False flip every second (each a status change).
+        for now in 0..3600 {
+            book.report(report(&g, now % 2 == 0, "Flip", "m", None), now);
+            let plan = write(&mut book, now);
+            writes += usize::from(plan.patch.is_some());
+            taint_writes += usize::from(plan.taints.is_some());
+            if plan.patch.is_none() && plan.taints.is_none() {
+                assert!(plan.next.is_some_and(|at| at > now), "at {now}");
+            }
+        }
+        // At most one a gap (fewer when a gap ends on what was written).
+        let most = 3600 / MIN_CHANGE_GAP;
+        assert!(
+            writes as u64 <= most && writes as u64 > most / 2,
+            "{writes}"
+        );
+        assert!(taint_writes <= writes, "{taint_writes} taint writes");
+        // What the Node shows is the latest report, never older than a gap.
+        book.report(report(&g, false, "Settled", "last", None), 3600);
+        let at = book.plan(3600, BEAT, false).next.unwrap();
+        assert!(at <= 3600 + MIN_CHANGE_GAP);
+        let plan = write(&mut book, at);
+        assert_eq!(patched(&plan)[0]["message"], "last");
+        assert_eq!(book.taints, BTreeMap::new());
+    }
+
+    #[test]
+    fn an_owners_removal_is_not_held_back_by_the_gap() {
+        let g = granted("KernelDeadlock", true);
+        let mut book = Book::default();
+        book.report(report(&g, true, "TaskHung", "m", None), 0);
+        write(&mut book, 0);
+        book.retain(|_, _| None);
+        let plan = write(&mut book, 1);
+        assert_eq!(patched(&plan)[0]["$patch"], "delete");
+        assert_eq!(plan.taints, Some(BTreeMap::new()));
+    }
+
+    #[test]
+    fn a_book_read_back_never_aims_at_a_kubelet_type_or_an_impossible_report() {
+        let shown = |reason: &str, message: &str| Shown {
+            active: true,
+            reason: reason.into(),
+            message: message.into(),
+            since: 0,
+        };
+        let held = |now: Shown| Held {
+            owner: "pd".into(),
+            written: Some(now.clone()),
+            now,
+            ttl: None,
+            expires: None,
+            taint: Some(TaintEffect::NoExecute),
+            orphaned: false,
+        };
+        let mut book = Book::default();
+        for planted in ["Ready", "DiskPressure", "Re\u{0430}dy", "Ready ", "a/b"] {
+            book.conditions
+                .insert(planted.into(), held(shown("KubeletReady", "m")));
+            book.taints.insert(planted.into(), TaintEffect::NoExecute);
+        }
+        book.conditions
+            .insert("Escape".into(), held(shown("Why", "\u{1b}[2J")));
+        book.conditions.insert(
+            "Long".into(),
+            held(shown("Why", &"x".repeat(MAX_MESSAGE_FOR_TEST + 1))),
+        );
+        book.conditions
+            .insert("Mine".into(), held(shown("TaskHung", "m")));
+        let dropped = book.drop_foreign();
+        assert!(dropped.contains(&"Ready".to_string()), "{dropped:?}");
+        assert_eq!(
+            book.conditions.keys().collect::<Vec<_>>(),
+            ["Mine"],
+            "only what a report could have made"
+        );
+        assert!(book.taints.is_empty());
+        // Orphaned, the survivor alone is removed: never `Ready`.
+        book.retain(|_, _| None);
+        let plan = book.plan(0, BEAT, true);
+        assert_eq!(
+            patched(&plan),
+            vec![json!({ "type": "Mine", "$patch": "delete" })]
+        );
+        assert_eq!(plan.taints, Some(BTreeMap::new()));
     }
 }

@@ -190,14 +190,26 @@ impl ConditionsHost {
     }
 }
 
+/// The book read back: bounded, and only what a report could have made
+/// (the file is trusted to say what Tend wrote, never to aim a write or a
+/// removal at a condition no plugin may report).
 fn load(file: &std::path::Path) -> Book {
-    match std::fs::read(file) {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+    let read = crate::untrusted::read(file, crate::untrusted::MAX_TEXT_BYTES)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| serde_json::from_slice::<Book>(&bytes).map_err(|e| e.to_string()));
+    let mut book = match read {
+        Ok(book) => book,
+        Err(_) if !file.exists() => return Book::default(),
+        Err(e) => {
             tracing::error!(file = %file.display(), "unreadable conditions book, starting empty (Tend's taints are still put right): {e}");
-            Book::default()
-        }),
-        Err(_) => Book::default(),
+            return Book::default();
+        }
+    };
+    let dropped = book.drop_foreign();
+    if !dropped.is_empty() {
+        tracing::error!(file = %file.display(), ?dropped, "the conditions book held types no plugin may report: dropped, never written nor removed");
     }
+    book
 }
 
 /// The writer, started by the scheduler's first list of plugins; each list

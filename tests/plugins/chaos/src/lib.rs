@@ -81,6 +81,11 @@
 //! - `{"mode": "kube-event-flood", "api-version": A, "kind": K, "namespace": NS?,
 //!   "name": X, "count": N, "requeue-ms": R}`: N Warning Events "Flood" about X,
 //!   each with a message never seen before, then asks to run again after R ms.
+//! - `{"mode": "condition-flood", "op": "flip"|"message"|"renew", "condition": C,
+//!   "count": N, "ttl": T?, "requeue-ms": R}`: N conditions calls on C, then
+//!   asks to run again after R ms: "flip" sets and clears in turn, "message"
+//!   sets with a new message each call, "renew" sets the same report
+//!   (tests/e2e/hostile_conditions.rs).
 
 mod cloud;
 
@@ -287,6 +292,15 @@ enum Mode {
         namespace: Option<String>,
         name: String,
         count: u32,
+        requeue_ms: u64,
+    },
+    #[serde(rename_all = "kebab-case")]
+    ConditionFlood {
+        op: String,
+        condition: String,
+        count: u32,
+        #[serde(default)]
+        ttl: Option<u32>,
         requeue_ms: u64,
     },
     /// Each mode in turn, in one reconcile.
@@ -756,6 +770,33 @@ impl Chaos {
                         "Flood",
                         &format!("flood {runs}-{i}"),
                     )
+                }));
+                Ok(outcome.requeue_after(std::time::Duration::from_millis(requeue_ms)))
+            }
+            Mode::ConditionFlood {
+                op,
+                condition,
+                count,
+                ttl,
+                requeue_ms,
+            } => {
+                let runs = host.state().get_json::<u64>("runs")?.unwrap_or(0) + 1;
+                host.state().set_json("runs", &runs)?;
+                let conditions = host.conditions();
+                let outcome = tally((0..count).map(|i| {
+                    let message = match op.as_str() {
+                        "message" => format!("flood {runs}-{i}"),
+                        _ => "flood".to_string(),
+                    };
+                    if op == "flip" && i % 2 == 1 {
+                        return conditions.clear(&condition, "Flood", &message);
+                    }
+                    conditions.set(&tend_sdk::ConditionReport {
+                        condition: condition.clone(),
+                        reason: "Flood".into(),
+                        message,
+                        ttl_seconds: ttl,
+                    })
                 }));
                 Ok(outcome.requeue_after(std::time::Duration::from_millis(requeue_ms)))
             }
