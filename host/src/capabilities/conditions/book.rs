@@ -16,10 +16,12 @@ use tend_rules::conditions::{
     EXPIRED, Granted, TaintEffect, check_note, check_reportable, expired_message,
 };
 
-/// The shortest time between two writes a status or reason change may
-/// cause: a plugin flipping a condition True/False in a loop is one write
-/// per gap, the flips between coalesced (the kubelet, too, writes its
-/// status at most every 10 s). An owner's removal is not held back.
+/// The shortest time between two status or reason changes of one condition
+/// on the Node: a plugin flipping a condition True/False in a loop is one
+/// write per gap, the flips between coalesced (the kubelet, too, writes its
+/// status at most every 10 s). A condition's first change is written at
+/// once, whatever the others do; a change held back rides on any earlier
+/// write; an owner's removal is never held back.
 pub const MIN_CHANGE_GAP: u64 = 10;
 
 /// What a condition says: what the Node shows of it.
@@ -48,6 +50,9 @@ pub struct Held {
     /// removed from the Node, then forgotten.
     #[serde(default)]
     pub orphaned: bool,
+    /// When the Node last showed this condition's status or reason change.
+    #[serde(default)]
+    pub changed_at: Option<u64>,
 }
 
 /// Every condition Tend holds on this Node, and the taints it put there.
@@ -152,6 +157,7 @@ impl Book {
                 ttl,
                 expires: ttl.map(|t| now + u64::from(t)),
                 taint: report.granted.taint_on.map(|t| t.effect),
+                changed_at: previous.as_ref().and_then(|held| held.changed_at),
                 written: previous.and_then(|held| held.written),
                 orphaned: false,
             },
@@ -213,18 +219,23 @@ impl Book {
     pub fn plan(&self, now: u64, heartbeat: Duration, check_taints: bool) -> Plan {
         let heartbeat = heartbeat.as_secs().max(1);
         let mut plan = Plan::default();
-        let mut changed = false;
-        let mut removed = false;
+        let mut due = false;
         let mut live = false;
         for (condition, held) in &self.conditions {
             let shows = (!held.orphaned).then(|| held.now.clone());
             match (&held.written, &shows) {
                 (Some(written), Some(now)) if written == now => {}
+                // A message-only change (the same status and reason) rides on
+                // the next write: a plugin that puts a counter or the latest
+                // line in its message cannot turn every reconcile into one.
                 (Some(written), Some(now))
                     if written.active == now.active && written.reason == now.reason => {}
                 (None, None) => {}
-                (Some(_), None) => removed = true,
-                _ => changed = true,
+                (Some(_), None) => due = true,
+                _ => match held.changed_at.map(|at| at + MIN_CHANGE_GAP) {
+                    Some(until) if now < until => plan.next = earliest(plan.next, Some(until)),
+                    _ => due = true,
+                },
             }
             live |= shows.is_some();
             if held.now.active && !held.orphaned {
@@ -234,34 +245,29 @@ impl Book {
         }
         let last = self.last_write;
         let heartbeat_due = live && last.is_none_or(|at| now >= at + heartbeat);
-        let gap_passed = last.is_none_or(|at| now >= at + MIN_CHANGE_GAP);
-        let at_once = removed || (changed && gap_passed);
-        if changed && !gap_passed {
-            plan.next = earliest(plan.next, last.map(|at| at + MIN_CHANGE_GAP));
-        }
-        // A message-only change (the same status and reason) rides on the
-        // next heartbeat: a plugin that puts a counter or the latest line in
-        // its message cannot turn every reconcile into an API write.
-        if at_once || heartbeat_due {
+        let writing = due || heartbeat_due;
+        if writing {
             plan.patch = Some(status_patch(&plan.shows, now));
             if live {
                 plan.next = earliest(plan.next, Some(now + heartbeat));
             }
-        } else {
-            if live {
-                plan.next = earliest(plan.next, last.map(|at| at + heartbeat));
-            }
+        } else if live {
+            plan.next = earliest(plan.next, last.map(|at| at + heartbeat));
         }
+        // The taints follow what the Node shows after this plan: a change
+        // held back holds its taint back too, so a flipping condition does
+        // not flip its taint either.
         let wanted: BTreeMap<String, TaintEffect> = self
             .conditions
             .iter()
-            .filter(|(_, held)| held.now.active && !held.orphaned)
+            .filter(|(_, held)| !held.orphaned)
+            .filter(|(_, held)| match writing {
+                true => held.now.active,
+                false => held.written.as_ref().is_some_and(|w| w.active),
+            })
             .filter_map(|(condition, held)| held.taint.map(|t| (condition.clone(), t)))
             .collect();
-        // The taints move with the status change they follow: held back
-        // with it, so a flipping condition does not flip its taint either.
-        let held_back = changed && !at_once;
-        if check_taints || (wanted != self.taints && !held_back) {
+        if check_taints || wanted != self.taints {
             plan.taints = Some(wanted);
         }
         plan
@@ -279,6 +285,13 @@ impl Book {
                 }
                 Some(shown) => {
                     if let Some(held) = self.conditions.get_mut(condition) {
+                        let same = held
+                            .written
+                            .as_ref()
+                            .is_some_and(|w| w.active == shown.active && w.reason == shown.reason);
+                        if !same {
+                            held.changed_at = Some(now);
+                        }
                         held.written = Some(shown.clone());
                     }
                 }
@@ -537,6 +550,28 @@ mod tests {
     }
 
     #[test]
+    fn the_gap_is_each_conditions_own_and_a_held_change_rides_on_another_write() {
+        let a = granted("KernelDeadlock", true);
+        let b = granted("ReadonlyFilesystem", false);
+        let mut book = Book::default();
+        book.report(report(&a, true, "TaskHung", "m", None), 0);
+        assert!(write(&mut book, 0).patch.is_some());
+        // A's recovery within its gap waits, its taint with it...
+        book.report(report(&a, false, "Recovered", "m", None), 1);
+        let plan = write(&mut book, 1);
+        assert_eq!(plan.patch, None);
+        assert_eq!(plan.taints, None, "the taint stays with the status shown");
+        assert_eq!(plan.next, Some(MIN_CHANGE_GAP));
+        // ...while B's first change is written at once, and A's rides along.
+        book.report(report(&b, true, "Remounted", "m", None), 2);
+        let plan = write(&mut book, 2);
+        let written = patched(&plan);
+        assert_eq!(written[0]["status"], "False", "A rides on B's write");
+        assert_eq!(written[1]["status"], "True");
+        assert_eq!(plan.taints, Some(BTreeMap::new()));
+    }
+
+    #[test]
     fn a_flipping_condition_is_one_write_a_gap_and_its_taint_follows() {
         let g = granted("KernelDeadlock", true);
         let mut book = Book::default();
@@ -595,6 +630,7 @@ mod tests {
             expires: None,
             taint: Some(TaintEffect::NoExecute),
             orphaned: false,
+            changed_at: None,
         };
         let mut book = Book::default();
         for planted in ["Ready", "DiskPressure", "Re\u{0430}dy", "Ready ", "a/b"] {
