@@ -12,6 +12,26 @@ use crate::root;
 /// Host modules outside a capability's folder that may depend on it, and why.
 pub const EXCEPTIONS: &[(&str, &str, &str)] = &[
     (
+        "kube",
+        "capabilities::conditions",
+        "NodeConditions are written to the own Node with the kube capability's client, settings and rate bounds",
+    ),
+    (
+        "kube",
+        "capabilities::conditions::real",
+        "the Node's status and taints are written with the kube capability's client and its throttle",
+    ),
+    (
+        "conditions",
+        "config",
+        "a condition type has one owner across plugins (checked when the config is read), and [host.kube] is copied into the conditions settings",
+    ),
+    (
+        "conditions",
+        "cli::rbac",
+        "`tend rbac` renders the access a conditions grant needs (the own nodes/status, and the own Node for taints)",
+    ),
+    (
         "state",
         "capabilities::gate::budgets",
         "budgets are kept in the state store, under a namespace no plugin can name",

@@ -29,6 +29,8 @@ pub struct ConditionsHost {
     file: Option<PathBuf>,
     pub heartbeat: Duration,
     wake: Notify,
+    /// The book changed since it was last saved.
+    dirty: std::sync::atomic::AtomicBool,
     saving: tokio::sync::Mutex<()>,
     writes: AtomicU64,
     failures: AtomicU64,
@@ -52,17 +54,20 @@ impl ConditionsHost {
             file,
             heartbeat,
             wake: Notify::new(),
+            dirty: std::sync::atomic::AtomicBool::new(false),
             saving: tokio::sync::Mutex::new(()),
             writes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
         }
     }
 
-    /// Take a report the gate admitted (or a renewal): saved before the
-    /// writer is woken, so a restart never loses it.
+    /// Take a report the gate admitted (or a renewal) and wake the writer,
+    /// which saves the book before it writes the Node: the Node never shows
+    /// what the saved book does not know, and 256 reports of one reconcile
+    /// are one save, not 256.
     pub async fn take(self: &Arc<Self>, report: Report<'_>, now: u64) {
         self.book.lock().unwrap().report(report, now);
-        self.save().await;
+        self.dirty.store(true, Ordering::Release);
         self.wake.notify_one();
     }
 
@@ -100,8 +105,9 @@ impl ConditionsHost {
     }
 
     /// Carry the book to the Node, for ever.
-    async fn run(self: Arc<Self>) {
-        let mut check_taints = true;
+    /// `check_taints`: put the Node's `tend.dev/` taints right once first
+    /// (the Node may have changed while Tend was down).
+    async fn run(self: Arc<Self>, mut check_taints: bool) {
         let mut backoff = Duration::from_secs(1);
         loop {
             let now = now();
@@ -110,6 +116,9 @@ impl ConditionsHost {
                 book.expire(now);
                 book.plan(now, self.heartbeat, check_taints)
             };
+            if self.dirty.swap(false, Ordering::AcqRel) {
+                self.save().await;
+            }
             match self.perform(&plan, now).await {
                 Ok(()) => {
                     check_taints &= plan.taints.is_none();
@@ -240,11 +249,16 @@ impl Watch<ConditionsGrant> for ConditionsWatch {
             grant.get(condition).map(|g| g.taint_on.map(|t| t.effect))
         });
         if changed {
-            let host = self.host.clone();
-            tokio::spawn(async move { host.save().await });
+            self.host.dirty.store(true, Ordering::Release);
         }
         if self.writer.is_none() {
-            self.writer = Some(tokio::spawn(self.host.clone().run()));
+            // Only a host with taints to keep right asks for the Node at
+            // start: one without conditions makes no API request at all.
+            let tainting = !self.host.book.lock().unwrap().taints.is_empty()
+                || watchers
+                    .iter()
+                    .any(|(_, grant)| grant.0.iter().any(|g| g.taint_on.is_some()));
+            self.writer = Some(tokio::spawn(self.host.clone().run(tainting)));
         }
         self.host.wake.notify_one();
     }
