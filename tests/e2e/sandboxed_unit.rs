@@ -175,7 +175,9 @@ systemd = {{ units = ["tend-e2e-*.service"], operations = ["restart"], watch = t
 [[plugins.unit-doctor.config.checks]]
 unit = "{WEB}"
 probe = "active"
-fail-after-ms = 0
+# Not 0: unit-doctor judges a unit still "activating" as failing, and
+# unit-applier's own start of it must not count as a failure.
+fail-after-ms = 500
 backoff-ms = 1000
 "#,
         plugins = plugins.display(),
