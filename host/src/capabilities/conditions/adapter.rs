@@ -114,7 +114,7 @@ impl PluginConditions {
         };
         let Some(before) = before else {
             if !self.call.dry_run {
-                self.host.take(report, now).await;
+                self.host.take(report, now);
             }
             return Ok(());
         };
@@ -132,7 +132,7 @@ impl PluginConditions {
         self.call
             .gate
             .mutate(intent, Ok(()), |_permit| async {
-                self.host.take(report, now).await;
+                self.host.take(report, now);
                 Ok(())
             })
             .await

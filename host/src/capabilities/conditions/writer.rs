@@ -65,7 +65,7 @@ impl ConditionsHost {
     /// which saves the book before it writes the Node: the Node never shows
     /// what the saved book does not know, and 256 reports of one reconcile
     /// are one save, not 256.
-    pub async fn take(self: &Arc<Self>, report: Report<'_>, now: u64) {
+    pub fn take(&self, report: Report<'_>, now: u64) {
         self.book.lock().unwrap().report(report, now);
         self.dirty.store(true, Ordering::Release);
         self.wake.notify_one();
@@ -310,7 +310,7 @@ mod tests {
             message: "blocked".into(),
             ttl: None,
         };
-        host.take(report, now()).await;
+        host.take(report, now());
     }
 
     #[tokio::test]
