@@ -7,6 +7,7 @@
 //! - [`capabilities`]: one module per WIT interface; grants, dry run and limits
 //!   are enforced there before a backend is touched.
 //! - [`scheduler`]: triggers, coalescing and backoff per plugin.
+//! - [`fleet`]: disruption budgets shared by every node, on Leases.
 //! - [`daemon`]: `tend run`: hot reload, lifecycle, metrics and status.
 //! - [`journal`]: the durable record of every mutation.
 //! - [`replay`]: recordings of one reconcile, replayed against a plugin.
@@ -22,6 +23,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod exposition;
+pub mod fleet;
 pub mod fs_watch;
 pub mod journal;
 pub mod oci;

@@ -359,6 +359,31 @@ pub fn check_own_lease(own: Option<&OwnLease>, access: &Access) -> Result<(), Re
     Ok(())
 }
 
+/// Why a write of one of Tend's fleet Leases is refused.
+pub const FLEET_LEASE: &str = "it is one of Tend's own fleet Leases ([host.fleet] namespace: the ledgers, the node Leases, the rollout), which no grant reaches; give the plugin a Lease whose name does not start with \"tend-\"";
+
+/// Refuse `access` when it writes a Lease in the fleet's namespace whose
+/// name starts with "tend-" (or names none), whatever the rules say: a
+/// plugin writing a ledger could hand out disruption tickets, and one
+/// renewing another node's Lease could keep a dead holder's ticket alive.
+pub fn check_fleet_lease(namespace: Option<&str>, access: &Access) -> Result<(), Refusal> {
+    let Some(namespace) = namespace else {
+        return Ok(());
+    };
+    let hit = access.verb.mutates()
+        && access.group == "coordination.k8s.io"
+        && access.resource == "leases"
+        && access.namespace.is_none_or(|n| n == namespace)
+        && access.name.is_none_or(|n| n.starts_with("tend-"));
+    if hit {
+        return Err(Refusal::Denied(format!(
+            "{}: {FLEET_LEASE}",
+            describe(access)
+        )));
+    }
+    Ok(())
+}
+
 /// One requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Requirement {
@@ -1030,6 +1055,47 @@ mod tests {
             .unwrap_err()
             .message(),
             "kube namespace \"kube-system/secrets/db?x=\": expected a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63 bytes), for example \"kube-system\""
+        );
+    }
+
+    #[test]
+    fn tend_fleet_leases_are_never_written_by_a_plugin() {
+        let lease = |verb, ns: Option<&'static str>, name: Option<&'static str>| Access {
+            group: "coordination.k8s.io",
+            resource: "leases",
+            verb,
+            namespace: ns,
+            name,
+        };
+        for verb in [Verb::Create, Verb::Patch, Verb::Delete] {
+            for name in [
+                Some("tend-fleet-reboot"),
+                Some("tend-node-n1"),
+                Some("tend-rollout"),
+                None,
+            ] {
+                let err =
+                    check_fleet_lease(Some("tend-system"), &lease(verb, Some("tend-system"), name))
+                        .unwrap_err();
+                assert_eq!(err.kind(), "denied");
+                assert!(err.message().ends_with(FLEET_LEASE), "{err}");
+            }
+        }
+        // Reads, other names, other namespaces and no fleet: the grants decide.
+        let allowed = [
+            lease(Verb::Get, Some("tend-system"), Some("tend-fleet-reboot")),
+            lease(Verb::Patch, Some("tend-system"), Some("my-lock")),
+            lease(Verb::Patch, Some("other"), Some("tend-fleet-reboot")),
+        ];
+        for access in &allowed {
+            assert!(check_fleet_lease(Some("tend-system"), access).is_ok());
+        }
+        assert!(
+            check_fleet_lease(
+                None,
+                &lease(Verb::Patch, Some("tend-system"), Some("tend-node-n1"))
+            )
+            .is_ok()
         );
     }
 

@@ -81,6 +81,11 @@ const DEBIAN: &[(&str, &str)] = &[
     ("dbus-daemon", "dbus"),
     ("unshare", "util-linux"),
     ("script", "bsdutils"),
+    // tests/e2e/fleet.rs moves a tend's wall clock (skew, maintenance windows).
+    (
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "libfaketime",
+    ),
     // The CRI client in tests/src/peers/containerd.rs: the k8s-cri build runs protoc.
     ("protoc", "protobuf-compiler"),
     // The Kubernetes API fake's HTTPS certificate (kubectl sends tokens only over TLS).

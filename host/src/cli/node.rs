@@ -28,6 +28,11 @@ impl Node {
             &config.host.capabilities,
             config.host.budgets.clone(),
         )?;
+        // A one-shot run takes fleet tickets like the daemon; the daemon on
+        // this node (or, without one, the liveness window) gives them back.
+        services
+            .budgets
+            .set_fleet(crate::fleet::for_host(&config.host));
         Ok(Node {
             config,
             runtime,

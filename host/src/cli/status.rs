@@ -87,7 +87,32 @@ pub async fn show(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
         }
     }
     print_budgets(&status["budgets"]);
+    print_fleet(&status["fleet"]);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `[host.fleet]`: each class, whether this node holds its ticket, and why not.
+fn print_fleet(fleet: &Value) {
+    if fleet.is_null() {
+        return;
+    }
+    say!(
+        "fleet (namespace {}): this node's Lease renewed {}",
+        text(&fleet["namespace"]),
+        text(&fleet["renewed"])
+    );
+    for class in fleet["classes"].as_array().into_iter().flatten() {
+        say!(
+            "fleet budget {} ({}): {}{}",
+            text(&class["name"]),
+            lines(&class["operations"]).join(", "),
+            match class["holding"].as_bool() {
+                Some(true) => "ticket held; ",
+                _ => "",
+            },
+            text(&class["note"])
+        );
+    }
 }
 
 fn print_budgets(budgets: &Value) {

@@ -54,6 +54,8 @@ pub struct HostConfig {
     pub leader_election: Option<LeaderElection>,
     /// `[host.oci]`: how plugins named by `oci://` references are pulled.
     pub oci: crate::oci::Settings,
+    /// `[host.fleet]`: disruption budgets shared by every node.
+    pub fleet: Option<crate::fleet::FleetSettings>,
 }
 
 /// Where a plugin runs: on every node, or only on the holder of the cluster's Lease.
@@ -161,6 +163,7 @@ macro_rules! raw_host {
             leader_election: Option<Spanned<LeaderElection>>,
             #[serde(default)]
             oci: crate::oci::Settings,
+            fleet: Option<Spanned<crate::fleet::settings::RawFleet>>,
             $( #[serde(default)] $name: <$cap as Capability>::Settings, )*
         }
 
@@ -266,6 +269,24 @@ fn host_config(raw: RawHost, base: &Path, at: &At) -> Result<HostConfig, ConfigE
                 namespace: e.get_ref().namespace.clone(),
                 name: e.get_ref().name.clone(),
             });
+    let fleet = match &raw.fleet {
+        Some(fleet) => Some(
+            crate::fleet::settings::validate(fleet, &mutating_operations())
+                .map_err(|(span, message)| at(span, format!("[host.fleet]: {message}")))?,
+        ),
+        None => None,
+    };
+    // The node's name becomes a Lease's name and a URL path part.
+    if let (Some(fleet), Some(name)) = (&raw.fleet, &raw.node_name)
+        && let Err(e) = tend_rules::ident::check("node-name", name, &tend_rules::ident::KUBE_NAME)
+    {
+        return Err(at(
+            Some(fleet.span()),
+            format!("[host.fleet] needs a valid node-name: {e}"),
+        ));
+    }
+    // The fleet's Leases are Tend's own too.
+    capabilities.kube.fleet_namespace = fleet.as_ref().map(|f| f.namespace.clone());
     // The Node's conditions are written with the kube client and its bounds.
     capabilities.conditions.kube = capabilities.kube.clone();
     Ok(HostConfig {
@@ -283,6 +304,7 @@ fn host_config(raw: RawHost, base: &Path, at: &At) -> Result<HostConfig, ConfigE
             docker_config: raw.oci.docker_config.map(|f| base.join(f)),
             ..raw.oci
         },
+        fleet,
     })
 }
 

@@ -502,3 +502,60 @@ conditions = [{ condition = "KernelDeadlock", taint-on = { effect = "NoSchedule"
         "{ready}"
     );
 }
+
+#[test]
+fn fleet_classes_are_parsed_and_their_leases_are_tends_own() {
+    let text = format!(
+        "{HOST}[host.fleet]\nnamespace = \"tend-system\"\nkured = \"kube-system/kured\"\n[host.fleet.classes.runtime-restart]\noperations = [\"systemd.restart\"]\nshare = 0.05\nrate = {{ max = 3, per = \"10m\" }}\nwindows = [{{ cron = \"0 2 * * 1-5\", duration = \"3h\", timezone = \"Europe/Berlin\" }}]\nexclude = [\"2026-12-24\"]\n[host.fleet.classes.runtime-restart.settle]\nready-for = \"5m\"\nconditions = [\"KernelDeadlock\"]\n"
+    );
+    let config = parse(&text).unwrap();
+    let fleet = config.host.fleet.as_ref().unwrap();
+    assert_eq!(fleet.namespace, "tend-system");
+    assert_eq!(fleet.liveness, Duration::from_secs(120));
+    assert_eq!(fleet.kured, Some(("kube-system".into(), "kured".into())));
+    let class = &fleet.classes[0].rule;
+    assert_eq!((class.share, class.min), (0.05, 1));
+    assert_eq!(class.rate, Some((3, Duration::from_secs(600))));
+    assert_eq!(class.ready_for, Duration::from_secs(300));
+    assert!(!fleet.classes[0].windows.always());
+    // The kube capability refuses plugin writes to the fleet's Leases.
+    assert_eq!(
+        config.host.capabilities.kube.fleet_namespace.as_deref(),
+        Some("tend-system")
+    );
+}
+
+#[test]
+fn fleet_errors_name_the_line_and_what_is_expected() {
+    let class = |body: &str| {
+        format!(
+            "{HOST}[host.fleet]\nnamespace = \"tend-system\"\n[host.fleet.classes.reboot]\n{body}"
+        )
+    };
+    let twice = format!(
+        "{HOST}[host.fleet]\nnamespace = \"tend-system\"\n[host.fleet.classes.a]\noperations = [\"systemd.restart\"]\nshare = 0.1\n[host.fleet.classes.b]\noperations = [\"systemd.restart\"]\nshare = 0.1\n"
+    );
+    for (text, expected) in [
+        (
+            class("operations = [\"files.read\"]\nshare = 0.1\n"),
+            ":7:15: [host.fleet]: unknown operation \"files.read\": a class can name",
+        ),
+        (
+            class("operations = [\"systemd.restart\"]\nshare = 5\n"),
+            ":8:9: [host.fleet]: share 5: expected a fraction of the nodes from 0 to 1",
+        ),
+        (
+            twice,
+            ":10:15: [host.fleet]: operation \"systemd.restart\" is in classes \"a\" and \"b\"",
+        ),
+        (
+            class(
+                "operations = [\"systemd.restart\"]\nshare = 0.1\nwindows = [{ cron = \"0 25 * * *\", duration = \"1h\" }]\n",
+            ),
+            "[host.fleet]: class \"reboot\": window 1: cron \"0 25 * * *\": hour 25 is out of range",
+        ),
+    ] {
+        let err = error_of(&text);
+        assert!(err.contains(expected), "{err}");
+    }
+}

@@ -4,6 +4,7 @@
 //! diff), and SIGTERM/SIGINT (reconciles in flight finish, then exit 0).
 
 pub mod control;
+mod fleet;
 mod http;
 mod leader;
 mod listen;
@@ -164,7 +165,10 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         leading,
         shared.services.budgets.clone(),
     )));
+    let mut fleet = fleet::Member::default();
+    fleet.update(&config.host, &shared.services.budgets);
     let mut supervisor = Supervisor {
+        fleet,
         scheduler: Scheduler::with_triggers(runner, shared.triggers.clone()),
         shared,
         config,
@@ -185,6 +189,8 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
 
 struct Supervisor {
     shared: Arc<Shared>,
+    /// `[host.fleet]`'s member task, restarted when its settings change.
+    fleet: fleet::Member,
     /// The last good config.
     config: Config,
     scheduler: Scheduler,
@@ -597,6 +603,7 @@ impl Supervisor {
             .services
             .budgets
             .set_rules(new.host.budgets.clone());
+        self.fleet.update(&new.host, &self.shared.services.budgets);
         *self.shared.config.write().unwrap() = Arc::new(new.clone());
         let old = std::mem::replace(&mut self.config, new);
         {

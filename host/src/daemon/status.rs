@@ -26,6 +26,7 @@ pub async fn overview(shared: &Shared) -> String {
         "plugins": table.status(),
         "budgets": budgets,
         "leader": *shared.leadership.borrow(),
+        "fleet": shared.services.budgets.fleet().map(|f| f.status()),
     }))
     .expect("status serializes")
 }

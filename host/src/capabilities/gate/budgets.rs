@@ -95,6 +95,8 @@ pub struct Budgets {
     sharing: tokio::sync::watch::Sender<Sharing>,
     /// A budget outgrew its share of [`SHARED_BYTES`] (said once until all fit again).
     trimmed: AtomicBool,
+    /// `[host.fleet]`: the budgets shared by every node, asked after these.
+    fleet: RwLock<Option<Arc<crate::fleet::Fleet>>>,
 }
 
 /// How far the leader election shares this host's spends.
@@ -130,7 +132,17 @@ impl Budgets {
             spends_made: AtomicU64::new(0),
             sharing: tokio::sync::watch::Sender::new(Sharing::default()),
             trimmed: AtomicBool::new(false),
+            fleet: RwLock::new(None),
         }
+    }
+
+    /// Ask `fleet` too from now on (None: no fleet budgets).
+    pub fn set_fleet(&self, fleet: Option<Arc<crate::fleet::Fleet>>) {
+        *self.fleet.write().unwrap() = fleet;
+    }
+
+    pub fn fleet(&self) -> Option<Arc<crate::fleet::Fleet>> {
+        self.fleet.read().unwrap().clone()
     }
 
     /// Wait for the next spend (or the one since the last wait).

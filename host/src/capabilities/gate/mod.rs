@@ -286,6 +286,12 @@ impl Gate {
                 .budgets
                 .check(&operation, &intent.target, now, &planned)
                 .await;
+            let check = match (check, inner.budgets.fleet()) {
+                (Ok(()), Some(fleet)) if !inner.caller.cluster => {
+                    fleet.admit(&operation, true).await
+                }
+                (check, _) => check,
+            };
             if check.is_ok() {
                 inner
                     .planned
@@ -303,9 +309,18 @@ impl Gate {
                 return Err(refusal);
             }
         };
-        let shared = match spent_at > 0 && inner.caller.cluster {
-            true => inner.budgets.shared_with_successors().await,
-            false => Ok(()),
+        // The fleet's ticket, for a node's own disruptions (a cluster-scope
+        // plugin is one actor: the shared host budgets bound it); then, for
+        // a cluster-scope spend, sharing it with the leader's successors.
+        let fleet = match (inner.budgets.fleet(), inner.caller.cluster) {
+            (Some(fleet), false) => fleet.admit(&operation, false).await,
+            _ => Ok(()),
+        };
+        let shared = match fleet {
+            Ok(()) if spent_at > 0 && inner.caller.cluster => {
+                inner.budgets.shared_with_successors().await
+            }
+            other => other,
         };
         if let Err(e) = shared {
             inner

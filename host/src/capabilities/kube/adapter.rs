@@ -9,8 +9,8 @@ use super::backend::{
     Run,
 };
 use super::grants::{
-    Access, KubeRule, OwnLease, PatchShape, Verb, allow, check_key, check_object, check_own_lease,
-    list_scope, needs_object,
+    Access, KubeRule, OwnLease, PatchShape, Verb, allow, check_fleet_lease, check_key,
+    check_object, check_own_lease, list_scope, needs_object,
 };
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::Capability;
@@ -32,6 +32,10 @@ pub struct KubeSettings {
     /// when the config is read, which no plugin may write.
     #[serde(skip)]
     pub own_lease: Option<OwnLease>,
+    /// Not a `[host.kube]` key: `[host.fleet] namespace`, whose `tend-`
+    /// Leases no plugin may write.
+    #[serde(skip)]
+    pub fleet_namespace: Option<String>,
     /// Bytes all watch caches together may hold: beyond, lists read directly.
     pub cache_memory: crate::units::ByteSize,
     /// Watch caches (one API watch each) the host runs at most.
@@ -144,6 +148,7 @@ impl PluginKube {
         }
         let access = Self::access(info, verb, key.namespace.as_deref(), Some(&key.name));
         check_own_lease(self.backend.own_lease(), &access)?;
+        check_fleet_lease(self.backend.fleet_namespace(), &access)?;
         allow(
             &self.rules,
             &self.call.plugin,

@@ -299,6 +299,10 @@ pub trait KubeBackend: Send + Sync + 'static {
     fn own_lease(&self) -> Option<&tend_rules::kube::OwnLease> {
         None
     }
+    /// `[host.fleet] namespace`: its `tend-` Leases no plugin may write.
+    fn fleet_namespace(&self) -> Option<&str> {
+        None
+    }
     /// Watches held open on the API server by the shared cache.
     fn watches(&self) -> usize;
     /// The series of the bounds (caches, request rate, discovery misses,

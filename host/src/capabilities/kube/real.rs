@@ -42,6 +42,7 @@ impl Default for KubeSettings {
             qps: 20,
             burst: 40,
             own_lease: None,
+            fleet_namespace: None,
         }
     }
 }
@@ -63,6 +64,7 @@ struct Shared {
     node: String,
     /// `[host.leader-election]`'s Lease (no plugin writes it).
     own_lease: Option<tend_rules::kube::OwnLease>,
+    fleet_namespace: Option<String>,
 }
 
 /// The backend, as the host (triggers) or as one plugin's reconcile (`call`).
@@ -93,6 +95,7 @@ impl RealKube {
                 requests: AtomicU64::new(0),
                 node: node.to_string(),
                 own_lease: settings.own_lease.clone(),
+                fleet_namespace: settings.fleet_namespace.clone(),
             }),
             call: None,
             limits: KubeLimits::default(),
@@ -630,6 +633,10 @@ impl KubeBackend for RealKube {
 
     fn own_lease(&self) -> Option<&tend_rules::kube::OwnLease> {
         self.shared.own_lease.as_ref()
+    }
+
+    fn fleet_namespace(&self) -> Option<&str> {
+        self.shared.fleet_namespace.as_deref()
     }
 
     fn watches(&self) -> usize {

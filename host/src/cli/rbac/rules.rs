@@ -63,6 +63,9 @@ pub struct Input<'a> {
     pub events: bool,
     /// Cluster scope: the leader-election Lease (`[host.leader-election]`).
     pub lease: Option<Named<'a>>,
+    /// Node scope: `[host.fleet]`, whose Leases, Nodes and other
+    /// remediators' objects every tend reads (and its Leases writes).
+    pub fleet: Option<&'a crate::fleet::FleetSettings>,
 }
 
 /// Why no RBAC could be made: a grant or name RBAC cannot express safely.
@@ -129,6 +132,7 @@ pub(super) enum Why {
     Plugin(String),
     Events,
     Lease,
+    Fleet,
 }
 
 /// Why a rule is wider than the grant it serves.
@@ -249,8 +253,68 @@ pub(super) fn rules(input: &Input) -> Result<Rules, RbacError> {
             Some(Note::LeaseCreate),
         );
     }
+    if let Some(fleet) = input.fleet {
+        fleet_rules(&mut rules, fleet)?;
+    }
     drop_covered(&mut rules);
     Ok(rules)
+}
+
+/// `[host.fleet]`: its Leases in its namespace (the ledgers and node
+/// Leases: read, listed, created and written), every Node (listed, and its
+/// own read for the settle check), kured's DaemonSet and Medik8s' objects.
+fn fleet_rules(rules: &mut Rules, fleet: &crate::fleet::FleetSettings) -> Result<(), RbacError> {
+    check_label("[host.fleet] namespace", &fleet.namespace)?;
+    let key = |group: &str, resource: &str, names: Option<BTreeSet<String>>| RuleKey {
+        group: group.into(),
+        resource: resource.into(),
+        names,
+    };
+    use RbacVerb::*;
+    add(
+        rules,
+        Some(&fleet.namespace),
+        key("coordination.k8s.io", "leases", None),
+        [Get, List, Create, Update, Patch],
+        &Why::Fleet,
+        None,
+    );
+    add(
+        rules,
+        None,
+        key("", "nodes", None),
+        [Get, List],
+        &Why::Fleet,
+        None,
+    );
+    if let Some((namespace, name)) = &fleet.kured {
+        check_label("[host.fleet] kured namespace", namespace)?;
+        check_subdomain("[host.fleet] kured name", name)?;
+        add(
+            rules,
+            Some(namespace),
+            key("apps", "daemonsets", Some(BTreeSet::from([name.clone()]))),
+            [Get],
+            &Why::Fleet,
+            None,
+        );
+    }
+    if fleet.medik8s {
+        for (group, resource) in [
+            ("self-node-remediation.medik8s.io", "selfnoderemediations"),
+            ("nodemaintenance.medik8s.io", "nodemaintenances"),
+        ] {
+            add(
+                rules,
+                None,
+                key(group, resource, None),
+                [List],
+                &Why::Fleet,
+                None,
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Whether the host reads the object itself (`get`, as tend's own account)
@@ -572,6 +636,12 @@ pub(super) fn why_lines(why: &BTreeSet<Why>, lease: Option<Named>) -> Vec<String
     if why.contains(&Why::Events) {
         lines.push(
             "tend: the events.k8s.io/v1 Events it records about the objects plugins act on, in their namespaces (cluster-scoped objects: default); it reads an Event before raising its count"
+                .into(),
+        );
+    }
+    if why.contains(&Why::Fleet) {
+        lines.push(
+            "tend: the fleet's disruption budgets ([host.fleet]): its ledger and node Leases, the Nodes it counts, the other remediators it respects"
                 .into(),
         );
     }

@@ -9,6 +9,9 @@
 //! - `{"mode": "fail"}`: returns an error.
 //! - `{"mode": "burst", "dir": D, "files": N, "size": S}`: rewrites N files of S
 //!   bytes, each all one letter (the run count), then counts the run in `state`.
+//! - `{"mode": "disrupt", "path": P}`: writes its count of such writes to P, a
+//!   mutation a fleet class may cover; a refusal is a degraded outcome, not a
+//!   failure, so the next run (not a backoff) asks again (tests/e2e/fleet.rs).
 //! - `{"mode": "read", "path": P}` / `{"mode": "write", "path": P, "content": C}`:
 //!   one file operation; its error, if any, is the reconcile's error.
 //! - `{"mode": "remove", "paths": [P, ...]}`: removes each path, going on after
@@ -130,6 +133,9 @@ enum Mode {
         dir: String,
         files: u32,
         size: usize,
+    },
+    Disrupt {
+        path: String,
     },
     Read {
         path: String,
@@ -362,6 +368,17 @@ impl Chaos {
                 }
                 host.state().set_json("runs", &runs)?;
                 Ok(Outcome::healthy(format!("burst {runs}")))
+            }
+            Mode::Disrupt { path } => {
+                let runs = host.state().get_json::<u64>("runs")?.unwrap_or(0) + 1;
+                match host.files().write(&path, runs.to_string().as_bytes(), None) {
+                    Ok(_) => {
+                        host.state().set_json("runs", &runs)?;
+                        Ok(Outcome::healthy(format!("disrupted {runs}")))
+                    }
+                    // A budget's "not now" is no failure: the next run asks again.
+                    Err(e) => Ok(Outcome::degraded(e.to_string())),
+                }
             }
             Mode::Read { path } => {
                 let bytes = host.files().read(&path)?;

@@ -1,0 +1,279 @@
+//! `[host.fleet]` as the operator writes it, and its validation into
+//! [`FleetSettings`]: every error names the key and what is expected (the
+//! config module adds file and line).
+
+use super::ledger::ClassRule;
+use super::window::{WindowSpec, Windows};
+use crate::units as values;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tend_rules::ident::{KUBE_NAME, KUBE_NAMESPACE, check};
+use toml::Spanned;
+
+/// `[host.fleet]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawFleet {
+    /// Where Tend keeps its ledgers and node Leases.
+    pub namespace: Spanned<String>,
+    #[serde(default = "default_liveness", with = "values::duration")]
+    pub liveness: Duration,
+    #[serde(default = "default_renew_every", with = "values::duration")]
+    pub renew_every: Duration,
+    #[serde(default = "default_retry_every", with = "values::duration")]
+    pub retry_every: Duration,
+    /// kured's DaemonSet ("namespace/name"): a node its lock names is disrupted.
+    pub kured: Option<Spanned<String>>,
+    /// Nodes under a Medik8s remediation or maintenance are disrupted.
+    #[serde(default)]
+    pub medik8s: bool,
+    #[serde(default)]
+    pub classes: BTreeMap<Spanned<String>, RawClass>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawClass {
+    pub operations: Vec<Spanned<String>>,
+    pub share: Spanned<f64>,
+    #[serde(default = "default_min")]
+    pub min: u32,
+    pub rate: Option<RawRate>,
+    #[serde(default)]
+    pub settle: RawSettle,
+    #[serde(default)]
+    pub windows: Vec<Spanned<RawWindow>>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRate {
+    pub max: u32,
+    #[serde(with = "values::duration")]
+    pub per: Duration,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawSettle {
+    #[serde(default = "default_ready_for", with = "values::duration_or_zero")]
+    pub ready_for: Duration,
+    #[serde(default)]
+    pub conditions: Vec<String>,
+}
+
+impl Default for RawSettle {
+    fn default() -> Self {
+        RawSettle {
+            ready_for: default_ready_for(),
+            conditions: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWindow {
+    pub cron: String,
+    #[serde(with = "values::duration")]
+    pub duration: Duration,
+    #[serde(default = "default_timezone")]
+    pub timezone: String,
+}
+
+fn default_liveness() -> Duration {
+    Duration::from_secs(120)
+}
+fn default_renew_every() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_retry_every() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_ready_for() -> Duration {
+    Duration::from_secs(120)
+}
+fn default_min() -> u32 {
+    1
+}
+fn default_timezone() -> String {
+    "UTC".into()
+}
+
+/// `[host.fleet]`, validated.
+#[derive(Debug, Clone)]
+pub struct FleetSettings {
+    pub namespace: String,
+    /// A holder whose node Lease stood still this long is pruned.
+    pub liveness: Duration,
+    pub renew_every: Duration,
+    /// A refused class asks the API server again at most this often.
+    pub retry_every: Duration,
+    pub kured: Option<(String, String)>,
+    pub medik8s: bool,
+    pub classes: Vec<Class>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Class {
+    pub rule: ClassRule,
+    pub windows: std::sync::Arc<Windows>,
+}
+
+impl PartialEq for FleetSettings {
+    /// Compared by what the operator wrote: a reload with the same settings
+    /// keeps the running fleet member.
+    fn eq(&self, other: &Self) -> bool {
+        format!("{self:?}") == format!("{other:?}")
+    }
+}
+
+/// What went wrong, and where: the span of the offending value.
+pub type Invalid = (Option<std::ops::Range<usize>>, String);
+
+/// Validate `[host.fleet]`. `known`: the mutating operations.
+pub fn validate(raw: &Spanned<RawFleet>, known: &[String]) -> Result<FleetSettings, Invalid> {
+    let fleet = raw.get_ref();
+    let whole = Some(raw.span());
+    let namespace = fleet.namespace.get_ref();
+    if let Err(e) = check("namespace", namespace, &KUBE_NAMESPACE) {
+        return Err((Some(fleet.namespace.span()), e.message().to_string()));
+    }
+    if fleet.renew_every.is_zero() || fleet.renew_every * 3 > fleet.liveness {
+        return Err((
+            whole,
+            "expected renew-every at most a third of liveness (a live holder must renew several times before it counts as dead)".into(),
+        ));
+    }
+    let kured = match &fleet.kured {
+        None => None,
+        Some(spanned) => match spanned.get_ref().split_once('/') {
+            Some((ns, name))
+                if check("namespace", ns, &KUBE_NAMESPACE).is_ok()
+                    && check("name", name, &KUBE_NAME).is_ok() =>
+            {
+                Some((ns.to_string(), name.to_string()))
+            }
+            _ => {
+                return Err((
+                    Some(spanned.span()),
+                    format!(
+                        "kured {:?}: expected kured's DaemonSet as \"namespace/name\", as in \"kube-system/kured\"",
+                        spanned.get_ref()
+                    ),
+                ));
+            }
+        },
+    };
+    let mut classes = Vec::new();
+    let mut owner: BTreeMap<&str, &str> = BTreeMap::new();
+    for (name, class) in &fleet.classes {
+        let span = Some(name.span());
+        let label = name.get_ref();
+        // Part of a Lease's name: `tend-fleet-<class>`.
+        if !crate::config::is_valid_plugin_name(label) || label.len() > 40 {
+            return Err((
+                span,
+                format!(
+                    "invalid class name {label:?}: expected at most 40 lowercase letters, digits and '-'"
+                ),
+            ));
+        }
+        if class.operations.is_empty() {
+            return Err((
+                span,
+                format!(
+                    "class {label:?} names no operations: expected for example operations = [\"systemd.restart\"]"
+                ),
+            ));
+        }
+        for operation in &class.operations {
+            let op = operation.get_ref();
+            if !known.iter().any(|k| k == op) {
+                return Err((
+                    Some(operation.span()),
+                    format!(
+                        "unknown operation {op:?}: a class can name {}",
+                        known.join(", ")
+                    ),
+                ));
+            }
+            if let Some(other) = owner.insert(op, label) {
+                return Err((
+                    Some(operation.span()),
+                    format!(
+                        "operation {op:?} is in classes {other:?} and {label:?}: an operation needs the ticket of one class"
+                    ),
+                ));
+            }
+        }
+        let share = *class.share.get_ref();
+        if !(0.0..=1.0).contains(&share) {
+            return Err((
+                Some(class.share.span()),
+                format!(
+                    "share {share}: expected a fraction of the nodes from 0 to 1, as in 0.05 for 5 %"
+                ),
+            ));
+        }
+        if let Some(rate) = &class.rate
+            && (rate.max == 0 || rate.per.is_zero())
+        {
+            return Err((
+                span,
+                format!(
+                    "class {label:?}: rate needs max of at least 1 and a period, as in {{ max = 3, per = \"10m\" }}"
+                ),
+            ));
+        }
+        for condition in &class.settle.conditions {
+            if let Err(e) = tend_rules::conditions::check_type(condition) {
+                return Err((
+                    span,
+                    format!("class {label:?}: settle condition {condition:?}: {e}"),
+                ));
+            }
+        }
+        let specs: Vec<WindowSpec> = class
+            .windows
+            .iter()
+            .map(|w| WindowSpec {
+                cron: w.get_ref().cron.clone(),
+                duration: w.get_ref().duration,
+                timezone: w.get_ref().timezone.clone(),
+            })
+            .collect();
+        let windows = Windows::parse(&specs, &class.exclude).map_err(|e| {
+            let at = class.windows.first().map(|w| w.span()).or(span.clone());
+            (at, format!("class {label:?}: {e}"))
+        })?;
+        classes.push(Class {
+            rule: ClassRule {
+                name: label.clone(),
+                operations: class
+                    .operations
+                    .iter()
+                    .map(|o| o.get_ref().clone())
+                    .collect(),
+                share,
+                min: class.min,
+                rate: class.rate.as_ref().map(|r| (r.max, r.per)),
+                ready_for: class.settle.ready_for,
+                conditions: class.settle.conditions.clone(),
+            },
+            windows: std::sync::Arc::new(windows),
+        });
+    }
+    Ok(FleetSettings {
+        namespace: namespace.clone(),
+        liveness: fleet.liveness,
+        renew_every: fleet.renew_every,
+        retry_every: fleet.retry_every,
+        kured,
+        medik8s: fleet.medik8s,
+        classes,
+    })
+}
