@@ -290,8 +290,13 @@ impl Fleet {
         let now = Instant::now();
         state.observed.leases(now, &leases);
         let ticket = format!("{:016x}", fastrand::u64(..));
+        let mut view = View {
+            nodes,
+            others,
+            ..View::default()
+        };
         for _ in 0..ATTEMPTS {
-            let (view, stale) = self.view(state, class, &read.ledger, &nodes, &others, now);
+            let stale = self.observe(state, class, &read.ledger, &mut view, now);
             match decide(&class.rule, &read.ledger, &view, &self.me, &ticket) {
                 Decision::Held => {
                     // Ours already (a write of ours that seemed to fail landed).
@@ -352,18 +357,17 @@ impl Fleet {
         )))
     }
 
-    /// The view the rules read, on `ledger` as read: who is dead, how many
-    /// grants count for the rate; and the grants nobody needs any more.
-    fn view(
+    /// Fill in what the rules read of `ledger` as read (who is dead, how
+    /// many grants count for the rate); returns the grants nobody needs any more.
+    fn observe(
         &self,
         state: &mut State,
         class: &Class,
         ledger: &Ledger,
-        nodes: &[ledger::NodeFacts],
-        others: &BTreeMap<String, String>,
+        view: &mut View,
         now: Instant,
-    ) -> (View, std::collections::BTreeSet<String>) {
-        let dead = state.observed.dead(
+    ) -> std::collections::BTreeSet<String> {
+        view.dead = state.observed.dead(
             now,
             self.settings.liveness,
             ledger.holders.iter().map(|h| h.node.as_str()),
@@ -373,13 +377,8 @@ impl Fleet {
             // Without a rate no grant needs remembering.
             None => (0, ledger.grants.iter().cloned().collect()),
         };
-        let view = View {
-            nodes: nodes.to_vec(),
-            others: others.clone(),
-            dead,
-            recent_grants: recent,
-        };
-        (view, stale)
+        view.recent_grants = recent;
+        stale
     }
 
     async fn others(&self) -> Result<BTreeMap<String, String>, CapError> {
@@ -438,17 +437,21 @@ impl Fleet {
     /// ticket is still held.
     async fn settle(&self, state: &mut State) -> bool {
         let classes: Vec<String> = state.held.keys().cloned().collect();
+        if classes.is_empty() {
+            return false;
+        }
+        // One read of this node serves every class it holds a ticket of.
+        let node = match bounded(self.call_timeout, self.store.node(&self.me)).await {
+            Ok(node) => node,
+            Err(e) => {
+                tracing::warn!("fleet: cannot read this node to see if it settled: {e}");
+                return true;
+            }
+        };
         for name in classes {
             let Some(class) = self.settings.classes.iter().find(|c| c.rule.name == name) else {
                 state.held.remove(&name);
                 continue;
-            };
-            let node = match bounded(self.call_timeout, self.store.node(&self.me)).await {
-                Ok(node) => node,
-                Err(e) => {
-                    tracing::warn!(class = %name, "fleet: cannot read this node to see if it settled: {e}");
-                    continue;
-                }
             };
             let now = Instant::now();
             let held = state.held.get_mut(&name).expect("listed above");

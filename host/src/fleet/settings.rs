@@ -104,7 +104,9 @@ fn default_timezone() -> String {
 }
 
 /// `[host.fleet]`, validated.
-#[derive(Debug, Clone)]
+/// Compared by what the operator wrote: a reload with the same settings
+/// keeps the running fleet member.
+#[derive(Debug, Clone, PartialEq)]
 pub struct FleetSettings {
     pub namespace: String,
     /// A holder whose node Lease stood still this long is pruned.
@@ -117,18 +119,10 @@ pub struct FleetSettings {
     pub classes: Vec<Class>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Class {
     pub rule: ClassRule,
     pub windows: std::sync::Arc<Windows>,
-}
-
-impl PartialEq for FleetSettings {
-    /// Compared by what the operator wrote: a reload with the same settings
-    /// keeps the running fleet member.
-    fn eq(&self, other: &Self) -> bool {
-        format!("{self:?}") == format!("{other:?}")
-    }
 }
 
 /// What went wrong, and where: the span of the offending value.

@@ -41,6 +41,19 @@ pub struct Windows {
     exclude: Vec<NaiveDate>,
 }
 
+/// Equal when written alike: each window's text names its cron, duration and zone.
+impl PartialEq for Windows {
+    fn eq(&self, other: &Self) -> bool {
+        self.exclude == other.exclude
+            && self.windows.len() == other.windows.len()
+            && self
+                .windows
+                .iter()
+                .zip(&other.windows)
+                .all(|(a, b)| a.text == b.text)
+    }
+}
+
 /// Why the windows are closed at an instant, and when they open next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Closed {
