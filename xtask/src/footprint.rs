@@ -87,6 +87,26 @@ pub const EXCEPTIONS: &[(&str, &str, &str)] = &[
         "`tend rbac` renders the kube grants as the RBAC rules they need: a command about that one capability",
     ),
     (
+        "kube",
+        "fleet::kube",
+        "the fleet's Leases and Nodes are read and written with the capability's client",
+    ),
+    (
+        "kube",
+        "daemon::fleet",
+        "the fleet member is started with the capability's kubeconfig",
+    ),
+    (
+        "kube",
+        "cli::node",
+        "a one-shot run's fleet member uses the capability's kubeconfig, as the daemon's does",
+    ),
+    (
+        "conditions",
+        "fleet::settings",
+        "a class's settle conditions are NodeCondition types, checked by the conditions capability's own rule",
+    ),
+    (
         "metrics",
         "daemon::metrics",
         "the host's own families on /metrics are the names plugin series may not take (tend_rules::metrics::HOST_FAMILIES)",

@@ -53,10 +53,18 @@ pub const FLOORS: [(&str, &[&[&str]]); 3] = [
                 "oci::settings",
             ],
             &["capabilities"],
+            // The fleet's pure rules, settings and store: what the config holds of it.
+            &[
+                "fleet::ledger",
+                "fleet::observed",
+                "fleet::window",
+                "fleet::settings",
+                "fleet::store",
+            ],
             // What the operator wrote, and the words of a trigger.
             &["config", "scheduler::trigger"],
-            // Compiling and calling a plugin.
-            &["runtime"],
+            // Compiling and calling a plugin; the fleet member on the API server.
+            &["runtime", "fleet", "fleet::kube"],
             // Where plugins come from, when they run, and replays of them.
             &["oci", "scheduler", "replay"],
             &["daemon"],

@@ -32,7 +32,13 @@ impl Node {
         // this node (or, without one, the liveness window) gives them back.
         services
             .budgets
-            .set_fleet(crate::fleet::for_host(&config.host));
+            .set_fleet(config.host.fleet.clone().map(|settings| {
+                crate::fleet::member(
+                    &config.host.node_name,
+                    settings,
+                    config.host.capabilities.kube.kubeconfig.clone(),
+                ) as Arc<dyn crate::capabilities::gate::FleetBudget>
+            }));
         Ok(Node {
             config,
             runtime,

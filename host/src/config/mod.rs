@@ -55,7 +55,7 @@ pub struct HostConfig {
     /// `[host.oci]`: how plugins named by `oci://` references are pulled.
     pub oci: crate::oci::Settings,
     /// `[host.fleet]`: disruption budgets shared by every node.
-    pub fleet: Option<crate::fleet::FleetSettings>,
+    pub fleet: Option<crate::fleet::settings::FleetSettings>,
 }
 
 /// Where a plugin runs: on every node, or only on the holder of the cluster's Lease.

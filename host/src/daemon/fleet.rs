@@ -4,7 +4,7 @@
 
 use crate::capabilities::gate::Budgets;
 use crate::config::HostConfig;
-use crate::fleet::FleetSettings;
+use crate::fleet::settings::FleetSettings;
 
 /// What the running member was made from: a change of any restarts it.
 type Made = (FleetSettings, String, Option<std::path::PathBuf>);
@@ -31,13 +31,17 @@ impl Member {
         if let Some((_, task)) = self.running.take() {
             task.abort();
         }
-        let fleet = crate::fleet::for_host(host);
-        if let Some(fleet) = &fleet {
-            tracing::info!(namespace = %fleet.settings().namespace, classes = fleet.settings().classes.len(), "fleet budgets on");
-            let task = tokio::spawn(fleet.clone().run());
-            self.running = Some((made.expect("a fleet is made from settings"), task));
-        }
-        budgets.set_fleet(fleet);
+        let Some(made) = made else {
+            budgets.set_fleet(None);
+            return;
+        };
+        let (settings, node, kubeconfig) = made.clone();
+        tracing::info!(namespace = %settings.namespace, classes = settings.classes.len(), "fleet budgets on");
+        let fleet = crate::fleet::member(&node, settings, kubeconfig);
+        self.running = Some((made, tokio::spawn(fleet.clone().run())));
+        budgets.set_fleet(Some(
+            fleet as std::sync::Arc<dyn crate::capabilities::gate::FleetBudget>,
+        ));
     }
 }
 

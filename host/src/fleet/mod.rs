@@ -30,7 +30,7 @@ pub mod window;
 use crate::capabilities::CapError;
 use ledger::{Decision, Ledger, View, decide, forget, release, settled};
 use observed::Observed;
-pub use settings::{Class, FleetSettings};
+use settings::{Class, FleetSettings};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use store::{FleetStore, Versioned};
@@ -138,20 +138,26 @@ fn unavailable(class: &str, e: &CapError) -> CapError {
     ))
 }
 
-/// The fleet member `host` configures, talking to the API server of
-/// `[host.kube]`; None without `[host.fleet]`.
-pub fn for_host(host: &crate::config::HostConfig) -> Option<Arc<Fleet>> {
-    let settings = host.fleet.clone()?;
-    let store = kube::KubeFleet::new(
-        &settings,
-        host.node_name.clone(),
-        host.capabilities.kube.kubeconfig.clone(),
-    );
-    Some(Arc::new(Fleet::new(
-        host.node_name.clone(),
-        settings,
-        Arc::new(store),
-    )))
+/// The fleet member of node `me`, talking to the API server of
+/// `kubeconfig` (`[host.kube]`'s).
+pub fn member(
+    me: &str,
+    settings: FleetSettings,
+    kubeconfig: Option<std::path::PathBuf>,
+) -> Arc<Fleet> {
+    let store = kube::KubeFleet::new(&settings, me.to_string(), kubeconfig);
+    Arc::new(Fleet::new(me.to_string(), settings, Arc::new(store)))
+}
+
+#[async_trait::async_trait]
+impl crate::capabilities::gate::FleetBudget for Fleet {
+    async fn admit(&self, operation: &str, dry_run: bool) -> Result<(), CapError> {
+        Fleet::admit(self, operation, dry_run).await
+    }
+
+    fn status(&self) -> serde_json::Value {
+        serde_json::to_value(Fleet::status(self)).expect("the status serializes")
+    }
 }
 
 impl Fleet {

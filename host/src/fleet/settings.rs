@@ -168,7 +168,7 @@ pub fn validate(raw: &Spanned<RawFleet>, known: &[String]) -> Result<FleetSettin
         let span = Some(name.span());
         let label = name.get_ref();
         // Part of a Lease's name: `tend-fleet-<class>`.
-        if !crate::config::is_valid_plugin_name(label) || label.len() > 40 {
+        if check("class name", label, &KUBE_NAMESPACE).is_err() || label.len() > 40 {
             return Err((
                 span,
                 format!(

@@ -81,6 +81,18 @@ fn json_len(value: &impl Serialize) -> usize {
     serde_json::to_string(value).expect("serializes").len()
 }
 
+/// The budgets every node shares (`[host.fleet]`, in `crate::fleet`), as
+/// the gate asks them: after the host-wide budgets, for a node's own
+/// disruptions.
+#[async_trait::async_trait]
+pub trait FleetBudget: Send + Sync {
+    /// Admit `operation` (`capability.operation`); `dry_run`: only say
+    /// whether it would be, taking nothing.
+    async fn admit(&self, operation: &str, dry_run: bool) -> Result<(), CapError>;
+    /// What `/status` shows of it.
+    fn status(&self) -> serde_json::Value;
+}
+
 pub struct Budgets {
     rules: RwLock<Arc<Vec<BudgetRule>>>,
     ledgers: Mutex<HashMap<String, Ledger>>,
@@ -96,7 +108,7 @@ pub struct Budgets {
     /// A budget outgrew its share of [`SHARED_BYTES`] (said once until all fit again).
     trimmed: AtomicBool,
     /// `[host.fleet]`: the budgets shared by every node, asked after these.
-    fleet: RwLock<Option<Arc<crate::fleet::Fleet>>>,
+    fleet: RwLock<Option<Arc<dyn FleetBudget>>>,
 }
 
 /// How far the leader election shares this host's spends.
@@ -137,11 +149,11 @@ impl Budgets {
     }
 
     /// Ask `fleet` too from now on (None: no fleet budgets).
-    pub fn set_fleet(&self, fleet: Option<Arc<crate::fleet::Fleet>>) {
+    pub fn set_fleet(&self, fleet: Option<Arc<dyn FleetBudget>>) {
         *self.fleet.write().unwrap() = fleet;
     }
 
-    pub fn fleet(&self) -> Option<Arc<crate::fleet::Fleet>> {
+    pub fn fleet(&self) -> Option<Arc<dyn FleetBudget>> {
         self.fleet.read().unwrap().clone()
     }
 

@@ -17,7 +17,7 @@ mod budgets;
 pub mod diff;
 mod ledger;
 
-pub use budgets::{BudgetStatus, Budgets};
+pub use budgets::{BudgetStatus, Budgets, FleetBudget};
 pub use ledger::{BudgetRule, Ledger, target_hash};
 
 use super::error::CapError;

@@ -65,7 +65,7 @@ pub struct Input<'a> {
     pub lease: Option<Named<'a>>,
     /// Node scope: `[host.fleet]`, whose Leases, Nodes and other
     /// remediators' objects every tend reads (and its Leases writes).
-    pub fleet: Option<&'a crate::fleet::FleetSettings>,
+    pub fleet: Option<&'a crate::fleet::settings::FleetSettings>,
 }
 
 /// Why no RBAC could be made: a grant or name RBAC cannot express safely.
@@ -263,7 +263,10 @@ pub(super) fn rules(input: &Input) -> Result<Rules, RbacError> {
 /// `[host.fleet]`: its Leases in its namespace (the ledgers and node
 /// Leases: read, listed, created and written), every Node (listed, and its
 /// own read for the settle check), kured's DaemonSet and Medik8s' objects.
-fn fleet_rules(rules: &mut Rules, fleet: &crate::fleet::FleetSettings) -> Result<(), RbacError> {
+fn fleet_rules(
+    rules: &mut Rules,
+    fleet: &crate::fleet::settings::FleetSettings,
+) -> Result<(), RbacError> {
     check_label("[host.fleet] namespace", &fleet.namespace)?;
     let key = |group: &str, resource: &str, names: Option<BTreeSet<String>>| RuleKey {
         group: group.into(),
