@@ -1080,19 +1080,20 @@ fn a_mutation_acts_on_the_owner_the_peer_reports_just_before_it(provider: Provid
     let plugins = plugin(&sandbox, "chaos", "chaos", &grant, &config)
         + "[plugins.chaos.limits]\ntimeout = \"30s\"\n";
     sandbox.config_with_host(&cloud.host_config(), &plugins);
-    cloud.hold_reads_of(&slow, 3000);
+    cloud.hold_reads_of(&slow);
     cloud.clear_requests();
 
     let out = std::thread::scope(|scope| {
         let reconcile = scope.spawn(|| tend(&sandbox, &cloud, &["reconcile", "chaos"]));
-        // The listing is answered, the read of node-slow held for 3 s:
-        // the instance moves now, after the plugin saw it owned.
+        // The listing is answered, the read of node-slow held: the instance
+        // moves now, after the plugin saw it owned; then the read goes on.
         wait_until(
             std::time::Duration::from_secs(20),
             "the listing to be answered",
             || cloud.instance_listings() > 0,
         );
         cloud.retag(&moved, (OWNER_TAG, "another-cluster"));
+        cloud.clear_faults();
         reconcile.join().unwrap()
     });
     let listed = result_of(&out, "list-instances", OWNER_TAG);
@@ -1250,7 +1251,7 @@ fn an_interface_moved_to_another_instance_after_the_listing_is_not_touched() {
     let plugins = plugin(&sandbox, "chaos", "chaos", &grant, &config)
         + "[plugins.chaos.limits]\ntimeout = \"30s\"\n";
     sandbox.config_with_host(&cloud.host_config(), &plugins);
-    cloud.hold_reads_of(&slow, 3000);
+    cloud.hold_reads_of(&slow);
     cloud.clear_requests();
 
     let out = std::thread::scope(|scope| {
@@ -1270,6 +1271,7 @@ fn an_interface_moved_to_another_instance_after_the_listing_is_not_touched() {
         aws.ec2(&["call", "detach_network_interface", &detach.to_string()]);
         let attach = json!({"NetworkInterfaceId": moved, "InstanceId": theirs, "DeviceIndex": 1});
         aws.ec2(&["call", "attach_network_interface", &attach.to_string()]);
+        cloud.clear_faults();
         reconcile.join().unwrap()
     });
     assert!(

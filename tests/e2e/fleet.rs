@@ -7,7 +7,8 @@
 //! class's ticket. The ledger is watched on the API server itself, every
 //! version of it. Clocks are moved with libfaketime (Debian's faketime), the
 //! wall clock only: what a skewed or a lying clock does to a real tend.
-//! Every wait is on a condition with a deadline.
+//! Every wait is on a condition with a deadline. Each tend publishes its
+//! revision with its renewals every second here (`publish-every`).
 
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -27,6 +28,7 @@ struct Shape {
     share: &'static str,
     min: u32,
     liveness: &'static str,
+    renew: &'static str,
     ready_for: &'static str,
     retry: &'static str,
     /// Extra lines of the class (windows).
@@ -39,6 +41,7 @@ impl Default for Shape {
             share: "0.0",
             min: 1,
             liveness: "4s",
+            renew: "1s",
             ready_for: "1h",
             retry: "300ms",
             class_extra: String::new(),
@@ -85,9 +88,10 @@ impl Agent {
 /// The host tables of every agent.
 fn host(api: &KubeApi, sandbox: &Sandbox, port: u16, shape: &Shape) -> String {
     format!(
-        "listen = \"127.0.0.1:{port}\"\n{kube}[host.fleet]\nnamespace = \"{NAMESPACE}\"\nliveness = \"{liveness}\"\nrenew-every = \"1s\"\nretry-every = \"{retry}\"\n[host.fleet.classes.{CLASS}]\noperations = [\"files.write\"]\nshare = {share}\nmin = {min}\n{extra}[host.fleet.classes.{CLASS}.settle]\nready-for = \"{ready_for}\"\n",
+        "listen = \"127.0.0.1:{port}\"\n{kube}[host.fleet]\nnamespace = \"{NAMESPACE}\"\nliveness = \"{liveness}\"\nrenew-every = \"{renew}\"\npublish-every = \"1s\"\nretry-every = \"{retry}\"\n[host.fleet.classes.{CLASS}]\noperations = [\"files.write\"]\nshare = {share}\nmin = {min}\n{extra}[host.fleet.classes.{CLASS}.settle]\nready-for = \"{ready_for}\"\n",
         kube = api.host_kube(sandbox),
         liveness = shape.liveness,
+        renew = shape.renew,
         retry = shape.retry,
         share = shape.share,
         min = shape.min,
@@ -200,8 +204,13 @@ fn fifty_agents_racing_for_five_percent_of_a_hundred_nodes_never_pass_five_holde
     let shape = Shape {
         share: "0.05",
         ready_for: "200ms",
-        retry: "1s",
+        // A waiting agent asks again every 2 s and renews every 5 s: with 45
+        // waiting, a freed ticket is taken within tens of milliseconds all the
+        // same, and the API server (one Python process) is not what paces the
+        // rounds.
+        retry: "2s",
         liveness: "30s",
+        renew: "5s",
         ..Shape::default()
     };
     let mut agents = agents(&api, 50, &shape);
@@ -416,4 +425,146 @@ fn a_hostile_plugin_cannot_write_the_ledger_or_a_node_lease() {
         None,
     );
     assert_eq!(code, 404);
+}
+
+/// The report `node` published on its node Lease, if any.
+fn report_of(api: &KubeApi, node: &str) -> Option<Value> {
+    let (code, lease) = api.call(
+        "GET",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/tend-node-{node}"),
+        None,
+    );
+    if code == 404 {
+        return None;
+    }
+    assert_eq!(code, 200, "{lease}");
+    let text = lease["metadata"]["annotations"]["tend.dev/revision"].as_str()?;
+    Some(serde_json::from_str(text).unwrap())
+}
+
+/// A Lease in the fleet's namespace that looks like a node's, written by
+/// someone else (the test, as the cluster's admin), with `report`.
+fn planted_node_lease(api: &KubeApi, node: &str, report: &str) {
+    let lease = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": format!("tend-node-{node}"),
+            "labels": {"tend.dev/node-lease": "true"},
+            "annotations": {"tend.dev/revision": report}
+        },
+        "spec": {"holderIdentity": node}
+    });
+    let (code, body) = api.call(
+        "POST",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"),
+        Some(&lease),
+    );
+    assert_eq!(code, 201, "{body}");
+}
+
+/// Each tend publishes the revision it runs (its config's and components'
+/// digest) on its node Lease, with what its plugins did under it;
+/// `tend rollout status` adds them up per revision and names what it could
+/// not read; a new plugin file is a new revision, counted from zero.
+#[test]
+fn each_node_publishes_its_revision_and_tend_rollout_status_adds_them_up() {
+    let api = KubeApi::start();
+    seed_nodes(&api, 2);
+    let mut agents = agents(&api, 2, &Shape::default());
+    // n1 runs a plugin that panics every run.
+    let config = agents[1].sandbox.path("tend.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("mode = \"disrupt\"", "mode = \"panic\""),
+    )
+    .unwrap();
+    for agent in &mut agents {
+        start(agent, &[]);
+    }
+    let runs = |report: &Option<Value>| {
+        report
+            .as_ref()
+            .map_or(0, |r| r["counters"]["runs"].as_u64().unwrap())
+    };
+    wait_until(Duration::from_secs(30), "both nodes report runs", || {
+        runs(&report_of(&api, "n0")) >= 2 && runs(&report_of(&api, "n1")) >= 2
+    });
+    let good = report_of(&api, "n0").unwrap();
+    let bad = report_of(&api, "n1").unwrap();
+    let revision = good["revision"].as_str().unwrap().to_string();
+    assert_ne!(
+        revision,
+        bad["revision"].as_str().unwrap(),
+        "another config is another revision"
+    );
+    assert_eq!(good["counters"]["traps"], 0, "{good}");
+    assert_eq!(bad["counters"]["traps"], bad["counters"]["runs"], "{bad}");
+    // The daemon says the same of itself.
+    assert_eq!(
+        agents[0].status()["revision"]["revision"],
+        revision.as_str()
+    );
+    let status = agents[0].sandbox.tend(&["status"]);
+    assert!(
+        status.stdout.contains(&format!("revision {revision}: ")),
+        "{}",
+        status.stdout
+    );
+
+    // Someone else's Leases in the namespace: counted, never added up.
+    planted_node_lease(
+        &api,
+        "huge",
+        &format!("{{\"pad\":\"{}\"}}", "x".repeat(4096)),
+    );
+    planted_node_lease(
+        &api,
+        "forged",
+        r#"{"revision":"r-../../x","process":"00","counters":{"runs":1000000}}"#,
+    );
+    let out = agents[0].sandbox.tend(&["rollout", "status", "--json"]);
+    assert!(out.success, "{}{}", out.stdout, out.stderr);
+    let tally: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(tally["revisions"].as_object().unwrap().len(), 2, "{tally}");
+    assert_eq!(tally["unreadable"], 2, "{tally}");
+    let bad_tally = &tally["revisions"][bad["revision"].as_str().unwrap()];
+    assert_eq!(bad_tally["nodes"], 1);
+    assert!(
+        bad_tally["counters"]["traps"].as_u64().unwrap() >= 2,
+        "{tally}"
+    );
+    let out = agents[0].sandbox.tend(&["rollout", "status"]);
+    assert!(out.stdout.starts_with("REVISION"), "{}", out.stdout);
+    assert!(out.stdout.contains(&revision), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("2 node Lease(s) with a report tend cannot read"),
+        "{}",
+        out.stdout
+    );
+
+    // A new component is a new revision, counted from zero.
+    std::fs::copy(
+        tend_e2e::plugin("chaos-v2"),
+        agents[0].sandbox.path("plugins/chaos.wasm.new"),
+    )
+    .unwrap();
+    std::fs::rename(
+        agents[0].sandbox.path("plugins/chaos.wasm.new"),
+        agents[0].sandbox.path("plugins/chaos.wasm"),
+    )
+    .unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "n0 publishes its new revision",
+        || report_of(&api, "n0").is_some_and(|r| r["revision"] != revision.as_str()),
+    );
+    let new = report_of(&api, "n0").unwrap();
+    assert_eq!(agents[0].status()["revision"]["revision"], new["revision"]);
+    assert_eq!(
+        new["process"], good["process"],
+        "the same tend, not a restart"
+    );
 }

@@ -47,7 +47,9 @@ are not forwarded and not logged:
          (EC2 may answer fewer than MaxResults with a NextToken), so a listing of a few
          instances has several pages;
      "slow": {"action": "TerminateInstances", "ms": 2000}
-         matching requests are held this long before they are forwarded;
+         matching requests are held this long before they are forwarded; with
+         "until_cleared": true, until the faults are cleared (at most `ms`), so a test
+         acts while a request is held however slow the machine is;
      "launch_time": {"instance": "i-...", "offset_seconds": -3600}
          DescribeInstances answers give that instance a launchTime shifted by the offset
          (EC2's clock behind or ahead of the caller's);
@@ -87,6 +89,19 @@ FAULTS = ("fail", "corrupt_next_token", "slow", "launch_time", "duplicate_instan
           "max_results")
 NETWORK_INTERFACE_ID = re.compile(rb"<networkInterfaceId>([^<]*)</networkInterfaceId>")
 EC2_VERSION = "2016-11-15"
+
+
+async def hold(slow, cleared):
+    """A "slow" fault: `ms` milliseconds, or with "until_cleared" until `cleared` is
+    set (at most `ms`)."""
+    seconds = slow.get("ms", 0) / 1000
+    if not slow.get("until_cleared"):
+        await asyncio.sleep(seconds)
+        return
+    try:
+        await asyncio.wait_for(cleared.wait(), seconds)
+    except asyncio.TimeoutError:
+        pass
 
 
 def as_list(fault):
@@ -150,6 +165,8 @@ class Proxy:
         self.log = []
         self.faults = {}
         self.counts = {}
+        # Set (and replaced) when the faults are cleared: what held requests wait for.
+        self.cleared = asyncio.Event()
         # The NextTokens corrupt_next_token issued: EC2 refuses them (InvalidPaginationToken).
         self.forged_tokens = set()
 
@@ -184,7 +201,7 @@ class Proxy:
         self.log.append(entry)
         slow = self.hit("slow", action, params)
         if slow:
-            await asyncio.sleep(slow.get("ms", 0) / 1000)
+            await hold(slow, self.cleared)
         fail = self.hit("fail", action, params)
         if fail:
             status = int(fail.get("status", 500))
@@ -287,6 +304,8 @@ class Proxy:
             return web.json_response(self.faults)
         if tail == "faults/clear" and request.method == "POST":
             self.faults, self.counts = {}, {}
+            self.cleared.set()
+            self.cleared = asyncio.Event()
             return web.json_response({})
         return web.json_response({"error": f"no proxy endpoint {request.method} /proxy/{tail}"}, status=404)
 

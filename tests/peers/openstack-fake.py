@@ -173,6 +173,9 @@ class Fake:
         self.token_ttl = token_ttl
         self.max_limit = max_limit
         self.base = "http://127.0.0.1"
+        # Set (and replaced) when the faults are cleared: what requests a "slow"
+        # fault with "until_cleared" holds wait for (at most its `ms`).
+        self.cleared = asyncio.Event()
         self.reset()
 
     def reset(self):
@@ -775,7 +778,14 @@ class Fake:
         method = request.method
         slow = self.fault_hit("slow", path, method)
         if slow:
-            await asyncio.sleep(slow.get("ms", 0) / 1000)
+            seconds = slow.get("ms", 0) / 1000
+            if slow.get("until_cleared"):
+                try:
+                    await asyncio.wait_for(self.cleared.wait(), seconds)
+                except asyncio.TimeoutError:
+                    pass
+            else:
+                await asyncio.sleep(seconds)
         redirect = self.fault_hit("redirect", path, method)
         if redirect:
             # {"redirect": {"path": ..., "location": URL}}: a 307 elsewhere (a
@@ -923,6 +933,8 @@ class Fake:
             return json_response({"faults": self.faults, "delete_seconds": self.delete_seconds})
         if (method, tail) == ("POST", "faults/clear"):
             self.faults, self.fault_counts, self.delete_seconds = {}, {}, 0.0
+            self.cleared.set()
+            self.cleared = asyncio.Event()
             return json_response({"faults": {}})
         if tail == "requests" and method in ("GET", "DELETE"):
             if method == "DELETE":

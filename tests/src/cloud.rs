@@ -289,16 +289,19 @@ impl CloudPeer {
     }
 
     /// Reads of instance `id` alone (OpenStack's GET of the server, EC2's
-    /// DescribeInstances naming it) are held `ms` before they are answered.
-    pub fn hold_reads_of(&self, id: &str, ms: u64) {
+    /// DescribeInstances naming it) are held until [`Self::clear_faults`]
+    /// (at most a minute): the test acts while tend waits, however loaded
+    /// the machine.
+    pub fn hold_reads_of(&self, id: &str) {
+        const MS: u64 = 60_000;
         match self {
             CloudPeer::OpenStack(fake) => fake.fault(&json!({"slow": {
                 "path": format!("/compute/v2.1/servers/{id}"), "method": "GET",
-                "ms": ms, "times": -1
+                "ms": MS, "times": -1, "until_cleared": true
             }})),
             CloudPeer::Aws(aws) => aws.fault(&json!({"slow": {
                 "action": "DescribeInstances", "params": {"InstanceId.1": id},
-                "ms": ms, "times": -1
+                "ms": MS, "times": -1, "until_cleared": true
             }})),
         }
     }

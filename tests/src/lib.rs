@@ -72,11 +72,36 @@ pub fn plugin(name: &str) -> PathBuf {
 
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::hash::{BuildHasher, RandomState};
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    // Below the kernel's ephemeral range (32768-60999 by default), so that
+    // no connect() nor bind to port 0, by any process, can take the port
+    // between now and its listener's bind: with the whole suite and
+    // node-reaper's tests running beside it, one did (`Address already in
+    // use`). Where the range starts too low to leave room, the kernel picks.
+    let start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(0);
+    const LOW: u16 = 10_000;
+    if start < LOW + 1_000 {
+        return TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+    }
+    let random = RandomState::new();
+    for attempt in 0u64.. {
+        let port = LOW + (random.hash_one(attempt) % u64::from(start - LOW)) as u16;
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+    }
+    unreachable!("an endless search ends with a port")
 }
 
 /// GET `path` from 127.0.0.1:`port`: (status, body). A plain HTTP/1.0 client,

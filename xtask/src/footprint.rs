@@ -102,6 +102,11 @@ pub const EXCEPTIONS: &[(&str, &str, &str)] = &[
         "a one-shot run's fleet member uses the capability's kubeconfig, as the daemon's does",
     ),
     (
+        "kube",
+        "cli::rollout",
+        "`tend rollout status` reads the node Leases with the capability's kubeconfig, as the fleet member does",
+    ),
+    (
         "conditions",
         "fleet::settings",
         "a class's settle conditions are NodeCondition types, checked by the conditions capability's own rule",

@@ -53,10 +53,11 @@ pub const FLOORS: [(&str, &[&[&str]]); 3] = [
                 "oci::settings",
             ],
             &["capabilities"],
-            // The fleet's pure rules, settings and store: what the config holds of it.
+            // The fleet's pure rules, revisions, settings and store: what the config holds of it.
             &[
                 "fleet::ledger",
                 "fleet::observed",
+                "fleet::revision",
                 "fleet::window",
                 "fleet::settings",
                 "fleet::store",

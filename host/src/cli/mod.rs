@@ -9,6 +9,7 @@ mod once;
 mod rbac;
 mod replay;
 mod report;
+mod rollout;
 mod status;
 mod validate;
 
@@ -125,6 +126,24 @@ enum Command {
         #[command(subcommand)]
         command: PluginsCommand,
     },
+    /// The fleet by revision (needs [host.fleet] and the API server).
+    Rollout {
+        #[command(subcommand)]
+        command: RolloutCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum RolloutCommand {
+    /// Which revisions the nodes run, and how each fares: runs, errors,
+    /// traps, timeouts, mutations, denials and budget refusals, summed over
+    /// the nodes running it (what every tend publishes on its node Lease).
+    Status {
+        #[arg(short, long)]
+        config: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -174,6 +193,9 @@ pub fn main() -> ExitCode {
             } => once::reconcile(&config, &name, record.as_deref()).await,
             Command::Replay { file, plugin } => replay::run(&file, plugin.as_deref()).await,
             Command::Rbac { config } => rbac::print(&config),
+            Command::Rollout {
+                command: RolloutCommand::Status { config, json },
+            } => rollout::status(&config, json).await,
             Command::New { args } => moved_to_author("new", &args),
             Command::Plugins { command } => match command {
                 PluginsCommand::Inspect { file } => validate::inspect(&file).await,

@@ -37,6 +37,8 @@ impl Node {
                     &config.host.node_name,
                     settings,
                     config.host.capabilities.kube.kubeconfig.clone(),
+                    // A one-shot run publishes no revision: it runs none for long.
+                    Arc::default(),
                 ) as Arc<dyn crate::capabilities::gate::FleetBudget>
             }));
         Ok(Node {

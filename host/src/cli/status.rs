@@ -50,6 +50,7 @@ pub async fn show(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
     if let Some(error) = status["config_error"].as_str() {
         say!("config rejected (the last good one runs): {error}");
     }
+    print_revision(&status["revision"]);
     say!(
         "{:<24} {:<11} {:<20} {:>6} {:>8}  last",
         "PLUGIN",
@@ -89,6 +90,21 @@ pub async fn show(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
     print_budgets(&status["budgets"]);
     print_fleet(&status["fleet"]);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The revision this node runs and what its plugins did under it.
+fn print_revision(revision: &Value) {
+    let counters = &revision["counters"];
+    match revision["revision"].as_str() {
+        None => say!("revision: not yet (a plugin is still in its first load)"),
+        Some(name) => say!(
+            "revision {name}: {} runs, {} errors, {} traps, {} timeouts since this tend started",
+            text(&counters["runs"]),
+            text(&counters["errors"]),
+            text(&counters["traps"]),
+            text(&counters["timeouts"])
+        ),
+    }
 }
 
 /// `[host.fleet]`: each class, whether this node holds its ticket, and why not.

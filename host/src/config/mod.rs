@@ -29,6 +29,8 @@ use toml::Spanned;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub source: PathBuf,
+    /// "sha256:<hex>" of the file's text: its part of the node's revision.
+    pub digest: String,
     pub host: HostConfig,
     /// Every configured plugin, enabled or not, by name.
     pub plugins: BTreeMap<String, PluginConfig>,
@@ -240,6 +242,10 @@ impl Config {
         let plugins = plugin_configs(raw.plugins, &host, &base, &at)?;
         Ok(Config {
             source: path.to_path_buf(),
+            digest: format!(
+                "sha256:{}",
+                hex::encode(<sha2::Sha256 as sha2::Digest>::digest(text))
+            ),
             host,
             plugins,
         })

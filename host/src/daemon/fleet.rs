@@ -4,7 +4,9 @@
 
 use crate::capabilities::gate::Budgets;
 use crate::config::HostConfig;
+use crate::fleet::revision::Running;
 use crate::fleet::settings::FleetSettings;
+use std::sync::Arc;
 
 /// What the running member was made from: a change of any restarts it.
 type Made = (FleetSettings, String, Option<std::path::PathBuf>);
@@ -15,9 +17,9 @@ pub struct Member {
 }
 
 impl Member {
-    /// Run the member `host` configures (none without `[host.fleet]`) and
-    /// make the gate ask it.
-    pub fn update(&mut self, host: &HostConfig, budgets: &Budgets) {
+    /// Run the member `host` configures (none without `[host.fleet]`),
+    /// publishing what `running` says, and make the gate ask it.
+    pub fn update(&mut self, host: &HostConfig, budgets: &Budgets, running: &Arc<Running>) {
         let made = host.fleet.clone().map(|settings| {
             (
                 settings,
@@ -37,10 +39,10 @@ impl Member {
         };
         let (settings, node, kubeconfig) = made.clone();
         tracing::info!(namespace = %settings.namespace, classes = settings.classes.len(), "fleet budgets on");
-        let fleet = crate::fleet::member(&node, settings, kubeconfig);
+        let fleet = crate::fleet::member(&node, settings, kubeconfig, running.clone());
         self.running = Some((made, tokio::spawn(fleet.clone().run())));
         budgets.set_fleet(Some(
-            fleet as std::sync::Arc<dyn crate::capabilities::gate::FleetBudget>,
+            fleet as Arc<dyn crate::capabilities::gate::FleetBudget>,
         ));
     }
 }

@@ -17,6 +17,7 @@ pub mod table;
 
 use crate::capabilities::Services;
 use crate::config::{Config, diff::diff};
+use crate::fleet::revision::Running;
 use crate::fs_watch::{self, Watch};
 use crate::oci;
 use crate::runtime::{CompiledPlugin, Compiler, LoadError, Runtime};
@@ -72,6 +73,8 @@ pub struct Shared {
     planning: tokio::sync::Mutex<()>,
     /// Whether this host leads (runs cluster-scope plugins).
     leadership: tokio::sync::watch::Receiver<leader::Leadership>,
+    /// The revision this node runs and what its plugins did under it.
+    running: Arc<Running>,
 }
 
 enum Event {
@@ -133,6 +136,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         manual: Default::default(),
         recordings: Default::default(),
         leadership,
+        running: Arc::default(),
     });
     tracing::info!(
         config = %config_path.display(),
@@ -166,7 +170,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         shared.services.budgets.clone(),
     )));
     let mut fleet = fleet::Member::default();
-    fleet.update(&config.host, &shared.services.budgets);
+    fleet.update(&config.host, &shared.services.budgets, &shared.running);
     let mut supervisor = Supervisor {
         fleet,
         scheduler: Scheduler::with_triggers(runner, shared.triggers.clone()),
@@ -242,6 +246,8 @@ impl Supervisor {
         let mut hup = signal(SignalKind::hangup())?;
         let mut notified_ready = false;
         loop {
+            let revision = self.shared.table.read().unwrap().revision(&self.config);
+            self.shared.running.set(revision);
             if !notified_ready && self.shared.table.read().unwrap().is_ready() {
                 notified_ready = true;
                 tracing::info!("every enabled plugin is loaded or failed to load: ready");
@@ -603,7 +609,11 @@ impl Supervisor {
             .services
             .budgets
             .set_rules(new.host.budgets.clone());
-        self.fleet.update(&new.host, &self.shared.services.budgets);
+        self.fleet.update(
+            &new.host,
+            &self.shared.services.budgets,
+            &self.shared.running,
+        );
         *self.shared.config.write().unwrap() = Arc::new(new.clone());
         let old = std::mem::replace(&mut self.config, new);
         {

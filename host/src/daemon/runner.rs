@@ -11,6 +11,7 @@ use crate::capabilities::Mutation;
 use crate::capabilities::log::{LogLimits, charge_host_line};
 use crate::capabilities::tape::Tape;
 use crate::config::{PluginConfig, Scope};
+use crate::fleet::revision::{Ended, Running};
 use crate::journal::Entry;
 use crate::replay::RecordedAnswer;
 use crate::runtime::{CallRequest, CompiledPlugin, Compiler, Failure, Outcome, ReconcileReport};
@@ -82,6 +83,7 @@ impl Runner for DaemonRunner {
                     triggers: trigger_list,
                     log: fetched.config.capability_limits.log,
                 };
+                count_under_revision(&shared.running, &report);
                 record(&shared.table, &shared.metrics, ran, report)
             }
             .instrument(span),
@@ -226,6 +228,30 @@ fn count(metrics: &Metrics, plugin: &str, report: &ReconcileReport, time_ms: u64
             .with_label_values(&[plugin])
             .set((time_ms / 1000) as i64);
     }
+}
+
+/// Count the reconcile for the revision this node runs (what its fleet
+/// member publishes for a rollout to judge).
+fn count_under_revision(running: &Running, report: &ReconcileReport) {
+    let ended = match &report.result {
+        Ok(_) => Ended::Ok,
+        Err(Failure::Plugin(_)) | Err(Failure::Host(_)) => Ended::Error,
+        Err(Failure::Trap(_)) | Err(Failure::Memory { .. }) => Ended::Trap,
+        Err(Failure::Deadline { .. }) => Ended::Timeout,
+    };
+    let results = report.mutations.iter().map(mutation_result);
+    let (mutations, refusals) = results.fold((0, 0), |(done, refused), result| match result {
+        "ok" => (done + 1, refused),
+        "refused" => (done, refused + 1),
+        _ => (done, refused),
+    });
+    let denials = report
+        .calls
+        .iter()
+        .filter(|c| c.result == "denied")
+        .map(|c| c.count)
+        .sum();
+    running.count(ended, mutations, denials, refusals);
 }
 
 /// The `result` label of `tend_reconciles_total`, and the trap cause if any.

@@ -27,6 +27,7 @@ pub async fn overview(shared: &Shared) -> String {
         "budgets": budgets,
         "leader": *shared.leadership.borrow(),
         "fleet": shared.services.budgets.fleet().map(|f| f.status()),
+        "revision": shared.running.report(),
     }))
     .expect("status serializes")
 }

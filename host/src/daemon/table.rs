@@ -178,6 +178,25 @@ impl PluginTable {
         !self.plugins.values().any(|e| e.state == Lifecycle::Loading)
     }
 
+    /// The revision this node runs under `config`: its text and the
+    /// component each enabled plugin runs ("unloaded" for one that has
+    /// none); None while a plugin is still in its first load.
+    pub fn revision(&self, config: &crate::config::Config) -> Option<String> {
+        if !self.is_ready() {
+            return None;
+        }
+        let plugins = self
+            .plugins
+            .iter()
+            .filter(|(_, e)| e.config.enabled)
+            .map(|(name, e)| {
+                let digest = e.compiled.as_ref().map(|c| c.digest.clone());
+                (name.clone(), digest.unwrap_or_else(|| "unloaded".into()))
+            })
+            .collect();
+        Some(crate::fleet::revision::revision(&config.digest, &plugins))
+    }
+
     /// Why `/readyz` answers 503, one line per enabled plugin that is still in
     /// its first load, whose newest file failed to load (even while a previous
     /// version serves: the file the config names is not running) or whose file

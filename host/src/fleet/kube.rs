@@ -5,6 +5,7 @@
 //! limit, a ledger's size.
 
 use super::ledger::{Ledger, NodeFacts};
+use super::revision::{MAX_REPORT_BYTES, REPORT_ANNOTATION};
 use super::store::{FleetStore, Versioned};
 use super::{LEASE_PREFIX, LEDGER_ANNOTATION, ledger_lease};
 use crate::capabilities::CapError;
@@ -83,6 +84,39 @@ impl KubeFleet {
 
     async fn leases(&self) -> Result<Api<Lease>, CapError> {
         Ok(Api::namespaced(self.client().await?, &self.namespace))
+    }
+
+    /// Every node's own Lease, page by page, with its holder: only a node's
+    /// own Lease proves it alive or reports for it (a Lease of another name
+    /// carrying the label, anyone's, does neither). `take` answers how many
+    /// it kept, which may not pass [`MAX_NODES`].
+    async fn each_node_lease(
+        &self,
+        mut take: impl FnMut(String, Lease) -> usize,
+    ) -> Result<(), CapError> {
+        let mut params = ListParams::default().labels(NODE_LEASE_LABEL).limit(PAGE);
+        let api = self.leases().await?;
+        loop {
+            let page = api
+                .list(&params)
+                .await
+                .map_err(|e| map_error("list leases", e))?;
+            for lease in page.items {
+                let holder = lease
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.holder_identity.clone())
+                    .unwrap_or_default();
+                let own = lease.metadata.name.as_deref() == Some(node_lease(&holder).as_str());
+                if own && take(holder, lease) > MAX_NODES {
+                    return Err(CapError::Invalid(format!("over {MAX_NODES} node Leases")));
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(()),
+            }
+        }
     }
 }
 
@@ -251,38 +285,38 @@ impl FleetStore for KubeFleet {
     }
 
     async fn node_leases(&self) -> Result<BTreeMap<String, String>, CapError> {
-        let params = ListParams::default().labels(NODE_LEASE_LABEL).limit(PAGE);
         let mut leases = BTreeMap::new();
-        let api = self.leases().await?;
-        let mut params = params;
-        loop {
-            let page = api
-                .list(&params)
-                .await
-                .map_err(|e| map_error("list leases", e))?;
-            for lease in page.items {
-                let holder = lease
-                    .spec
-                    .and_then(|s| s.holder_identity)
-                    .unwrap_or_default();
-                // Only a node's own Lease proves it alive: a Lease of another
-                // name carrying the label (anyone's) proves nothing.
-                let own = lease.metadata.name.as_deref() == Some(node_lease(&holder).as_str());
-                if let (true, Some(version)) = (own, lease.metadata.resource_version) {
-                    leases.insert(holder, version);
-                }
+        self.each_node_lease(|holder, lease| {
+            if let Some(version) = lease.metadata.resource_version {
+                leases.insert(holder, version);
             }
-            if leases.len() > MAX_NODES {
-                return Err(CapError::Invalid(format!("over {MAX_NODES} node Leases")));
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => return Ok(leases),
-            }
-        }
+            leases.len()
+        })
+        .await?;
+        Ok(leases)
     }
 
-    async fn renew(&self, node: &str) -> Result<(), CapError> {
+    async fn reports(&self) -> Result<Vec<Option<String>>, CapError> {
+        let mut reports = Vec::new();
+        self.each_node_lease(|_, lease| {
+            let report = lease
+                .metadata
+                .annotations
+                .and_then(|mut a| a.remove(REPORT_ANNOTATION));
+            // Kept no longer than a report can be: up to 10,000 of anyone's
+            // annotations are read, and one too long is unreadable anyway.
+            let report = report.map(|r| match r.len() > MAX_REPORT_BYTES {
+                true => String::new(),
+                false => r,
+            });
+            reports.push(report);
+            reports.len()
+        })
+        .await?;
+        Ok(reports)
+    }
+
+    async fn renew(&self, node: &str, report: Option<&str>) -> Result<(), CapError> {
         let name = node_lease(node);
         let api = self.leases().await?;
         let now = micro_now()?;
@@ -291,8 +325,12 @@ impl FleetStore for KubeFleet {
         let mut renewal = serde_json::json!({
             "spec": { "holderIdentity": node, "renewTime": now, "leaseDurationSeconds": self.liveness_seconds }
         });
-        renewal["metadata"]["annotations"][RENEWAL_ANNOTATION] =
-            format!("{:016x}", fastrand::u64(..)).into();
+        let nonce = format!("{:016x}", fastrand::u64(..));
+        let mut annotations = BTreeMap::from([(RENEWAL_ANNOTATION.to_string(), nonce)]);
+        if let Some(report) = report {
+            annotations.insert(REPORT_ANNOTATION.to_string(), report.to_string());
+        }
+        renewal["metadata"]["annotations"] = serde_json::json!(annotations);
         match api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&renewal))
             .await
@@ -313,6 +351,7 @@ impl FleetStore for KubeFleet {
                             ]
                             .into(),
                         ),
+                        annotations: Some(annotations),
                         ..ObjectMeta::default()
                     },
                     spec: Some(LeaseSpec {

@@ -19,10 +19,13 @@
 //! - [`ledger`]: the pure rules; [`observed`]: what this host saw, when.
 //! - [`store`]: the backend trait and its fake; [`kube`]: the real one.
 //! - [`settings`]: `[host.fleet]` and its validation.
+//! - [`revision`]: what each node runs and what it did under it, published
+//!   with its renewals.
 
 pub mod kube;
 pub mod ledger;
 pub mod observed;
+pub mod revision;
 pub mod settings;
 pub mod store;
 pub mod window;
@@ -91,6 +94,11 @@ pub struct Fleet {
     status: std::sync::Mutex<FleetStatus>,
     /// How long one API answer is waited for.
     call_timeout: Duration,
+    /// What this node runs and did, published with its renewals.
+    running: Arc<revision::Running>,
+    /// Wakes the member when a ticket is taken: its settle check starts
+    /// then, not at the next renewal.
+    granted: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -102,6 +110,8 @@ struct State {
     refused: BTreeMap<String, (Instant, CapError)>,
     /// The last renewal of this node's Lease that succeeded.
     renewed_at: Option<Instant>,
+    /// The last report published with a renewal.
+    published: Option<(Instant, revision::Report)>,
 }
 
 #[derive(Debug, Clone)]
@@ -139,14 +149,15 @@ fn unavailable(class: &str, e: &CapError) -> CapError {
 }
 
 /// The fleet member of node `me`, talking to the API server of
-/// `kubeconfig` (`[host.kube]`'s).
+/// `kubeconfig` (`[host.kube]`'s), publishing what `running` says.
 pub fn member(
     me: &str,
     settings: FleetSettings,
     kubeconfig: Option<std::path::PathBuf>,
+    running: Arc<revision::Running>,
 ) -> Arc<Fleet> {
     let store = kube::KubeFleet::new(&settings, me.to_string(), kubeconfig);
-    Arc::new(Fleet::new(me.to_string(), settings, Arc::new(store)))
+    Arc::new(Fleet::new(me.to_string(), settings, Arc::new(store)).publishing(running))
 }
 
 #[async_trait::async_trait]
@@ -183,7 +194,16 @@ impl Fleet {
             store,
             state: tokio::sync::Mutex::default(),
             status: std::sync::Mutex::new(status),
+            running: Arc::default(),
+            granted: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Publish what `running` says with the renewals (a one-shot run
+    /// publishes nothing: it runs no revision for long).
+    pub fn publishing(mut self, running: Arc<revision::Running>) -> Fleet {
+        self.running = running;
+        self
     }
 
     pub fn settings(&self) -> &FleetSettings {
@@ -333,6 +353,7 @@ impl Fleet {
                                     settled_since: None,
                                 },
                             );
+                            self.granted.notify_one();
                             return Ok(());
                         }
                         Err(CapError::Conflict(_)) => {
@@ -352,6 +373,7 @@ impl Fleet {
                                     settled_since: None,
                                 },
                             );
+                            self.granted.notify_one();
                             return Err(unavailable(name, &e));
                         }
                     }
@@ -414,8 +436,19 @@ impl Fleet {
     async fn renew(&self, state: &mut State) -> Result<(), CapError> {
         // Dated from before the request: others may have seen it as soon as it was sent.
         let sent = Instant::now();
-        bounded(self.call_timeout, self.store.renew(&self.me)).await?;
+        let report = self.report_due(state, sent);
+        let text = report
+            .as_ref()
+            .map(|r| serde_json::to_string(r).expect("a report serializes"));
+        bounded(
+            self.call_timeout,
+            self.store.renew(&self.me, text.as_deref()),
+        )
+        .await?;
         state.renewed_at = Some(sent);
+        if let Some(report) = report {
+            state.published = Some((sent, report));
+        }
         self.status.lock().unwrap().renewed =
             k8s_openapi::jiff::Timestamp::try_from(std::time::SystemTime::now())
                 .map(|t| {
@@ -424,6 +457,23 @@ impl Fleet {
                 })
                 .unwrap_or_else(|_| "now (this host's clock is out of range)".into());
         Ok(())
+    }
+
+    /// The report to publish with a renewal at `now`: the first, a new
+    /// revision's at once (a rollout must see it), else new counters once
+    /// `publish-every` has passed since the last.
+    fn report_due(&self, state: &State, now: Instant) -> Option<revision::Report> {
+        let report = self.running.report()?;
+        match &state.published {
+            Some((_, last)) if *last == report => None,
+            Some((at, last))
+                if last.revision == report.revision
+                    && now.duration_since(*at) < self.settings.publish_every =>
+            {
+                None
+            }
+            _ => Some(report),
+        }
     }
 
     /// Still fresh enough to act, at the very end of an admission.
@@ -534,7 +584,8 @@ impl Fleet {
     }
 
     /// The member's loop: renew this node's Lease every `renew-every`, give
-    /// tickets back once settled (looked at more often while holding one).
+    /// tickets back once settled (looked at more often while holding one,
+    /// from the moment one is taken).
     pub async fn run(self: Arc<Self>) {
         let mut next_renew = Instant::now();
         loop {
@@ -561,7 +612,10 @@ impl Fleet {
                 false => self.settings.renew_every,
             };
             let until = (Instant::now() + wait).min(next_renew);
-            tokio::time::sleep_until(until).await;
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                () = self.granted.notified() => {}
+            }
         }
     }
 

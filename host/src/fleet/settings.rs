@@ -23,6 +23,9 @@ pub struct RawFleet {
     pub renew_every: Duration,
     #[serde(default = "default_retry_every", with = "values::duration")]
     pub retry_every: Duration,
+    /// How often this node publishes its revision's counters (with a renewal).
+    #[serde(default = "default_publish_every", with = "values::duration")]
+    pub publish_every: Duration,
     /// kured's DaemonSet ("namespace/name"): a node its lock names is disrupted.
     pub kured: Option<Spanned<String>>,
     /// Nodes under a Medik8s remediation or maintenance are disrupted.
@@ -93,6 +96,9 @@ fn default_renew_every() -> Duration {
 fn default_retry_every() -> Duration {
     Duration::from_secs(10)
 }
+fn default_publish_every() -> Duration {
+    Duration::from_secs(30)
+}
 fn default_ready_for() -> Duration {
     Duration::from_secs(120)
 }
@@ -114,6 +120,8 @@ pub struct FleetSettings {
     pub renew_every: Duration,
     /// A refused class asks the API server again at most this often.
     pub retry_every: Duration,
+    /// The revision's counters go out with a renewal at most this often.
+    pub publish_every: Duration,
     pub kured: Option<(String, String)>,
     pub medik8s: bool,
     pub classes: Vec<Class>,
@@ -266,6 +274,7 @@ pub fn validate(raw: &Spanned<RawFleet>, known: &[String]) -> Result<FleetSettin
         liveness: fleet.liveness,
         renew_every: fleet.renew_every,
         retry_every: fleet.retry_every,
+        publish_every: fleet.publish_every,
         kured,
         medik8s: fleet.medik8s,
         classes,

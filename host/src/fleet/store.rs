@@ -33,8 +33,11 @@ pub trait FleetStore: Send + Sync + 'static {
     async fn node(&self, name: &str) -> Result<NodeFacts, CapError>;
     /// The node Leases of every tend: node -> resourceVersion.
     async fn node_leases(&self) -> Result<BTreeMap<String, String>, CapError>;
-    /// Renew this host's node Lease (create it if missing).
-    async fn renew(&self, node: &str) -> Result<(), CapError>;
+    /// Renew this host's node Lease (create it if missing), publishing
+    /// `report` ([`super::revision::Report`]'s text) with it when given.
+    async fn renew(&self, node: &str, report: Option<&str>) -> Result<(), CapError>;
+    /// The report on every node's own Lease (None where there is none).
+    async fn reports(&self) -> Result<Vec<Option<String>>, CapError>;
     /// Nodes another remediator holds, with who.
     async fn others(&self) -> Result<BTreeMap<String, String>, CapError>;
 }
@@ -50,6 +53,8 @@ pub struct FakeState {
     pub ledgers: BTreeMap<String, (Ledger, u64)>,
     pub nodes: Vec<NodeFacts>,
     pub leases: BTreeMap<String, u64>,
+    /// The reports published on node Leases, by node.
+    pub reports: BTreeMap<String, String>,
     pub others: BTreeMap<String, String>,
     pub version: u64,
     /// Every request fails `unavailable` while set.
@@ -127,12 +132,24 @@ impl FleetStore for FakeStore {
         })
     }
 
-    async fn renew(&self, node: &str) -> Result<(), CapError> {
+    async fn renew(&self, node: &str, report: Option<&str>) -> Result<(), CapError> {
         self.with(|s| {
             s.version += 1;
             let v = s.version;
             s.leases.insert(node.to_string(), v);
+            if let Some(report) = report {
+                s.reports.insert(node.to_string(), report.to_string());
+            }
             Ok(())
+        })
+    }
+
+    async fn reports(&self) -> Result<Vec<Option<String>>, CapError> {
+        self.with(|s| {
+            Ok(s.leases
+                .keys()
+                .map(|node| s.reports.get(node).cloned())
+                .collect())
         })
     }
 

@@ -13,6 +13,7 @@ fn settings(share: f64, rate: Option<(u32, Duration)>) -> FleetSettings {
         liveness: LIVENESS,
         renew_every: Duration::from_secs(15),
         retry_every: Duration::from_secs(10),
+        publish_every: Duration::from_secs(30),
         kured: None,
         medik8s: false,
         classes: vec![Class {
@@ -227,4 +228,63 @@ async fn many_members_racing_never_pass_the_share() {
     }
     assert_eq!(granted, 5);
     assert_eq!(holders(&store).len(), 5);
+}
+
+/// The fake's published report of `node`, parsed.
+fn published(store: &FakeStore, node: &str) -> Option<revision::Report> {
+    let state = store.state.lock().unwrap();
+    state
+        .reports
+        .get(node)
+        .map(|text| revision::Report::parse(text).expect("a report tend reads back"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_publish_the_revision_at_once_and_new_counters_at_most_every_publish_every() {
+    let store = store(3);
+    let running = Arc::new(revision::Running::default());
+    let fleet = Arc::new(
+        Fleet::new("n0".into(), settings(0.0, None), store.clone()).publishing(running.clone()),
+    );
+    tokio::spawn(fleet.clone().run());
+    // Renewals every 15 s; nothing to publish while plugins load.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(store.state.lock().unwrap().leases.contains_key("n0"));
+    assert_eq!(published(&store, "n0"), None);
+    running.set(Some("r-000000000000000a".into()));
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let first = published(&store, "n0").expect("published with the next renewal");
+    assert_eq!(first.revision, "r-000000000000000a");
+    assert_eq!(first.counters.runs, 0);
+    // Counted now, but the last report is only 15 s old: not yet.
+    running.count(revision::Ended::Trap, 0, 0, 0);
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(published(&store, "n0").unwrap().counters.runs, 0);
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let second = published(&store, "n0").unwrap();
+    assert_eq!((second.counters.runs, second.counters.traps), (1, 1));
+    // A new revision goes out with the very next renewal.
+    running.set(Some("r-000000000000000b".into()));
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let third = published(&store, "n0").unwrap();
+    assert_eq!(third.revision, "r-000000000000000b");
+    assert_eq!(third.process, first.process);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_ticket_taken_between_renewals_is_given_back_without_waiting_for_the_next() {
+    let store = store(10);
+    let mut quick = settings(0.0, None);
+    quick.classes[0].rule.ready_for = Duration::from_secs(1);
+    let a = member(&store, "n1", quick);
+    tokio::spawn(a.clone().run());
+    // Renewed at once; the next renewal is 15 s away.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    a.admit(OP, false).await.unwrap();
+    assert_eq!(holders(&store), ["n1"]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        holders(&store).is_empty(),
+        "given back once settled for ready-for (1 s), not at the next renewal"
+    );
 }

@@ -1,0 +1,218 @@
+//! Revisions: what a node runs, named by its content. A revision is the
+//! digest of the config file's text and of every enabled plugin's
+//! component, so two nodes with one revision run the same code with the
+//! same settings, and a change of either (a new ConfigMap, a plugin file, a
+//! tag that resolves to another digest) is a new revision. Each node
+//! publishes its revision and what its plugins did under it ([`Counters`])
+//! on its node Lease, at most every `publish-every`; `tend rollout status`
+//! adds them up per revision ([`tally`]). Pure, apart from [`Running`]'s
+//! lock.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// The annotation on a node Lease holding its [`Report`].
+pub const REPORT_ANNOTATION: &str = "tend.dev/revision";
+/// A report longer than this is not read (a peer's text: bounded).
+pub const MAX_REPORT_BYTES: usize = 2048;
+/// A revision's name: "r-" and 16 hex digits (64 bits of sha256).
+const HEX_DIGITS: usize = 16;
+
+/// The revision of a config file (`config`: its text's digest) and the
+/// component digests of its enabled `plugins` (name -> "sha256:…"; a plugin
+/// that did not load is "unloaded": a node without it runs something else).
+pub fn revision(config: &str, plugins: &BTreeMap<String, String>) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(Sha256::digest(config.as_bytes()));
+    // Plugin names are identifiers and digests hex: no newline or space in
+    // either, so the text below names one set of plugins only.
+    for (name, digest) in plugins {
+        hasher.update(format!("\nplugin {name} {digest}"));
+    }
+    let hex = hex::encode(hasher.finalize());
+    format!("r-{}", &hex[..HEX_DIGITS])
+}
+
+/// Whether `text` is a revision's name as [`revision`] writes it.
+pub fn is_revision(text: &str) -> bool {
+    text.strip_prefix("r-").is_some_and(|hex| {
+        hex.len() == HEX_DIGITS
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// What the plugins of one revision did on one node since its tend started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Counters {
+    pub runs: u64,
+    /// Failed with the plugin's or the host's error.
+    pub errors: u64,
+    /// Trapped (a panic, an out-of-bounds access) or ran out of memory.
+    pub traps: u64,
+    /// Ran past the deadline.
+    pub timeouts: u64,
+    /// Mutations carried out (not planned, not refused).
+    pub mutations: u64,
+    /// Capability calls a grant denied.
+    pub denials: u64,
+    /// Mutations a budget (the host's or the fleet's) refused.
+    pub refusals: u64,
+}
+
+/// How one reconcile ended, as [`Counters`] count it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Ok,
+    Error,
+    Trap,
+    Timeout,
+}
+
+impl Counters {
+    /// Count one reconcile: how it `ended`, the mutations it carried out,
+    /// the calls a grant denied and the mutations a budget refused.
+    pub fn count(&mut self, ended: Ended, mutations: u64, denials: u64, refusals: u64) {
+        self.runs += 1;
+        match ended {
+            Ended::Ok => {}
+            Ended::Error => self.errors += 1,
+            Ended::Trap => self.traps += 1,
+            Ended::Timeout => self.timeouts += 1,
+        }
+        self.mutations += mutations;
+        self.denials += denials;
+        self.refusals += refusals;
+    }
+
+    /// Runs that failed, whatever the cause.
+    pub fn failures(&self) -> u64 {
+        self.errors + self.traps + self.timeouts
+    }
+
+    fn add(&mut self, other: &Counters) {
+        self.runs = self.runs.saturating_add(other.runs);
+        self.errors = self.errors.saturating_add(other.errors);
+        self.traps = self.traps.saturating_add(other.traps);
+        self.timeouts = self.timeouts.saturating_add(other.timeouts);
+        self.mutations = self.mutations.saturating_add(other.mutations);
+        self.denials = self.denials.saturating_add(other.denials);
+        self.refusals = self.refusals.saturating_add(other.refusals);
+    }
+}
+
+/// What a node publishes on its Lease: the revision it runs, a nonce of
+/// the tend process (a new one after every start: a restart shows), and
+/// its counters under that revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    pub revision: String,
+    pub process: String,
+    pub counters: Counters,
+}
+
+impl Report {
+    /// A peer's report text, read only when short and well formed.
+    pub fn parse(text: &str) -> Option<Report> {
+        if text.len() > MAX_REPORT_BYTES {
+            return None;
+        }
+        let report: Report = serde_json::from_str(text).ok()?;
+        (is_revision(&report.revision)
+            && report.process.len() <= 32
+            && report.process.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then_some(report)
+    }
+}
+
+/// This tend's revision and counters: set by the daemon when its plugins
+/// settle, counted by the runner, read by the fleet member to publish.
+pub struct Running {
+    process: String,
+    now: Mutex<Option<(String, Counters)>>,
+}
+
+impl Default for Running {
+    fn default() -> Self {
+        Running {
+            process: format!("{:016x}", fastrand::u64(..)),
+            now: Mutex::new(None),
+        }
+    }
+}
+
+impl Running {
+    /// This node runs `revision` now (None while plugins are still loading);
+    /// counters start again with a new revision.
+    pub fn set(&self, revision: Option<String>) {
+        let mut now = self.now.lock().unwrap();
+        if now.as_ref().map(|(r, _)| r) != revision.as_ref() {
+            *now = revision.map(|r| (r, Counters::default()));
+        }
+    }
+
+    /// Count one reconcile under the revision running (none counted while
+    /// plugins are loading).
+    pub fn count(&self, ended: Ended, mutations: u64, denials: u64, refusals: u64) {
+        if let Some((_, counters)) = self.now.lock().unwrap().as_mut() {
+            counters.count(ended, mutations, denials, refusals);
+        }
+    }
+
+    pub fn revision(&self) -> Option<String> {
+        self.now.lock().unwrap().as_ref().map(|(r, _)| r.clone())
+    }
+
+    /// What to publish now.
+    pub fn report(&self) -> Option<Report> {
+        let now = self.now.lock().unwrap();
+        now.as_ref().map(|(revision, counters)| Report {
+            revision: revision.clone(),
+            process: self.process.clone(),
+            counters: *counters,
+        })
+    }
+}
+
+/// The fleet per revision, from every node Lease's report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Tally {
+    pub revisions: BTreeMap<String, RevisionTally>,
+    /// Node Leases with no report (an older tend, plugins still loading).
+    pub silent: u64,
+    /// Node Leases whose report could not be read (too long, malformed).
+    pub unreadable: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RevisionTally {
+    pub nodes: u64,
+    pub counters: Counters,
+}
+
+/// Add up the reports of every node Lease (node -> annotation text).
+pub fn tally<'a>(reports: impl IntoIterator<Item = Option<&'a str>>) -> Tally {
+    let mut tally = Tally::default();
+    for text in reports {
+        let Some(text) = text else {
+            tally.silent += 1;
+            continue;
+        };
+        let Some(report) = Report::parse(text) else {
+            tally.unreadable += 1;
+            continue;
+        };
+        let entry = tally.revisions.entry(report.revision).or_default();
+        entry.nodes += 1;
+        entry.counters.add(&report.counters);
+    }
+    tally
+}
+
+#[cfg(test)]
+mod tests;
