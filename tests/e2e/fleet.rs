@@ -29,6 +29,8 @@ struct Shape {
     min: u32,
     liveness: &'static str,
     renew: &'static str,
+    /// How often each agent's plugin runs (and so asks for a ticket).
+    interval: &'static str,
     ready_for: &'static str,
     retry: &'static str,
     /// Extra lines of the class (windows).
@@ -42,6 +44,7 @@ impl Default for Shape {
             min: 1,
             liveness: "4s",
             renew: "1s",
+            interval: "1s",
             ready_for: "1h",
             retry: "300ms",
             class_extra: String::new(),
@@ -100,13 +103,13 @@ fn host(api: &KubeApi, sandbox: &Sandbox, port: u16, shape: &Shape) -> String {
     )
 }
 
-/// chaos rewriting a file of its own every second: a `files.write` each run,
-/// one disruption a second at most (a holder settles between two).
-fn plugin(sandbox: &Sandbox) -> String {
+/// chaos rewriting a file of its own every `interval`: a `files.write` each
+/// run, one disruption a run at most (a holder settles between two).
+fn plugin(sandbox: &Sandbox, interval: &str) -> String {
     let out = sandbox.path("out");
     std::fs::create_dir_all(&out).unwrap();
     format!(
-        "[plugins.restarter]\nfile = \"plugins/chaos.wasm\"\ninterval = \"1s\"\n[plugins.restarter.grants]\nfiles = [{{ path = \"{}\", write = true }}]\n[plugins.restarter.config]\nmode = \"disrupt\"\npath = \"{}/count\"\n",
+        "[plugins.restarter]\nfile = \"plugins/chaos.wasm\"\ninterval = \"{interval}\"\n[plugins.restarter.grants]\nfiles = [{{ path = \"{}\", write = true }}]\n[plugins.restarter.config]\nmode = \"disrupt\"\npath = \"{}/count\"\n",
         out.display(),
         out.display()
     )
@@ -120,7 +123,7 @@ fn agents(api: &KubeApi, count: usize, shape: &Shape) -> Vec<Agent> {
             sandbox.add_plugin("chaos", "chaos");
             let port = tend_e2e::free_port();
             let node = format!("n{i}");
-            sandbox.config_on_node(&node, &host(api, &sandbox, port, shape), &plugin(&sandbox));
+            sandbox.config_on_node(&node, &host(api, &sandbox, port, shape), &plugin(&sandbox, shape.interval));
             Agent {
                 sandbox,
                 port,
@@ -204,11 +207,13 @@ fn fifty_agents_racing_for_five_percent_of_a_hundred_nodes_never_pass_five_holde
     let shape = Shape {
         share: "0.05",
         ready_for: "200ms",
-        // A waiting agent asks again every 2 s and renews every 5 s: with 45
-        // waiting, a freed ticket is taken within tens of milliseconds all the
-        // same, and the API server (one Python process) is not what paces the
-        // rounds.
-        retry: "2s",
+        // A waiting agent asks again every 4 s (its plugin runs every 2 s)
+        // and renews every 5 s: with 45 waiting, a freed ticket is taken
+        // within about 100 ms all the same, and the 50 tends and the API
+        // server (one Python process) take half a core, not all of one,
+        // beside the rest of the suite.
+        retry: "4s",
+        interval: "2s",
         liveness: "30s",
         renew: "5s",
         ..Shape::default()
@@ -443,8 +448,17 @@ fn report_of(api: &KubeApi, node: &str) -> Option<Value> {
 }
 
 /// A Lease in the fleet's namespace that looks like a node's, written by
-/// someone else (the test, as the cluster's admin), with `report`.
-fn planted_node_lease(api: &KubeApi, node: &str, report: &str) {
+/// someone else (the test, as the cluster's admin), with `report`; renewed
+/// for the next century when `fresh`, never otherwise.
+fn planted_node_lease(api: &KubeApi, node: &str, report: &str, fresh: bool) {
+    let spec = match fresh {
+        true => serde_json::json!({
+            "holderIdentity": node,
+            "renewTime": "2099-01-01T00:00:00.000000Z",
+            "leaseDurationSeconds": 3600
+        }),
+        false => serde_json::json!({"holderIdentity": node}),
+    };
     let lease = serde_json::json!({
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -453,7 +467,7 @@ fn planted_node_lease(api: &KubeApi, node: &str, report: &str) {
             "labels": {"tend.dev/node-lease": "true"},
             "annotations": {"tend.dev/revision": report}
         },
-        "spec": {"holderIdentity": node}
+        "spec": spec
     });
     let (code, body) = api.call(
         "POST",
@@ -463,108 +477,137 @@ fn planted_node_lease(api: &KubeApi, node: &str, report: &str) {
     assert_eq!(code, 201, "{body}");
 }
 
-/// Each tend publishes the revision it runs (its config's and components'
-/// digest) on its node Lease, with what its plugins did under it;
-/// `tend rollout status` adds them up per revision and names what it could
-/// not read; a new plugin file is a new revision, counted from zero.
+/// A config as a DaemonSet's ConfigMap has it: the same text on every node
+/// (the node's name from `NODE_NAME`, one kubeconfig path), chaos answering
+/// in `mode`.
+fn shared_config(kubeconfig: &std::path::Path, mode: &str) -> String {
+    format!(
+        "[host]\nplugins-dir = \"plugins\"\nstate-dir = \"state\"\ncache-dir = \"{}\"\n[host.kube]\nkubeconfig = \"{}\"\n[host.fleet]\nnamespace = \"{NAMESPACE}\"\nliveness = \"4s\"\nrenew-every = \"1s\"\npublish-every = \"1s\"\n[host.fleet.classes.{CLASS}]\noperations = [\"files.write\"]\nshare = 0.0\n[plugins.restarter]\nfile = \"plugins/chaos.wasm\"\ninterval = \"1s\"\n[plugins.restarter.config]\nmode = \"{mode}\"\ntext = \"fine\"\n",
+        tend_e2e::workspace_root()
+            .join("target/e2e-cache")
+            .display(),
+        kubeconfig.display()
+    )
+}
+
+/// Each tend publishes the revision it runs (tend's version, its config's
+/// and components' digest) on its node Lease, with what its plugins did
+/// under it: two nodes with the same ConfigMap and plugins share one, a
+/// plugin that panics is another. `tend rollout status` adds them up per
+/// revision, leaves out a node that stopped renewing and names what it
+/// could not read; a new plugin file is a new revision.
 #[test]
 fn each_node_publishes_its_revision_and_tend_rollout_status_adds_them_up() {
     let api = KubeApi::start();
-    seed_nodes(&api, 2);
-    let mut agents = agents(&api, 2, &Shape::default());
-    // n1 runs a plugin that panics every run.
-    let config = agents[1].sandbox.path("tend.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
+    seed_nodes(&api, 3);
+    let sandboxes: Vec<Sandbox> = (0..3).map(|_| Sandbox::new()).collect();
+    let kubeconfig = sandboxes[0].path("kubeconfig");
+    for (i, sandbox) in sandboxes.iter().enumerate() {
+        sandbox.add_plugin("chaos", "chaos");
+        let mode = if i == 2 { "panic" } else { "outcome" };
+        std::fs::write(sandbox.path("tend.toml"), shared_config(&kubeconfig, mode)).unwrap();
+    }
+    // n2 also serves /status.
+    let port = tend_e2e::free_port();
+    let text = std::fs::read_to_string(sandboxes[2].path("tend.toml")).unwrap();
     std::fs::write(
-        &config,
-        text.replace("mode = \"disrupt\"", "mode = \"panic\""),
+        sandboxes[2].path("tend.toml"),
+        text.replace(
+            "[host]\n",
+            &format!("[host]\nlisten = \"127.0.0.1:{port}\"\n"),
+        ),
     )
     .unwrap();
-    for agent in &mut agents {
-        start(agent, &[]);
-    }
-    let runs = |report: &Option<Value>| {
-        report
-            .as_ref()
-            .map_or(0, |r| r["counters"]["runs"].as_u64().unwrap())
-    };
-    wait_until(Duration::from_secs(30), "both nodes report runs", || {
-        runs(&report_of(&api, "n0")) >= 2 && runs(&report_of(&api, "n1")) >= 2
+    api.grant_rbac(&sandboxes[0]);
+    let mut daemons: Vec<Option<Daemon>> = sandboxes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Some(s.daemon_with_env(&[("NODE_NAME", &format!("n{i}"))])))
+        .collect();
+    let runs =
+        |node: &str| report_of(&api, node).map_or(0, |r| r["counters"]["runs"].as_u64().unwrap());
+    wait_until(Duration::from_secs(30), "every node reports runs", || {
+        (0..3).all(|i| runs(&format!("n{i}")) >= 2)
     });
-    let good = report_of(&api, "n0").unwrap();
-    let bad = report_of(&api, "n1").unwrap();
-    let revision = good["revision"].as_str().unwrap().to_string();
+    let [n0, n1, n2] = ["n0", "n1", "n2"].map(|n| report_of(&api, n).unwrap());
+    let shared = n0["revision"].as_str().unwrap().to_string();
+    assert_eq!(
+        n1["revision"],
+        shared.as_str(),
+        "one ConfigMap, one revision"
+    );
     assert_ne!(
-        revision,
-        bad["revision"].as_str().unwrap(),
+        n2["revision"],
+        shared.as_str(),
         "another config is another revision"
     );
-    assert_eq!(good["counters"]["traps"], 0, "{good}");
-    assert_eq!(bad["counters"]["traps"], bad["counters"]["runs"], "{bad}");
+    assert_ne!(n0["process"], n1["process"]);
+    assert_eq!(n0["counters"]["traps"], 0, "{n0}");
+    assert_eq!(n2["counters"]["traps"], n2["counters"]["runs"], "{n2}");
     // The daemon says the same of itself.
-    assert_eq!(
-        agents[0].status()["revision"]["revision"],
-        revision.as_str()
-    );
-    let status = agents[0].sandbox.tend(&["status"]);
-    assert!(
-        status.stdout.contains(&format!("revision {revision}: ")),
-        "{}",
-        status.stdout
-    );
+    let status = http_get(port, "/status").unwrap().1;
+    let status: Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["revision"]["revision"], n2["revision"]);
+    let shown = sandboxes[2].tend(&["status"]);
+    let named = format!("revision {}: ", n2["revision"].as_str().unwrap());
+    assert!(shown.stdout.contains(&named), "{}", shown.stdout);
 
     // Someone else's Leases in the namespace: counted, never added up.
     planted_node_lease(
         &api,
         "huge",
         &format!("{{\"pad\":\"{}\"}}", "x".repeat(4096)),
+        true,
     );
     planted_node_lease(
         &api,
         "forged",
         r#"{"revision":"r-../../x","process":"00","counters":{"runs":1000000}}"#,
+        true,
     );
-    let out = agents[0].sandbox.tend(&["rollout", "status", "--json"]);
-    assert!(out.success, "{}{}", out.stdout, out.stderr);
-    let tally: Value = serde_json::from_str(&out.stdout).unwrap();
+    // A well-formed report on a Lease nobody renews: stale, not added up.
+    planted_node_lease(&api, "gone", &n2.to_string(), false);
+    let rollout = |json: bool| {
+        let args: &[&str] = match json {
+            true => &["rollout", "status", "--json"],
+            false => &["rollout", "status"],
+        };
+        let out = sandboxes[0].tend_with_env(args, &[("NODE_NAME", "n0")]);
+        assert!(out.success, "{}{}", out.stdout, out.stderr);
+        out.stdout
+    };
+    let tally: Value = serde_json::from_str(&rollout(true)).unwrap();
+    assert_eq!(tally["revisions"][&shared]["nodes"], 2, "{tally}");
+    let bad = &tally["revisions"][n2["revision"].as_str().unwrap()];
+    assert_eq!(bad["nodes"], 1, "{tally}");
+    assert!(bad["counters"]["traps"].as_u64().unwrap() >= 2, "{tally}");
     assert_eq!(tally["revisions"].as_object().unwrap().len(), 2, "{tally}");
     assert_eq!(tally["unreadable"], 2, "{tally}");
-    let bad_tally = &tally["revisions"][bad["revision"].as_str().unwrap()];
-    assert_eq!(bad_tally["nodes"], 1);
+    assert_eq!(tally["stale"], 1, "{tally}");
+    let table = rollout(false);
+    assert!(table.starts_with("REVISION"), "{table}");
+    assert!(table.contains(&shared), "{table}");
     assert!(
-        bad_tally["counters"]["traps"].as_u64().unwrap() >= 2,
-        "{tally}"
-    );
-    let out = agents[0].sandbox.tend(&["rollout", "status"]);
-    assert!(out.stdout.starts_with("REVISION"), "{}", out.stdout);
-    assert!(out.stdout.contains(&revision), "{}", out.stdout);
-    assert!(
-        out.stdout
-            .contains("2 node Lease(s) with a report tend cannot read"),
-        "{}",
-        out.stdout
+        table.contains("2 node Lease(s) with a report tend cannot read"),
+        "{table}"
     );
 
-    // A new component is a new revision, counted from zero.
-    std::fs::copy(
-        tend_e2e::plugin("chaos-v2"),
-        agents[0].sandbox.path("plugins/chaos.wasm.new"),
-    )
-    .unwrap();
-    std::fs::rename(
-        agents[0].sandbox.path("plugins/chaos.wasm.new"),
-        agents[0].sandbox.path("plugins/chaos.wasm"),
-    )
-    .unwrap();
+    // n1 stops: once its Lease outlives its 4 s, it is no longer added up.
+    drop(daemons[1].take());
+    wait_until(Duration::from_secs(20), "n1 counted stale", || {
+        let tally: Value = serde_json::from_str(&rollout(true)).unwrap();
+        tally["stale"] == 2 && tally["revisions"][&shared]["nodes"] == 1
+    });
+
+    // A new component is a new revision, published by the same process.
+    let plugin = sandboxes[0].path("plugins/chaos.wasm");
+    std::fs::copy(tend_e2e::plugin("chaos-v2"), plugin.with_extension("new")).unwrap();
+    std::fs::rename(plugin.with_extension("new"), &plugin).unwrap();
     wait_until(
         Duration::from_secs(30),
         "n0 publishes its new revision",
-        || report_of(&api, "n0").is_some_and(|r| r["revision"] != revision.as_str()),
+        || report_of(&api, "n0").is_some_and(|r| r["revision"] != shared.as_str()),
     );
-    let new = report_of(&api, "n0").unwrap();
-    assert_eq!(agents[0].status()["revision"]["revision"], new["revision"]);
-    assert_eq!(
-        new["process"], good["process"],
-        "the same tend, not a restart"
-    );
+    assert_eq!(report_of(&api, "n0").unwrap()["process"], n0["process"]);
+    drop(daemons);
 }

@@ -136,8 +136,9 @@ enum Command {
 #[derive(Subcommand)]
 enum RolloutCommand {
     /// Which revisions the nodes run, and how each fares: runs, errors,
-    /// traps, timeouts, mutations, denials and budget refusals, summed over
-    /// the nodes running it (what every tend publishes on its node Lease).
+    /// traps, timeouts, mutations, calls answered `denied` and budget
+    /// refusals, summed over the nodes running it (what every tend publishes
+    /// on its node Lease; Leases not renewed in time are left out).
     Status {
         #[arg(short, long)]
         config: PathBuf,

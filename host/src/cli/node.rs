@@ -38,7 +38,7 @@ impl Node {
                     settings,
                     config.host.capabilities.kube.kubeconfig.clone(),
                     // A one-shot run publishes no revision: it runs none for long.
-                    Arc::default(),
+                    None,
                 ) as Arc<dyn crate::capabilities::gate::FleetBudget>
             }));
         Ok(Node {

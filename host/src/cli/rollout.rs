@@ -11,6 +11,11 @@ use crate::fleet::revision::{Tally, tally};
 use crate::fleet::store::FleetStore;
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
+
+/// The whole listing, every page, within this (an API server that pages
+/// forever does not hold the command).
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub async fn status(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let config = Config::load(config_path)?;
@@ -25,13 +30,20 @@ pub async fn status(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> 
         config.host.node_name.clone(),
         config.host.capabilities.kube.kubeconfig.clone(),
     );
-    let reports = store.reports().await.map_err(|e| {
-        anyhow::anyhow!(
+    let read = tokio::time::timeout(READ_TIMEOUT, store.reports()).await;
+    let reports = match read {
+        Ok(Ok(reports)) => reports,
+        Ok(Err(e)) => anyhow::bail!(
             "cannot read the node Leases in namespace {}: {e}",
             settings.namespace
-        )
-    })?;
-    let tally = tally(reports.iter().map(Option::as_deref));
+        ),
+        Err(_) => anyhow::bail!(
+            "the API server did not list the node Leases in namespace {} within {}s",
+            settings.namespace,
+            READ_TIMEOUT.as_secs()
+        ),
+    };
+    let tally = tally(&reports);
     if json {
         report::json(&serde_json::to_string_pretty(&tally)?);
     } else {
@@ -82,6 +94,12 @@ fn table(tally: &Tally) -> Vec<String> {
             tally.silent
         ));
     }
+    if tally.stale > 0 {
+        lines.push(format!(
+            "{} node Lease(s) not renewed within their duration, not added up (a tend stopped, or a node gone; by this host's clock)",
+            tally.stale
+        ));
+    }
     if tally.unreadable > 0 {
         lines.push(format!(
             "{} node Lease(s) with a report tend cannot read (too long or malformed: not written by tend)",
@@ -94,12 +112,24 @@ fn table(tally: &Tally) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::revision::Published;
 
     #[test]
     fn the_table_has_a_row_per_revision_and_says_what_it_could_not_read() {
         let a = r#"{"revision":"r-000000000000000a","process":"01","counters":{"runs":7,"traps":2,"errors":1}}"#;
-        let lines = table(&tally([Some(a), None, Some("{"), Some(a)]));
-        assert_eq!(lines.len(), 4, "{lines:#?}");
+        let lease = |report: Option<&str>, fresh| Published {
+            report: report.map(str::to_string),
+            fresh,
+        };
+        let leases = [
+            lease(Some(a), true),
+            lease(None, true),
+            lease(Some("{"), true),
+            lease(Some(a), true),
+            lease(Some(a), false),
+        ];
+        let lines = table(&tally(&leases));
+        assert_eq!(lines.len(), 5, "{lines:#?}");
         let row: Vec<&str> = lines[1].split_whitespace().collect();
         assert_eq!(
             row,
@@ -117,7 +147,8 @@ mod tests {
             ]
         );
         assert!(lines[2].starts_with("1 node Lease(s) with no revision"));
-        assert!(lines[3].starts_with("1 node Lease(s) with a report tend cannot read"));
+        assert!(lines[3].starts_with("1 node Lease(s) not renewed within their duration"));
+        assert!(lines[4].starts_with("1 node Lease(s) with a report tend cannot read"));
         let empty = table(&Tally::default());
         assert_eq!(empty[1], "no node has published a revision yet");
     }

@@ -98,7 +98,7 @@ fn print_revision(revision: &Value) {
     match revision["revision"].as_str() {
         None => say!("revision: not yet (a plugin is still in its first load)"),
         Some(name) => say!(
-            "revision {name}: {} runs, {} errors, {} traps, {} timeouts since this tend started",
+            "revision {name}: {} runs, {} errors, {} traps, {} timeouts since this tend began running it",
             text(&counters["runs"]),
             text(&counters["errors"]),
             text(&counters["traps"]),

@@ -39,7 +39,7 @@ impl Member {
         };
         let (settings, node, kubeconfig) = made.clone();
         tracing::info!(namespace = %settings.namespace, classes = settings.classes.len(), "fleet budgets on");
-        let fleet = crate::fleet::member(&node, settings, kubeconfig, running.clone());
+        let fleet = crate::fleet::member(&node, settings, kubeconfig, Some(running.clone()));
         self.running = Some((made, tokio::spawn(fleet.clone().run())));
         budgets.set_fleet(Some(
             fleet as Arc<dyn crate::capabilities::gate::FleetBudget>,

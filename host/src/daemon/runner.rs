@@ -62,6 +62,8 @@ impl Runner for DaemonRunner {
                 let Some(fetched) = fetch(&shared.table.read().unwrap(), &name) else {
                     return NOTHING_TO_RUN;
                 };
+                // The revision this run belongs to: the one running as it starts.
+                let revision = shared.running.revision();
                 // A `tend reconcile --record` waits for this run's recording.
                 let recorder = shared.recordings.lock().unwrap().remove(&name);
                 let tape = match recorder {
@@ -83,7 +85,7 @@ impl Runner for DaemonRunner {
                     triggers: trigger_list,
                     log: fetched.config.capability_limits.log,
                 };
-                count_under_revision(&shared.running, &report);
+                count_under_revision(&shared.running, revision.as_deref(), &report);
                 record(&shared.table, &shared.metrics, ran, report)
             }
             .instrument(span),
@@ -230,14 +232,15 @@ fn count(metrics: &Metrics, plugin: &str, report: &ReconcileReport, time_ms: u64
     }
 }
 
-/// Count the reconcile for the revision this node runs (what its fleet
+/// Count the reconcile for the revision it started under (what the fleet
 /// member publishes for a rollout to judge).
-fn count_under_revision(running: &Running, report: &ReconcileReport) {
-    let ended = match &report.result {
-        Ok(_) => Ended::Ok,
-        Err(Failure::Plugin(_)) | Err(Failure::Host(_)) => Ended::Error,
-        Err(Failure::Trap(_)) | Err(Failure::Memory { .. }) => Ended::Trap,
-        Err(Failure::Deadline { .. }) => Ended::Timeout,
+fn count_under_revision(running: &Running, revision: Option<&str>, report: &ReconcileReport) {
+    let ended = match result_label(&report.result).0 {
+        "ok" => Ended::Ok,
+        "error" => Ended::Error,
+        "deadline" => Ended::Timeout,
+        // "trap", "memory"
+        _ => Ended::Trap,
     };
     let results = report.mutations.iter().map(mutation_result);
     let (mutations, refusals) = results.fold((0, 0), |(done, refused), result| match result {
@@ -251,7 +254,7 @@ fn count_under_revision(running: &Running, report: &ReconcileReport) {
         .filter(|c| c.result == "denied")
         .map(|c| c.count)
         .sum();
-    running.count(ended, mutations, denials, refusals);
+    running.count(revision, ended, mutations, denials, refusals);
 }
 
 /// The `result` label of `tend_reconciles_total`, and the trap cause if any.

@@ -5,7 +5,7 @@
 //! limit, a ledger's size.
 
 use super::ledger::{Ledger, NodeFacts};
-use super::revision::{MAX_REPORT_BYTES, REPORT_ANNOTATION};
+use super::revision::{MAX_REPORT_BYTES, Publish, Published, REPORT_ANNOTATION};
 use super::store::{FleetStore, Versioned};
 use super::{LEASE_PREFIX, LEDGER_ANNOTATION, ledger_lease};
 use crate::capabilities::CapError;
@@ -88,28 +88,31 @@ impl KubeFleet {
 
     /// Every node's own Lease, page by page, with its holder: only a node's
     /// own Lease proves it alive or reports for it (a Lease of another name
-    /// carrying the label, anyone's, does neither). `take` answers how many
-    /// it kept, which may not pass [`MAX_NODES`].
-    async fn each_node_lease(
-        &self,
-        mut take: impl FnMut(String, Lease) -> usize,
-    ) -> Result<(), CapError> {
+    /// carrying the label, anyone's, does neither). At most [`MAX_NODES`]
+    /// Leases are listed, a node's own or not: past them, an error.
+    async fn each_node_lease(&self, mut take: impl FnMut(String, Lease)) -> Result<(), CapError> {
         let mut params = ListParams::default().labels(NODE_LEASE_LABEL).limit(PAGE);
         let api = self.leases().await?;
+        let mut listed = 0;
         loop {
             let page = api
                 .list(&params)
                 .await
                 .map_err(|e| map_error("list leases", e))?;
+            listed += page.items.len();
+            if listed > MAX_NODES {
+                return Err(CapError::Invalid(format!(
+                    "over {MAX_NODES} Leases labelled {NODE_LEASE_LABEL} in the namespace"
+                )));
+            }
             for lease in page.items {
                 let holder = lease
                     .spec
                     .as_ref()
                     .and_then(|s| s.holder_identity.clone())
                     .unwrap_or_default();
-                let own = lease.metadata.name.as_deref() == Some(node_lease(&holder).as_str());
-                if own && take(holder, lease) > MAX_NODES {
-                    return Err(CapError::Invalid(format!("over {MAX_NODES} node Leases")));
+                if lease.metadata.name.as_deref() == Some(node_lease(&holder).as_str()) {
+                    take(holder, lease);
                 }
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
@@ -290,33 +293,46 @@ impl FleetStore for KubeFleet {
             if let Some(version) = lease.metadata.resource_version {
                 leases.insert(holder, version);
             }
-            leases.len()
         })
         .await?;
         Ok(leases)
     }
 
-    async fn reports(&self) -> Result<Vec<Option<String>>, CapError> {
+    async fn reports(&self) -> Result<Vec<Published>, CapError> {
+        let now = micro_now()?.0;
         let mut reports = Vec::new();
         self.each_node_lease(|_, lease| {
+            // Renewed within its duration by this reader's clock: what a
+            // display can say of a Lease it reads once (a rollout judges
+            // liveness on its own monotonic clock, as `observed` does).
+            let fresh = lease.spec.as_ref().is_some_and(|spec| {
+                let renewed = spec.renew_time.as_ref().map(|t| t.0);
+                let duration = spec.lease_duration_seconds.unwrap_or(0).max(0);
+                renewed.is_some_and(|at| {
+                    at.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(
+                        duration.into(),
+                    ))
+                    .is_ok_and(|until| until >= now)
+                })
+            });
             let report = lease
                 .metadata
                 .annotations
-                .and_then(|mut a| a.remove(REPORT_ANNOTATION));
-            // Kept no longer than a report can be: up to 10,000 of anyone's
-            // annotations are read, and one too long is unreadable anyway.
-            let report = report.map(|r| match r.len() > MAX_REPORT_BYTES {
-                true => String::new(),
-                false => r,
-            });
-            reports.push(report);
-            reports.len()
+                .and_then(|mut a| a.remove(REPORT_ANNOTATION))
+                // Kept no longer than a report can be: up to 10,000 of
+                // anyone's annotations are read, and one too long is
+                // unreadable anyway.
+                .map(|r| match r.len() > MAX_REPORT_BYTES {
+                    true => String::new(),
+                    false => r,
+                });
+            reports.push(Published { report, fresh });
         })
         .await?;
         Ok(reports)
     }
 
-    async fn renew(&self, node: &str, report: Option<&str>) -> Result<(), CapError> {
+    async fn renew(&self, node: &str, publish: Publish<'_>) -> Result<(), CapError> {
         let name = node_lease(node);
         let api = self.leases().await?;
         let now = micro_now()?;
@@ -327,10 +343,14 @@ impl FleetStore for KubeFleet {
         });
         let nonce = format!("{:016x}", fastrand::u64(..));
         let mut annotations = BTreeMap::from([(RENEWAL_ANNOTATION.to_string(), nonce)]);
-        if let Some(report) = report {
+        if let Publish::Set(report) = publish {
             annotations.insert(REPORT_ANNOTATION.to_string(), report.to_string());
         }
         renewal["metadata"]["annotations"] = serde_json::json!(annotations);
+        // A merge patch's null removes the last process's report.
+        if publish == Publish::Remove {
+            renewal["metadata"]["annotations"][REPORT_ANNOTATION] = serde_json::Value::Null;
+        }
         match api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&renewal))
             .await

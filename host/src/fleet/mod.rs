@@ -94,8 +94,9 @@ pub struct Fleet {
     status: std::sync::Mutex<FleetStatus>,
     /// How long one API answer is waited for.
     call_timeout: Duration,
-    /// What this node runs and did, published with its renewals.
-    running: Arc<revision::Running>,
+    /// What this node runs and did, published with its renewals (none for
+    /// a one-shot run, which leaves the daemon's report as it is).
+    running: Option<Arc<revision::Running>>,
     /// Wakes the member when a ticket is taken: its settle check starts
     /// then, not at the next renewal.
     granted: tokio::sync::Notify,
@@ -149,15 +150,20 @@ fn unavailable(class: &str, e: &CapError) -> CapError {
 }
 
 /// The fleet member of node `me`, talking to the API server of
-/// `kubeconfig` (`[host.kube]`'s), publishing what `running` says.
+/// `kubeconfig` (`[host.kube]`'s), publishing what `running` says (a
+/// daemon's; none for a one-shot run).
 pub fn member(
     me: &str,
     settings: FleetSettings,
     kubeconfig: Option<std::path::PathBuf>,
-    running: Arc<revision::Running>,
+    running: Option<Arc<revision::Running>>,
 ) -> Arc<Fleet> {
     let store = kube::KubeFleet::new(&settings, me.to_string(), kubeconfig);
-    Arc::new(Fleet::new(me.to_string(), settings, Arc::new(store)).publishing(running))
+    let fleet = Fleet::new(me.to_string(), settings, Arc::new(store));
+    Arc::new(match running {
+        Some(running) => fleet.publishing(running),
+        None => fleet,
+    })
 }
 
 #[async_trait::async_trait]
@@ -194,7 +200,7 @@ impl Fleet {
             store,
             state: tokio::sync::Mutex::default(),
             status: std::sync::Mutex::new(status),
-            running: Arc::default(),
+            running: None,
             granted: tokio::sync::Notify::new(),
         }
     }
@@ -202,7 +208,7 @@ impl Fleet {
     /// Publish what `running` says with the renewals (a one-shot run
     /// publishes nothing: it runs no revision for long).
     pub fn publishing(mut self, running: Arc<revision::Running>) -> Fleet {
-        self.running = running;
+        self.running = Some(running);
         self
     }
 
@@ -436,19 +442,16 @@ impl Fleet {
     async fn renew(&self, state: &mut State) -> Result<(), CapError> {
         // Dated from before the request: others may have seen it as soon as it was sent.
         let sent = Instant::now();
-        let report = self.report_due(state, sent);
-        let text = report
-            .as_ref()
-            .map(|r| serde_json::to_string(r).expect("a report serializes"));
-        bounded(
-            self.call_timeout,
-            self.store.renew(&self.me, text.as_deref()),
-        )
-        .await?;
+        let text = self
+            .report_due(state, sent)
+            .map(|r| serde_json::to_string(&r).expect("a report serializes"));
+        let publish = match (&self.running, &text) {
+            (None, _) => revision::Publish::Leave,
+            (Some(_), Some(text)) => revision::Publish::Set(text),
+            (Some(_), None) => revision::Publish::Remove,
+        };
+        bounded(self.call_timeout, self.store.renew(&self.me, publish)).await?;
         state.renewed_at = Some(sent);
-        if let Some(report) = report {
-            state.published = Some((sent, report));
-        }
         self.status.lock().unwrap().renewed =
             k8s_openapi::jiff::Timestamp::try_from(std::time::SystemTime::now())
                 .map(|t| {
@@ -459,21 +462,28 @@ impl Fleet {
         Ok(())
     }
 
-    /// The report to publish with a renewal at `now`: the first, a new
-    /// revision's at once (a rollout must see it), else new counters once
-    /// `publish-every` has passed since the last.
-    fn report_due(&self, state: &State, now: Instant) -> Option<revision::Report> {
-        let report = self.running.report()?;
-        match &state.published {
-            Some((_, last)) if *last == report => None,
-            Some((at, last))
-                if last.revision == report.revision
-                    && now.duration_since(*at) < self.settings.publish_every =>
-            {
-                None
+    /// The report every renewal at `now` carries: a new revision's at once
+    /// (a rollout must see it), new counts once `publish-every` has passed
+    /// since the last, else the last again (no request is added, and a
+    /// report someone removed or overwrote is put back); none while this
+    /// process runs no revision yet, so a restarted node does not go on
+    /// showing what its last process ran.
+    fn report_due(&self, state: &mut State, now: Instant) -> Option<revision::Report> {
+        let Some(report) = self.running.as_ref().and_then(|r| r.report()) else {
+            state.published = None;
+            return None;
+        };
+        let due = match &state.published {
+            None => true,
+            Some((at, last)) => {
+                last.revision != report.revision
+                    || (*last != report && now.duration_since(*at) >= self.settings.publish_every)
             }
-            _ => Some(report),
+        };
+        if due {
+            state.published = Some((now, report));
         }
+        state.published.as_ref().map(|(_, last)| last.clone())
     }
 
     /// Still fresh enough to act, at the very end of an admission.

@@ -1,12 +1,12 @@
 //! Revisions: what a node runs, named by its content. A revision is the
-//! digest of the config file's text and of every enabled plugin's
-//! component, so two nodes with one revision run the same code with the
-//! same settings, and a change of either (a new ConfigMap, a plugin file, a
-//! tag that resolves to another digest) is a new revision. Each node
-//! publishes its revision and what its plugins did under it ([`Counters`])
-//! on its node Lease, at most every `publish-every`; `tend rollout status`
-//! adds them up per revision ([`tally`]). Pure, apart from [`Running`]'s
-//! lock.
+//! digest of tend's version, the config file's text and every enabled
+//! plugin's component, so two nodes with one revision run the same plugins
+//! with the same settings on the same tend release, and a change of any (a
+//! new ConfigMap, a plugin file, a tag that resolves to another digest, a
+//! new image) is a new revision. Each node publishes its revision and what
+//! its plugins did under it ([`Counters`]) on its node Lease, new counts at
+//! most every `publish-every`; `tend rollout status` adds them up per
+//! revision ([`tally`]). Pure, apart from [`Running`]'s lock.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -22,9 +22,11 @@ const HEX_DIGITS: usize = 16;
 
 /// The revision of a config file (`config`: its text's digest) and the
 /// component digests of its enabled `plugins` (name -> "sha256:…"; a plugin
-/// that did not load is "unloaded": a node without it runs something else).
+/// with no component is "unloaded": a node without it runs something
+/// else), on this tend release.
 pub fn revision(config: &str, plugins: &BTreeMap<String, String>) -> String {
     let mut hasher = Sha256::new();
+    hasher.update(format!("tend {}\n", env!("CARGO_PKG_VERSION")));
     hasher.update(Sha256::digest(config.as_bytes()));
     // Plugin names are identifiers and digests hex: no newline or space in
     // either, so the text below names one set of plugins only.
@@ -45,9 +47,11 @@ pub fn is_revision(text: &str) -> bool {
     })
 }
 
-/// What the plugins of one revision did on one node since its tend started.
+/// What the plugins of one revision did on one node since its tend started
+/// running it. Fields a newer tend adds are ignored (a fleet mid-upgrade
+/// runs both); those known must be counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Counters {
     pub runs: u64,
     /// Failed with the plugin's or the host's error.
@@ -58,9 +62,12 @@ pub struct Counters {
     pub timeouts: u64,
     /// Mutations carried out (not planned, not refused).
     pub mutations: u64,
-    /// Capability calls a grant denied.
+    /// Capability calls answered `denied`: by a grant, or by the peer (a
+    /// 403 of the API server, a file's permissions, systemd's policy), and
+    /// in a dry run every HTTP mutation, which a plan never sends.
     pub denials: u64,
-    /// Mutations a budget (the host's or the fleet's) refused.
+    /// Mutations a budget (the host's or the fleet's) refused; a fleet that
+    /// cannot reach the API server fails them `unavailable`, not counted here.
     pub refusals: u64,
 }
 
@@ -77,16 +84,16 @@ impl Counters {
     /// Count one reconcile: how it `ended`, the mutations it carried out,
     /// the calls a grant denied and the mutations a budget refused.
     pub fn count(&mut self, ended: Ended, mutations: u64, denials: u64, refusals: u64) {
-        self.runs += 1;
-        match ended {
-            Ended::Ok => {}
-            Ended::Error => self.errors += 1,
-            Ended::Trap => self.traps += 1,
-            Ended::Timeout => self.timeouts += 1,
-        }
-        self.mutations += mutations;
-        self.denials += denials;
-        self.refusals += refusals;
+        let one = |ending| u64::from(ended == ending);
+        self.add(&Counters {
+            runs: 1,
+            errors: one(Ended::Error),
+            traps: one(Ended::Trap),
+            timeouts: one(Ended::Timeout),
+            mutations,
+            denials,
+            refusals,
+        });
     }
 
     /// Runs that failed, whatever the cause.
@@ -107,9 +114,9 @@ impl Counters {
 
 /// What a node publishes on its Lease: the revision it runs, a nonce of
 /// the tend process (a new one after every start: a restart shows), and
-/// its counters under that revision.
+/// its counters under that revision. Unknown fields are ignored, as in
+/// [`Counters`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Report {
     pub revision: String,
     pub process: String,
@@ -128,6 +135,18 @@ impl Report {
             && report.process.bytes().all(|b| b.is_ascii_hexdigit()))
         .then_some(report)
     }
+}
+
+/// What a renewal does with the node Lease's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publish<'a> {
+    /// Whatever is there stays: a one-shot run's renewal (the daemon's
+    /// report is the node's).
+    Leave,
+    /// Set or replace it with this text.
+    Set(&'a str),
+    /// Remove it: this process runs no revision yet.
+    Remove,
 }
 
 /// This tend's revision and counters: set by the daemon when its plugins
@@ -156,10 +175,22 @@ impl Running {
         }
     }
 
-    /// Count one reconcile under the revision running (none counted while
-    /// plugins are loading).
-    pub fn count(&self, ended: Ended, mutations: u64, denials: u64, refusals: u64) {
-        if let Some((_, counters)) = self.now.lock().unwrap().as_mut() {
+    /// Count one reconcile that started under `revision` (what
+    /// [`Running::revision`] said when it started), if that still runs: a
+    /// run of the old revision ending after the new one came is not the new
+    /// one's to answer for.
+    pub fn count(
+        &self,
+        revision: Option<&str>,
+        ended: Ended,
+        mutations: u64,
+        denials: u64,
+        refusals: u64,
+    ) {
+        let mut now = self.now.lock().unwrap();
+        if let Some((running, counters)) = now.as_mut()
+            && Some(running.as_str()) == revision
+        {
             counters.count(ended, mutations, denials, refusals);
         }
     }
@@ -187,6 +218,17 @@ pub struct Tally {
     pub silent: u64,
     /// Node Leases whose report could not be read (too long, malformed).
     pub unreadable: u64,
+    /// Node Leases not renewed within their duration (a tend stopped, a
+    /// node gone): not added up, whatever their report says.
+    pub stale: u64,
+}
+
+/// One node Lease as the tally reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Published {
+    pub report: Option<String>,
+    /// Renewed within its duration, by the reader's clock.
+    pub fresh: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -195,11 +237,15 @@ pub struct RevisionTally {
     pub counters: Counters,
 }
 
-/// Add up the reports of every node Lease (node -> annotation text).
-pub fn tally<'a>(reports: impl IntoIterator<Item = Option<&'a str>>) -> Tally {
+/// Add up the reports of the node Leases that are fresh.
+pub fn tally<'a>(leases: impl IntoIterator<Item = &'a Published>) -> Tally {
     let mut tally = Tally::default();
-    for text in reports {
-        let Some(text) = text else {
+    for lease in leases {
+        if !lease.fresh {
+            tally.stale += 1;
+            continue;
+        }
+        let Some(text) = lease.report.as_deref() else {
             tally.silent += 1;
             continue;
         };

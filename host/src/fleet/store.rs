@@ -3,6 +3,7 @@
 //! compare-and-swap, for the unit tests of [`super::Fleet`].
 
 use super::ledger::{Ledger, NodeFacts};
+use super::revision::{Publish, Published};
 use crate::capabilities::CapError;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -33,11 +34,11 @@ pub trait FleetStore: Send + Sync + 'static {
     async fn node(&self, name: &str) -> Result<NodeFacts, CapError>;
     /// The node Leases of every tend: node -> resourceVersion.
     async fn node_leases(&self) -> Result<BTreeMap<String, String>, CapError>;
-    /// Renew this host's node Lease (create it if missing), publishing
-    /// `report` ([`super::revision::Report`]'s text) with it when given.
-    async fn renew(&self, node: &str, report: Option<&str>) -> Result<(), CapError>;
-    /// The report on every node's own Lease (None where there is none).
-    async fn reports(&self) -> Result<Vec<Option<String>>, CapError>;
+    /// Renew this host's node Lease (create it if missing), doing with its
+    /// report ([`super::revision::Report`]'s text) what `publish` says.
+    async fn renew(&self, node: &str, publish: Publish<'_>) -> Result<(), CapError>;
+    /// Every node's own Lease: its report, and whether it is fresh.
+    async fn reports(&self) -> Result<Vec<Published>, CapError>;
     /// Nodes another remediator holds, with who.
     async fn others(&self) -> Result<BTreeMap<String, String>, CapError>;
 }
@@ -132,23 +133,28 @@ impl FleetStore for FakeStore {
         })
     }
 
-    async fn renew(&self, node: &str, report: Option<&str>) -> Result<(), CapError> {
+    async fn renew(&self, node: &str, publish: Publish<'_>) -> Result<(), CapError> {
         self.with(|s| {
             s.version += 1;
             let v = s.version;
             s.leases.insert(node.to_string(), v);
-            if let Some(report) = report {
-                s.reports.insert(node.to_string(), report.to_string());
-            }
+            match publish {
+                Publish::Leave => None,
+                Publish::Set(report) => s.reports.insert(node.to_string(), report.to_string()),
+                Publish::Remove => s.reports.remove(node),
+            };
             Ok(())
         })
     }
 
-    async fn reports(&self) -> Result<Vec<Option<String>>, CapError> {
+    async fn reports(&self) -> Result<Vec<Published>, CapError> {
         self.with(|s| {
             Ok(s.leases
                 .keys()
-                .map(|node| s.reports.get(node).cloned())
+                .map(|node| Published {
+                    report: s.reports.get(node).cloned(),
+                    fresh: true,
+                })
                 .collect())
         })
     }

@@ -257,7 +257,13 @@ async fn renewals_publish_the_revision_at_once_and_new_counters_at_most_every_pu
     assert_eq!(first.revision, "r-000000000000000a");
     assert_eq!(first.counters.runs, 0);
     // Counted now, but the last report is only 15 s old: not yet.
-    running.count(revision::Ended::Trap, 0, 0, 0);
+    running.count(
+        running.revision().as_deref(),
+        revision::Ended::Trap,
+        0,
+        0,
+        0,
+    );
     tokio::time::sleep(Duration::from_secs(15)).await;
     assert_eq!(published(&store, "n0").unwrap().counters.runs, 0);
     tokio::time::sleep(Duration::from_secs(15)).await;
@@ -269,6 +275,33 @@ async fn renewals_publish_the_revision_at_once_and_new_counters_at_most_every_pu
     let third = published(&store, "n0").unwrap();
     assert_eq!(third.revision, "r-000000000000000b");
     assert_eq!(third.process, first.process);
+    // Removed or overwritten by someone: put back with the next renewal.
+    store.state.lock().unwrap().reports.remove("n0");
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(published(&store, "n0"), Some(third));
+    // No revision (a plugin in its first load again): none shown.
+    running.set(None);
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(published(&store, "n0"), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_shot_runs_renewals_leave_the_daemons_report() {
+    let store = store(3);
+    store
+        .state
+        .lock()
+        .unwrap()
+        .reports
+        .insert("n0".into(), "the daemon's".into());
+    let one_shot = member(&store, "n0", settings(0.0, None));
+    one_shot.admit(OP, false).await.unwrap();
+    let state = store.state.lock().unwrap();
+    assert!(
+        state.leases.contains_key("n0"),
+        "renewed to prove it is alive"
+    );
+    assert_eq!(state.reports["n0"], "the daemon's");
 }
 
 #[tokio::test(start_paused = true)]

@@ -346,3 +346,53 @@ fn nothing_is_fetched_for_a_plugin_without_a_component() {
     assert!(fetch(&table, "a").is_none(), "still loading");
     assert!(fetch(&table, "unknown").is_none(), "not configured");
 }
+
+#[test]
+fn a_reconcile_counts_for_the_revision_it_started_under_and_only_while_it_runs() {
+    let running = Running::default();
+    running.set(Some("r-000000000000000a".into()));
+    let mut counted = report(
+        Err(Failure::Memory {
+            plugin: "a".into(),
+            limit: "64 MiB".into(),
+        }),
+        vec![
+            write("/etc/a", "ok"),
+            write("/etc/b", "ok 3 bytes"),
+            write("/etc/c", "budget-exhausted: 20 of 20 used"),
+            write("/etc/d", "error: disk full"),
+        ],
+    );
+    counted.calls.push(CallCount {
+        capability: "kube",
+        operation: "get",
+        result: "denied",
+        count: 2,
+    });
+    count_under_revision(&running, Some("r-000000000000000a"), &counted);
+    let deadline = report(
+        Err(Failure::Deadline {
+            plugin: "a".into(),
+            limit: Duration::from_secs(1),
+        }),
+        vec![],
+    );
+    count_under_revision(&running, Some("r-000000000000000a"), &deadline);
+    count_under_revision(
+        &running,
+        Some("r-000000000000000a"),
+        &report(healthy("ok", None), vec![]),
+    );
+    let c = running.report().unwrap().counters;
+    assert_eq!(
+        (c.runs, c.traps, c.timeouts, c.errors),
+        (3, 1, 1, 0),
+        "out of memory is a trap"
+    );
+    assert_eq!((c.mutations, c.refusals, c.denials), (2, 1, 2));
+    // A run of the old revision ending after the new one came counts for neither.
+    running.set(Some("r-000000000000000b".into()));
+    count_under_revision(&running, Some("r-000000000000000a"), &deadline);
+    count_under_revision(&running, None, &deadline);
+    assert_eq!(running.report().unwrap().counters.runs, 0);
+}

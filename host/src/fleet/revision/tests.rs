@@ -81,10 +81,11 @@ fn counters_count_each_ending_and_what_the_run_did() {
 #[test]
 fn running_counts_under_the_revision_and_starts_again_with_a_new_one() {
     let running = Running::default();
-    running.count(Ended::Error, 0, 0, 0);
+    running.count(None, Ended::Error, 0, 0, 0);
     assert_eq!(running.report(), None, "nothing counted while loading");
     running.set(Some("r-0000000000000001".into()));
-    running.count(Ended::Trap, 0, 0, 0);
+    assert_eq!(running.revision().as_deref(), Some("r-0000000000000001"));
+    running.count(running.revision().as_deref(), Ended::Trap, 0, 0, 0);
     running.set(Some("r-0000000000000001".into()));
     let report = running.report().unwrap();
     assert_eq!(
@@ -105,7 +106,7 @@ fn running_counts_under_the_revision_and_starts_again_with_a_new_one() {
 }
 
 #[test]
-fn the_tally_adds_up_readable_reports_and_counts_the_rest() {
+fn the_tally_adds_up_fresh_readable_reports_and_counts_the_rest() {
     let good = |revision: &str, runs: u64, traps: u64| {
         serde_json::json!({
             "revision": revision,
@@ -124,28 +125,57 @@ fn the_tally_adds_up_readable_reports_and_counts_the_rest() {
     let hostile = [
         huge.as_str(),
         "not json",
+        "",
         // A revision that would be a path or a label of anything.
-        "{\"revision\":\"r-../x\",\"process\":\"00\",\"counters\":{}}",
-        "{\"revision\":\"r-000000000000000a\",\"process\":\"\\u001b[31m\",\"counters\":{}}",
+        r#"{"revision":"r-../x","process":"00","counters":{}}"#,
+        r#"{"revision":"r-000000000000000a","process":"\u001b[31m","counters":{}}"#,
         // Counters that are not counts.
-        "{\"revision\":\"r-000000000000000a\",\"process\":\"00\",\"counters\":{\"runs\":-1}}",
-        "{\"revision\":\"r-000000000000000a\",\"process\":\"00\",\"counters\":{\"other\":1}}",
+        r#"{"revision":"r-000000000000000a","process":"00","counters":{"runs":-1}}"#,
+        r#"{"revision":"r-000000000000000a","process":"00","counters":{"runs":1e30}}"#,
     ];
-    let mut reports: Vec<Option<&str>> = vec![Some(&a), Some(&b), Some(&a2), None];
-    reports.extend(hostile.iter().map(|h| Some(*h)));
-    let tally = tally(reports);
+    let fresh = |text: &str| Published {
+        report: Some(text.to_string()),
+        fresh: true,
+    };
+    // A newer tend's report: the fields this one knows are read.
+    let newer = r#"{"revision":"r-000000000000000b","process":"00","version":"9.9","counters":{"runs":2,"restarts":1}}"#;
+    let mut leases = vec![
+        fresh(&a),
+        fresh(&b),
+        fresh(&a2),
+        Published {
+            report: None,
+            fresh: true,
+        },
+    ];
+    leases.extend(hostile.iter().map(|h| fresh(h)));
+    leases.push(fresh(newer));
+    // A Lease nobody renews: its report, however good, is not added up.
+    leases.push(Published {
+        report: Some(a.clone()),
+        fresh: false,
+    });
+    let tally = tally(&leases);
     assert_eq!(tally.silent, 1);
+    assert_eq!(tally.stale, 1);
     assert_eq!(tally.unreadable, hostile.len() as u64);
     assert_eq!(tally.revisions.len(), 2);
     let a = &tally.revisions["r-000000000000000a"];
     assert_eq!((a.nodes, a.counters.runs, a.counters.traps), (2, 13, 3));
-    assert_eq!(tally.revisions["r-000000000000000b"].nodes, 1);
+    let b = &tally.revisions["r-000000000000000b"];
+    assert_eq!((b.nodes, b.counters.runs), (2, 7));
 
-    // Counters near the top add up without wrapping.
-    let top = good("r-000000000000000c", u64::MAX, 0);
-    let tally = super::tally([Some(top.as_str()), Some(top.as_str())]);
+    // Counters near the top add up without wrapping, and so do counts.
+    let top = fresh(&good("r-000000000000000c", u64::MAX, 0));
+    let tally = super::tally([&top, &top]);
     assert_eq!(
         tally.revisions["r-000000000000000c"].counters.runs,
         u64::MAX
     );
+    let mut counters = Counters {
+        runs: u64::MAX,
+        ..Counters::default()
+    };
+    counters.count(Ended::Ok, u64::MAX, 0, 0);
+    assert_eq!((counters.runs, counters.mutations), (u64::MAX, u64::MAX));
 }

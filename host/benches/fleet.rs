@@ -1,0 +1,234 @@
+//! The fleet as nodes run it: fleet members of the release `tend` library,
+//! many in this process, each a node talking real HTTP to the project's
+//! Kubernetes API fake (tests/peers/kube-apiserver.py, one Python process)
+//! with the RBAC `tend rbac` renders and a ServiceAccount token, 100 Ready
+//! Nodes seeded. Measured: API requests a node makes at steady state (no
+//! ticket wanted), ticket acquire latency p50/p99 with 50 nodes contending
+//! for a 5 % budget, and the time and memory to read and add up 1,000 nodes'
+//! published revision reports (what `tend rollout status` and a rollout's
+//! verdict read). Needs the venv (`cargo xtask test` or `cargo xtask demo`
+//! makes it).
+//!
+//!   cargo bench -p tend --bench fleet
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tend::config::Config;
+use tend::fleet::Fleet;
+use tend::fleet::kube::KubeFleet;
+use tend::fleet::revision::{Running, tally};
+use tend::fleet::settings::FleetSettings;
+use tend::fleet::store::FleetStore;
+use tend_e2e::{KubeApi, Sandbox};
+
+const NAMESPACE: &str = "tend-system";
+const NODES: usize = 100;
+/// Renewals in the steady-state measurement, `RENEW_S` apart.
+const RENEW_S: u64 = 3;
+const RENEWALS: u64 = 10;
+/// Nodes contending for tickets, and for how long.
+const CONTENDERS: usize = 50;
+const CONTENTION: Duration = Duration::from_secs(60);
+/// Node Leases whose reports are read and added up.
+const REPORTERS: usize = 1000;
+
+fn host(api: &KubeApi, sandbox: &Sandbox) -> String {
+    format!(
+        "{}[host.fleet]\nnamespace = \"{NAMESPACE}\"\nliveness = \"30s\"\nrenew-every = \"{RENEW_S}s\"\nretry-every = \"2s\"\npublish-every = \"30s\"\n[host.fleet.classes.runtime-restart]\noperations = [\"files.write\"]\nshare = 0.05\n[host.fleet.classes.runtime-restart.settle]\nready-for = \"200ms\"\n",
+        api.host_kube(sandbox)
+    )
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// This process's peak RSS so far (KiB).
+fn peak_rss_kib() -> u64 {
+    tend_e2e::peak_rss_kib(std::process::id())
+}
+
+/// Fleet members n0.. of `count` nodes, each renewing and settling until
+/// dropped.
+struct Members(Vec<(Arc<Fleet>, tokio::task::JoinHandle<()>)>);
+
+impl Members {
+    fn start(
+        settings: &FleetSettings,
+        kubeconfig: &Option<std::path::PathBuf>,
+        count: usize,
+    ) -> Members {
+        Members(
+            (0..count)
+                .map(|i| {
+                    let running = Arc::new(Running::default());
+                    running.set(Some("r-00000000000000aa".into()));
+                    let fleet = tend::fleet::member(
+                        &format!("n{i}"),
+                        settings.clone(),
+                        kubeconfig.clone(),
+                        Some(running),
+                    );
+                    let task = tokio::spawn(fleet.clone().run());
+                    (fleet, task)
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Members {
+    fn drop(&mut self) {
+        for (_, task) in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+async fn steady_state(
+    api: &KubeApi,
+    settings: &FleetSettings,
+    kubeconfig: &Option<std::path::PathBuf>,
+) {
+    let nodes = 10;
+    let running = Members::start(settings, kubeconfig, nodes);
+    // Each has renewed (and published) once.
+    tokio::time::sleep(Duration::from_secs(RENEW_S) / 2).await;
+    api.reset_requests();
+    tokio::time::sleep(Duration::from_secs(RENEW_S * RENEWALS)).await;
+    let requests = api.requests();
+    drop(running);
+    let total = requests["total"].as_u64().unwrap() as f64;
+    let per_renewal = total / nodes as f64 / RENEWALS as f64;
+    println!(
+        "steady state: {per_renewal:.2} requests a node a renewal ({}): {:.1} a node a minute with the default renew-every (30 s)",
+        requests["counts"],
+        per_renewal * 2.0
+    );
+}
+
+async fn contention(settings: &FleetSettings, kubeconfig: &Option<std::path::PathBuf>) {
+    let members = Members::start(settings, kubeconfig, CONTENDERS);
+    let until = Instant::now() + CONTENTION;
+    let tasks: Vec<_> = members
+        .0
+        .iter()
+        .map(|(fleet, _)| {
+            let fleet = fleet.clone();
+            tokio::spawn(async move {
+                let mut acquired = vec![];
+                let mut refused = vec![];
+                // A plugin writing once a second, as the e2e race does.
+                while Instant::now() < until {
+                    let holding = fleet.status().classes[0].holding;
+                    let started = Instant::now();
+                    let admitted = fleet.admit("files.write", false).await.is_ok();
+                    match (holding, admitted) {
+                        (false, true) => acquired.push(started.elapsed()),
+                        (_, false) => refused.push(started.elapsed()),
+                        (true, true) => {}
+                    }
+                    // Jittered, so the contenders do not move in lockstep.
+                    tokio::time::sleep(Duration::from_millis(1000 + fastrand::u64(..100))).await;
+                }
+                (acquired, refused)
+            })
+        })
+        .collect();
+    let mut acquired = vec![];
+    let mut refused = vec![];
+    for task in tasks {
+        let (a, r) = task.await.unwrap();
+        acquired.extend(a);
+        refused.extend(r);
+    }
+    drop(members);
+    acquired.sort();
+    refused.sort();
+    println!(
+        "contention ({CONTENDERS} nodes, 5 tickets, {} s): {} tickets acquired, p50 {} / p99 {}; {} refusals, p50 {} / p99 {} (most answered from memory for retry-every)",
+        CONTENTION.as_secs(),
+        acquired.len(),
+        ms(percentile(&acquired, 0.5)),
+        ms(percentile(&acquired, 0.99)),
+        refused.len(),
+        ms(percentile(&refused, 0.5)),
+        ms(percentile(&refused, 0.99)),
+    );
+}
+
+async fn reports(api: &KubeApi, settings: &FleetSettings, kubeconfig: &Option<std::path::PathBuf>) {
+    for i in 0..REPORTERS {
+        let node = format!("r{i}");
+        let report = serde_json::json!({
+            "revision": format!("r-{:016x}", i % 3),
+            "process": "00ff",
+            "counters": {"runs": 1000 + i, "errors": i % 7, "traps": i % 11, "mutations": 40}
+        });
+        let lease = serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": format!("tend-node-{node}"),
+                "labels": {"tend.dev/node-lease": "true"},
+                "annotations": {"tend.dev/revision": report.to_string()}
+            },
+            "spec": {"holderIdentity": node}
+        });
+        let (code, body) = api.call(
+            "POST",
+            &format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"),
+            Some(&lease),
+        );
+        assert_eq!(code, 201, "{body}");
+    }
+    let store = KubeFleet::new(settings, "reader".into(), kubeconfig.clone());
+    // The first read also connects.
+    store.reports().await.unwrap();
+    let before = peak_rss_kib();
+    let mut times = vec![];
+    let mut last = None;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let read = store.reports().await.unwrap();
+        let added = tally(&read);
+        times.push(started.elapsed());
+        last = Some(added);
+    }
+    times.sort();
+    let added = last.unwrap();
+    let counted: u64 = added.revisions.values().map(|r| r.nodes).sum();
+    assert!(counted >= REPORTERS as u64, "{added:?}");
+    println!(
+        "{REPORTERS} reports read and added up ({counted} node Leases with reports): median {} (min {}), peak RSS {} KiB -> {} KiB",
+        ms(times[2]),
+        ms(times[0]),
+        before,
+        peak_rss_kib()
+    );
+}
+
+fn main() {
+    // SAFETY: no other thread runs yet.
+    unsafe { std::env::set_var("TEND_BIN", env!("CARGO_BIN_EXE_tend")) };
+    let api = KubeApi::start();
+    for i in 0..NODES {
+        api.seed_node(&format!("n{i}"));
+    }
+    let sandbox = Sandbox::new();
+    sandbox.config_on_node("n0", &host(&api, &sandbox), "");
+    api.grant_rbac(&sandbox);
+    let config = Config::load(&sandbox.path("tend.toml")).unwrap();
+    let settings = config.host.fleet.clone().expect("[host.fleet]");
+    let kubeconfig = config.host.capabilities.kube.kubeconfig.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        steady_state(&api, &settings, &kubeconfig).await;
+        contention(&settings, &kubeconfig).await;
+        reports(&api, &settings, &kubeconfig).await;
+    });
+}
