@@ -123,7 +123,11 @@ fn agents(api: &KubeApi, count: usize, shape: &Shape) -> Vec<Agent> {
             sandbox.add_plugin("chaos", "chaos");
             let port = tend_e2e::free_port();
             let node = format!("n{i}");
-            sandbox.config_on_node(&node, &host(api, &sandbox, port, shape), &plugin(&sandbox, shape.interval));
+            sandbox.config_on_node(
+                &node,
+                &host(api, &sandbox, port, shape),
+                &plugin(&sandbox, shape.interval),
+            );
             Agent {
                 sandbox,
                 port,

@@ -1139,18 +1139,27 @@ fn a_leader_killed_as_it_deletes_leaves_its_spend_to_the_next(provider: Provider
     );
     // The confirming pass ran inside the hang: it spent, waited for the
     // Lease, and was refused when leadership ended (its journal says so),
-    // or was stopped with the leadership while it waited.
-    drop(leader); // SIGKILL
-    let journal = leader_sandbox.tend(&["journal", "--plugin", REAPER]);
-    assert!(
-        journal
-            .stdout
-            .contains("stopped leading before its budget spend reached the Lease")
-            || log.contains("stopped a cluster-scope reconcile in flight"),
-        "the confirming pass ran inside the hang:\n{}{}\n{log}",
-        journal.stdout,
-        journal.stderr
+    // or was stopped with the leadership while it waited (its log says so).
+    // Either is written as the leadership ends, which /status may show a
+    // moment before: waited for, then the leader is killed (SIGKILL).
+    let mut seen = String::new();
+    wait_until(
+        Duration::from_secs(30),
+        "the confirming pass to end with the leadership (in the journal or the log)",
+        || {
+            let log = std::fs::read_to_string(leader_sandbox.path("tend.log")).unwrap_or_default();
+            if log.contains("stopped a cluster-scope reconcile in flight") {
+                return true;
+            }
+            let journal = leader_sandbox.tend(&["journal", "--plugin", REAPER]);
+            seen = format!("{}{}\n{log}", journal.stdout, journal.stderr);
+            journal
+                .stdout
+                .contains("stopped leading before its budget spend reached the Lease")
+        },
     );
+    drop(leader);
+    assert_eq!(cluster.cloud.deletes(None), 0, "{seen}");
     cluster.api.end_blackhole();
 
     wait_until(
