@@ -169,27 +169,7 @@ async fn reports(api: &KubeApi, settings: &FleetSettings, kubeconfig: &Option<st
             "process": "00ff",
             "counters": {"runs": 1000 + i, "errors": i % 7, "traps": i % 11, "mutations": 40}
         });
-        let lease = serde_json::json!({
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {
-                "name": format!("tend-node-{node}"),
-                "labels": {"tend.dev/node-lease": "true"},
-                "annotations": {"tend.dev/revision": report.to_string()}
-            },
-            // Renewed as far as this bench is concerned: fresh, so added up.
-            "spec": {
-                "holderIdentity": node,
-                "renewTime": "2099-01-01T00:00:00.000000Z",
-                "leaseDurationSeconds": 3600
-            }
-        });
-        let (code, body) = api.call(
-            "POST",
-            &format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"),
-            Some(&lease),
-        );
-        assert_eq!(code, 201, "{body}");
+        api.plant_node_lease(NAMESPACE, &node, &report.to_string(), true);
     }
     let store = KubeFleet::new(settings, "reader".into(), kubeconfig.clone());
     // The first read also connects.

@@ -451,36 +451,6 @@ fn report_of(api: &KubeApi, node: &str) -> Option<Value> {
     Some(serde_json::from_str(text).unwrap())
 }
 
-/// A Lease in the fleet's namespace that looks like a node's, written by
-/// someone else (the test, as the cluster's admin), with `report`; renewed
-/// for the next century when `fresh`, never otherwise.
-fn planted_node_lease(api: &KubeApi, node: &str, report: &str, fresh: bool) {
-    let spec = match fresh {
-        true => serde_json::json!({
-            "holderIdentity": node,
-            "renewTime": "2099-01-01T00:00:00.000000Z",
-            "leaseDurationSeconds": 3600
-        }),
-        false => serde_json::json!({"holderIdentity": node}),
-    };
-    let lease = serde_json::json!({
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {
-            "name": format!("tend-node-{node}"),
-            "labels": {"tend.dev/node-lease": "true"},
-            "annotations": {"tend.dev/revision": report}
-        },
-        "spec": spec
-    });
-    let (code, body) = api.call(
-        "POST",
-        &format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"),
-        Some(&lease),
-    );
-    assert_eq!(code, 201, "{body}");
-}
-
 /// A config as a DaemonSet's ConfigMap has it: the same text on every node
 /// (the node's name from `NODE_NAME`, one kubeconfig path), chaos answering
 /// in `mode`.
@@ -557,20 +527,20 @@ fn each_node_publishes_its_revision_and_tend_rollout_status_adds_them_up() {
     assert!(shown.stdout.contains(&named), "{}", shown.stdout);
 
     // Someone else's Leases in the namespace: counted, never added up.
-    planted_node_lease(
-        &api,
+    api.plant_node_lease(
+        NAMESPACE,
         "huge",
         &format!("{{\"pad\":\"{}\"}}", "x".repeat(4096)),
         true,
     );
-    planted_node_lease(
-        &api,
+    api.plant_node_lease(
+        NAMESPACE,
         "forged",
         r#"{"revision":"r-../../x","process":"00","counters":{"runs":1000000}}"#,
         true,
     );
     // A well-formed report on a Lease nobody renews: stale, not added up.
-    planted_node_lease(&api, "gone", &n2.to_string(), false);
+    api.plant_node_lease(NAMESPACE, "gone", &n2.to_string(), false);
     let rollout = |json: bool| {
         let args: &[&str] = match json {
             true => &["rollout", "status", "--json"],

@@ -476,6 +476,37 @@ impl KubeApi {
         std::fs::read_to_string(self.dir.path().join("kube-apiserver.log")).unwrap_or_default()
     }
 
+    /// A Lease in `namespace` that looks like tend's node Lease of `node`,
+    /// written by someone else (the cluster's admin), with `report` in its
+    /// `tend.dev/revision` annotation; renewed for the next century when
+    /// `fresh`, never otherwise.
+    pub fn plant_node_lease(&self, namespace: &str, node: &str, report: &str, fresh: bool) {
+        let spec = match fresh {
+            true => serde_json::json!({
+                "holderIdentity": node,
+                "renewTime": "2099-01-01T00:00:00.000000Z",
+                "leaseDurationSeconds": 3600
+            }),
+            false => serde_json::json!({"holderIdentity": node}),
+        };
+        let lease = serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": format!("tend-node-{node}"),
+                "labels": {"tend.dev/node-lease": "true"},
+                "annotations": {"tend.dev/revision": report}
+            },
+            "spec": spec
+        });
+        let (code, body) = self.call(
+            "POST",
+            &format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"),
+            Some(&lease),
+        );
+        assert_eq!(code, 201, "{body}");
+    }
+
     /// Create [`kubelet_node`] `name` as the admin (a Node takes its status on
     /// create, as the real strategy allows the kubelet's registration); the
     /// created Node.
