@@ -96,8 +96,19 @@ async fn steady_state(
 ) {
     let nodes = 10;
     let running = Members::start(settings, kubeconfig, nodes);
-    // Each has renewed (and published) once.
-    tokio::time::sleep(Duration::from_secs(RENEW_S) / 2).await;
+    // Counted from when each has renewed (and published) once.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while running
+        .0
+        .iter()
+        .any(|(fleet, _)| fleet.status().renewed == "never")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no first renewal of every member in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     api.reset_requests();
     tokio::time::sleep(Duration::from_secs(RENEW_S * RENEWALS)).await;
     let requests = api.requests();

@@ -22,6 +22,7 @@ pub mod capabilities;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod digest;
 pub mod exposition;
 pub mod fleet;
 pub mod fs_watch;

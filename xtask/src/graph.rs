@@ -43,6 +43,7 @@ pub const FLOORS: [(&str, &[&[&str]]); 3] = [
                 "text",
                 "units",
                 "untrusted",
+                "digest",
                 "tls",
                 "peer",
                 "exposition",

@@ -242,10 +242,7 @@ impl Config {
         let plugins = plugin_configs(raw.plugins, &host, &base, &at)?;
         Ok(Config {
             source: path.to_path_buf(),
-            digest: format!(
-                "sha256:{}",
-                hex::encode(<sha2::Sha256 as sha2::Digest>::digest(text))
-            ),
+            digest: crate::digest::sha256_digest(text.as_bytes()),
             host,
             plugins,
         })

@@ -212,10 +212,6 @@ impl Fleet {
         self
     }
 
-    pub fn settings(&self) -> &FleetSettings {
-        &self.settings
-    }
-
     pub fn status(&self) -> FleetStatus {
         self.status.lock().unwrap().clone()
     }

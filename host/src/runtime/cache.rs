@@ -8,7 +8,7 @@
 //! directory are loaded only when they are Tend's alone (Tend's user or root
 //! owns them, no one else may write them), else recompiled.
 
-use sha2::{Digest, Sha256};
+pub use crate::digest::{sha256_digest, sha256_hex};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use wasmtime::Engine;
@@ -55,15 +55,6 @@ impl CacheOutcome {
 /// attackers: those are kept out by ownership and mode (see [`foreign`]).
 fn checksum_hex(bytes: &[u8]) -> String {
     format!("{:032x}", xxhash_rust::xxh3::xxh3_128(bytes))
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
-/// `sha256:<hex>` of `bytes`: a component's digest as OCI and `tend status` write it.
-pub fn sha256_digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", sha256_hex(bytes))
 }
 
 impl ArtifactCache {
