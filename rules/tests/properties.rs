@@ -123,6 +123,8 @@ proptest! {
     fn a_wildcard_matches_any_single_label(label in "[a-z0-9][a-z0-9-]{0,20}") {
         let grants = [pattern("http://*.example.com/*")];
         let url = format!("http://{label}.example.com/v2/");
+        // "xn--" starts an A-label, which must be valid punycode to be a host name at all.
+        prop_assume!(url::Url::parse(&url).is_ok());
         prop_assert!(check_url(&grants, "p", "GET", &url).is_ok(), "{url}");
     }
 

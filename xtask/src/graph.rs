@@ -54,11 +54,14 @@ pub const FLOORS: [(&str, &[&[&str]]); 3] = [
                 "oci::settings",
             ],
             &["capabilities"],
-            // The fleet's pure rules, revisions, settings and store: what the config holds of it.
+            // The fleet's pure rules, revisions, rollouts, settings and store: what the config holds of it.
             &[
+                "fleet::cohort",
                 "fleet::ledger",
                 "fleet::observed",
                 "fleet::revision",
+                "fleet::rollout",
+                "fleet::verdict",
                 "fleet::window",
                 "fleet::settings",
                 "fleet::store",

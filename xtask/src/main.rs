@@ -149,8 +149,29 @@ pub(crate) fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Each step says when it began, counted from this xtask's start, and
+/// `timeline` says them all again at the end: CI shows the tail of a run's
+/// output, and then where its minutes went.
 pub(crate) fn step(what: &str) {
-    eprintln!("\n==> {what}");
+    let line = format!("[{}] {what}", since_start());
+    eprintln!("\n==> {line}");
+    STEPS.lock().unwrap().push(line);
+}
+
+static STEPS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn since_start() -> String {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let elapsed = START.get_or_init(Instant::now).elapsed().as_secs();
+    format!("{}m{:02}s", elapsed / 60, elapsed % 60)
+}
+
+fn timeline() {
+    eprintln!("\nsteps (minutes from the start):");
+    for line in STEPS.lock().unwrap().iter() {
+        eprintln!("  {line}");
+    }
+    eprintln!("  [{}] end", since_start());
 }
 
 pub(crate) fn run(cmd: &mut Command) -> Result<()> {
@@ -357,6 +378,12 @@ pub(crate) fn build_tend() -> Result<PathBuf> {
 }
 
 fn test() -> Result<()> {
+    let result = test_steps();
+    timeline();
+    result
+}
+
+fn test_steps() -> Result<()> {
     ensure_debian_packages()?;
     fmt::fmt(true)?;
     lint_while_building()?;

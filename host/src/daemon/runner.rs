@@ -30,6 +30,7 @@ pub struct DaemonRunner {
 const NOTHING_TO_RUN: RunResult = RunResult {
     ok: true,
     requeue_after: None,
+    refused: false,
 };
 
 /// What one reconcile runs, taken from the table when it starts: a component
@@ -139,7 +140,11 @@ impl DaemonRunner {
             report = shared.runtime.reconcile(&fetched.plugin, &fetched.config, request) => Ok(report),
             () = lost, if cluster => {
                 tracing::warn!("stopped a cluster-scope reconcile in flight: this host stopped leading");
-                Err(RunResult { ok: false, requeue_after: None })
+                Err(RunResult {
+                    ok: false,
+                    requeue_after: None,
+                    refused: false,
+                })
             }
         }
     }
@@ -160,6 +165,11 @@ fn record(
     let result = RunResult {
         ok: report.result.is_ok(),
         requeue_after: report.result.as_ref().ok().and_then(|o| o.requeue_after),
+        refused: matches!(report.result, Err(Failure::Plugin(_)))
+            && report
+                .mutations
+                .iter()
+                .any(|m| mutation_result(m) == "refused"),
     };
     note(&mut table.write().unwrap(), ran, time, report);
     result

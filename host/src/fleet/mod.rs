@@ -22,12 +22,15 @@
 //! - [`revision`]: what each node runs and what it did under it, published
 //!   with its renewals.
 
+pub mod cohort;
 pub mod kube;
 pub mod ledger;
 pub mod observed;
 pub mod revision;
+pub mod rollout;
 pub mod settings;
 pub mod store;
+pub mod verdict;
 pub mod window;
 
 use crate::capabilities::CapError;
@@ -528,7 +531,17 @@ impl Fleet {
             match self.give_back(&name).await {
                 Ok(()) => {
                     state.held.remove(&name);
-                    state.refused.remove(&name);
+                    // Waiting nodes ask every retry-every: a node that just
+                    // gave its ticket back waits as long before asking again,
+                    // or it would take the next free ticket ahead of them.
+                    let turn = CapError::BudgetExhausted(format!(
+                        "fleet budget {name}: this node gave its ticket back less than retry-every ({}) ago and lets the nodes waiting go first; it asks again after that",
+                        humantime::format_duration(self.settings.retry_every)
+                    ));
+                    state.refused.insert(
+                        name.clone(),
+                        (Instant::now() + self.settings.retry_every, turn),
+                    );
                     tracing::info!(class = %name, node = %self.me, "fleet ticket released: the node settled");
                     self.note(&name, false, "released: the node settled".into());
                 }

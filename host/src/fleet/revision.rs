@@ -96,19 +96,33 @@ impl Counters {
         });
     }
 
-    /// Runs that failed, whatever the cause.
+    /// Runs that failed, whatever the cause (a peer's counts: saturating).
     pub fn failures(&self) -> u64 {
-        self.errors + self.traps + self.timeouts
+        self.errors
+            .saturating_add(self.traps)
+            .saturating_add(self.timeouts)
     }
 
     fn add(&mut self, other: &Counters) {
-        self.runs = self.runs.saturating_add(other.runs);
-        self.errors = self.errors.saturating_add(other.errors);
-        self.traps = self.traps.saturating_add(other.traps);
-        self.timeouts = self.timeouts.saturating_add(other.timeouts);
-        self.mutations = self.mutations.saturating_add(other.mutations);
-        self.denials = self.denials.saturating_add(other.denials);
-        self.refusals = self.refusals.saturating_add(other.refusals);
+        *self = self.zip(other, u64::saturating_add);
+    }
+
+    /// What was counted after `earlier`: never below zero, whatever a
+    /// report said before.
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        self.zip(earlier, u64::saturating_sub)
+    }
+
+    fn zip(&self, other: &Counters, f: fn(u64, u64) -> u64) -> Counters {
+        Counters {
+            runs: f(self.runs, other.runs),
+            errors: f(self.errors, other.errors),
+            traps: f(self.traps, other.traps),
+            timeouts: f(self.timeouts, other.timeouts),
+            mutations: f(self.mutations, other.mutations),
+            denials: f(self.denials, other.denials),
+            refusals: f(self.refusals, other.refusals),
+        }
     }
 }
 

@@ -321,3 +321,36 @@ async fn a_ticket_taken_between_renewals_is_given_back_without_waiting_for_the_n
         "given back once settled for ready-for (1 s), not at the next renewal"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_node_that_gave_its_ticket_back_lets_the_waiting_nodes_go_first() {
+    let store = store(10);
+    let a = member(&store, "n1", settings(0.0, None));
+    let b = member(&store, "n2", settings(0.0, None));
+    a.admit(OP, false).await.unwrap();
+    b.admit(OP, false).await.unwrap_err();
+    tokio::spawn(a.clone().run());
+    wait_for_release(&store).await;
+    // b still waits out its retry-every; a, free to ask at once, would take
+    // the ticket ahead of it every time.
+    let turn = a.admit(OP, false).await.unwrap_err();
+    assert_eq!(turn.kind(), "budget-exhausted");
+    assert!(
+        turn.message().contains("lets the nodes waiting go first"),
+        "{turn}"
+    );
+    assert!(holders(&store).is_empty());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    b.admit(OP, false).await.unwrap();
+    assert_eq!(holders(&store), ["n2"]);
+}
+
+async fn wait_for_release(store: &FakeStore) {
+    for _ in 0..600 {
+        if holders(store).is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the ticket was never given back");
+}

@@ -28,6 +28,11 @@ use tokio::time::Instant;
 pub struct RunResult {
     pub ok: bool,
     pub requeue_after: Option<Duration>,
+    /// It failed on a budget's refusal (a fleet ticket, a local budget):
+    /// waiting for a turn is not a fault, so the backoff does not grow and
+    /// the next interval asks again. A node backed off for minutes would
+    /// miss every ticket freed meanwhile to nodes that asked sooner.
+    pub refused: bool,
 }
 
 pub type RunFuture<'a> = Pin<Box<dyn Future<Output = RunResult> + Send + 'a>>;

@@ -113,13 +113,16 @@ impl PluginLoop {
     }
 
     /// After a run: a failure backs off (longer each time in a row), a
-    /// success clears the backoff; a requested requeue is timed from now.
+    /// success clears the backoff, a budget's refusal leaves it as it was (the
+    /// interval paces the asking); a requested requeue is timed from now.
     fn settle(&mut self, result: RunResult, now: Instant) {
-        self.not_before = if result.ok {
-            self.backoff.succeed();
-            now
-        } else {
-            now + self.backoff.fail()
+        self.not_before = match (result.ok, result.refused) {
+            (true, _) => {
+                self.backoff.succeed();
+                now
+            }
+            (false, true) => now,
+            (false, false) => now + self.backoff.fail(),
         };
         self.requeue_at = result.requeue_after.map(|after| now + after);
     }

@@ -33,6 +33,7 @@ impl Runner for Recorder {
             RunResult {
                 ok,
                 requeue_after: self.requeue.lock().unwrap().take(),
+                refused: false,
             }
         })
     }

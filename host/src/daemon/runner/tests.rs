@@ -94,7 +94,8 @@ fn a_success_marks_the_plugin_ready_and_keeps_its_last_run_without_diffs() {
         result,
         RunResult {
             ok: true,
-            requeue_after: requeue
+            requeue_after: requeue,
+            refused: false,
         }
     );
     let table = table.read().unwrap();
@@ -163,7 +164,8 @@ fn a_trap_counts_a_failure_and_marks_the_plugin_failing() {
         result,
         RunResult {
             ok: false,
-            requeue_after: None
+            requeue_after: None,
+            refused: false,
         }
     );
     let table = table.read().unwrap();
@@ -395,4 +397,39 @@ fn a_reconcile_counts_for_the_revision_it_started_under_and_only_while_it_runs()
     count_under_revision(&running, Some("r-000000000000000a"), &deadline);
     count_under_revision(&running, None, &deadline);
     assert_eq!(running.report().unwrap().counters.runs, 0);
+}
+
+#[test]
+fn a_plugin_error_after_a_budgets_refusal_is_waiting_not_failing_but_a_trap_is_failing() {
+    let refused = || {
+        vec![write(
+            "/etc/x",
+            "budget-exhausted: fleet budget restarts: n1 (holds a ticket)",
+        )]
+    };
+    let error = || {
+        Err(Failure::Plugin(CapError::BudgetExhausted(
+            "fleet budget restarts".into(),
+        )))
+    };
+    let metrics = Metrics::new();
+
+    let table = table("a", Lifecycle::Ready, 0);
+    let waiting = record(&table, &metrics, ran("a"), report(error(), refused()));
+    assert!(!waiting.ok && waiting.refused, "{waiting:?}");
+
+    let trap = Err(Failure::Trap("the plugin panicked: boom".into()));
+    let trapped = record(&table, &metrics, ran("a"), report(trap, refused()));
+    assert!(
+        !trapped.refused,
+        "a trap is a fault whatever it was refused before"
+    );
+
+    let plain = record(
+        &table,
+        &metrics,
+        ran("a"),
+        report(error(), vec![write("/etc/x", "ok")]),
+    );
+    assert!(!plain.refused);
 }

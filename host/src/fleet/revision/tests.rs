@@ -179,3 +179,26 @@ fn the_tally_adds_up_fresh_readable_reports_and_counts_the_rest() {
     counters.count(Ended::Ok, u64::MAX, 0, 0);
     assert_eq!((counters.runs, counters.mutations), (u64::MAX, u64::MAX));
 }
+
+#[test]
+fn a_peers_huge_counts_saturate_and_deltas_never_go_below_zero() {
+    let huge = Counters {
+        errors: u64::MAX,
+        traps: u64::MAX,
+        timeouts: 1,
+        ..Counters::default()
+    };
+    assert_eq!(huge.failures(), u64::MAX);
+    let later = Counters {
+        runs: 10,
+        errors: 2,
+        ..Counters::default()
+    };
+    let earlier = Counters {
+        runs: 4,
+        errors: 5,
+        ..Counters::default()
+    };
+    let delta = later.since(&earlier);
+    assert_eq!((delta.runs, delta.errors), (6, 0));
+}

@@ -63,10 +63,17 @@ fn fixture(interval: Option<u64>, result: RunResult) -> Fixture {
 const OK: RunResult = RunResult {
     ok: true,
     requeue_after: None,
+    refused: false,
 };
 const FAILED: RunResult = RunResult {
     ok: false,
     requeue_after: None,
+    refused: false,
+};
+const REFUSED: RunResult = RunResult {
+    ok: false,
+    requeue_after: None,
+    refused: true,
 };
 
 fn secs(n: u64) -> Duration {
@@ -92,8 +99,8 @@ async fn due_timers_join_the_pending_triggers_once() {
 
     f.plugin_loop.settle(
         RunResult {
-            ok: true,
             requeue_after: Some(secs(2)),
+            ..OK
         },
         now,
     );
@@ -125,6 +132,22 @@ async fn failures_back_off_longer_each_time_and_a_success_clears_it() {
     f.plugin_loop.settle(OK, now);
     assert_eq!(f.plugin_loop.not_before, now);
     assert_eq!(f.plugin_loop.backoff.failures(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budgets_refusal_waits_for_the_next_interval_without_backing_off() {
+    let mut f = fixture(Some(10), OK);
+    let now = Instant::now();
+    f.plugin_loop.settle(FAILED, now);
+    for _ in 0..20 {
+        f.plugin_loop.settle(REFUSED, now);
+        assert_eq!(
+            f.plugin_loop.not_before, now,
+            "a turn waited for is no fault"
+        );
+    }
+    // Neither grown nor forgiven: a real failure after goes on from there.
+    assert_eq!(f.plugin_loop.backoff.failures(), 1);
 }
 
 #[tokio::test(start_paused = true)]
