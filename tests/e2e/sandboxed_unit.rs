@@ -175,8 +175,8 @@ systemd = {{ units = ["tend-e2e-*.service"], operations = ["restart"], watch = t
 [[plugins.unit-doctor.config.checks]]
 unit = "{WEB}"
 probe = "active"
-# Not 0: unit-doctor judges a unit still "activating" as failing, and
-# unit-applier's own start of it must not count as a failure.
+# A unit systemd is starting is in transition, not failing; once
+# unit-applier's start is done, one that failed is restarted within 500 ms.
 fail-after-ms = 500
 backoff-ms = 1000
 "#,

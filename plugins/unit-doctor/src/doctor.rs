@@ -83,6 +83,10 @@ pub(crate) enum Probed {
     Pass,
     /// The unit is unhealthy; why.
     Fail(String),
+    /// systemd is starting, reloading or stopping it: neither passing nor
+    /// failing yet (systemd's own start and stop timeouts fail a job that
+    /// hangs); its state.
+    InTransition(String),
     /// The probe itself could not be made (not granted, systemd unreachable):
     /// nothing is known about the unit, so nothing is counted or restarted.
     Error(String),
@@ -106,6 +110,9 @@ pub(crate) enum Report {
     CannotProbe(String),
     /// The check passes; `recovered` when it had been failing or had flapped.
     Healthy { recovered: bool },
+    /// systemd is in the middle of a job on it: judged again in `left` ms,
+    /// its failing time (if any) neither counted on nor forgotten.
+    InTransition { state: String, left: u64 },
     /// Failing, but not for fail-after yet: judged again in `left` ms.
     Waiting {
         reason: String,
@@ -141,6 +148,10 @@ pub(crate) fn judge(state: &mut UnitState, check: &Check, now: u64, probed: Prob
             state.failing_since_ms = None;
             state.flapped = None;
             return Decision::Report(Report::Healthy { recovered });
+        }
+        Probed::InTransition(state) => {
+            let left = check.fail_after_ms.clamp(1_000, 10_000);
+            return Decision::Report(Report::InTransition { state, left });
         }
         Probed::Fail(reason) => reason,
     };
@@ -189,6 +200,12 @@ impl Report {
             Report::Healthy { .. } => {
                 Verdict::new(check, Health::Healthy, format!("{unit} healthy"))
             }
+            Report::InTransition { state, left } => Verdict::new(
+                check,
+                Health::Progressing,
+                format!("{unit} in transition ({state}): systemd finishes its job first"),
+            )
+            .requeue(*left),
             Report::Waiting {
                 reason,
                 failing_for,

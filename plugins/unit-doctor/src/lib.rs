@@ -2,8 +2,11 @@
 //! stop restarting it when it flaps.
 //!
 //! Each configured check probes one unit (an HTTP endpoint answering with an
-//! expected status, or the unit's active state being "active"). A unit that has
-//! failed its check continuously for `fail-after-ms` is restarted; after a
+//! expected status, or the unit's active state being "active"). A unit systemd
+//! is starting, reloading or stopping is in transition: neither failing nor
+//! passing (systemd's own timeouts fail a job that hangs), but waiting between
+//! two starts of a crash loop ("activating (auto-restart)") is failing. A unit
+//! that has failed its check continuously for `fail-after-ms` is restarted; after a
 //! restart the check is not judged for `backoff-ms`. When a unit needs more than
 //! `max-restarts` restarts within `window-ms` it has flapped: it is not
 //! restarted again (until its check passes) and the outcome is degraded, saying

@@ -15,6 +15,16 @@ pub(crate) fn probe(ctx: &Context, host: &dyn Host, check: &Check) -> Probed {
                     .to_string(),
             ),
             Ok(status) if status.active_state == "active" => Probed::Pass,
+            // Starting, reloading or stopping, but not a crash loop's wait
+            // between two starts ("activating (auto-restart)"): failing.
+            Ok(status)
+                if matches!(
+                    status.active_state.as_str(),
+                    "activating" | "reloading" | "deactivating"
+                ) && status.sub_state != "auto-restart" =>
+            {
+                Probed::InTransition(describe_state(&status.active_state, &status.sub_state))
+            }
             Ok(status) => Probed::Fail(describe_state(&status.active_state, &status.sub_state)),
         },
         Probe::Http(http) => {

@@ -90,6 +90,35 @@ fn a_healthy_unit_gets_no_action_and_no_requeue() {
 }
 
 #[test]
+fn a_unit_systemd_is_starting_waits_but_a_crash_loops_wait_is_failing() {
+    let host = host();
+    host.systemd.set_unit(KUBELET, "activating");
+    let status = |sub: &str| tend_sdk::UnitStatus {
+        sub_state: sub.into(),
+        ..tend_sdk::Host::systemd(&host).status(KUBELET).unwrap()
+    };
+    host.systemd.put_unit(status("start"));
+    let clock = TestClock::at(T0);
+    let ctx = context(&active_check(""));
+    let outcome = run(&ctx, &host, &clock);
+    assert_eq!(outcome.health, Health::Progressing);
+    assert!(
+        outcome.message.contains("in transition"),
+        "{}",
+        outcome.message
+    );
+    assert_eq!(stored(&host).failing_since_ms, None);
+
+    host.systemd.put_unit(status("auto-restart"));
+    let outcome = run(&ctx, &host, &clock);
+    assert_eq!(
+        outcome.message,
+        "kubelet.service failing (active-state activating (auto-restart)); restart in 1m"
+    );
+    assert_eq!(stored(&host).failing_since_ms, Some(T0));
+}
+
+#[test]
 fn failing_for_less_than_fail_after_waits_and_requeues_when_it_would_elapse() {
     let host = host();
     host.systemd.set_unit(KUBELET, "failed");

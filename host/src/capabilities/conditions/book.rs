@@ -63,6 +63,11 @@ pub struct Book {
     pub last_write: Option<u64>,
     /// The taints Tend last wrote: condition type -> effect.
     pub taints: BTreeMap<String, TaintEffect>,
+    /// A write of the taints was under way (saved before it is sent): the
+    /// Node may carry other taints than `taints` says, so they are checked
+    /// and written again, after a restart too.
+    #[serde(default)]
+    pub taints_unsure: bool,
 }
 
 /// What is due at one moment.
@@ -267,7 +272,7 @@ impl Book {
             })
             .filter_map(|(condition, held)| held.taint.map(|t| (condition.clone(), t)))
             .collect();
-        if check_taints || wanted != self.taints {
+        if check_taints || self.taints_unsure || wanted != self.taints {
             plan.taints = Some(wanted);
         }
         plan

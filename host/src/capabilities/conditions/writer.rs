@@ -155,8 +155,19 @@ impl ConditionsHost {
             self.save().await;
         }
         if let Some(taints) = &plan.taints {
+            // Saved ahead: a stop between the write and its record (a kill,
+            // a reload dropping the writer) must not leave a taint on the
+            // Node that the book does not know of.
+            let ahead = !std::mem::replace(&mut self.book.lock().unwrap().taints_unsure, true);
+            if ahead {
+                self.save().await;
+            }
             self.node.set_taints(taints).await?;
-            self.book.lock().unwrap().taints = taints.clone();
+            {
+                let mut book = self.book.lock().unwrap();
+                book.taints = taints.clone();
+                book.taints_unsure = false;
+            }
             self.save().await;
         }
         Ok(())
@@ -254,7 +265,11 @@ impl Watch<ConditionsGrant> for ConditionsWatch {
         if self.writer.is_none() {
             // Only a host with taints to keep right asks for the Node at
             // start: one without conditions makes no API request at all.
-            let tainting = !self.host.book.lock().unwrap().taints.is_empty()
+            let book_taints = {
+                let book = self.host.book.lock().unwrap();
+                !book.taints.is_empty() || book.taints_unsure
+            };
+            let tainting = book_taints
                 || watchers
                     .iter()
                     .any(|(_, grant)| grant.0.iter().any(|g| g.taint_on.is_some()));
@@ -351,6 +366,36 @@ mod tests {
         assert!(node.writes() > writes);
         until("the book saved empty", || {
             again.book.lock().unwrap().conditions.is_empty()
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_taint_written_but_not_recorded_before_a_stop_is_removed_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("conditions.json");
+        let node = Arc::new(FakeNode::default());
+        let mut stray = std::collections::BTreeMap::new();
+        stray.insert("KernelDeadlock".to_string(), TaintEffect::NoSchedule);
+        node.set_taints(&stray).await.unwrap();
+        assert_eq!(node.taints().len(), 1);
+        // What the book says when tend stopped between a taint's write and
+        // its record: no taints known, a write under way.
+        let book = Book {
+            taints_unsure: true,
+            ..Book::default()
+        };
+        std::fs::write(&file, serde_json::to_vec(&book).unwrap()).unwrap();
+        let host = Arc::new(ConditionsHost::new(
+            node.clone(),
+            Some(file),
+            Duration::from_secs(300),
+        ));
+        let mut watch = ConditionsWatch::new(host.clone());
+        watch.update(vec![], Arc::new(NoSink));
+        until("the stray taint removed", || node.taints().is_empty()).await;
+        until("the book sure again", || {
+            !host.book.lock().unwrap().taints_unsure
         })
         .await;
     }

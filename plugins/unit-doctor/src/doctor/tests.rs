@@ -160,6 +160,31 @@ fn a_probe_that_cannot_be_made_counts_nothing() {
 }
 
 #[test]
+fn a_unit_in_transition_is_neither_failing_nor_forgiven() {
+    let starting = || Probed::InTransition("active-state activating (start)".into());
+    // Started by someone (unit-applier, an operator): no failing clock starts.
+    let mut state = UnitState::default();
+    let decision = judge(&mut state, &check(), T0 + 600_000, starting());
+    let Decision::Report(report) = decision else {
+        panic!("{decision:?}")
+    };
+    assert_eq!(state, UnitState::default());
+    let verdict = report.verdict(&check());
+    assert_eq!(verdict.health, Health::Progressing);
+    assert_eq!(verdict.requeue_ms, Some(10_000));
+    assert_eq!(
+        verdict.message,
+        "kubelet.service in transition (active-state activating (start)): systemd finishes its job first"
+    );
+    // Failing before it: the clock goes on, and a failure after restarts.
+    let mut state = failing_since(T0);
+    judge(&mut state, &check(), T0 + 30_000, starting());
+    assert_eq!(state, failing_since(T0));
+    let decision = judge(&mut state, &check(), T0 + 60_000, fail());
+    assert!(matches!(decision, Decision::Restart { .. }), "{decision:?}");
+}
+
+#[test]
 fn a_backoff_holds_judgement_back_bounded_by_backoff_ms() {
     let mut state = UnitState {
         backoff_until_ms: Some(T0 + 30_000),
