@@ -403,30 +403,15 @@ fn test_steps() -> Result<()> {
     image::image_of_test_build(&tend)?;
     // Every runner runs to its end; one total closes the run.
     let mut tally = tally::Tally::default();
-    step("the end-to-end tests that run beside the others (shown when they end)");
-    let mut lanes = Vec::new();
-    for (lane, tests) in BESIDE.iter().enumerate() {
-        let executables = tests
-            .iter()
-            .map(|test| test_executable("tend-e2e", test))
-            .collect::<Result<Vec<_>>>()?;
-        lanes.push(
-            tally.start_beside(
-                &tests.join(", "),
-                Command::new("sh")
-                    // One after the other; every one runs, and the lane fails when one did.
-                    .args([
-                        "-c",
-                        "status=0; for t; do \"$t\" || status=1; done; exit $status",
-                        "lane",
-                    ])
-                    .args(&executables)
-                    .current_dir(root().join("tests"))
-                    .env("TEND_BIN", &tend),
-                root().join(format!("target/beside-{lane}.log")),
-            )?,
-        );
-    }
+    step("node-reaper's end-to-end tests, beside the others (shown when they end)");
+    let (package, test) = BESIDE;
+    let reaper_tests = tally.start_beside(
+        test,
+        Command::new(test_executable(package, test)?)
+            .current_dir(root().join("tests"))
+            .env("TEND_BIN", &tend),
+        root().join(format!("target/{test}.log")),
+    )?;
     for lang in langs::ALL {
         (lang.test)(&mut tally)?;
     }
@@ -437,22 +422,19 @@ fn test_steps() -> Result<()> {
             .args(["test", "--workspace", "--no-fail-fast"])
             .env("TEND_BIN", &tend),
     )?;
-    for (lane, tests) in lanes.into_iter().zip(BESIDE) {
-        step(&format!("end-to-end tests beside: {}", tests.join(", ")));
-        tally.join(lane)?;
-    }
+    step("node-reaper's end-to-end tests");
+    tally.join(reaper_tests)?;
     tally.finish()
 }
 
-/// The end-to-end test targets of tend-e2e that run beside the rest of the
-/// suite, a lane each list (one after the other within it): their tests
-/// mostly wait on timers (node-reaper's one-minute confirmations), so the
-/// suite's wall time need not add them up. Each is `test = false` in
-/// tests/Cargo.toml (`cargo test --workspace` leaves it out); `cargo test -p
-/// tend-e2e --test NAME` runs one alone. A second lane of cloud_guard and
-/// cloud_peers saved 45 s of 14 min and doubled the fleet race's time: the
-/// main lane's tests are not idle enough to share the 2 cores.
-const BESIDE: &[&[&str]] = &[&["node_reaper"]];
+/// The test target that runs beside the rest of the suite: node-reaper's
+/// end to end tests spend most of their minutes waiting out its one-minute
+/// confirmations, so the suite's wall time need not add them. It is
+/// `test = false` in tests/Cargo.toml (`cargo test --workspace` leaves it
+/// out); `cargo test -p tend-e2e --test node_reaper` runs it alone. (A second
+/// lane beside, cloud_guard and cloud_peers, saved 45 s of 14 min and doubled
+/// the fleet race's time: the main lane's tests need the 2 cores.)
+const BESIDE: (&str, &str) = ("tend-e2e", "node_reaper");
 
 /// The executable of `package`'s test target `test`, built (and linted).
 /// `--workspace`, so that features unify as in the build of every test

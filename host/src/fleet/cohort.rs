@@ -54,7 +54,7 @@ impl Step {
             Step::Nodes(n) => n as usize,
             Step::Share(share) => (share * total as f64).ceil() as usize,
         };
-        wanted.clamp(1, total.max(1)).min(total)
+        wanted.max(1).min(total)
     }
 
     /// Whether the step reaches every node, however many.

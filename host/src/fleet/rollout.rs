@@ -63,8 +63,8 @@ pub enum Command {
 }
 
 impl Rollout {
-    /// The Lease's text, if it is a rollout at all: bounded, its revisions
-    /// revisions, its step and reason of a sane size.
+    /// The Lease's text, if it is a rollout at all: bounded, every revision
+    /// it names a revision, its step and reason of a sane size.
     pub fn parse(text: &str) -> Option<Rollout> {
         if text.len() > MAX_ROLLOUT_BYTES {
             return None;
@@ -104,12 +104,7 @@ impl Rollout {
     }
 
     fn failed_with(&self, revision: &str) -> Vec<String> {
-        let mut failed: Vec<String> = self
-            .failed
-            .iter()
-            .filter(|r| *r != revision)
-            .cloned()
-            .collect();
+        let mut failed = self.without_failed(revision);
         failed.push(revision.to_string());
         let excess = failed.len().saturating_sub(FAILED_KEPT);
         failed.drain(..excess);

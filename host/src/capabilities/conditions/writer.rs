@@ -265,12 +265,10 @@ impl Watch<ConditionsGrant> for ConditionsWatch {
         if self.writer.is_none() {
             // Only a host with taints to keep right asks for the Node at
             // start: one without conditions makes no API request at all.
-            let book_taints = {
+            let tainting = {
                 let book = self.host.book.lock().unwrap();
                 !book.taints.is_empty() || book.taints_unsure
-            };
-            let tainting = book_taints
-                || watchers
+            } || watchers
                     .iter()
                     .any(|(_, grant)| grant.0.iter().any(|g| g.taint_on.is_some()));
             self.writer = Some(tokio::spawn(self.host.clone().run(tainting)));
