@@ -269,8 +269,8 @@ impl Watch<ConditionsGrant> for ConditionsWatch {
                 let book = self.host.book.lock().unwrap();
                 !book.taints.is_empty() || book.taints_unsure
             } || watchers
-                    .iter()
-                    .any(|(_, grant)| grant.0.iter().any(|g| g.taint_on.is_some()));
+                .iter()
+                .any(|(_, grant)| grant.0.iter().any(|g| g.taint_on.is_some()));
             self.writer = Some(tokio::spawn(self.host.clone().run(tainting)));
         }
         self.host.wake.notify_one();
