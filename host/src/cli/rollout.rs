@@ -120,6 +120,7 @@ mod tests {
         let lease = |report: Option<&str>, fresh| Published {
             report: report.map(str::to_string),
             fresh,
+            ..Published::default()
         };
         let leases = [
             lease(Some(a), true),

@@ -4,9 +4,12 @@
 //! kubelets report them. Every answer is bounded: pages of Nodes up to a
 //! limit, a ledger's size.
 
-use super::ledger::{Ledger, NodeFacts};
+use super::ledger::{Ledger, NodeFacts, POOL_LABELS};
 use super::revision::{MAX_REPORT_BYTES, Publish, Published, REPORT_ANNOTATION};
-use super::store::{FleetStore, Versioned};
+use super::rollout::{
+    COMMAND_ANNOTATION, MAX_COMMAND_BYTES, MAX_ROLLOUT_BYTES, ROLLOUT_ANNOTATION, ROLLOUT_LEASE,
+};
+use super::store::{FleetStore, RolloutLease, Versioned};
 use super::{LEASE_PREFIX, LEDGER_ANNOTATION, ledger_lease};
 use crate::capabilities::CapError;
 use crate::capabilities::kube::{connect, map_error, user_agent};
@@ -86,6 +89,49 @@ impl KubeFleet {
         Ok(Api::namespaced(self.client().await?, &self.namespace))
     }
 
+    /// Write the Lease `name` with `annotation` as its only one, if it is
+    /// still at `version` (create it when None): `conflict` when someone
+    /// wrote it since, or created it first.
+    async fn put_lease(
+        &self,
+        name: &str,
+        annotation: &str,
+        text: String,
+        version: Option<&str>,
+    ) -> Result<(), CapError> {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(self.namespace.clone()),
+                resource_version: version.map(str::to_string),
+                labels: Some(
+                    [(
+                        "app.kubernetes.io/managed-by".to_string(),
+                        "tend".to_string(),
+                    )]
+                    .into(),
+                ),
+                annotations: Some([(annotation.to_string(), text)].into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec::default()),
+        };
+        let api = self.leases().await?;
+        let written = match version {
+            None => api.create(&PostParams::default(), &lease).await,
+            Some(_) => api.replace(name, &PostParams::default(), &lease).await,
+        };
+        written
+            .map(drop)
+            .map_err(|e| match map_error("write lease", e) {
+                CapError::Conflict(m) => CapError::Conflict(m),
+                other if other.message().contains("AlreadyExists") => {
+                    CapError::Conflict(other.message().into())
+                }
+                other => other,
+            })
+    }
+
     /// Every node's own Lease, page by page, with its holder: only a node's
     /// own Lease proves it alive or reports for it (a Lease of another name
     /// carrying the label, anyone's, does neither). At most [`MAX_NODES`]
@@ -129,6 +175,11 @@ fn facts(node: Node) -> NodeFacts {
     let conditions = status.conditions.unwrap_or_default();
     NodeFacts {
         name: node.metadata.name.unwrap_or_default(),
+        uid: node.metadata.uid.unwrap_or_default(),
+        pool: POOL_LABELS
+            .iter()
+            .find_map(|label| labels.get(*label).cloned())
+            .unwrap_or_default(),
         zone: labels
             .get("topology.kubernetes.io/zone")
             .cloned()
@@ -221,40 +272,47 @@ impl FleetStore for KubeFleet {
         ledger: &Ledger,
         version: Option<&str>,
     ) -> Result<(), CapError> {
-        let name = ledger_lease(class);
         let text = serde_json::to_string(ledger).expect("a ledger serializes");
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(self.namespace.clone()),
-                resource_version: version.map(str::to_string),
-                labels: Some(
-                    [(
-                        "app.kubernetes.io/managed-by".to_string(),
-                        "tend".to_string(),
-                    )]
-                    .into(),
-                ),
-                annotations: Some([(LEDGER_ANNOTATION.to_string(), text)].into()),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec::default()),
+        self.put_lease(&ledger_lease(class), LEDGER_ANNOTATION, text, version)
+            .await
+    }
+
+    async fn rollout(&self) -> Result<RolloutLease, CapError> {
+        let Some(lease) = self
+            .leases()
+            .await?
+            .get_opt(ROLLOUT_LEASE)
+            .await
+            .map_err(|e| map_error("get lease", e))?
+        else {
+            return Ok(RolloutLease::default());
         };
-        let api = self.leases().await?;
-        let written = match version {
-            None => api.create(&PostParams::default(), &lease).await,
-            Some(_) => api.replace(&name, &PostParams::default(), &lease).await,
-        };
-        // A create that lost the race is a conflict like any other.
-        written
-            .map(drop)
-            .map_err(|e| match map_error("write lease", e) {
-                CapError::Conflict(m) => CapError::Conflict(m),
-                other if other.message().contains("AlreadyExists") => {
-                    CapError::Conflict(other.message().into())
+        let mut annotations = lease.metadata.annotations.unwrap_or_default();
+        // Bounded: a text too long is kept empty, which no parse accepts.
+        let mut take = |key: &str, max: usize| {
+            annotations.remove(key).map(|text| {
+                if text.len() > max {
+                    String::new()
+                } else {
+                    text
                 }
-                other => other,
             })
+        };
+        Ok(RolloutLease {
+            rollout: take(ROLLOUT_ANNOTATION, MAX_ROLLOUT_BYTES),
+            command: take(COMMAND_ANNOTATION, MAX_COMMAND_BYTES),
+            version: lease.metadata.resource_version,
+        })
+    }
+
+    async fn write_rollout(&self, rollout: &str, version: Option<&str>) -> Result<(), CapError> {
+        self.put_lease(
+            ROLLOUT_LEASE,
+            ROLLOUT_ANNOTATION,
+            rollout.to_string(),
+            version,
+        )
+        .await
     }
 
     async fn nodes(&self) -> Result<Vec<NodeFacts>, CapError> {
@@ -301,7 +359,7 @@ impl FleetStore for KubeFleet {
     async fn reports(&self) -> Result<Vec<Published>, CapError> {
         let now = micro_now()?.0;
         let mut reports = Vec::new();
-        self.each_node_lease(|_, lease| {
+        self.each_node_lease(|node, lease| {
             // Renewed within its duration by this reader's clock: what a
             // display can say of a Lease it reads once (a rollout judges
             // liveness on its own monotonic clock, as `observed` does).
@@ -326,7 +384,11 @@ impl FleetStore for KubeFleet {
                     true => String::new(),
                     false => r,
                 });
-            reports.push(Published { report, fresh });
+            reports.push(Published {
+                node,
+                report,
+                fresh,
+            });
         })
         .await?;
         Ok(reports)

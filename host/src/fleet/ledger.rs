@@ -72,10 +72,24 @@ impl ClassRule {
     }
 }
 
+/// The labels naming a node's pool, by provider (Karpenter, EKS, GKE, AKS),
+/// and a neutral one for the rest: a rollout spreads over pools as over zones.
+pub const POOL_LABELS: [&str; 5] = [
+    "karpenter.sh/nodepool",
+    "eks.amazonaws.com/nodegroup",
+    "cloud.google.com/gke-nodepool",
+    "kubernetes.azure.com/agentpool",
+    "node.kubernetes.io/pool",
+];
+
 /// What a node looks like to the rules, read from its Node object.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeFacts {
     pub name: String,
+    /// `metadata.uid`: a node's place in a rollout's line.
+    pub uid: String,
+    /// Its node pool, from the first of [`POOL_LABELS`] it carries.
+    pub pool: String,
     /// `topology.kubernetes.io/zone` ("" when unlabelled: one zone of its own).
     pub zone: String,
     pub ready: bool,

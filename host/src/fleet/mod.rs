@@ -28,6 +28,7 @@ pub mod ledger;
 pub mod observed;
 pub mod revision;
 pub mod rollout;
+pub mod rollout_leader;
 pub mod settings;
 pub mod store;
 pub mod verdict;

@@ -135,6 +135,13 @@ pub struct Report {
     pub revision: String,
     pub process: String,
     pub counters: Counters,
+    /// The revision this node's config asks for, while it runs another (a
+    /// change waiting for its step of a rollout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<String>,
+    /// That change only reduces risk: see [`super::rollout::Seen`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reduces_risk: bool,
 }
 
 impl Report {
@@ -145,6 +152,7 @@ impl Report {
         }
         let report: Report = serde_json::from_str(text).ok()?;
         (is_revision(&report.revision)
+            && report.desired.as_deref().is_none_or(is_revision)
             && report.process.len() <= 32
             && report.process.bytes().all(|b| b.is_ascii_hexdigit()))
         .then_some(report)
@@ -220,6 +228,8 @@ impl Running {
             revision: revision.clone(),
             process: self.process.clone(),
             counters: *counters,
+            desired: None,
+            reduces_risk: false,
         })
     }
 }
@@ -240,6 +250,8 @@ pub struct Tally {
 /// One node Lease as the tally reads it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Published {
+    /// The node whose own Lease it is.
+    pub node: String,
     pub report: Option<String>,
     /// Renewed within its duration, by the reader's clock.
     pub fresh: bool,

@@ -15,6 +15,11 @@ use serde::{Deserialize, Serialize};
 pub const ROLLOUT_LEASE: &str = "tend-rollout";
 /// Its annotation holding the [`Rollout`].
 pub const ROLLOUT_ANNOTATION: &str = "tend.dev/rollout";
+/// Its annotation holding an operator's command (`tend rollout pause`),
+/// which the leader consumes with its next write.
+pub const COMMAND_ANNOTATION: &str = "tend.dev/rollout-command";
+/// A command longer than this is not read.
+pub const MAX_COMMAND_BYTES: usize = 256;
 /// A rollout longer than this is not read: the cuts of a few thousand
 /// groups, not more (a peer's text: bounded).
 pub const MAX_ROLLOUT_BYTES: usize = 128 * 1024;
@@ -55,11 +60,36 @@ pub struct Rollout {
 }
 
 /// What an operator asked of the rollout (`tend rollout pause|resume|retry`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Command {
     Pause,
     Resume,
     Retry,
+}
+
+/// A command as the CLI leaves it on the rollout Lease: for one revision,
+/// so an order given for one candidate never applies to the next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Order {
+    pub command: Command,
+    pub revision: String,
+}
+
+impl Order {
+    /// The annotation's text, if it is an order at all (bounded).
+    pub fn parse(text: &str) -> Option<Order> {
+        let order: Order = (text.len() <= MAX_COMMAND_BYTES)
+            .then(|| serde_json::from_str(text).ok())
+            .flatten()?;
+        is_revision(&order.revision).then_some(order)
+    }
+
+    /// The command, if it was given for `revision`.
+    pub fn for_revision(&self, revision: &str) -> Option<Command> {
+        (self.revision == revision).then_some(self.command)
+    }
 }
 
 impl Rollout {

@@ -16,6 +16,16 @@ pub struct Versioned {
     pub version: Option<String>,
 }
 
+/// The rollout Lease as read: the leader's [`super::rollout::Rollout`]
+/// text, an operator's pending command, and the version a write must name
+/// (None when it does not exist yet).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RolloutLease {
+    pub rollout: Option<String>,
+    pub command: Option<String>,
+    pub version: Option<String>,
+}
+
 #[async_trait::async_trait]
 pub trait FleetStore: Send + Sync + 'static {
     /// The class's ledger (empty, unversioned, when its Lease does not exist).
@@ -28,6 +38,12 @@ pub trait FleetStore: Send + Sync + 'static {
         ledger: &Ledger,
         version: Option<&str>,
     ) -> Result<(), CapError>;
+    /// The rollout Lease (empty when it does not exist).
+    async fn rollout(&self) -> Result<RolloutLease, CapError>;
+    /// Write the rollout's text if the Lease is still at `version` (create
+    /// it when None), the operator's command consumed; `conflict` when
+    /// someone wrote it since.
+    async fn write_rollout(&self, rollout: &str, version: Option<&str>) -> Result<(), CapError>;
     /// Every Node, as the rules see them.
     async fn nodes(&self) -> Result<Vec<NodeFacts>, CapError>;
     /// One Node (this host's), fresh.
@@ -57,6 +73,10 @@ pub struct FakeState {
     /// The reports published on node Leases, by node.
     pub reports: BTreeMap<String, String>,
     pub others: BTreeMap<String, String>,
+    /// The rollout Lease: its text, a pending command, its version.
+    pub rollout: Option<(String, Option<String>, u64)>,
+    /// Another writer gets its write of the rollout in before the next one.
+    pub interloper: bool,
     pub version: u64,
     /// Every request fails `unavailable` while set.
     pub down: bool,
@@ -110,6 +130,37 @@ impl FleetStore for FakeStore {
         })
     }
 
+    async fn rollout(&self) -> Result<RolloutLease, CapError> {
+        self.with(|s| {
+            Ok(match &s.rollout {
+                Some((text, command, version)) => RolloutLease {
+                    rollout: Some(text.clone()),
+                    command: command.clone(),
+                    version: Some(version.to_string()),
+                },
+                None => RolloutLease::default(),
+            })
+        })
+    }
+
+    async fn write_rollout(&self, rollout: &str, version: Option<&str>) -> Result<(), CapError> {
+        self.with(|s| {
+            if std::mem::take(&mut s.interloper) {
+                s.version += 1;
+                if let Some((_, _, v)) = s.rollout.as_mut() {
+                    *v = s.version;
+                }
+            }
+            let current = s.rollout.as_ref().map(|(_, _, v)| v.to_string());
+            if current.as_deref() != version {
+                return Err(CapError::Conflict("the rollout changed".into()));
+            }
+            s.version += 1;
+            s.rollout = Some((rollout.to_string(), None, s.version));
+            Ok(())
+        })
+    }
+
     async fn nodes(&self) -> Result<Vec<NodeFacts>, CapError> {
         self.with(|s| Ok(s.nodes.clone()))
     }
@@ -152,6 +203,7 @@ impl FleetStore for FakeStore {
             Ok(s.leases
                 .keys()
                 .map(|node| Published {
+                    node: node.clone(),
                     report: s.reports.get(node).cloned(),
                     fresh: true,
                 })

@@ -128,6 +128,7 @@ fn the_tally_adds_up_fresh_readable_reports_and_counts_the_rest() {
         "",
         // A revision that would be a path or a label of anything.
         r#"{"revision":"r-../x","process":"00","counters":{}}"#,
+        r#"{"revision":"r-000000000000000a","process":"00","counters":{},"desired":"r-../x"}"#,
         r#"{"revision":"r-000000000000000a","process":"\u001b[31m","counters":{}}"#,
         // Counters that are not counts.
         r#"{"revision":"r-000000000000000a","process":"00","counters":{"runs":-1}}"#,
@@ -136,6 +137,7 @@ fn the_tally_adds_up_fresh_readable_reports_and_counts_the_rest() {
     let fresh = |text: &str| Published {
         report: Some(text.to_string()),
         fresh: true,
+        ..Published::default()
     };
     // A newer tend's report: the fields this one knows are read.
     let newer = r#"{"revision":"r-000000000000000b","process":"00","version":"9.9","counters":{"runs":2,"restarts":1}}"#;
@@ -146,6 +148,7 @@ fn the_tally_adds_up_fresh_readable_reports_and_counts_the_rest() {
         Published {
             report: None,
             fresh: true,
+            ..Published::default()
         },
     ];
     leases.extend(hostile.iter().map(|h| fresh(h)));
@@ -154,6 +157,7 @@ fn the_tally_adds_up_fresh_readable_reports_and_counts_the_rest() {
     leases.push(Published {
         report: Some(a.clone()),
         fresh: false,
+        ..Published::default()
     });
     let tally = tally(&leases);
     assert_eq!(tally.silent, 1);

@@ -1,0 +1,258 @@
+//! The cluster leader's side of a staged rollout. Once per poll it reads the
+//! rollout Lease, every node's report and every Node, decides with
+//! [`advance`], and writes the result back by compare-and-swap: a write
+//! another leader (or an operator's command) got in first fails `conflict`
+//! and the next poll decides again on what is there then.
+//!
+//! The verdict's window lives in this leader's memory: a new leader opens a
+//! new one, so a fail-over restarts a step's bake and never shortens it. So
+//! does the baseline the stable nodes are held to: their failure rate before
+//! the rollout began, from two snapshots of the quiet fleet at most two
+//! bakes apart (a leader that saw no quiet fleet judges without it).
+//! Everything it reads is a peer's text: reports and the Lease are parsed
+//! bounded, and what does not parse counts for nothing.
+
+use super::cohort::{Member, Step};
+use super::ledger::NodeFacts;
+use super::revision::Report;
+use super::rollout::{Order, Rollout, Seen, State, advance};
+use super::store::FleetStore;
+use super::verdict::{Rules, Sample, Window, judge, sides};
+use crate::capabilities::CapError;
+use std::collections::BTreeMap;
+use tokio::time::Instant;
+
+/// Every node's last sample, by node name.
+type Samples = BTreeMap<String, Sample>;
+
+pub struct RolloutLeader {
+    rules: Rules,
+    steps: Vec<Step>,
+    /// The window of the step being judged.
+    window: Option<Opened>,
+    /// Snapshots of the fleet while nothing rolled: the older at least a
+    /// bake old once there are two, for the baseline.
+    quiet: Quiet,
+}
+
+type Quiet = (Option<(Instant, Samples)>, Option<(Instant, Samples)>);
+
+struct Opened {
+    revision: String,
+    step: usize,
+    at: Instant,
+    start: Samples,
+    /// The stable nodes' failure rate before this revision began rolling.
+    baseline_before: Option<f64>,
+}
+
+/// What one poll saw and did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Polled {
+    /// The rollout as published after the poll (None: no node says what it
+    /// asks for yet).
+    pub rollout: Option<Rollout>,
+    /// Whether the poll wrote the Lease.
+    pub wrote: bool,
+}
+
+impl RolloutLeader {
+    pub fn new(rules: Rules, steps: Vec<Step>) -> RolloutLeader {
+        RolloutLeader {
+            rules,
+            steps,
+            window: None,
+            quiet: (None, None),
+        }
+    }
+
+    /// One poll at `now`: read, decide, write if anything changed.
+    pub async fn poll(&mut self, store: &dyn FleetStore, now: Instant) -> Result<Polled, CapError> {
+        let lease = store.rollout().await?;
+        let current = match &lease.rollout {
+            None => None,
+            Some(text) => Some(Rollout::parse(text).ok_or_else(|| {
+                CapError::Invalid(format!(
+                    "the Lease {} holds no rollout Tend wrote: nothing rolls out until it is fixed or deleted (deleting it starts over from what the nodes ask for)",
+                    super::rollout::ROLLOUT_LEASE
+                ))
+            })?),
+        };
+        let nodes = store.nodes().await?;
+        let reports: Vec<(String, Report)> = store
+            .reports()
+            .await?
+            .into_iter()
+            .filter(|p| p.fresh)
+            .filter_map(|p| Some((p.node, Report::parse(p.report.as_deref()?)?)))
+            .collect();
+        let samples = samples(&nodes, &reports);
+        let members: Vec<Member> = nodes.iter().filter_map(member).collect();
+        let (desired, reduces_risk) = match desired(&reports) {
+            Some(d) => {
+                let stable = current.as_ref().map(|c| c.stable.as_str());
+                let only_less = reduces_risk(&reports, &d, stable);
+                (Some(d), only_less)
+            }
+            None => (None, false),
+        };
+        let order = lease.command.as_deref().and_then(Order::parse);
+        let command = match (&order, desired.as_deref()) {
+            (Some(order), Some(desired)) => order.for_revision(desired),
+            _ => None,
+        };
+        let seen = Seen {
+            desired: desired.as_deref(),
+            reduces_risk,
+            nodes: &members,
+            steps: &self.steps,
+            command,
+        };
+        let (window, quiet, rules) = (&mut self.window, &self.quiet, &self.rules);
+        let next = advance(current.as_ref(), &seen, || {
+            let current = current
+                .as_ref()
+                .expect("advance asks a verdict of a rolling candidate only");
+            let opened = open(window, quiet, current, &samples, now);
+            judge(
+                rules,
+                &Window {
+                    candidate: &current.revision,
+                    stable: &current.stable,
+                    start: &opened.start,
+                    now: &samples,
+                    baked: now.saturating_duration_since(opened.at),
+                    baseline_before: opened.baseline_before,
+                },
+            )
+        });
+        self.remember(next.as_ref(), &samples, now);
+        let changed = next != current || lease.command.is_some();
+        let wrote = match (&next, changed) {
+            (Some(rollout), true) => {
+                let text = serde_json::to_string(rollout).expect("a rollout serializes");
+                store.write_rollout(&text, lease.version.as_deref()).await?;
+                true
+            }
+            _ => false,
+        };
+        Ok(Polled {
+            rollout: next,
+            wrote,
+        })
+    }
+
+    /// Keep quiet snapshots while nothing rolls; forget the window once the
+    /// rollout stops rolling or pausing.
+    fn remember(&mut self, next: Option<&Rollout>, samples: &Samples, now: Instant) {
+        let rolling = next.is_some_and(|r| matches!(r.state, State::Rolling | State::Paused));
+        if rolling {
+            return;
+        }
+        self.window = None;
+        let due = self
+            .quiet
+            .1
+            .as_ref()
+            .is_none_or(|(at, _)| now.saturating_duration_since(*at) >= self.rules.bake);
+        if due {
+            self.quiet.0 = self.quiet.1.take();
+            self.quiet.1 = Some((now, samples.clone()));
+        }
+    }
+}
+
+/// The window of `current`'s step: kept while it is the same step of the
+/// same revision, else opened now.
+fn open<'w>(
+    window: &'w mut Option<Opened>,
+    quiet: &Quiet,
+    current: &Rollout,
+    samples: &Samples,
+    now: Instant,
+) -> &'w Opened {
+    let same = |o: &Opened| o.revision == current.revision && o.step == current.step;
+    if !window.as_ref().is_some_and(same) {
+        let baseline_before = match window.take() {
+            Some(earlier) if earlier.revision == current.revision => earlier.baseline_before,
+            _ => baseline(quiet, &current.stable, samples),
+        };
+        *window = Some(Opened {
+            revision: current.revision.clone(),
+            step: current.step,
+            at: now,
+            start: samples.clone(),
+            baseline_before,
+        });
+    }
+    window.as_ref().expect("opened above")
+}
+
+/// The stable nodes' failure rate from the oldest quiet snapshot to now.
+fn baseline(quiet: &Quiet, stable: &str, samples: &Samples) -> Option<f64> {
+    let (_, start) = quiet.0.as_ref().or(quiet.1.as_ref())?;
+    let window = Window {
+        candidate: "",
+        stable,
+        start,
+        now: samples,
+        baked: Default::default(),
+        baseline_before: None,
+    };
+    let (_, stable) = sides(&window);
+    (stable.runs > 0).then(|| stable.rate())
+}
+
+/// A Node as a rollout places it (none without a UID).
+fn member(node: &NodeFacts) -> Option<Member> {
+    (!node.uid.is_empty()).then(|| Member {
+        uid: node.uid.clone(),
+        group: format!("{}/{}", node.zone, node.pool),
+    })
+}
+
+/// Each reporting node's sample, with its Node's readiness (a report with no
+/// Node behind it counts for nothing).
+fn samples(nodes: &[NodeFacts], reports: &[(String, Report)]) -> Samples {
+    let ready: BTreeMap<&str, bool> = nodes.iter().map(|n| (n.name.as_str(), n.ready)).collect();
+    reports
+        .iter()
+        .filter_map(|(node, report)| {
+            let sample = Sample {
+                process: report.process.clone(),
+                revision: report.revision.clone(),
+                counters: report.counters,
+                ready: *ready.get(node.as_str())?,
+            };
+            Some((node.clone(), sample))
+        })
+        .collect()
+}
+
+/// The revision more than half of the reporting nodes' configs ask for.
+fn desired(reports: &[(String, Report)]) -> Option<String> {
+    let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, report) in reports {
+        *votes
+            .entry(report.desired.as_deref().unwrap_or(&report.revision))
+            .or_default() += 1;
+    }
+    votes
+        .into_iter()
+        .find(|(_, n)| 2 * n > reports.len())
+        .map(|(revision, _)| revision.to_string())
+}
+
+/// Whether `desired` only reduces risk: every node that runs the stable
+/// revision and asks for it says so, and at least one does.
+fn reduces_risk(reports: &[(String, Report)], desired: &str, stable: Option<&str>) -> bool {
+    let mut asking = reports
+        .iter()
+        .map(|(_, r)| r)
+        .filter(|r| Some(r.revision.as_str()) == stable && r.desired.as_deref() == Some(desired))
+        .peekable();
+    asking.peek().is_some() && asking.all(|r| r.reduces_risk)
+}
+
+#[cfg(test)]
+mod tests;
