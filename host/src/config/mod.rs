@@ -279,6 +279,18 @@ fn host_config(raw: RawHost, base: &Path, at: &At) -> Result<HostConfig, ConfigE
         ),
         None => None,
     };
+    // The leader judges a rollout: without an election, nothing would.
+    if let Some(rollout) = raw
+        .fleet
+        .as_ref()
+        .and_then(|f| f.get_ref().rollout.as_ref())
+        && raw.leader_election.is_none()
+    {
+        return Err(at(
+            Some(rollout.span()),
+            "[host.fleet.rollout] is judged by the cluster's leader: add [host.leader-election] with namespace and name".into(),
+        ));
+    }
     // The node's name becomes a Lease's name and a URL path part.
     if let (Some(fleet), Some(name)) = (&raw.fleet, &raw.node_name)
         && let Err(e) = tend_rules::ident::check("node-name", name, &tend_rules::ident::KUBE_NAME)

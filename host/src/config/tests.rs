@@ -559,3 +559,63 @@ fn fleet_errors_name_the_line_and_what_is_expected() {
         assert!(err.contains(expected), "{err}");
     }
 }
+
+#[test]
+fn a_rollout_section_takes_defaults_and_its_errors_name_the_line() {
+    let fleet = |body: &str| {
+        format!(
+            "{HOST}[host.fleet]\nnamespace = \"tend-system\"\n[host.fleet.rollout]\n{body}{ELECTION}"
+        )
+    };
+    let config = parse(&fleet("")).unwrap();
+    let rollout = config.host.fleet.unwrap().rollout.unwrap();
+    assert_eq!(rollout.steps, crate::fleet::cohort::default_steps());
+    assert_eq!(rollout.rules, crate::fleet::verdict::Rules::default());
+    let config = parse(&fleet(
+        "steps = [\"1\", \"3\", \"50%\", \"100%\"]\nbake = \"2m\"\npatience = \"5m\"\nmargin = 0.1\nmin-runs = 4\n",
+    ))
+    .unwrap();
+    let rollout = config.host.fleet.unwrap().rollout.unwrap();
+    assert_eq!(rollout.steps.len(), 4);
+    assert_eq!(
+        (
+            rollout.rules.bake,
+            rollout.rules.margin,
+            rollout.rules.min_runs
+        ),
+        (Duration::from_secs(120), 0.1, 4)
+    );
+    for (body, expected) in [
+        (
+            "steps = [\"1\", \"0%\"]\n",
+            ":7:9: [host.fleet]: a step is a number of nodes",
+        ),
+        (
+            "steps = [\"10%\", \"2%\"]\n",
+            ":7:9: [host.fleet]: expected 1 to 20 steps that widen",
+        ),
+        ("steps = [\"10%\", \"1\"]\n", "steps that widen"),
+        ("steps = []\n", "steps that widen"),
+        (
+            "margin = 1.5\n",
+            ":7:10: [host.fleet]: margin 1.5: expected a fraction of runs",
+        ),
+        (
+            "bake = \"1h\"\npatience = \"10m\"\n",
+            "a patience no shorter than the bake",
+        ),
+        ("canary = 1\n", "unknown field `canary`"),
+    ] {
+        let err = error_of(&fleet(body));
+        assert!(err.contains(expected), "{body}: {err}");
+    }
+    let alone = fleet("").replace(ELECTION, "");
+    assert!(
+        error_of(&alone).contains(":6:1: [host.fleet.rollout] is judged by the cluster's leader: add [host.leader-election]"),
+        "{}",
+        error_of(&alone)
+    );
+}
+
+const ELECTION: &str =
+    "[host.leader-election]\nnamespace = \"tend-system\"\nname = \"tend-leader\"\n";

@@ -22,6 +22,7 @@
 //! - [`revision`]: what each node runs and what it did under it, published
 //!   with its renewals.
 
+pub mod adoption;
 pub mod cohort;
 pub mod kube;
 pub mod ledger;

@@ -139,9 +139,14 @@ pub struct Report {
     /// change waiting for its step of a rollout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired: Option<String>,
-    /// That change only reduces risk: see [`super::rollout::Seen`].
+    /// The revision it asks for (or runs, when it asks for nothing else)
+    /// only reduces risk against the stable one: see [`super::adoption`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reduces_risk: bool,
+    /// A candidate this node reverted on its own after it kept failing,
+    /// until the leader has failed it: the leader aborts on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverted: Option<String>,
 }
 
 impl Report {
@@ -153,6 +158,7 @@ impl Report {
         let report: Report = serde_json::from_str(text).ok()?;
         (is_revision(&report.revision)
             && report.desired.as_deref().is_none_or(is_revision)
+            && report.reverted.as_deref().is_none_or(is_revision)
             && report.process.len() <= 32
             && report.process.bytes().all(|b| b.is_ascii_hexdigit()))
         .then_some(report)
@@ -176,6 +182,15 @@ pub enum Publish<'a> {
 pub struct Running {
     process: String,
     now: Mutex<Option<(String, Counters)>>,
+    staged: Mutex<Staged>,
+}
+
+/// What a node under staged rollouts adds to its report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Staged {
+    pub desired: Option<String>,
+    pub reduces_risk: bool,
+    pub reverted: Option<String>,
 }
 
 impl Default for Running {
@@ -183,6 +198,7 @@ impl Default for Running {
         Running {
             process: format!("{:016x}", fastrand::u64(..)),
             now: Mutex::new(None),
+            staged: Mutex::default(),
         }
     }
 }
@@ -221,15 +237,27 @@ impl Running {
         self.now.lock().unwrap().as_ref().map(|(r, _)| r.clone())
     }
 
+    /// The counters of the revision running now.
+    pub fn counters(&self) -> Option<Counters> {
+        self.now.lock().unwrap().as_ref().map(|(_, c)| *c)
+    }
+
+    /// What staging says of this node from now on.
+    pub fn stage(&self, staged: Staged) {
+        *self.staged.lock().unwrap() = staged;
+    }
+
     /// What to publish now.
     pub fn report(&self) -> Option<Report> {
         let now = self.now.lock().unwrap();
+        let staged = self.staged.lock().unwrap().clone();
         now.as_ref().map(|(revision, counters)| Report {
             revision: revision.clone(),
             process: self.process.clone(),
             counters: *counters,
-            desired: None,
-            reduces_risk: false,
+            desired: staged.desired.filter(|d| d != revision),
+            reduces_risk: staged.reduces_risk,
+            reverted: staged.reverted,
         })
     }
 }

@@ -17,7 +17,7 @@ use super::ledger::NodeFacts;
 use super::revision::Report;
 use super::rollout::{Order, Rollout, Seen, State, advance};
 use super::store::FleetStore;
-use super::verdict::{Rules, Sample, Window, judge, sides};
+use super::verdict::{Rules, Sample, Verdict, Window, judge, sides};
 use crate::capabilities::CapError;
 use std::collections::BTreeMap;
 use tokio::time::Instant;
@@ -90,8 +90,7 @@ impl RolloutLeader {
         let members: Vec<Member> = nodes.iter().filter_map(member).collect();
         let (desired, reduces_risk) = match desired(&reports) {
             Some(d) => {
-                let stable = current.as_ref().map(|c| c.stable.as_str());
-                let only_less = reduces_risk(&reports, &d, stable);
+                let only_less = reduces_risk(&reports, &d);
                 (Some(d), only_less)
             }
             None => (None, false),
@@ -113,6 +112,14 @@ impl RolloutLeader {
             let current = current
                 .as_ref()
                 .expect("advance asks a verdict of a rolling candidate only");
+            let reverted = reports
+                .iter()
+                .find(|(_, r)| r.reverted.as_deref() == Some(current.revision.as_str()));
+            if let Some((node, _)) = reverted {
+                return Verdict::Abort(format!(
+                    "{node} reverted it on its own after it kept trapping or timing out"
+                ));
+            }
             let opened = open(window, quiet, current, &samples, now);
             judge(
                 rules,
@@ -243,15 +250,16 @@ fn desired(reports: &[(String, Report)]) -> Option<String> {
         .map(|(revision, _)| revision.to_string())
 }
 
-/// Whether `desired` only reduces risk: every node that runs the stable
-/// revision and asks for it says so, and at least one does.
-fn reduces_risk(reports: &[(String, Report)], desired: &str, stable: Option<&str>) -> bool {
-    let mut asking = reports
+/// Whether `desired` only reduces risk against the stable revision: every
+/// node that runs it or asks for it says so, and at least one does (a node
+/// judges by the stable revision it holds; see [`super::adoption`]).
+fn reduces_risk(reports: &[(String, Report)], desired: &str) -> bool {
+    let mut naming = reports
         .iter()
         .map(|(_, r)| r)
-        .filter(|r| Some(r.revision.as_str()) == stable && r.desired.as_deref() == Some(desired))
+        .filter(|r| r.desired.as_deref().unwrap_or(&r.revision) == desired)
         .peekable();
-    asking.peek().is_some() && asking.all(|r| r.reduces_risk)
+    naming.peek().is_some() && naming.all(|r| r.reduces_risk)
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 //! [`FleetSettings`]: every error names the key and what is expected (the
 //! config module adds file and line).
 
+use super::cohort::{Step, default_steps};
 use super::ledger::ClassRule;
+use super::verdict::Rules;
 use super::window::{WindowSpec, Windows};
 use crate::units as values;
 use serde::Deserialize;
@@ -33,6 +35,28 @@ pub struct RawFleet {
     pub medik8s: bool,
     #[serde(default)]
     pub classes: BTreeMap<Spanned<String>, RawClass>,
+    /// Staged rollouts of new revisions, judged by the leader.
+    pub rollout: Option<Spanned<RawRollout>>,
+}
+
+/// `[host.fleet.rollout]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawRollout {
+    /// `"1"` (nodes) or `"2%"` (a share), widening.
+    pub steps: Option<Spanned<Vec<String>>>,
+    #[serde(default = "default_bake", with = "values::duration")]
+    pub bake: Duration,
+    #[serde(default = "default_min_runs")]
+    pub min_runs: u64,
+    #[serde(default = "default_patience", with = "values::duration")]
+    pub patience: Duration,
+    pub margin: Option<Spanned<f64>>,
+    #[serde(default = "default_min_failures")]
+    pub min_failures: u64,
+    /// How often the leader reads the reports and judges.
+    #[serde(default = "default_poll", with = "values::duration")]
+    pub poll: Duration,
 }
 
 #[derive(Debug, Deserialize)]
@@ -102,6 +126,21 @@ fn default_publish_every() -> Duration {
 fn default_ready_for() -> Duration {
     Duration::from_secs(120)
 }
+fn default_bake() -> Duration {
+    Rules::default().bake
+}
+fn default_min_runs() -> u64 {
+    Rules::default().min_runs
+}
+fn default_patience() -> Duration {
+    Rules::default().patience
+}
+fn default_min_failures() -> u64 {
+    Rules::default().min_failures
+}
+fn default_poll() -> Duration {
+    Duration::from_secs(10)
+}
 fn default_min() -> u32 {
     1
 }
@@ -125,6 +164,15 @@ pub struct FleetSettings {
     pub kured: Option<(String, String)>,
     pub medik8s: bool,
     pub classes: Vec<Class>,
+    pub rollout: Option<RolloutSettings>,
+}
+
+/// `[host.fleet.rollout]`, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RolloutSettings {
+    pub steps: Vec<Step>,
+    pub rules: Rules,
+    pub poll: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -278,5 +326,72 @@ pub fn validate(raw: &Spanned<RawFleet>, known: &[String]) -> Result<FleetSettin
         kured,
         medik8s: fleet.medik8s,
         classes,
+        rollout: fleet.rollout.as_ref().map(rollout).transpose()?,
+    })
+}
+
+/// Validate `[host.fleet.rollout]`: steps that widen, a margin that is a
+/// fraction, a patience no shorter than the bake.
+fn rollout(raw: &Spanned<RawRollout>) -> Result<RolloutSettings, Invalid> {
+    let whole = Some(raw.span());
+    let rollout = raw.get_ref();
+    let steps = match &rollout.steps {
+        None => default_steps(),
+        Some(spanned) => {
+            let at = Some(spanned.span());
+            let steps = spanned
+                .get_ref()
+                .iter()
+                .map(|s| Step::parse(s))
+                .collect::<Result<Vec<Step>, String>>()
+                .map_err(|e| (at.clone(), e))?;
+            if steps.is_empty() || steps.len() > 20 || !widening(&steps) {
+                return Err((
+                    at,
+                    "expected 1 to 20 steps that widen: numbers of nodes first, then shares, each above the last, as in [\"1\", \"2%\", \"10%\", \"100%\"]".into(),
+                ));
+            }
+            steps
+        }
+    };
+    let margin = match &rollout.margin {
+        None => Rules::default().margin,
+        Some(m) if (0.0..1.0).contains(m.get_ref()) => *m.get_ref(),
+        Some(m) => {
+            return Err((
+                Some(m.span()),
+                format!(
+                    "margin {}: expected a fraction of runs from 0 to below 1, as in 0.05 (the candidates may fail 5 in 100 runs more than the stable nodes)",
+                    m.get_ref()
+                ),
+            ));
+        }
+    };
+    if rollout.bake.is_zero() || rollout.patience < rollout.bake || rollout.poll.is_zero() {
+        return Err((
+            whole,
+            "expected a bake and a poll above zero and a patience no shorter than the bake".into(),
+        ));
+    }
+    Ok(RolloutSettings {
+        steps,
+        rules: Rules {
+            bake: rollout.bake,
+            min_runs: rollout.min_runs,
+            patience: rollout.patience,
+            margin,
+            min_failures: rollout.min_failures.max(1),
+        },
+        poll: rollout.poll,
+    })
+}
+
+/// Numbers of nodes first, then shares, each above the one before.
+fn widening(steps: &[Step]) -> bool {
+    steps.windows(2).all(|pair| match (pair[0], pair[1]) {
+        (Step::Nodes(a), Step::Nodes(b)) => a < b,
+        (Step::Share(a), Step::Share(b)) => a < b,
+        (Step::Nodes(_), Step::Share(_)) => true,
+        (Step::Share(_), Step::Nodes(_)) => false,
     })
 }

@@ -16,6 +16,7 @@ fn settings(share: f64, rate: Option<(u32, Duration)>) -> FleetSettings {
         publish_every: Duration::from_secs(30),
         kured: None,
         medik8s: false,
+        rollout: None,
         classes: vec![Class {
             rule: ClassRule {
                 name: "runtime-restart".into(),

@@ -28,6 +28,8 @@ struct Node {
     /// What its config asks for.
     desired: String,
     process: String,
+    /// A candidate it reverted on its own.
+    reverted: Option<String>,
 }
 
 impl Fleet {
@@ -45,6 +47,7 @@ impl Fleet {
                 counters: Counters::default(),
                 desired: A.into(),
                 process: "00000000000000aa".into(),
+                reverted: None,
             })
             .collect();
         Fleet {
@@ -104,6 +107,7 @@ impl Fleet {
                 counters: node.counters,
                 desired: (node.desired != node.runs).then(|| node.desired.clone()),
                 reduces_risk: false,
+                reverted: node.reverted.clone(),
             };
             state.leases.insert(node.facts.name.clone(), 1);
             state.reports.insert(
@@ -328,4 +332,19 @@ async fn a_write_another_leader_got_in_first_is_a_conflict_and_the_next_poll_dec
     );
     assert_eq!(fleet.minute().await.rollout.unwrap().state, State::Rolling);
     assert_eq!(fleet.rollout().unwrap().state, State::Rolling);
+}
+
+#[tokio::test]
+async fn a_node_that_reverted_the_candidate_on_its_own_aborts_the_rollout() {
+    let mut fleet = Fleet::new(30);
+    fleet.minute().await;
+    fleet.apply(B);
+    fleet.minute().await;
+    assert_eq!(fleet.minute().await.rollout.unwrap().state, State::Rolling);
+    let node = fleet.nodes.iter_mut().find(|n| n.runs == B).unwrap();
+    node.runs = A.into();
+    node.reverted = Some(B.into());
+    let failed = fleet.minute().await.rollout.unwrap();
+    assert_eq!(failed.state, State::Failed);
+    assert!(failed.reason.contains("reverted it on its own"), "{}", failed.reason);
 }
