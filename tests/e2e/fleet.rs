@@ -439,17 +439,7 @@ fn a_hostile_plugin_cannot_write_the_ledger_or_a_node_lease() {
 
 /// The report `node` published on its node Lease, if any.
 fn report_of(api: &KubeApi, node: &str) -> Option<Value> {
-    let (code, lease) = api.call(
-        "GET",
-        &format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/tend-node-{node}"),
-        None,
-    );
-    if code == 404 {
-        return None;
-    }
-    assert_eq!(code, 200, "{lease}");
-    let text = lease["metadata"]["annotations"]["tend.dev/revision"].as_str()?;
-    Some(serde_json::from_str(text).unwrap())
+    api.node_report(NAMESPACE, node)
 }
 
 /// A config as a DaemonSet's ConfigMap has it: the same text on every node

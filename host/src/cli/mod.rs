@@ -13,6 +13,7 @@ mod rollout;
 mod status;
 mod validate;
 
+use crate::fleet::rollout::Command as Order;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -145,6 +146,25 @@ enum RolloutCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Stop widening the rollout: the candidate's nodes keep it, no other
+    /// node takes it, until `resume`.
+    Pause {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Go on with a paused rollout: its step bakes again from now.
+    Resume {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Roll out a failed revision again, from the first step (the last one
+    /// that failed, unless --revision names another).
+    Retry {
+        #[arg(short, long)]
+        config: PathBuf,
+        #[arg(long)]
+        revision: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -194,9 +214,18 @@ pub fn main() -> ExitCode {
             } => once::reconcile(&config, &name, record.as_deref()).await,
             Command::Replay { file, plugin } => replay::run(&file, plugin.as_deref()).await,
             Command::Rbac { config } => rbac::print(&config),
-            Command::Rollout {
-                command: RolloutCommand::Status { config, json },
-            } => rollout::status(&config, json).await,
+            Command::Rollout { command } => match command {
+                RolloutCommand::Status { config, json } => rollout::status(&config, json).await,
+                RolloutCommand::Pause { config } => {
+                    rollout::order(&config, Order::Pause, None).await
+                }
+                RolloutCommand::Resume { config } => {
+                    rollout::order(&config, Order::Resume, None).await
+                }
+                RolloutCommand::Retry { config, revision } => {
+                    rollout::order(&config, Order::Retry, revision).await
+                }
+            },
             Command::New { args } => moved_to_author("new", &args),
             Command::Plugins { command } => match command {
                 PluginsCommand::Inspect { file } => validate::inspect(&file).await,

@@ -66,8 +66,16 @@ pub fn rbac_text(config: &Config, named_as: &str) -> anyhow::Result<String> {
             .iter()
             .map(|(plugin, rules)| PluginRules { plugin, rules })
             .collect();
-        let lease = match (scope, &config.host.leader_election) {
-            (Scope::Cluster, Some(e)) => Some(Named {
+        // The election Lease is the cluster scope's, unless every node's
+        // tend takes part to judge staged rollouts.
+        let rollout = config
+            .host
+            .fleet
+            .as_ref()
+            .is_some_and(|f| f.rollout.is_some());
+        let elects = (scope == Scope::Cluster) != rollout;
+        let lease = match &config.host.leader_election {
+            Some(e) if elects => Some(Named {
                 namespace: &e.namespace,
                 name: &e.name,
             }),

@@ -2,12 +2,18 @@
 //! `[host.fleet]` publishes the revision it runs and what its plugins did
 //! under it on its node Lease ([`crate::fleet::revision`]); this reads them
 //! all from the API server, with the config's kubeconfig, and adds them up
-//! per revision: which revisions run where, and how each fares.
+//! per revision: which revisions run where, and how each fares; then the
+//! staged rollout as the leader last published it.
+//!
+//! `tend rollout pause | resume | retry -c FILE`: an order for the leader,
+//! left on the rollout Lease for the revision it names, and waited for
+//! until the leader has taken it.
 
 use super::report;
 use crate::config::Config;
 use crate::fleet::kube::KubeFleet;
 use crate::fleet::revision::{Tally, tally};
+use crate::fleet::rollout::{Command, Order, Rollout, State};
 use crate::fleet::store::FleetStore;
 use std::path::Path;
 use std::process::ExitCode;
@@ -17,7 +23,8 @@ use std::time::Duration;
 /// forever does not hold the command).
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
-pub async fn status(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
+/// The fleet's store as `config_path` reaches it, and its namespace.
+fn store(config_path: &Path) -> anyhow::Result<(KubeFleet, Config)> {
     let config = Config::load(config_path)?;
     let Some(settings) = &config.host.fleet else {
         anyhow::bail!(
@@ -30,6 +37,35 @@ pub async fn status(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> 
         config.host.node_name.clone(),
         config.host.capabilities.kube.kubeconfig.clone(),
     );
+    Ok((store, config))
+}
+
+/// The rollout as the leader last published it (None: none yet).
+async fn read_rollout(store: &KubeFleet) -> anyhow::Result<Option<(Rollout, Option<String>)>> {
+    let lease = tokio::time::timeout(READ_TIMEOUT, store.rollout())
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "the API server did not answer within {}s",
+                READ_TIMEOUT.as_secs()
+            )
+        })?
+        .map_err(|e| anyhow::anyhow!("cannot read the rollout Lease: {e}"))?;
+    match lease.rollout {
+        None => Ok(None),
+        Some(text) => match Rollout::parse(&text) {
+            Some(rollout) => Ok(Some((rollout, lease.command))),
+            None => anyhow::bail!(
+                "the Lease {} holds no rollout Tend wrote: fix it, or delete it to start over from what the nodes ask for",
+                crate::fleet::rollout::ROLLOUT_LEASE
+            ),
+        },
+    }
+}
+
+pub async fn status(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let (store, config) = store(config_path)?;
+    let settings = config.host.fleet.as_ref().expect("store() checked");
     let read = tokio::time::timeout(READ_TIMEOUT, store.reports()).await;
     let reports = match read {
         Ok(Ok(reports)) => reports,
@@ -44,14 +80,103 @@ pub async fn status(config_path: &Path, json: bool) -> anyhow::Result<ExitCode> 
         ),
     };
     let tally = tally(&reports);
+    let rollout = match settings.rollout {
+        Some(_) => read_rollout(&store).await?.map(|(r, _)| r),
+        None => None,
+    };
     if json {
-        report::json(&serde_json::to_string_pretty(&tally)?);
+        let mut out = serde_json::to_value(&tally)?;
+        out["rollout"] = serde_json::to_value(&rollout)?;
+        report::json(&serde_json::to_string_pretty(&out)?);
     } else {
-        for line in table(&tally) {
+        for line in table(&tally)
+            .into_iter()
+            .chain(rollout.as_ref().map(described))
+        {
             report::line(&line);
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The rollout in a line, for people.
+fn described(rollout: &Rollout) -> String {
+    let state = serde_json::to_value(rollout.state).expect("a state serializes");
+    let state = state.as_str().unwrap_or_default();
+    match rollout.state {
+        State::Done => format!("rollout: {} is stable ({})", rollout.stable, rollout.reason),
+        _ => format!(
+            "rollout: {} over {}, step {}, {state}: {}",
+            rollout.revision,
+            rollout.stable,
+            rollout.step + 1,
+            rollout.reason
+        ),
+    }
+}
+
+/// Leave `command` for the leader, for the revision it concerns, and wait
+/// until the leader has taken it.
+pub async fn order(
+    config_path: &Path,
+    command: Command,
+    revision: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let (store, config) = store(config_path)?;
+    let Some(rollout_settings) = config.host.fleet.as_ref().and_then(|f| f.rollout.clone()) else {
+        anyhow::bail!(
+            "{}: no [host.fleet.rollout]: without staged rollouts there is nothing to pause, resume or retry",
+            config_path.display()
+        );
+    };
+    let Some((rollout, _)) = read_rollout(&store).await? else {
+        anyhow::bail!(
+            "no rollout yet: the leader publishes one once the nodes report what they run"
+        );
+    };
+    let revision = match (command, revision) {
+        (_, Some(revision)) if crate::fleet::revision::is_revision(&revision) => revision,
+        (_, Some(revision)) => anyhow::bail!(
+            "{revision:?} is not a revision: expected \"r-\" and 16 hex digits, as tend rollout status shows them"
+        ),
+        (Command::Retry, None) if rollout.state != State::Failed => match rollout.failed.last() {
+            Some(last) => last.clone(),
+            None => anyhow::bail!("no revision has failed: nothing to retry"),
+        },
+        (Command::Pause | Command::Resume, None) if rollout.state == State::Done => {
+            anyhow::bail!("nothing is rolling out: {} is stable", rollout.stable)
+        }
+        (_, None) => rollout.revision.clone(),
+    };
+    let text = serde_json::to_string(&Order {
+        command,
+        revision: revision.clone(),
+    })?;
+    tokio::time::timeout(READ_TIMEOUT, store.order(&text))
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "the API server did not answer within {}s",
+                READ_TIMEOUT.as_secs()
+            )
+        })?
+        .map_err(|e| anyhow::anyhow!("cannot leave the order on the rollout Lease: {e}"))?;
+    // The leader takes it at its next poll: wait for three of them.
+    let deadline = tokio::time::Instant::now() + (rollout_settings.poll * 3).min(READ_TIMEOUT);
+    loop {
+        tokio::time::sleep(rollout_settings.poll.min(Duration::from_secs(1))).await;
+        let taken = read_rollout(&store).await?;
+        if let Some((rollout, None)) = taken {
+            report::line(&described(&rollout));
+            return Ok(ExitCode::SUCCESS);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            report::line(&format!(
+                "the order ({command:?} {revision}) waits on the rollout Lease: no leader took it within three polls (is a tend leading? tend status shows it)"
+            ));
+            return Ok(ExitCode::from(2));
+        }
+    }
 }
 
 /// The tally for people: one row per revision, then the Leases that said

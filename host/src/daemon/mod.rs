@@ -10,8 +10,11 @@ mod leader;
 mod listen;
 mod metrics;
 mod plan;
+mod rollout;
 mod runner;
 mod sd_notify;
+mod staged;
+mod staging;
 mod status;
 pub mod table;
 
@@ -84,20 +87,26 @@ enum Event {
     Loaded(Load),
     /// The Cranelift build of a file first loaded with Winch is ready.
     Optimized(PathBuf, Result<Arc<CompiledPlugin>, LoadError>),
+    /// What the operator's files ask for, taken in (staged rollouts).
+    Staged(Box<Result<staging::Held, String>>),
 }
 
 /// A finished load: the config's `file` (for a plugin from a registry, its
-/// `oci://` reference), what the pull brought, and the compiled component.
+/// `oci://` reference), the file compiled (pulled, or kept by staging), the
+/// reference a tag was pinned to, and the compiled component.
 struct Load {
     file: PathBuf,
-    pulled: Option<oci::Pulled>,
+    path: PathBuf,
+    pinned: Option<String>,
+    /// Whether a pull reached the registry (None: nothing was pulled).
+    from_registry: Option<bool>,
     result: Result<Arc<CompiledPlugin>, LoadError>,
 }
 
 pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config_path = std::path::absolute(config_path)?;
     let config_seen = config_identity(&config_path);
-    let config = Config::load(&config_path)?;
+    let mut config = Config::load(&config_path)?;
     // Compiled components are native code Tend runs: their directory is Tend's alone.
     crate::atomic::create_private_dir(&config.host.cache_dir)?;
     crate::atomic::check_own_dir(
@@ -106,6 +115,14 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         "another user could replace the compiled components there, native code tend runs",
     )?;
     let runtime = Arc::new(Runtime::new(Some(&config.host.cache_dir))?);
+    let staging = match staged::wanted(&config) {
+        true => {
+            let (staging, adopted) = staged::open(&config_path, &config, &runtime).await?;
+            config = adopted;
+            Some(staging)
+        }
+        false => None,
+    };
     let (leading, leadership) = tokio::sync::watch::channel(leader::Leadership::default());
     let shared = Arc::new(Shared {
         services: Services::real(
@@ -169,7 +186,8 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         leading,
         shared.services.budgets.clone(),
     )));
-    let mut fleet = fleet::Member::default();
+    let (seen_tx, seen) = tokio::sync::watch::channel(rollout::Sighting::default());
+    let mut fleet = fleet::Member::new(shared.leadership.clone(), seen_tx);
     fleet.update(&config.host, &shared.services.budgets, &shared.running);
     let mut supervisor = Supervisor {
         fleet,
@@ -182,6 +200,10 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         dir_watch: None,
         sources: trigger_sources,
         config_seen,
+        staging,
+        seen,
+        intaking: false,
+        intake_again: false,
     };
     supervisor.start();
     let _watchdog = sd_notify::spawn_watchdog();
@@ -206,6 +228,14 @@ struct Supervisor {
     sources: Vec<Box<dyn TriggerSource>>,
     /// What the config path led to when it was last read (see [`config_identity`]).
     config_seen: Option<ConfigIdentity>,
+    /// The revisions this node holds, under staged rollouts (None: changes
+    /// apply as they come).
+    staging: Option<staging::Staging>,
+    /// The rollout as the fleet member last read it.
+    seen: tokio::sync::watch::Receiver<rollout::Sighting>,
+    /// An intake runs, and the files changed again meanwhile.
+    intaking: bool,
+    intake_again: bool,
 }
 
 /// The file the config path resolves to, through any symlinks, and its
@@ -238,6 +268,8 @@ impl Supervisor {
             self.load(file);
         }
         self.rewatch();
+        // The files may have moved on while tend was down.
+        self.take_in();
     }
 
     async fn serve(&mut self, mut inbox: mpsc::UnboundedReceiver<Event>) -> anyhow::Result<()> {
@@ -245,6 +277,8 @@ impl Supervisor {
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
         let mut notified_ready = false;
+        // How often a staged node looks at its candidate's traps.
+        let mut look = tokio::time::interval(staged::LOOK_EVERY);
         loop {
             let revision = self.shared.table.read().unwrap().revision(&self.config);
             self.shared.running.set(revision);
@@ -258,7 +292,10 @@ impl Supervisor {
                     Event::Changed(paths) => self.changed(paths),
                     Event::Loaded(load) => self.loaded(load),
                     Event::Optimized(path, result) => self.optimized(path, result),
+                    Event::Staged(result) => self.staged(*result),
                 },
+                Ok(()) = self.seen.changed(), if self.staging.is_some() => self.follow(),
+                _ = look.tick(), if self.staging.is_some() => self.follow(),
                 _ = hup.recv() => self.reload_config("SIGHUP"),
                 _ = term.recv() => break,
                 _ = int.recv() => break,
@@ -311,6 +348,9 @@ impl Supervisor {
     }
 
     fn changed(&mut self, paths: BTreeSet<PathBuf>) {
+        if self.staging.is_some() {
+            return self.changed_staged(&paths);
+        }
         let config = &self.shared.config_path;
         // The config file itself, or something beside it (a `..data` link swap)
         // that changed what the config path leads to.
@@ -339,6 +379,8 @@ impl Supervisor {
         tracing::info!(file = %file.display(), "loading component");
         let runtime = self.shared.runtime.clone();
         let events = self.events.clone();
+        // Under staged rollouts, what the adopted revision keeps, and nothing else.
+        let kept = self.staging.as_ref().map(|s| s.component(&file));
         let source = self
             .config
             .enabled_plugins()
@@ -347,37 +389,59 @@ impl Supervisor {
         let settings = self.config.host.oci.clone();
         let cache_dir = self.config.host.cache_dir.clone();
         tokio::spawn(async move {
-            let pulled = match source {
-                None => None,
-                Some(source) => match oci::fetch(&source, &settings, &cache_dir).await {
-                    Ok(pulled) => Some(pulled),
-                    Err(e) => {
-                        let result = Err(LoadError::Fetch(e));
-                        let _ = events.send(Event::Loaded(Load {
-                            file,
-                            pulled: None,
-                            result,
-                        }));
-                        return;
-                    }
-                },
-            };
-            let path = pulled
-                .as_ref()
-                .map_or_else(|| file.clone(), |p| p.path.clone());
-            let result =
+            let compile = |path: PathBuf| async move {
                 tokio::task::spawn_blocking(move || runtime.load_quick(&path).map(Arc::new))
                     .await
-                    .expect("component load task panicked");
-            let result = match &pulled {
-                None => result,
-                Some(pulled) => pulled.checked(result),
+                    .expect("component load task panicked")
             };
-            let _ = events.send(Event::Loaded(Load {
-                file,
-                pulled,
-                result,
-            }));
+            let load = match (kept, source) {
+                (Some(None), _) => Load {
+                    path: file.clone(),
+                    pinned: None,
+                    from_registry: None,
+                    result: Err(LoadError::Fetch(
+                        "the adopted revision keeps no component for it".into(),
+                    )),
+                    file,
+                },
+                (Some(Some(kept)), _) => {
+                    let result = compile(kept.path.clone()).await;
+                    Load {
+                        result: kept.checked(result),
+                        path: kept.path,
+                        pinned: kept.pinned,
+                        from_registry: None,
+                        file,
+                    }
+                }
+                (None, None) => Load {
+                    result: compile(file.clone()).await,
+                    path: file.clone(),
+                    pinned: None,
+                    from_registry: None,
+                    file,
+                },
+                (None, Some(source)) => match oci::fetch(&source, &settings, &cache_dir).await {
+                    Ok(pulled) => {
+                        let result = compile(pulled.path.clone()).await;
+                        Load {
+                            result: pulled.checked(result),
+                            path: pulled.path,
+                            pinned: Some(pulled.pinned.to_string()),
+                            from_registry: Some(pulled.from_registry),
+                            file,
+                        }
+                    }
+                    Err(e) => Load {
+                        path: file.clone(),
+                        pinned: None,
+                        from_registry: None,
+                        result: Err(LoadError::Fetch(e)),
+                        file,
+                    },
+                },
+            };
+            let _ = events.send(Event::Loaded(load));
         });
     }
 
@@ -434,7 +498,9 @@ impl Supervisor {
         &mut self,
         Load {
             file,
-            pulled,
+            path,
+            pinned,
+            from_registry,
             result,
         }: Load,
     ) {
@@ -461,18 +527,16 @@ impl Supervisor {
                         .with_label_values(&[plugin.cache.label()])
                         .inc();
                 }
-                let pinned = pulled.as_ref().map(|p| p.pinned.to_string());
                 for name in names {
                     self.swap_in(&name, plugin.clone());
                     if let Some(entry) = self.shared.table.write().unwrap().plugins.get_mut(&name) {
                         entry.pinned = pinned.clone();
                     }
                 }
-                if let Some(pulled) = &pulled {
-                    tracing::info!(file = %file.display(), pinned = %pulled.pinned, from_registry = pulled.from_registry, "component from a registry ready");
+                if let (Some(pinned), Some(from_registry)) = (&pinned, from_registry) {
+                    tracing::info!(file = %file.display(), %pinned, from_registry, "component from a registry ready");
                 }
                 if plugin.compiler == Compiler::Winch {
-                    let path = pulled.map_or_else(|| file.clone(), |p| p.path);
                     self.optimize(file, path);
                 }
                 self.evict_cache();
@@ -559,12 +623,15 @@ impl Supervisor {
         }
     }
 
+    /// Evict compiled builds no plugin runs, nor a held revision names.
     fn evict_cache(&self) {
         let table = self.shared.table.read().unwrap();
+        let held = self.staging.iter().flat_map(|s| s.digests_held());
         let in_use: HashSet<String> = table
             .plugins
             .values()
             .filter_map(|e| e.compiled.as_ref().map(|c| c.digest.clone()))
+            .chain(held)
             .collect();
         drop(table);
         self.shared
@@ -586,12 +653,21 @@ impl Supervisor {
     /// Validate the config file; apply it as a diff, or keep the last good one.
     fn reload_config(&mut self, why: &str) {
         self.config_seen = config_identity(&self.shared.config_path);
+        if self.staging.is_some() {
+            return self.take_in();
+        }
+        match Config::load(&self.shared.config_path) {
+            Ok(new) => self.apply_config(new, why, BTreeSet::new()),
+            Err(e) => self.reject_config(format!("{e} ({why})")),
+        }
+    }
+
+    /// Apply `new` as a diff against the running config, or keep the
+    /// running one; `components_changed`: plugin files whose component
+    /// changed without their name changing (staged: loaded again).
+    fn apply_config(&mut self, new: Config, why: &str, components_changed: BTreeSet<PathBuf>) {
         let shared = self.shared.clone();
         let metrics = &shared.metrics;
-        let new = match Config::load(&self.shared.config_path) {
-            Ok(new) => new,
-            Err(e) => return self.reject_config(format!("{e} ({why})")),
-        };
         let changes = diff(&self.config, &new);
         if !changes.needs_restart.is_empty() {
             return self.reject_config(format!(
@@ -658,6 +734,7 @@ impl Supervisor {
             .iter()
             .chain(&changes.file_changed)
             .map(|name| self.config.plugins[name].file.clone())
+            .chain(components_changed)
             .collect();
         for file in reload_files {
             self.load(file);

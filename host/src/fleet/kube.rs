@@ -315,6 +315,21 @@ impl FleetStore for KubeFleet {
         .await
     }
 
+    async fn order(&self, order: &str) -> Result<(), CapError> {
+        let patch =
+            serde_json::json!({ "metadata": { "annotations": { COMMAND_ANNOTATION: order } } });
+        self.leases()
+            .await?
+            .patch(
+                ROLLOUT_LEASE,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map(drop)
+            .map_err(|e| map_error("patch lease", e))
+    }
+
     async fn nodes(&self) -> Result<Vec<NodeFacts>, CapError> {
         let api: Api<Node> = Api::all(self.client().await?);
         let mut nodes = Vec::new();

@@ -66,6 +66,12 @@ impl RolloutLeader {
         }
     }
 
+    /// Forget the window of the step being judged: a leader that leads
+    /// again after a gap judges the step from then.
+    pub fn forget(&mut self) {
+        self.window = None;
+    }
+
     /// One poll at `now`: read, decide, write if anything changed.
     pub async fn poll(&mut self, store: &dyn FleetStore, now: Instant) -> Result<Polled, CapError> {
         let lease = store.rollout().await?;
@@ -211,7 +217,7 @@ fn baseline(quiet: &Quiet, stable: &str, samples: &Samples) -> Option<f64> {
 }
 
 /// A Node as a rollout places it (none without a UID).
-fn member(node: &NodeFacts) -> Option<Member> {
+pub fn member(node: &NodeFacts) -> Option<Member> {
     (!node.uid.is_empty()).then(|| Member {
         uid: node.uid.clone(),
         group: format!("{}/{}", node.zone, node.pool),

@@ -44,6 +44,9 @@ pub trait FleetStore: Send + Sync + 'static {
     /// it when None), the operator's command consumed; `conflict` when
     /// someone wrote it since.
     async fn write_rollout(&self, rollout: &str, version: Option<&str>) -> Result<(), CapError>;
+    /// Leave an operator's order on the rollout Lease for the leader
+    /// (`not found` when there is no rollout yet).
+    async fn order(&self, order: &str) -> Result<(), CapError>;
     /// Every Node, as the rules see them.
     async fn nodes(&self) -> Result<Vec<NodeFacts>, CapError>;
     /// One Node (this host's), fresh.
@@ -157,6 +160,20 @@ impl FleetStore for FakeStore {
             }
             s.version += 1;
             s.rollout = Some((rollout.to_string(), None, s.version));
+            Ok(())
+        })
+    }
+
+    async fn order(&self, order: &str) -> Result<(), CapError> {
+        self.with(|s| {
+            let version = s.version + 1;
+            let (_, command, v) = s
+                .rollout
+                .as_mut()
+                .ok_or_else(|| CapError::NotFound("lease tend-rollout".into()))?;
+            *command = Some(order.to_string());
+            *v = version;
+            s.version = version;
             Ok(())
         })
     }

@@ -476,6 +476,20 @@ impl KubeApi {
         std::fs::read_to_string(self.dir.path().join("kube-apiserver.log")).unwrap_or_default()
     }
 
+    /// The report tend's node Lease of `node` in `namespace` carries (its
+    /// `tend.dev/revision` annotation), if the Lease and the report exist.
+    pub fn node_report(&self, namespace: &str, node: &str) -> Option<serde_json::Value> {
+        let path =
+            format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/tend-node-{node}");
+        let (code, lease) = self.call("GET", &path, None);
+        if code == 404 {
+            return None;
+        }
+        assert_eq!(code, 200, "{lease}");
+        let text = lease["metadata"]["annotations"]["tend.dev/revision"].as_str()?;
+        Some(serde_json::from_str(text).unwrap())
+    }
+
     /// A Lease in `namespace` that looks like tend's node Lease of `node`,
     /// written by someone else (the cluster's admin), with `report` in its
     /// `tend.dev/revision` annotation; renewed for the next century when

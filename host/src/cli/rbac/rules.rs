@@ -221,9 +221,10 @@ pub(super) fn rules(input: &Input) -> Result<Rules, RbacError> {
         );
     }
     if let Some(lease) = input.lease {
-        if input.scope == Scope::Node {
+        let judges_rollouts = input.fleet.is_some_and(|f| f.rollout.is_some());
+        if input.scope == Scope::Node && !judges_rollouts {
             return Err(RbacError(
-                "a leader-election Lease is for cluster scope: node scope runs on every node"
+                "a leader-election Lease is for cluster scope: node scope runs on every node (but with [host.fleet.rollout], where every node's tend takes part in the election)"
                     .into(),
             ));
         }

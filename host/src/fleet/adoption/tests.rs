@@ -166,8 +166,8 @@ fn only_disabling_or_removing_plugins_reduces_risk() {
     ));
     assert!(!reduces_risk((&two, &components), (&tuned, &components)));
     // The host changed.
-    let dry = parse(&format!(
-        "[host]\nplugins-dir = \"p\"\nstate-dir = \"s\"\ndry-run = true\n[plugins.a]\nfile = \"a.wasm\"\n"
-    ));
+    let dry = parse(
+        "[host]\nplugins-dir = \"p\"\nstate-dir = \"s\"\ndry-run = true\n[plugins.a]\nfile = \"a.wasm\"\n",
+    );
     assert!(!reduces_risk((&two, &components), (&dry, &components)));
 }

@@ -86,6 +86,14 @@ impl Fleet {
     }
 
     async fn tick(&mut self) -> Result<Polled, CapError> {
+        self.publish();
+        self.minute += 1;
+        let now = self.start + POLL * self.minute;
+        self.leader.poll(&self.store, now).await
+    }
+
+    /// Each node follows the rollout and publishes its report.
+    fn publish(&mut self) {
         let rollout = self.rollout();
         let mut state = self.store.state.lock().unwrap();
         state.nodes = self.nodes.iter().map(|n| n.facts.clone()).collect();
@@ -115,10 +123,6 @@ impl Fleet {
                 serde_json::to_string(&report).unwrap(),
             );
         }
-        drop(state);
-        self.minute += 1;
-        let now = self.start + POLL * self.minute;
-        self.leader.poll(&self.store, now).await
     }
 
     /// Minutes pass until the rollout is in `state`, at most `limit` of them.
@@ -346,5 +350,9 @@ async fn a_node_that_reverted_the_candidate_on_its_own_aborts_the_rollout() {
     node.reverted = Some(B.into());
     let failed = fleet.minute().await.rollout.unwrap();
     assert_eq!(failed.state, State::Failed);
-    assert!(failed.reason.contains("reverted it on its own"), "{}", failed.reason);
+    assert!(
+        failed.reason.contains("reverted it on its own"),
+        "{}",
+        failed.reason
+    );
 }

@@ -1,0 +1,274 @@
+//! Staged rollouts end to end: six real `tend` daemons on one machine, each
+//! a node of the project's Kubernetes API fake (tests/peers/kube-apiserver.py,
+//! held to kubectl in tests/e2e/kube_fake.rs) with the RBAC `tend rbac`
+//! renders and a ServiceAccount token, sharing one config text as a
+//! DaemonSet's ConfigMap does (the node's name from `NODE_NAME`). Each runs
+//! the real `chaos` plugin; a change of its settings is a new revision. One
+//! of them leads (the election Lease) and judges; every node reads the
+//! rollout Lease and publishes its report on its node Lease, which the test
+//! reads on the API server. Every wait is on a condition with a deadline.
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use tend_e2e::{Daemon, KubeApi, Sandbox, wait_until};
+
+const NAMESPACE: &str = "tend-system";
+const NODES: usize = 6;
+
+/// The config every node shares, chaos answering as `chaos` says.
+fn config(kubeconfig: &std::path::Path, chaos: &str) -> String {
+    format!(
+        "[host]\nplugins-dir = \"plugins\"\nstate-dir = \"state\"\ncache-dir = \"{cache}\"\n[host.kube]\nkubeconfig = \"{kubeconfig}\"\n[host.leader-election]\nnamespace = \"{NAMESPACE}\"\nname = \"tend-leader\"\nlease-duration = \"3s\"\nrenew-deadline = \"2s\"\nretry-period = \"500ms\"\n[host.fleet]\nnamespace = \"{NAMESPACE}\"\nliveness = \"4s\"\nrenew-every = \"1s\"\npublish-every = \"1s\"\n[host.fleet.rollout]\nsteps = [\"1\", \"50%\", \"100%\"]\nbake = \"3s\"\npatience = \"1m\"\nmin-runs = 3\npoll = \"500ms\"\n[plugins.worker]\nfile = \"plugins/chaos.wasm\"\ninterval = \"200ms\"\n[plugins.worker.config]\n{chaos}\n",
+        cache = tend_e2e::workspace_root()
+            .join("target/e2e-cache")
+            .display(),
+        kubeconfig = kubeconfig.display(),
+    )
+}
+
+struct Fleet {
+    api: KubeApi,
+    sandboxes: Vec<Sandbox>,
+    daemons: Vec<Option<Daemon>>,
+}
+
+impl Fleet {
+    /// Six nodes n0..n5, every one running `chaos`, started.
+    fn start(chaos: &str) -> Fleet {
+        let api = KubeApi::start();
+        for i in 0..NODES {
+            api.seed_node(&format!("n{i}"));
+        }
+        let sandboxes: Vec<Sandbox> = (0..NODES).map(|_| Sandbox::new()).collect();
+        let mut fleet = Fleet {
+            api,
+            sandboxes,
+            daemons: vec![],
+        };
+        for sandbox in &fleet.sandboxes {
+            sandbox.add_plugin("chaos", "chaos");
+        }
+        fleet.apply(chaos);
+        fleet.api.grant_rbac(&fleet.sandboxes[0]);
+        fleet.daemons = (0..NODES).map(|i| Some(fleet.daemon(i))).collect();
+        fleet
+    }
+
+    fn daemon(&self, i: usize) -> Daemon {
+        self.sandboxes[i].daemon_with_env(&[("NODE_NAME", &format!("n{i}"))])
+    }
+
+    /// A new ConfigMap: every node's config file replaced, as kubelet does.
+    fn apply(&self, chaos: &str) {
+        let kubeconfig = self.sandboxes[0].path("kubeconfig");
+        for sandbox in &self.sandboxes {
+            let tmp = sandbox.path(".tend.toml.new");
+            std::fs::write(&tmp, config(&kubeconfig, chaos)).unwrap();
+            std::fs::rename(&tmp, sandbox.path("tend.toml")).unwrap();
+        }
+    }
+
+    /// What each node runs, by its report.
+    fn running(&self) -> BTreeMap<String, Value> {
+        (0..NODES)
+            .filter_map(|i| {
+                let node = format!("n{i}");
+                Some((node.clone(), self.api.node_report(NAMESPACE, &node)?))
+            })
+            .collect()
+    }
+
+    fn on(&self, revision: &str) -> BTreeSet<String> {
+        self.running()
+            .into_iter()
+            .filter(|(_, r)| r["revision"] == revision)
+            .map(|(n, _)| n)
+            .collect()
+    }
+
+    /// The rollout as the leader published it.
+    fn rollout(&self) -> Option<Value> {
+        let path =
+            format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/tend-rollout");
+        let (code, lease) = self.api.call("GET", &path, None);
+        if code == 404 {
+            return None;
+        }
+        assert_eq!(code, 200, "{lease}");
+        let text = lease["metadata"]["annotations"]["tend.dev/rollout"].as_str()?;
+        Some(serde_json::from_str(text).unwrap())
+    }
+
+    fn state(&self) -> (String, String) {
+        let rollout = self.rollout().unwrap_or_default();
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        (text(&rollout["revision"]), text(&rollout["state"]))
+    }
+
+    /// Waits until every node asks for a new revision (other than `old`),
+    /// which it names.
+    fn desired_other_than(&self, old: &str) -> String {
+        let mut desired = String::new();
+        wait_until(
+            Duration::from_secs(60),
+            "every node asks for the new revision",
+            || {
+                let asked: BTreeSet<String> = self
+                    .running()
+                    .values()
+                    .map(|r| {
+                        r["desired"]
+                            .as_str()
+                            .or(r["revision"].as_str())
+                            .unwrap_or("")
+                            .to_string()
+                    })
+                    .collect();
+                match asked.into_iter().collect::<Vec<_>>().as_slice() {
+                    [one] if one != old && !one.is_empty() => {
+                        desired = one.clone();
+                        true
+                    }
+                    _ => false,
+                }
+            },
+        );
+        desired
+    }
+
+    /// Stop every tend, start them again, and wait until every node
+    /// reports from its new process.
+    fn restart_all(&mut self) {
+        let before: BTreeSet<String> = self
+            .running()
+            .values()
+            .map(|r| r["process"].to_string())
+            .collect();
+        self.daemons.clear();
+        self.daemons = (0..NODES).map(|i| Some(self.daemon(i))).collect();
+        wait_until(
+            Duration::from_secs(60),
+            "every restarted node reports",
+            || {
+                let running = self.running();
+                running.len() == NODES
+                    && running
+                        .values()
+                        .all(|r| !before.contains(&r["process"].to_string()))
+            },
+        );
+    }
+
+    /// Waits until every node has reported more runs than now.
+    fn next_reports(&self) {
+        let runs = |r: &Value| r["counters"]["runs"].as_u64().unwrap_or(0);
+        let now: BTreeMap<String, u64> = self
+            .running()
+            .iter()
+            .map(|(n, r)| (n.clone(), runs(r)))
+            .collect();
+        wait_until(Duration::from_secs(10), "every node's next report", || {
+            self.running().iter().all(|(n, r)| runs(r) > now[n])
+        });
+    }
+}
+
+/// The first revision: every node runs it, the leader adopts it as stable.
+fn stable_start(fleet: &Fleet) -> String {
+    let mut stable = String::new();
+    wait_until(
+        Duration::from_secs(60),
+        "the first revision is stable on every node",
+        || {
+            let (revision, state) = fleet.state();
+            stable = revision;
+            state == "done" && fleet.on(&stable).len() == NODES
+        },
+    );
+    stable
+}
+
+/// A revision whose plugin panics on every run reaches one node only, is
+/// rolled back within its first bake (the node gives it up on its own after
+/// three traps, and the leader fails it), and stays failed: the same
+/// ConfigMap applied again, and every tend restarted with it on disk, runs
+/// the stable revision still, from what each node saved. A good revision
+/// afterwards widens step by step to every node, and a node that took it
+/// never goes back; restarted, every node runs it.
+#[test]
+fn a_trapping_revision_stops_at_one_node_and_a_good_one_reaches_every_node() {
+    let mut fleet = Fleet::start("mode = \"outcome\"\ntext = \"fine\"");
+    let a = stable_start(&fleet);
+
+    fleet.apply("mode = \"panic\"");
+    let b = fleet.desired_other_than(&a);
+    let mut most_on_b = 0;
+    wait_until(
+        Duration::from_secs(30),
+        "the trapping revision fails",
+        || {
+            most_on_b = most_on_b.max(fleet.on(&b).len());
+            fleet.state() == (b.clone(), "failed".into())
+        },
+    );
+    let failed = fleet.rollout().unwrap();
+    assert_eq!(most_on_b, 1, "on one node at most: {failed}");
+    assert_eq!(failed["failed"], serde_json::json!([b]), "{failed}");
+    let reason = failed["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("reverted it on its own")
+            || reason.contains("fails more than the stable nodes"),
+        "{reason}"
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "every node on the stable revision",
+        || fleet.on(&a).len() == NODES,
+    );
+
+    // Applied again, and every tend restarted: still failed, still stable.
+    fleet.apply("mode = \"panic\"");
+    fleet.restart_all();
+    for _ in 0..3 {
+        fleet.next_reports();
+        let running = fleet.running();
+        assert!(
+            running
+                .values()
+                .all(|r| r["revision"] == a.as_str() && r["desired"] == b.as_str()),
+            "{running:?}"
+        );
+        assert_eq!(fleet.state(), (b.clone(), "failed".into()));
+    }
+
+    fleet.apply("mode = \"outcome\"\ntext = \"better\"");
+    let c = fleet.desired_other_than(&b);
+    assert_ne!(c, a);
+    let mut took: BTreeSet<String> = BTreeSet::new();
+    let mut steps = BTreeSet::new();
+    wait_until(
+        Duration::from_secs(90),
+        "the good revision is stable",
+        || {
+            let on_c = fleet.on(&c);
+            assert!(
+                took.is_subset(&on_c),
+                "a node went back: {took:?} then {on_c:?}"
+            );
+            took = on_c;
+            let rollout = fleet.rollout().unwrap();
+            steps.insert(rollout["step"].as_u64().unwrap());
+            rollout["state"] == "done" && rollout["stable"] == c.as_str()
+        },
+    );
+    assert!(steps.len() >= 2, "step by step: {steps:?}");
+    wait_until(
+        Duration::from_secs(10),
+        "every node on the good revision",
+        || fleet.on(&c).len() == NODES,
+    );
+    fleet.restart_all();
+    fleet.next_reports();
+    assert_eq!(fleet.on(&c).len(), NODES, "{:?}", fleet.running());
+}
