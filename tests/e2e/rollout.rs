@@ -272,3 +272,48 @@ fn a_trapping_revision_stops_at_one_node_and_a_good_one_reaches_every_node() {
     fleet.next_reports();
     assert_eq!(fleet.on(&c).len(), NODES, "{:?}", fleet.running());
 }
+
+/// The leader cut off from the API server (its requests hang, as in a
+/// partition) widens nothing: it cannot write, and another tend leads only
+/// after the Lease lapses and then bakes the step again from its own start.
+/// Once the partition ends, the rollout goes on to every node.
+#[test]
+fn a_blackholed_leader_widens_nothing_and_the_rollout_resumes_afterwards() {
+    let fleet = Fleet::start("mode = \"outcome\"\ntext = \"fine\"");
+    let a = stable_start(&fleet);
+    fleet.apply("mode = \"outcome\"\ntext = \"better\"");
+    let c = fleet.desired_other_than(&a);
+    wait_until(Duration::from_secs(30), "the first step begins", || {
+        fleet.state() == (c.clone(), "rolling".into())
+    });
+    let path = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/tend-leader");
+    let holder = fleet.api.call("GET", &path, None).1["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let node = holder.split('/').next().unwrap().to_string();
+    // Every client of that tend: its fleet's and its election's.
+    fleet.api.blackhole(8.0, Some(&format!("({node}")));
+    let cut_off = std::time::Instant::now();
+    // A bake is 3 s and the election Lease lapses after 3 s: no step may
+    // widen in the first 5 s, whoever leads.
+    while cut_off.elapsed() < Duration::from_secs(5) {
+        let rollout = fleet.rollout().unwrap();
+        assert_eq!(
+            rollout["step"], 0,
+            "widened while the leader was cut off: {rollout}"
+        );
+        assert_eq!(rollout["state"], "rolling", "{rollout}");
+        std::thread::yield_now();
+    }
+    wait_until(
+        Duration::from_secs(90),
+        "the rollout goes on to every node",
+        || {
+            let rollout = fleet.rollout().unwrap();
+            rollout["state"] == "done"
+                && rollout["stable"] == c.as_str()
+                && fleet.on(&c).len() == NODES
+        },
+    );
+}

@@ -386,6 +386,45 @@ mod tests {
     }
 
     #[test]
+    fn with_staged_rollouts_every_node_takes_part_in_the_election_and_watches_the_rollout() {
+        let text = "[host]\nplugins-dir = \"p\"\nstate-dir = \"s\"\n[host.leader-election]\nnamespace = \"tend-system\"\nname = \"tend-leader\"\n[host.fleet]\nnamespace = \"tend-system\"\n";
+        let config = |rollout: &str| {
+            Config::parse(
+                Path::new("/etc/tend/tend.toml"),
+                &format!("{text}{rollout}"),
+            )
+            .unwrap()
+        };
+        let staged = rbac_text(&config("[host.fleet.rollout]\n"), "tend.toml").unwrap();
+        assert!(
+            !staged.contains("tend-cluster"),
+            "one ServiceAccount:\n{staged}"
+        );
+        assert!(
+            comments(&staged)
+                .contains("tend: leader election on the Lease tend-system/tend-leader"),
+            "{staged}"
+        );
+        assert!(
+            lists(&staged, "verbs")
+                .iter()
+                .any(|v| v.contains(&"watch".to_string())),
+            "{staged}"
+        );
+        // Without rollouts the election is the cluster scope's, and no node watches.
+        let plain = rbac_text(&config(""), "tend.toml").unwrap();
+        assert!(plain.contains("tend-cluster"), "{plain}");
+        let node_part = plain.split("tend-cluster").next().unwrap();
+        assert!(!node_part.contains("tend-leader"), "{plain}");
+        assert!(
+            !lists(&plain, "verbs")
+                .iter()
+                .any(|v| v.contains(&"watch".to_string())),
+            "{plain}"
+        );
+    }
+
+    #[test]
     fn a_cluster_scope_gets_roles_bindings_events_and_its_lease() {
         let labeler =
             rules(r#"[{"resource": "nodes", "verbs": ["get", "patch"], "names": ["$NODE"]}]"#);

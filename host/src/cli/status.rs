@@ -105,6 +105,14 @@ fn print_revision(revision: &Value) {
             text(&counters["timeouts"])
         ),
     }
+    if let Some(desired) = revision["desired"].as_str() {
+        say!("  the config asks for {desired}: held, it runs when the rollout reaches this node");
+    }
+    if let Some(reverted) = revision["reverted"].as_str() {
+        say!(
+            "  gave {reverted} up on its own after it kept trapping or timing out: the leader fails it"
+        );
+    }
 }
 
 /// `[host.fleet]`: each class, whether this node holds its ticket, and why not.

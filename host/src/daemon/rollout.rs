@@ -1,9 +1,9 @@
 //! The daemon's rollout task (`[host.fleet.rollout]`): every `poll`, while
-//! this host leads, the leader's poll ([`RolloutLeader`]); on every host,
-//! a read of the rollout Lease and, until it is known, of this node's place
-//! (its Node's UID, zone and pool), handed to the supervisor as a
-//! [`Sighting`]. A read that fails keeps the last sighting: nothing widens
-//! without the API server, and nothing is taken back either.
+//! this host leads, the leader's poll ([`RolloutLeader`]); on every host, a
+//! watch of the rollout Lease and, until it is known, a read of this node's
+//! place (its Node's UID, zone and pool), handed to the supervisor as a
+//! [`Sighting`]. Without the API server the last sighting stays: nothing
+//! widens, and nothing is taken back either.
 
 use super::leader::Leadership;
 use crate::fleet::cohort::Member;
@@ -12,6 +12,9 @@ use crate::fleet::rollout::Rollout;
 use crate::fleet::rollout_leader::{RolloutLeader, member};
 use crate::fleet::settings::FleetSettings;
 use crate::fleet::store::FleetStore;
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
@@ -59,54 +62,90 @@ async fn follow(
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut led = false;
+    let mut changes: Option<BoxStream<'static, Result<Option<String>, String>>> = None;
+    // Why each part last failed (cleared when it works again).
+    let mut notes: BTreeMap<&str, String> = BTreeMap::new();
+    let mut sighting = Sighting::default();
     loop {
-        tick.tick().await;
-        let mut notes = Vec::new();
-        let leading = leadership.borrow().leading;
-        if leading && !led {
-            // A new term opens new windows: a step bakes again from now.
-            leader.forget();
-        }
-        led = leading;
-        if leading {
-            match tokio::time::timeout(poll.max(CALL_TIMEOUT), leader.poll(&store, Instant::now()))
-                .await
-            {
-                Ok(Ok(polled)) if polled.wrote => {
-                    let rollout = polled.rollout.as_ref();
-                    tracing::info!(
-                        revision = rollout.map_or("", |r| r.revision.as_str()),
-                        state = ?rollout.map(|r| r.state),
-                        reason = rollout.map_or("", |r| r.reason.as_str()),
-                        "rollout: the leader published"
-                    );
+        let change = async {
+            match &mut changes {
+                Some(changes) => changes.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tick.tick() => {
+                let leading = leadership.borrow().leading;
+                if leading && !led {
+                    // A new term opens new windows: a step bakes again from now.
+                    leader.forget();
                 }
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => notes.push(format!("the leader's poll failed: {e}")),
-                Err(_) => notes.push("the leader's poll took longer than a poll".into()),
+                led = leading;
+                if leading {
+                    let polled = tokio::time::timeout(poll.max(CALL_TIMEOUT), leader.poll(&store, Instant::now())).await;
+                    let failed = match polled {
+                        Ok(Ok(polled)) => {
+                            if polled.wrote {
+                                let rollout = polled.rollout.as_ref();
+                                tracing::info!(
+                                    revision = rollout.map_or("", |r| r.revision.as_str()),
+                                    state = ?rollout.map(|r| r.state),
+                                    reason = rollout.map_or("", |r| r.reason.as_str()),
+                                    "rollout: the leader published"
+                                );
+                            }
+                            None
+                        }
+                        Ok(Err(e)) => Some(format!("the leader's poll failed: {e}")),
+                        Err(_) => Some("the leader's poll took longer than a poll".into()),
+                    };
+                    note(&mut notes, "leader", failed);
+                }
+                if sighting.me.is_none() {
+                    let read = bounded(store.node(&node)).await;
+                    sighting.me = read.as_ref().ok().and_then(member);
+                    note(&mut notes, "node", read.err().map(|e| format!("cannot read this node: {e}")));
+                }
+                if changes.is_none() {
+                    match store.rollout_changes().await {
+                        Ok(stream) => changes = Some(stream.boxed()),
+                        Err(e) => note(&mut notes, "watch", Some(format!("cannot watch the rollout: {e}"))),
+                    }
+                }
             }
+            Some(change) = change => match change {
+                Ok(text) => {
+                    sighting.rollout = text.as_deref().and_then(Rollout::parse);
+                    note(&mut notes, "watch", None);
+                }
+                Err(e) => note(&mut notes, "watch", Some(format!("the rollout's watch failed: {e}"))),
+            },
         }
-        let mut sighting = seen.borrow().clone();
-        if sighting.me.is_none() {
-            match bounded(store.node(&node)).await {
-                Ok(facts) => sighting.me = member(&facts),
-                Err(e) => notes.push(format!("cannot read this node: {e}")),
-            }
-        }
-        match bounded(store.rollout()).await {
-            Ok(lease) => sighting.rollout = lease.rollout.as_deref().and_then(Rollout::parse),
-            Err(e) => notes.push(format!("cannot read the rollout: {e}")),
-        }
+        let joined = notes.values().cloned().collect::<Vec<_>>().join("; ");
         // Peers' text, bounded and inert.
-        sighting.note = crate::text::cut(crate::text::inert(&notes.join("; ")).into_owned(), 600);
-        if !sighting.note.is_empty() {
-            tracing::warn!("rollout: {}", sighting.note);
-        }
+        sighting.note = crate::text::cut(crate::text::inert(&joined).into_owned(), 600);
         seen.send_if_modified(|now| {
             let changed = *now != sighting;
-            *now = sighting;
+            if changed {
+                *now = sighting.clone();
+            }
             changed
         });
+    }
+}
+
+/// Record why `part` failed (None: it works), logging a new failure once.
+fn note(notes: &mut BTreeMap<&'static str, String>, part: &'static str, failed: Option<String>) {
+    match failed {
+        Some(why) => {
+            if notes.get(part) != Some(&why) {
+                tracing::warn!("rollout: {why}");
+            }
+            notes.insert(part, why);
+        }
+        None => {
+            notes.remove(part);
+        }
     }
 }
 

@@ -132,6 +132,49 @@ impl KubeFleet {
             })
     }
 
+    /// The rollout Lease's text as it changes (None: no Lease, or none
+    /// readable), from a watch of that one Lease: a node learns of an abort
+    /// at once and asks the API server nothing in between. The watch starts
+    /// again by itself after an error, backing off; an error is an item.
+    pub async fn rollout_changes(
+        &self,
+    ) -> Result<
+        impl futures_util::Stream<Item = Result<Option<String>, String>> + Send + use<>,
+        CapError,
+    > {
+        use futures_util::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let api = self.leases().await?;
+        let config = watcher::Config::default().fields(&format!("metadata.name={ROLLOUT_LEASE}"));
+        let text = |lease: &Lease| {
+            let annotations = lease.metadata.annotations.as_ref();
+            let text = annotations.and_then(|a| a.get(ROLLOUT_ANNOTATION))?;
+            (text.len() <= MAX_ROLLOUT_BYTES).then(|| text.clone())
+        };
+        // What the listing found is told once it is whole.
+        let mut listing: Option<Option<String>> = None;
+        let changes = watcher(api, config)
+            .default_backoff()
+            .filter_map(move |event| {
+                let change = match event {
+                    Ok(watcher::Event::Init) => {
+                        listing = Some(None);
+                        None
+                    }
+                    Ok(watcher::Event::InitApply(lease)) => {
+                        listing = Some(text(&lease));
+                        None
+                    }
+                    Ok(watcher::Event::InitDone) => listing.take().map(Ok),
+                    Ok(watcher::Event::Apply(lease)) => Some(Ok(text(&lease))),
+                    Ok(watcher::Event::Delete(_)) => Some(Ok(None)),
+                    Err(e) => Some(Err(e.to_string())),
+                };
+                std::future::ready(change)
+            });
+        Ok(changes)
+    }
+
     /// Every node's own Lease, page by page, with its holder: only a node's
     /// own Lease proves it alive or reports for it (a Lease of another name
     /// carrying the label, anyone's, does neither). At most [`MAX_NODES`]

@@ -283,6 +283,18 @@ fn fleet_rules(
         &Why::Fleet,
         None,
     );
+    if fleet.rollout.is_some() {
+        // Every node watches the rollout Lease (RBAC cannot narrow a
+        // watch of a collection by name; a field selector does).
+        add(
+            rules,
+            Some(&fleet.namespace),
+            key("coordination.k8s.io", "leases", None),
+            [Watch],
+            &Why::Fleet,
+            None,
+        );
+    }
     add(
         rules,
         None,
