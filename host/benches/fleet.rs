@@ -6,8 +6,10 @@
 //! ticket wanted), ticket acquire latency p50/p99 with 50 nodes contending
 //! for a 5 % budget, and the time and memory to read and add up 1,000 nodes'
 //! published revision reports (what `tend rollout status` and a rollout's
-//! verdict read). Needs the venv (`cargo xtask test` or `cargo xtask demo`
-//! makes it).
+//! verdict read); the rollout leader's poll judging 1,000 nodes (time, CPU,
+//! memory); how long an abort takes to reach 100 nodes watching the rollout
+//! Lease, and what those watches ask of the API server meanwhile. Needs the
+//! venv (`cargo xtask test` or `cargo xtask demo` makes it).
 //!
 //!   cargo bench -p tend --bench fleet
 
@@ -34,7 +36,7 @@ const REPORTERS: usize = 1000;
 
 fn host(api: &KubeApi, sandbox: &Sandbox) -> String {
     format!(
-        "{}[host.fleet]\nnamespace = \"{NAMESPACE}\"\nliveness = \"30s\"\nrenew-every = \"{RENEW_S}s\"\nretry-every = \"2s\"\npublish-every = \"30s\"\n[host.fleet.classes.runtime-restart]\noperations = [\"files.write\"]\nshare = 0.05\n[host.fleet.classes.runtime-restart.settle]\nready-for = \"200ms\"\n",
+        "{}[host.leader-election]\nnamespace = \"{NAMESPACE}\"\nname = \"tend-leader\"\n[host.fleet]\nnamespace = \"{NAMESPACE}\"\nliveness = \"30s\"\nrenew-every = \"{RENEW_S}s\"\nretry-every = \"2s\"\npublish-every = \"30s\"\n[host.fleet.classes.runtime-restart]\noperations = [\"files.write\"]\nshare = 0.05\n[host.fleet.classes.runtime-restart.settle]\nready-for = \"200ms\"\n[host.fleet.rollout]\n",
         api.host_kube(sandbox)
     )
 }
@@ -208,6 +210,128 @@ async fn reports(api: &KubeApi, settings: &FleetSettings, kubeconfig: &Option<st
     );
 }
 
+/// The rollout leader judging `REPORTERS` nodes that all run revision A and
+/// ask for B: the first poll starts B's first step, the next ones judge it
+/// (every Node and node Lease read, the window's samples compared).
+async fn leader(api: &KubeApi, settings: &FleetSettings, kubeconfig: &Option<std::path::PathBuf>) {
+    use tend::fleet::rollout_leader::RolloutLeader;
+    let (a, b) = ("r-00000000000000aa", "r-00000000000000bb");
+    for i in 0..REPORTERS {
+        let node = format!("s{i}");
+        api.seed_node(&node);
+        let report = serde_json::json!({
+            "revision": a, "process": "00ff", "desired": b,
+            "counters": {"runs": 1000 + i, "errors": i % 7}
+        });
+        api.plant_node_lease(NAMESPACE, &node, &report.to_string(), true);
+    }
+    let stable = serde_json::json!({
+        "revision": a, "stable": a, "step": 0, "state": "done", "reason": "planted"
+    });
+    let lease = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "tend-rollout", "annotations": {"tend.dev/rollout": stable.to_string()}},
+        "spec": {}
+    });
+    let (code, body) = api.call(
+        "POST",
+        &format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"),
+        Some(&lease),
+    );
+    assert_eq!(code, 201, "{body}");
+    let store = KubeFleet::new(settings, "leader".into(), kubeconfig.clone());
+    let rollout = settings.rollout.clone().expect("[host.fleet.rollout]");
+    let mut leader = RolloutLeader::new(rollout.rules, rollout.steps);
+    let started = leader
+        .poll(&store, tokio::time::Instant::now())
+        .await
+        .unwrap();
+    let state = started.rollout.as_ref().map(|r| r.state);
+    assert_eq!(
+        state,
+        Some(tend::fleet::rollout::State::Rolling),
+        "{started:?}"
+    );
+    let me = std::process::id();
+    tend_e2e::reset_peak_rss(me);
+    let rss = peak_rss_kib();
+    let ticks = tend_e2e::cpu_ticks(me);
+    let mut times = vec![];
+    for _ in 0..5 {
+        let began = Instant::now();
+        leader
+            .poll(&store, tokio::time::Instant::now())
+            .await
+            .unwrap();
+        times.push(began.elapsed());
+    }
+    let cpu_ms = (tend_e2e::cpu_ticks(me) - ticks) * 10 / 5;
+    times.sort();
+    println!(
+        "the rollout leader judging {REPORTERS} nodes ({} Nodes, {} node Leases read each poll): median {} a poll (min {}), {cpu_ms} ms of CPU a poll in this process (the client's side), peak RSS {rss} KiB -> {} KiB",
+        NODES + REPORTERS,
+        2 * REPORTERS + 50,
+        ms(times[2]),
+        ms(times[0]),
+        peak_rss_kib()
+    );
+}
+
+/// `WATCHERS` nodes watch the rollout Lease; an abort is written; how long
+/// until every one has it, and how many requests the watches made over a
+/// quiet half minute before.
+async fn abort_reaches_watchers(
+    api: &KubeApi,
+    settings: &FleetSettings,
+    kubeconfig: &Option<std::path::PathBuf>,
+) {
+    use futures_util::StreamExt;
+    const WATCHERS: usize = 100;
+    const QUIET: Duration = Duration::from_secs(30);
+    let mut streams = vec![];
+    for i in 0..WATCHERS {
+        let store = KubeFleet::new(settings, format!("w{i}"), kubeconfig.clone());
+        let mut changes = store.rollout_changes().await.unwrap().boxed();
+        // The listing first: the rollout as it is.
+        changes.next().await.unwrap().unwrap();
+        streams.push(changes);
+    }
+    api.reset_requests();
+    tokio::time::sleep(QUIET).await;
+    let quiet = api.requests()["total"].as_u64().unwrap();
+    let path = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/tend-rollout");
+    let (_, mut lease) = api.call("GET", &path, None);
+    let text = lease["metadata"]["annotations"]["tend.dev/rollout"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut rollout: serde_json::Value = serde_json::from_str(&text).unwrap();
+    rollout["state"] = "failed".into();
+    rollout["cuts"] = serde_json::json!({});
+    lease["metadata"]["annotations"]["tend.dev/rollout"] = rollout.to_string().into();
+    let written = Instant::now();
+    let (code, body) = api.call("PUT", &path, Some(&lease));
+    assert_eq!(code, 200, "{body}");
+    let mut arrived = vec![];
+    for stream in &mut streams {
+        loop {
+            let text = stream.next().await.unwrap().unwrap().unwrap_or_default();
+            if text.contains("\"failed\"") {
+                arrived.push(written.elapsed());
+                break;
+            }
+        }
+    }
+    arrived.sort();
+    println!(
+        "an abort reaches {WATCHERS} nodes watching the rollout Lease: p50 {} / last {}; the watches made {quiet} requests in a quiet {} s ({:.2} a node a minute)",
+        ms(percentile(&arrived, 0.5)),
+        ms(arrived[WATCHERS - 1]),
+        QUIET.as_secs(),
+        quiet as f64 / WATCHERS as f64 * 60.0 / QUIET.as_secs_f64()
+    );
+}
+
 fn main() {
     // SAFETY: no other thread runs yet.
     unsafe { std::env::set_var("TEND_BIN", env!("CARGO_BIN_EXE_tend")) };
@@ -226,5 +350,7 @@ fn main() {
         steady_state(&api, &settings, &kubeconfig).await;
         contention(&settings, &kubeconfig).await;
         reports(&api, &settings, &kubeconfig).await;
+        leader(&api, &settings, &kubeconfig).await;
+        abort_reaches_watchers(&api, &settings, &kubeconfig).await;
     });
 }

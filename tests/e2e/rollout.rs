@@ -137,13 +137,18 @@ impl Fleet {
         desired
     }
 
-    /// Stop every tend, start them again, and wait until every node
-    /// reports from its new process.
+    /// Stop every tend, start them again, and wait until every node that
+    /// reported before (and kept its state) reports from its new process.
     fn restart_all(&mut self) {
-        let before: BTreeSet<String> = self
+        let kept = |n: &str| {
+            let i: usize = n[1..].parse().unwrap();
+            self.sandboxes[i].path("state").exists()
+        };
+        let before: BTreeMap<String, String> = self
             .running()
-            .values()
-            .map(|r| r["process"].to_string())
+            .into_iter()
+            .filter(|(n, _)| kept(n))
+            .map(|(n, r)| (n, r["process"].to_string()))
             .collect();
         self.daemons.clear();
         self.daemons = (0..NODES).map(|i| Some(self.daemon(i))).collect();
@@ -152,10 +157,11 @@ impl Fleet {
             "every restarted node reports",
             || {
                 let running = self.running();
-                running.len() == NODES
-                    && running
-                        .values()
-                        .all(|r| !before.contains(&r["process"].to_string()))
+                before.keys().all(|n| {
+                    running
+                        .get(n)
+                        .is_some_and(|r| r["process"].to_string() != before[n])
+                })
             },
         );
     }
@@ -229,10 +235,21 @@ fn a_trapping_revision_stops_at_one_node_and_a_good_one_reaches_every_node() {
 
     // Applied again, and every tend restarted: still failed, still stable.
     fleet.apply("mode = \"panic\"");
+    // n5 comes back as a new node (its state gone): it holds only what its
+    // files ask for, the failed revision, so it runs nothing and reports
+    // nothing.
+    fleet.daemons[5].take();
+    std::fs::remove_dir_all(fleet.sandboxes[5].path("state")).unwrap();
     fleet.restart_all();
+    wait_until(
+        Duration::from_secs(30),
+        "the new node reports nothing",
+        || fleet.api.node_report(NAMESPACE, "n5").is_none(),
+    );
     for _ in 0..3 {
         fleet.next_reports();
         let running = fleet.running();
+        assert_eq!(running.len(), NODES - 1, "{running:?}");
         assert!(
             running
                 .values()

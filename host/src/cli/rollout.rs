@@ -168,6 +168,18 @@ pub async fn order(
         let taken = read_rollout(&store).await?;
         if let Some((rollout, None)) = taken {
             report::line(&described(&rollout));
+            // The leader takes every order; it obeys one that fits.
+            let obeyed = match command {
+                Command::Pause => rollout.state == State::Paused,
+                Command::Resume => rollout.state == State::Rolling,
+                Command::Retry => rollout.revision == revision && rollout.state == State::Rolling,
+            };
+            if !obeyed {
+                report::line(&format!(
+                    "the leader did not {command:?} {revision}: the order fits a rollout that is rolling (pause), paused (resume) or failed and still asked for by most nodes (retry)"
+                ));
+                return Ok(ExitCode::FAILURE);
+            }
             return Ok(ExitCode::SUCCESS);
         }
         if tokio::time::Instant::now() >= deadline {

@@ -430,6 +430,15 @@ fn check_scope(plugin: &RawPlugin, host: &HostConfig, at: &At) -> Result<(), Con
             "scope = \"cluster\" runs the plugin only on the holder of a Lease: add [host.leader-election] with namespace and name".into(),
         ));
     }
+    if let Some(scope) = &plugin.scope
+        && *scope.get_ref() == Scope::Cluster
+        && host.fleet.as_ref().is_some_and(|f| f.rollout.is_some())
+    {
+        return Err(at(
+            Some(scope.span()),
+            "scope = \"cluster\" with [host.fleet.rollout]: every node's tend takes part in that election to judge rollouts, so a cluster plugin would run under the node's ServiceAccount: run cluster-scope plugins in a tend of their own (a Deployment, without [host.fleet.rollout])".into(),
+        ));
+    }
     Ok(())
 }
 

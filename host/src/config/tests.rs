@@ -609,6 +609,15 @@ fn a_rollout_section_takes_defaults_and_its_errors_name_the_line() {
         let err = error_of(&fleet(body));
         assert!(err.contains(expected), "{body}: {err}");
     }
+    let cluster = format!(
+        "{}[plugins.c]\nfile = \"c.wasm\"\nscope = \"cluster\"\n",
+        fleet("")
+    );
+    assert!(
+        error_of(&cluster).contains("run cluster-scope plugins in a tend of their own"),
+        "{}",
+        error_of(&cluster)
+    );
     let alone = fleet("").replace(ELECTION, "");
     assert!(
         error_of(&alone).contains(":6:1: [host.fleet.rollout] is judged by the cluster's leader: add [host.leader-election]"),

@@ -117,8 +117,8 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let runtime = Arc::new(Runtime::new(Some(&config.host.cache_dir))?);
     let staging = match staged::wanted(&config) {
         true => {
-            let (staging, adopted) = staged::open(&config_path, &config, &runtime).await?;
-            config = adopted;
+            let (staging, running) = staged::open(&config_path, &config)?;
+            config = running;
             Some(staging)
         }
         false => None,
@@ -204,6 +204,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         seen,
         intaking: false,
         intake_again: false,
+        waiting: None,
     };
     supervisor.start();
     let _watchdog = sd_notify::spawn_watchdog();
@@ -236,6 +237,8 @@ struct Supervisor {
     /// An intake runs, and the files changed again meanwhile.
     intaking: bool,
     intake_again: bool,
+    /// Why a node that never adopted a revision waits (logged once).
+    waiting: Option<String>,
 }
 
 /// The file the config path resolves to, through any symlinks, and its
@@ -280,8 +283,10 @@ impl Supervisor {
         // How often a staged node looks at its candidate's traps.
         let mut look = tokio::time::interval(staged::LOOK_EVERY);
         loop {
+            // A staged node that adopted nothing yet runs no revision.
+            let adopted = self.staging.as_ref().is_none_or(|s| s.adopted().is_some());
             let revision = self.shared.table.read().unwrap().revision(&self.config);
-            self.shared.running.set(revision);
+            self.shared.running.set(revision.filter(|_| adopted));
             if !notified_ready && self.shared.table.read().unwrap().is_ready() {
                 notified_ready = true;
                 tracing::info!("every enabled plugin is loaded or failed to load: ready");

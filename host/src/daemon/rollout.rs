@@ -22,11 +22,16 @@ use tokio::time::{Duration, Instant};
 /// What the supervisor follows: the rollout as last read, and this node.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sighting {
+    /// The rollout Lease has been read (a rollout of None is "none").
+    pub known: bool,
     pub rollout: Option<Rollout>,
     pub me: Option<Member>,
     /// Why the last read or the leader's poll failed, for `/status`.
     pub note: String,
 }
+
+/// How often this node's Node is read again, for its zone and pool.
+const NODE_READ_EVERY: Duration = Duration::from_secs(300);
 
 /// One answer of the API server is waited for at most this long.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -66,6 +71,7 @@ async fn follow(
     // Why each part last failed (cleared when it works again).
     let mut notes: BTreeMap<&str, String> = BTreeMap::new();
     let mut sighting = Sighting::default();
+    let mut node_read = Instant::now();
     loop {
         let change = async {
             match &mut changes {
@@ -101,9 +107,14 @@ async fn follow(
                     };
                     note(&mut notes, "leader", failed);
                 }
-                if sighting.me.is_none() {
+                // Its zone and pool labels may come late (a cloud
+                // controller labels a new Node after tend starts).
+                if sighting.me.is_none() || node_read.elapsed() >= NODE_READ_EVERY {
+                    node_read = Instant::now();
                     let read = bounded(store.node(&node)).await;
-                    sighting.me = read.as_ref().ok().and_then(member);
+                    if let Ok(facts) = &read {
+                        sighting.me = member(facts);
+                    }
                     note(&mut notes, "node", read.err().map(|e| format!("cannot read this node: {e}")));
                 }
                 if changes.is_none() {
@@ -115,6 +126,7 @@ async fn follow(
             }
             Some(change) = change => match change {
                 Ok(text) => {
+                    sighting.known = true;
                     sighting.rollout = text.as_deref().and_then(Rollout::parse);
                     note(&mut notes, "watch", None);
                 }

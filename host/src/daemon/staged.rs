@@ -10,10 +10,8 @@ use super::{Event, Supervisor, config_identity};
 use crate::config::{Config, diff::diff};
 use crate::fleet::adoption::{acknowledged, choose, should_revert};
 use crate::fleet::revision::Staged;
-use crate::runtime::Runtime;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// How often a staged node looks at its candidate's traps and timeouts.
@@ -28,28 +26,40 @@ pub fn wanted(config: &Config) -> bool {
         .is_some_and(|f| f.rollout.is_some())
 }
 
-/// The node's store, and the config to start with: the adopted revision's,
-/// or on the very first start what the files ask for (taken in now).
-pub async fn open(
-    config_path: &Path,
-    config: &Config,
-    runtime: &Arc<Runtime>,
-) -> anyhow::Result<(Staging, Config)> {
-    let mut staging = Staging::open(config_path, &config.host.state_dir)?;
-    if staging.adopted().is_none() {
-        let held = intake(Intake {
-            config_path: config_path.to_path_buf(),
-            components: staging.components_dir(),
-            runtime: runtime.clone(),
-        })
-        .await
-        .map_err(|e| anyhow::anyhow!("staged rollouts: cannot take in the first revision: {e}"))?;
-        staging.offer(held)?;
-    }
-    let adopted = staging.adopted().expect("a first offer adopts");
-    tracing::info!(revision = %adopted.record.revision, "staged rollouts: running the adopted revision");
-    let config = adopted.config.clone();
+/// The node's store, and the config to start with: the adopted revision's;
+/// for a node that never adopted one, the files' `[host]` with no plugin,
+/// until the rollout says what runs here (see [`Supervisor::follow`]).
+/// Either way `[host]`'s settings that need a restart are the files' (a
+/// restart is when they apply: the DaemonSet's own rolling update).
+pub fn open(config_path: &Path, files: &Config) -> anyhow::Result<(Staging, Config)> {
+    let staging = Staging::open(config_path, &files.host.state_dir)?;
+    let config = match staging.adopted() {
+        Some(adopted) => {
+            tracing::info!(revision = %adopted.record.revision, "staged rollouts: running the adopted revision");
+            with_host_of(adopted.config.clone(), files)
+        }
+        None => {
+            tracing::info!(
+                "staged rollouts: no revision adopted yet: no plugin runs until the rollout says what runs on this node"
+            );
+            Config {
+                plugins: Default::default(),
+                ..files.clone()
+            }
+        }
+    };
     Ok((staging, config))
+}
+
+/// `config` with the `[host]` settings that need a restart taken from `running`.
+fn with_host_of(mut config: Config, running: &Config) -> Config {
+    let (host, from) = (&mut config.host, &running.host);
+    host.plugins_dir = from.plugins_dir.clone();
+    host.state_dir = from.state_dir.clone();
+    host.cache_dir = from.cache_dir.clone();
+    host.listen = from.listen.clone();
+    host.capabilities = from.capabilities.clone();
+    config
 }
 
 impl Supervisor {
@@ -98,11 +108,10 @@ impl Supervisor {
         };
         let restart = diff(&self.config, &held.config).needs_restart;
         if !restart.is_empty() {
-            return self.reject_config(format!(
-                "{}: changing [host] {} needs a restart of tend",
-                self.shared.config_path.display(),
+            tracing::warn!(
+                "staged rollouts: the change of [host] {} applies when tend restarts (the DaemonSet's rolling update), not with this node's step",
                 restart.join(", ")
-            ));
+            );
         }
         *self.shared.config_error.write().unwrap() = None;
         let staging = self.staging.as_mut().expect("staged");
@@ -127,6 +136,10 @@ impl Supervisor {
             return;
         };
         let sighting = self.seen.borrow().clone();
+        if staging.adopted().is_none() {
+            return self.adopt_first(&sighting);
+        }
+        let staging = self.staging.as_mut().expect("staged");
         let kept = match &sighting.rollout {
             Some(rollout) => {
                 let seen_to = staging.reverted().is_some_and(|r| acknowledged(r, rollout));
@@ -156,7 +169,8 @@ impl Supervisor {
                     .expect("should_revert needs a stable revision")
                     .to_string();
                 tracing::warn!(%candidate, %stable, "staged rollouts: the candidate keeps trapping or timing out: reverting to the stable revision");
-                if let Err(e) = staging.set_reverted(Some(candidate)) {
+                let attempt = sighting.rollout.as_ref().map_or(0, |r| r.attempt);
+                if let Err(e) = staging.set_reverted(Some((candidate, attempt))) {
                     tracing::error!("staged rollouts: cannot save the node's book: {e}");
                 }
                 Some(stable)
@@ -166,7 +180,52 @@ impl Supervisor {
         if let Some(target) = target {
             self.switch(&target);
         }
-        self.publish_staged();
+        self.publish_staged(&sighting);
+    }
+
+    /// A node that never adopted a revision takes the one the rollout runs
+    /// here, once it holds it, or, when there is no rollout at all, what its
+    /// files ask for (the first revision of the fleet). Until the rollout is
+    /// read, and while it names a revision this node does not hold (a node
+    /// that joined during a rollout or after an abort), no plugin runs.
+    fn adopt_first(&mut self, sighting: &super::rollout::Sighting) {
+        let staging = self.staging.as_mut().expect("staged");
+        let Some(desired) = staging.desired().map(str::to_string) else {
+            return;
+        };
+        let target = match (&sighting.rollout, &sighting.me) {
+            _ if !sighting.known => return,
+            (None, _) => Some((desired.clone(), true)),
+            (Some(rollout), Some(me)) => {
+                let target = rollout.runs(&me.uid, &me.group);
+                (target == desired).then(|| (desired.clone(), target == rollout.stable))
+            }
+            (Some(_), None) => None,
+        };
+        let Some((target, stable)) = target else {
+            let note = format!(
+                "waiting: the rollout runs another revision than {desired} on this node, or this node's place is not read yet"
+            );
+            if self.waiting.as_deref() != Some(note.as_str()) {
+                tracing::warn!("staged rollouts: {note}");
+                self.waiting = Some(note);
+            }
+            return;
+        };
+        if let Err(e) = staging.adopt_first(&target, stable) {
+            return tracing::error!("staged rollouts: cannot save the adoption: {e}");
+        }
+        self.waiting = None;
+        let held = staging.get(&target).expect("desired is held").clone();
+        tracing::info!(revision = %target, "staged rollouts: the first revision this node runs");
+        let files: BTreeSet<PathBuf> = held
+            .config
+            .enabled_plugins()
+            .map(|p| p.file.clone())
+            .collect();
+        let config = with_host_of(held.config, &self.config);
+        self.apply_config(config, &format!("staged rollouts: {target} adopted"), files);
+        self.publish_staged(sighting);
     }
 
     /// Run the held revision `target` from now on.
@@ -198,16 +257,25 @@ impl Supervisor {
         self.evict_cache();
     }
 
-    fn publish_staged(&self) {
+    /// Say in the report what this node asks for, and a revert the leader
+    /// has not seen to (only once the rollout is read: an old revert must
+    /// not abort a later attempt before this node has seen it).
+    fn publish_staged(&self, sighting: &super::rollout::Sighting) {
         let Some(staging) = &self.staging else {
             return;
         };
         let desired = staging.desired().map(str::to_string);
         let named = desired.as_deref().or(staging.holding().map(|h| h.adopted));
+        let reverted = match (&sighting.rollout, staging.reverted()) {
+            (Some(rollout), Some(reverted)) if !acknowledged(reverted, rollout) => {
+                Some(reverted.0.to_string())
+            }
+            _ => None,
+        };
         self.shared.running.stage(Staged {
             reduces_risk: named.is_some_and(|r| staging.reduces_risk(r)),
             desired,
-            reverted: staging.reverted().map(str::to_string),
+            reverted,
         });
     }
 }

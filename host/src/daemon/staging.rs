@@ -21,7 +21,7 @@
 
 use crate::config::Config;
 use crate::fleet::adoption::{Holding, reduces_risk};
-use crate::fleet::revision::revision;
+use crate::fleet::revision::{is_revision, revision as revision_of};
 use crate::runtime::{CompiledPlugin, LoadError};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -98,7 +98,8 @@ impl Held {
 struct Book {
     adopted: Option<String>,
     stable: Option<String>,
-    reverted: Option<String>,
+    /// A candidate this node gave up, and the attempt of its rollout.
+    reverted: Option<(String, u64)>,
 }
 
 pub struct Staging {
@@ -116,8 +117,22 @@ impl Staging {
         let dir = state_dir.join("rollout");
         for sub in ["", "revisions", "components"] {
             crate::atomic::create_private_dir(&dir.join(sub))?;
+            crate::atomic::check_own_dir(
+                &dir.join(sub),
+                "rollout store",
+                "another user could plant the components tend runs",
+            )
+            .map_err(io::Error::other)?;
         }
-        let book: Book = read_json(&dir.join("book.json")).unwrap_or_default();
+        let book_path = dir.join("book.json");
+        let book: Book = match read_json(&book_path) {
+            Some(book) => book,
+            None if !book_path.exists() => Book::default(),
+            None => {
+                tracing::error!(book = %book_path.display(), "staged rollouts: the node's book is unreadable: this node starts as a new one (it runs what the rollout runs here, once it holds it)");
+                Book::default()
+            }
+        };
         let mut staging = Staging {
             dir,
             config_path: config_path.to_path_buf(),
@@ -125,35 +140,55 @@ impl Staging {
             held: BTreeMap::new(),
             desired: None,
         };
+        // Held under the name this tend gives them: a new tend release is
+        // part of a revision's name.
+        let mut renamed = BTreeMap::new();
         for revision in [&book.adopted, &book.stable].into_iter().flatten() {
             match staging.read_held(revision) {
                 Ok(held) => {
-                    staging.held.insert(revision.clone(), held);
+                    renamed.insert(revision.clone(), held.record.revision.clone());
+                    staging.held.insert(held.record.revision.clone(), held);
                 }
                 Err(e) => {
-                    tracing::warn!(%revision, "rollout: a held revision is unreadable, dropped: {e}")
+                    tracing::warn!(%revision, "staged rollouts: a held revision is unreadable, dropped: {e}")
                 }
             }
         }
-        let holds = |r: &Option<String>| {
-            r.as_ref()
-                .filter(|r| staging.held.contains_key(*r))
-                .cloned()
-        };
+        let held = |r: &Option<String>| r.as_ref().and_then(|r| renamed.get(r)).cloned();
         staging.book = Book {
-            adopted: holds(&book.adopted),
-            stable: holds(&book.stable),
-            reverted: book.reverted,
+            adopted: held(&book.adopted),
+            stable: held(&book.stable),
+            reverted: book.reverted.clone().filter(|(r, _)| is_revision(r)),
         };
+        for held in staging.held.values() {
+            let text = serde_json::to_vec(&held.record).expect("a record serializes");
+            crate::atomic::write(&staging.record_path(&held.record.revision), 0o600, &text)?;
+        }
+        if staging.book != book {
+            staging.save()?;
+        }
         Ok(staging)
     }
 
     fn read_held(&self, revision: &str) -> Result<Held, String> {
-        let record: Record = read_json(&self.record_path(revision)).ok_or("no readable record")?;
+        if !is_revision(revision) {
+            return Err("not a revision's name".into());
+        }
+        let mut record: Record =
+            read_json(&self.record_path(revision)).ok_or("no readable record")?;
         if record.revision != revision {
             return Err(format!("its record names {}", record.revision));
         }
+        if let Some(c) = record.components.values().find(|c| !is_digest(&c.digest)) {
+            return Err(format!("{:?} is not a component digest", c.digest));
+        }
         let config = Config::parse(&self.config_path, &record.config).map_err(|e| e.to_string())?;
+        let digests = record
+            .components
+            .iter()
+            .map(|(n, c)| (n.clone(), c.digest.clone()))
+            .collect();
+        record.revision = revision_of(&config.digest, &digests);
         let missing = record
             .components
             .values()
@@ -219,7 +254,7 @@ impl Staging {
                 .desired
                 .as_deref()
                 .is_some_and(|d| self.reduces_risk(d)),
-            reverted: self.book.reverted.as_deref(),
+            reverted: self.reverted(),
         })
     }
 
@@ -235,8 +270,8 @@ impl Staging {
         }
     }
 
-    pub fn reverted(&self) -> Option<&str> {
-        self.book.reverted.as_deref()
+    pub fn reverted(&self) -> Option<(&str, u64)> {
+        self.book.reverted.as_ref().map(|(r, a)| (r.as_str(), *a))
     }
 
     pub fn desired(&self) -> Option<&str> {
@@ -262,15 +297,17 @@ impl Staging {
         crate::atomic::write(&self.record_path(&revision), 0o600, &text)?;
         self.desired = (self.book.adopted.as_ref() != Some(&revision)).then(|| revision.clone());
         self.held.insert(revision, held);
-        if self.book.adopted.is_none() {
-            // The first revision this node ever took in: nothing to compare
-            // it with, so it is both what runs and what is stable.
-            let revision = self.desired.take().expect("not adopted yet");
-            self.book.stable = Some(revision.clone());
-            self.adopt(&revision)?;
-        }
         self.prune();
         Ok(())
+    }
+
+    /// A node that never adopted anything starts with `revision` (held), as
+    /// its stable one too when `stable` (nothing rolls out in the fleet).
+    pub fn adopt_first(&mut self, revision: &str, stable: bool) -> io::Result<()> {
+        if stable {
+            self.book.stable = Some(revision.to_string());
+        }
+        self.adopt(revision)
     }
 
     /// Run `revision` (held) from now on, after restarts too.
@@ -294,7 +331,7 @@ impl Staging {
     }
 
     /// This node gave up the candidate it ran (None: the leader saw to it).
-    pub fn set_reverted(&mut self, revision: Option<String>) -> io::Result<()> {
+    pub fn set_reverted(&mut self, revision: Option<(String, u64)>) -> io::Result<()> {
         if self.book.reverted == revision {
             return Ok(());
         }
@@ -327,6 +364,10 @@ impl Staging {
             };
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with(".tend-tmp") {
+                    // An intake's file being written.
+                    continue;
+                }
                 let stem = name.rsplit_once('.').map_or(name.as_str(), |(s, _)| s);
                 if !kept(stem) {
                     let _ = std::fs::remove_file(entry.path());
@@ -336,6 +377,16 @@ impl Staging {
         remove("revisions", &|stem| keep.contains(stem));
         remove("components", &|stem| hexes.contains(stem));
     }
+}
+
+/// `sha256:` and 64 lowercase hex digits: what may become a file name.
+fn is_digest(text: &str) -> bool {
+    text.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
@@ -402,7 +453,7 @@ pub async fn intake(how: Intake) -> Result<Held, String> {
         .map(|(n, c)| (n.clone(), c.digest.clone()))
         .collect();
     let record = Record {
-        revision: revision(&config.digest, &digests),
+        revision: revision_of(&config.digest, &digests),
         config: text,
         components,
     };

@@ -13,7 +13,9 @@ use super::rollout::{Rollout, State};
 use crate::config::Config;
 use std::collections::BTreeMap;
 
-/// Traps and timeouts of a candidate after which its node reverts on its own.
+/// Traps of a candidate after which its node reverts on its own. Timeouts
+/// are left to the leader, which compares them with the stable nodes': a
+/// slow API server times every node's plugins out alike.
 pub const REVERT_AFTER: u64 = 3;
 
 /// What the node knows of its revisions at one moment.
@@ -29,34 +31,42 @@ pub struct Holding<'a> {
     /// `desired` only reduces risk against `stable` ([`reduces_risk`]): the
     /// node runs it at once, and says so in its report.
     pub reduces_risk: bool,
-    /// A candidate this node reverted on its own, until the leader failed it.
-    pub reverted: Option<&'a str>,
+    /// A candidate this node reverted on its own (and in which attempt of
+    /// its rollout), until the leader has seen to it.
+    pub reverted: Option<(&'a str, u64)>,
 }
 
 /// The revision to switch to now, if any.
 pub fn choose(node: &Holding, rollout: Option<&Rollout>, me: Option<&Member>) -> Option<String> {
+    let gave_up = |revision: &str| node.reverted.is_some_and(|(r, _)| r == revision);
+    let failed = |revision: &str| rollout.is_some_and(|r| r.failed.iter().any(|f| f == revision));
     if node.reduces_risk
         && let Some(desired) = node.desired
+        && !gave_up(desired)
+        && !failed(desired)
     {
         return Some(desired.to_string());
     }
     let (rollout, me) = (rollout?, me?);
     let target = rollout.runs(&me.uid, &me.group);
     let held = node.desired == Some(target) || node.stable == Some(target);
-    (target != node.adopted && node.reverted != Some(target) && held).then(|| target.to_string())
+    (target != node.adopted && !gave_up(target) && held).then(|| target.to_string())
 }
 
-/// Whether the node should give up the candidate it runs: it has trapped or
-/// timed out [`REVERT_AFTER`] times, and the stable revision is at hand.
+/// Whether the node should give up the candidate it runs: it has trapped
+/// [`REVERT_AFTER`] times, and the stable revision is at hand.
 pub fn should_revert(node: &Holding, counters: &Counters) -> bool {
-    let failing = counters.traps.saturating_add(counters.timeouts) >= REVERT_AFTER;
+    let failing = counters.traps >= REVERT_AFTER;
     failing && node.stable.is_some_and(|stable| stable != node.adopted)
 }
 
-/// Whether the leader has seen to a revision this node reverted: it is
-/// failed now, or no longer the candidate.
-pub fn acknowledged(reverted: &str, rollout: &Rollout) -> bool {
+/// Whether the leader has seen to the revision this node reverted in
+/// `attempt`: it is failed now, no longer the candidate, or rolling out
+/// again in a later attempt (an operator's retry). A revision that became
+/// stable meanwhile is not: the node keeps what it fell back to, and says so.
+pub fn acknowledged((reverted, attempt): (&str, u64), rollout: &Rollout) -> bool {
     rollout.revision != reverted
+        || rollout.attempt != attempt
         || (rollout.state == State::Failed && rollout.failed.iter().any(|f| f == reverted))
 }
 

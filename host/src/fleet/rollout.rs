@@ -40,8 +40,9 @@ pub enum State {
     Done,
 }
 
+/// Fields a newer tend adds are ignored, as in a report: a fleet mid-upgrade
+/// runs both.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Rollout {
     /// The candidate (the stable revision itself once done).
     pub revision: String,
@@ -57,6 +58,10 @@ pub struct Rollout {
     /// Revisions aborted and not retried since, newest last.
     #[serde(default)]
     pub failed: Vec<String>,
+    /// Counts the rollouts started (a retry is a new one): a node's own
+    /// revert belongs to one attempt, and a later one is not aborted by it.
+    #[serde(default)]
+    pub attempt: u64,
 }
 
 /// What an operator asked of the rollout (`tend rollout pause|resume|retry`).
@@ -71,7 +76,6 @@ pub enum Command {
 /// A command as the CLI leaves it on the rollout Lease: for one revision,
 /// so an order given for one candidate never applies to the next.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Order {
     pub command: Command,
     pub revision: String,
@@ -130,6 +134,15 @@ impl Rollout {
             reason,
             cuts: Cuts::default(),
             failed,
+            attempt: 0,
+        }
+    }
+
+    /// Settled at `revision`, counting attempts on from this one.
+    fn settled_after(&self, revision: &str, failed: Vec<String>, reason: String) -> Rollout {
+        Rollout {
+            attempt: self.attempt,
+            ..Rollout::settled(revision, failed, reason)
         }
     }
 
@@ -155,6 +168,9 @@ pub struct Seen<'a> {
     /// The revision the nodes' config asks for (most fresh nodes agree),
     /// if any.
     pub desired: Option<&'a str>,
+    /// The revision most fresh nodes run, if any: what a leader that finds
+    /// no rollout takes as stable (a deleted Lease starts over from it).
+    pub running: Option<&'a str>,
     /// It differs from the stable revision only in what reduces risk (a
     /// plugin disabled, a budget tightened, a grant narrowed): every node
     /// applies it at once, and it becomes the stable revision.
@@ -176,9 +192,16 @@ pub fn advance(
 ) -> Option<Rollout> {
     let desired = seen.desired;
     let Some(current) = current else {
-        // The first leader adopts what the nodes ask for: nothing to compare yet.
-        return desired
-            .map(|d| Rollout::settled(d, vec![], "adopted as the first stable revision".into()));
+        // The first leader (or one that found the Lease deleted) takes what
+        // most nodes run as stable; what they ask for then rolls out from
+        // the first step like any change.
+        return seen.running.or(desired).map(|r| {
+            Rollout::settled(
+                r,
+                vec![],
+                "what most nodes run, adopted as the stable revision".into(),
+            )
+        });
     };
     Some(match desired {
         None => current.clone(),
@@ -193,17 +216,18 @@ fn decide(
     verdict: impl FnOnce() -> Verdict,
 ) -> Rollout {
     let mut next = current.clone();
-    if desired != current.stable && seen.reduces_risk {
-        return Rollout::settled(
+    let failed_before = current.failed.iter().any(|f| f == desired);
+    if desired != current.stable && seen.reduces_risk && !failed_before {
+        return current.settled_after(
             desired,
-            current.without_failed(desired),
+            current.failed.clone(),
             format!("{desired} only reduces risk: applied on every node at once"),
         );
     }
     if desired == current.stable {
         // Back where the fleet was (a reverted ConfigMap): nothing to roll.
         if current.revision != current.stable {
-            next = Rollout::settled(
+            next = current.settled_after(
                 desired,
                 current.failed.clone(),
                 format!(
@@ -216,11 +240,12 @@ fn decide(
     }
     if desired != current.revision {
         // A new candidate supersedes the last, from the first step.
-        if current.failed.iter().any(|f| f == desired) && seen.command != Some(Command::Retry) {
-            return Rollout {
-                reason: format!("{desired} failed before: tend rollout retry rolls it out again"),
-                ..Rollout::settled(&current.stable, current.failed.clone(), String::new())
-            };
+        if failed_before && seen.command != Some(Command::Retry) {
+            return current.settled_after(
+                &current.stable,
+                current.failed.clone(),
+                format!("{desired} failed before: tend rollout retry rolls it out again"),
+            );
         }
         return start(current, desired, seen);
     }
@@ -256,7 +281,7 @@ fn decide(
             let last = seen.steps.len().saturating_sub(1);
             let everyone = seen.steps.get(current.step).is_none_or(|s| s.is_everyone());
             if current.step >= last || everyone {
-                next = Rollout::settled(
+                next = current.settled_after(
                     desired,
                     current.without_failed(desired),
                     format!("{desired} is stable on every node"),
@@ -282,6 +307,7 @@ fn start(current: &Rollout, desired: &str, seen: &Seen) -> Rollout {
         reason: format!("step 1 of {}: {} started", seen.steps.len(), desired),
         cuts: Cuts::widen(&Cuts::default(), seen.nodes, desired, first),
         failed: current.without_failed(desired),
+        attempt: current.attempt + 1,
     }
 }
 

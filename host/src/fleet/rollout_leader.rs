@@ -15,7 +15,7 @@
 use super::cohort::{Member, Step};
 use super::ledger::NodeFacts;
 use super::revision::Report;
-use super::rollout::{Order, Rollout, Seen, State, advance};
+use super::rollout::{Command, Order, Rollout, Seen, State, advance};
 use super::store::FleetStore;
 use super::verdict::{Rules, Sample, Verdict, Window, judge, sides};
 use crate::capabilities::CapError;
@@ -85,16 +85,32 @@ impl RolloutLeader {
             })?),
         };
         let nodes = store.nodes().await?;
+        let names: BTreeMap<&str, &NodeFacts> =
+            nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        // Only a Node's own tend counts: a Lease with no Node behind it
+        // (anyone's, in the namespace) neither votes nor is judged.
         let reports: Vec<(String, Report)> = store
             .reports()
             .await?
             .into_iter()
-            .filter(|p| p.fresh)
+            .filter(|p| p.fresh && names.contains_key(p.node.as_str()))
             .filter_map(|p| Some((p.node, Report::parse(p.report.as_deref()?)?)))
             .collect();
         let samples = samples(&nodes, &reports);
-        let members: Vec<Member> = nodes.iter().filter_map(member).collect();
-        let (desired, reduces_risk) = match desired(&reports) {
+        // Steps are shares of the nodes that run tend, not of every Node (a
+        // control-plane node, or one the DaemonSet skips, would never run
+        // its step's candidate).
+        let members: Vec<Member> = reports
+            .iter()
+            .filter_map(|(node, _)| member(names[node.as_str()]))
+            .collect();
+        let asked = majority(
+            reports
+                .iter()
+                .map(|(_, r)| r.desired.as_deref().unwrap_or(&r.revision)),
+        );
+        let running = majority(reports.iter().map(|(_, r)| r.revision.as_str()));
+        let (desired, reduces_risk) = match asked {
             Some(d) => {
                 let only_less = reduces_risk(&reports, &d);
                 (Some(d), only_less)
@@ -106,8 +122,13 @@ impl RolloutLeader {
             (Some(order), Some(desired)) => order.for_revision(desired),
             _ => None,
         };
+        if command == Some(Command::Resume) {
+            // A resumed step bakes again from now, on what happens from now.
+            self.window = None;
+        }
         let seen = Seen {
             desired: desired.as_deref(),
+            running: running.as_deref(),
             reduces_risk,
             nodes: &members,
             steps: &self.steps,
@@ -242,17 +263,17 @@ fn samples(nodes: &[NodeFacts], reports: &[(String, Report)]) -> Samples {
         .collect()
 }
 
-/// The revision more than half of the reporting nodes' configs ask for.
-fn desired(reports: &[(String, Report)]) -> Option<String> {
+/// The revision more than half of `revisions` name.
+fn majority<'a>(revisions: impl Iterator<Item = &'a str>) -> Option<String> {
     let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
-    for (_, report) in reports {
-        *votes
-            .entry(report.desired.as_deref().unwrap_or(&report.revision))
-            .or_default() += 1;
+    let mut total = 0;
+    for revision in revisions {
+        *votes.entry(revision).or_default() += 1;
+        total += 1;
     }
     votes
         .into_iter()
-        .find(|(_, n)| 2 * n > reports.len())
+        .find(|(_, n)| 2 * n > total)
         .map(|(revision, _)| revision.to_string())
 }
 
@@ -265,7 +286,10 @@ fn reduces_risk(reports: &[(String, Report)], desired: &str) -> bool {
         .map(|(_, r)| r)
         .filter(|r| r.desired.as_deref().unwrap_or(&r.revision) == desired)
         .peekable();
-    naming.peek().is_some() && naming.all(|r| r.reduces_risk)
+    let reverted = reports
+        .iter()
+        .any(|(_, r)| r.reverted.as_deref() == Some(desired));
+    naming.peek().is_some() && naming.all(|r| r.reduces_risk) && !reverted
 }
 
 #[cfg(test)]

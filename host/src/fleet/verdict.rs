@@ -166,7 +166,14 @@ pub fn judge(rules: &Rules, window: &Window) -> Verdict {
         ));
     }
     if candidate.nodes == 0 {
-        return Verdict::Hold("no node reports running the candidate yet".into());
+        let why = "no node reports running the candidate yet";
+        return match window.baked >= rules.patience {
+            true => Verdict::Pause(format!(
+                "{why} after {}; an operator may resume it (tend rollout resume)",
+                minutes(window.baked)
+            )),
+            false => Verdict::Hold(why.into()),
+        };
     }
     if window.baked < rules.bake {
         return Verdict::Hold(format!(

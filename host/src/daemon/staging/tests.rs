@@ -27,7 +27,7 @@ fn held(staging: &Staging, dir: &Path, plugins: &[(&str, &[u8])], extra: &str) -
         .collect();
     Held {
         record: Record {
-            revision: revision(&config.digest, &digests),
+            revision: revision_of(&config.digest, &digests),
             config: text,
             components,
         },
@@ -48,6 +48,12 @@ fn the_first_revision_is_adopted_and_stable_and_a_restart_runs_what_was_adopted(
     let first = held(&staging, dir.path(), &[("a", b"one")], "");
     let a = first.record.revision.clone();
     staging.offer(first).unwrap();
+    assert!(
+        staging.adopted().is_none(),
+        "held, not run, until the rollout says"
+    );
+    assert_eq!(staging.desired(), Some(a.as_str()));
+    staging.adopt_first(&a, true).unwrap();
     let holding = staging.holding().unwrap();
     assert_eq!(
         (holding.adopted, holding.stable, holding.desired),
@@ -86,6 +92,9 @@ fn only_the_adopted_stable_and_desired_revisions_are_kept() {
         let held = held(&staging, dir.path(), &[("a", &[i])], "");
         names.push(held.record.revision.clone());
         staging.offer(held).unwrap();
+        if i == 0 {
+            staging.adopt_first(&names[0], true).unwrap();
+        }
     }
     // r0 adopted and stable; r1 and r2 were desired once, r3 is now.
     assert_eq!(staging.desired(), Some(names[3].as_str()));
@@ -108,7 +117,9 @@ fn a_revision_whose_component_is_gone_is_not_held_after_a_restart() {
     let mut staging = Staging::open(&config_path, dir.path()).unwrap();
     let first = held(&staging, dir.path(), &[("a", b"one")], "");
     let digest = first.record.components["a"].digest.clone();
+    let revision = first.record.revision.clone();
     staging.offer(first).unwrap();
+    staging.adopt_first(&revision, true).unwrap();
     std::fs::remove_file(staging.component_path(&digest)).unwrap();
     let reopened = Staging::open(&config_path, dir.path()).unwrap();
     assert!(reopened.adopted().is_none());
@@ -135,14 +146,10 @@ fn disabling_a_plugin_reduces_risk_against_the_stable_revision_and_the_book_says
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("tend.toml");
     let mut staging = Staging::open(&config_path, dir.path()).unwrap();
-    staging
-        .offer(held(
-            &staging,
-            dir.path(),
-            &[("a", b"one"), ("b", b"bee")],
-            "",
-        ))
-        .unwrap();
+    let both = held(&staging, dir.path(), &[("a", b"one"), ("b", b"bee")], "");
+    let both_revision = both.record.revision.clone();
+    staging.offer(both).unwrap();
+    staging.adopt_first(&both_revision, true).unwrap();
     let fewer = held(&staging, dir.path(), &[("a", b"one")], "");
     let fewer_revision = fewer.record.revision.clone();
     staging.offer(fewer).unwrap();
@@ -153,10 +160,10 @@ fn disabling_a_plugin_reduces_risk_against_the_stable_revision_and_the_book_says
     staging.offer(changed).unwrap();
     assert!(!staging.reduces_risk(&changed_revision));
     staging
-        .set_reverted(Some(changed_revision.clone()))
+        .set_reverted(Some((changed_revision.clone(), 1)))
         .unwrap();
     let reopened = Staging::open(&config_path, dir.path()).unwrap();
-    assert_eq!(reopened.reverted(), Some(changed_revision.as_str()));
+    assert_eq!(reopened.reverted(), Some((changed_revision.as_str(), 1)));
     // The store is Tend's alone.
     use std::os::unix::fs::PermissionsExt;
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;

@@ -29,6 +29,7 @@ fn rollout(revision: &str, stable: &str, state: State, in_step: bool) -> Rollout
             State::Failed => vec![revision.into()],
             _ => vec![],
         },
+        attempt: 1,
     }
 }
 
@@ -121,19 +122,41 @@ fn a_node_reverts_a_failing_candidate_on_its_own_and_does_not_take_it_again_unas
         timeouts,
         ..Counters::default()
     };
-    assert!(!should_revert(&node, &traps(1, 1)));
-    assert!(should_revert(&node, &traps(2, 1)));
+    assert!(
+        !should_revert(&node, &traps(2, 9)),
+        "timeouts are the leader's to judge"
+    );
+    assert!(should_revert(&node, &traps(3, 0)));
     assert!(
         !should_revert(&holding(A, None), &traps(9, 9)),
         "the stable revision has nothing to fall back to"
     );
     let mut reverted = holding(A, Some(B));
-    reverted.reverted = Some(B);
+    reverted.reverted = Some((B, 1));
     let rolling = rollout(B, A, State::Rolling, true);
     assert_eq!(choose(&reverted, Some(&rolling), Some(&me())), None);
-    assert!(!acknowledged(B, &rolling));
-    assert!(acknowledged(B, &rollout(B, A, State::Failed, false)));
-    assert!(acknowledged(B, &rollout(C, A, State::Rolling, false)));
+    assert!(!acknowledged((B, 1), &rolling));
+    assert!(acknowledged((B, 1), &rollout(B, A, State::Failed, false)));
+    assert!(acknowledged((B, 1), &rollout(C, A, State::Rolling, false)));
+    // A retry is a later attempt: this node's old revert is not its.
+    let retried = Rollout {
+        attempt: 2,
+        ..rolling.clone()
+    };
+    assert!(acknowledged((B, 1), &retried));
+    // It became stable meanwhile: the node keeps what it fell back to.
+    assert!(!acknowledged((B, 1), &rollout(B, B, State::Done, false)));
+    // Nor does a change that only reduces risk run again once given up.
+    let mut fewer = holding(A, Some(B));
+    fewer.reduces_risk = true;
+    fewer.reverted = Some((B, 1));
+    assert_eq!(choose(&fewer, None, None), None);
+    fewer.reverted = None;
+    assert_eq!(
+        choose(&fewer, Some(&rollout(B, A, State::Failed, false)), None),
+        None,
+        "failed"
+    );
 }
 
 #[test]

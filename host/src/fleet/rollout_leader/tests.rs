@@ -19,6 +19,8 @@ struct Fleet {
     nodes: Vec<Node>,
     /// Failed runs in ten, by revision, for every node running it.
     failing: BTreeMap<&'static str, u64>,
+    /// Nodes that run no tend (a control-plane node, one the DaemonSet skips).
+    silent: Vec<NodeFacts>,
 }
 
 struct Node {
@@ -57,6 +59,7 @@ impl Fleet {
             minute: 0,
             nodes,
             failing: BTreeMap::new(),
+            silent: vec![],
         }
     }
 
@@ -97,6 +100,7 @@ impl Fleet {
         let rollout = self.rollout();
         let mut state = self.store.state.lock().unwrap();
         state.nodes = self.nodes.iter().map(|n| n.facts.clone()).collect();
+        state.nodes.extend(self.silent.iter().cloned());
         for node in &mut self.nodes {
             if let Some(rollout) = &rollout {
                 let group = format!("{}/{}", node.facts.zone, node.facts.pool);
@@ -263,7 +267,11 @@ async fn failures_the_stable_nodes_share_pause_the_rollout_and_revert_nothing() 
     );
     fleet.failing.clear();
     fleet.command(Command::Resume, B);
-    assert_eq!(fleet.minute().await.rollout.unwrap().state, State::Rolling);
+    // The resumed step bakes again on what happens from now: it neither
+    // pauses again on the old failures nor on the old window's age.
+    for _ in 0..5 {
+        assert_eq!(fleet.minute().await.rollout.unwrap().state, State::Rolling);
+    }
 }
 
 #[tokio::test]
@@ -292,7 +300,11 @@ async fn an_operator_pauses_and_resumes_and_each_order_is_consumed_once() {
         assert_eq!(fleet.minute().await.rollout.unwrap().state, State::Paused);
     }
     fleet.command(Command::Resume, B);
-    assert_eq!(fleet.minute().await.rollout.unwrap().state, State::Rolling);
+    // The resumed step bakes again on what happens from now: it neither
+    // pauses again on the old failures nor on the old window's age.
+    for _ in 0..5 {
+        assert_eq!(fleet.minute().await.rollout.unwrap().state, State::Rolling);
+    }
 }
 
 #[tokio::test]
@@ -354,5 +366,71 @@ async fn a_node_that_reverted_the_candidate_on_its_own_aborts_the_rollout() {
         failed.reason.contains("reverted it on its own"),
         "{}",
         failed.reason
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_lease_starts_over_from_what_most_nodes_run_not_from_the_candidate() {
+    let mut fleet = Fleet::new(30);
+    fleet.minute().await;
+    fleet.apply(B);
+    fleet.minute().await;
+    assert_eq!(fleet.minute().await.rollout.unwrap().state, State::Rolling);
+    fleet.store.state.lock().unwrap().rollout = None;
+    let again = fleet.minute().await.rollout.unwrap();
+    assert_eq!(
+        (again.state, again.stable.as_str()),
+        (State::Done, A),
+        "{again:?}"
+    );
+    let restarted = fleet.minute().await.rollout.unwrap();
+    assert_eq!(
+        (restarted.state, restarted.step, restarted.revision.as_str()),
+        (State::Rolling, 0, B)
+    );
+    fleet.minute().await;
+    assert_eq!(fleet.running(B), 1, "B from its first step again");
+}
+
+#[tokio::test]
+async fn steps_count_the_nodes_running_tend_and_a_lease_without_a_node_has_no_vote() {
+    let mut fleet = Fleet::new(10);
+    // Ninety Nodes that run no tend: a step of one node is one of the ten.
+    fleet.silent = (0..90)
+        .map(|i| NodeFacts {
+            name: format!("silent-{i}"),
+            uid: format!("silent-uid-{i}"),
+            ready: true,
+            ..NodeFacts::default()
+        })
+        .collect();
+    fleet.minute().await;
+    fleet.apply(B);
+    fleet.minute().await;
+    fleet.minute().await;
+    assert_eq!(fleet.running(B), 1);
+    // Twenty Leases with no Node behind them ask for another revision.
+    {
+        let mut state = fleet.store.state.lock().unwrap();
+        for i in 0..20 {
+            let ghost = format!("ghost-{i}");
+            let report = Report {
+                revision: A.into(),
+                process: "00".into(),
+                counters: Counters::default(),
+                desired: Some("r-00000000000000ff".into()),
+                reduces_risk: true,
+                reverted: None,
+            };
+            state.leases.insert(ghost.clone(), 1);
+            state
+                .reports
+                .insert(ghost, serde_json::to_string(&report).unwrap());
+        }
+    }
+    let rollout = fleet.minute().await.rollout.unwrap();
+    assert_eq!(
+        (rollout.revision.as_str(), rollout.state),
+        (B, State::Rolling)
     );
 }
