@@ -148,7 +148,7 @@ impl Fleet {
             .running()
             .into_iter()
             .filter(|(n, _)| kept(n))
-            .map(|(n, r)| (n, r["process"].to_string()))
+            .map(|(n, r)| (n, r["process"].as_str().unwrap_or_default().to_string()))
             .collect();
         self.daemons.clear();
         self.daemons = (0..NODES).map(|i| Some(self.daemon(i))).collect();
@@ -160,7 +160,7 @@ impl Fleet {
                 before.keys().all(|n| {
                     running
                         .get(n)
-                        .is_some_and(|r| r["process"].to_string() != before[n])
+                        .is_some_and(|r| r["process"].as_str() != Some(before[n].as_str()))
                 })
             },
         );

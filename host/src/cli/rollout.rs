@@ -40,9 +40,12 @@ fn store(config_path: &Path) -> anyhow::Result<(KubeFleet, Config)> {
     Ok((store, config))
 }
 
-/// The rollout as the leader last published it (None: none yet).
-async fn read_rollout(store: &KubeFleet) -> anyhow::Result<Option<(Rollout, Option<String>)>> {
-    let lease = tokio::time::timeout(READ_TIMEOUT, store.rollout())
+/// `call`'s answer within [`READ_TIMEOUT`]; its error after `failing`.
+async fn answered<T>(
+    call: impl Future<Output = Result<T, crate::capabilities::CapError>>,
+    failing: &str,
+) -> anyhow::Result<T> {
+    tokio::time::timeout(READ_TIMEOUT, call)
         .await
         .map_err(|_| {
             anyhow::anyhow!(
@@ -50,7 +53,12 @@ async fn read_rollout(store: &KubeFleet) -> anyhow::Result<Option<(Rollout, Opti
                 READ_TIMEOUT.as_secs()
             )
         })?
-        .map_err(|e| anyhow::anyhow!("cannot read the rollout Lease: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("{failing}: {e}"))
+}
+
+/// The rollout as the leader last published it (None: none yet).
+async fn read_rollout(store: &KubeFleet) -> anyhow::Result<Option<(Rollout, Option<String>)>> {
+    let lease = answered(store.rollout(), "cannot read the rollout Lease").await?;
     match lease.rollout {
         None => Ok(None),
         Some(text) => match Rollout::parse(&text) {
@@ -152,15 +160,11 @@ pub async fn order(
         command,
         revision: revision.clone(),
     })?;
-    tokio::time::timeout(READ_TIMEOUT, store.order(&text))
-        .await
-        .map_err(|_| {
-            anyhow::anyhow!(
-                "the API server did not answer within {}s",
-                READ_TIMEOUT.as_secs()
-            )
-        })?
-        .map_err(|e| anyhow::anyhow!("cannot leave the order on the rollout Lease: {e}"))?;
+    answered(
+        store.order(&text),
+        "cannot leave the order on the rollout Lease",
+    )
+    .await?;
     // The leader takes it at its next poll: wait for three of them.
     let deadline = tokio::time::Instant::now() + (rollout_settings.poll * 3).min(READ_TIMEOUT);
     loop {

@@ -85,11 +85,28 @@ impl Supervisor {
         });
     }
 
-    /// Any change in a watched folder is taken in: an intake that finds
-    /// the revision already held changes nothing.
-    pub(super) fn changed_staged(&mut self, _paths: &BTreeSet<PathBuf>) {
-        self.config_seen = config_identity(&self.shared.config_path);
-        self.take_in();
+    /// A change of the config (or what its path leads to), of a plugin file
+    /// a held revision names, or in the plugins dir is taken in; so is any
+    /// change while the last intake failed (a file it missed may have come).
+    /// Other files beside the config (a log) are not.
+    pub(super) fn changed_staged(&mut self, paths: &BTreeSet<PathBuf>) {
+        let config = &self.shared.config_path;
+        let beside = paths.iter().any(|p| p.parent() == config.parent());
+        let moved = beside && config_identity(config) != self.config_seen;
+        let plugins_dir = &self.config.host.plugins_dir;
+        let files = self
+            .staging
+            .as_ref()
+            .map(|s| s.plugin_files())
+            .unwrap_or_default();
+        let plugin = paths
+            .iter()
+            .any(|p| files.contains(p) || p.parent() == Some(plugins_dir.as_path()));
+        let failed = self.shared.config_error.read().unwrap().is_some();
+        if paths.contains(config) || moved || plugin || failed {
+            self.config_seen = config_identity(config);
+            self.take_in();
+        }
     }
 
     /// An intake finished: hold its revision, then follow the rollout.

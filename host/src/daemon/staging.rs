@@ -234,6 +234,14 @@ impl Staging {
         })
     }
 
+    /// The operator's plugin files the held revisions name.
+    pub fn plugin_files(&self) -> BTreeSet<PathBuf> {
+        let configs = self.held.values().map(|h| &h.config);
+        configs
+            .flat_map(|c| c.enabled_plugins().map(|p| p.file.clone()))
+            .collect()
+    }
+
     /// Every component digest a held revision names: their compiled builds
     /// are kept.
     pub fn digests_held(&self) -> BTreeSet<String> {

@@ -141,6 +141,25 @@ impl Fleet {
         panic!("not {state:?} within {limit} minutes: {:?}", self.rollout());
     }
 
+    /// An order left on the Lease and not consumed yet.
+    fn pending_order(&self) -> Option<String> {
+        let state = self.store.state.lock().unwrap();
+        state
+            .rollout
+            .as_ref()
+            .and_then(|(_, order, _)| order.clone())
+    }
+
+    /// An operator resumes `revision`: the step bakes again on what happens
+    /// from now, so it neither pauses again on the old failures nor on the
+    /// old window's age.
+    async fn resume_and_roll(&mut self, revision: &str) {
+        self.command(Command::Resume, revision);
+        for _ in 0..5 {
+            assert_eq!(self.minute().await.rollout.unwrap().state, State::Rolling);
+        }
+    }
+
     fn command(&self, command: Command, revision: &str) {
         let order = serde_json::to_string(&Order {
             command,
@@ -266,12 +285,7 @@ async fn failures_the_stable_nodes_share_pause_the_rollout_and_revert_nothing() 
         "the candidate keeps running where it ran"
     );
     fleet.failing.clear();
-    fleet.command(Command::Resume, B);
-    // The resumed step bakes again on what happens from now: it neither
-    // pauses again on the old failures nor on the old window's age.
-    for _ in 0..5 {
-        assert_eq!(fleet.minute().await.rollout.unwrap().state, State::Rolling);
-    }
+    fleet.resume_and_roll(B).await;
 }
 
 #[tokio::test]
@@ -284,27 +298,11 @@ async fn an_operator_pauses_and_resumes_and_each_order_is_consumed_once() {
     let paused = fleet.minute().await;
     assert!(paused.wrote);
     assert_eq!(paused.rollout.unwrap().state, State::Paused);
-    assert_eq!(
-        fleet
-            .store
-            .state
-            .lock()
-            .unwrap()
-            .rollout
-            .as_ref()
-            .unwrap()
-            .1,
-        None
-    );
+    assert_eq!(fleet.pending_order(), None);
     for _ in 0..20 {
         assert_eq!(fleet.minute().await.rollout.unwrap().state, State::Paused);
     }
-    fleet.command(Command::Resume, B);
-    // The resumed step bakes again on what happens from now: it neither
-    // pauses again on the old failures nor on the old window's age.
-    for _ in 0..5 {
-        assert_eq!(fleet.minute().await.rollout.unwrap().state, State::Rolling);
-    }
+    fleet.resume_and_roll(B).await;
 }
 
 #[tokio::test]
