@@ -19,7 +19,7 @@ const NODES: usize = 6;
 /// The config every node shares, chaos answering as `chaos` says.
 fn config(kubeconfig: &std::path::Path, chaos: &str) -> String {
     format!(
-        "[host]\nplugins-dir = \"plugins\"\nstate-dir = \"state\"\ncache-dir = \"{cache}\"\n[host.kube]\nkubeconfig = \"{kubeconfig}\"\n[host.leader-election]\nnamespace = \"{NAMESPACE}\"\nname = \"tend-leader\"\nlease-duration = \"3s\"\nrenew-deadline = \"2s\"\nretry-period = \"500ms\"\n[host.fleet]\nnamespace = \"{NAMESPACE}\"\nliveness = \"4s\"\nrenew-every = \"1s\"\npublish-every = \"1s\"\n[host.fleet.rollout]\nsteps = [\"1\", \"50%\", \"100%\"]\nbake = \"3s\"\npatience = \"1m\"\nmin-runs = 3\npoll = \"500ms\"\n[plugins.worker]\nfile = \"plugins/chaos.wasm\"\ninterval = \"200ms\"\n[plugins.worker.config]\n{chaos}\n",
+        "[host]\nplugins-dir = \"plugins\"\nstate-dir = \"state\"\ncache-dir = \"{cache}\"\n[host.kube]\nkubeconfig = \"{kubeconfig}\"\n[host.leader-election]\nnamespace = \"{NAMESPACE}\"\nname = \"tend-leader\"\nlease-duration = \"3s\"\nrenew-deadline = \"2s\"\nretry-period = \"500ms\"\n[host.fleet]\nnamespace = \"{NAMESPACE}\"\nliveness = \"4s\"\nrenew-every = \"1s\"\npublish-every = \"1s\"\n[host.fleet.rollout]\nsteps = [\"1\", \"50%\", \"100%\"]\nbake = \"3s\"\npatience = \"1m\"\nmin-runs = 3\nmargin = 0.3\npoll = \"500ms\"\n[plugins.worker]\nfile = \"plugins/chaos.wasm\"\ninterval = \"200ms\"\n[plugins.worker.config]\n{chaos}\n",
         cache = tend_e2e::workspace_root()
             .join("target/e2e-cache")
             .display(),
@@ -332,5 +332,72 @@ fn a_blackholed_leader_widens_nothing_and_the_rollout_resumes_afterwards() {
                 && rollout["stable"] == c.as_str()
                 && fleet.on(&c).len() == NODES
         },
+    );
+}
+
+/// Failures the stable nodes share (the plugin's input is gone on every
+/// node, whatever it runs) pause the rollout: nothing widens, nothing is
+/// rolled back, the candidate's node keeps it, no revision is failed. Once
+/// the input is back, an operator's `tend rollout resume` goes on to every
+/// node.
+#[test]
+fn failures_the_stable_nodes_share_pause_the_rollout_without_a_rollback() {
+    let signal = tempfile::tempdir().unwrap();
+    let path = signal.path().join("signal");
+    std::fs::write(&path, "up").unwrap();
+    let reader = |name: &str| {
+        format!(
+            "mode = \"read\"\npath = \"{path}\"\n[plugins.{name}.grants]\nfiles = [{{ path = \"{dir}\" }}]\n",
+            path = path.display(),
+            dir = signal.path().display()
+        )
+    };
+    let fleet = Fleet::start(&reader("worker"));
+    let a = stable_start(&fleet);
+    // The leader sees the quiet fleet for over a bake first: its baseline.
+    for _ in 0..8 {
+        fleet.next_reports();
+    }
+    // The candidate runs a second reader, no riskier than the first.
+    let second = format!(
+        "{}[plugins.second]\nfile = \"plugins/chaos.wasm\"\ninterval = \"200ms\"\n[plugins.second.config]\n{}",
+        reader("worker"),
+        reader("second")
+    );
+    fleet.apply(&second);
+    let b = fleet.desired_other_than(&a);
+    wait_until(Duration::from_secs(30), "the first step begins", || {
+        fleet.state() == (b.clone(), "rolling".into())
+    });
+    std::fs::remove_file(&path).unwrap();
+    wait_until(Duration::from_secs(30), "the rollout pauses", || {
+        fleet.state() == (b.clone(), "paused".into())
+    });
+    let paused = fleet.rollout().unwrap();
+    let reason = paused["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("the stable nodes degrade as well"),
+        "{reason}"
+    );
+    assert_eq!(paused["failed"], serde_json::json!([]), "{paused}");
+    // Nothing widens and nothing is rolled back: the candidate's nodes
+    // (its first step's, unless a loaded machine let it widen first) keep it.
+    fleet.next_reports();
+    let kept = fleet.on(&b);
+    assert!(!kept.is_empty() && kept.len() < NODES, "{kept:?}");
+    for _ in 0..3 {
+        fleet.next_reports();
+        assert_eq!(fleet.on(&b), kept);
+        assert_eq!(fleet.rollout().unwrap()["step"], paused["step"]);
+        assert_eq!(fleet.state(), (b.clone(), "paused".into()));
+        assert!(fleet.running().values().all(|r| r["reverted"].is_null()));
+    }
+    std::fs::write(&path, "up").unwrap();
+    let resumed = fleet.sandboxes[0].tend_with_env(&["rollout", "resume"], &[("NODE_NAME", "n0")]);
+    assert!(resumed.success, "{}{}", resumed.stdout, resumed.stderr);
+    wait_until(
+        Duration::from_secs(90),
+        "the rollout goes on to every node",
+        || fleet.state() == (b.clone(), "done".into()) && fleet.on(&b).len() == NODES,
     );
 }
