@@ -35,6 +35,9 @@ struct Shape {
     retry: &'static str,
     /// Extra lines of the class (windows).
     class_extra: String,
+    /// Extra lines of `[host.fleet]` and of the class's settle check.
+    fleet_extra: String,
+    settle_extra: String,
 }
 
 impl Default for Shape {
@@ -48,6 +51,8 @@ impl Default for Shape {
             ready_for: "1h",
             retry: "300ms",
             class_extra: String::new(),
+            fleet_extra: String::new(),
+            settle_extra: String::new(),
         }
     }
 }
@@ -91,7 +96,7 @@ impl Agent {
 /// The host tables of every agent.
 fn host(api: &KubeApi, sandbox: &Sandbox, port: u16, shape: &Shape) -> String {
     format!(
-        "listen = \"127.0.0.1:{port}\"\n{kube}[host.fleet]\nnamespace = \"{NAMESPACE}\"\nliveness = \"{liveness}\"\nrenew-every = \"{renew}\"\npublish-every = \"1s\"\nretry-every = \"{retry}\"\n[host.fleet.classes.{CLASS}]\noperations = [\"files.write\"]\nshare = {share}\nmin = {min}\n{extra}[host.fleet.classes.{CLASS}.settle]\nready-for = \"{ready_for}\"\n",
+        "listen = \"127.0.0.1:{port}\"\n{kube}[host.fleet]\nnamespace = \"{NAMESPACE}\"\nliveness = \"{liveness}\"\nrenew-every = \"{renew}\"\npublish-every = \"1s\"\nretry-every = \"{retry}\"\n{fleet_extra}[host.fleet.classes.{CLASS}]\noperations = [\"files.write\"]\nshare = {share}\nmin = {min}\n{extra}[host.fleet.classes.{CLASS}.settle]\nready-for = \"{ready_for}\"\n{settle_extra}",
         kube = api.host_kube(sandbox),
         liveness = shape.liveness,
         renew = shape.renew,
@@ -100,6 +105,8 @@ fn host(api: &KubeApi, sandbox: &Sandbox, port: u16, shape: &Shape) -> String {
         min = shape.min,
         extra = shape.class_extra,
         ready_for = shape.ready_for,
+        fleet_extra = shape.fleet_extra,
+        settle_extra = shape.settle_extra,
     )
 }
 
@@ -575,4 +582,91 @@ fn each_node_publishes_its_revision_and_tend_rollout_status_adds_them_up() {
     );
     assert_eq!(report_of(&api, "n0").unwrap()["process"], n0["process"]);
     drop(daemons);
+}
+
+/// The settle check's Prometheus alerts, against a real Prometheus whose
+/// rule is switched between firing and quiet (its rules reloaded): no
+/// ticket is granted while the class's alert fires; a holder keeps its
+/// ticket while it fires, whatever its node's readiness; once it is quiet
+/// the holder gives the ticket back.
+#[test]
+fn a_firing_alert_holds_the_next_ticket_and_the_holders_return() {
+    let rules_dir = tempfile::tempdir().unwrap();
+    let rules = rules_dir.path().join("rules.yml");
+    let alert = |expr: &str| {
+        std::fs::write(
+            &rules,
+            format!("groups:\n  - name: tend-test\n    rules:\n      - alert: TendTestAlert\n        expr: {expr}\n"),
+        )
+        .unwrap();
+    };
+    alert("vector(1)");
+    let prometheus = tend_e2e::peers::prometheus::Prometheus::start(&rules, &[]);
+    let firing = |on: bool| {
+        wait_until(Duration::from_secs(30), "the alert's state", || {
+            let (_, body) = http_get(prometheus.port, "/api/v1/alerts").unwrap();
+            body.contains("\"state\":\"firing\"") == on
+        })
+    };
+    firing(true);
+    let api = KubeApi::start();
+    seed_nodes(&api, 3);
+    // A write every 10 s, each keeping the ticket 4 s: the holder still
+    // holds when the alert fires again.
+    let shape = Shape {
+        interval: "10s",
+        ready_for: "4s",
+        fleet_extra: format!("prometheus = \"http://127.0.0.1:{}\"\n", prometheus.port),
+        settle_extra: "alerts = [\"TendTestAlert\"]\n".into(),
+        ..Shape::default()
+    };
+    let mut agents = agents(&api, 1, &shape);
+    start(&mut agents[0], &[]);
+    wait_until(
+        Duration::from_secs(30),
+        "a refusal naming the alert",
+        || {
+            agents[0].class()["note"].as_str().is_some_and(|n| {
+                n.contains("alert TendTestAlert firing: no ticket until it is quiet")
+            })
+        },
+    );
+    assert!(!agents[0].wrote(), "a write while the alert fired");
+    assert!(holders(&api).is_empty());
+
+    alert("vector(1) == 0");
+    prometheus.reload();
+    firing(false);
+    wait_until(Duration::from_secs(30), "a ticket once quiet", || {
+        agents[0].wrote()
+    });
+
+    // Firing again while n0 holds: it keeps its ticket, Ready or not.
+    alert("vector(1)");
+    prometheus.reload();
+    wait_until(
+        Duration::from_secs(30),
+        "the holder holds while it fires",
+        || {
+            agents[0].class()["note"].as_str().is_some_and(|n| {
+                n.starts_with("holding: fleet budget runtime-restart: alert TendTestAlert firing")
+            })
+        },
+    );
+    assert_eq!(holders(&api), ["n0"]);
+    let log = agents[0].sandbox.path("tend.log");
+    let released = || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .matches("fleet ticket released")
+            .count()
+    };
+    let before = released();
+    alert("vector(1) == 0");
+    prometheus.reload();
+    wait_until(
+        Duration::from_secs(30),
+        "the ticket given back once quiet",
+        || released() > before,
+    );
 }

@@ -554,6 +554,20 @@ fn fleet_errors_name_the_line_and_what_is_expected() {
             ),
             "[host.fleet]: class \"reboot\": window 1: cron \"0 25 * * *\": hour 25 is out of range",
         ),
+        (
+            class("operations = [\"systemd.restart\"]\nshare = 0.1\nsettle = { alerts = [\"NodeDown\"] }\n"),
+            "[host.fleet]: class \"reboot\": settle alerts need [host.fleet] prometheus = ",
+        ),
+        (
+            class("operations = [\"systemd.restart\"]\nshare = 0.1\nsettle = { alerts = [\"a b\"] }\n")
+                .replace("[host.fleet]\n", "[host.fleet]\nprometheus = \"http://p:9090\"\n"),
+            "settle alert \"a b\": expected an alert's name",
+        ),
+        (
+            class("operations = [\"systemd.restart\"]\nshare = 0.1\n")
+                .replace("[host.fleet]\n", "[host.fleet]\nprometheus = \"http://user:pw@p:9090\"\n"),
+            ":5:14: [host.fleet]: prometheus \"http://user:pw@p:9090\": expected the http(s) URL of a Prometheus, with no credentials",
+        ),
     ] {
         let err = error_of(&text);
         assert!(err.contains(expected), "{err}");

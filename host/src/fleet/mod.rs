@@ -23,6 +23,7 @@
 //!   with its renewals.
 
 pub mod adoption;
+pub mod alerts;
 pub mod cohort;
 pub mod kube;
 pub mod ledger;
@@ -105,6 +106,8 @@ pub struct Fleet {
     /// Wakes the member when a ticket is taken: its settle check starts
     /// then, not at the next renewal.
     granted: tokio::sync::Notify,
+    /// The Prometheus a settle check asks about its alerts.
+    alerts: Option<alerts::Alerts>,
 }
 
 #[derive(Default)]
@@ -198,6 +201,7 @@ impl Fleet {
                 })
                 .collect(),
         };
+        let alerts = settings.prometheus.as_ref().map(alerts::Alerts::new);
         Fleet {
             me,
             call_timeout: CALL_TIMEOUT.min(settings.liveness / 4),
@@ -207,6 +211,7 @@ impl Fleet {
             status: std::sync::Mutex::new(status),
             running: None,
             granted: tokio::sync::Notify::new(),
+            alerts,
         }
     }
 
@@ -269,7 +274,14 @@ impl Fleet {
         {
             return Err(refusal.clone());
         }
-        let decided = self.exchange(&mut state, class, dry_run).await;
+        let quiet = match state.held.contains_key(name) {
+            true => Ok(()),
+            false => self.alerts_quiet(class).await,
+        };
+        let decided = match quiet {
+            Ok(()) => self.exchange(&mut state, class, dry_run).await,
+            Err(firing) => Err(firing),
+        };
         // Checked again at the very end: the exchange may have taken a while.
         let decided = decided
             .and_then(|()| window_open(class))
@@ -520,10 +532,17 @@ impl Fleet {
                 state.held.remove(&name);
                 continue;
             };
+            let quiet = match settled(&class.rule, &node) {
+                true => self.alerts_quiet(class).await,
+                false => Err(CapError::BudgetExhausted("not settled".into())),
+            };
             let now = Instant::now();
             let held = state.held.get_mut(&name).expect("listed above");
-            if !settled(&class.rule, &node) {
+            if let Err(unsettled) = quiet {
                 held.settled_since = None;
+                if !class.alerts.is_empty() {
+                    self.note(&name, true, format!("holding: {}", unsettled.message()));
+                }
                 continue;
             }
             let since = *held.settled_since.get_or_insert(now);
@@ -551,6 +570,30 @@ impl Fleet {
             }
         }
         !state.held.is_empty()
+    }
+
+    /// Whether none of `class`'s alerts fires: else the refusal saying which
+    /// do, or that Prometheus could not say (fail closed).
+    async fn alerts_quiet(&self, class: &Class) -> Result<(), CapError> {
+        let name = &class.rule.name;
+        let Some(alerts) = self.alerts.as_ref().filter(|_| !class.alerts.is_empty()) else {
+            return Ok(());
+        };
+        match alerts.firing(&class.alerts, self.call_timeout).await {
+            Ok(firing) if firing.is_empty() => Ok(()),
+            Ok(firing) => Err(CapError::BudgetExhausted(format!(
+                "fleet budget {name}: alert {} firing: no ticket until it is quiet",
+                firing.join(", ")
+            ))),
+            Err(why) => {
+                // A peer's text: bounded and inert.
+                let why = crate::text::cut(crate::text::inert(&why).into_owned(), 300);
+                Err(CapError::Unavailable(format!(
+                    "fleet budget {name}: cannot ask Prometheus whether {} fire ({why}); no ticket without it (fail closed)",
+                    class.alerts.join(", ")
+                )))
+            }
+        }
     }
 
     /// Remove this node from the class's holders, by compare-and-swap.

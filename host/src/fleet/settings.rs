@@ -37,6 +37,8 @@ pub struct RawFleet {
     pub classes: BTreeMap<Spanned<String>, RawClass>,
     /// Staged rollouts of new revisions, judged by the leader.
     pub rollout: Option<Spanned<RawRollout>>,
+    /// The Prometheus whose alerts a settle check asks about.
+    pub prometheus: Option<Spanned<String>>,
 }
 
 /// `[host.fleet.rollout]`.
@@ -90,6 +92,9 @@ pub struct RawSettle {
     pub ready_for: Duration,
     #[serde(default)]
     pub conditions: Vec<String>,
+    /// Prometheus alerts that must not be firing (`[host.fleet] prometheus`).
+    #[serde(default)]
+    pub alerts: Vec<String>,
 }
 
 impl Default for RawSettle {
@@ -97,6 +102,7 @@ impl Default for RawSettle {
         RawSettle {
             ready_for: default_ready_for(),
             conditions: Vec::new(),
+            alerts: Vec::new(),
         }
     }
 }
@@ -165,6 +171,8 @@ pub struct FleetSettings {
     pub medik8s: bool,
     pub classes: Vec<Class>,
     pub rollout: Option<RolloutSettings>,
+    /// Where the settle checks' alerts are asked about.
+    pub prometheus: Option<reqwest::Url>,
 }
 
 /// `[host.fleet.rollout]`, validated.
@@ -179,6 +187,9 @@ pub struct RolloutSettings {
 pub struct Class {
     pub rule: ClassRule,
     pub windows: std::sync::Arc<Windows>,
+    /// Prometheus alerts that must be quiet: before a ticket is granted,
+    /// and before a holder gives its ticket back.
+    pub alerts: Vec<String>,
 }
 
 /// What went wrong, and where: the span of the offending value.
@@ -279,6 +290,22 @@ pub fn validate(raw: &Spanned<RawFleet>, known: &[String]) -> Result<FleetSettin
                 ),
             ));
         }
+        if !class.settle.alerts.is_empty() && fleet.prometheus.is_none() {
+            return Err((
+                span,
+                format!(
+                    "class {label:?}: settle alerts need [host.fleet] prometheus = \"http://prometheus.example:9090\", the Prometheus to ask"
+                ),
+            ));
+        }
+        if let Some(bad) = class.settle.alerts.iter().find(|a| !is_alert_name(a)) {
+            return Err((
+                span,
+                format!(
+                    "class {label:?}: settle alert {bad:?}: expected an alert's name as its rule names it (letters, digits, '_' and ':', at most 200)"
+                ),
+            ));
+        }
         for condition in &class.settle.conditions {
             if let Err(e) = tend_rules::conditions::check_type(condition) {
                 return Err((
@@ -315,6 +342,7 @@ pub fn validate(raw: &Spanned<RawFleet>, known: &[String]) -> Result<FleetSettin
                 conditions: class.settle.conditions.clone(),
             },
             windows: std::sync::Arc::new(windows),
+            alerts: class.settle.alerts.clone(),
         });
     }
     Ok(FleetSettings {
@@ -327,6 +355,38 @@ pub fn validate(raw: &Spanned<RawFleet>, known: &[String]) -> Result<FleetSettin
         medik8s: fleet.medik8s,
         classes,
         rollout: fleet.rollout.as_ref().map(rollout).transpose()?,
+        prometheus: fleet.prometheus.as_ref().map(prometheus).transpose()?,
+    })
+}
+
+/// An alert's name as a Prometheus rule gives it.
+fn is_alert_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
+        && name.len() <= 200
+}
+
+/// `prometheus`: an http(s) URL with no credentials in it (it would be
+/// logged); the alerts API is asked below it.
+fn prometheus(raw: &Spanned<String>) -> Result<reqwest::Url, Invalid> {
+    let text = raw.get_ref();
+    let url = reqwest::Url::parse(text).ok().filter(|u| {
+        matches!(u.scheme(), "http" | "https")
+            && u.host().is_some()
+            && u.username().is_empty()
+            && u.password().is_none()
+            && u.query().is_none()
+    });
+    url.ok_or_else(|| {
+        (
+            Some(raw.span()),
+            format!(
+                "prometheus {text:?}: expected the http(s) URL of a Prometheus, with no credentials or query, as in \"http://prometheus.monitoring:9090\""
+            ),
+        )
     })
 }
 

@@ -17,6 +17,7 @@ fn settings(share: f64, rate: Option<(u32, Duration)>) -> FleetSettings {
         kured: None,
         medik8s: false,
         rollout: None,
+        prometheus: None,
         classes: vec![Class {
             rule: ClassRule {
                 name: "runtime-restart".into(),
@@ -28,6 +29,7 @@ fn settings(share: f64, rate: Option<(u32, Duration)>) -> FleetSettings {
                 conditions: vec!["KernelDeadlock".into()],
             },
             windows: Arc::new(Windows::parse(&[], &[]).unwrap()),
+            alerts: vec![],
         }],
     }
 }

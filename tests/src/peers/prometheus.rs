@@ -44,6 +44,16 @@ impl Prometheus {
             .unwrap_or_default()
     }
 
+    /// Read its config and rule files again (SIGHUP), as an operator's change does.
+    pub fn reload(&self) {
+        let pid = std::fs::read_to_string(self.dir.path().join("prometheus.pid")).unwrap();
+        let sent = Command::new("kill")
+            .args(["-HUP", pid.trim()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "SIGHUP to prometheus {pid}");
+    }
+
     /// What Prometheus logged (rule evaluation errors among it).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
