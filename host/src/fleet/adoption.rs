@@ -13,9 +13,10 @@ use super::rollout::{Rollout, State};
 use crate::config::Config;
 use std::collections::BTreeMap;
 
-/// Traps of a candidate after which its node reverts on its own. Timeouts
-/// are left to the leader, which compares them with the stable nodes': a
-/// slow API server times every node's plugins out alike.
+/// Traps and timeouts of a candidate after which its node reverts on its
+/// own (issue 29). A slow peer that times every node's plugins out alike can
+/// make a node give up a good candidate: the safe side (the leader then fails
+/// it, and an operator retries it), taken knowingly.
 pub const REVERT_AFTER: u64 = 3;
 
 /// What the node knows of its revisions at one moment.
@@ -53,10 +54,10 @@ pub fn choose(node: &Holding, rollout: Option<&Rollout>, me: Option<&Member>) ->
     (target != node.adopted && !gave_up(target) && held).then(|| target.to_string())
 }
 
-/// Whether the node should give up the candidate it runs: it has trapped
-/// [`REVERT_AFTER`] times, and the stable revision is at hand.
+/// Whether the node should give up the candidate it runs: it has trapped or
+/// timed out [`REVERT_AFTER`] times, and the stable revision is at hand.
 pub fn should_revert(node: &Holding, counters: &Counters) -> bool {
-    let failing = counters.traps >= REVERT_AFTER;
+    let failing = counters.traps.saturating_add(counters.timeouts) >= REVERT_AFTER;
     failing && node.stable.is_some_and(|stable| stable != node.adopted)
 }
 
