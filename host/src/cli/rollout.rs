@@ -64,7 +64,7 @@ async fn read_rollout(store: &KubeFleet) -> anyhow::Result<Option<(Rollout, Opti
         Some(text) => match Rollout::parse(&text) {
             Some(rollout) => Ok(Some((rollout, lease.command))),
             None => anyhow::bail!(
-                "the Lease {} holds no rollout Tend wrote: fix it, or delete it to start over from what the nodes ask for",
+                "the Lease {} holds no rollout Tend wrote: fix it, or delete it: the leader then starts over from what most nodes run, and rolls out what they ask for from the first step",
                 crate::fleet::rollout::ROLLOUT_LEASE
             ),
         },

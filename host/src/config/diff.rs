@@ -49,6 +49,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         }
     }
     let (a, b) = (&old.host, &new.host);
+    // The keys [`with_restart_settings_of`] carries over.
     for (key, differs) in [
         ("plugins-dir", a.plugins_dir != b.plugins_dir),
         ("state-dir", a.state_dir != b.state_dir),
@@ -61,6 +62,19 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         }
     }
     result
+}
+
+/// `new` with the `[host]` settings that take effect only on restart (those
+/// [`diff`] lists in `needs_restart`) taken from `running`: what a reload can
+/// apply of `new` at once.
+pub fn with_restart_settings_of(mut new: Config, running: &Config) -> Config {
+    let (host, from) = (&mut new.host, &running.host);
+    host.plugins_dir = from.plugins_dir.clone();
+    host.state_dir = from.state_dir.clone();
+    host.cache_dir = from.cache_dir.clone();
+    host.listen = from.listen.clone();
+    host.capabilities = from.capabilities.clone();
+    new
 }
 
 #[cfg(test)]
@@ -123,5 +137,8 @@ mod tests {
         let text = "[host]\nplugins-dir = \"q\"\nstate-dir = \"s\"\nlisten = \"127.0.0.1:9464\"\n";
         let new = Config::parse(Path::new("/etc/tend/tend.toml"), text).unwrap();
         assert_eq!(diff(&old, &new).needs_restart, ["plugins-dir", "listen"]);
+        // What a reload can apply of it at once needs no restart.
+        let now = with_restart_settings_of(new, &old);
+        assert!(diff(&old, &now).needs_restart.is_empty());
     }
 }

@@ -103,6 +103,19 @@ struct Load {
     result: Result<Arc<CompiledPlugin>, LoadError>,
 }
 
+impl Load {
+    /// A load that failed before anything was compiled.
+    fn failed(file: PathBuf, error: LoadError) -> Load {
+        Load {
+            path: file.clone(),
+            pinned: None,
+            from_registry: None,
+            result: Err(error),
+            file,
+        }
+    }
+}
+
 pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config_path = std::path::absolute(config_path)?;
     let config_seen = config_identity(&config_path);
@@ -352,15 +365,19 @@ impl Supervisor {
         *self.shared.waits_on.write().unwrap() = waits_on;
     }
 
+    /// Whether `paths` hold the config file itself, or something beside it
+    /// (a `..data` link swap) that changed what the config path leads to.
+    fn config_changed(&self, paths: &BTreeSet<PathBuf>) -> bool {
+        let config = &self.shared.config_path;
+        let beside = paths.iter().any(|p| p.parent() == config.parent());
+        paths.contains(config) || (beside && config_identity(config) != self.config_seen)
+    }
+
     fn changed(&mut self, paths: BTreeSet<PathBuf>) {
         if self.staging.is_some() {
             return self.changed_staged(&paths);
         }
-        let config = &self.shared.config_path;
-        // The config file itself, or something beside it (a `..data` link swap)
-        // that changed what the config path leads to.
-        let beside = paths.iter().any(|p| p.parent() == config.parent());
-        if paths.contains(config) || (beside && config_identity(config) != self.config_seen) {
+        if self.config_changed(&paths) {
             self.reload_config("config file changed");
         }
         let in_use: BTreeSet<PathBuf> = self
@@ -400,15 +417,10 @@ impl Supervisor {
                     .expect("component load task panicked")
             };
             let load = match (kept, source) {
-                (Some(None), _) => Load {
-                    path: file.clone(),
-                    pinned: None,
-                    from_registry: None,
-                    result: Err(LoadError::Fetch(
-                        "the adopted revision keeps no component for it".into(),
-                    )),
+                (Some(None), _) => Load::failed(
                     file,
-                },
+                    LoadError::Fetch("the adopted revision keeps no component for it".into()),
+                ),
                 (Some(Some(kept)), _) => {
                     let result = compile(kept.path.clone()).await;
                     Load {
@@ -437,13 +449,7 @@ impl Supervisor {
                             file,
                         }
                     }
-                    Err(e) => Load {
-                        path: file.clone(),
-                        pinned: None,
-                        from_registry: None,
-                        result: Err(LoadError::Fetch(e)),
-                        file,
-                    },
+                    Err(e) => Load::failed(file, LoadError::Fetch(e)),
                 },
             };
             let _ = events.send(Event::Loaded(load));

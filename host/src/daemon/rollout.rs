@@ -12,6 +12,7 @@ use crate::fleet::rollout::Rollout;
 use crate::fleet::rollout_leader::{RolloutLeader, member};
 use crate::fleet::settings::FleetSettings;
 use crate::fleet::store::FleetStore;
+use crate::fleet::{CALL_TIMEOUT, bounded};
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use std::collections::BTreeMap;
@@ -26,15 +27,10 @@ pub struct Sighting {
     pub known: bool,
     pub rollout: Option<Rollout>,
     pub me: Option<Member>,
-    /// Why the last read or the leader's poll failed, for `/status`.
-    pub note: String,
 }
 
 /// How often this node's Node is read again, for its zone and pool.
 const NODE_READ_EVERY: Duration = Duration::from_secs(300);
-
-/// One answer of the API server is waited for at most this long.
-const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn spawn(
     settings: FleetSettings,
@@ -111,14 +107,14 @@ async fn follow(
                 // controller labels a new Node after tend starts).
                 if sighting.me.is_none() || node_read.elapsed() >= NODE_READ_EVERY {
                     node_read = Instant::now();
-                    let read = bounded(store.node(&node)).await;
+                    let read = bounded(CALL_TIMEOUT, store.node(&node)).await;
                     if let Ok(facts) = &read {
                         sighting.me = member(facts);
                     }
                     note(&mut notes, "node", read.err().map(|e| format!("cannot read this node: {e}")));
                 }
                 if changes.is_none() {
-                    match store.rollout_changes().await {
+                    match bounded(CALL_TIMEOUT, store.rollout_changes()).await {
                         Ok(stream) => changes = Some(stream.boxed()),
                         Err(e) => note(&mut notes, "watch", Some(format!("cannot watch the rollout: {e}"))),
                     }
@@ -133,9 +129,6 @@ async fn follow(
                 Err(e) => note(&mut notes, "watch", Some(format!("the rollout's watch failed: {e}"))),
             },
         }
-        let joined = notes.values().cloned().collect::<Vec<_>>().join("; ");
-        // Peers' text, bounded and inert.
-        sighting.note = crate::text::cut(crate::text::inert(&joined).into_owned(), 600);
         seen.send_if_modified(|now| {
             let changed = *now != sighting;
             if changed {
@@ -150,6 +143,8 @@ async fn follow(
 fn note(notes: &mut BTreeMap<&'static str, String>, part: &'static str, failed: Option<String>) {
     match failed {
         Some(why) => {
+            // The API server's words: bounded and inert.
+            let why = crate::text::cut(crate::text::inert(&why).into_owned(), 600);
             if notes.get(part) != Some(&why) {
                 tracing::warn!("rollout: {why}");
             }
@@ -158,14 +153,5 @@ fn note(notes: &mut BTreeMap<&'static str, String>, part: &'static str, failed: 
         None => {
             notes.remove(part);
         }
-    }
-}
-
-async fn bounded<T>(
-    call: impl Future<Output = Result<T, crate::capabilities::CapError>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(CALL_TIMEOUT, call).await {
-        Ok(result) => result.map_err(|e| e.to_string()),
-        Err(_) => Err("the API server did not answer in time".into()),
     }
 }

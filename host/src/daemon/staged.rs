@@ -5,12 +5,13 @@
 //! last read ([`super::rollout`]), or when the node reverts a candidate on
 //! its own.
 
-use super::staging::{Held, Intake, Staging, intake};
+use super::staging::{Component, Held, Intake, Staging, intake};
 use super::{Event, Supervisor, config_identity};
-use crate::config::{Config, diff::diff};
+use crate::config::Config;
+use crate::config::diff::{diff, with_restart_settings_of};
 use crate::fleet::adoption::{acknowledged, choose, should_revert};
 use crate::fleet::revision::Staged;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -36,7 +37,7 @@ pub fn open(config_path: &Path, files: &Config) -> anyhow::Result<(Staging, Conf
     let config = match staging.adopted() {
         Some(adopted) => {
             tracing::info!(revision = %adopted.record.revision, "staged rollouts: running the adopted revision");
-            with_host_of(adopted.config.clone(), files)
+            with_restart_settings_of(adopted.config.clone(), files)
         }
         None => {
             tracing::info!(
@@ -49,17 +50,6 @@ pub fn open(config_path: &Path, files: &Config) -> anyhow::Result<(Staging, Conf
         }
     };
     Ok((staging, config))
-}
-
-/// `config` with the `[host]` settings that need a restart taken from `running`.
-fn with_host_of(mut config: Config, running: &Config) -> Config {
-    let (host, from) = (&mut config.host, &running.host);
-    host.plugins_dir = from.plugins_dir.clone();
-    host.state_dir = from.state_dir.clone();
-    host.cache_dir = from.cache_dir.clone();
-    host.listen = from.listen.clone();
-    host.capabilities = from.capabilities.clone();
-    config
 }
 
 impl Supervisor {
@@ -90,9 +80,6 @@ impl Supervisor {
     /// change while the last intake failed (a file it missed may have come).
     /// Other files beside the config (a log) are not.
     pub(super) fn changed_staged(&mut self, paths: &BTreeSet<PathBuf>) {
-        let config = &self.shared.config_path;
-        let beside = paths.iter().any(|p| p.parent() == config.parent());
-        let moved = beside && config_identity(config) != self.config_seen;
         let plugins_dir = &self.config.host.plugins_dir;
         let files = self
             .staging
@@ -103,8 +90,8 @@ impl Supervisor {
             .iter()
             .any(|p| files.contains(p) || p.parent() == Some(plugins_dir.as_path()));
         let failed = self.shared.config_error.read().unwrap().is_some();
-        if paths.contains(config) || moved || plugin || failed {
-            self.config_seen = config_identity(config);
+        if self.config_changed(paths) || plugin || failed {
+            self.config_seen = config_identity(&self.shared.config_path);
             self.take_in();
         }
     }
@@ -233,24 +220,17 @@ impl Supervisor {
             return tracing::error!("staged rollouts: cannot save the adoption: {e}");
         }
         self.waiting = None;
-        let held = staging.get(&target).expect("desired is held").clone();
         tracing::info!(revision = %target, "staged rollouts: the first revision this node runs");
-        let files: BTreeSet<PathBuf> = held
-            .config
-            .enabled_plugins()
-            .map(|p| p.file.clone())
-            .collect();
-        let config = with_host_of(held.config, &self.config);
-        self.apply_config(config, &format!("staged rollouts: {target} adopted"), files);
+        self.run_held(&target, BTreeMap::new());
         self.publish_staged(sighting);
     }
 
     /// Run the held revision `target` from now on.
     fn switch(&mut self, target: &str) {
         let staging = self.staging.as_mut().expect("staged");
-        let Some(held) = staging.get(target).cloned() else {
+        if staging.get(target).is_none() {
             return;
-        };
+        }
         let before = staging
             .adopted()
             .map(|a| a.record.components.clone())
@@ -258,16 +238,29 @@ impl Supervisor {
         if let Err(e) = staging.adopt(target) {
             return tracing::error!(%target, "staged rollouts: cannot save the adoption, not switching: {e}");
         }
-        let digest = |c: Option<&super::staging::Component>| c.map(|c| c.digest.clone());
+        tracing::info!(revision = %target, "staged rollouts: switching");
+        self.run_held(target, before);
+    }
+
+    /// Apply the adopted `target` as a config reload (its `[host]` settings
+    /// that need a restart stay as they run), loading again every plugin
+    /// whose component differs from `before`'s.
+    fn run_held(&mut self, target: &str, before: BTreeMap<String, Component>) {
+        let staging = self.staging.as_ref().expect("staged");
+        let held = staging
+            .get(target)
+            .expect("adopted revisions are held")
+            .clone();
+        let digest = |c: Option<&Component>| c.map(|c| c.digest.clone());
         let changed: BTreeSet<PathBuf> = held
             .config
             .enabled_plugins()
             .filter(|p| digest(before.get(&p.name)) != digest(held.record.components.get(&p.name)))
             .map(|p| p.file.clone())
             .collect();
-        tracing::info!(revision = %target, "staged rollouts: switching");
+        let config = with_restart_settings_of(held.config, &self.config);
         self.apply_config(
-            held.config,
+            config,
             &format!("staged rollouts: {target} adopted"),
             changed,
         );

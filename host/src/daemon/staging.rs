@@ -160,9 +160,10 @@ impl Staging {
             stable: held(&book.stable),
             reverted: book.reverted.clone().filter(|(r, _)| is_revision(r)),
         };
-        for held in staging.held.values() {
-            let text = serde_json::to_vec(&held.record).expect("a record serializes");
-            crate::atomic::write(&staging.record_path(&held.record.revision), 0o600, &text)?;
+        for (old_name, name) in renamed.iter().filter(|(old, new)| old != new) {
+            tracing::info!(from = %old_name, to = %name, "staged rollouts: a held revision renamed for this tend release");
+            let text = serde_json::to_vec(&staging.held[name].record).expect("a record serializes");
+            crate::atomic::write(&staging.record_path(name), 0o600, &text)?;
         }
         if staging.book != book {
             staging.save()?;
@@ -179,8 +180,9 @@ impl Staging {
         if record.revision != revision {
             return Err(format!("its record names {}", record.revision));
         }
-        if let Some(c) = record.components.values().find(|c| !is_digest(&c.digest)) {
-            return Err(format!("{:?} is not a component digest", c.digest));
+        // A digest becomes a file name.
+        for c in record.components.values() {
+            crate::oci::reference::validate_digest(&c.digest)?;
         }
         let config = Config::parse(&self.config_path, &record.config).map_err(|e| e.to_string())?;
         let digests = record
@@ -210,8 +212,7 @@ impl Staging {
 
     /// Where the component of `digest` is kept.
     pub fn component_path(&self, digest: &str) -> PathBuf {
-        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
-        self.components_dir().join(format!("{hex}.wasm"))
+        component_in(&self.components_dir(), digest)
     }
 
     pub fn adopted(&self) -> Option<&Held> {
@@ -387,14 +388,10 @@ impl Staging {
     }
 }
 
-/// `sha256:` and 64 lowercase hex digits: what may become a file name.
-fn is_digest(text: &str) -> bool {
-    text.strip_prefix("sha256:").is_some_and(|hex| {
-        hex.len() == 64
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
+/// The file of the component of `digest` (validated) in `dir`.
+fn component_in(dir: &Path, digest: &str) -> PathBuf {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    dir.join(format!("{hex}.wasm"))
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
@@ -437,20 +434,21 @@ pub async fn intake(how: Intake) -> Result<Held, String> {
             }
         };
         let digest = crate::digest::sha256_digest(&bytes);
-        let path = how
-            .components
-            .join(format!("{}.wasm", digest.trim_start_matches("sha256:")));
+        let path = component_in(&how.components, &digest);
         let runtime = how.runtime.clone();
         let name = plugin.name.clone();
+        // Kept only once it compiled (and its build is cached): a component
+        // in the store is one that compiles, compiled once.
         tokio::task::spawn_blocking(move || {
-            if !path.is_file() {
-                crate::atomic::write(&path, 0o600, &bytes)
-                    .map_err(|e| format!("plugin {name}: cannot keep its component: {e}"))?;
+            if path.is_file() {
+                return Ok(());
             }
-            runtime
-                .load(&path)
-                .map(drop)
-                .map_err(|e| format!("plugin {name}: {e}"))
+            crate::atomic::write(&path, 0o600, &bytes)
+                .map_err(|e| format!("plugin {name}: cannot keep its component: {e}"))?;
+            runtime.load(&path).map(drop).map_err(|e| {
+                let _ = std::fs::remove_file(&path);
+                format!("plugin {name}: {e}")
+            })
         })
         .await
         .expect("the intake's compile task panicked")?;

@@ -56,7 +56,7 @@ pub const LEASE_PREFIX: &str = "tend-";
 /// most a quarter of the liveness window): the exchange holds the fleet's
 /// lock, and a silent server must not hold every plugin's mutations (nor
 /// the member's renewals) behind it.
-const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A class's mutations only inside its maintenance windows.
 fn window_open(class: &Class) -> Result<(), CapError> {
@@ -71,7 +71,8 @@ fn window_open(class: &Class) -> Result<(), CapError> {
         })
 }
 
-async fn bounded<T>(
+/// `call`'s answer within `within`, or a timeout saying so.
+pub(crate) async fn bounded<T>(
     within: Duration,
     call: impl Future<Output = Result<T, CapError>>,
 ) -> Result<T, CapError> {

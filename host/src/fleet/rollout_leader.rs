@@ -79,7 +79,7 @@ impl RolloutLeader {
             None => None,
             Some(text) => Some(Rollout::parse(text).ok_or_else(|| {
                 CapError::Invalid(format!(
-                    "the Lease {} holds no rollout Tend wrote: nothing rolls out until it is fixed or deleted (deleting it starts over from what the nodes ask for)",
+                    "the Lease {} holds no rollout Tend wrote: nothing rolls out until it is fixed or deleted (deleting it starts over from what most nodes run, and rolls out what they ask for from the first step)",
                     super::rollout::ROLLOUT_LEASE
                 ))
             })?),
@@ -96,7 +96,7 @@ impl RolloutLeader {
             .filter(|p| p.fresh && names.contains_key(p.node.as_str()))
             .filter_map(|p| Some((p.node, Report::parse(p.report.as_deref()?)?)))
             .collect();
-        let samples = samples(&nodes, &reports);
+        let samples = samples(&names, &reports);
         // Steps are shares of the nodes that run tend, not of every Node (a
         // control-plane node, or one the DaemonSet skips, would never run
         // its step's candidate).
@@ -245,20 +245,19 @@ pub fn member(node: &NodeFacts) -> Option<Member> {
     })
 }
 
-/// Each reporting node's sample, with its Node's readiness (a report with no
-/// Node behind it counts for nothing).
-fn samples(nodes: &[NodeFacts], reports: &[(String, Report)]) -> Samples {
-    let ready: BTreeMap<&str, bool> = nodes.iter().map(|n| (n.name.as_str(), n.ready)).collect();
+/// Each reporting node's sample, with its Node's readiness (`reports` come
+/// from Nodes in `nodes` only).
+fn samples(nodes: &BTreeMap<&str, &NodeFacts>, reports: &[(String, Report)]) -> Samples {
     reports
         .iter()
-        .filter_map(|(node, report)| {
+        .map(|(node, report)| {
             let sample = Sample {
                 process: report.process.clone(),
                 revision: report.revision.clone(),
                 counters: report.counters,
-                ready: *ready.get(node.as_str())?,
+                ready: nodes[node.as_str()].ready,
             };
-            Some((node.clone(), sample))
+            (node.clone(), sample)
         })
         .collect()
 }
