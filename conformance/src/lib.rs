@@ -540,6 +540,7 @@ pub fn cases() -> Vec<Case> {
     ]
     .into_iter()
     .chain(kube_cases())
+    .chain(drain_cases())
     .chain(node_cases())
     .chain(bound_cases())
     .chain(systemd_cases())
@@ -1181,6 +1182,103 @@ fn kube(
 
 fn listed(names: &[&str]) -> Expect {
     Expect::Listed(names.iter().map(|n| n.to_string()).collect())
+}
+
+/// A `kube` function called by its WIT name and arguments, under `rules`.
+fn kube_wit(rules: &str, function: &'static str, args: Value, expect: Expect) -> Case {
+    let op = Op::Wit {
+        cap: "kube",
+        function,
+        args,
+    };
+    Case {
+        kube: serde_json::from_str(rules).expect("valid kube rules"),
+        ..ungranted(op, expect)
+    }
+}
+
+/// `cordon`, `evict` and `drain`: the grant each needs and the names an
+/// eviction takes, decided by `tend_rules::drain` alike on every side
+/// (held to it by `every_case_holds_for_resolve_and_check_url`), and one
+/// success each (an `ok` compares no value: a drain's report depends on
+/// each side's object model, so it is tested where each lives).
+fn drain_cases() -> Vec<Case> {
+    let cordoner = r#"[{"resource": "nodes", "verbs": ["patch"], "names": ["$NODE"], "fields": ["spec.unschedulable"]}]"#;
+    let labels_only = r#"[{"resource": "nodes", "verbs": ["patch"], "names": ["$NODE"], "fields": ["metadata.labels"]}]"#;
+    let evictor =
+        r#"[{"resource": "pods/eviction", "verbs": ["create"], "namespaces": ["default"]}]"#;
+    let deleter = r#"[{"resource": "pods", "verbs": ["get", "create", "delete"], "namespaces": ["default"]}]"#;
+    let drainer = r#"[{"resource": "nodes", "verbs": ["patch"], "names": ["$NODE"], "fields": ["spec.unschedulable"]},
+                      {"resource": "pods", "verbs": ["list", "get"], "field-selector": "spec.nodeName=$NODE"},
+                      {"resource": "pods/eviction", "verbs": ["create"], "field-selector": "spec.nodeName=$NODE"}]"#;
+    let cordon = |rules, unschedulable: bool, expect| {
+        kube_wit(
+            rules,
+            "cordon",
+            json!({"unschedulable": unschedulable}),
+            expect,
+        )
+    };
+    let evict = |rules, namespace: &str, name: &str, expect| {
+        kube_wit(
+            rules,
+            "evict",
+            json!({"namespace": namespace, "name": name}),
+            expect,
+        )
+    };
+    let drain = |rules, expect| {
+        let options = json!({"deadline-ms": 2000, "uncordon-on-give-up": false});
+        kube_wit(rules, "drain", json!({"options": options}), expect)
+    };
+    let no_cordon = denied(
+        "no kube grant allows patch nodes named node-1: add { resource = \"nodes\", verbs = [\"patch\"], names = [\"node-1\"] } to [plugins.conformance.grants] kube",
+    );
+    let outside_fields = denied(
+        "patch nodes named node-1: the patch touches \"spec.unschedulable\", outside the fields of { resource = \"nodes\", fields = [\"metadata.labels\"] }; add that path to the rule's fields in [plugins.conformance.grants] kube",
+    );
+    let no_eviction = denied(
+        "no kube grant allows create pods/eviction in namespace default named web: add { resource = \"pods/eviction\", verbs = [\"create\"], namespaces = [\"default\"], names = [\"web\"] } to [plugins.conformance.grants] kube",
+    );
+    let name_shape = "expected a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 bytes), for example \"node-1\"";
+    let namespace_shape = "expected a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63 bytes), for example \"kube-system\"";
+    vec![
+        // cordon: `patch` on the own Node, its `fields` admitting spec.unschedulable
+        cordon(cordoner, true, Expect::Ok),
+        cordon(cordoner, false, Expect::Ok),
+        cordon("[]", true, no_cordon.clone()),
+        cordon(labels_only, true, outside_fields.clone()),
+        // an uncordon removes the field: the same path
+        cordon(labels_only, false, outside_fields),
+        // evict: `create` on pods/eviction, never another grant on pods
+        evict(evictor, "default", "web", Expect::Ok),
+        evict("[]", "default", "web", no_eviction.clone()),
+        evict(deleter, "default", "web", no_eviction),
+        // names are URL path parts: refused before the grant
+        evict(
+            evictor,
+            "default",
+            "web/status",
+            invalid(&format!("kube name \"web/status\": {name_shape}")),
+        ),
+        evict(
+            evictor,
+            "default",
+            "..",
+            invalid(&format!("kube name \"..\": {name_shape}")),
+        ),
+        evict(
+            "[]",
+            "default/pods/web",
+            "web",
+            invalid(&format!(
+                "kube namespace \"default/pods/web\": {namespace_shape}"
+            )),
+        ),
+        // drain: the cordon's grant is the first it needs
+        drain("[]", no_cordon),
+        drain(drainer, Expect::Ok),
+    ]
 }
 
 /// The kube part of the table: path parts, the own Lease, selectors, one
@@ -1983,6 +2081,14 @@ mod tests {
                     function,
                     args,
                 } => conditions_decision(&case.conditions, function, args),
+                Op::Wit {
+                    cap: "kube",
+                    function,
+                    args,
+                } => match drain_decision(&case.kube, function, args) {
+                    Some(decision) => decision,
+                    None => continue,
+                },
                 // Kube decisions need objects, systemd, cri and cloud calls
                 // a host: the host and the SDK's fake run them.
                 Op::Kube(_) | Op::Systemd(_) | Op::CriList(_) | Op::Cloud(_) | Op::Wit { .. } => {
@@ -2032,6 +2138,34 @@ mod tests {
         check_note(&text(&args["reason"]), &text(&args["message"]))?;
         let ttl = args.get("ttl-seconds").and_then(Value::as_u64);
         check_ttl(ttl.map(|t| u32::try_from(t).expect("a u32")))
+    }
+
+    /// A cordon's or an eviction's decision by `tend_rules::drain` on the
+    /// fixture's node; a drain's only when its first check, the cordon's,
+    /// refuses it (None: the rest needs the pods).
+    fn drain_decision(
+        rules: &[KubeRule],
+        function: &str,
+        args: &Value,
+    ) -> Option<Result<(), Refusal>> {
+        use tend_rules::drain::{check_cordon, check_evict};
+        let node = fixture::NODE;
+        let text = |value: &Value| value.as_str().expect("text").to_string();
+        match function {
+            "cordon" => {
+                let unschedulable = args["unschedulable"].as_bool().expect("a bool");
+                Some(check_cordon(rules, PLUGIN, node, unschedulable))
+            }
+            "evict" => Some(check_evict(
+                rules,
+                PLUGIN,
+                node,
+                &text(&args["namespace"]),
+                &text(&args["name"]),
+            )),
+            "drain" => check_cordon(rules, PLUGIN, node, true).err().map(Err),
+            _ => None,
+        }
     }
 
     /// Every function a plugin imports has a case that succeeds and a case

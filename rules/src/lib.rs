@@ -13,7 +13,8 @@
 //! - [`ident::check`]: whether an identifier a plugin puts into a URL path has its shape.
 //! - [`cloud::CloudGrant`]: which cloud operations, owned instances and security
 //!   groups are granted; [`cloud::RuleSpec`]: when two security group rules are the same.
-//! - [`kube::check`]: whether a Kubernetes API call is granted (RBAC-like rules).
+//! - [`kube::check`]: whether a Kubernetes API call is granted (RBAC-like rules);
+//!   [`drain`]: what cordon, evict and drain need and do, pure.
 //! - Input bounds both sides enforce: [`systemd::check_names`],
 //!   [`kube::check_size`], [`kube::check_event`], [`cri::check_filter_labels`],
 //!   [`files::file_mode`].
@@ -27,6 +28,7 @@
 pub mod cloud;
 pub mod conditions;
 pub mod cri;
+pub mod drain;
 mod error;
 pub mod files;
 pub mod http;

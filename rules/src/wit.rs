@@ -225,7 +225,17 @@ pub mod metrics {
 
 /// `tend:plugin/kube`.
 pub mod kube {
-    pub const FUNCTIONS: [&str; 6] = ["get", "list", "create", "patch", "delete", "emit-event"];
+    pub const FUNCTIONS: [&str; 9] = [
+        "get",
+        "list",
+        "create",
+        "patch",
+        "delete",
+        "emit-event",
+        "cordon",
+        "evict",
+        "drain",
+    ];
 
     /// Each function, in WIT order.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -236,16 +246,22 @@ pub mod kube {
         Patch,
         Delete,
         EmitEvent,
+        Cordon,
+        Evict,
+        Drain,
     }
 
     impl Function {
-        pub const ALL: [Function; 6] = [
+        pub const ALL: [Function; 9] = [
             Function::Get,
             Function::List,
             Function::Create,
             Function::Patch,
             Function::Delete,
             Function::EmitEvent,
+            Function::Cordon,
+            Function::Evict,
+            Function::Drain,
         ];
 
         /// Its WIT name, as grants, budgets and the journal say it.

@@ -65,7 +65,10 @@ macro_rules! capability_list {
             kube: Kube {
                 wasm: WasmKube,
                 fake: FakeKube,
-                types: [EventType, ListParams, ObjectKey, ObjectList, PatchType],
+                types: [
+                    DrainOptions, DrainReport, EventType, ListParams, ObjectKey, ObjectList,
+                    PatchType,
+                ],
                 testing: [IntoKubeRules, RecordedEvent, RecordedPatch, merge_patch],
             },
             /// The cloud provider's instances and security groups, within the
@@ -163,6 +166,7 @@ pub mod bindings {
         additional_type_attributes: {
             "tend:plugin/kube@0.1.0/object-key": [#[derive(PartialOrd, Ord)]],
             "tend:plugin/kube@0.1.0/list-params": [#[derive(Default)]],
+            "tend:plugin/kube@0.1.0/drain-report": [#[derive(Default)]],
             "tend:plugin/systemd@0.1.0/unit-status": [#[derive(Default)]],
             "tend:plugin/cri@0.1.0/sandbox-filter": [#[derive(Default)]],
             "tend:plugin/cri@0.1.0/container-state": [#[derive(Default)]],

@@ -1777,6 +1777,582 @@ status:
     });
 }
 
+/// A Ready Node `name` (no kubelet stand-in runs for it unless a test starts one).
+fn node_manifest(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\nstatus:\n  conditions: [{{type: Ready, status: \"True\"}}]\n"
+    )
+}
+
+/// A bare Pod (no controller) labelled `labels`, bound to `node`, with its own
+/// terminationGracePeriodSeconds.
+fn bound_pod(name: &str, labels: &str, node: &str, grace: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, labels: {{{labels}}}}}\nspec:\n  nodeName: {node}\n  \
+         terminationGracePeriodSeconds: {grace}\n  containers: [{{name: c, image: busybox}}]\n"
+    )
+}
+
+/// Make a pod Running and Ready through the status subresource, as its kubelet
+/// reports a started pod (kubectl apply ignores status): what the disruption
+/// controller counts as healthy.
+fn report_ready(k: &Kubectl, pod: &str) {
+    k.ok(&[
+        "patch",
+        "pod",
+        pod,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#,
+    ]);
+}
+
+/// A PodDisruptionBudget `name` over the pods labelled `app=APP`, with `rule`
+/// (e.g. "minAvailable: 3").
+fn pdb_manifest(name: &str, app: &str, rule: &str) -> String {
+    format!(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: {name}}}\nspec:\n  {rule}\n  \
+         selector: {{matchLabels: {{app: {app}}}}}\n"
+    )
+}
+
+/// POST an Eviction of pod `pod` in default (with gracePeriodSeconds when
+/// given): (status, Status).
+fn evict(api: &KubeApi, pod: &str, grace: Option<u32>) -> (u16, Value) {
+    let mut eviction =
+        json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod}});
+    if let Some(grace) = grace {
+        eviction["deleteOptions"] = json!({"gracePeriodSeconds": grace});
+    }
+    api.call(
+        "POST",
+        &format!("/api/v1/namespaces/default/pods/{pod}/eviction"),
+        Some(&eviction),
+    )
+}
+
+/// The 429 the real eviction subresource answers when `budget` allows no
+/// disruption (eviction.go checkAndDecrement).
+fn budget_refusal(budget: &str, desired: u32, current: u32) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+        "reason": "TooManyRequests",
+        "details": {"causes": [{"reason": "DisruptionBudget",
+            "message": format!("The disruption budget {budget} needs {desired} healthy pods and has {current} currently")}]},
+        "code": 429,
+    })
+}
+
+/// A pod of default, as the server has it (None when it is gone).
+fn pod(api: &KubeApi, name: &str) -> Option<Value> {
+    let (status, body) = api.call(
+        "GET",
+        &format!("/api/v1/namespaces/default/pods/{name}"),
+        None,
+    );
+    match status {
+        404 => None,
+        200 => Some(body),
+        _ => panic!("GET pod {name}: {status} {body}"),
+    }
+}
+
+/// The PodDisruptionBudget `name` of default, as the server has it.
+fn pdb(api: &KubeApi, name: &str) -> Value {
+    let (status, body) = api.call(
+        "GET",
+        &format!("/apis/policy/v1/namespaces/default/poddisruptionbudgets/{name}"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// The row of `kubectl get pdb NAME` (NAME, MIN AVAILABLE, MAX UNAVAILABLE,
+/// ALLOWED DISRUPTIONS; AGE left out), its header checked against the real
+/// server's table.
+fn pdb_row(k: &Kubectl, name: &str) -> Vec<String> {
+    let table = k.ok(&["get", "pdb", name]);
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "MIN AVAILABLE",
+            "MAX UNAVAILABLE",
+            "ALLOWED DISRUPTIONS",
+            "AGE"
+        ],
+        "{table}"
+    );
+    lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(4)
+        .map(String::from)
+        .collect()
+}
+
+/// (currentHealthy, desiredHealthy, expectedPods, disruptionsAllowed) of a PDB.
+fn budget_counts(pdb: &Value) -> [u64; 4] {
+    [
+        "currentHealthy",
+        "desiredHealthy",
+        "expectedPods",
+        "disruptionsAllowed",
+    ]
+    .map(|f| {
+        pdb["status"][f]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {f}: {pdb}"))
+    })
+}
+
+const WEB: [&str; 3] = ["web-0", "web-1", "web-2"];
+
+#[test]
+fn kubectl_drain_is_held_to_a_pod_disruption_budget() {
+    each_kubectl(|api, k| {
+        assert!(k.apply(&node_manifest("node-a"), &[]).success());
+        for name in WEB {
+            assert!(
+                k.apply(&bound_pod(name, "app: web", "node-a", 30), &[])
+                    .success()
+            );
+            report_ready(k, name);
+        }
+        assert!(
+            k.apply(&pdb_manifest("web-pdb", "web", "minAvailable: 3"), &[])
+                .success()
+        );
+        // The disruption controller's status: three healthy pods, three needed.
+        let budget = pdb(api, "web-pdb");
+        assert_eq!(budget_counts(&budget), [3, 3, 3, 0], "{budget}");
+        assert_eq!(budget["status"]["observedGeneration"], 1, "{budget}");
+        assert_eq!(
+            (
+                &budget["status"]["conditions"][0]["type"],
+                &budget["status"]["conditions"][0]["reason"]
+            ),
+            (&json!("DisruptionAllowed"), &json!("InsufficientPods")),
+            "{budget}"
+        );
+        assert_eq!(pdb_row(k, "web-pdb"), ["web-pdb", "3", "N/A", "0"]);
+        let refused = "Cannot evict pod as it would violate the pod's disruption budget";
+        let drain = |extra: &[&str]| {
+            let mut args = vec!["drain", "node-a", "--force", "--ignore-daemonsets"];
+            args.extend_from_slice(extra);
+            let out = k.run(&args);
+            let text = format!("{}{}", out.stdout, out.stderr);
+            (out, text)
+        };
+        // A server-side dry run is refused alike and writes nothing (not even the cordon).
+        let before = api.resource_version();
+        let (out, text) = drain(&["--dry-run=server", "--timeout=5s"]);
+        assert!(!out.success() && text.contains(refused), "{out:?}");
+        assert_eq!(api.resource_version(), before, "a dry run wrote");
+        // The drain: every eviction refused until its timeout, no pod touched.
+        let (out, text) = drain(&["--grace-period=1", "--timeout=5s"]);
+        assert!(!out.success() && text.contains(refused), "{out:?}");
+        for name in WEB {
+            let p = pod(api, name).unwrap_or_else(|| panic!("{name} was deleted"));
+            assert!(p["metadata"].get("deletionTimestamp").is_none(), "{p}");
+        }
+        assert_eq!(pdb_row(k, "web-pdb"), ["web-pdb", "3", "N/A", "0"]);
+        // What the eviction subresource answers, exactly.
+        assert_eq!(
+            evict(api, "web-0", None),
+            (429, budget_refusal("web-pdb", 3, 3))
+        );
+        // One disruption to spare once the budget asks for two.
+        k.ok(&[
+            "patch",
+            "pdb",
+            "web-pdb",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"minAvailable":2}}"#,
+        ]);
+        let budget = pdb(api, "web-pdb");
+        assert_eq!(budget_counts(&budget), [3, 2, 3, 1], "{budget}");
+        assert_eq!(budget["status"]["observedGeneration"], 2, "{budget}");
+        assert_eq!(pdb_row(k, "web-pdb"), ["web-pdb", "2", "N/A", "1"]);
+        // A dry run evicts all three (each alone is allowed; none is recorded).
+        let before = api.resource_version();
+        let (out, text) = drain(&["--dry-run=server", "--timeout=20s"]);
+        assert!(
+            out.success() && text.contains("(server dry run)"),
+            "{out:?}"
+        );
+        assert_eq!(api.resource_version(), before, "a dry run wrote");
+        assert_eq!(budget_counts(&pdb(api, "web-pdb")), [3, 2, 3, 1]);
+        // One eviction is allowed; the pod terminates, the budget has no more to spare.
+        let (status, body) = evict(api, "web-0", Some(1));
+        assert_eq!(
+            (status, &body["status"]),
+            (201, &json!("Success")),
+            "{body}"
+        );
+        let evicted = pod(api, "web-0").expect("web-0 is terminating (no kubelet runs)");
+        assert!(
+            evicted["metadata"]["deletionTimestamp"].is_string(),
+            "{evicted}"
+        );
+        assert_eq!(
+            evicted["metadata"]["deletionGracePeriodSeconds"], 1,
+            "{evicted}"
+        );
+        let target = evicted["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "DisruptionTarget")
+            .unwrap_or_else(|| panic!("no DisruptionTarget condition: {evicted}"));
+        assert_eq!(
+            (&target["status"], &target["reason"]),
+            (&json!("True"), &json!("EvictionByEvictionAPI"))
+        );
+        let budget = pdb(api, "web-pdb");
+        assert_eq!(budget_counts(&budget), [2, 2, 3, 0], "{budget}");
+        // the pod terminating, the controller no longer lists it as disrupted
+        assert!(budget["status"].get("disruptedPods").is_none(), "{budget}");
+        // The next is refused.
+        assert_eq!(
+            evict(api, "web-1", None),
+            (429, budget_refusal("web-pdb", 2, 2))
+        );
+        assert!(
+            pod(api, "web-1").unwrap()["metadata"]
+                .get("deletionTimestamp")
+                .is_none()
+        );
+        assert_eq!(pdb_row(k, "web-pdb"), ["web-pdb", "2", "N/A", "0"]);
+    });
+}
+
+#[test]
+fn two_budgets_over_one_pod_make_its_eviction_the_real_500() {
+    each_kubectl(|api, k| {
+        assert!(k.apply(&node_manifest("node-a"), &[]).success());
+        assert!(
+            k.apply(
+                &bound_pod("web-0", "app: web, tier: front", "node-a", 30),
+                &[]
+            )
+            .success()
+        );
+        report_ready(k, "web-0");
+        assert!(
+            k.apply(&pdb_manifest("by-app", "web", "minAvailable: 0"), &[])
+                .success()
+        );
+        let by_tier = "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: by-tier}\n\
+                       spec:\n  minAvailable: 0\n  selector: {matchLabels: {tier: front}}\n";
+        assert!(k.apply(by_tier, &[]).success());
+        // Each budget alone would allow the eviction.
+        for name in ["by-app", "by-tier"] {
+            assert_eq!(budget_counts(&pdb(api, name)), [1, 0, 1, 1], "{name}");
+        }
+        let message = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
+        // kubectl drain gives up at once: not a refusal to retry.
+        let out = k.run(&["drain", "node-a", "--force", "--timeout=20s"]);
+        let text = format!("{}{}", out.stdout, out.stderr);
+        assert!(!out.success() && text.contains(message), "{out:?}");
+        assert!(!text.contains("will retry"), "{out:?}");
+        assert_eq!(
+            evict(api, "web-0", None),
+            (
+                500,
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                       "message": message, "code": 500})
+            )
+        );
+        let p = pod(api, "web-0").expect("web-0 was deleted");
+        assert!(p["metadata"].get("deletionTimestamp").is_none(), "{p}");
+    });
+}
+
+#[test]
+fn a_kubelet_stand_in_finishes_graceful_deletions_on_its_node_only() {
+    each_kubectl(|api, k| {
+        for node in ["node-a", "node-b"] {
+            assert!(k.apply(&node_manifest(node), &[]).success());
+        }
+        for (name, node) in [
+            ("early-a", "node-a"),
+            ("slow-a", "node-a"),
+            ("slow-b", "node-b"),
+        ] {
+            assert!(
+                k.apply(&bound_pod(name, "app: web", node, 1), &[])
+                    .success()
+            );
+            report_ready(k, name);
+        }
+        // Without a kubelet, a graceful deletion does not end.
+        for name in ["early-a", "slow-b"] {
+            assert_eq!(evict(api, name, None).0, 201);
+            let p = pod(api, name).unwrap();
+            assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 1, "{p}");
+        }
+        // node-a's kubelet: kubectl drain evicts slow-a (grace 1 s) and waits until
+        // it is gone; early-a, terminating before the kubelet started, goes too.
+        let rv = api.resource_version();
+        let mut watch = api.watch(&format!(
+            "/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv}"
+        ));
+        api.run_kubelet("node-a");
+        let started = Instant::now();
+        let out = k.run(&["drain", "node-a", "--force", "--timeout=20s"]);
+        assert!(out.success(), "{out:?}");
+        assert!(out.stdout.contains("pod/slow-a evicted"), "{out:?}");
+        assert!(
+            started.elapsed() >= Duration::from_secs(1),
+            "slow-a went before its grace period ended"
+        );
+        for name in ["early-a", "slow-a"] {
+            let event = watch.until(WITHIN, &format!("{name} DELETED"), |e| {
+                e["type"] == "DELETED" && e["object"]["metadata"]["name"] == name
+            });
+            assert!(
+                event["object"]["metadata"]["deletionTimestamp"].is_string(),
+                "{event}"
+            );
+            assert_eq!(pod(api, name), None);
+        }
+        // node-b has none: slow-b, whose grace period ended before slow-a's, stays.
+        let waiting = pod(api, "slow-b").expect("slow-b was deleted without a kubelet");
+        assert!(
+            waiting["metadata"]["deletionTimestamp"].is_string(),
+            "{waiting}"
+        );
+        assert!(k.ok(&["get", "pod", "slow-b"]).contains("Terminating"));
+        // Its kubelet starting finishes it.
+        api.run_kubelet("node-b");
+        wait_until(WITHIN, "slow-b to be deleted", || {
+            pod(api, "slow-b").is_none()
+        });
+        // A stopped stand-in finishes nothing: late-a (node-a) stays while later-b,
+        // evicted after it on node-b, is gone.
+        api.stop_kubelet("node-a");
+        for (name, node) in [("late-a", "node-a"), ("later-b", "node-b")] {
+            assert!(
+                k.apply(&bound_pod(name, "app: late", node, 1), &[])
+                    .success()
+            );
+            report_ready(k, name);
+            assert_eq!(evict(api, name, None).0, 201);
+        }
+        wait_until(WITHIN, "later-b to be deleted", || {
+            pod(api, "later-b").is_none()
+        });
+        let waiting = pod(api, "late-a").expect("late-a was deleted by a stopped kubelet");
+        assert!(
+            waiting["metadata"]["deletionTimestamp"].is_string(),
+            "{waiting}"
+        );
+    });
+}
+
+#[test]
+fn evictions_of_unready_pending_and_unmanaged_pods_follow_the_real_rules() {
+    let api = KubeApi::start();
+    let k = Kubectl::version("1.33", &api);
+    assert!(k.apply(&node_manifest("node-a"), &[]).success());
+    for name in ["db-0", "db-1", "db-2"] {
+        assert!(
+            k.apply(&bound_pod(name, "app: db", "node-a", 30), &[])
+                .success()
+        );
+        report_ready(&k, name);
+    }
+    // Pending (never started): counted as expected, never as healthy.
+    let pending = "apiVersion: v1\nkind: Pod\nmetadata: {name: db-new, labels: {app: db}}\n\
+                   spec: {containers: [{name: c, image: busybox}]}\n";
+    assert!(k.apply(pending, &[]).success());
+    assert!(
+        k.apply(&pdb_manifest("db", "db", "minAvailable: 3"), &[])
+            .success()
+    );
+    assert_eq!(budget_counts(&pdb(&api, "db")), [3, 3, 4, 0]);
+    // A Pending pod is evicted whatever the budget (canIgnorePDB).
+    assert_eq!(evict(&api, "db-new", None).0, 201);
+    assert_eq!(pod(&api, "db-new"), None);
+    // A pod that is Running but not Ready, the budget not met: refused (IfHealthyBudget).
+    k.ok(&[
+        "patch",
+        "pod",
+        "db-2",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#,
+    ]);
+    assert_eq!(budget_counts(&pdb(&api, "db")), [2, 3, 3, 0]);
+    assert_eq!(evict(&api, "db-2", None), (429, budget_refusal("db", 3, 2)));
+    // With AlwaysAllow it goes, and the budget is not charged for it.
+    k.ok(&[
+        "patch",
+        "pdb",
+        "db",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"unhealthyPodEvictionPolicy":"AlwaysAllow"}}"#,
+    ]);
+    assert_eq!(evict(&api, "db-2", None).0, 201);
+    let budget = pdb(&api, "db");
+    assert_eq!(budget_counts(&budget), [2, 3, 3, 0], "{budget}");
+    assert!(budget["status"].get("disruptedPods").is_none(), "{budget}");
+    // Bare pods under maxUnavailable: the controller counts controllers' scale, so
+    // none is expected and no disruption is allowed.
+    assert!(
+        k.apply(&bound_pod("bare-0", "app: bare", "node-a", 30), &[])
+            .success()
+    );
+    report_ready(&k, "bare-0");
+    assert!(
+        k.apply(&pdb_manifest("bare", "bare", "maxUnavailable: 1"), &[])
+            .success()
+    );
+    assert_eq!(budget_counts(&pdb(&api, "bare")), [1, 0, 0, 0]);
+    assert_eq!(
+        evict(&api, "bare-0", None),
+        (429, budget_refusal("bare", 0, 1))
+    );
+    // Pods of a Deployment: its replicas are the expected count.
+    assert!(k.apply(&deployment(4, "stable"), &[]).success());
+    let uid = k.json(&["get", "deployment", "web"])["metadata"]["uid"].clone();
+    for name in ["web-0", "web-1"] {
+        let owned = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": uid, "controller": true}]},
+            "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "busybox"}]},
+        });
+        assert!(k.apply(&owned.to_string(), &[]).success());
+        report_ready(&k, name);
+    }
+    assert!(
+        k.apply(&pdb_manifest("web", "web", "maxUnavailable: \"50%\""), &[])
+            .success()
+    );
+    assert_eq!(budget_counts(&pdb(&api, "web")), [2, 2, 4, 0]);
+    assert_eq!(
+        evict(&api, "web-0", None),
+        (429, budget_refusal("web", 2, 2))
+    );
+    // Pods of a DaemonSet (no scale subresource): the sync fails, failSafe allows
+    // nothing and leaves the generation unobserved.
+    let ds = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent}\nspec:\n  \
+              selector: {matchLabels: {app: agent}}\n  template:\n    metadata: {labels: {app: agent}}\n    \
+              spec: {containers: [{name: c, image: busybox}]}\n";
+    assert!(k.apply(ds, &[]).success());
+    let uid = k.json(&["get", "daemonset", "agent"])["metadata"]["uid"].clone();
+    let owned = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "agent-0", "labels": {"app": "agent"}, "ownerReferences": [{
+            "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": uid, "controller": true}]},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "busybox"}]},
+    });
+    assert!(k.apply(&owned.to_string(), &[]).success());
+    report_ready(&k, "agent-0");
+    assert!(
+        k.apply(&pdb_manifest("agent", "agent", "maxUnavailable: 1"), &[])
+            .success()
+    );
+    let budget = pdb(&api, "agent");
+    let condition = &budget["status"]["conditions"][0];
+    assert_eq!(
+        (
+            &condition["status"],
+            &condition["reason"],
+            &condition["message"]
+        ),
+        (
+            &json!("False"),
+            &json!("SyncFailed"),
+            &json!("daemonsets.apps does not implement the scale subresource")
+        ),
+        "{budget}"
+    );
+    assert!(
+        budget["status"].get("observedGeneration").is_none(),
+        "{budget}"
+    );
+    let (status, body) = evict(&api, "agent-0", None);
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(
+        body["details"],
+        json!({"causes": [{"reason": "DisruptionBudget",
+                           "message": "The disruption budget agent is still being processed by the server."}],
+               "retryAfterSeconds": 10})
+    );
+}
+
+#[test]
+fn pod_disruption_budgets_are_validated_as_the_real_server_does() {
+    let api = KubeApi::start();
+    let base = "/apis/policy/v1/namespaces/default/poddisruptionbudgets";
+    let create = |spec: Value| {
+        api.call(
+            "POST",
+            base,
+            Some(
+                &json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                         "metadata": {"name": "b"}, "spec": spec}),
+            ),
+        )
+    };
+    let (status, body) = create(json!({"minAvailable": 1, "maxUnavailable": 1,
+                                        "selector": {"matchLabels": {"app": "x"}}}));
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (422, Some("Invalid")),
+        "{body}"
+    );
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("PodDisruptionBudget.policy \"b\" is invalid: spec: Invalid value: policy.PodDisruptionBudgetSpec{")
+            && message.ends_with("}: minAvailable and maxUnavailable cannot be both set"),
+        "{body}"
+    );
+    assert_eq!(body["details"]["causes"][0]["field"], "spec");
+    let (status, body) = create(json!({"maxUnavailable": "150%"}));
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body["details"]["causes"][0]["message"],
+        "Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"150%\"}: must not be greater than 100%"
+    );
+    let (status, body) = create(json!({"minAvailable": -1}));
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body["details"]["causes"][0]["message"],
+        "Invalid value: -1: must be greater than or equal to 0"
+    );
+    // No selector is valid: it selects no pods. Status starts empty, then is the
+    // controller's; a client's status on create is dropped.
+    let (status, body) = create(json!({"minAvailable": 1}));
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        body["status"],
+        json!({"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0})
+    );
+    assert_eq!(body["metadata"]["generation"], 1);
+    let budget = pdb(&api, "b");
+    assert_eq!(budget_counts(&budget), [0, 1, 0, 0], "{budget}");
+    assert_eq!(budget["status"]["observedGeneration"], 1);
+}
+
 /// The ServiceAccount the RBAC tests authenticate as, and its token.
 const SA_USER: &str = "system:serviceaccount:tend-system:tend-cluster";
 const SA_TOKEN: &str = "tend-cluster-token";

@@ -21,12 +21,57 @@ PUT with optimistic concurrency; JSON, merge, strategic-merge and apply
 timeoutSeconds, sendInitialEvents, 410 after compaction; the status subresource;
 server-side Table printing; legacy and aggregated discovery; enough of OpenAPI v3
 for kubectl's server-side field validation; Events in core/v1 and events.k8s.io/v1
-over one storage, as the real server does; pods/eviction (kubectl drain); finalizers
-and graceful deletion of pods bound to a node; namespace deletion with its contents.
-Kinds: Namespace, Node, Pod, ConfigMap, Secret, Service, ServiceAccount, Event (v1 and
-events.k8s.io/v1), Lease (coordination.k8s.io/v1), Deployment and DaemonSet (apps/v1),
-Role, ClusterRole, RoleBinding, ClusterRoleBinding (rbac.authorization.k8s.io/v1),
+over one storage, as the real server does; pods/eviction (kubectl drain) held to
+PodDisruptionBudgets; finalizers and graceful deletion of pods bound to a node; namespace
+deletion with its contents. Kinds: Namespace, Node, Pod, ConfigMap, Secret, Service,
+ServiceAccount, Event (v1 and events.k8s.io/v1), Lease (coordination.k8s.io/v1),
+Deployment and DaemonSet (apps/v1), PodDisruptionBudget (policy/v1, `pdb`), Role,
+ClusterRole, RoleBinding, ClusterRoleBinding (rbac.authorization.k8s.io/v1),
 SelfSubjectAccessReview (authorization.k8s.io/v1, `kubectl auth can-i`).
+
+PodDisruptionBudgets and evictions, as pkg/registry/core/pod/storage/eviction.go and the
+disruption controller (pkg/controller/disruption) have them. A PDB is validated as
+pkg/apis/policy/validation does (minAvailable and maxUnavailable together are the real 422
+`spec: Invalid value: policy.PodDisruptionBudgetSpec{...}: minAvailable and maxUnavailable
+cannot be both set`; each a non-negative int or a percentage up to 100%; the selector's
+operators; unhealthyPodEvictionPolicy AlwaysAllow or IfHealthyBudget; the selector is not
+required: a nil one selects no pods); its status is cleared on create and is the
+disruption controller's, which runs in process: after every change to a pod or a PDB
+(and before any request about PDBs and any eviction) it syncs the PDBs of that namespace
+and writes their status through the status subresource as kube-controller-manager when it
+changed (a MODIFIED event with a new resourceVersion, as the real controller's writes
+are). Its arithmetic is the real one: the selected pods are those of the namespace its
+selector matches (an empty selector: all); expectedPods is their number for an integer
+minAvailable, else the sum of the scales of their controllers (getExpectedScale: pods
+without a controller reference are left out, so bare pods under maxUnavailable give
+expectedPods 0 and no disruption allowed; a Deployment's scale is its spec.replicas; a
+controller the fake cannot find, e.g. a ReplicaSet, which it does not store, is the
+controller's "found no controllers for pod" failure, and a DaemonSet's "does not
+implement the scale subresource"; a failure is failSafe: disruptionsAllowed 0, condition
+DisruptionAllowed=False reason SyncFailed, observedGeneration not advanced, so evictions
+get the 429 "is still being processed by the server."); desiredHealthy is minAvailable, a
+percentage of expectedPods rounded up, or expectedPods - maxUnavailable (a percentage
+rounded up) and at least 0; currentHealthy counts the selected pods that are not
+terminating, not in disruptedPods (an entry lasts until its pod terminates, or 2 minutes)
+and have Ready=True; disruptionsAllowed is currentHealthy - desiredHealthy, at least 0, and
+0 while expectedPods is 0; observedGeneration is the generation; the DisruptionAllowed
+condition is SufficientPods or InsufficientPods. An eviction (see evict) decides on that
+status: a refusal is the real 429 (reason TooManyRequests, details.causes [{reason
+DisruptionBudget, message "The disruption budget NAME needs D healthy pods and has C
+currently"}]), two PDBs for one pod the real 500 with no reason. `kubectl get pdb` prints
+the real table (NAME, MIN AVAILABLE, MAX UNAVAILABLE, ALLOWED DISRUPTIONS, AGE). Not
+modelled: the controller's Events (NoPods, UnmanagedPods, NotDeleted,
+CalculateExpectedPodCountFailed), ReplicationController/ReplicaSet/StatefulSet/custom
+scale finders (those kinds are not stored), clearing a stale DisruptionTarget condition,
+the handler's retries on conflicts (nothing else writes while a request is handled).
+
+Kubelet stand-ins (off by default; test-controlled, per node): without one, a pod bound to
+a node and deleted gracefully stays terminating until something deletes it with grace 0;
+while node NAME's stand-in runs, each such pod on NAME (including those already
+terminating when it starts) is deleted with grace 0 when its grace period ends (its
+deletionTimestamp), as the kubelet's final delete after the containers stopped: a
+DELETED event (with finalizers left, the pod stays until they are removed). It does
+nothing else a kubelet does (no status, no Ready, no phase changes).
 
 Leases refuse a PUT without metadata.resourceVersion (422, as their strategy does not
 allow unconditional updates) and a stale one (409 Conflict).
@@ -80,19 +125,24 @@ Admin endpoints for tests (never blackholed, not counted):
   POST /fake/outage?seconds=N[&userAgent=SUBSTR]  for N s, matching requests answer 503
                                     ServiceUnavailable at once and their open watches end
   DELETE /fake/outage               end an outage now
-  POST /fake/reset                  remove every object (but the default namespaces)
+  POST /fake/kubelet?node=NAME      start NAME's kubelet stand-in (finishes graceful deletions)
+  DELETE /fake/kubelet?node=NAME    stop it (its pending deletions stay pending)
+  POST /fake/reset                  remove every object (but the default namespaces), stop
+                                    every kubelet stand-in
   GET  /fake/state                  resourceVersion, compaction point, history size
   POST /fake/tokens  {"token": T, "user": U}  register a bearer token for user U
 The admin endpoints need no credentials: they are the test's, not the API's.
 
 Simplified (see the docstrings below): authentication by registered tokens only, no
-admission beyond namespace lifecycle, no controllers (no garbage collection,
-scheduler, kubelet, Deployment controller), partial defaulting and validation (no
+admission beyond namespace lifecycle, no controllers but the disruption controller and
+the kubelet stand-ins above (no garbage collection, scheduler, Deployment controller, no
+kubelet status), partial defaulting and validation (no
 OpenAPI schemas: fieldValidation=Strict checks top-level and metadata fields only),
 managedFields tracked for server-side apply with a simplified field model (merge keys
 of the built-in types, no schema-declared atomic maps), responses always JSON,
-protobuf request bodies decoded for ConfigMap, Secret, Namespace, ServiceAccount and
-Eviction only (what kubectl >= 1.33 sends from its typed clients), no TTL on Events.
+protobuf request bodies decoded for ConfigMap, Secret, Namespace, ServiceAccount,
+PodDisruptionBudget and Eviction only (what kubectl >= 1.33 sends from its typed
+clients), no TTL on Events.
 """
 
 import argparse
@@ -211,9 +261,10 @@ def dumps(obj):
 
 
 class ApiError(Exception):
-    def __init__(self, code, reason, message, details=None):
+    def __init__(self, code, reason, message, details=None, headers=None):
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details
+        self.headers = headers  # e.g. Retry-After, which ErrorNegotiated sets from details.retryAfterSeconds
 
     def status(self):
         s = {
@@ -227,8 +278,10 @@ class ApiError(Exception):
         }
         if not self.reason:  # StatusReasonUnknown is "", omitted as metav1.Status omits it
             del s["reason"]
-        if self.details is not None:
+        if self.details is not None:  # before code, in metav1.Status's field order
+            del s["code"]
             s["details"] = self.details
+            s["code"] = self.code
         return s
 
 
@@ -342,6 +395,8 @@ RESOURCES = [
         status=True, generation=True, printer="deployment"),
     Res("apps", "v1", "daemonsets", "DaemonSet", True, short=["ds"], categories=["all"], status=True,
         generation=True, printer="daemonset"),
+    Res("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short=["pdb"], status=True,
+        generation=True, printer="pdb"),
     Res("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
     Res("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
     Res("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
@@ -362,6 +417,9 @@ STORAGE_RES = {}  # storage key -> the Res whose format is stored
 for _r in RESOURCES:
     STORAGE_RES.setdefault(_r.storage, _r)
 NAMESPACES = BY_PATH[("", "v1", "namespaces")]
+PODS = BY_PATH[("", "v1", "pods")]
+PDBS = BY_PATH[("policy", "v1", "poddisruptionbudgets")]
+DEPLOYMENTS = BY_PATH[("apps", "v1", "deployments")]
 DEFAULT_NAMESPACES = ["default", "kube-system", "kube-public", "kube-node-lease"]
 
 # ---------------------------------------------------------------------------------
@@ -920,7 +978,7 @@ def display_path(path):
 # ---------------------------------------------------------------------------------
 # Protobuf request bodies (application/vnd.kubernetes.protobuf), as kubectl >= 1.33
 # sends them from its typed clients (`kubectl create configmap|secret|namespace|
-# serviceaccount`). Only those kinds are decoded; responses are always JSON, which
+# serviceaccount|poddisruptionbudget`). Only those kinds are decoded; responses are always JSON, which
 # such clients accept too.
 # ---------------------------------------------------------------------------------
 
@@ -943,6 +1001,11 @@ PB_KINDS = {
     "Eviction": {1: ("metadata", PB_META), 2: ("deleteOptions", {
         1: ("gracePeriodSeconds", "int_kept"), 2: ("preconditions", {1: ("uid", "str"), 2: ("resourceVersion", "str")}),
         4: ("propagationPolicy", "str"), 5: ("dryRun", "list_str")})},
+    "PodDisruptionBudget": {1: ("metadata", PB_META), 2: ("spec", {
+        1: ("minAvailable", "intstr"),
+        2: ("selector", {1: ("matchLabels", "map_str"), 2: ("matchExpressions", ("list", {
+            1: ("key", "str"), 2: ("operator", "str"), 3: ("values", "list_str")}))}),
+        3: ("maxUnavailable", "intstr"), 4: ("unhealthyPodEvictionPolicy", "str")})},
     "SelfSubjectAccessReview": {1: ("metadata", PB_META), 2: ("spec", {
         1: ("resourceAttributes", {1: ("namespace", "str"), 2: ("verb", "str"), 3: ("group", "str"),
                                    4: ("version", "str"), 5: ("resource", "str"), 6: ("subresource", "str"),
@@ -1005,6 +1068,9 @@ def pb_decode(data, schema):
             out[name] = value - (1 << 64) if value >= 1 << 63 else value
         elif kind == "bool":
             out[name] = bool(value)
+        elif kind == "intstr":  # intstr.IntOrString: type 0 is intVal, 1 is strVal
+            v = pb_decode(value, {1: ("type", "int"), 2: ("intVal", "int"), 3: ("strVal", "str")})
+            out[name] = v.get("strVal", "") if v.get("type") == 1 else v.get("intVal", 0)
         elif kind == "time":
             t = pb_decode(value, PB_TIME)
             if t.get("seconds"):
@@ -1057,6 +1123,7 @@ class Store:
         self.max_history = history
         self.compacted = self.rv  # watching/listing from an rv older than this: 410
         self.watchers = set()
+        self.on_commit = None  # the server's in-process controllers, told of every change
         self.ip = 0
         for ns in DEFAULT_NAMESPACES:
             self.create_namespace(ns)
@@ -1091,6 +1158,8 @@ class Store:
             self.compacted = self.history.popleft().rv
         for w in list(self.watchers):
             w.offer(change)
+        if self.on_commit is not None:
+            self.on_commit(change)
         return obj
 
     def compact(self, rv=None):
@@ -1190,6 +1259,10 @@ def default_on_create(res, obj, store, dry=False):
                 p.setdefault("protocol", "TCP")
                 p.setdefault("targetPort", p.get("port"))
         obj["status"] = {"loadBalancer": {}}
+    elif k == "PodDisruptionBudget":
+        # the strategy's PrepareForCreate: status cleared (the zero PodDisruptionBudgetStatus,
+        # whose four counts are not omitempty); the disruption controller fills it in
+        obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
     elif k == "Secret":
         obj.setdefault("type", "Opaque")
         string_data = obj.pop("stringData", None) or {}
@@ -1282,6 +1355,8 @@ def validate(res, obj, old, request_res):
                            f"Invalid value: {json.dumps(tl)}: `selector` does not match template `labels`"))
         if not dig(obj, "spec", "template", "spec", "containers"):
             causes.append(("spec.template.spec.containers", "FieldValueRequired", "Required value"))
+    elif k == "PodDisruptionBudget":
+        causes += validate_pdb(obj, old)
     elif k == "Lease":
         d = dig(obj, "spec", "leaseDurationSeconds")
         if d is not None and (not isinstance(d, int) or d <= 0):
@@ -1306,6 +1381,106 @@ def validate(res, obj, old, request_res):
             if obj.get("type") not in ("Normal", "Warning"):
                 causes.append(("type", "FieldValueNotSupported",
                                f'Unsupported value: "{obj.get("type", "")}": supported values: "Normal", "Warning"'))
+    return causes
+
+
+def go_int_or_string(v):
+    """%#v of an intstr.IntOrString, as field.Invalid prints one."""
+    if isinstance(v, str):
+        return f'intstr.IntOrString{{Type:1, IntVal:0, StrVal:{json.dumps(v)}}}'
+    return f'intstr.IntOrString{{Type:0, IntVal:{v}, StrVal:""}}'
+
+
+def go_pointer(kind, value, seed):
+    """%#v of a pointer field: nil, or a (made-up, stable) heap address."""
+    if value is None:
+        return f"(*{kind})(nil)"
+    return f"(*{kind})(0xc000{(hashlib.sha256(seed.encode()).hexdigest()[:6])})"
+
+
+PERCENT_MSG = ("a valid percent string must be a numeric string followed by an ending '%' "
+               "(e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')")
+UNHEALTHY_POD_EVICTION_POLICIES = ("AlwaysAllow", "IfHealthyBudget")
+
+
+def validate_int_or_percent(value, field):
+    """appsvalidation.ValidatePositiveIntOrPercent and IsNotMoreThan100Percent."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return [(field, "FieldValueInvalid", f"Invalid value: {json.dumps(value)}: must be an integer or percentage (e.g '5%%')")]
+    if isinstance(value, int):
+        if value < 0:
+            return [(field, "FieldValueInvalid", f"Invalid value: {value}: must be greater than or equal to 0")]
+        return []
+    if not re.fullmatch(r"[0-9]+%", value):
+        return [(field, "FieldValueInvalid", f"Invalid value: {go_int_or_string(value)}: {PERCENT_MSG}")]
+    if int(value[:-1]) > 100:
+        return [(field, "FieldValueInvalid", f"Invalid value: {go_int_or_string(value)}: must not be greater than 100%")]
+    return []
+
+
+def validate_label_selector(sel, field):
+    """unversionedvalidation.ValidateLabelSelector (a nil selector is valid: it selects nothing)."""
+    causes = []
+    if sel is None:
+        return causes
+    if not isinstance(sel, dict):
+        return [(field, "FieldValueInvalid", f"Invalid value: {json.dumps(sel)}: must be an object")]
+    for key, value in (sel.get("matchLabels") or {}).items():
+        if not valid_label_key(key):
+            causes.append((f"{field}.matchLabels", "FieldValueInvalid", f'Invalid value: "{key}": name part must consist of alphanumeric characters, \'-\', \'_\' or \'.\', and must start and end with an alphanumeric character'))
+        if not isinstance(value, str) or not valid_label_value(value):
+            causes.append((f"{field}.matchLabels", "FieldValueInvalid", f'Invalid value: "{value}": a valid label must be an empty string or consist of alphanumeric characters, \'-\', \'_\' or \'.\', and must start and end with an alphanumeric character'))
+    for i, expr in enumerate(sel.get("matchExpressions") or []):
+        at = f"{field}.matchExpressions[{i}]"
+        expr = expr if isinstance(expr, dict) else {}
+        op, values = expr.get("operator"), expr.get("values") or []
+        if op in ("In", "NotIn"):
+            if not values:
+                causes.append((f"{at}.values", "FieldValueRequired",
+                               "Required value: must be specified when `operator` is 'In' or 'NotIn'"))
+        elif op in ("Exists", "DoesNotExist"):
+            if values:
+                causes.append((f"{at}.values", "FieldValueForbidden",
+                               "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"))
+        else:
+            causes.append((f"{at}.operator", "FieldValueInvalid", f"Invalid value: {json.dumps(op or '')}: not a valid selector operator"))
+        if not valid_label_key(expr.get("key") or ""):
+            causes.append((f"{at}.key", "FieldValueInvalid", f'Invalid value: "{expr.get("key") or ""}": name part must consist of alphanumeric characters, \'-\', \'_\' or \'.\', and must start and end with an alphanumeric character'))
+        for j, v in enumerate(values):
+            if not isinstance(v, str) or not valid_label_value(v):
+                causes.append((f"{at}.values[{j}]", "FieldValueInvalid", f'Invalid value: "{v}": a valid label must be an empty string or consist of alphanumeric characters, \'-\', \'_\' or \'.\', and must start and end with an alphanumeric character'))
+    return causes
+
+
+def validate_pdb(obj, old):
+    """pkg/apis/policy/validation ValidatePodDisruptionBudget(Spec) (and, on an update, the
+    status counts ValidatePodDisruptionBudgetStatusUpdate checks). The selector is not
+    required: a nil selector selects no pods, an empty one every pod of the namespace."""
+    spec = obj.get("spec") or {}
+    causes = []
+    ma, mu = spec.get("minAvailable"), spec.get("maxUnavailable")
+    if ma is not None and mu is not None:
+        name = dig(obj, "metadata", "name", default="")
+        value = ("policy.PodDisruptionBudgetSpec{"
+                 f"MinAvailable:{go_pointer('intstr.IntOrString', ma, name + '/min')}, "
+                 f"Selector:{go_pointer('v1.LabelSelector', spec.get('selector'), name + '/sel')}, "
+                 f"MaxUnavailable:{go_pointer('intstr.IntOrString', mu, name + '/max')}, "
+                 f"UnhealthyPodEvictionPolicy:{go_pointer('policy.UnhealthyPodEvictionPolicyType', spec.get('unhealthyPodEvictionPolicy'), name + '/uh')}}}")
+        causes.append(("spec", "FieldValueInvalid", f"Invalid value: {value}: minAvailable and maxUnavailable cannot be both set"))
+    if ma is not None:
+        causes += validate_int_or_percent(ma, "spec.minAvailable")
+    if mu is not None:
+        causes += validate_int_or_percent(mu, "spec.maxUnavailable")
+    causes += validate_label_selector(spec.get("selector"), "spec.selector")
+    policy = spec.get("unhealthyPodEvictionPolicy")
+    if policy is not None and policy not in UNHEALTHY_POD_EVICTION_POLICIES:
+        causes.append(("spec.unhealthyPodEvictionPolicy", "FieldValueNotSupported",
+                       f'Unsupported value: {json.dumps(policy)}: supported values: "AlwaysAllow", "IfHealthyBudget"'))
+    if old is not None:
+        for f in ("disruptionsAllowed", "currentHealthy", "desiredHealthy", "expectedPods"):
+            v = dig(obj, "status", f)
+            if isinstance(v, int) and v < 0:
+                causes.append((f"status.{f}", "FieldValueInvalid", f"Invalid value: {v}: must be greater than or equal to 0"))
     return causes
 
 
@@ -1389,7 +1564,17 @@ def selector_text(sel):
     return ",".join(f"{k}={v}" for k, v in ml.items()) or "<none>"
 
 
+def int_or_string_text(v):
+    """intstr.IntOrString's String(), or N/A when unset (printPodDisruptionBudget)."""
+    return "N/A" if v is None else str(v)
+
+
 PRINTERS = {
+    "pdb": ([col("Min Available"), col("Max Unavailable"), col("Allowed Disruptions", "integer"), col("Age")],
+            lambda o: [int_or_string_text(dig(o, "spec", "minAvailable")),
+                       int_or_string_text(dig(o, "spec", "maxUnavailable")),
+                       dig(o, "status", "disruptionsAllowed", default=0),
+                       age(dig(o, "metadata", "creationTimestamp"))]),
     "pod": ([col("Ready"), col("Status"), col("Restarts", "string"), col("Age"), col("IP", priority=1),
              col("Node", priority=1), col("Nominated Node", priority=1), col("Readiness Gates", priority=1)], pod_row),
     "node": ([col("Status"), col("Roles"), col("Age"), col("Version"), col("Internal-IP", priority=1),
@@ -1793,6 +1978,115 @@ def rbac_res(plural):
 
 
 # ---------------------------------------------------------------------------------
+# PodDisruptionBudgets: the disruption controller's arithmetic
+# (pkg/controller/disruption/disruption.go) and the pod helpers eviction.go uses
+# ---------------------------------------------------------------------------------
+
+# disruption.DeletionTimeout: how long a pod the eviction subresource approved stays
+# in status.disruptedPods (counted unhealthy) while it has not started terminating
+PDB_DELETION_TIMEOUT = 120.0
+# eviction.go MaxDisruptedPodSize
+MAX_DISRUPTED_POD_SIZE = 2000
+
+
+class SyncFailed(Exception):
+    """An error of the controller's trySync, which failSafe records."""
+
+
+def selector_requirements(sel):
+    """metav1.LabelSelectorAsSelector as requirements for labels_match: None for a nil (or
+    invalid) selector, which matches nothing; [] for an empty one, which matches all."""
+    if not isinstance(sel, dict):
+        return None
+    reqs = [(k, "=", [v]) for k, v in (sel.get("matchLabels") or {}).items()]
+    ops = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
+    for e in sel.get("matchExpressions") or []:
+        if not isinstance(e, dict) or e.get("operator") not in ops:
+            return None
+        reqs.append((e.get("key"), ops[e["operator"]], list(e.get("values") or [])))
+    return reqs
+
+
+def pod_ready(pod):
+    """podutil.IsPodReady: a Ready condition whose status is True."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in dig(pod, "status", "conditions", default=[]) or [] if isinstance(c, dict))
+
+
+def controller_ref(obj):
+    return next((r for r in dig(obj, "metadata", "ownerReferences", default=[]) or []
+                 if isinstance(r, dict) and r.get("controller") is True), None)
+
+
+def scaled_value(v, total):
+    """intstr.GetScaledValueFromIntOrPercent(v, total, roundUp=true)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str):
+        if not v.endswith("%"):
+            raise SyncFailed("invalid value for IntOrString: invalid type: string is not a percentage")
+        try:
+            pct = int(v[:-1])
+        except ValueError:
+            raise SyncFailed(f'invalid value for IntOrString: invalid value "{v}": strconv.Atoi: parsing "{v[:-1]}": invalid syntax') from None
+        return -(-pct * total // 100)
+    raise SyncFailed("invalid value for IntOrString: invalid type: neither int nor percentage")
+
+
+def set_pdb_condition(status, cond_status, reason, message, observed, now):
+    """meta.SetStatusCondition of the DisruptionAllowed condition: the transition time
+    changes only with the status."""
+    conds = status.setdefault("conditions", [])
+    cur = next((c for c in conds if c.get("type") == "DisruptionAllowed"), None)
+    new = {"type": "DisruptionAllowed", "status": cond_status}
+    if observed:
+        new["observedGeneration"] = observed
+    new["lastTransitionTime"] = cur["lastTransitionTime"] if cur and cur.get("status") == cond_status else ts(now)
+    new["reason"], new["message"] = reason, message
+    if cur is None:
+        conds.append(new)
+    else:
+        conds[conds.index(cur)] = new
+
+
+def update_disruption_allowed_condition(status, now):
+    """pdbhelper.UpdateDisruptionAllowedCondition."""
+    if status.get("disruptionsAllowed", 0) > 0:
+        set_pdb_condition(status, "True", "SufficientPods", "", status.get("observedGeneration"), now)
+    else:
+        set_pdb_condition(status, "False", "InsufficientPods", "", status.get("observedGeneration"), now)
+
+
+def pdb_status(observed, disrupted, allowed, current, desired, expected, conditions):
+    """A PodDisruptionBudgetStatus in its JSON field order (observedGeneration and
+    disruptedPods omitempty, the four counts always present)."""
+    out = {}
+    if observed:
+        out["observedGeneration"] = observed
+    if disrupted:
+        out["disruptedPods"] = disrupted
+    out.update({"disruptionsAllowed": allowed, "currentHealthy": current, "desiredHealthy": desired,
+                "expectedPods": expected})
+    if conditions:
+        out["conditions"] = conditions
+    return out
+
+
+def too_many_requests(message, cause, retry_after=0):
+    """errors.NewTooManyRequests with a DisruptionBudget cause, as eviction.go builds it
+    (a retryAfterSeconds > 0 is also the Retry-After header)."""
+    details = {"causes": [{"reason": "DisruptionBudget", "message": cause}]}
+    headers = None
+    if retry_after:
+        details["retryAfterSeconds"] = retry_after
+        headers = {"Retry-After": str(retry_after)}
+    return ApiError(429, "TooManyRequests", message, details, headers)
+
+
+CANNOT_EVICT = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+# ---------------------------------------------------------------------------------
 # The server
 # ---------------------------------------------------------------------------------
 
@@ -1815,6 +2109,14 @@ class Server:
         for pair in args.token or []:
             token, _, user = pair.partition("=")
             self.tokens[token] = User(user)
+        # the disruption controller: namespaces whose PDBs are to be synced
+        self.pdb_dirty = set()
+        self.pdb_flush_scheduled = False
+        # the kubelet stand-ins: nodes whose kubelet runs, and a timer per terminating pod
+        self.kubelets = set()
+        self.kubelet_timers = {}  # pod uid -> (node, asyncio.TimerHandle)
+        self.deletion_due = {}  # pod uid -> time.time() its grace period ends (deletionTimestamp, unrounded)
+        self.store.on_commit = self.after_commit
 
     def reset_counts(self):
         self.counts = {}
@@ -1877,6 +2179,21 @@ class Server:
         if path == "/fake/outage" and request.method == "DELETE":
             self.outage_until = 0.0
             return web.json_response({"ok": True})
+        if path == "/fake/kubelet" and request.method in ("POST", "DELETE"):
+            node = q.get("node")
+            if not node:
+                return web.json_response(bad_request("node is required").status(), status=400)
+            if request.method == "POST":
+                self.kubelets.add(node)
+                for pod in list(self.store.table(PODS.storage).values()):
+                    self.kubelet_schedule(pod)
+            else:
+                self.kubelets.discard(node)
+                for uid, (on, timer) in list(self.kubelet_timers.items()):
+                    if on == node:
+                        timer.cancel()
+                        del self.kubelet_timers[uid]
+            return web.json_response({"kubelets": sorted(self.kubelets)})
         if path == "/fake/reset" and request.method == "POST":
             self.reset()
             return web.json_response(self.state())
@@ -1912,6 +2229,10 @@ class Server:
         return time.monotonic() < self.outage_until and self.agent_matches(self.outage_agent, request)
 
     def reset(self):
+        self.kubelets.clear()
+        for _, timer in self.kubelet_timers.values():
+            timer.cancel()
+        self.kubelet_timers.clear()
         s = self.store
         for skey, table in list(s.objs.items()):
             res = STORAGE_RES[skey]
@@ -2039,7 +2360,7 @@ class Server:
             request["user"] = self.authenticate(request)
         except ApiError as e:
             entry["code"] = e.code
-            return web.json_response(e.status(), status=e.code)
+            return web.json_response(e.status(), status=e.code, headers=e.headers)
         entry["user"] = request["user"].name
         if self.blackholed(request):
             event = self.blackhole_event
@@ -2055,7 +2376,7 @@ class Server:
         try:
             resp = await handler(request)
         except ApiError as e:
-            resp = web.json_response(e.status(), status=e.code)
+            resp = web.json_response(e.status(), status=e.code, headers=e.headers)
         entry["code"] = resp.status
         if self.log_file:
             self.log_file.write(f"{ts()} {request.method} {request.path_qs} {resp.status} {entry['user']} {request.headers.get('User-Agent', '')}\n")
@@ -2119,6 +2440,8 @@ class Server:
         if not parsed:
             raise path_not_found()
         res, ns, name, sub, watch_path = parsed
+        if res is PDBS:
+            self.flush_pdbs()  # the disruption controller has caught up with every change
         if res.plural == "selfsubjectaccessreviews":
             if request.method != "POST" or name:
                 raise method_not_allowed()
@@ -2778,21 +3101,315 @@ class Server:
         return self.write(res, cur, merged, manager, sub, dry, "Apply", owners=owners)
 
     async def evict(self, request, res, ns, name):
-        """policy/v1 Eviction: the pod is deleted with the eviction's DeleteOptions (no
-        PodDisruptionBudgets exist here, so every eviction is allowed)."""
+        """policy/v1 Eviction, as pkg/registry/core/pod/storage/eviction.go: a pod that
+        canIgnorePDB (phase Succeeded, Failed or Pending, or already terminating) is deleted
+        at once; otherwise the PodDisruptionBudgets of its namespace whose selector matches
+        its labels (a nil or empty selector matches none here) decide: none, it is deleted;
+        more than one, the real 500 ("This pod has more than one PodDisruptionBudget, ...");
+        one, then a pod that is not Ready is deleted without touching the budget when the
+        budget's unhealthyPodEvictionPolicy is AlwaysAllow, or (IfHealthyBudget, the default)
+        when status.currentHealthy >= status.desiredHealthy > 0; any other pod goes through
+        checkAndDecrement: observedGeneration behind the generation is the 429 "is still
+        being processed by the server." (retryAfterSeconds 10), disruptionsAllowed 0 the 429
+        "needs N healthy pods and has M currently" and the pod is untouched; else the budget's
+        status is written (disruptionsAllowed - 1, the pod in disruptedPods) before the pod is
+        deleted. The budget's status is the disruption controller's, synced first. A deletion
+        adds the pod's DisruptionTarget condition (reason EvictionByEvictionAPI) first, as the
+        PodDisruptionConditions feature (GA in 1.31) does; dryRun=All decides the same and
+        writes nothing."""
         _, body = await self.body(request, res)
         if not isinstance(body, dict):
             raise bad_request("the request body must be an Eviction")
-        if dig(body, "metadata", "name") not in (None, "", name):
+        if dig(body, "metadata", "name", default="") != name:
             raise bad_request("name in URL does not match name in Eviction object")
         opts = body.get("deleteOptions") or {}
+        dry = self.dry_run(request, opts)
+        grace = opts.get("gracePeriodSeconds")
+        pre = dict(opts.get("preconditions") or {})
         cur = self.get_obj(res, ns, name)
-        pre = opts.get("preconditions") or {}
-        if pre.get("uid") and pre["uid"] != cur["metadata"]["uid"]:
-            raise conflict(res, name, f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {cur['metadata']['uid']}")
-        self.delete_obj(res, cur, opts.get("gracePeriodSeconds"), self.dry_run(request, opts))
+        if self.can_ignore_pdb(cur):
+            return self.evict_pod(cur, pre, grace, dry)
+        self.sync_pdbs(ns)
+        labels = dig(cur, "metadata", "labels") or {}
+        pdbs = []
+        for key in sorted(k for k in self.store.table(PDBS.storage) if k[0] == ns):
+            pdb = self.store.table(PDBS.storage)[key]
+            reqs = selector_requirements(dig(pdb, "spec", "selector"))
+            if reqs and labels_match({"metadata": {"labels": labels}}, reqs):
+                pdbs.append(pdb)
+        if len(pdbs) > 1:
+            # a Failure Status the handler returns, which FinishRequest turns into an error:
+            # HTTP 500 and no reason
+            raise ApiError(500, "", "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.")
+        if not pdbs:
+            return self.evict_pod(cur, pre, grace, dry)
+        pdb = pdbs[0]
+        st = pdb.get("status") or {}
+        if not pod_ready(cur) and (dig(pdb, "spec", "unhealthyPodEvictionPolicy") == "AlwaysAllow" or
+                                   st.get("currentHealthy", 0) >= st.get("desiredHealthy", 0) > 0):
+            # updateDeletionOptions: the pod's resourceVersion becomes the precondition, so
+            # that it did not turn healthy meanwhile; a conflict is a 429 when the client
+            # gave no resourceVersion itself
+            own_rv = "resourceVersion" in pre
+            pre["resourceVersion"] = cur["metadata"]["resourceVersion"]
+            try:
+                return self.evict_pod(cur, pre, grace, dry)
+            except ApiError as e:
+                if e.code == 409 and not own_rv:
+                    raise too_many_requests(CANNOT_EVICT, f"The disruption budget {pdb['metadata']['name']} is still being processed by the server.", 10) from None
+                raise
+        self.check_and_decrement(pdb, name, dry)
+        return self.evict_pod(cur, pre, grace, dry)
+
+    @staticmethod
+    def can_ignore_pdb(pod):
+        """eviction.go canIgnorePDB."""
+        return dig(pod, "status", "phase") in ("Succeeded", "Failed", "Pending") or \
+            bool(dig(pod, "metadata", "deletionTimestamp"))
+
+    def check_and_decrement(self, pdb, pod_name, dry):
+        """eviction.go checkAndDecrement."""
+        st = pdb.get("status") or {}
+        name = pdb["metadata"]["name"]
+        if (st.get("observedGeneration") or 0) < (pdb["metadata"].get("generation") or 0):
+            raise too_many_requests(CANNOT_EVICT, f"The disruption budget {name} is still being processed by the server.", 10)
+        allowed = st.get("disruptionsAllowed", 0)
+
+        def forbidden(why):
+            return ApiError(403, "Forbidden", f'poddisruptionbudget.policy "{name}" is forbidden: {why}',
+                            {"name": name, "group": "policy", "kind": "poddisruptionbudget"})
+        if allowed < 0:
+            raise forbidden("pdb disruptions allowed is negative")
+        if len(st.get("disruptedPods") or {}) > MAX_DISRUPTED_POD_SIZE:
+            raise forbidden("DisruptedPods map too big - too many evictions not confirmed by PDB controller")
+        if allowed == 0:
+            raise too_many_requests(CANNOT_EVICT, f"The disruption budget {name} needs {st.get('desiredHealthy', 0)} "
+                                                  f"healthy pods and has {st.get('currentHealthy', 0)} currently")
+        if dry:
+            return
+        status = copy.deepcopy(st)
+        status["disruptionsAllowed"] = allowed - 1
+        if status["disruptionsAllowed"] == 0:
+            update_disruption_allowed_condition(status, utcnow())
+        disrupted = dict(status.get("disruptedPods") or {})
+        disrupted[pod_name] = ts()
+        status = pdb_status(status.get("observedGeneration"), disrupted, status["disruptionsAllowed"],
+                            status.get("currentHealthy", 0), status.get("desiredHealthy", 0),
+                            status.get("expectedPods", 0), status.get("conditions"))
+        self.write_pdb_status(pdb, status, "kube-apiserver")
+
+    def evict_pod(self, cur, pre, grace, dry):
+        """eviction.go addConditionAndDeletePod: the preconditions against the latest pod,
+        its DisruptionTarget condition (not in a dry run), then the deletion."""
+        m = cur["metadata"]
+        name = m["name"]
+
+        def pod_conflict(what, want, have, why):
+            return ApiError(409, "Conflict", f'Operation cannot be fulfilled on Pod "{name}": the {what} in the precondition '
+                                             f"({want}) does not match the {what} in record ({have}). {why}",
+                            {"name": name, "kind": "Pod"})
+        if pre.get("uid") and pre["uid"] != m["uid"]:
+            if dry:
+                raise conflict(PODS, name, f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {m['uid']}")
+            raise pod_conflict("UID", pre["uid"], m["uid"], "The object might have been deleted and then recreated")
+        if pre.get("resourceVersion") and pre["resourceVersion"] != m["resourceVersion"]:
+            if dry:
+                raise conflict(PODS, name, f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, ResourceVersion in object meta: {m['resourceVersion']}")
+            raise pod_conflict("ResourceVersion", pre["resourceVersion"], m["resourceVersion"],
+                               "The object might have been modified")
+        if not dry:
+            cur = self.add_disruption_target(cur)
+        self.delete_obj(PODS, cur, grace, dry)
         return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                   "code": 201}, status=201)
+
+    def add_disruption_target(self, cur):
+        """podutil.UpdatePodCondition with DisruptionTarget=True, through the status store
+        (no managedFields entry, as the handler's field manager never sees it)."""
+        obj = copy.deepcopy(cur)
+        conds = obj.setdefault("status", {}).setdefault("conditions", [])
+        new = {"type": "DisruptionTarget", "status": "True", "lastProbeTime": None, "lastTransitionTime": ts(),
+               "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}
+        old = next((c for c in conds if isinstance(c, dict) and c.get("type") == "DisruptionTarget"), None)
+        if old is None:
+            conds.append(new)
+        else:
+            if old.get("status") == "True":
+                new["lastTransitionTime"] = old.get("lastTransitionTime")
+            if all(old.get(k) == new[k] for k in ("status", "reason", "message", "lastTransitionTime")):
+                return cur
+            conds[conds.index(old)] = new
+        return self.store.commit(PODS, "MODIFIED", obj, cur)
+
+    # -- the disruption controller (pkg/controller/disruption), in process ----------
+
+    def after_commit(self, change):
+        """Every change: a pod or PDB change queues its namespace's PDBs for a sync (as the
+        controller's pod and PDB event handlers do); pods are the kubelet stand-ins' too."""
+        if change.skey in (PODS.storage, PDBS.storage):
+            self.pdb_dirty.add(change.ns)
+            if not self.pdb_flush_scheduled:
+                self.pdb_flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self.flush_pdbs)
+        if change.skey == PODS.storage:
+            self.kubelet_observe(change)
+
+    def flush_pdbs(self):
+        self.pdb_flush_scheduled = False
+        dirty, self.pdb_dirty = self.pdb_dirty, set()
+        for ns in sorted(dirty):
+            self.sync_pdbs(ns)
+
+    def sync_pdbs(self, ns):
+        table = self.store.table(PDBS.storage)
+        for key in sorted(k for k in table if k[0] == ns):
+            if key in table:
+                self.sync_pdb(table[key])
+
+    def sync_pdb(self, pdb):
+        """The controller's trySync (failSafe on its errors): status written by
+        kube-controller-manager through the status subresource when it changed."""
+        now = utcnow()
+        ns, gen = pdb["metadata"]["namespace"], pdb["metadata"].get("generation") or 0
+        reqs = selector_requirements(dig(pdb, "spec", "selector"))
+        pods = [] if reqs is None else [p for (pns, _), p in sorted(self.store.table(PODS.storage).items())
+                                        if pns == ns and labels_match(p, reqs)]
+        old = pdb.get("status") or {}
+        recheck = None
+        try:
+            expected, desired = self.expected_pod_count(pdb, pods)
+        except SyncFailed as e:
+            status = copy.deepcopy(old)
+            status["disruptionsAllowed"] = 0
+            set_pdb_condition(status, "False", "SyncFailed", str(e), status.get("observedGeneration"), now)
+        else:
+            # buildDisruptedPodMap: entries of pods that exist, are not terminating and
+            # were approved less than DeletionTimeout ago
+            disrupted = {}
+            for p in pods:
+                when = parse_ts((old.get("disruptedPods") or {}).get(p["metadata"]["name"]))
+                if dig(p, "metadata", "deletionTimestamp") or when is None:
+                    continue
+                expires = when + datetime.timedelta(seconds=PDB_DELETION_TIMEOUT)
+                if expires >= now:
+                    disrupted[p["metadata"]["name"]] = old["disruptedPods"][p["metadata"]["name"]]
+                    recheck = expires if recheck is None or expires < recheck else recheck
+            current = sum(1 for p in pods if not dig(p, "metadata", "deletionTimestamp")
+                          and p["metadata"]["name"] not in disrupted and pod_ready(p))
+            allowed = current - desired
+            if expected <= 0 or allowed <= 0:
+                allowed = 0
+            status = pdb_status(gen, disrupted, allowed, current, desired, expected,
+                                copy.deepcopy(old.get("conditions")))
+            update_disruption_allowed_condition(status, now)
+        self.write_pdb_status(pdb, status, "kube-controller-manager")
+        if recheck is not None:
+            delay = (recheck - utcnow()).total_seconds() + 1
+            asyncio.get_running_loop().call_later(max(delay, 0), self.queue_pdb_sync, ns)
+
+    def queue_pdb_sync(self, ns):
+        self.pdb_dirty.add(ns)
+        self.flush_pdbs()
+
+    def write_pdb_status(self, pdb, status, manager):
+        if status == pdb.get("status"):
+            return pdb
+        new = copy.deepcopy(pdb)
+        new["status"] = status
+        try:
+            return self.write(PDBS, pdb, new, manager, "status", False, "Update")[0]
+        except ApiError:
+            return pdb
+
+    def expected_pod_count(self, pdb, pods):
+        """getExpectedPodCount: (expectedCount, desiredHealthy). An integer minAvailable
+        counts the selected pods; maxUnavailable and a percentage minAvailable count the
+        scale of the pods' controllers (getExpectedScale)."""
+        spec = pdb.get("spec") or {}
+        mu, ma = spec.get("maxUnavailable"), spec.get("minAvailable")
+        if mu is not None:
+            expected = self.expected_scale(pdb, pods)
+            return expected, max(expected - scaled_value(mu, expected), 0)
+        if ma is not None:
+            if isinstance(ma, int) and not isinstance(ma, bool):
+                return len(pods), ma
+            expected = self.expected_scale(pdb, pods)
+            return expected, scaled_value(ma, expected)
+        return 0, 0
+
+    def expected_scale(self, pdb, pods):
+        """getExpectedScale: the sum of the scales of the selected pods' controllers; pods
+        without a controller reference (unmanaged) are left out."""
+        scales = {}
+        for p in pods:
+            ref = controller_ref(p)
+            if ref is None or ref.get("uid") in scales:
+                continue
+            found = self.controller_scale(ref, pdb["metadata"]["namespace"])
+            if found is None:
+                raise SyncFailed(f'found no controllers for pod "{p["metadata"]["name"]}"')
+            scales[found[0]] = found[1]
+        return sum(scales.values())
+
+    def controller_scale(self, ref, ns):
+        """The controller finders: (uid, scale) or None when no such controller exists.
+        Of the controllers the real finders know, this fake stores Deployments only (their
+        scale subresource answers spec.replicas); a ReplicationController, ReplicaSet or
+        StatefulSet cannot exist here, so none is found; DaemonSets and Jobs have no scale
+        subresource; any other kind is unknown to the RESTMapper."""
+        api, kind = ref.get("apiVersion") or "", ref.get("kind")
+        group = api.rpartition("/")[0]
+        if (group, kind) == ("apps", "Deployment"):
+            d = self.store.get(DEPLOYMENTS, ns, ref.get("name"))
+            if d is None or d["metadata"]["uid"] != ref.get("uid"):
+                return None
+            return d["metadata"]["uid"], dig(d, "spec", "replicas", default=1)
+        if (group, kind) == ("apps", "DaemonSet"):
+            raise SyncFailed("daemonsets.apps does not implement the scale subresource")
+        if (group, kind) == ("batch", "Job"):
+            raise SyncFailed("jobs.batch does not implement the scale subresource")
+        if (group, kind) in (("", "ReplicationController"), ("apps", "ReplicaSet"), ("apps", "StatefulSet")):
+            return None
+        raise SyncFailed(f'no matches for kind "{kind}" in version "{api}"')
+
+    # -- kubelet stand-ins ------------------------------------------------------------
+
+    def kubelet_observe(self, change):
+        uid = dig(change.obj, "metadata", "uid")
+        if change.type == "DELETED":
+            self.deletion_due.pop(uid, None)
+            entry = self.kubelet_timers.pop(uid, None)
+            if entry:
+                entry[1].cancel()
+            return
+        self.kubelet_schedule(change.obj)
+
+    def kubelet_schedule(self, pod):
+        """A terminating pod on a node whose stand-in runs: its final deletion is due when
+        its grace period ends."""
+        m = pod["metadata"]
+        node = dig(pod, "spec", "nodeName")
+        if not m.get("deletionTimestamp") or node not in self.kubelets or m["uid"] in self.kubelet_timers:
+            return
+        due = self.deletion_due.get(m["uid"])
+        if due is None:
+            t = parse_ts(m["deletionTimestamp"])
+            due = t.timestamp() if t else time.time()
+        timer = asyncio.get_running_loop().call_later(max(due - time.time(), 0), self.kubelet_finish,
+                                                      m.get("namespace"), m["name"], m["uid"])
+        self.kubelet_timers[m["uid"]] = (node, timer)
+
+    def kubelet_finish(self, ns, name, uid):
+        """The kubelet's last word on a pod: DELETE with gracePeriodSeconds=0."""
+        self.kubelet_timers.pop(uid, None)
+        pod = self.store.get(PODS, ns, name)
+        if pod is None or pod["metadata"]["uid"] != uid or not pod["metadata"].get("deletionTimestamp") \
+                or dig(pod, "spec", "nodeName") not in self.kubelets:
+            return
+        try:
+            self.delete_obj(PODS, pod, 0, False)
+        except ApiError:
+            pass
 
     async def delete(self, request, res, ns, name):
         text = await request.text()
@@ -2857,6 +3474,8 @@ class Server:
                 om["generation"] = om.get("generation", 1) + 1
             if dry:
                 return obj, 202
+            if res is PODS:
+                self.deletion_due[om["uid"]] = now.timestamp() + graceful
             return self.store.commit(res, "MODIFIED", obj, cur), 202
         return self.finish_delete(res, obj, cur, dry)
 

@@ -493,6 +493,11 @@ impl Node {
             ("kube", "emit-event") => a.answer(
                 kube::Host::emit_event(&mut self.kube, a.at(0), a.at(1), a.at(2), a.at(3)).await,
             ),
+            ("kube", "cordon") => a.answer(kube::Host::cordon(&mut self.kube, a.at(0)).await),
+            ("kube", "evict") => {
+                a.answer(kube::Host::evict(&mut self.kube, a.at(0), a.at(1)).await)
+            }
+            ("kube", "drain") => a.answer(kube::Host::drain(&mut self.kube, a.at(0)).await),
             ("conditions", "set") => {
                 a.answer(wit_conditions::Host::set(&mut self.conditions, a.at(0)).await)
             }

@@ -181,6 +181,10 @@ impl crate::capabilities::gate::FleetBudget for Fleet {
         Fleet::admit(self, operation, dry_run).await
     }
 
+    async fn give_back(&self, operation: &str, why: &str) {
+        Fleet::give_back_now(self, operation, why).await
+    }
+
     fn status(&self) -> serde_json::Value {
         serde_json::to_value(Fleet::status(self)).expect("the status serializes")
     }
@@ -553,24 +557,52 @@ impl Fleet {
             match self.give_back(&name).await {
                 Ok(()) => {
                     state.held.remove(&name);
-                    // Waiting nodes ask every retry-every: a node that just
-                    // gave its ticket back waits as long before asking again,
-                    // or it would take the next free ticket ahead of them.
-                    let turn = CapError::BudgetExhausted(format!(
-                        "fleet budget {name}: this node gave its ticket back less than retry-every ({}) ago and lets the nodes waiting go first; it asks again after that",
-                        humantime::format_duration(self.settings.retry_every)
-                    ));
-                    state.refused.insert(
-                        name.clone(),
-                        (Instant::now() + self.settings.retry_every, turn),
-                    );
-                    tracing::info!(class = %name, node = %self.me, "fleet ticket released: the node settled");
-                    self.note(&name, false, "released: the node settled".into());
+                    self.released(state, &name, "the node settled");
                 }
                 Err(e) => tracing::warn!(class = %name, "fleet: cannot release the ticket: {e}"),
             }
         }
         !state.held.is_empty()
+    }
+
+    /// Give back at once the ticket of the class covering `operation`, if
+    /// held: what it was taken for was undone (`why`), so the node need
+    /// not settle first (a drain that gave up and uncordoned the Node).
+    pub async fn give_back_now(&self, operation: &str, why: &str) {
+        let Some(class) = self.class_of(operation) else {
+            return;
+        };
+        let name = class.rule.name.clone();
+        let mut state = self.state.lock().await;
+        if !state.held.contains_key(&name) {
+            return;
+        }
+        match self.give_back(&name).await {
+            Ok(()) => {
+                state.held.remove(&name);
+                self.released(&mut state, &name, why);
+            }
+            Err(e) => {
+                tracing::warn!(class = %name, "fleet: cannot give the ticket back ({why}): {e}; it goes back once the node settles")
+            }
+        }
+    }
+
+    /// After a ticket went back: this node lets the waiting nodes go first.
+    fn released(&self, state: &mut State, name: &str, why: &str) {
+        // Waiting nodes ask every retry-every: a node that just gave its
+        // ticket back waits as long before asking again, or it would take
+        // the next free ticket ahead of them.
+        let turn = CapError::BudgetExhausted(format!(
+            "fleet budget {name}: this node gave its ticket back less than retry-every ({}) ago and lets the nodes waiting go first; it asks again after that",
+            humantime::format_duration(self.settings.retry_every)
+        ));
+        state.refused.insert(
+            name.to_string(),
+            (Instant::now() + self.settings.retry_every, turn),
+        );
+        tracing::info!(class = %name, node = %self.me, "fleet ticket released: {why}");
+        self.note(name, false, format!("released: {why}"));
     }
 
     /// Whether none of `class`'s alerts fires: else the refusal saying which

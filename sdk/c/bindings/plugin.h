@@ -584,6 +584,32 @@ typedef uint8_t tend_plugin_kube_event_type_t;
 #define TEND_PLUGIN_KUBE_EVENT_TYPE_NORMAL 0
 #define TEND_PLUGIN_KUBE_EVENT_TYPE_WARNING 1
 
+typedef struct tend_plugin_kube_drain_options_t {
+  // Give up after this many milliseconds. The drain also gives up in
+  // time to undo itself before the reconcile's own deadline.
+  uint64_t   deadline_ms;
+  // When the drain gives up, make the Node schedulable again (kured's
+  // and Draino's missing step). Off: the Node stays cordoned.
+  bool   uncordon_on_give_up;
+} tend_plugin_kube_drain_options_t;
+
+// What `drain` did with the pods bound to this host's Node, each as
+// "<namespace>/<name>", with why where it stayed.
+typedef struct tend_plugin_kube_drain_report_t {
+  // Evicted, and gone from the Node.
+  plugin_list_string_t   evicted;
+  // Left on purpose: DaemonSet pods (their controller tolerates the
+  // cordon and would put them back) and mirror pods (the kubelet's
+  // static pods, which the API cannot remove).
+  plugin_list_string_t   skipped;
+  // Still on the Node when the drain gave up, each with what held it:
+  // "blocked by PodDisruptionBudget <namespace>/<name>", "terminating",
+  // or the API server's refusal. Empty: the drain completed.
+  plugin_list_string_t   remaining;
+  // The drain gave up and made the Node schedulable again.
+  bool   uncordoned;
+} tend_plugin_kube_drain_report_t;
+
 typedef struct {
   bool is_err;
   union {
@@ -606,6 +632,14 @@ typedef struct {
     tend_plugin_kube_error_t err;
   } val;
 } tend_plugin_kube_result_void_error_t;
+
+typedef struct {
+  bool is_err;
+  union {
+    tend_plugin_kube_drain_report_t ok;
+    tend_plugin_kube_error_t err;
+  } val;
+} tend_plugin_kube_result_drain_report_error_t;
 
 typedef tend_plugin_types_error_t tend_plugin_cloud_error_t;
 
@@ -1047,6 +1081,26 @@ extern bool tend_plugin_kube_delete(tend_plugin_kube_object_key_t *key, tend_plu
 // it), aggregated like the kubelet's recorder: a repeat of the same reason
 // and message about the same object raises the existing Event's count.
 extern bool tend_plugin_kube_emit_event(tend_plugin_kube_object_key_t *regarding, tend_plugin_kube_event_type_t event_type, plugin_string_t *reason, plugin_string_t *message, tend_plugin_kube_error_t *err);
+// Cordon (true) or uncordon (false) this host's Node: its
+// `spec.unschedulable`, nothing else. Needs `patch` on `nodes` named
+// `$NODE` (with `fields`, `spec.unschedulable`).
+extern bool tend_plugin_kube_cordon(bool unschedulable, tend_plugin_kube_error_t *err);
+// Evict one pod through the Eviction API (policy/v1), which honours its
+// PodDisruptionBudget: while the budget allows no disruption, the answer
+// is `budget-exhausted("blocked by PodDisruptionBudget <ns>/<name>: ...")`
+// and nothing happened; ask again later, never delete the pod instead.
+// The pod leaves within its own `terminationGracePeriodSeconds`. Needs
+// `create` on `pods/eviction` in its namespace.
+extern bool tend_plugin_kube_evict(plugin_string_t *namespace_, plugin_string_t *name, tend_plugin_kube_error_t *err);
+// Drain this host's Node: cordon it (the cordon is checked again just
+// before every eviction: an uncordon by someone else ends the drain),
+// then evict every pod bound to it but DaemonSet and mirror pods,
+// retrying those a PodDisruptionBudget blocks, and wait for each to be
+// gone. Never deletes a pod. Past the deadline it stops and reports
+// what remains and why. Needs the grants of `cordon` and `evict`, and
+// `list` and `get` on `pods` (a rule with `field-selector =
+// "spec.nodeName=$NODE"` is enough).
+extern bool tend_plugin_kube_drain(tend_plugin_kube_drain_options_t *options, tend_plugin_kube_drain_report_t *ret, tend_plugin_kube_error_t *err);
 
 // Imported Functions from `tend:plugin/cloud@0.1.0`
 // Every instance carrying `owner` (key and value), all pages, or an error.
@@ -1235,11 +1289,15 @@ void tend_plugin_kube_list_params_free(tend_plugin_kube_list_params_t *ptr);
 
 void tend_plugin_kube_object_list_free(tend_plugin_kube_object_list_t *ptr);
 
+void tend_plugin_kube_drain_report_free(tend_plugin_kube_drain_report_t *ptr);
+
 void tend_plugin_kube_result_string_error_free(tend_plugin_kube_result_string_error_t *ptr);
 
 void tend_plugin_kube_result_object_list_error_free(tend_plugin_kube_result_object_list_error_t *ptr);
 
 void tend_plugin_kube_result_void_error_free(tend_plugin_kube_result_void_error_t *ptr);
+
+void tend_plugin_kube_result_drain_report_error_free(tend_plugin_kube_result_drain_report_error_t *ptr);
 
 void tend_plugin_cloud_error_free(tend_plugin_cloud_error_t *ptr);
 

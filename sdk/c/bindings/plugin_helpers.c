@@ -534,6 +534,12 @@ void tend_plugin_kube_object_list_free(tend_plugin_kube_object_list_t *ptr) {
   plugin_string_free(&ptr->resource_version);
 }
 
+void tend_plugin_kube_drain_report_free(tend_plugin_kube_drain_report_t *ptr) {
+  plugin_list_string_free(&ptr->evicted);
+  plugin_list_string_free(&ptr->skipped);
+  plugin_list_string_free(&ptr->remaining);
+}
+
 void tend_plugin_kube_result_string_error_free(tend_plugin_kube_result_string_error_t *ptr) {
   if (!ptr->is_err) {
     plugin_string_free(&ptr->val.ok);
@@ -552,6 +558,14 @@ void tend_plugin_kube_result_object_list_error_free(tend_plugin_kube_result_obje
 
 void tend_plugin_kube_result_void_error_free(tend_plugin_kube_result_void_error_t *ptr) {
   if (!ptr->is_err) {
+  } else {
+    tend_plugin_kube_error_free(&ptr->val.err);
+  }
+}
+
+void tend_plugin_kube_result_drain_report_error_free(tend_plugin_kube_result_drain_report_error_t *ptr) {
+  if (!ptr->is_err) {
+    tend_plugin_kube_drain_report_free(&ptr->val.ok);
   } else {
     tend_plugin_kube_error_free(&ptr->val.err);
   }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use tend_rules::wit::INTERFACES;
 use tend_sdk::testing::FakeHost;
 use tend_sdk::{
-    ConditionReport, Host, Level, ListParams, LogFilter, LogSource, ObjectKey, OwnerTag, PatchType,
-    Request, Rule, SandboxFilter,
+    ConditionReport, DrainOptions, Host, Level, ListParams, LogFilter, LogSource, ObjectKey,
+    OwnerTag, PatchType, Request, Rule, SandboxFilter,
 };
 
 /// The WIT functions of `cap`, or what to write instead.
@@ -251,6 +251,15 @@ impl Functions for FakeHost {
                 .emit_event(&regarding, event_type, &reason, &message),
         )
     }
+    fn kube_cordon(&self, unschedulable: bool) -> Value {
+        answer(self.kube().cordon(unschedulable))
+    }
+    fn kube_evict(&self, namespace: String, name: String) -> Value {
+        answer(self.kube().evict(&namespace, &name))
+    }
+    fn kube_drain(&self, options: DrainOptions) -> Value {
+        answer(self.kube().drain(&options))
+    }
     fn cloud_list_instances(&self, owner: OwnerTag) -> Value {
         answer(self.cloud().list_instances(&owner))
     }
@@ -380,6 +389,92 @@ mod tests {
         assert_eq!(
             call("cloud", "list-instances", owner)["err"]["kind"],
             "denied"
+        );
+    }
+
+    #[test]
+    fn cordon_evict_and_drain_answer_as_the_rust_fake() {
+        let host = new_host("drainer");
+        let call = |function: &str, args| {
+            ask(json!({"op": "call", "host": host, "cap": "kube", "fn": function, "args": args}))
+        };
+        let setup = |function: &str, args| {
+            ask(json!({"op": "setup", "host": host, "fake": "kube", "fn": function, "args": args}))
+        };
+        let options = json!({"options": {"deadline-ms": 60000, "uncordon-on-give-up": true}});
+        assert_eq!(
+            call("cordon", json!({"unschedulable": true})),
+            json!({"err": {"kind": "denied", "message": "no kube grant allows patch nodes named node-1: add { resource = \"nodes\", verbs = [\"patch\"], names = [\"node-1\"] } to [plugins.drainer.grants] kube"}})
+        );
+        assert_eq!(call("drain", options.clone())["err"]["kind"], "denied");
+        setup(
+            "grant",
+            json!({"grant": [
+                {"resource": "nodes", "verbs": ["patch"], "names": ["$NODE"], "fields": ["spec.unschedulable"]},
+                {"resource": "pods", "verbs": ["list", "get"], "field-selector": "spec.nodeName=$NODE"},
+                {"resource": "pods/eviction", "verbs": ["create"], "field-selector": "spec.nodeName=$NODE"},
+            ]}),
+        );
+        setup(
+            "put",
+            json!({"object": {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}}}),
+        );
+        for name in ["web", "db", "api"] {
+            setup(
+                "put",
+                json!({"object": {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": "default"}, "spec": {"nodeName": "node-1"}}}),
+            );
+        }
+        assert_eq!(
+            call(
+                "evict",
+                json!({"namespace": "default", "name": "web/status"})
+            )["err"]["kind"],
+            "invalid"
+        );
+        assert_eq!(
+            call("evict", json!({"namespace": "default", "name": "api"})),
+            json!({"ok": null})
+        );
+        assert_eq!(
+            setup(
+                "block-eviction",
+                json!({"namespace": "default", "name": "db", "budget": "db-pdb"})
+            ),
+            json!({"ok": null})
+        );
+        let blocked = call("evict", json!({"namespace": "default", "name": "db"}));
+        assert_eq!(blocked["err"]["kind"], "budget-exhausted");
+        assert_eq!(
+            call("drain", options.clone()),
+            json!({"ok": {
+                "evicted": ["default/web"],
+                "skipped": [],
+                "remaining": ["default/db: blocked by PodDisruptionBudget default/db-pdb"],
+                "uncordoned": true,
+            }})
+        );
+        setup(
+            "unblock-eviction",
+            json!({"namespace": "default", "name": "db"}),
+        );
+        setup("uncordon-during-drain", json!({"evictions": 0}));
+        let stopped = call("drain", options);
+        assert_eq!(
+            stopped["ok"]["remaining"],
+            json!(["default/db: not evicted yet"])
+        );
+        assert_eq!(stopped["ok"]["uncordoned"], false);
+        assert_eq!(
+            setup("actions", json!({})),
+            json!({"ok": [
+                "evict pods/default/api",
+                "cordon nodes/node-1",
+                "evict pods/default/web",
+                "uncordon nodes/node-1",
+                "cordon nodes/node-1",
+            ]})
         );
     }
 

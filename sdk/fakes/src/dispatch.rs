@@ -70,6 +70,9 @@ pub(crate) trait Functions {
         reason: String,
         message: String,
     ) -> Value;
+    fn kube_cordon(&self, unschedulable: bool) -> Value;
+    fn kube_evict(&self, namespace: String, name: String) -> Value;
+    fn kube_drain(&self, options: kube::DrainOptions) -> Value;
     fn cloud_list_instances(&self, owner: cloud::OwnerTag) -> Value;
     fn cloud_get_instance(&self, id: String) -> Value;
     fn cloud_delete_instance(&self, id: String) -> Value;
@@ -315,6 +318,22 @@ pub(crate) fn dispatch(
             let message: String = a.get("message")?;
             a.done()?;
             functions.kube_emit_event(regarding, event_type, reason, message)
+        }
+        ("kube", "cordon") => {
+            let unschedulable: bool = a.get("unschedulable")?;
+            a.done()?;
+            functions.kube_cordon(unschedulable)
+        }
+        ("kube", "evict") => {
+            let namespace: String = a.get("namespace")?;
+            let name: String = a.get("name")?;
+            a.done()?;
+            functions.kube_evict(namespace, name)
+        }
+        ("kube", "drain") => {
+            let options: kube::DrainOptions = a.get("options")?;
+            a.done()?;
+            functions.kube_drain(options)
         }
         ("cloud", "list-instances") => {
             let owner: cloud::OwnerTag = a.get("owner")?;

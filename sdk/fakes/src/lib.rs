@@ -324,7 +324,7 @@ mod tests {
             ),
             (
                 json!({"op": "setup", "host": host, "fake": "kube", "fn": "fail-call", "args": {"call": "watch", "error": null}}),
-                "tend-fakes: kube fail-call: kube has no function \"watch\"; expected one of [\"get\", \"list\", \"create\", \"patch\", \"delete\", \"emit-event\"]",
+                "tend-fakes: kube fail-call: kube has no function \"watch\"; expected one of [\"get\", \"list\", \"create\", \"patch\", \"delete\", \"emit-event\", \"cordon\", \"evict\", \"drain\"]",
             ),
             (
                 json!({"op": "setup", "host": host, "fake": "files", "fn": "grant", "args": {"grant": [{"path": "etc"}]}}),

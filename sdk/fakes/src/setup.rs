@@ -72,6 +72,9 @@ const SETUP: [(&str, &[&str]); 11] = [
             "actions",
             "patches",
             "events",
+            "block-eviction",
+            "unblock-eviction",
+            "uncordon-during-drain",
         ],
     ),
     (
@@ -431,6 +434,23 @@ fn kube(host: &FakeHost, function: &str, a: &mut Args) -> Result<Value, String> 
         "actions" => {
             a.done()?;
             return Ok(ok(kube.actions()));
+        }
+        "block-eviction" | "unblock-eviction" => {
+            let namespace: String = a.get("namespace")?;
+            let name: String = a.get("name")?;
+            if function == "block-eviction" {
+                let budget: String = a.get("budget")?;
+                a.done()?;
+                kube.block_eviction(&namespace, &name, &budget);
+            } else {
+                a.done()?;
+                kube.unblock_eviction(&namespace, &name);
+            }
+        }
+        "uncordon-during-drain" => {
+            let evictions: u32 = a.get("evictions")?;
+            a.done()?;
+            kube.uncordon_during_drain(evictions as usize);
         }
         "patches" => {
             a.done()?;

@@ -7,11 +7,12 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value, json};
 use tend_sdk::{
-    ConditionReport, Container, ContainerState, DirEntry, Direction, Error, EtherType, EventType,
-    FileKind, HeldCondition, Image, Instance, InstanceState, JobResult, Level, ListParams,
-    LogEntry, LogFilter, LogPage, LogSource, Matched, Metadata, ObjectKey, ObjectList, OwnerTag,
-    PatchType, PodSandbox, PortRange, Protocol, Remote, Request, Response, Rule, RuntimeVersion,
-    SandboxFilter, SandboxState, SandboxStatus, SecurityGroup, UnitStatus,
+    ConditionReport, Container, ContainerState, DirEntry, Direction, DrainOptions, DrainReport,
+    Error, EtherType, EventType, FileKind, HeldCondition, Image, Instance, InstanceState,
+    JobResult, Level, ListParams, LogEntry, LogFilter, LogPage, LogSource, Matched, Metadata,
+    ObjectKey, ObjectList, OwnerTag, PatchType, PodSandbox, PortRange, Protocol, Remote, Request,
+    Response, Rule, RuntimeVersion, SandboxFilter, SandboxState, SandboxStatus, SecurityGroup,
+    UnitStatus,
 };
 
 /// A value that crosses the ABI. `at` names where a value sits in the
@@ -300,6 +301,8 @@ records! {
     RuntimeVersion { runtime_name, runtime_version, runtime_api_version }
     ObjectKey { api_version, kind, namespace, name }
     ListParams { label_selector, field_selector, limit, continue_token }
+    DrainOptions { deadline_ms, uncordon_on_give_up }
+    DrainReport { evicted, skipped, remaining, uncordoned }
     Instance {
         id, name, state, status, task_state, created_at_ms, zone, private_addresses,
         public_addresses, security_groups, tags, provider_id,

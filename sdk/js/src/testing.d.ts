@@ -88,6 +88,19 @@ export class FakeHost {
     remove(key: ObjectKey): object | null;
     patches(): { key: unknown; "patch-type": string; patch: unknown }[];
     events(): { regarding: unknown; "event-type": string; reason: string; message: string; count: number }[];
+    /**
+     * PodDisruptionBudget `budget` (in the pod's namespace) refuses evicting pod `namespace`/`name`:
+     * `evict` throws a `BudgetExhaustedError` and nothing happens; a drain leaves the pod in
+     * `remaining` ("<ns>/<name>: blocked by PodDisruptionBudget <ns>/<budget>"). Until `unblockEviction`.
+     */
+    blockEviction(namespace: string, name: string, budget: string): void;
+    unblockEviction(namespace: string, name: string): void;
+    /**
+     * Someone else uncordons the Node once a drain has evicted `evictions` pods (0: right after its
+     * cordon): the drain stops before its next eviction, the pods not evicted yet remaining
+     * ("<ns>/<name>: not evicted yet"). Fires once.
+     */
+    uncordonDuringDrain(evictions: number): void;
   };
   logs: Logs & {
     /** The grant as under `[plugins.NAME.grants] logs`, watch rules included. */

@@ -175,6 +175,9 @@ const SETUP = {
     remove: "key: kube.object-key -> json",
     patches: "-> json",
     events: "-> json",
+    "block-eviction": "namespace: string, name: string, budget: string",
+    "unblock-eviction": "namespace: string, name: string",
+    "uncordon-during-drain": "evictions: u32",
   },
   logs: {
     grant: "grant: json",

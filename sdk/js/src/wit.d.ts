@@ -376,6 +376,42 @@ export type EventType =
   | "normal"
   | "warning";
 
+export interface DrainOptions {
+  /**
+   * Give up after this many milliseconds. The drain also gives up in
+   * time to undo itself before the reconcile's own deadline.
+   */
+  deadlineMs: number;
+  /**
+   * When the drain gives up, make the Node schedulable again (kured's
+   * and Draino's missing step). Off: the Node stays cordoned.
+   */
+  uncordonOnGiveUp: boolean;
+}
+
+export interface DrainReport {
+  /**
+   * Evicted, and gone from the Node.
+   */
+  evicted: string[];
+  /**
+   * Left on purpose: DaemonSet pods (their controller tolerates the
+   * cordon and would put them back) and mirror pods (the kubelet's
+   * static pods, which the API cannot remove).
+   */
+  skipped: string[];
+  /**
+   * Still on the Node when the drain gave up, each with what held it:
+   * "blocked by PodDisruptionBudget <namespace>/<name>", "terminating",
+   * or the API server's refusal. Empty: the drain completed.
+   */
+  remaining: string[];
+  /**
+   * The drain gave up and made the Node schedulable again.
+   */
+  uncordoned: boolean;
+}
+
 export type Level =
   | "trace"
   | "debug"
@@ -802,6 +838,18 @@ export interface Kube {
    * Throws a `TendError` subclass (`DeniedError`, `NotFoundError`, ...) on an error.
    */
   emitEvent(regarding: ObjectKey, eventType: EventType, reason: string, message: string): void;
+  /**
+   * Throws a `TendError` subclass (`DeniedError`, `NotFoundError`, ...) on an error.
+   */
+  cordon(unschedulable: boolean): void;
+  /**
+   * Throws a `TendError` subclass (`DeniedError`, `NotFoundError`, ...) on an error.
+   */
+  evict(namespace: string, name: string): void;
+  /**
+   * Throws a `TendError` subclass (`DeniedError`, `NotFoundError`, ...) on an error.
+   */
+  drain(options: DrainOptions): DrainReport;
 }
 
 export interface Cloud {

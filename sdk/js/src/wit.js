@@ -33,6 +33,8 @@ export const TYPES = {
   "kube.object-list": {"record":{"items":"list<string>","continue-token":"option<string>","resource-version":"string"}},
   "kube.patch-type": {"enum":["merge","json","apply"]},
   "kube.event-type": {"enum":["normal","warning"]},
+  "kube.drain-options": {"record":{"deadline-ms":"u64","uncordon-on-give-up":"bool"}},
+  "kube.drain-report": {"record":{"evicted":"list<string>","skipped":"list<string>","remaining":"list<string>","uncordoned":"bool"}},
   "log.level": {"enum":["trace","debug","info","warn","error"]},
   "logs.source": {"enum":["kernel","journal"]},
   "logs.entry": {"record":{"source":"logs.source","cursor":"string","boot-id":"string","monotonic-us":"u64","realtime-us":"option<u64>","priority":"u8","facility":"u8","unit":"option<string>","identifier":"option<string>","message":"string","fields":"list<tuple<string, string>>"}},
@@ -105,6 +107,9 @@ export const IMPORTS = {
     "patch": {"params":{"key":"kube.object-key","patch-type":"kube.patch-type","patch":"string"},"result":"result<string, types.error>"},
     "delete": {"params":{"key":"kube.object-key"},"result":"result<_, types.error>"},
     "emit-event": {"params":{"regarding":"kube.object-key","event-type":"kube.event-type","reason":"string","message":"string"},"result":"result<_, types.error>"},
+    "cordon": {"params":{"unschedulable":"bool"},"result":"result<_, types.error>"},
+    "evict": {"params":{"namespace":"string","name":"string"},"result":"result<_, types.error>"},
+    "drain": {"params":{"options":"kube.drain-options"},"result":"result<kube.drain-report, types.error>"},
   },
   "cloud": {
     "list-instances": {"params":{"owner":"cloud.owner-tag"},"result":"result<list<cloud.instance>, types.error>"},

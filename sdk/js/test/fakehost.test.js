@@ -115,6 +115,50 @@ test("hosts of a trapped instance fail clearly and leave the next instance alone
   fresh.close();
 });
 
+test("cordon, evict and drain answer as the Rust fake", () => {
+  const host = new FakeHost("drainer");
+  assert.throws(() => host.kube.cordon(true), (e) => e instanceof DeniedError && e.message.includes('names = ["node-1"]'));
+  host.kube.grant([
+    { resource: "nodes", verbs: ["patch"], names: ["$NODE"], fields: ["spec.unschedulable"] },
+    { resource: "pods", verbs: ["list", "get"], "field-selector": "spec.nodeName=$NODE" },
+    { resource: "pods/eviction", verbs: ["create"], "field-selector": "spec.nodeName=$NODE" },
+  ]);
+  const node = { apiVersion: "v1", kind: "Node", namespace: null, name: "node-1" };
+  host.kube.put({ apiVersion: "v1", kind: "Node", metadata: { name: "node-1" } });
+  const pod = (name, meta = {}) => ({ apiVersion: "v1", kind: "Pod", metadata: { name, namespace: "default", ...meta }, spec: { nodeName: "node-1" } });
+  for (const p of [pod("web"), pod("db"), pod("api"), pod("cni", { ownerReferences: [{ kind: "DaemonSet", name: "cni", controller: true }] })]) host.kube.put(p);
+  host.kube.cordon(true);
+  assert.deepEqual(host.kube.object(node).spec, { unschedulable: true });
+  host.kube.cordon(false);
+  assert.deepEqual(host.kube.object(node).spec, {});
+  assert.throws(() => host.kube.evict("default", "web/status"), InvalidError);
+  host.kube.evict("default", "api");
+  assert.equal(host.kube.object({ apiVersion: "v1", kind: "Pod", namespace: "default", name: "api" }), null);
+  host.kube.blockEviction("default", "db", "db-pdb");
+  assert.throws(() => host.kube.evict("default", "db"), (e) => e instanceof BudgetExhaustedError && e.message.startsWith("blocked by PodDisruptionBudget default/db-pdb: "));
+  assert.deepEqual(host.kube.drain({ deadlineMs: 60000, uncordonOnGiveUp: true }), {
+    evicted: ["default/web"],
+    skipped: ["default/cni: a DaemonSet pod"],
+    remaining: ["default/db: blocked by PodDisruptionBudget default/db-pdb"],
+    uncordoned: true,
+  });
+  host.kube.unblockEviction("default", "db");
+  host.kube.uncordonDuringDrain(0);
+  const stopped = host.kube.drain({ deadlineMs: 60000, uncordonOnGiveUp: true });
+  assert.deepEqual([stopped.remaining, stopped.uncordoned], [["default/db: not evicted yet"], false]);
+  assert.deepEqual(host.kube.actions(), [
+    "cordon nodes/node-1",
+    "uncordon nodes/node-1",
+    "evict pods/default/api",
+    "cordon nodes/node-1",
+    "evict pods/default/web",
+    "uncordon nodes/node-1",
+    "cordon nodes/node-1",
+  ]);
+  assert.throws(() => host.kube.drain({ deadlineMs: "soon", uncordonOnGiveUp: true }), /^TypeError: kube.drain: options.deadlineMs: expected a number \(u64\), got "soon"$/);
+  host.close();
+});
+
 test("conditions hold to the grant and expire on the fake's clock", () => {
   const host = new FakeHost("problem-detector");
   const report = { condition: "KernelDeadlock", reason: "TaskHung", message: "task blocked", ttlSeconds: 60 };

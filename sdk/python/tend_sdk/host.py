@@ -17,6 +17,8 @@ from .types import (
     ConditionReport,
     Container,
     DirEntry,
+    DrainOptions,
+    DrainReport,
     EventType,
     HeldCondition,
     Image,
@@ -273,6 +275,25 @@ class Kube(Capability):
 
     def emit_event(self, regarding: ObjectKey, event_type: EventType, reason: str, message: str) -> None:
         self._call("emit-event", None, regarding=regarding, event_type=event_type, reason=reason, message=message)
+
+    def cordon(self, unschedulable: bool = True) -> None:
+        """Cordon (True) or uncordon (False) this host's Node: its `spec.unschedulable`, nothing else.
+        Needs `patch` on `nodes` named `$NODE` (with `fields`, `spec.unschedulable`)."""
+        self._call("cordon", None, unschedulable=unschedulable)
+
+    def evict(self, namespace: str, name: str) -> None:
+        """Evict one pod through the Eviction API, which honours its PodDisruptionBudget: while the
+        budget allows no disruption this raises `BudgetExhausted` ("blocked by PodDisruptionBudget
+        <ns>/<name>: ...") and nothing happened; ask again later, never delete the pod instead.
+        Needs `create` on `pods/eviction` in its namespace."""
+        self._call("evict", None, namespace=namespace, name=name)
+
+    def drain(self, options: DrainOptions) -> DrainReport:
+        """Drain this host's Node: cordon it, evict every pod bound to it but DaemonSet and mirror
+        pods, wait for each to be gone; past `options.deadline_ms`, stop and report what remains
+        and why (`options.uncordon_on_give_up`: then make the Node schedulable again). Needs the
+        grants of `cordon` and `evict`, and `list` and `get` on `pods`."""
+        return self._call("drain", DrainReport, options=options)
 
 
 class Cloud(Capability):

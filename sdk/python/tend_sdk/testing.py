@@ -390,6 +390,24 @@ class FakeKube(_Failures, _Fake, _host.Kube):
             (from_json(ObjectKey, p["key"]), PatchType(p["patch-type"]), p["patch"]) for p in self._setup("patches")
         ]
 
+    def block_eviction(self, namespace: str, name: str, budget: str) -> "FakeKube":
+        """PodDisruptionBudget `budget` (in the pod's namespace) refuses evicting pod `namespace`/`name`:
+        `evict` raises `BudgetExhausted` and nothing happens; a drain leaves the pod in `remaining`
+        ("<ns>/<name>: blocked by PodDisruptionBudget <ns>/<budget>"). Until `unblock_eviction`."""
+        self._setup("block-eviction", namespace=namespace, name=name, budget=budget)
+        return self
+
+    def unblock_eviction(self, namespace: str, name: str) -> "FakeKube":
+        self._setup("unblock-eviction", namespace=namespace, name=name)
+        return self
+
+    def uncordon_during_drain(self, evictions: int) -> "FakeKube":
+        """Someone else uncordons the Node once a drain has evicted `evictions` pods (0: right after
+        its cordon): the drain stops before its next eviction, the pods not evicted yet remaining
+        ("<ns>/<name>: not evicted yet"). Fires once."""
+        self._setup("uncordon-during-drain", evictions=evictions)
+        return self
+
     def events(self) -> list[dict]:
         """Events as recorded: regarding (an ObjectKey), event_type, reason, message, count."""
         return [

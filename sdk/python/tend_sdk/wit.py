@@ -255,6 +255,24 @@ class EventType(WitEnum):
     WARNING = "warning"
 
 
+@dataclass
+class DrainOptions:
+    deadline_ms: int
+    uncordon_on_give_up: bool
+
+
+@dataclass
+class DrainReport:
+    """What `drain` did with the pods bound to this host's Node, each as
+    "<namespace>/<name>", with why where it stayed.
+    """
+
+    evicted: list[str]
+    skipped: list[str]
+    remaining: list[str]
+    uncordoned: bool
+
+
 # --- cloud -------------------------------------------------------------------
 
 class InstanceState(WitEnum):
@@ -441,6 +459,8 @@ __all__ = [
     "ObjectList",
     "PatchType",
     "EventType",
+    "DrainOptions",
+    "DrainReport",
     "InstanceState",
     "Instance",
     "OwnerTag",
@@ -519,6 +539,9 @@ FUNCTIONS: dict[str, list[WitFunction]] = {
         WitFunction("patch", [("key", ObjectKey), ("patch-type", PatchType), ("patch", str)], str),
         WitFunction("delete", [("key", ObjectKey)], None),
         WitFunction("emit-event", [("regarding", ObjectKey), ("event-type", EventType), ("reason", str), ("message", str)], None),
+        WitFunction("cordon", [("unschedulable", bool)], None),
+        WitFunction("evict", [("namespace", str), ("name", str)], None),
+        WitFunction("drain", [("options", DrainOptions)], DrainReport),
     ],
     "cloud": [
         WitFunction("list-instances", [("owner", OwnerTag)], list[Instance]),

@@ -12,6 +12,7 @@ import pytest
 from tend_sdk import (
     ConditionReport,
     Container,
+    DrainOptions,
     EventType,
     Instance,
     Level,
@@ -104,6 +105,9 @@ CALLS = {
     ("kube", "emit-event"): lambda h, a: h.kube.emit_event(
         key(a, "regarding"), EventType(a["event-type"]), a["reason"], a["message"]
     ),
+    ("kube", "cordon"): lambda h, a: h.kube.cordon(a["unschedulable"]),
+    ("kube", "evict"): lambda h, a: h.kube.evict(a["namespace"], a["name"]),
+    ("kube", "drain"): lambda h, a: h.kube.drain(from_json(DrainOptions, a["options"])),
     ("cloud", "list-instances"): lambda h, a: h.cloud.list_instances(from_json(OwnerTag, a["owner"])),
     ("cloud", "get-instance"): lambda h, a: h.cloud.get_instance(a["id"]),
     ("cloud", "delete-instance"): lambda h, a: h.cloud.delete_instance(a["id"]),

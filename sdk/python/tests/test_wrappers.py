@@ -168,6 +168,57 @@ def test_kube_objects_patches_and_events():
         host.kube.delete(NODE)
 
 
+def test_kube_cordon_evict_and_drain():
+    host = FakeHost("drainer")
+    with pytest.raises(Denied, match=r'add \{ resource = "nodes", verbs = \["patch"\], names = \["node-1"\] \}'):
+        host.kube.cordon()
+    host.kube.grant(
+        {"resource": "nodes", "verbs": ["patch"], "names": ["$NODE"], "fields": ["spec.unschedulable"]},
+        {"resource": "pods", "verbs": ["list", "get"], "field-selector": "spec.nodeName=$NODE"},
+        {"resource": "pods/eviction", "verbs": ["create"], "field-selector": "spec.nodeName=$NODE"},
+    )
+    host.kube.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}})
+    pod = lambda name, **meta: {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", **meta},
+        "spec": {"nodeName": "node-1"},
+    }
+    daemon = [{"kind": "DaemonSet", "name": "cni", "controller": True}]
+    for p in [pod("web"), pod("db"), pod("api"), pod("cni", ownerReferences=daemon)]:
+        host.kube.put(p)
+    host.kube.cordon(True)
+    assert host.kube.object(NODE)["spec"] == {"unschedulable": True}
+    host.kube.cordon(False)
+    assert host.kube.object(NODE)["spec"] == {}
+    with pytest.raises(Invalid):
+        host.kube.evict("default", "web/status")
+    host.kube.evict("default", "api")
+    assert host.kube.object(ObjectKey.namespaced("v1", "Pod", "default", "api")) is None
+    host.kube.block_eviction("default", "db", "db-pdb")
+    with pytest.raises(BudgetExhausted, match=r"^blocked by PodDisruptionBudget default/db-pdb: "):
+        host.kube.evict("default", "db")
+    report = host.kube.drain(tend_sdk.DrainOptions(deadline_ms=60_000, uncordon_on_give_up=True))
+    assert report == tend_sdk.DrainReport(
+        evicted=["default/web"],
+        skipped=["default/cni: a DaemonSet pod"],
+        remaining=["default/db: blocked by PodDisruptionBudget default/db-pdb"],
+        uncordoned=True,
+    )
+    host.kube.unblock_eviction("default", "db").uncordon_during_drain(0)
+    stopped = host.kube.drain(tend_sdk.DrainOptions(deadline_ms=60_000, uncordon_on_give_up=True))
+    assert (stopped.remaining, stopped.uncordoned) == (["default/db: not evicted yet"], False)
+    assert host.kube.actions() == [
+        "cordon nodes/node-1",
+        "uncordon nodes/node-1",
+        "evict pods/default/api",
+        "cordon nodes/node-1",
+        "evict pods/default/web",
+        "uncordon nodes/node-1",
+        "cordon nodes/node-1",
+    ]
+
+
 def test_cloud_records_cross_both_ways():
     host = FakeHost("p")
     owner = {"tag": "kubernetes.io/cluster/a", "value": "owned"}

@@ -1,18 +1,32 @@
 //! [`FakeKube`]: an in-memory API server behind the host's grant rules.
 
-use super::patch::apply_patch;
+use super::patch::{apply_patch, merge_patch};
 use super::rules::IntoKubeRules;
-use super::{EventType, Kube, ListParams, ObjectKey, ObjectList, PatchType};
+use super::{
+    DrainOptions, DrainReport, EventType, Kube, ListParams, ObjectKey, ObjectList, PatchType,
+};
 use crate::{Error, Result};
 use serde_json::{Map, Value};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use tend_rules::drain::{
+    Disposition, blocked_message, check_cordon, check_evict, cordon_patch, cordoned, disposition,
+    named,
+};
 use tend_rules::kube::{
     Access, FieldSelector, KubeRule, LabelSelector, MAX_BODY, MAX_SELECTOR, OwnLease, PatchShape,
     Verb, check, check_event, check_key, check_object, check_own_lease, check_size, list_scope,
     needs_object,
 };
 use tend_rules::text::inert;
+
+/// What the API server says when a PodDisruptionBudget refuses an eviction
+/// (HTTP 429), inside the fake's `budget-exhausted` message.
+const BUDGET_REFUSAL: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
+
+/// Why a drain left a pod whose eviction it had not asked for yet (the
+/// host's words).
+const NOT_EVICTED_YET: &str = "not evicted yet";
 
 /// A kind the fake's discovery knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,9 +109,21 @@ pub struct RecordedEvent {
 ///   object. `put` the expected result where that differs.
 /// - Every mutation is recorded ([`FakeKube::actions`]: "patch
 ///   nodes/node-1 merge", "delete pods/default/web", "event nodes/node-1
-///   LabelApplied: ..."), Events aggregated in [`FakeKube::events`].
+///   LabelApplied: ...", "cordon nodes/node-1", "uncordon nodes/node-1",
+///   "evict pods/default/web"), Events aggregated in [`FakeKube::events`].
+/// - `cordon` sets or removes `spec.unschedulable` on the Node named
+///   [`FakeKube::node_name`] (a Node already so is left alone and nothing is
+///   recorded, as the host journals nothing); `evict` removes the pod at
+///   once (the fake has no grace period), unless
+///   [`FakeKube::block_eviction`] made its PodDisruptionBudget refuse it
+///   (`budget-exhausted`, nothing done). `drain` is the host's drain in one
+///   pass (the fake has no clock: `deadline-ms` is not waited on, and a
+///   blocked pod stays blocked for the whole drain); see [`Kube::drain`] on
+///   [`FakeKube`]. [`FakeKube::uncordon_during_drain`] scripts someone else
+///   uncordoning the Node in the middle of one.
 /// - Failures are injected with [`FakeKube::fail_with`] and
-///   [`FakeKube::fail_call`].
+///   [`FakeKube::fail_call`]; a drain's own cordon, evictions and uncordon
+///   meet the failures scripted for `cordon` and `evict`.
 pub struct FakeKube {
     plugin: String,
     node: RefCell<String>,
@@ -109,6 +135,11 @@ pub struct FakeKube {
     actions: RefCell<Vec<String>>,
     patches: RefCell<Vec<RecordedPatch>>,
     events: RefCell<Vec<RecordedEvent>>,
+    /// Pods whose eviction a PodDisruptionBudget refuses: (namespace, name)
+    /// to the budget's name (in the pod's namespace).
+    blocked: RefCell<BTreeMap<(String, String), String>>,
+    /// Someone else uncordons the Node once a drain has evicted this many pods.
+    uncordon_during_drain: Cell<Option<usize>>,
     failures: crate::fake::ScriptedFailures,
 }
 
@@ -146,6 +177,8 @@ impl FakeKube {
             actions: RefCell::default(),
             patches: RefCell::default(),
             events: RefCell::default(),
+            blocked: RefCell::default(),
+            uncordon_during_drain: Cell::new(None),
             failures: crate::fake::ScriptedFailures::new("FakeKube", &super::CALLS),
         }
     }
@@ -243,15 +276,56 @@ impl FakeKube {
     }
 
     /// The call named `call` as in the WIT ("get", "list", "create", "patch",
-    /// "delete", "emit-event") fails with `error` until cleared with None.
+    /// "delete", "emit-event", "cordon", "evict", "drain") fails with `error`
+    /// until cleared with None. A drain's own cordon, evictions and uncordon
+    /// meet the failures of "cordon" and "evict" too: an eviction failing
+    /// with another error than `denied` or `invalid` leaves its pod in the
+    /// report's `remaining`, with the error's message.
     pub fn fail_call(&self, call: &str, error: Option<Error>) -> &Self {
         self.failures.fail_call(call, error);
         self
     }
 
+    /// The eviction of pod `namespace`/`name` is refused by the
+    /// PodDisruptionBudget `budget` (its name; a budget lives in its pod's
+    /// namespace), as the API server refuses it while the budget allows no
+    /// disruption: `evict` answers `budget-exhausted` (`"blocked by
+    /// PodDisruptionBudget NAMESPACE/BUDGET: ..."`) and nothing happens; a
+    /// drain leaves the pod in `remaining` (`"NAMESPACE/NAME: blocked by
+    /// PodDisruptionBudget NAMESPACE/BUDGET"`). Until
+    /// [`FakeKube::unblock_eviction`].
+    pub fn block_eviction(&self, namespace: &str, name: &str, budget: &str) -> &Self {
+        self.blocked.borrow_mut().insert(
+            (namespace.to_string(), name.to_string()),
+            budget.to_string(),
+        );
+        self
+    }
+
+    /// The budget allows evicting pod `namespace`/`name` again.
+    pub fn unblock_eviction(&self, namespace: &str, name: &str) -> &Self {
+        self.blocked
+            .borrow_mut()
+            .remove(&(namespace.to_string(), name.to_string()));
+        self
+    }
+
+    /// Someone else uncordons the Node in the middle of a drain: once a
+    /// drain has evicted `evictions` pods (0: right after its cordon), the
+    /// Node's `spec.unschedulable` is removed (not recorded: another
+    /// client's change). The drain finds it so before its next eviction,
+    /// stops, and reports the pods it had not evicted yet (`"NAMESPACE/NAME:
+    /// not evicted yet"`), uncordoning nothing itself. Fires once, in the
+    /// first drain that gets that far.
+    pub fn uncordon_during_drain(&self, evictions: usize) -> &Self {
+        self.uncordon_during_drain.set(Some(evictions));
+        self
+    }
+
     /// Every mutation performed, in order: "create configmaps/default/x",
     /// "patch nodes/node-1 merge", "delete pods/default/web",
-    /// "event nodes/node-1 LabelApplied: set a=b".
+    /// "event nodes/node-1 LabelApplied: set a=b", "cordon nodes/node-1",
+    /// "uncordon nodes/node-1", "evict pods/default/web".
     pub fn actions(&self) -> Vec<String> {
         self.actions.borrow().clone()
     }
@@ -414,6 +488,63 @@ impl FakeKube {
     /// A scripted failure of `call`, if any.
     fn failing(&self, call: &str) -> Result<()> {
         self.failures.check(call)
+    }
+
+    /// The cordon itself, as the host makes it: the Node read fresh and
+    /// checked with it (a rule's selectors) and the one patch; a Node
+    /// already so is left alone and nothing is recorded.
+    fn set_unschedulable(&self, node: &str, unschedulable: bool) -> Result<()> {
+        let kind = self.resolve("v1", "Node")?;
+        let mut current = self.stored("cordon", &kind, None, node)?;
+        let patch = cordon_patch(unschedulable);
+        self.object_allowed(
+            &kind,
+            None,
+            node,
+            Verb::Patch,
+            Some(&current),
+            Some((PatchShape::Merge, &patch)),
+        )?;
+        if cordoned(&current) == unschedulable {
+            return Ok(());
+        }
+        merge_patch(&mut current, &patch);
+        let verb = if unschedulable { "cordon" } else { "uncordon" };
+        self.actions
+            .borrow_mut()
+            .push(format!("{verb} {}", kind.target(None, node)));
+        self.store(&kind, None, node, current);
+        Ok(())
+    }
+
+    /// The pods bound to `node`, by "<namespace>/<name>", as the plugin's
+    /// `list` of them with the field selector `spec.nodeName=<node>` sees
+    /// them (its grant, the rule's selectors, the scripted `list` failures).
+    fn node_pods(&self, node: &str) -> Result<BTreeMap<String, Value>> {
+        let on_node = format!("spec.nodeName={node}");
+        let listed = self.list("v1", "Pod", None, &ListParams::fields(&on_node))?;
+        Ok(listed
+            .items
+            .into_iter()
+            .filter(|pod| pod["spec"]["nodeName"].as_str() == Some(node))
+            .map(|pod| (named(&pod), pod))
+            .collect())
+    }
+
+    /// Another client's uncordon, when [`FakeKube::uncordon_during_drain`]
+    /// scripted one after `evictions`.
+    fn someone_uncordons(&self, node: &str, evictions: usize) {
+        if self.uncordon_during_drain.get() != Some(evictions) {
+            return;
+        }
+        self.uncordon_during_drain.set(None);
+        let Ok(kind) = self.resolve("v1", "Node") else {
+            return;
+        };
+        if let Ok(mut current) = self.stored("get", &kind, None, node) {
+            merge_patch(&mut current, &cordon_patch(false));
+            self.store(&kind, None, node, current);
+        }
     }
 
     fn stored(
@@ -674,5 +805,164 @@ impl Kube for FakeKube {
             }),
         }
         Ok(())
+    }
+
+    fn cordon(&self, unschedulable: bool) -> Result<()> {
+        let node = self.node_name();
+        check_cordon(&self.rules.borrow(), &self.plugin, &node, unschedulable)
+            .map_err(crate::Error::from)?;
+        self.failing("cordon")?;
+        self.set_unschedulable(&node, unschedulable)
+    }
+
+    fn evict(&self, namespace: &str, name: &str) -> Result<()> {
+        let node = self.node_name();
+        let pods = self.resolve("v1", "Pod")?;
+        {
+            let rules = self.rules.borrow();
+            check_evict(&rules, &self.plugin, &node, namespace, name)
+                .map_err(crate::Error::from)?;
+            // A rule with selectors (`spec.nodeName=$NODE`) is checked on the pod.
+            let access = Access {
+                group: "",
+                resource: "pods/eviction",
+                verb: Verb::Create,
+                namespace: Some(namespace),
+                name: Some(name),
+            };
+            if needs_object(&rules, &node, &access) {
+                let pod = self.stored("evict", &pods, Some(namespace), name)?;
+                check_object(&rules, &self.plugin, &node, &access, Some(&pod), None)
+                    .map_err(crate::Error::from)?;
+            }
+        }
+        self.failing("evict")?;
+        let pod = self.stored("evict", &pods, Some(namespace), name)?;
+        let key = (namespace.to_string(), name.to_string());
+        if let Some(budget) = self.blocked.borrow().get(&key) {
+            return Err(Error::BudgetExhausted(blocked_message(
+                &named(&pod),
+                Some(&format!("{namespace}/{budget}")),
+                BUDGET_REFUSAL,
+            )));
+        }
+        let slot = Self::slot(&pods, Some(namespace), name);
+        self.objects.borrow_mut().remove(&slot);
+        self.actions
+            .borrow_mut()
+            .push(format!("evict {}", pods.target(Some(namespace), name)));
+        Ok(())
+    }
+
+    /// The host's drain in one pass, the fake having no clock to wait on:
+    ///
+    /// 1. Every grant first, before anything changes, as on the host:
+    ///    cordon's (and uncordon's, with `uncordon-on-give-up`), the `list`
+    ///    of the pods bound to the Node (`spec.nodeName=<node>`, through
+    ///    [`Kube::list`]), `evict` of each pod to evict; a refusal is the
+    ///    drain's error. Then a scripted failure of "drain".
+    /// 2. The cordon ([`Kube::cordon`]).
+    /// 3. Each pod, by `"NAMESPACE/NAME"`, by its
+    ///    [`tend_rules::drain::disposition`]: a DaemonSet or mirror pod is
+    ///    `skipped` (`"NAMESPACE/NAME: WHY"`); one already leaving stays in
+    ///    `remaining` (`"NAMESPACE/NAME: terminating"`) unless gone by the end
+    ///    (then `evicted`, as the host counts a pod that left);
+    ///    any other is evicted ([`Kube::evict`]): gone, it is `evicted`;
+    ///    blocked ([`FakeKube::block_eviction`]), it stays in `remaining`
+    ///    (`"NAMESPACE/NAME: blocked by PodDisruptionBudget NAMESPACE/BUDGET"`);
+    ///    refused otherwise, it stays with the refusal's message (`denied`
+    ///    and `invalid` end the drain with that error, as on the host).
+    ///    Before each eviction the Node is read: found uncordoned
+    ///    ([`FakeKube::uncordon_during_drain`]), the drain stops, the pods
+    ///    it had not evicted yet stay in `remaining` (`"NAMESPACE/NAME: not
+    ///    evicted yet"`).
+    /// 4. Anything remaining, the drain gave up: with `uncordon-on-give-up`
+    ///    it uncordons the Node and says so in `uncordoned` (not when
+    ///    someone else uncordoned it).
+    fn drain(&self, options: &DrainOptions) -> Result<DrainReport> {
+        let node = self.node_name();
+        {
+            let rules = self.rules.borrow();
+            check_cordon(&rules, &self.plugin, &node, true).map_err(crate::Error::from)?;
+            if options.uncordon_on_give_up {
+                check_cordon(&rules, &self.plugin, &node, false).map_err(crate::Error::from)?;
+            }
+        }
+        let pods = self.node_pods(&node)?;
+        for pod in pods.values() {
+            if disposition(pod) == Disposition::Evict {
+                let meta = &pod["metadata"];
+                check_evict(
+                    &self.rules.borrow(),
+                    &self.plugin,
+                    &node,
+                    meta["namespace"].as_str().unwrap_or_default(),
+                    meta["name"].as_str().unwrap_or_default(),
+                )
+                .map_err(crate::Error::from)?;
+            }
+        }
+        self.failing("drain")?;
+        self.cordon(true)?;
+        let node_key = ObjectKey::cluster("v1", "Node", &node);
+        let mut report = DrainReport::default();
+        let mut remaining: BTreeMap<String, String> = BTreeMap::new();
+        let mut leaving = Vec::new();
+        let mut stopped = false;
+        for (pod, object) in &pods {
+            let meta = &object["metadata"];
+            let namespace = meta["namespace"].as_str().unwrap_or_default();
+            let name = meta["name"].as_str().unwrap_or_default();
+            match disposition(object) {
+                Disposition::Skip(why) => report.skipped.push(format!("{pod}: {why}")),
+                Disposition::Leaving => leaving.push((pod, namespace, name)),
+                Disposition::Evict if stopped => {
+                    remaining.insert(pod.clone(), NOT_EVICTED_YET.into());
+                }
+                Disposition::Evict => {
+                    self.someone_uncordons(&node, report.evicted.len());
+                    // The cordon read fresh before each disruption: an
+                    // uncordon by someone else ends the drain.
+                    if !self.object(&node_key).is_some_and(|n| cordoned(&n)) {
+                        stopped = true;
+                        remaining.insert(pod.clone(), NOT_EVICTED_YET.into());
+                        continue;
+                    }
+                    match self.evict(namespace, name) {
+                        // Gone by itself meanwhile: gone all the same.
+                        Ok(()) | Err(Error::NotFound(_)) => report.evicted.push(pod.clone()),
+                        Err(e @ (Error::Denied(_) | Error::Invalid(_))) => return Err(e),
+                        Err(e) => {
+                            let key = (namespace.to_string(), name.to_string());
+                            let why = match self.blocked.borrow().get(&key) {
+                                Some(budget) if matches!(e, Error::BudgetExhausted(_)) => {
+                                    format!("blocked by PodDisruptionBudget {namespace}/{budget}")
+                                }
+                                _ => inert(e.message()).into_owned(),
+                            };
+                            remaining.insert(pod.clone(), why);
+                        }
+                    }
+                }
+            }
+        }
+        for (pod, namespace, name) in leaving {
+            let key = ObjectKey::namespaced("v1", "Pod", namespace, name);
+            match self.object(&key) {
+                Some(_) => {
+                    remaining.insert(pod.clone(), "terminating".into());
+                }
+                // Gone: as the host counts a pod that left.
+                None => report.evicted.push(pod.clone()),
+            }
+        }
+        report.remaining = remaining
+            .into_iter()
+            .map(|(pod, why)| format!("{pod}: {why}"))
+            .collect();
+        if !report.remaining.is_empty() && options.uncordon_on_give_up && !stopped {
+            report.uncordoned = self.cordon(false).is_ok();
+        }
+        Ok(report)
     }
 }

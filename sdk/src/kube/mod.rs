@@ -18,13 +18,15 @@ pub(crate) mod wasm;
 pub use fake::{FakeKube, RecordedEvent, RecordedPatch};
 
 /// The calls [`FakeKube::fail_call`] can make fail: the WIT function names.
-pub const CALLS: [&str; 6] = tend_rules::wit::kube::FUNCTIONS;
+pub const CALLS: [&str; 9] = tend_rules::wit::kube::FUNCTIONS;
 pub use patch::merge_patch;
 pub use rules::IntoKubeRules;
 
 /// The WIT records themselves: the host takes these very types. (A list's
 /// items cross the WIT as JSON text; [`ObjectList`] holds them parsed.)
-pub use crate::bindings::tend::plugin::kube::{EventType, ListParams, ObjectKey, PatchType};
+pub use crate::bindings::tend::plugin::kube::{
+    DrainOptions, DrainReport, EventType, ListParams, ObjectKey, PatchType,
+};
 
 /// One object: `ObjectKey::cluster("v1", "Node", "node-1")`,
 /// `ObjectKey::namespaced("apps/v1", "Deployment", "default", "web")`.
@@ -77,6 +79,30 @@ impl ListParams {
             field_selector: Some(selector.to_string()),
             ..ListParams::default()
         }
+    }
+}
+
+impl DrainOptions {
+    /// Give up after `deadline` (whole milliseconds), leaving the Node
+    /// cordoned; see [`DrainOptions::uncordon_on_give_up`].
+    pub fn within(deadline: std::time::Duration) -> Self {
+        DrainOptions {
+            deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+            uncordon_on_give_up: false,
+        }
+    }
+
+    /// When the drain gives up, make the Node schedulable again.
+    pub fn uncordon_on_give_up(mut self) -> Self {
+        self.uncordon_on_give_up = true;
+        self
+    }
+}
+
+impl DrainReport {
+    /// Every pod that had to leave is gone: nothing remains.
+    pub fn completed(&self) -> bool {
+        self.remaining.is_empty()
     }
 }
 
@@ -146,6 +172,23 @@ pub trait Kube {
         reason: &str,
         message: &str,
     ) -> Result<()>;
+    /// Cordon (true) or uncordon (false) this host's Node: its
+    /// `spec.unschedulable`, nothing else. Needs `patch` on `nodes` named
+    /// `$NODE` (with `fields`, `spec.unschedulable`).
+    fn cordon(&self, unschedulable: bool) -> Result<()>;
+    /// Evict one pod through the Eviction API, which honours its
+    /// PodDisruptionBudget: while the budget allows no disruption the answer
+    /// is [`crate::Error::BudgetExhausted`] (`"blocked by PodDisruptionBudget
+    /// NAMESPACE/NAME: ..."`) and nothing happened; ask again later, never delete
+    /// the pod instead. Needs `create` on `pods/eviction` in its namespace.
+    fn evict(&self, namespace: &str, name: &str) -> Result<()>;
+    /// Drain this host's Node: cordon it, evict every pod bound to it but
+    /// DaemonSet and mirror pods (an uncordon by someone else ends the
+    /// drain), wait for each to be gone; past the deadline, stop and report
+    /// what remains and why. Needs the grants of [`Kube::cordon`] and
+    /// [`Kube::evict`], and `list` and `get` on `pods` (a rule with
+    /// `field-selector = "spec.nodeName=$NODE"` is enough).
+    fn drain(&self, options: &DrainOptions) -> Result<DrainReport>;
 }
 
 impl Kube for NotProvided {
@@ -165,6 +208,15 @@ impl Kube for NotProvided {
         Err(NotProvided::denied("kube"))
     }
     fn emit_event(&self, _: &ObjectKey, _: EventType, _: &str, _: &str) -> Result<()> {
+        Err(NotProvided::denied("kube"))
+    }
+    fn cordon(&self, _: bool) -> Result<()> {
+        Err(NotProvided::denied("kube"))
+    }
+    fn evict(&self, _: &str, _: &str) -> Result<()> {
+        Err(NotProvided::denied("kube"))
+    }
+    fn drain(&self, _: &DrainOptions) -> Result<DrainReport> {
         Err(NotProvided::denied("kube"))
     }
 }

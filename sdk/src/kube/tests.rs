@@ -394,3 +394,319 @@ fn keys_of_objects() {
     );
     assert_eq!(ObjectKey::of(&json!({"kind": "Pod"})), None);
 }
+
+const CORDON: &str = r#"{ resource = "nodes", verbs = ["patch"], names = ["$NODE"], fields = ["spec.unschedulable"] }"#;
+const NODE_PODS: &str =
+    r#"{ resource = "pods", verbs = ["list", "get"], field-selector = "spec.nodeName=$NODE" }"#;
+const EVICT_NODE_PODS: &str =
+    r#"{ resource = "pods/eviction", verbs = ["create"], field-selector = "spec.nodeName=$NODE" }"#;
+
+fn pod(namespace: &str, name: &str, node: &str, meta: Value) -> Value {
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace}, "spec": {"nodeName": node}});
+    if let (Value::Object(into), Value::Object(extra)) = (&mut pod["metadata"], meta) {
+        into.extend(extra);
+    }
+    pod
+}
+
+fn pod_key(namespace: &str, name: &str) -> ObjectKey {
+    ObjectKey::namespaced("v1", "Pod", namespace, name)
+}
+
+fn unschedulable(kube: &FakeKube, name: &str) -> Value {
+    kube.object(&node(name)).unwrap()["spec"]["unschedulable"].clone()
+}
+
+/// A cluster whose node-1 runs a pod of each kind a drain meets, and
+/// node-2 one pod; the plugin granted all a drain needs.
+fn to_drain() -> FakeKube {
+    let kube = cluster();
+    kube.grant(CORDON).grant(NODE_PODS).grant(EVICT_NODE_PODS);
+    let daemon =
+        json!({"ownerReferences": [{"kind": "DaemonSet", "name": "cni", "controller": true}]});
+    let mirror = json!({"annotations": {"kubernetes.io/config.mirror": "abc"}});
+    let leaving = json!({"deletionTimestamp": "2026-01-01T00:00:00Z"});
+    let replica =
+        json!({"ownerReferences": [{"kind": "ReplicaSet", "name": "web-1", "controller": true}]});
+    kube.put(pod("default", "web", "node-1", replica))
+        .put(pod("default", "db", "node-1", json!({})))
+        .put(pod("kube-system", "cni", "node-1", daemon))
+        .put(pod("kube-system", "etcd", "node-1", mirror))
+        .put(pod("default", "old", "node-1", leaving))
+        .put(pod("default", "far", "node-2", json!({})));
+    kube
+}
+
+#[test]
+fn a_cordon_sets_only_the_own_nodes_unschedulable_and_is_recorded_when_it_changes() {
+    let kube = cluster();
+    let err = kube.cordon(true).unwrap_err();
+    assert_eq!(
+        err,
+        Error::Denied(
+            "no kube grant allows patch nodes named node-1: add { resource = \"nodes\", verbs = [\"patch\"], names = [\"node-1\"] } to [plugins.labeler.grants] kube".into()
+        )
+    );
+    kube.grant(
+        r#"{ resource = "nodes", verbs = ["patch"], names = ["$NODE"], fields = ["metadata.labels"] }"#,
+    );
+    let err = kube.cordon(true).unwrap_err();
+    assert_eq!(err.kind(), "denied");
+    assert!(
+        err.message().contains(
+            "the patch touches \"spec.unschedulable\", outside the fields of { resource = \"nodes\", fields = [\"metadata.labels\"] }"
+        ),
+        "{err}"
+    );
+    assert_eq!(kube.actions(), Vec::<String>::new());
+
+    kube.grant(CORDON);
+    kube.cordon(true).unwrap();
+    assert_eq!(unschedulable(&kube, "node-1"), true);
+    assert_eq!(unschedulable(&kube, "node-2"), Value::Null);
+    // Already cordoned: nothing changes, nothing is recorded (the host journals nothing).
+    kube.cordon(true).unwrap();
+    kube.cordon(false).unwrap();
+    // An uncordon removes the field, as `kubectl uncordon` does.
+    assert_eq!(kube.object(&node("node-1")).unwrap()["spec"], json!({}));
+    kube.cordon(false).unwrap();
+    assert_eq!(
+        kube.actions(),
+        ["cordon nodes/node-1", "uncordon nodes/node-1"]
+    );
+    assert!(kube.patches().is_empty(), "a cordon is no `patch` call");
+
+    kube.set_node_name("node-2");
+    kube.cordon(true).unwrap();
+    assert_eq!(unschedulable(&kube, "node-2"), true);
+    kube.set_node_name("node-3");
+    assert_eq!(
+        kube.cordon(true).unwrap_err(),
+        Error::NotFound("cordon nodes/node-3: nodes \"node-3\" not found (NotFound)".into())
+    );
+    kube.set_node_name("node-1");
+    kube.fail_call("cordon", Some(Error::Unavailable("down".into())));
+    assert_eq!(kube.cordon(true).unwrap_err().kind(), "unavailable");
+    assert_eq!(unschedulable(&kube, "node-1"), Value::Null);
+}
+
+#[test]
+fn an_eviction_needs_its_grant_and_a_budget_that_allows_it() {
+    let kube = cluster();
+    kube.put(pod("default", "web", "node-1", json!({})))
+        .put(pod("default", "far", "node-2", json!({})));
+    assert_eq!(
+        kube.evict("default", "web").unwrap_err(),
+        Error::Denied(
+            "no kube grant allows create pods/eviction in namespace default named web: add { resource = \"pods/eviction\", verbs = [\"create\"], namespaces = [\"default\"], names = [\"web\"] } to [plugins.labeler.grants] kube".into()
+        )
+    );
+    // Deleting pods is another grant.
+    kube.grant(r#"{ resource = "pods", verbs = ["delete", "create"] }"#);
+    assert_eq!(kube.evict("default", "web").unwrap_err().kind(), "denied");
+    kube.grant(EVICT_NODE_PODS);
+    // Names are URL parts: checked first.
+    for (ns, name) in [("default", "web/status"), ("default", ".."), ("a/b", "web")] {
+        assert_eq!(
+            kube.evict(ns, name).unwrap_err().kind(),
+            "invalid",
+            "{ns}/{name}"
+        );
+    }
+    // The rule's field selector is checked on the pod: another node's is not this plugin's.
+    let err = kube.evict("default", "far").unwrap_err();
+    assert!(
+        err.message()
+            .contains("the object is outside the grant's selectors"),
+        "{err}"
+    );
+    assert_eq!(
+        kube.evict("default", "gone").unwrap_err().kind(),
+        "not-found"
+    );
+
+    kube.block_eviction("default", "web", "web-pdb");
+    let err = kube.evict("default", "web").unwrap_err();
+    assert_eq!(err.kind(), "budget-exhausted");
+    assert_eq!(
+        err.message(),
+        "blocked by PodDisruptionBudget default/web-pdb: evicting default/web now would break it (Cannot evict pod as it would violate the pod's disruption budget.); nothing was done, try again later"
+    );
+    assert!(kube.object(&pod_key("default", "web")).is_some());
+    assert_eq!(kube.actions(), Vec::<String>::new());
+
+    kube.unblock_eviction("default", "web");
+    kube.evict("default", "web").unwrap();
+    assert_eq!(kube.object(&pod_key("default", "web")), None);
+    assert_eq!(kube.actions(), ["evict pods/default/web"]);
+}
+
+#[test]
+fn a_drain_cordons_evicts_and_leaves_daemonset_mirror_and_blocked_pods() {
+    let kube = to_drain();
+    kube.block_eviction("default", "db", "db-pdb");
+    let report = kube
+        .drain(&DrainOptions::within(std::time::Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(
+        report,
+        DrainReport {
+            evicted: vec!["default/web".into()],
+            skipped: vec![
+                "kube-system/cni: a DaemonSet pod".into(),
+                "kube-system/etcd: a mirror pod (the kubelet's static pod)".into(),
+            ],
+            remaining: vec![
+                "default/db: blocked by PodDisruptionBudget default/db-pdb".into(),
+                "default/old: terminating".into(),
+            ],
+            uncordoned: false,
+        }
+    );
+    assert!(!report.completed());
+    // Gave up without uncordon-on-give-up: the Node stays cordoned.
+    assert_eq!(unschedulable(&kube, "node-1"), true);
+    assert_eq!(
+        kube.actions(),
+        ["cordon nodes/node-1", "evict pods/default/web"]
+    );
+    assert!(kube.object(&pod_key("default", "far")).is_some());
+    assert!(kube.object(&pod_key("kube-system", "cni")).is_some());
+}
+
+#[test]
+fn a_drain_that_gives_up_uncordons_when_asked() {
+    let kube = to_drain();
+    kube.block_eviction("default", "db", "db-pdb");
+    let options = DrainOptions::within(std::time::Duration::from_secs(60)).uncordon_on_give_up();
+    let report = kube.drain(&options).unwrap();
+    assert!(report.uncordoned);
+    assert_eq!(report.remaining.len(), 2);
+    assert_eq!(unschedulable(&kube, "node-1"), Value::Null);
+    assert_eq!(
+        kube.actions(),
+        [
+            "cordon nodes/node-1",
+            "evict pods/default/web",
+            "uncordon nodes/node-1"
+        ]
+    );
+}
+
+#[test]
+fn a_drain_completes_when_every_pod_to_move_is_gone() {
+    let kube = to_drain();
+    kube.remove(&pod_key("default", "old"));
+    let options = DrainOptions::within(std::time::Duration::from_secs(60)).uncordon_on_give_up();
+    let report = kube.drain(&options).unwrap();
+    assert!(report.completed(), "{report:?}");
+    assert_eq!(report.evicted, ["default/db", "default/web"]);
+    assert!(!report.uncordoned);
+    assert_eq!(unschedulable(&kube, "node-1"), true);
+    assert_eq!(
+        kube.actions(),
+        [
+            "cordon nodes/node-1",
+            "evict pods/default/db",
+            "evict pods/default/web"
+        ]
+    );
+}
+
+#[test]
+fn a_drain_checks_every_grant_before_it_changes_anything() {
+    let options = DrainOptions::within(std::time::Duration::from_secs(60));
+    // No cordon: the cordon's refusal.
+    let kube = to_drain();
+    let kube_without = FakeKube::new("labeler");
+    kube_without.put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}}));
+    assert_eq!(
+        kube_without.drain(&options).unwrap_err(),
+        kube_without.cordon(true).unwrap_err()
+    );
+    // No list of the pods.
+    let only_cordon = cluster();
+    only_cordon.grant(CORDON).grant(EVICT_NODE_PODS);
+    let err = only_cordon.drain(&options).unwrap_err();
+    assert!(
+        err.message().starts_with("no kube grant allows list pods"),
+        "{err}"
+    );
+    assert_eq!(only_cordon.actions(), Vec::<String>::new());
+    // Evictions granted in one namespace only: refused before the cordon.
+    let one_namespace = cluster();
+    one_namespace.grant(CORDON).grant(NODE_PODS).grant(
+        r#"{ resource = "pods/eviction", verbs = ["create"], namespaces = ["kube-system"] }"#,
+    );
+    one_namespace.put(pod("default", "web", "node-1", json!({})));
+    let err = one_namespace.drain(&options).unwrap_err();
+    assert!(
+        err.message().starts_with(
+            "no kube grant allows create pods/eviction in namespace default named web"
+        ),
+        "{err}"
+    );
+    assert_eq!(unschedulable(&one_namespace, "node-1"), Value::Null);
+    // Uncordon on give-up needs the uncordon's grant too (the same rule here).
+    assert!(kube.drain(&options.uncordon_on_give_up()).is_ok());
+    // A scripted failure of the drain comes after the grants.
+    let failing = to_drain();
+    failing.fail_call("drain", Some(Error::Unavailable("down".into())));
+    assert_eq!(failing.drain(&options).unwrap_err().kind(), "unavailable");
+    assert_eq!(failing.actions(), Vec::<String>::new());
+}
+
+#[test]
+fn a_drain_stops_when_someone_else_uncordons_the_node() {
+    let kube = to_drain();
+    kube.put(pod("default", "zz", "node-1", json!({})));
+    kube.uncordon_during_drain(1);
+    let options = DrainOptions::within(std::time::Duration::from_secs(60)).uncordon_on_give_up();
+    let report = kube.drain(&options).unwrap();
+    assert_eq!(report.evicted, ["default/db"]);
+    assert_eq!(
+        report.remaining,
+        [
+            "default/old: terminating",
+            "default/web: not evicted yet",
+            "default/zz: not evicted yet"
+        ]
+    );
+    // Someone else's uncordon: the drain undoes nothing itself.
+    assert!(!report.uncordoned);
+    assert_eq!(
+        kube.actions(),
+        ["cordon nodes/node-1", "evict pods/default/db"]
+    );
+    // It fired once: the next drain cordons again and goes on.
+    let report = kube.drain(&options).unwrap();
+    assert_eq!(report.evicted, ["default/web", "default/zz"]);
+}
+
+#[test]
+fn a_drain_reports_an_eviction_the_api_server_refuses() {
+    let kube = to_drain();
+    kube.remove(&pod_key("default", "old"));
+    kube.fail_call(
+        "evict",
+        Some(Error::Unavailable("the API server is down".into())),
+    );
+    let report = kube
+        .drain(&DrainOptions::within(std::time::Duration::from_secs(1)))
+        .unwrap();
+    assert_eq!(
+        report.remaining,
+        [
+            "default/db: the API server is down",
+            "default/web: the API server is down"
+        ]
+    );
+    assert_eq!(report.evicted, Vec::<String>::new());
+    kube.fail_call("evict", Some(Error::Denied("scripted".into())));
+    assert_eq!(
+        kube.drain(&DrainOptions::within(std::time::Duration::from_secs(1)))
+            .unwrap_err(),
+        Error::Denied("scripted".into())
+    );
+}

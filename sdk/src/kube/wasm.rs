@@ -1,6 +1,8 @@
 //! The wasm glue: the host's `kube` import; objects cross it as JSON text.
 
-use super::{EventType, Kube, ListParams, ObjectKey, ObjectList, PatchType};
+use super::{
+    DrainOptions, DrainReport, EventType, Kube, ListParams, ObjectKey, ObjectList, PatchType,
+};
 use crate::bindings::tend::plugin::kube as wit;
 use crate::types::from_wit_error;
 use crate::{Error, Result};
@@ -70,5 +72,14 @@ impl Kube for WasmKube {
         message: &str,
     ) -> Result<()> {
         wit::emit_event(regarding, event_type, reason, message).map_err(from_wit_error)
+    }
+    fn cordon(&self, unschedulable: bool) -> Result<()> {
+        wit::cordon(unschedulable).map_err(from_wit_error)
+    }
+    fn evict(&self, namespace: &str, name: &str) -> Result<()> {
+        wit::evict(namespace, name).map_err(from_wit_error)
+    }
+    fn drain(&self, options: &DrainOptions) -> Result<DrainReport> {
+        wit::drain(*options).map_err(from_wit_error)
     }
 }

@@ -456,8 +456,29 @@ impl KubeApi {
         self.admin("DELETE", "/fake/outage");
     }
 
+    /// Run the kubelet stand-in of `node` (`POST /fake/kubelet?node=NODE`):
+    /// from now on, every pod bound to `node` that is being deleted gracefully
+    /// (those already terminating included) is deleted for good when its grace
+    /// period ends (its deletionTimestamp), with grace 0 as a kubelet's final
+    /// delete does: a DELETED watch event. Without it (the default) such a pod
+    /// stays Terminating. It does nothing else a kubelet does (no pod status).
+    pub fn run_kubelet(&self, node: &str) {
+        self.admin("POST", &format!("/fake/kubelet?node={}", url_encode(node)));
+    }
+
+    /// Stop the kubelet stand-in of `node` (`DELETE /fake/kubelet?node=NODE`):
+    /// its pods being deleted stay Terminating again. [`KubeApi::reset`] stops
+    /// every stand-in.
+    pub fn stop_kubelet(&self, node: &str) {
+        self.admin(
+            "DELETE",
+            &format!("/fake/kubelet?node={}", url_encode(node)),
+        );
+    }
+
     /// Remove every object but the default namespaces (each removal is a
-    /// DELETED watch event), then compact the history.
+    /// DELETED watch event), stop every kubelet stand-in, then compact the
+    /// history.
     pub fn reset(&self) {
         self.admin("POST", "/fake/reset");
     }

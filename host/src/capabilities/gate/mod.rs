@@ -262,7 +262,10 @@ impl Gate {
         Perform: FnOnce(Permit) -> Performing,
         Performing: Future<Output = Result<T, CapError>>,
     {
-        let permit = match self.admit(intent).await? {
+        // A plan shows what the real call would answer (a server's dry run
+        // refusing it), once the gate itself admits it.
+        let would = planned.as_ref().err().map(CapError::to_string);
+        let permit = match self.admit(intent, would).await? {
             Admission::Planned => return planned,
             Admission::Go(permit) => permit,
         };
@@ -275,7 +278,7 @@ impl Gate {
     }
 
     /// Pass `intent` through dry run, budgets and the journal's intent record.
-    async fn admit(&self, intent: Intent) -> Result<Admission, CapError> {
+    async fn admit(&self, intent: Intent, would: Option<String>) -> Result<Admission, CapError> {
         self.within_limits(&intent)?;
         let operation = format!("{}.{}", intent.capability, intent.operation);
         let now = now_ms();
@@ -299,7 +302,11 @@ impl Gate {
                     .unwrap()
                     .push((operation, intent.target.clone()));
             }
-            self.record(&intent, Phase::Planned, journal_result(&check));
+            let result = match (&check, would) {
+                (Ok(()), Some(refused)) => refused,
+                _ => journal_result(&check),
+            };
+            self.record(&intent, Phase::Planned, result);
             return check.map(|()| Admission::Planned);
         }
         let spent_at = match inner.budgets.spend(&operation, &intent.target).await {
@@ -391,6 +398,18 @@ impl Gate {
             dry_run: inner.caller.dry_run,
             result,
         });
+    }
+
+    /// Give back this node's fleet ticket covering `operation` (a node's own
+    /// reconcile, not a plan): the disruption was undone (`why`).
+    pub async fn give_back_fleet_ticket(&self, operation: &str, why: &str) {
+        let inner = &self.0;
+        if inner.caller.dry_run || inner.caller.cluster {
+            return;
+        }
+        if let Some(fleet) = inner.budgets.fleet() {
+            fleet.give_back(operation, why).await;
+        }
     }
 
     /// Make every result journaled so far durable (once per reconcile, on the

@@ -50,7 +50,7 @@ fn journaled(dir: &std::path::Path) -> Vec<(String, String)> {
 async fn the_intent_is_durable_before_the_mutation_and_the_result_after() {
     let dir = tempfile::tempdir().unwrap();
     let gate = gate(dir.path(), false, budgets(10));
-    let Admission::Go(permit) = gate.admit(remove("/a")).await.unwrap() else {
+    let Admission::Go(permit) = gate.admit(remove("/a"), None).await.unwrap() else {
         panic!("a real run performs")
     };
     // While the mutation runs, the journal already holds it, without a result.
@@ -65,7 +65,7 @@ async fn the_intent_is_durable_before_the_mutation_and_the_result_after() {
 async fn a_permit_dropped_unfinished_is_journaled_as_interrupted() {
     let dir = tempfile::tempdir().unwrap();
     let gate = gate(dir.path(), false, budgets(10));
-    let admitted = gate.admit(remove("/a")).await.unwrap();
+    let admitted = gate.admit(remove("/a"), None).await.unwrap();
     drop(admitted);
     let mutations = gate.mutations();
     assert_eq!(mutations[0].result, INTERRUPTED);
@@ -77,10 +77,10 @@ async fn over_budget_is_refused_journaled_and_never_admitted() {
     let dir = tempfile::tempdir().unwrap();
     let gate = gate(dir.path(), false, budgets(1));
     assert!(matches!(
-        gate.admit(remove("/a")).await,
+        gate.admit(remove("/a"), None).await,
         Ok(Admission::Go(_))
     ));
-    let err = gate.admit(remove("/b")).await.err().unwrap();
+    let err = gate.admit(remove("/b"), None).await.err().unwrap();
     assert_eq!(err.kind(), "budget-exhausted");
     let entries = journaled(dir.path());
     assert_eq!(entries.len(), 2);
@@ -103,10 +103,10 @@ async fn a_dry_run_plans_checks_budgets_and_spends_nothing() {
     let shared = budgets(1);
     let plan = gate(dir.path(), true, shared.clone());
     assert!(matches!(
-        plan.admit(remove("/a")).await,
+        plan.admit(remove("/a"), None).await,
         Ok(Admission::Planned)
     ));
-    let err = plan.admit(remove("/b")).await.err().unwrap();
+    let err = plan.admit(remove("/b"), None).await.err().unwrap();
     assert!(
         err.to_string()
             .contains("1 planned earlier in this dry run"),
@@ -121,7 +121,7 @@ async fn a_dry_run_plans_checks_budgets_and_spends_nothing() {
     // Nothing was spent: a real run still has the whole budget.
     let real = gate(dir.path(), false, shared);
     assert!(matches!(
-        real.admit(remove("/a")).await,
+        real.admit(remove("/a"), None).await,
         Ok(Admission::Go(_))
     ));
 }
@@ -142,12 +142,13 @@ async fn a_reconcile_records_at_most_its_limit_of_mutations() {
     let journal = Arc::new(Journal::open(dir.path()).unwrap());
     let gate = Gate::new(caller, limits, Some(journal), budgets(100), None);
     for i in 0..3 {
-        let Admission::Go(permit) = gate.admit(remove(&format!("/{i}"))).await.unwrap() else {
+        let Admission::Go(permit) = gate.admit(remove(&format!("/{i}")), None).await.unwrap()
+        else {
             panic!()
         };
         permit.finish("ok".into());
     }
-    let err = gate.admit(remove("/3")).await.err().unwrap();
+    let err = gate.admit(remove("/3"), None).await.err().unwrap();
     assert!(
         err.to_string()
             .contains("raise [plugins.flood.limits] mutations (now 3)"),
@@ -170,8 +171,8 @@ async fn journal_bytes_per_reconcile_are_bounded() {
     let journal = Arc::new(Journal::open(dir.path()).unwrap());
     let gate = Gate::new(Caller::default(), limits, Some(journal), budgets(100), None);
     let long = format!("/{}", "x".repeat(1500));
-    assert!(gate.admit(remove(&long)).await.is_ok());
-    let err = gate.admit(remove(&long)).await.err().unwrap();
+    assert!(gate.admit(remove(&long), None).await.is_ok());
+    let err = gate.admit(remove(&long), None).await.err().unwrap();
     assert!(err.to_string().contains("journal-per-reconcile"), "{err}");
 }
 
@@ -179,7 +180,7 @@ async fn journal_bytes_per_reconcile_are_bounded() {
 async fn settle_waits_for_a_mutation_still_running() {
     let dir = tempfile::tempdir().unwrap();
     let gate = gate(dir.path(), false, budgets(10));
-    let Admission::Go(permit) = gate.admit(remove("/slow")).await.unwrap() else {
+    let Admission::Go(permit) = gate.admit(remove("/slow"), None).await.unwrap() else {
         panic!()
     };
     assert!(

@@ -80,7 +80,7 @@ fn shown(value: &Value) -> Result<String, CapError> {
 /// What a plan shows of a kube mutation: the object before (None: none)
 /// and after, as indented JSON without `managedFields`, as a unified diff
 /// bounded like a file's.
-fn object_diff(target: &str, before: Option<&Value>, after: &Value) -> String {
+pub(super) fn object_diff(target: &str, before: Option<&Value>, after: &Value) -> String {
     let text = |object: &Value| {
         let mut object = object.clone();
         if let Some(meta) = object["metadata"].as_object_mut() {
@@ -160,7 +160,7 @@ impl PluginKube {
     /// The object-level check of a call by name: the rules' selectors on the
     /// object (read first when only rules with selectors allow the call) and,
     /// for a patch, their `fields` on the patch body.
-    async fn object_allowed(
+    pub(super) async fn object_allowed(
         &self,
         info: &ResourceInfo,
         key: &ObjectKey,
@@ -196,7 +196,7 @@ impl PluginKube {
     /// of the change, asked before the gate records the plan; whatever it
     /// answers (an error included) is the call's answer, as the real call's
     /// would be. Else `perform` runs under the gate's permit.
-    async fn mutate<T, P, F>(
+    pub(super) async fn mutate<T, P, F>(
         &self,
         operation: &'static str,
         target: String,

@@ -273,6 +273,12 @@ pub trait KubeBackend: Send + Sync + 'static {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<(), CapError>;
+    /// Evict pod `namespace`/`name` through the Eviction API (policy/v1).
+    /// A PodDisruptionBudget's refusal (429) is `budget-exhausted`, its
+    /// message starting "blocked by PodDisruptionBudget <ns>/<name>"
+    /// ([`tend_rules::drain::blocked_message`]); in a dry run the server
+    /// checks the same and changes nothing.
+    async fn evict(&self, run: Run, namespace: &str, name: &str) -> Result<(), CapError>;
     /// Record an Event about `object` (its JSON, for its uid and reference),
     /// raising the count of an identical recent one.
     async fn emit_event(

@@ -26,6 +26,9 @@ pub struct FakeKube {
     requests: AtomicU64,
     /// What [`FakeKube::set_own_lease`] set.
     own_lease: std::sync::OnceLock<super::grants::OwnLease>,
+    /// Pods ("<ns>/<name>") whose eviction a PodDisruptionBudget refuses,
+    /// with its "<ns>/<name>".
+    blocked: Mutex<BTreeMap<String, String>>,
 }
 
 impl Default for FakeKube {
@@ -52,6 +55,7 @@ impl Default for FakeKube {
             changes: broadcast::channel(64).0,
             requests: AtomicU64::new(0),
             own_lease: std::sync::OnceLock::new(),
+            blocked: Mutex::default(),
         }
     }
 }
@@ -98,6 +102,17 @@ impl FakeKube {
             self.own_lease.set(lease).is_ok(),
             "FakeKube::set_own_lease: already set"
         );
+    }
+
+    /// Refuse evicting pod `namespace`/`name` as PodDisruptionBudget
+    /// `budget` ("<ns>/<name>") would (None: allow it again).
+    pub fn block_eviction(&self, namespace: &str, name: &str, budget: Option<&str>) {
+        let pod = format!("{namespace}/{name}");
+        let mut blocked = self.blocked.lock().unwrap();
+        match budget {
+            Some(budget) => blocked.insert(pod, budget.to_string()),
+            None => blocked.remove(&pod),
+        };
     }
 
     pub fn fail_with(&self, error: Option<CapError>) {
@@ -285,6 +300,38 @@ impl KubeBackend for FakeKube {
         found.then_some(()).ok_or_else(|| {
             CapError::NotFound(format!("delete {}/{name}: not found (NotFound)", r.plural))
         })
+    }
+
+    /// An eviction removes the pod at once (the fake has no grace
+    /// periods), unless [`FakeKube::block_eviction`] names it.
+    async fn evict(&self, run: Run, namespace: &str, name: &str) -> Result<(), CapError> {
+        self.request()?;
+        let pod = format!("{namespace}/{name}");
+        if let Some(budget) = self.blocked.lock().unwrap().get(&pod) {
+            return Err(CapError::BudgetExhausted(
+                tend_rules::drain::blocked_message(
+                    &pod,
+                    Some(budget),
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                ),
+            ));
+        }
+        let key = (
+            "pods".to_string(),
+            Some(namespace.to_string()),
+            name.to_string(),
+        );
+        let mut objects = self.objects.lock().unwrap();
+        if !objects.contains_key(&key) {
+            return Err(CapError::NotFound(format!(
+                "evict pods/{pod}: pods \"{name}\" not found (NotFound)"
+            )));
+        }
+        if !run.dry() {
+            self.ledger.record("evict", &format!("pods/{pod}"));
+            objects.remove(&key);
+        }
+        Ok(())
     }
 
     async fn emit_event(

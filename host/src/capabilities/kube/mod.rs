@@ -6,6 +6,7 @@ mod adapter;
 mod backend;
 mod cache;
 mod discovery;
+mod drain;
 mod events;
 mod fake;
 mod grants;
@@ -39,6 +40,8 @@ impl Capability for PluginKube {
         Function::Patch.name(),
         Function::Delete.name(),
         Function::EmitEvent.name(),
+        Function::Cordon.name(),
+        Function::Evict.name(),
     ];
     type Grant = Vec<KubeRule>;
     type Settings = KubeSettings;
@@ -169,5 +172,17 @@ impl wit::Functions for PluginKube {
     ) -> Result<(), CapError> {
         self.emit_event(&regarding, event_type, &reason, &message)
             .await
+    }
+    async fn cordon(&self, unschedulable: bool) -> Result<(), CapError> {
+        PluginKube::cordon(self, unschedulable).await
+    }
+    async fn evict(&self, namespace: String, name: String) -> Result<(), CapError> {
+        PluginKube::evict(self, &namespace, &name).await
+    }
+    async fn drain(
+        &self,
+        options: crate::wit::kube::DrainOptions,
+    ) -> Result<crate::wit::kube::DrainReport, CapError> {
+        PluginKube::drain(self, options).await
     }
 }

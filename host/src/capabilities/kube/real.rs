@@ -533,6 +533,38 @@ impl KubeBackend for RealKube {
         .await
     }
 
+    async fn evict(&self, run: Run, namespace: &str, name: &str) -> Result<(), CapError> {
+        let client = self.client().await?;
+        // kubectl's body (kube's own `evict` sends its options in snake case,
+        // which the API server ignores).
+        let body = serde_json::json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        });
+        let dry = if run.dry() { "?dryRun=All" } else { "" };
+        // Both names passed the shared validator: they are whole path parts.
+        let request = http::Request::post(format!(
+            "/api/v1/namespaces/{namespace}/pods/{name}/eviction{dry}"
+        ))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body.to_string().into_bytes())
+        .map_err(|e| CapError::Other(format!("evict: {e}")))?;
+        self.request().await?;
+        let pod = format!("{namespace}/{name}");
+        match client.request_text(request).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 429 => {
+                let shown = serde_json::to_value(&*status).unwrap_or_default();
+                let budget = tend_rules::drain::blocking_budget(namespace, &shown);
+                Err(CapError::BudgetExhausted(
+                    tend_rules::drain::blocked_message(&pod, budget.as_deref(), &status.message),
+                ))
+            }
+            Err(e) => Err(map_error(&format!("evict pods/{pod}"), e)),
+        }
+    }
+
     async fn emit_event(
         &self,
         _: Permit,

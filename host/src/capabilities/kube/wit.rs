@@ -41,6 +41,16 @@ pub trait Functions {
         reason: String,
         message: String,
     ) -> impl Future<Output = Result<(), CapError>> + Send;
+    fn cordon(&self, unschedulable: bool) -> impl Future<Output = Result<(), CapError>> + Send;
+    fn evict(
+        &self,
+        namespace: String,
+        name: String,
+    ) -> impl Future<Output = Result<(), CapError>> + Send;
+    fn drain(
+        &self,
+        options: kube::DrainOptions,
+    ) -> impl Future<Output = Result<kube::DrainReport, CapError>> + Send;
 }
 
 impl kube::Host for PluginKube {
@@ -134,6 +144,40 @@ impl kube::Host for PluginKube {
                     Functions::emit_event(this, regarding, event_type, reason, message)
                 },
             )
+            .await
+    }
+    async fn cordon(&mut self, unschedulable: bool) -> wasmtime::Result<Result<(), types::Error>> {
+        let this = &*self;
+        this.call
+            .answer(Self::NAME, "cordon", (unschedulable,), |(unschedulable,)| {
+                Functions::cordon(this, unschedulable)
+            })
+            .await
+    }
+    async fn evict(
+        &mut self,
+        namespace: String,
+        name: String,
+    ) -> wasmtime::Result<Result<(), types::Error>> {
+        let this = &*self;
+        this.call
+            .answer(
+                Self::NAME,
+                "evict",
+                (namespace, name),
+                |(namespace, name)| Functions::evict(this, namespace, name),
+            )
+            .await
+    }
+    async fn drain(
+        &mut self,
+        options: kube::DrainOptions,
+    ) -> wasmtime::Result<Result<kube::DrainReport, types::Error>> {
+        let this = &*self;
+        this.call
+            .answer(Self::NAME, "drain", (options,), |(options,)| {
+                Functions::drain(this, options)
+            })
             .await
     }
 }

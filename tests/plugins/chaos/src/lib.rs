@@ -73,6 +73,11 @@
 //!   "field-selector": S?}`: one call exactly as given; healthy "ok" (a list:
 //!   "listed a, b", names sorted), or degraded with the error's text.
 //!
+//! - `{"mode": "drain", "deadline-ms": N, "uncordon-on-give-up": B}`: drains its
+//!   Node (tests/e2e/drain.rs): healthy "drained: evicted a, b; skipped c: why",
+//!   degraded "gave up (uncordoned: B): remaining a: why; evicted ...", or
+//!   degraded with the error's kind and text.
+//!
 //! Kubernetes load modes (tests/e2e/hostile_kube_load.rs), each healthy
 //! "N ok, errors: {kind: count}; first: TEXT" whatever the host refuses:
 //! - `{"mode": "kube-list-many", "api-version": A, "kind": K, "namespace": NS?,
@@ -114,6 +119,12 @@ enum Mode {
         ttl: Option<u32>,
     },
     LogMatches,
+    #[serde(rename_all = "kebab-case")]
+    Drain {
+        deadline_ms: u64,
+        #[serde(default)]
+        uncordon_on_give_up: bool,
+    },
     #[serde(rename_all = "kebab-case")]
     LogsRead {
         source: String,
@@ -679,6 +690,29 @@ impl Chaos {
                 };
                 Ok(match done {
                     Ok(()) => Outcome::healthy("ok"),
+                    Err(e) => Outcome::degraded(format!("{} {e}", e.kind())),
+                })
+            }
+            Mode::Drain {
+                deadline_ms,
+                uncordon_on_give_up,
+            } => {
+                let options = tend_sdk::DrainOptions {
+                    deadline_ms,
+                    uncordon_on_give_up,
+                };
+                Ok(match host.kube().drain(&options) {
+                    Ok(report) if report.completed() => Outcome::healthy(format!(
+                        "drained: evicted {}; skipped {}",
+                        report.evicted.join(", "),
+                        report.skipped.join(", ")
+                    )),
+                    Ok(report) => Outcome::degraded(format!(
+                        "gave up (uncordoned: {}): remaining {}; evicted {}",
+                        report.uncordoned,
+                        report.remaining.join("; "),
+                        report.evicted.join(", ")
+                    )),
                     Err(e) => Outcome::degraded(format!("{} {e}", e.kind())),
                 })
             }

@@ -60,6 +60,32 @@ const (
 
 type EventType = uint8
 
+type DrainOptions struct {
+	// Give up after this many milliseconds. The drain also gives up in
+	// time to undo itself before the reconcile's own deadline.
+	DeadlineMs uint64
+	// When the drain gives up, make the Node schedulable again (kured's
+	// and Draino's missing step). Off: the Node stays cordoned.
+	UncordonOnGiveUp bool
+}
+
+// What `drain` did with the pods bound to this host's Node, each as
+// "<namespace>/<name>", with why where it stayed.
+type DrainReport struct {
+	// Evicted, and gone from the Node.
+	Evicted []string
+	// Left on purpose: DaemonSet pods (their controller tolerates the
+	// cordon and would put them back) and mirror pods (the kubelet's
+	// static pods, which the API cannot remove).
+	Skipped []string
+	// Still on the Node when the drain gave up, each with what held it:
+	// "blocked by PodDisruptionBudget <namespace>/<name>", "terminating",
+	// or the API server's refusal. Empty: the drain completed.
+	Remaining []string
+	// The drain gave up and made the Node schedulable again.
+	Uncordoned bool
+}
+
 //go:wasmimport tend:plugin/kube@0.1.0 get
 func wasm_import_get(arg0 uintptr, arg1 uint32, arg2 uintptr, arg3 uint32, arg4 int32, arg5 uintptr, arg6 uint32, arg7 uintptr, arg8 uint32, arg9 uintptr)
 
@@ -721,6 +747,255 @@ func EmitEvent(regarding ObjectKey, eventType EventType, reason string, message 
 		panic("unreachable")
 	}
 	result14 := result
+	return result14
+
+}
+
+//go:wasmimport tend:plugin/kube@0.1.0 cordon
+func wasm_import_cordon(arg0 int32, arg1 uintptr)
+
+func Cordon(unschedulable bool) witTypes.Result[witTypes.Unit, tend_plugin_types.Error] {
+	pinner := &runtime.Pinner{}
+	defer pinner.Unpin()
+
+	returnArea := uintptr(witRuntime.Allocate(pinner, (4 * 4), 4))
+	var result int32
+	if unschedulable {
+		result = 1
+	} else {
+		result = 0
+	}
+	wasm_import_cordon(result, returnArea)
+	var result7 witTypes.Result[witTypes.Unit, tend_plugin_types.Error]
+	switch uint8(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), 0))) {
+	case 0:
+
+		result7 = witTypes.Ok[witTypes.Unit, tend_plugin_types.Error](witTypes.Unit{})
+	case 1:
+		var variant tend_plugin_types.Error
+		switch uint8(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), 4))) {
+		case 0:
+			value := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorDenied(value)
+
+		case 1:
+			value0 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorNotFound(value0)
+
+		case 2:
+			value1 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorConflict(value1)
+
+		case 3:
+			value2 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorUnavailable(value2)
+
+		case 4:
+			value3 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorTimeout(value3)
+
+		case 5:
+			value4 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorInvalid(value4)
+
+		case 6:
+			value5 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorBudgetExhausted(value5)
+
+		case 7:
+			value6 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorOther(value6)
+
+		default:
+			panic("unreachable")
+		}
+
+		result7 = witTypes.Err[witTypes.Unit, tend_plugin_types.Error](variant)
+	default:
+		panic("unreachable")
+	}
+	result8 := result7
+	return result8
+
+}
+
+//go:wasmimport tend:plugin/kube@0.1.0 evict
+func wasm_import_evict(arg0 uintptr, arg1 uint32, arg2 uintptr, arg3 uint32, arg4 uintptr)
+
+func Evict(namespace string, name string) witTypes.Result[witTypes.Unit, tend_plugin_types.Error] {
+	pinner := &runtime.Pinner{}
+	defer pinner.Unpin()
+
+	returnArea := uintptr(witRuntime.Allocate(pinner, (4 * 4), 4))
+	utf8 := unsafe.Pointer(unsafe.StringData(namespace))
+	pinner.Pin(utf8)
+	utf80 := unsafe.Pointer(unsafe.StringData(name))
+	pinner.Pin(utf80)
+	wasm_import_evict(uintptr(utf8), uint32(len(namespace)), uintptr(utf80), uint32(len(name)), returnArea)
+	var result witTypes.Result[witTypes.Unit, tend_plugin_types.Error]
+	switch uint8(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), 0))) {
+	case 0:
+
+		result = witTypes.Ok[witTypes.Unit, tend_plugin_types.Error](witTypes.Unit{})
+	case 1:
+		var variant tend_plugin_types.Error
+		switch uint8(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), 4))) {
+		case 0:
+			value := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorDenied(value)
+
+		case 1:
+			value1 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorNotFound(value1)
+
+		case 2:
+			value2 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorConflict(value2)
+
+		case 3:
+			value3 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorUnavailable(value3)
+
+		case 4:
+			value4 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorTimeout(value4)
+
+		case 5:
+			value5 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorInvalid(value5)
+
+		case 6:
+			value6 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorBudgetExhausted(value6)
+
+		case 7:
+			value7 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorOther(value7)
+
+		default:
+			panic("unreachable")
+		}
+
+		result = witTypes.Err[witTypes.Unit, tend_plugin_types.Error](variant)
+	default:
+		panic("unreachable")
+	}
+	result8 := result
+	return result8
+
+}
+
+//go:wasmimport tend:plugin/kube@0.1.0 drain
+func wasm_import_drain(arg0 int64, arg1 int32, arg2 uintptr)
+
+func Drain(options DrainOptions) witTypes.Result[DrainReport, tend_plugin_types.Error] {
+	pinner := &runtime.Pinner{}
+	defer pinner.Unpin()
+
+	returnArea := uintptr(witRuntime.Allocate(pinner, (8 * 4), 4))
+	var result int32
+	if (options).UncordonOnGiveUp {
+		result = 1
+	} else {
+		result = 0
+	}
+	wasm_import_drain(int64((options).DeadlineMs), result, returnArea)
+	var result13 witTypes.Result[DrainReport, tend_plugin_types.Error]
+	switch uint8(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), 0))) {
+	case 0:
+		result0 := make([]string, 0, *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4))))
+		for index := 0; index < int(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))); index++ {
+			base := unsafe.Add(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), 4)))), index*(2*4))
+			value := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(base), 0))))), *(*uint32)(unsafe.Add(unsafe.Pointer(base), 4)))
+
+			result0 = append(result0, value)
+		}
+
+		result2 := make([]string, 0, *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (4 * 4))))
+		for index := 0; index < int(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (4 * 4)))); index++ {
+			base := unsafe.Add(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))), index*(2*4))
+			value1 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(base), 0))))), *(*uint32)(unsafe.Add(unsafe.Pointer(base), 4)))
+
+			result2 = append(result2, value1)
+		}
+
+		result4 := make([]string, 0, *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (6 * 4))))
+		for index := 0; index < int(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (6 * 4)))); index++ {
+			base := unsafe.Add(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (5 * 4))))), index*(2*4))
+			value3 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(base), 0))))), *(*uint32)(unsafe.Add(unsafe.Pointer(base), 4)))
+
+			result4 = append(result4, value3)
+		}
+
+		result13 = witTypes.Ok[DrainReport, tend_plugin_types.Error](DrainReport{Evicted: result0, Skipped: result2, Remaining: result4, Uncordoned: (uint8(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (7 * 4)))) != 0)})
+	case 1:
+		var variant tend_plugin_types.Error
+		switch uint8(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), 4))) {
+		case 0:
+			value5 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorDenied(value5)
+
+		case 1:
+			value6 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorNotFound(value6)
+
+		case 2:
+			value7 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorConflict(value7)
+
+		case 3:
+			value8 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorUnavailable(value8)
+
+		case 4:
+			value9 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorTimeout(value9)
+
+		case 5:
+			value10 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorInvalid(value10)
+
+		case 6:
+			value11 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorBudgetExhausted(value11)
+
+		case 7:
+			value12 := unsafe.String((*uint8)(unsafe.Pointer(uintptr(*(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (2 * 4)))))), *(*uint32)(unsafe.Add(unsafe.Pointer(returnArea), (3 * 4))))
+
+			variant = tend_plugin_types.MakeErrorOther(value12)
+
+		default:
+			panic("unreachable")
+		}
+
+		result13 = witTypes.Err[DrainReport, tend_plugin_types.Error](variant)
+	default:
+		panic("unreachable")
+	}
+	result14 := result13
 	return result14
 
 }
