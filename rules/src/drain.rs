@@ -7,6 +7,9 @@ use crate::Refusal;
 use crate::kube::{Access, KubeRule, PatchShape, Verb, check, check_key, check_object};
 use serde_json::{Value, json};
 
+/// How much of an API server's own words a refusal repeats.
+pub const MAX_SERVER_TEXT: usize = 300;
+
 /// The only field a cordon writes.
 pub const CORDON_FIELD: &str = "spec.unschedulable";
 
@@ -19,6 +22,18 @@ pub fn cordon_patch(unschedulable: bool) -> Value {
     } else {
         json!({"spec": {"unschedulable": null}})
     }
+}
+
+/// Does a patch of a Node write `spec.unschedulable` (or a parent of it)?
+/// Such a patch is a cordon, which only [`check_cordon`]'s function may
+/// make: it passes the fleet's ticket as `kube.cordon`.
+pub fn patch_cordons(shape: PatchShape, body: &Value) -> bool {
+    let target = ["spec", "unschedulable"];
+    crate::kube::patch_paths(shape, body).is_ok_and(|paths| {
+        paths
+            .iter()
+            .any(|path| path.len() <= target.len() && path.iter().zip(target).all(|(a, b)| a == b))
+    })
 }
 
 /// Is `node` (its JSON) cordoned?
@@ -145,15 +160,16 @@ pub fn blocking_budget(namespace: &str, status: &Value) -> Option<String> {
 /// What `evict` answers for a refusal by a PodDisruptionBudget: the
 /// message starts with it, for plugins and for `tend plan`'s reasons.
 pub fn blocked_message(pod: &str, budget: Option<&str>, server: &str) -> String {
+    // A server's text: inert and bounded.
+    let server = crate::text::inert(server);
+    let server: String = server.chars().take(MAX_SERVER_TEXT).collect();
     match budget {
         Some(budget) => format!(
-            "blocked by PodDisruptionBudget {budget}: evicting {pod} now would break it ({}); nothing was done, try again later",
-            crate::text::inert(server)
+            "blocked by PodDisruptionBudget {budget}: evicting {pod} now would break it ({server}); nothing was done, try again later"
         ),
         None => format!(
-            "blocked by a PodDisruptionBudget in {}: evicting {pod} now would break it ({}); nothing was done, try again later",
+            "blocked by a PodDisruptionBudget in {}: evicting {pod} now would break it ({server}); nothing was done, try again later",
             pod.split('/').next().unwrap_or_default(),
-            crate::text::inert(server)
         ),
     }
 }
@@ -296,6 +312,38 @@ mod tests {
             Some("blocked by PodDisruptionBudget default/web-pdb")
         );
         assert_eq!(blocked_reason("the API server did not answer"), None);
+    }
+
+    #[test]
+    fn a_node_patch_that_writes_unschedulable_or_its_parents_is_a_cordon() {
+        for (shape, body) in [
+            (PatchShape::Merge, json!({"spec": {"unschedulable": true}})),
+            (PatchShape::Merge, json!({"spec": null})),
+            (
+                PatchShape::Json,
+                json!([{"op": "replace", "path": "/spec", "value": {}}]),
+            ),
+            (
+                PatchShape::Json,
+                json!([{"op": "add", "path": "/spec/unschedulable", "value": true}]),
+            ),
+            (PatchShape::Apply, json!({"spec": {"unschedulable": true}})),
+        ] {
+            assert!(patch_cordons(shape, &body), "{body}");
+        }
+        for (shape, body) in [
+            (
+                PatchShape::Merge,
+                json!({"metadata": {"labels": {"a": "b"}}}),
+            ),
+            (PatchShape::Merge, json!({"spec": {"taints": []}})),
+            (
+                PatchShape::Json,
+                json!([{"op": "test", "path": "/spec/unschedulable", "value": true}]),
+            ),
+        ] {
+            assert!(!patch_cordons(shape, &body), "{body}");
+        }
     }
 
     #[test]

@@ -621,6 +621,22 @@ impl ListScope {
         });
         named && self.selectors.as_ref().is_some_and(|s| s.matches(object))
     }
+
+    /// Whether the list sees every object bound to `node`: no names, no
+    /// label selector, and a field selector of `spec.nodeName=<node>` terms
+    /// only (a drain that could not see a pod would call the Node drained).
+    pub fn sees_all_on_node(&self, node: &str) -> bool {
+        let fields_ok = match &self.field_selector {
+            None => true,
+            Some(text) => FieldSelector::parse(text).is_ok_and(|selector| {
+                selector
+                    .0
+                    .iter()
+                    .all(|t| t.path == "spec.nodeName" && t.equal && t.value == node)
+            }),
+        };
+        self.names.is_none() && self.label_selector.is_none() && fields_ok
+    }
 }
 
 /// The scope of a list: refused (denied) when no rule allows it, or

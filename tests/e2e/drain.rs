@@ -91,9 +91,12 @@ fn keep(api: &KubeApi, min_available: u32) {
 }
 
 fn pod_exists(api: &KubeApi, name: &str) -> bool {
-    api.call("GET", &format!("/api/v1/namespaces/default/pods/{name}"), None)
-        .0
-        == 200
+    api.call(
+        "GET",
+        &format!("/api/v1/namespaces/default/pods/{name}"),
+        None,
+    )
+    .0 == 200
 }
 
 fn cordoned(api: &KubeApi, node: &str) -> bool {
@@ -121,8 +124,10 @@ fn cluster(api: &KubeApi) {
         "proxy-x",
         NODE,
         "proxy",
-        Some(json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "proxy",
-                    "uid": "d5", "controller": true})),
+        Some(
+            json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "proxy",
+                    "uid": "d5", "controller": true}),
+        ),
     );
     ready_pod(api, "db-1", "other-node", "db", None);
     budget(api, "web-pdb", "web", 2);
@@ -158,28 +163,34 @@ fn a_drain_evicts_what_the_budget_allows_stops_at_its_deadline_naming_it_and_unc
     assert!(out.contains("evicted default/web-1"), "{out}");
     assert!(took >= Duration::from_secs(6), "gave up early: {took:?}");
     assert!(!pod_exists(&api, "web-1"), "evicted and gone");
-    assert!(pod_exists(&api, "web-2") && pod_exists(&api, "web-3"), "never deleted");
+    assert!(
+        pod_exists(&api, "web-2") && pod_exists(&api, "web-3"),
+        "never deleted"
+    );
     assert!(pod_exists(&api, "proxy-x"), "a DaemonSet's pod stays");
     assert!(pod_exists(&api, "db-1"), "another node's pod stays");
     assert!(!cordoned(&api, NODE), "uncordoned on giving up");
 
-    // Every act was journaled: the cordon, one eviction each (the blocked
-    // ones once: their retries asked the server's dry run), the uncordon.
+    // Every act was journaled: the cordon, the eviction, the uncordon. The
+    // blocked pods were only asked as the server's dry run: no act, no spend.
     let journal = sandbox.tend(&["journal", "--plugin", "drainer"]);
     let journal = journal.stdout;
-    for line in ["cordon nodes/e2e-node", "evict pods/default/web-1", "uncordon nodes/e2e-node"] {
+    for line in [
+        "did kube.cordon nodes/e2e-node",
+        "did kube.evict pods/default/web-1",
+        "did kube.uncordon nodes/e2e-node",
+    ] {
         assert!(journal.contains(line), "{line} not journaled: {journal}");
     }
-    assert_eq!(
-        journal.matches("refused kube.evict pods/default/web-2: budget-exhausted: blocked by PodDisruptionBudget default/web-pdb").count(),
-        1,
-        "the blocked pod's eviction journaled once: {journal}"
-    );
+    assert!(!journal.contains("pods/default/web-2"), "{journal}");
 
     // The budget loosened: the next drain completes and leaves the Node cordoned.
     keep(&api, 0);
     let out = reconcile(&sandbox, "drainer");
-    assert!(out.contains("drained: evicted default/web-2, default/web-3"), "{out}");
+    assert!(
+        out.contains("drained: evicted default/web-2, default/web-3"),
+        "{out}"
+    );
     assert!(out.contains("default/proxy-x: a DaemonSet pod"), "{out}");
     assert!(!pod_exists(&api, "web-2") && !pod_exists(&api, "web-3"));
     assert!(cordoned(&api, NODE), "a drained Node stays cordoned");
@@ -239,8 +250,7 @@ fn an_uncordon_by_someone_else_during_a_drain_stops_it_before_the_next_eviction(
                 .arg(sandbox)
                 .output()
                 .unwrap();
-            String::from_utf8_lossy(&out.stdout).to_string()
-                + &String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
         })
     };
     wait_until(WITHIN, "the drain's cordon", || cordoned(&api, NODE));
@@ -251,7 +261,10 @@ fn an_uncordon_by_someone_else_during_a_drain_stops_it_before_the_next_eviction(
     let out = drain.join().unwrap();
     assert!(out.contains("uncordoned by someone else"), "{out}");
     for pod in ["web-1", "web-2", "web-3"] {
-        assert!(pod_exists(&api, pod), "{pod} evicted after the uncordon: {out}");
+        assert!(
+            pod_exists(&api, pod),
+            "{pod} evicted after the uncordon: {out}"
+        );
     }
     assert!(!cordoned(&api, NODE));
 }
@@ -296,23 +309,33 @@ fn a_drain_held_by_a_budget_gives_its_fleet_ticket_back_and_the_next_node_drains
         let sandbox = Sandbox::new();
         sandbox.add_plugin("chaos", "chaos");
         let port = free_port();
-        sandbox.config_on_node(node, &fleet(port, &sandbox), &drainer("drainer", 6_000, interval));
+        sandbox.config_on_node(
+            node,
+            &fleet(port, &sandbox),
+            &drainer("drainer", 6_000, interval),
+        );
         api.grant_rbac(&sandbox);
         let daemon = sandbox.daemon();
         (sandbox, port, daemon)
     };
     let (_a, port_a, daemon_a) = start(NODE, "1h");
-    wait_until(WITHIN, "node a's drain to cordon it", || cordoned(&api, NODE));
+    wait_until(WITHIN, "node a's drain to cordon it", || {
+        cordoned(&api, NODE)
+    });
     let (_b, port_b, daemon_b) = start("node-b", "1s");
     wait_until(WITHIN, "node b refused while a holds the ticket", || {
         message(port_b, "drainer").contains("fleet budget drain")
     });
     assert!(!cordoned(&api, "node-b"), "refused before its cordon");
-    wait_until(WITHIN, "node a gives up, names the budget and uncordons", || {
-        let m = message(port_a, "drainer");
-        m.contains("gave up (uncordoned: true)")
-            && m.contains("blocked by PodDisruptionBudget default/web-pdb")
-    });
+    wait_until(
+        WITHIN,
+        "node a gives up, names the budget and uncordons",
+        || {
+            let m = message(port_a, "drainer");
+            m.contains("gave up (uncordoned: true)")
+                && m.contains("blocked by PodDisruptionBudget default/web-pdb")
+        },
+    );
     wait_until(WITHIN, "node b drains under the ticket a gave back", || {
         message(port_b, "drainer").starts_with("drained: evicted default/job-b")
     });

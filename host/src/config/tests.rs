@@ -549,6 +549,10 @@ fn fleet_errors_name_the_line_and_what_is_expected() {
             ":10:15: [host.fleet]: operation \"systemd.restart\" is in classes \"a\" and \"b\"",
         ),
         (
+            class("operations = [\"kube.cordon\"]\nshare = 0.1\n"),
+            ":6:21: [host.fleet]: class \"reboot\" names one of kube.cordon and kube.evict: a drain does both, so name both",
+        ),
+        (
             class(
                 "operations = [\"systemd.restart\"]\nshare = 0.1\nwindows = [{ cron = \"0 25 * * *\", duration = \"1h\" }]\n",
             ),

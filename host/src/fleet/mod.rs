@@ -181,6 +181,13 @@ impl crate::capabilities::gate::FleetBudget for Fleet {
         Fleet::admit(self, operation, dry_run).await
     }
 
+    async fn holds(&self, operation: &str) -> bool {
+        match self.class_of(operation) {
+            Some(class) => self.state.lock().await.held.contains_key(&class.rule.name),
+            None => true,
+        }
+    }
+
     async fn give_back(&self, operation: &str, why: &str) {
         Fleet::give_back_now(self, operation, why).await
     }

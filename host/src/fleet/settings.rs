@@ -271,6 +271,17 @@ pub fn validate(raw: &Spanned<RawFleet>, known: &[String]) -> Result<FleetSettin
                 ));
             }
         }
+        // A drain's cordon can be a no-op (the Node cordoned already): its
+        // evictions must need the same ticket, or they would need none.
+        let names = |op: &str| class.operations.iter().any(|o| o.get_ref() == op);
+        if names("kube.cordon") != names("kube.evict") {
+            return Err((
+                span,
+                format!(
+                    "class {label:?} names one of kube.cordon and kube.evict: a drain does both, so name both (operations = [\"kube.cordon\", \"kube.evict\", ...])"
+                ),
+            ));
+        }
         let share = *class.share.get_ref();
         if !(0.0..=1.0).contains(&share) {
             return Err((

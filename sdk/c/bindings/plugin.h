@@ -1083,9 +1083,12 @@ extern bool tend_plugin_kube_delete(tend_plugin_kube_object_key_t *key, tend_plu
 extern bool tend_plugin_kube_emit_event(tend_plugin_kube_object_key_t *regarding, tend_plugin_kube_event_type_t event_type, plugin_string_t *reason, plugin_string_t *message, tend_plugin_kube_error_t *err);
 // Cordon (true) or uncordon (false) this host's Node: its
 // `spec.unschedulable`, nothing else. Needs `patch` on `nodes` named
-// `$NODE` (with `fields`, `spec.unschedulable`).
+// `$NODE` (with `fields`, `spec.unschedulable`). Only `cordon` writes
+// that field (a `patch` writing it is refused): the fleet's ticket is
+// asked as `kube.cordon`, and a class naming it names `kube.evict` too.
 extern bool tend_plugin_kube_cordon(bool unschedulable, tend_plugin_kube_error_t *err);
-// Evict one pod through the Eviction API (policy/v1), which honours its
+// Evict one pod bound to this host's Node (no other) through the
+// Eviction API (policy/v1), which honours its
 // PodDisruptionBudget: while the budget allows no disruption, the answer
 // is `budget-exhausted("blocked by PodDisruptionBudget <ns>/<name>: ...")`
 // and nothing happened; ask again later, never delete the pod instead.

@@ -708,6 +708,16 @@ impl Kube for FakeKube {
             None,
             Some((shape, patch)),
         )?;
+        // As the host: a Node's spec.unschedulable is `cordon`'s alone.
+        if kind.group.is_empty()
+            && kind.plural == "nodes"
+            && tend_rules::drain::patch_cordons(shape, patch)
+        {
+            return Err(Error::Invalid(format!(
+                "kube patch nodes/{}: it writes spec.unschedulable, which is a cordon: call kube.cordon, which passes the fleet's ticket (operation kube.cordon)",
+                key.name
+            )));
+        }
         self.failing("patch")?;
         if patch_type == PatchType::Json && !patch.is_array() {
             return Err(Error::Invalid(
@@ -822,7 +832,14 @@ impl Kube for FakeKube {
             let rules = self.rules.borrow();
             check_evict(&rules, &self.plugin, &node, namespace, name)
                 .map_err(crate::Error::from)?;
-            // A rule with selectors (`spec.nodeName=$NODE`) is checked on the pod.
+            // As the host: the pod read, bound to this node, the rule's
+            // selectors (`spec.nodeName=$NODE`) checked on it.
+            let pod = self.stored("evict", &pods, Some(namespace), name)?;
+            if pod["spec"]["nodeName"].as_str() != Some(node.as_str()) {
+                return Err(Error::Denied(format!(
+                    "kube evict pods/{namespace}/{name}: the pod is not bound to this host's Node; evict reaches this node's pods only"
+                )));
+            }
             let access = Access {
                 group: "",
                 resource: "pods/eviction",
@@ -830,11 +847,8 @@ impl Kube for FakeKube {
                 namespace: Some(namespace),
                 name: Some(name),
             };
-            if needs_object(&rules, &node, &access) {
-                let pod = self.stored("evict", &pods, Some(namespace), name)?;
-                check_object(&rules, &self.plugin, &node, &access, Some(&pod), None)
-                    .map_err(crate::Error::from)?;
-            }
+            check_object(&rules, &self.plugin, &node, &access, Some(&pod), None)
+                .map_err(crate::Error::from)?;
         }
         self.failing("evict")?;
         let pod = self.stored("evict", &pods, Some(namespace), name)?;

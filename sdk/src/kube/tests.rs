@@ -514,11 +514,10 @@ fn an_eviction_needs_its_grant_and_a_budget_that_allows_it() {
             "{ns}/{name}"
         );
     }
-    // The rule's field selector is checked on the pod: another node's is not this plugin's.
+    // Another node's pod is not this plugin's, whatever the grant.
     let err = kube.evict("default", "far").unwrap_err();
     assert!(
-        err.message()
-            .contains("the object is outside the grant's selectors"),
+        err.message().contains("not bound to this host's Node"),
         "{err}"
     );
     assert_eq!(

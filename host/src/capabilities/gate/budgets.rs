@@ -89,6 +89,9 @@ pub trait FleetBudget: Send + Sync {
     /// Admit `operation` (`capability.operation`); `dry_run`: only say
     /// whether it would be, taking nothing.
     async fn admit(&self, operation: &str, dry_run: bool) -> Result<(), CapError>;
+    /// Whether this node holds the ticket of the class covering `operation`
+    /// (true when no class covers it: nothing to take).
+    async fn holds(&self, operation: &str) -> bool;
     /// Give back now this node's ticket of the class covering `operation`,
     /// if it holds one: the disruption it was taken for was undone (`why`).
     async fn give_back(&self, operation: &str, why: &str);

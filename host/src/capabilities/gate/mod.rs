@@ -143,6 +143,9 @@ fn journal_result<T: Performed>(result: &Result<T, CapError>) -> String {
     }
 }
 
+/// How much of a planned call's own refusal a plan repeats.
+const MAX_PLANNED_REFUSAL: usize = 1024;
+
 /// What the gate decided.
 enum Admission {
     /// A dry run: recorded into the plan; answer as the real call would have.
@@ -264,7 +267,10 @@ impl Gate {
     {
         // A plan shows what the real call would answer (a server's dry run
         // refusing it), once the gate itself admits it.
-        let would = planned.as_ref().err().map(CapError::to_string);
+        let would = planned
+            .as_ref()
+            .err()
+            .map(|e| crate::text::cut(e.to_string(), MAX_PLANNED_REFUSAL));
         let permit = match self.admit(intent, would).await? {
             Admission::Planned => return planned,
             Admission::Go(permit) => permit,
@@ -398,6 +404,20 @@ impl Gate {
             dry_run: inner.caller.dry_run,
             result,
         });
+    }
+
+    /// The caller is a cluster-scope plugin (no Node of its own).
+    pub fn cluster(&self) -> bool {
+        self.0.caller.cluster
+    }
+
+    /// Whether this node holds the fleet ticket covering `operation` (true
+    /// without a fleet, or when no class covers it).
+    pub async fn holds_fleet_ticket(&self, operation: &str) -> bool {
+        match self.0.budgets.fleet() {
+            Some(fleet) => fleet.holds(operation).await,
+            None => true,
+        }
     }
 
     /// Give back this node's fleet ticket covering `operation` (a node's own

@@ -385,6 +385,16 @@ impl PluginKube {
         let shape = super::backend::patch_shape(kind);
         self.object_allowed(&info, &key, Verb::Patch, None, Some((shape, &patch)))
             .await?;
+        // Granted or not, a cordon is `cordon`'s (the fleet's ticket).
+        if info.group.is_empty()
+            && info.plural == "nodes"
+            && tend_rules::drain::patch_cordons(shape, &patch)
+        {
+            return Err(CapError::Invalid(format!(
+                "kube patch nodes/{}: it writes spec.unschedulable, which is a cordon: call kube.cordon, which passes the fleet's ticket (operation kube.cordon)",
+                inert(&key.name)
+            )));
+        }
         let target = Self::target(&info, key.namespace.as_deref(), &key.name);
         let detail = format!("{} patch, {} bytes", kind.name(), patch.to_string().len());
         let (ns, name) = (key.namespace.as_deref(), key.name.as_str());

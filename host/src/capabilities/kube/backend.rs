@@ -278,7 +278,10 @@ pub trait KubeBackend: Send + Sync + 'static {
     /// message starting "blocked by PodDisruptionBudget <ns>/<name>"
     /// ([`tend_rules::drain::blocked_message`]); in a dry run the server
     /// checks the same and changes nothing.
-    async fn evict(&self, run: Run, namespace: &str, name: &str) -> Result<(), CapError>;
+    /// `uid`: the pod that was checked, as the eviction's precondition (a
+    /// pod recreated under the name since is another pod: not-found).
+    async fn evict(&self, run: Run, namespace: &str, name: &str, uid: &str)
+    -> Result<(), CapError>;
     /// Record an Event about `object` (its JSON, for its uid and reference),
     /// raising the count of an identical recent one.
     async fn emit_event(

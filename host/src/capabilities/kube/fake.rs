@@ -304,9 +304,32 @@ impl KubeBackend for FakeKube {
 
     /// An eviction removes the pod at once (the fake has no grace
     /// periods), unless [`FakeKube::block_eviction`] names it.
-    async fn evict(&self, run: Run, namespace: &str, name: &str) -> Result<(), CapError> {
+    async fn evict(
+        &self,
+        run: Run,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<(), CapError> {
         self.request()?;
         let pod = format!("{namespace}/{name}");
+        let key = (
+            "pods".to_string(),
+            Some(namespace.to_string()),
+            name.to_string(),
+        );
+        let mut objects = self.objects.lock().unwrap();
+        // As the API server: the pod first, then its precondition, then its budget.
+        let Some(found) = objects.get(&key) else {
+            return Err(CapError::NotFound(format!(
+                "evict pods/{pod}: pods \"{name}\" not found (NotFound)"
+            )));
+        };
+        if found["metadata"]["uid"].as_str().unwrap_or_default() != uid {
+            return Err(CapError::NotFound(format!(
+                "evict pods/{pod}: the pod checked is gone (another pod has its name now)"
+            )));
+        }
         if let Some(budget) = self.blocked.lock().unwrap().get(&pod) {
             return Err(CapError::BudgetExhausted(
                 tend_rules::drain::blocked_message(
@@ -315,17 +338,6 @@ impl KubeBackend for FakeKube {
                     "Cannot evict pod as it would violate the pod's disruption budget.",
                 ),
             ));
-        }
-        let key = (
-            "pods".to_string(),
-            Some(namespace.to_string()),
-            name.to_string(),
-        );
-        let mut objects = self.objects.lock().unwrap();
-        if !objects.contains_key(&key) {
-            return Err(CapError::NotFound(format!(
-                "evict pods/{pod}: pods \"{name}\" not found (NotFound)"
-            )));
         }
         if !run.dry() {
             self.ledger.record("evict", &format!("pods/{pod}"));

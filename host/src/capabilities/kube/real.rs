@@ -258,7 +258,12 @@ pub fn user_agent(node: &str) -> String {
 pub fn map_error(what: &str, e: kube::Error) -> CapError {
     match e {
         kube::Error::Api(status) => {
-            let message = format!("{what}: {} ({})", status.message, status.reason);
+            // A server's words: inert and bounded.
+            let said = crate::text::cut(
+                crate::text::inert(&format!("{} ({})", status.message, status.reason)).into_owned(),
+                tend_rules::drain::MAX_SERVER_TEXT,
+            );
+            let message = format!("{what}: {said}");
             match status.code {
                 404 => CapError::NotFound(message),
                 409 => CapError::Conflict(message),
@@ -533,14 +538,21 @@ impl KubeBackend for RealKube {
         .await
     }
 
-    async fn evict(&self, run: Run, namespace: &str, name: &str) -> Result<(), CapError> {
+    async fn evict(
+        &self,
+        run: Run,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<(), CapError> {
         let client = self.client().await?;
         // kubectl's body (kube's own `evict` sends its options in snake case,
-        // which the API server ignores).
+        // which the API server ignores), with the checked pod's UID.
         let body = serde_json::json!({
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
         });
         let dry = if run.dry() { "?dryRun=All" } else { "" };
         // Both names passed the shared validator: they are whole path parts.
@@ -561,6 +573,9 @@ impl KubeBackend for RealKube {
                     tend_rules::drain::blocked_message(&pod, budget.as_deref(), &status.message),
                 ))
             }
+            Err(kube::Error::Api(status)) if status.code == 409 => Err(CapError::NotFound(
+                format!("evict pods/{pod}: the pod checked is gone (another pod has its name now)"),
+            )),
             Err(e) => Err(map_error(&format!("evict pods/{pod}"), e)),
         }
     }

@@ -156,8 +156,8 @@ async fn a_budget_that_blocks_forever_stops_the_drain_at_its_deadline_naming_it_
         fake.object("pods", Some("default"), "web-2").is_some(),
         "never deleted"
     );
-    // The blocked eviction passed the gate once (its refusal journaled);
-    // the retries asked the server's dry run, then the uncordon.
+    // The blocked eviction was asked as the server's dry run only: no
+    // budget spent, nothing journaled for it.
     let ops: Vec<_> = kube
         .call
         .gate
@@ -170,7 +170,6 @@ async fn a_budget_that_blocks_forever_stops_the_drain_at_its_deadline_naming_it_
         [
             "cordon nodes/node-1",
             "evict pods/default/web-1",
-            "evict pods/default/web-2",
             "uncordon nodes/node-1"
         ]
     );
@@ -355,4 +354,117 @@ async fn a_cordon_that_changes_nothing_is_no_mutation() {
         .map(|m| m.operation)
         .collect();
     assert_eq!(ops, ["cordon", "uncordon"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_undoes_only_its_own_cordon() {
+    let (kube, fake) = kube(DRAIN, false);
+    // Cordoned already (an operator, or another plugin's drain).
+    fake.put(
+        "nodes",
+        json!({"metadata": {"name": "node-1", "uid": "u1"}, "spec": {"unschedulable": true}}),
+    );
+    fake.block_eviction("default", "web-1", Some("default/web-pdb"));
+    let report = kube.drain(options(10_000, true)).await.unwrap();
+    assert!(!report.remaining.is_empty());
+    assert!(!report.uncordoned, "not its cordon to undo");
+    assert!(unschedulable(&fake));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_that_cannot_see_every_pod_on_the_node_is_refused_before_it_cordons() {
+    let narrowed = DRAIN.replace(
+        r#"{ resource = "pods", verbs = ["get", "list"], field-selector = "spec.nodeName=$NODE" }"#,
+        r#"{ resource = "pods", verbs = ["get", "list"], label-selector = "app=web" }"#,
+    );
+    let (kube, fake) = kube(&narrowed, false);
+    let err = kube.drain(options(60_000, true)).await.unwrap_err();
+    assert_eq!(err.kind(), "denied");
+    assert!(err.message().contains("must see every pod"), "{err}");
+    assert!(fake.actions().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_refusal_ends_the_drain_and_undoes_it() {
+    let (backend, fake) = PluginKube::fake();
+    let (_, seeded) = kube(DRAIN, false);
+    for pod in ["web-1", "web-2"] {
+        fake.put("pods", seeded.object("pods", Some("default"), pod).unwrap());
+    }
+    fake.put("nodes", json!({"metadata": {"name": "node-1"}, "spec": {}}));
+    #[derive(serde::Deserialize)]
+    struct G {
+        kube: Vec<KubeRule>,
+    }
+    let grant: G = toml::from_str(DRAIN).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // One eviction an hour on this host.
+    let rule = crate::capabilities::gate::BudgetRule {
+        name: "evictions".into(),
+        operations: vec!["kube.evict".into()],
+        max: 1,
+        per: Duration::from_secs(3600),
+        min_interval_per_target: Duration::ZERO,
+    };
+    let call =
+        crate::capabilities::testing::call_journaled("remediator", false, dir.path(), vec![rule]);
+    let plugin = PluginKube::for_call(&backend, &grant.kube, &Default::default(), &call);
+    let report = plugin.drain(options(20_000, true)).await.unwrap();
+    // Stopped at once: web-1 was evicted (still leaving, as far as the
+    // drain saw), web-2 refused by the host's budget.
+    assert_eq!(report.remaining.len(), 2, "{report:?}");
+    assert!(
+        report.remaining[0].starts_with("default/web-1: terminating"),
+        "{report:?}"
+    );
+    assert!(fake.object("pods", Some("default"), "web-2").is_some());
+    assert!(report.uncordoned && !unschedulable(&fake));
+    // Stopped at the refusal, not retried until the deadline.
+    let refused = plugin
+        .call
+        .gate
+        .mutations()
+        .iter()
+        .filter(|m| m.result.starts_with("budget-exhausted"))
+        .count();
+    assert_eq!(refused, 1, "{:?}", plugin.call.gate.mutations());
+}
+
+#[tokio::test]
+async fn a_plugin_cannot_cordon_through_a_plain_patch() {
+    let rules = r#"kube = [{ resource = "nodes", verbs = ["get", "patch"], names = ["$NODE"] }]"#;
+    let (kube, fake) = kube(rules, false);
+    let node = super::super::backend::ObjectKey {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        namespace: None,
+        name: "node-1".into(),
+    };
+    for body in [r#"{"spec": {"unschedulable": true}}"#, r#"{"spec": null}"#] {
+        let err = kube.patch(&node, PatchType::Merge, body).await.unwrap_err();
+        assert_eq!(err.kind(), "invalid", "{err}");
+        assert!(err.message().contains("call kube.cordon"), "{err}");
+    }
+    kube.patch(
+        &node,
+        PatchType::Merge,
+        r#"{"metadata": {"labels": {"a": "b"}}}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(fake.actions(), ["patch nodes/node-1 merge"]);
+}
+
+#[tokio::test]
+async fn an_eviction_reaches_only_pods_bound_to_this_node_whatever_the_grant() {
+    let rules =
+        r#"kube = [{ resource = "pods/eviction", verbs = ["create"], namespaces = ["default"] }]"#;
+    let (kube, fake) = kube(rules, false);
+    let err = kube.evict("default", "web-3").await.unwrap_err();
+    assert_eq!(err.kind(), "denied", "{err}");
+    assert!(
+        err.message().contains("not bound to this host's Node"),
+        "{err}"
+    );
+    assert!(fake.object("pods", Some("default"), "web-3").is_some());
 }
