@@ -32,6 +32,7 @@ pub(crate) const BUILT_IN_PLUGINS: &[&str] = &[
     "node-reaper",
     "secgroup-guard",
     "problem-detector",
+    "node-remediator",
 ];
 /// Rust plugins only the tests use (tests/plugins/): never in the image.
 const TEST_PLUGINS: &[&str] = &["chaos"];
