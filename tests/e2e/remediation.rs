@@ -13,8 +13,7 @@ use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
 use tend_e2e::{
-    Daemon, KubeApi, Sandbox, SystemdPeer, free_port, kubelet_conditions, plugin_status,
-    wait_until,
+    Daemon, KubeApi, Sandbox, SystemdPeer, free_port, kubelet_conditions, plugin_status, wait_until,
 };
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -43,8 +42,10 @@ fn sleeper(peer: &SystemdPeer, unit: &str, count: &Path) {
 /// (what problem-detector writes, through the status subresource).
 fn deadlock(api: &KubeApi, status: &str) {
     let mut conditions = kubelet_conditions().as_array().unwrap().clone();
-    conditions.push(json!({"type": "KernelDeadlock", "status": status, "reason": "TaskHung",
-                           "message": "task blocked for more than 120 seconds"}));
+    conditions.push(
+        json!({"type": "KernelDeadlock", "status": status, "reason": "TaskHung",
+                           "message": "task blocked for more than 120 seconds"}),
+    );
     let body = json!({"status": {"conditions": conditions}}).to_string();
     let (code, text) = api
         .call_raw(
@@ -73,7 +74,7 @@ fn config(api: &KubeApi, peer: &SystemdPeer, sandbox: &Sandbox, port: u16, verif
 interval = "1s"
 [plugins.node-remediator.grants]
 systemd = {{ units = ["tend-*.service"], operations = ["restart"] }}
-kube = [{{ resource = "nodes", verbs = ["get", "watch", "patch"], names = ["$NODE"], fields = ["spec.unschedulable"] }}]
+kube = [{{ resource = "nodes", verbs = ["get", "list", "watch", "patch"], names = ["$NODE"], fields = ["spec.unschedulable"] }}]
 [plugins.node-remediator.config]
 conditions = ["KernelDeadlock"]
 settle-ms = 2000
@@ -148,11 +149,38 @@ fn a_condition_that_stays_escalates_exactly_once_and_a_recovery_ends_the_ladder(
     wait_until(WITHIN, "the first reconcile", || {
         message(w.port).contains("no remediation needed")
     });
+    // Healthy and idle: its reads come from the watch cache its grant's
+    // `watch` starts, so three more reconciles ask the API server nothing
+    // (the fleet's and the cache's own watch are tend's, not the plugin's).
+    let reconciles = || {
+        plugin_status(w.port, "node-remediator")["reconciles"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let seq = w.api.request_seq();
+    let before = reconciles();
+    wait_until(WITHIN, "three idle reconciles", || {
+        reconciles() >= before + 3
+    });
+    let asked: Vec<Value> = w
+        .api
+        .requests_since(seq)
+        .into_iter()
+        .filter(|r| r["verb"] != "watch")
+        .collect();
+    assert!(
+        asked.is_empty(),
+        "an idle node asked the API server: {asked:?}"
+    );
     deadlock(&w.api, "True");
-    wait_until(WITHIN, "the kubelet's unit restarted", || starts(&w.kubelet) == 2);
+    wait_until(WITHIN, "the kubelet's unit restarted", || {
+        starts(&w.kubelet) == 2
+    });
     assert_eq!(starts(&w.runtime), 1, "escalated before the step's window");
     // Not verified within 4 s: the next step, once.
-    wait_until(WITHIN, "the runtime's unit restarted", || starts(&w.runtime) == 2);
+    wait_until(WITHIN, "the runtime's unit restarted", || {
+        starts(&w.runtime) == 2
+    });
     assert_eq!(starts(&w.kubelet), 2, "the first step was taken once");
     // It clears (problem-detector's TTL): verified after 2 s clear.
     deadlock(&w.api, "False");
@@ -168,9 +196,18 @@ fn a_condition_that_stays_escalates_exactly_once_and_a_recovery_ends_the_ladder(
     );
     assert!(reasons.contains(&"Remediated".to_string()), "{reasons:?}");
     // Every step was journaled, with its fleet and budget checks passed.
-    let journal = w.sandbox.tend(&["journal", "--plugin", "node-remediator"]).stdout;
-    assert!(journal.contains("did systemd.restart tend-kubelet.service"), "{journal}");
-    assert!(journal.contains("did systemd.restart tend-runtime.service"), "{journal}");
+    let journal = w
+        .sandbox
+        .tend(&["journal", "--plugin", "node-remediator"])
+        .stdout;
+    assert!(
+        journal.contains("did systemd.restart tend-kubelet.service"),
+        "{journal}"
+    );
+    assert!(
+        journal.contains("did systemd.restart tend-runtime.service"),
+        "{journal}"
+    );
     drop(daemon);
     drop(w.peer);
 }
@@ -180,7 +217,9 @@ fn tend_killed_mid_step_resumes_at_that_step_without_repeating_it() {
     let w = world(60_000);
     deadlock(&w.api, "True");
     let daemon = w.sandbox.daemon();
-    wait_until(WITHIN, "the kubelet's unit restarted", || starts(&w.kubelet) == 2);
+    wait_until(WITHIN, "the kubelet's unit restarted", || {
+        starts(&w.kubelet) == 2
+    });
     let pid = daemon.pid();
     std::process::Command::new("kill")
         .args(["-9", &pid.to_string()])
@@ -192,7 +231,11 @@ fn tend_killed_mid_step_resumes_at_that_step_without_repeating_it() {
         message(w.port).contains("step 1/2 (restart tend-kubelet.service) taken")
     });
     let status: Value = plugin_status(w.port, "node-remediator");
-    assert_eq!(starts(&w.kubelet), 2, "repeated after the restart: {status}");
+    assert_eq!(
+        starts(&w.kubelet),
+        2,
+        "repeated after the restart: {status}"
+    );
     assert_eq!(starts(&w.runtime), 1);
     drop(again);
     drop(w.peer);

@@ -5,7 +5,9 @@
 //! and a fatal containerd error written into the journal (by a failing
 //! `containerd.service` of that systemd) become NodeConditions on the Node;
 //! they clear when they stop recurring, and leave the Node when
-//! problem-detector is disabled.
+//! problem-detector is disabled. node-remediator answers KernelDeadlock with
+//! its ladder's first step (restarting a `kubelet.service` stand-in) and
+//! verifies it once the condition has stayed clear.
 
 use crate::cluster_demo::ScriptPeer;
 use crate::{DemoSystemd, outcomes, root, run, step, wait_for};
@@ -41,10 +43,12 @@ pub fn run_demo(tend: &Path) -> Result<()> {
     crate::cluster_demo::write_kubeconfig(&work.join("kube/tend.kubeconfig"), KUBE_PORT)?;
     kube.post("/api/v1/nodes", &kubelet_node())?;
     let systemd = DemoSystemd::start(&systemd_dir)?;
+    std::fs::create_dir_all(work.join("boot"))?;
     std::fs::write(
-        work.join("boot_id"),
+        work.join("boot/boot_id"),
         "5d1c0ffe-0000-4000-8000-00000000d3a0\n",
     )?;
+    start_kubelet(&systemd)?;
     std::fs::write(work.join("kmsg"), kmsg(1, 6, "Linux version 6.1.0 (demo)"))?;
     // A copy whose disabling the demo can write; its paths stay the example's.
     let config = work.join("tend.toml");
@@ -93,15 +97,33 @@ pub fn run_demo(tend: &Path) -> Result<()> {
         })?;
     eprintln!("  on the Node after {:?}:", written.elapsed());
     show(&node());
+    step(
+        "node-remediator: KernelDeadlock calls for its ladder's first step, restarting kubelet.service",
+    );
+    let remedied = seen
+        && wait_for(&mut daemon.0, Duration::from_secs(30), || {
+            outcomes(&log(), "node-remediator")
+                .iter()
+                .any(|o| o.contains("took step 1/2 (restart kubelet.service)"))
+        })?;
 
     step("no recurrence for their TTL (20 s here): the conditions clear, the taint goes");
-    let cleared = seen
+    let cleared = remedied
         && wait_for(&mut daemon.0, Duration::from_secs(60), || {
             let node = node();
             status(&node, "KernelDeadlock") == Some("False")
                 && status(&node, "ContainerRuntimeUnhealthy") == Some("False")
         })?;
     show(&node());
+    step(
+        "KernelDeadlock stayed clear for the settle time: node-remediator verifies its step (no reboot)",
+    );
+    let verified = cleared
+        && wait_for(&mut daemon.0, Duration::from_secs(30), || {
+            outcomes(&log(), "node-remediator")
+                .iter()
+                .any(|o| o.contains("(restart kubelet.service) verified"))
+        })?;
 
     step("problem-detector disabled: its conditions leave the Node; the kubelet's stay");
     std::fs::write(
@@ -111,7 +133,7 @@ pub fn run_demo(tend: &Path) -> Result<()> {
             "[plugins.problem-detector]\nenabled = false\n",
         ),
     )?;
-    let gone = cleared
+    let gone = verified
         && wait_for(&mut daemon.0, Duration::from_secs(30), || {
             status(&node(), "KernelDeadlock").is_none()
         })?;
@@ -120,9 +142,11 @@ pub fn run_demo(tend: &Path) -> Result<()> {
     let exit = daemon.0.wait()?;
     drop(systemd);
     drop(kube);
-    eprintln!("problem-detector:");
-    for outcome in outcomes(&log(), "problem-detector") {
-        eprintln!("  {outcome}");
+    for plugin in ["problem-detector", "node-remediator"] {
+        eprintln!("{plugin}:");
+        for outcome in outcomes(&log(), plugin) {
+            eprintln!("  {outcome}");
+        }
     }
     if !gone {
         bail!(
@@ -202,6 +226,34 @@ fn append(path: &Path, text: &str) -> Result<()> {
     let mut file = std::fs::OpenOptions::new().append(true).open(path)?;
     file.write_all(text.as_bytes())?;
     Ok(())
+}
+
+/// A `kubelet.service` of the demo's systemd (a sleeper standing in for
+/// the kubelet), for node-remediator's first step to restart.
+fn start_kubelet(systemd: &DemoSystemd) -> Result<()> {
+    systemd
+        .busctl(&[
+            "--",
+            "call",
+            "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1",
+            "org.freedesktop.systemd1.Manager",
+            "StartTransientUnit",
+            "ssa(sv)a(sa(sv))",
+            "kubelet.service",
+            "replace",
+            "1",
+            "ExecStart",
+            "a(sasb)",
+            "1",
+            "/bin/sleep",
+            "2",
+            "/bin/sleep",
+            "100000",
+            "false",
+            "0",
+        ])
+        .map(drop)
 }
 
 /// A `containerd.service` of the demo's systemd that logs a fatal error

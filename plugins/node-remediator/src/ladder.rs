@@ -145,7 +145,11 @@ pub fn next(ladder: &Ladder, rules: &Rules, seen: &Seen) -> (Ladder, Next) {
     }
     if since(ladder.acted_at, now) < rules.verify_within_ms {
         let until = ladder.acted_at.saturating_add(rules.verify_within_ms);
-        let why = if back { Waiting::Clear } else { Waiting::Reboot };
+        let why = if back {
+            Waiting::Clear
+        } else {
+            Waiting::Reboot
+        };
         return (ladder, Next::Wait { until, why });
     }
     match ladder.attempt < rules.attempts {

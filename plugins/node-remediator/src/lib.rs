@@ -43,8 +43,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::time::Duration;
 use tend_sdk::{
-    Context, DrainOptions, Error, EventType, Host, Level, ObjectKey, Outcome, PatchType,
-    Plugin, PluginInfo, Result, human_duration, wall_clock_ms,
+    Context, DrainOptions, Error, EventType, Host, Level, ObjectKey, Outcome, PatchType, Plugin,
+    PluginInfo, Result, human_duration, wall_clock_ms,
 };
 
 /// State key of the ladder.
@@ -75,7 +75,9 @@ struct Config {
 #[serde(tag = "action", rename_all = "kebab-case", deny_unknown_fields)]
 enum Step {
     #[serde(rename_all = "kebab-case")]
-    RestartUnit { unit: String },
+    RestartUnit {
+        unit: String,
+    },
     #[serde(rename_all = "kebab-case")]
     Reboot {
         #[serde(default = "default_drain_deadline_ms")]
@@ -196,7 +198,7 @@ fn view(node: &Value, conditions: &[String]) -> NodeView {
 pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome> {
     let config: Config = ctx.config()?;
     validate(ctx, &config)?;
-    let node = view(&host.kube().get(&node_key(ctx))?, &config.conditions);
+    let node = view(&read_node(ctx, host)?, &config.conditions);
     let reboots: Vec<bool> = config
         .steps
         .iter()
@@ -250,7 +252,7 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
                 &stored,
                 &mut ladder,
                 &node,
-                &format!("{} (try {attempt}) for {problems}", of(step)),
+                &format!("{}, try {attempt}, for {problems}", of(step)),
             )?;
             match taken {
                 Taken::Done(what) => Outcome::progressing(what)
@@ -266,7 +268,9 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
             let step = ladder.step.unwrap_or_default();
             let waiting = match why {
                 Waiting::Clear => format!("waiting for {problems} to clear"),
-                Waiting::Reboot => "waiting for the node to come back from its reboot (a new boot, Ready)".into(),
+                Waiting::Reboot => {
+                    "waiting for the node to come back from its reboot (a new boot, Ready)".into()
+                }
                 Waiting::Settle => format!(
                     "{} cleared; verifying it stays clear for {}",
                     config.conditions.join(", "),
@@ -287,7 +291,13 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
                 ladder.cordoned = false;
                 undone = "; uncordoned the Node".into();
             }
-            event(ctx, host, EventType::Normal, "Remediated", &format!("{} verified{undone}", of(step)));
+            event(
+                ctx,
+                host,
+                EventType::Normal,
+                "Remediated",
+                &format!("{} verified{undone}", of(step)),
+            );
             Outcome::healthy(format!("{} verified{undone}", of(step)))
                 .requeue_after(Duration::from_millis(config.quiet_ms))
         }
@@ -303,7 +313,13 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
         }
         Next::Exhausted => {
             if !stored.exhausted {
-                event(ctx, host, EventType::Warning, "RemediationExhausted", &format!("every step tried; {problems} still True"));
+                event(
+                    ctx,
+                    host,
+                    EventType::Warning,
+                    "RemediationExhausted",
+                    &format!("every step tried; {problems} still True"),
+                );
             }
             let mut outcome = Outcome::degraded(format!(
                 "every step tried and none verified: {problems} still True; the node needs a person (or its replacement)"
@@ -398,6 +414,25 @@ fn take(
     }
 }
 
+/// This Node, by an unpaged list under the grant's rule for it: served
+/// from the watch cache its `watch` starts (an idle node asks the API
+/// server nothing). Acts read it fresh with `get` instead.
+fn read_node(ctx: &Context, host: &dyn Host) -> Result<Value> {
+    let listed = host
+        .kube()
+        .list("v1", "Node", None, &tend_sdk::ListParams::default())?;
+    listed
+        .items
+        .into_iter()
+        .find(|n| n["metadata"]["name"].as_str() == Some(ctx.node_name.as_str()))
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "Node {} is not listed: grant {{ resource = \"nodes\", verbs = [\"get\", \"list\", \"watch\", \"patch\"], names = [\"$NODE\"] }}",
+                ctx.node_name
+            ))
+        })
+}
+
 /// The stored ladder; one that cannot be read is forgotten (and said so).
 fn load(host: &dyn Host) -> Result<Ladder> {
     match host.state().get_json::<Ladder>(LADDER) {
@@ -412,8 +447,14 @@ fn load(host: &dyn Host) -> Result<Ladder> {
 
 /// An Event on this Node, best effort: the remediation does not wait on it.
 fn event(ctx: &Context, host: &dyn Host, kind: EventType, reason: &str, message: &str) {
-    if let Err(e) = host.kube().emit_event(&node_key(ctx), kind, reason, message) {
-        host.log(Level::Warn, &format!("cannot record the Event {reason}: {e}"));
+    if let Err(e) = host
+        .kube()
+        .emit_event(&node_key(ctx), kind, reason, message)
+    {
+        host.log(
+            Level::Warn,
+            &format!("cannot record the Event {reason}: {e}"),
+        );
     }
 }
 

@@ -17,7 +17,7 @@ fn host(deadlock: bool) -> FakeHost {
     let host = FakeHost::named("node-remediator");
     host.kube.set_node_name("test-node").grant(
         r#"[
-          { resource = "nodes", verbs = ["get", "patch"], names = ["$NODE"], fields = ["spec.unschedulable", "metadata.annotations"] },
+          { resource = "nodes", verbs = ["get", "list", "patch"], names = ["$NODE"], fields = ["spec.unschedulable", "metadata.annotations"] },
           { resource = "pods", verbs = ["get", "list"], field-selector = "spec.nodeName=$NODE" },
           { resource = "pods/eviction", verbs = ["create"], field-selector = "spec.nodeName=$NODE" },
         ]"#,
@@ -30,7 +30,9 @@ fn host(deadlock: bool) -> FakeHost {
         &["kubelet.service", "containerd.service", "reboot.target"],
         &["restart", "start"],
     );
-    host.files.grant("/run/tend-test", false).put(BOOT_ID, b"boot-1\n");
+    host.files
+        .grant("/run/tend-test", false)
+        .put(BOOT_ID, b"boot-1\n");
     host
 }
 
@@ -38,11 +40,11 @@ fn host(deadlock: bool) -> FakeHost {
 fn set_node(host: &FakeHost, deadlock: bool, cordoned: bool) {
     let status = if deadlock { "True" } else { "False" };
     let mut node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "test-node"},
-        "spec": {},
-        "status": {"conditions": [
-            {"type": "Ready", "status": "True"},
-            {"type": "KernelDeadlock", "status": status, "reason": "TaskHung"},
-        ]}});
+    "spec": {},
+    "status": {"conditions": [
+        {"type": "Ready", "status": "True"},
+        {"type": "KernelDeadlock", "status": status, "reason": "TaskHung"},
+    ]}});
     if cordoned {
         node["spec"]["unschedulable"] = json!(true);
     }
@@ -50,12 +52,14 @@ fn set_node(host: &FakeHost, deadlock: bool, cordoned: bool) {
 }
 
 fn node(host: &FakeHost) -> Value {
-    host.kube.object(&ObjectKey {
-        api_version: "v1".into(),
-        kind: "Node".into(),
-        namespace: None,
-        name: "test-node".into(),
-    }).unwrap()
+    host.kube
+        .object(&ObjectKey {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            namespace: None,
+            name: "test-node".into(),
+        })
+        .unwrap()
 }
 
 /// restart kubelet -> restart containerd -> reboot; 2 min settle, 5 min
@@ -76,7 +80,12 @@ fn config() -> Value {
 }
 
 fn run(host: &FakeHost, now: u64) -> Outcome {
-    reconcile_at(&Context::new("node-remediator", &config().to_string()), host, now).unwrap()
+    reconcile_at(
+        &Context::new("node-remediator", &config().to_string()),
+        host,
+        now,
+    )
+    .unwrap()
 }
 
 #[test]
@@ -93,19 +102,34 @@ fn a_problem_takes_the_first_step_once_and_escalates_once_after_its_window() {
     let host = host(true);
     let outcome = run(&host, T0);
     assert_eq!(host.systemd.actions(), ["restart kubelet.service"]);
-    assert!(outcome.message.contains("step 1/3 (restart kubelet.service)"), "{}", outcome.message);
+    assert!(
+        outcome
+            .message
+            .contains("step 1/3 (restart kubelet.service)"),
+        "{}",
+        outcome.message
+    );
     assert_eq!(outcome.requeue_after_ms, Some(5 * M));
     let events = host.kube.events();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].reason, "Remediating");
     // Still there a minute later: waiting, nothing repeated.
     let outcome = run(&host, T0 + M);
-    assert!(outcome.message.contains("waiting for KernelDeadlock to clear"), "{}", outcome.message);
+    assert!(
+        outcome
+            .message
+            .contains("waiting for KernelDeadlock to clear"),
+        "{}",
+        outcome.message
+    );
     assert_eq!(host.systemd.actions(), ["restart kubelet.service"]);
     // Past the window: the next step, once.
     run(&host, T0 + 5 * M);
     run(&host, T0 + 5 * M + S);
-    assert_eq!(host.systemd.actions(), ["restart kubelet.service", "restart containerd.service"]);
+    assert_eq!(
+        host.systemd.actions(),
+        ["restart kubelet.service", "restart containerd.service"]
+    );
 }
 
 #[test]
@@ -114,10 +138,20 @@ fn a_step_that_verifies_ends_the_ladder_and_it_resets_after_the_quiet_time() {
     run(&host, T0);
     set_node(&host, false, false);
     let outcome = run(&host, T0 + M);
-    assert!(outcome.message.contains("verifying it stays clear"), "{}", outcome.message);
+    assert!(
+        outcome.message.contains("verifying it stays clear"),
+        "{}",
+        outcome.message
+    );
     let outcome = run(&host, T0 + 3 * M);
     assert_eq!(outcome.health, Health::Healthy);
-    assert!(outcome.message.contains("step 1/3 (restart kubelet.service) verified"), "{}", outcome.message);
+    assert!(
+        outcome
+            .message
+            .contains("step 1/3 (restart kubelet.service) verified"),
+        "{}",
+        outcome.message
+    );
     let outcome = run(&host, T0 + 40 * M);
     assert!(outcome.message.contains("reset"), "{}", outcome.message);
     assert_eq!(Host::state(&host).get_json::<Ladder>(LADDER).unwrap(), None);
@@ -135,23 +169,49 @@ fn to_reboot(host: &FakeHost) -> Outcome {
 fn a_reboot_drains_first_and_verifies_only_by_a_new_boot_then_uncordons() {
     let host = host(true);
     let outcome = to_reboot(&host);
-    assert!(outcome.message.contains("step 3/3 (reboot)"), "{}", outcome.message);
+    assert!(
+        outcome.message.contains("step 3/3 (reboot)"),
+        "{}",
+        outcome.message
+    );
     assert_eq!(
         host.systemd.actions(),
-        ["restart kubelet.service", "restart containerd.service", "start reboot.target"]
+        [
+            "restart kubelet.service",
+            "restart containerd.service",
+            "start reboot.target"
+        ]
     );
-    assert!(host.kube.actions().contains(&"evict pods/default/web".to_string()), "{:?}", host.kube.actions());
+    assert!(
+        host.kube
+            .actions()
+            .contains(&"evict pods/default/web".to_string()),
+        "{:?}",
+        host.kube.actions()
+    );
     assert_eq!(node(&host)["spec"]["unschedulable"], true);
     // The problem gone, but no new boot: not verified, however long.
     set_node(&host, false, true);
     let outcome = run(&host, T0 + 14 * M);
-    assert!(outcome.message.contains("come back from its reboot"), "{}", outcome.message);
+    assert!(
+        outcome.message.contains("come back from its reboot"),
+        "{}",
+        outcome.message
+    );
     // Rebooted: a new boot identity, Ready; settles, verifies, uncordons.
     host.files.put(BOOT_ID, b"boot-2\n");
     run(&host, T0 + 14 * M + S);
     let outcome = run(&host, T0 + 16 * M + S);
-    assert!(outcome.message.contains("verified; uncordoned the Node"), "{}", outcome.message);
-    assert!(node(&host)["spec"].get("unschedulable").is_none_or(Value::is_null));
+    assert!(
+        outcome.message.contains("verified; uncordoned the Node"),
+        "{}",
+        outcome.message
+    );
+    assert!(
+        node(&host)["spec"]
+            .get("unschedulable")
+            .is_none_or(Value::is_null)
+    );
 }
 
 #[test]
@@ -159,23 +219,60 @@ fn a_reboot_waits_while_its_drain_is_blocked_and_never_reboots_undrained() {
     let host = host(true);
     host.kube.block_eviction("default", "web", "web-pdb");
     let outcome = to_reboot(&host);
-    assert!(outcome.message.contains("held: the drain gave up"), "{}", outcome.message);
-    assert!(outcome.message.contains("blocked by PodDisruptionBudget default/web-pdb"), "{}", outcome.message);
-    assert!(!host.systemd.actions().contains(&"start reboot.target".to_string()));
-    assert!(node(&host)["spec"].get("unschedulable").is_none_or(Value::is_null), "the drain undid its cordon");
+    assert!(
+        outcome.message.contains("held: the drain gave up"),
+        "{}",
+        outcome.message
+    );
+    assert!(
+        outcome
+            .message
+            .contains("blocked by PodDisruptionBudget default/web-pdb"),
+        "{}",
+        outcome.message
+    );
+    assert!(
+        !host
+            .systemd
+            .actions()
+            .contains(&"start reboot.target".to_string())
+    );
+    assert!(
+        node(&host)["spec"]
+            .get("unschedulable")
+            .is_none_or(Value::is_null),
+        "the drain undid its cordon"
+    );
     // The budget frees up: the next look reboots.
     host.kube.unblock_eviction("default", "web");
     run(&host, T0 + 11 * M);
-    assert!(host.systemd.actions().contains(&"start reboot.target".to_string()));
+    assert!(
+        host.systemd
+            .actions()
+            .contains(&"start reboot.target".to_string())
+    );
 }
 
 #[test]
 fn a_step_refused_by_a_budget_is_asked_again_and_the_ladder_does_not_move() {
     let host = host(true);
-    host.systemd.fail_with(Some(Error::BudgetExhausted("fleet budget restarts: no ticket".into())));
+    host.systemd.fail_with(Some(Error::BudgetExhausted(
+        "fleet budget restarts: no ticket".into(),
+    )));
     let outcome = run(&host, T0);
-    assert!(outcome.message.contains("held: budget-exhausted"), "{}", outcome.message);
-    assert_eq!(Host::state(&host).get_json::<Ladder>(LADDER).unwrap().unwrap_or_default().step, None);
+    assert!(
+        outcome.message.contains("held: budget-exhausted"),
+        "{}",
+        outcome.message
+    );
+    assert_eq!(
+        Host::state(&host)
+            .get_json::<Ladder>(LADDER)
+            .unwrap()
+            .unwrap_or_default()
+            .step,
+        None
+    );
     host.systemd.fail_with(None);
     run(&host, T0 + M);
     assert_eq!(host.systemd.actions(), ["restart kubelet.service"]);
@@ -198,11 +295,20 @@ fn past_the_last_step_it_is_degraded_and_acts_no_more() {
     to_reboot(&host);
     let outcome = run(&host, T0 + 15 * M);
     assert_eq!(outcome.health, Health::Degraded, "{}", outcome.message);
-    assert!(outcome.message.contains("every step tried"), "{}", outcome.message);
+    assert!(
+        outcome.message.contains("every step tried"),
+        "{}",
+        outcome.message
+    );
     let actions = host.systemd.actions().len();
     run(&host, T0 + 30 * M);
     assert_eq!(host.systemd.actions().len(), actions);
-    assert!(host.kube.events().iter().any(|e| e.reason == "RemediationExhausted"));
+    assert!(
+        host.kube
+            .events()
+            .iter()
+            .any(|e| e.reason == "RemediationExhausted")
+    );
 }
 
 #[test]
