@@ -240,3 +240,73 @@ fn tend_killed_mid_step_resumes_at_that_step_without_repeating_it() {
     drop(again);
     drop(w.peer);
 }
+
+/// Two nodes with KernelDeadlock at once under a fleet class of one ticket
+/// (`systemd.restart`): one remediates, the other waits and says why.
+#[test]
+fn two_nodes_failing_at_once_under_one_ticket_remediate_one_at_a_time() {
+    let api = KubeApi::start();
+    let peer = SystemdPeer::start();
+    let mut agents = Vec::new();
+    for node in ["node-a", "node-b"] {
+        api.seed_node(node);
+        let sandbox = Sandbox::new();
+        let count = sandbox.path("kubelet.count");
+        sleeper(&peer, &format!("tend-kubelet-{node}.service"), &count);
+        let port = free_port();
+        let host = format!(
+            "listen = \"127.0.0.1:{port}\"\n[host.systemd]\nbus = \"{}\"\n{}[host.fleet]\nnamespace = \"tend-system\"\nliveness = \"10s\"\nrenew-every = \"1s\"\nretry-every = \"500ms\"\n[host.fleet.classes.restart]\noperations = [\"systemd.restart\"]\nshare = 0.0\nmin = 1\n[host.fleet.classes.restart.settle]\nready-for = \"1h\"\n",
+            peer.bus_address(),
+            api.host_kube(&sandbox)
+        );
+        let plugin = format!(
+            r#"[plugins.node-remediator]
+interval = "1s"
+[plugins.node-remediator.grants]
+systemd = {{ units = ["tend-kubelet-{node}.service"], operations = ["restart"] }}
+kube = [{{ resource = "nodes", verbs = ["get", "list", "watch", "patch"], names = ["$NODE"], fields = ["spec.unschedulable"] }}]
+[plugins.node-remediator.config]
+conditions = ["KernelDeadlock"]
+verify-within-ms = 600000
+steps = [{{ action = "restart-unit", unit = "tend-kubelet-{node}.service" }}]
+"#
+        );
+        sandbox.add_plugin("node-remediator", "node-remediator");
+        sandbox.config_on_node(node, &host, &plugin);
+        api.grant_rbac(&sandbox);
+        agents.push((node, sandbox, port, count));
+    }
+    for (node, ..) in &agents {
+        let mut conditions = kubelet_conditions().as_array().unwrap().clone();
+        conditions.push(json!({"type": "KernelDeadlock", "status": "True", "reason": "TaskHung"}));
+        let (code, text) = api
+            .call_raw(
+                "PATCH",
+                &format!("/api/v1/nodes/{node}/status"),
+                "application/merge-patch+json",
+                &json!({"status": {"conditions": conditions}}).to_string(),
+                None,
+                WITHIN,
+            )
+            .unwrap();
+        assert_eq!(code, 200, "{text}");
+    }
+    let daemons: Vec<Daemon> = agents
+        .iter()
+        .map(|(_, sandbox, ..)| sandbox.daemon())
+        .collect();
+    wait_until(WITHIN, "one node's restart", || {
+        agents.iter().any(|(.., count)| starts(count) == 2)
+    });
+    let (first, second) = match starts(&agents[0].3) == 2 {
+        true => (&agents[0], &agents[1]),
+        false => (&agents[1], &agents[0]),
+    };
+    wait_until(WITHIN, "the other waiting, saying why", || {
+        message(second.2).contains("held: budget-exhausted: fleet budget restart")
+    });
+    assert_eq!(starts(&second.3), 1, "both remediated at once");
+    assert_eq!(starts(&first.3), 2);
+    drop(daemons);
+    drop(peer);
+}

@@ -47,6 +47,8 @@ struct Pending {
     namespace: String,
     name: String,
     uid: String,
+    /// The pod as this round's fresh list showed it.
+    object: Value,
     /// Why it is still there: "terminating", a budget's refusal, an error.
     why: String,
     /// When its eviction may be asked again (None: it is leaving).
@@ -172,6 +174,14 @@ impl PluginKube {
         check_evict(&self.rules, &self.call.plugin, node, namespace, name)?;
         let pods = self.backend.resource("", "pods").await?;
         let pod = self.backend.get(&pods, Some(namespace), name).await?;
+        self.evict_pod(namespace, name, &pod).await
+    }
+
+    /// Evict `pod` (read fresh by the caller: a get, or the drain's list of
+    /// this round) through the gate, its grant checked on it.
+    async fn evict_pod(&self, namespace: &str, name: &str, pod: &Value) -> Result<(), CapError> {
+        let node = self.backend.node_name();
+        check_evict(&self.rules, &self.call.plugin, node, namespace, name)?;
         if pod["spec"]["nodeName"].as_str() != Some(node) {
             return Err(CapError::Denied(format!(
                 "kube evict pods/{namespace}/{name}: the pod is not bound to this host's Node; evict reaches this node's pods only"
@@ -189,7 +199,7 @@ impl PluginKube {
             &self.call.plugin,
             node,
             &access,
-            Some(&pod),
+            Some(pod),
             None,
         )?;
         let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
@@ -485,6 +495,7 @@ impl PluginKube {
                 namespace: meta["namespace"].as_str().unwrap_or_default().into(),
                 name: meta["name"].as_str().unwrap_or_default().into(),
                 uid: meta["uid"].as_str().unwrap_or_default().into(),
+                object: (*object).clone(),
                 why: "not evicted yet".into(),
                 retry_at: Some(Instant::now()),
             };
@@ -507,6 +518,7 @@ impl PluginKube {
                     if p.uid != uid {
                         *p = entry();
                     }
+                    p.object = (*object).clone();
                 }
             }
         }
@@ -535,7 +547,7 @@ impl PluginKube {
                         .evict(Run::DryRun, &p.namespace, &p.name, &p.uid)
                         .await?;
                 }
-                self.evict(&p.namespace, &p.name).await
+                self.evict_pod(&p.namespace, &p.name, &p.object).await
             };
             let answer = match tokio::time::timeout_at(give_up_at, asked).await {
                 Ok(answer) => answer,
