@@ -100,7 +100,10 @@ fn tends_requests(api: &KubeApi, since: u64) -> Vec<Value> {
     api.requests_since(since)
         .into_iter()
         .filter(|r| {
-            r["userAgent"].as_str().is_some_and(|a| a.starts_with("tend/")) && r["verb"] != "watch"
+            r["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("tend/"))
+                && r["verb"] != "watch"
         })
         .collect()
 }
@@ -127,7 +130,9 @@ fn main() {
             .unwrap_or(0)
     };
 
-    println!("== an idle node: API requests of 5 reconciles (its Node read from the watch cache) ==");
+    println!(
+        "== an idle node: API requests of 5 reconciles (its Node read from the watch cache) =="
+    );
     let seq = api.request_seq();
     let before = reconciles();
     for _ in 0..5 {
@@ -136,13 +141,17 @@ fn main() {
         // The daemon takes one manual reconcile a second.
         std::thread::sleep(Duration::from_millis(1100));
     }
-    time_until(Duration::from_secs(30), "5 reconciles", || reconciles() >= before + 5);
+    time_until(Duration::from_secs(30), "5 reconciles", || {
+        reconciles() >= before + 5
+    });
     println!(
         "{} requests (the daemon's reconciles through its control socket)",
         tends_requests(&api, seq).len()
     );
 
-    println!("\n== KernelDeadlock set -> Node cordoned (the reboot step's drain), and the drain of {PODS} pods ==");
+    println!(
+        "\n== KernelDeadlock set -> Node cordoned (the reboot step's drain), and the drain of {PODS} pods =="
+    );
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let (mut to_cordon, mut to_drained, mut requests) = (vec![], vec![], vec![]);
     for _ in 0..ROUNDS {
@@ -158,7 +167,9 @@ fn main() {
             event["object"]["spec"]["unschedulable"] == true
         });
         to_cordon.push(set.elapsed());
-        time_until(Duration::from_secs(60), "every pod gone", || pods_left(&api) == 0);
+        time_until(Duration::from_secs(60), "every pod gone", || {
+            pods_left(&api) == 0
+        });
         to_drained.push(set.elapsed());
         // The reboot not made (no bus): the outcome says the step is held.
         time_until(Duration::from_secs(30), "the step held", || {
@@ -168,7 +179,11 @@ fn main() {
         });
         requests.push(tends_requests(&api, seq).len());
         deadlock(&api, "False");
-        patch(&api, &format!("/api/v1/nodes/{NODE}"), &json!({"spec": {"unschedulable": null}}));
+        patch(
+            &api,
+            &format!("/api/v1/nodes/{NODE}"),
+            &json!({"spec": {"unschedulable": null}}),
+        );
         time_until(Duration::from_secs(30), "the ladder idle", || {
             plugin_status(port, "node-remediator")["last"]["message"]
                 .as_str()
