@@ -184,8 +184,11 @@ fn a_condition_that_stays_escalates_exactly_once_and_a_recovery_ends_the_ladder(
     assert_eq!(starts(&w.kubelet), 2, "the first step was taken once");
     // It clears (problem-detector's TTL): verified after 2 s clear.
     deadlock(&w.api, "False");
+    // Verified, then watching (the next reconcile, a second later).
     wait_until(WITHIN, "the step verified", || {
-        message(w.port).contains("step 2/2 (restart tend-runtime.service) verified")
+        let m = message(w.port);
+        m.contains("step 2/2 (restart tend-runtime.service) verified")
+            || m.contains("recovered by step 2/2 (restart tend-runtime.service)")
     });
     assert_eq!((starts(&w.kubelet), starts(&w.runtime)), (2, 2));
     let reasons = events(&w.api);
