@@ -54,25 +54,10 @@ steps = [{ action = "reboot", drain-deadline-ms = 60000, target = "tend-bench-re
 fn deadlock(api: &KubeApi, status: &str) {
     let mut conditions = kubelet_conditions().as_array().unwrap().clone();
     conditions.push(json!({"type": "KernelDeadlock", "status": status, "reason": "TaskHung"}));
-    patch(
-        api,
+    api.merge_patch(
         &format!("/api/v1/nodes/{NODE}/status"),
         &json!({"status": {"conditions": conditions}}),
     );
-}
-
-fn patch(api: &KubeApi, path: &str, body: &Value) {
-    let (code, text) = api
-        .call_raw(
-            "PATCH",
-            path,
-            "application/merge-patch+json",
-            &body.to_string(),
-            None,
-            Duration::from_secs(30),
-        )
-        .unwrap();
-    assert_eq!(code, 200, "{text}");
 }
 
 /// 30 Running, Ready pods on the Node, each leaving at once when evicted.
@@ -179,8 +164,7 @@ fn main() {
         });
         requests.push(tends_requests(&api, seq).len());
         deadlock(&api, "False");
-        patch(
-            &api,
+        api.merge_patch(
             &format!("/api/v1/nodes/{NODE}"),
             &json!({"spec": {"unschedulable": null}}),
         );

@@ -92,6 +92,33 @@ pub fn check_evict(
     )
 }
 
+/// May `plugin` evict `pod` (its JSON, read fresh): [`check_evict`] by
+/// name, the pod bound to `node` whatever the grant says, and the rule's
+/// selectors (`field-selector = "spec.nodeName=$NODE"`) checked on it.
+pub fn check_evict_pod(
+    rules: &[KubeRule],
+    plugin: &str,
+    node: &str,
+    namespace: &str,
+    name: &str,
+    pod: &Value,
+) -> Result<(), Refusal> {
+    check_evict(rules, plugin, node, namespace, name)?;
+    if pod["spec"]["nodeName"].as_str() != Some(node) {
+        return Err(Refusal::Denied(format!(
+            "kube evict pods/{namespace}/{name}: the pod is not bound to this host's Node; evict reaches this node's pods only"
+        )));
+    }
+    let access = Access {
+        group: "",
+        resource: "pods/eviction",
+        verb: Verb::Create,
+        namespace: Some(namespace),
+        name: Some(name),
+    };
+    check_object(rules, plugin, node, &access, Some(pod), None)
+}
+
 /// What a drain does with one pod bound to the Node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Disposition {

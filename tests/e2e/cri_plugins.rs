@@ -819,21 +819,9 @@ fn a_stalled_pull_is_cut_at_the_pull_timeout_and_retried_with_backoff_while_othe
 
 /// A long-running unit that counts its starts in `count`: containerd's stand-in.
 fn runtime_unit(peer: &SystemdPeer, unit: &str, count: &Path) {
-    std::fs::write(
-        peer.units_dir().join(unit),
-        format!(
-            "[Service]\nExecStartPre=/bin/sh -c 'echo started >> {}'\nExecStart=/bin/sleep 1000\n",
-            count.display()
-        ),
-    )
-    .unwrap();
-    peer.manager(&["Reload"]);
+    peer.counting_unit(unit, count);
     peer.manager(&["StartUnit", "ss", unit, "replace"]);
     peer.wait_for_unit(unit, "ActiveState", "active", WITHIN);
-}
-
-fn starts(path: &Path) -> usize {
-    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
 }
 
 /// A containerd 1.7 config file (version 2) with the operator's comments.

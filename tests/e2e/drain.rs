@@ -44,8 +44,7 @@ fn ready_pod(api: &KubeApi, name: &str, node: &str, app: &str, owner: Option<Val
     }
     let (status, body) = api.call("POST", "/api/v1/namespaces/default/pods", Some(&pod));
     assert_eq!(status, 201, "{body}");
-    merge_patch(
-        api,
+    api.merge_patch(
         &format!("/api/v1/namespaces/default/pods/{name}/status"),
         &json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
     );
@@ -66,25 +65,9 @@ fn budget(api: &KubeApi, name: &str, app: &str, min_available: u32) {
     assert_eq!(status, 201, "{body}");
 }
 
-/// A merge patch as the admin: its status.
-fn merge_patch(api: &KubeApi, path: &str, body: &Value) {
-    let (status, text) = api
-        .call_raw(
-            "PATCH",
-            path,
-            "application/merge-patch+json",
-            &body.to_string(),
-            None,
-            WITHIN,
-        )
-        .unwrap();
-    assert_eq!(status, 200, "PATCH {path}: {text}");
-}
-
 /// Make `web-pdb` keep `min_available` pods.
 fn keep(api: &KubeApi, min_available: u32) {
-    merge_patch(
-        api,
+    api.merge_patch(
         "/apis/policy/v1/namespaces/default/poddisruptionbudgets/web-pdb",
         &json!({"spec": {"minAvailable": min_available}}),
     );

@@ -13,27 +13,16 @@ use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
 use tend_e2e::{
-    Daemon, KubeApi, Sandbox, SystemdPeer, free_port, kubelet_conditions, plugin_status, wait_until,
+    Daemon, KubeApi, Sandbox, SystemdPeer, free_port, kubelet_conditions, plugin_status, starts,
+    wait_until,
 };
 
 const WITHIN: Duration = Duration::from_secs(30);
 const NODE: &str = "e2e-node";
 
-fn starts(path: &Path) -> usize {
-    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
-}
-
 /// A unit that stays up and counts its starts in `count`.
 fn sleeper(peer: &SystemdPeer, unit: &str, count: &Path) {
-    std::fs::write(
-        peer.units_dir().join(unit),
-        format!(
-            "[Service]\nExecStartPre=/bin/sh -c 'echo started >> {}'\nExecStart=/bin/sleep 1000\n",
-            count.display()
-        ),
-    )
-    .unwrap();
-    peer.manager(&["Reload"]);
+    peer.counting_unit(unit, count);
     peer.manager(&["StartUnit", "ss", unit, "replace"]);
     peer.wait_for_unit(unit, "ActiveState", "active", WITHIN);
 }
@@ -46,18 +35,10 @@ fn deadlock(api: &KubeApi, status: &str) {
         json!({"type": "KernelDeadlock", "status": status, "reason": "TaskHung",
                            "message": "task blocked for more than 120 seconds"}),
     );
-    let body = json!({"status": {"conditions": conditions}}).to_string();
-    let (code, text) = api
-        .call_raw(
-            "PATCH",
-            &format!("/api/v1/nodes/{NODE}/status"),
-            "application/merge-patch+json",
-            &body,
-            None,
-            WITHIN,
-        )
-        .unwrap();
-    assert_eq!(code, 200, "{text}");
+    api.merge_patch(
+        &format!("/api/v1/nodes/{NODE}/status"),
+        &json!({"status": {"conditions": conditions}}),
+    );
 }
 
 /// tend with node-remediator: restart the kubelet's unit, then the
@@ -282,17 +263,10 @@ steps = [{{ action = "restart-unit", unit = "tend-kubelet-{node}.service" }}]
     for (node, ..) in &agents {
         let mut conditions = kubelet_conditions().as_array().unwrap().clone();
         conditions.push(json!({"type": "KernelDeadlock", "status": "True", "reason": "TaskHung"}));
-        let (code, text) = api
-            .call_raw(
-                "PATCH",
-                &format!("/api/v1/nodes/{node}/status"),
-                "application/merge-patch+json",
-                &json!({"status": {"conditions": conditions}}).to_string(),
-                None,
-                WITHIN,
-            )
-            .unwrap();
-        assert_eq!(code, 200, "{text}");
+        api.merge_patch(
+            &format!("/api/v1/nodes/{node}/status"),
+            &json!({"status": {"conditions": conditions}}),
+        );
     }
     let daemons: Vec<Daemon> = agents
         .iter()

@@ -5,14 +5,10 @@
 use std::path::Path;
 use std::time::Duration;
 use tend_e2e::{
-    Sandbox, SystemdPeer, free_port, journal, plugin_status, wait_for_plugin, wait_until,
+    Sandbox, SystemdPeer, free_port, journal, plugin_status, starts, wait_for_plugin, wait_until,
 };
 
 const WITHIN: Duration = Duration::from_secs(20);
-
-fn starts(path: &Path) -> usize {
-    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
-}
 
 /// A oneshot unit that stays active, counts its starts in `count` (with
 /// ExecStartPre) and reads `conf` if given.
@@ -167,19 +163,6 @@ fn unit_doctor_restarts_a_failed_unit_at_once_and_stops_when_it_flaps() {
     assert!(daemon.terminate(Duration::from_secs(10)));
 }
 
-/// A long-running unit that counts its starts in `count`.
-fn sleeper(peer: &SystemdPeer, unit: &str, count: &Path) {
-    std::fs::write(
-        peer.units_dir().join(unit),
-        format!(
-            "[Service]\nExecStartPre=/bin/sh -c 'echo started >> {}'\nExecStart=/bin/sleep 1000\n",
-            count.display()
-        ),
-    )
-    .unwrap();
-    peer.manager(&["Reload"]);
-}
-
 fn doctor(sandbox: &Sandbox, host: &str, grant: &str, check: &str) {
     sandbox
         .add_plugin("unit-doctor", "unit-doctor")
@@ -199,7 +182,7 @@ fn unit_doctor_restarts_a_unit_whose_health_endpoint_fails_past_fail_after_once(
     let sandbox = Sandbox::new();
     let (port, dead) = (free_port(), free_port());
     let count = sandbox.path("web.count");
-    sleeper(&peer, "tend-web.service", &count);
+    peer.counting_unit("tend-web.service", &count);
     peer.manager(&["StartUnit", "ss", "tend-web.service", "replace"]);
     peer.wait_for_unit("tend-web.service", "ActiveState", "active", WITHIN);
     doctor(
@@ -247,7 +230,7 @@ fn ungranted_and_over_budget_restarts_are_refused_and_plans_change_nothing() {
     let peer = SystemdPeer::start();
     let sandbox = Sandbox::new();
     let count = sandbox.path("x.count");
-    sleeper(&peer, "tend-x.service", &count);
+    peer.counting_unit("tend-x.service", &count);
     let host = format!("[host.systemd]\nbus = \"{}\"", peer.bus_address());
     let check = "unit = \"tend-x.service\"\nprobe = \"active\"\nfail-after-ms = 0\nbackoff-ms = 0";
     doctor(
@@ -311,7 +294,7 @@ fn the_bus_going_away_fails_only_the_plugin_and_tend_recovers_when_it_returns() 
     let sandbox = Sandbox::new();
     let port = free_port();
     let count = sandbox.path("y.count");
-    sleeper(&peer, "tend-y.service", &count);
+    peer.counting_unit("tend-y.service", &count);
     peer.manager(&["StartUnit", "ss", "tend-y.service", "replace"]);
     peer.wait_for_unit("tend-y.service", "ActiveState", "active", WITHIN);
     sandbox

@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use tend_rules::drain::{
-    Disposition, blocked_message, check_cordon, check_evict, cordon_patch, cordoned, disposition,
-    named,
+    Disposition, blocked_message, check_cordon, check_evict, check_evict_pod, cordon_patch,
+    cordoned, disposition, named,
 };
 use tend_rules::kube::{
     Access, FieldSelector, KubeRule, LabelSelector, MAX_BODY, MAX_SELECTOR, OwnLease, PatchShape,
@@ -833,21 +833,9 @@ impl Kube for FakeKube {
             check_evict(&rules, &self.plugin, &node, namespace, name)
                 .map_err(crate::Error::from)?;
             // As the host: the pod read, bound to this node, the rule's
-            // selectors (`spec.nodeName=$NODE`) checked on it.
+            // selectors checked on it.
             let pod = self.stored("evict", &pods, Some(namespace), name)?;
-            if pod["spec"]["nodeName"].as_str() != Some(node.as_str()) {
-                return Err(Error::Denied(format!(
-                    "kube evict pods/{namespace}/{name}: the pod is not bound to this host's Node; evict reaches this node's pods only"
-                )));
-            }
-            let access = Access {
-                group: "",
-                resource: "pods/eviction",
-                verb: Verb::Create,
-                namespace: Some(namespace),
-                name: Some(name),
-            };
-            check_object(&rules, &self.plugin, &node, &access, Some(&pod), None)
+            check_evict_pod(&rules, &self.plugin, &node, namespace, name, &pod)
                 .map_err(crate::Error::from)?;
         }
         self.failing("evict")?;
@@ -906,12 +894,13 @@ impl Kube for FakeKube {
         for pod in pods.values() {
             if disposition(pod) == Disposition::Evict {
                 let meta = &pod["metadata"];
-                check_evict(
+                check_evict_pod(
                     &self.rules.borrow(),
                     &self.plugin,
                     &node,
                     meta["namespace"].as_str().unwrap_or_default(),
                     meta["name"].as_str().unwrap_or_default(),
+                    pod,
                 )
                 .map_err(crate::Error::from)?;
             }

@@ -341,6 +341,22 @@ impl KubeApi {
         (status, json)
     }
 
+    /// A merge patch of `path` as the admin (a status subresource too),
+    /// asserted to succeed.
+    pub fn merge_patch(&self, path: &str, body: &serde_json::Value) {
+        let (status, text) = self
+            .call_raw(
+                "PATCH",
+                path,
+                "application/merge-patch+json",
+                &body.to_string(),
+                None,
+                Duration::from_secs(30),
+            )
+            .unwrap_or_else(|e| panic!("PATCH {path}: {e}"));
+        assert_eq!(status, 200, "PATCH {path}: {text}");
+    }
+
     /// Open a watch (`path` with its query, e.g.
     /// `/api/v1/nodes?watch=1&resourceVersion=0`); events as they come.
     pub fn watch(&self, path: &str) -> KubeWatch {

@@ -126,6 +126,20 @@ impl SystemdPeer {
         }
     }
 
+    /// Write `unit` into the units dir, a long-running service that counts
+    /// its starts in `count` (a line each, see [`starts`]), and reload.
+    pub fn counting_unit(&self, unit: &str, count: &Path) {
+        std::fs::write(
+            self.units_dir().join(unit),
+            format!(
+                "[Service]\nExecStartPre=/bin/sh -c 'echo started >> {}'\nExecStart=/bin/sleep 1000\n",
+                count.display()
+            ),
+        )
+        .unwrap();
+        self.manager(&["Reload"]);
+    }
+
     /// Call a method of org.freedesktop.systemd1.Manager, e.g.
     /// `manager(&["StartUnit", "ss", "hello.service", "replace"])`; returns busctl's output.
     pub fn manager(&self, method_and_args: &[&str]) -> String {
@@ -385,4 +399,9 @@ impl PeerProcesses {
     pub fn cgroup_exists(&self) -> bool {
         self.cgroup.exists()
     }
+}
+
+/// How many times a [`SystemdPeer::counting_unit`] started (its count file's lines).
+pub fn starts(count: &Path) -> usize {
+    std::fs::read_to_string(count).map_or(0, |t| t.lines().count())
 }

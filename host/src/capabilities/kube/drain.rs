@@ -22,7 +22,8 @@ use crate::wit::kube::{DrainOptions, DrainReport};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use tend_rules::drain::{
-    Disposition, blocked_reason, check_cordon, check_evict, cordon_patch, cordoned, disposition,
+    Disposition, blocked_reason, check_cordon, check_evict, check_evict_pod, cordon_patch,
+    cordoned, disposition,
 };
 use tokio::time::{Duration, Instant};
 
@@ -181,27 +182,7 @@ impl PluginKube {
     /// this round) through the gate, its grant checked on it.
     async fn evict_pod(&self, namespace: &str, name: &str, pod: &Value) -> Result<(), CapError> {
         let node = self.backend.node_name();
-        check_evict(&self.rules, &self.call.plugin, node, namespace, name)?;
-        if pod["spec"]["nodeName"].as_str() != Some(node) {
-            return Err(CapError::Denied(format!(
-                "kube evict pods/{namespace}/{name}: the pod is not bound to this host's Node; evict reaches this node's pods only"
-            )));
-        }
-        let access = Access {
-            group: "",
-            resource: "pods/eviction",
-            verb: Verb::Create,
-            namespace: Some(namespace),
-            name: Some(name),
-        };
-        tend_rules::kube::check_object(
-            &self.rules,
-            &self.call.plugin,
-            node,
-            &access,
-            Some(pod),
-            None,
-        )?;
+        check_evict_pod(&self.rules, &self.call.plugin, node, namespace, name, pod)?;
         let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
         let target = format!("pods/{namespace}/{name}");
         let planned = async {
@@ -276,22 +257,7 @@ impl PluginKube {
             let meta = &pod["metadata"];
             let namespace = meta["namespace"].as_str().unwrap_or_default();
             let name = meta["name"].as_str().unwrap_or_default();
-            check_evict(&self.rules, &self.call.plugin, node, namespace, name)?;
-            let access = Access {
-                group: "",
-                resource: "pods/eviction",
-                verb: Verb::Create,
-                namespace: Some(namespace),
-                name: Some(name),
-            };
-            tend_rules::kube::check_object(
-                &self.rules,
-                &self.call.plugin,
-                node,
-                &access,
-                Some(pod),
-                None,
-            )?;
+            check_evict_pod(&self.rules, &self.call.plugin, node, namespace, name, pod)?;
         }
         Ok(())
     }
