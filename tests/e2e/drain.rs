@@ -225,23 +225,15 @@ fn an_uncordon_by_someone_else_during_a_drain_stops_it_before_the_next_eviction(
     keep(&api, 3);
     sandbox.config_with_host(&api.host_kube(&sandbox), &drainer("drainer", 25_000, "24h"));
     api.grant_rbac(&sandbox);
-    let drain = {
-        let sandbox = sandbox.path("tend.toml");
-        std::thread::spawn(move || {
-            let out = std::process::Command::new(tend_e2e::tend_bin())
-                .args(["reconcile", "drainer", "-c"])
-                .arg(sandbox)
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
-        })
-    };
-    wait_until(WITHIN, "the drain's cordon", || cordoned(&api, NODE));
-    // Someone uncordons the Node, then the budget frees up: the drain must
-    // not take that as leave to go on.
-    kubectl.ok(&["uncordon", NODE]);
-    keep(&api, 0);
-    let out = drain.join().unwrap();
+    let out = std::thread::scope(|scope| {
+        let drain = scope.spawn(|| reconcile(&sandbox, "drainer"));
+        wait_until(WITHIN, "the drain's cordon", || cordoned(&api, NODE));
+        // Someone uncordons the Node, then the budget frees up: the drain must
+        // not take that as leave to go on.
+        kubectl.ok(&["uncordon", NODE]);
+        keep(&api, 0);
+        drain.join().unwrap()
+    });
     assert!(out.contains("uncordoned by someone else"), "{out}");
     for pod in ["web-1", "web-2", "web-3"] {
         assert!(

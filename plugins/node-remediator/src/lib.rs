@@ -321,11 +321,10 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
                     &format!("every step tried; {problems} still True"),
                 );
             }
-            let mut outcome = Outcome::degraded(format!(
+            Outcome::degraded(format!(
                 "every step tried and none verified: {problems} still True; the node needs a person (or its replacement)"
-            ));
-            outcome.requeue_after_ms = Some(config.verify_within_ms);
-            outcome
+            ))
+            .requeue_after(Duration::from_millis(config.verify_within_ms))
         }
     };
     if ladder != stored {

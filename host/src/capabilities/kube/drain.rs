@@ -70,11 +70,6 @@ fn line(pod: &str, why: &str) -> String {
     cut(inert(&format!("{pod}: {why}")).into_owned(), MAX_REASON)
 }
 
-/// "<namespace>/<name>" of a listed pod.
-fn pod_key(pod: &Value) -> String {
-    tend_rules::drain::named(pod)
-}
-
 impl PluginKube {
     /// Cordon, evict and drain act on this host's own Node: a cluster-scope
     /// plugin has none (and takes no fleet ticket).
@@ -297,7 +292,7 @@ impl PluginKube {
         let mut pending = BTreeMap::new();
         // From here on, every way out passes the undo below.
         let stopped = self
-            .drain_rounds(give_up_at, within, &mut pending, &mut report)
+            .drain_rounds(&pods, give_up_at, within, &mut pending, &mut report)
             .await;
         let Some(stop) = stopped else {
             return Ok(report);
@@ -305,16 +300,14 @@ impl PluginKube {
         report.remaining = pending.iter().map(|(pod, p)| line(pod, &p.why)).collect();
         let why = match &stop {
             Stop::Uncordoned => {
+                for left in &mut report.remaining {
+                    left.push_str(" (the Node was uncordoned by someone else)");
+                }
                 "the Node was uncordoned by someone else during the drain; nothing more was evicted"
                     .to_string()
             }
             Stop::GaveUp(why) => why.clone(),
         };
-        if matches!(stop, Stop::Uncordoned) {
-            for left in &mut report.remaining {
-                left.push_str(" (the Node was uncordoned by someone else)");
-            }
-        }
         const SHOWN: usize = 10;
         tracing::warn!(
             plugin = %self.call.plugin,
@@ -352,17 +345,14 @@ impl PluginKube {
     /// leave is gone (the cordon still in place), else why it stopped.
     async fn drain_rounds(
         &self,
+        pods: &ResourceInfo,
         give_up_at: Instant,
         within: Duration,
         pending: &mut BTreeMap<String, Pending>,
         report: &mut DrainReport,
     ) -> Option<Stop> {
-        let pods = match self.backend.resource("", "pods").await {
-            Ok(pods) => pods,
-            Err(e) => return Some(Stop::GaveUp(format!("cannot resolve pods: {e}"))),
-        };
         loop {
-            let listed = match tokio::time::timeout_at(give_up_at, self.node_pods(&pods)).await {
+            let listed = match tokio::time::timeout_at(give_up_at, self.node_pods(pods)).await {
                 Ok(Ok(listed)) => listed,
                 Ok(Err(e @ (CapError::Denied(_) | CapError::Invalid(_)))) => {
                     return Some(Stop::GaveUp(e.to_string()));
@@ -445,7 +435,10 @@ impl PluginKube {
         pending: &mut BTreeMap<String, Pending>,
         report: &mut DrainReport,
     ) {
-        let here: BTreeMap<String, &Value> = listed.iter().map(|p| (pod_key(p), p)).collect();
+        let here: BTreeMap<String, &Value> = listed
+            .iter()
+            .map(|p| (tend_rules::drain::named(p), p))
+            .collect();
         pending.retain(|pod, _| {
             let gone = !here.contains_key(pod);
             if gone {
@@ -478,13 +471,14 @@ impl PluginKube {
                     p.retry_at = None;
                 }
                 Disposition::Evict => {
-                    let p = pending.entry(pod.clone()).or_insert_with(entry);
-                    // Another pod under the name: evict that one, afresh.
                     let uid = meta["uid"].as_str().unwrap_or_default();
-                    if p.uid != uid {
-                        *p = entry();
+                    match pending.get_mut(pod) {
+                        Some(p) if p.uid == uid => p.object = (*object).clone(),
+                        // New, or another pod under the name: evict it afresh.
+                        _ => {
+                            pending.insert(pod.clone(), entry());
+                        }
                     }
-                    p.object = (*object).clone();
                 }
             }
         }
