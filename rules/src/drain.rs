@@ -5,6 +5,7 @@
 
 use crate::Refusal;
 use crate::kube::{Access, KubeRule, PatchShape, Verb, check, check_key, check_object};
+use crate::reason::Reason;
 use serde_json::{Value, json};
 
 /// How much of an API server's own words a refusal repeats.
@@ -185,26 +186,30 @@ pub fn blocking_budget(namespace: &str, status: &Value) -> Option<String> {
 }
 
 /// What `evict` answers for a refusal by a PodDisruptionBudget: the
-/// message starts with it, for plugins and for `tend plan`'s reasons.
+/// message starts with its reason (`[pdb:<ns>/<name>]`, `tend plan`'s and
+/// plugins' to read) and says it.
 pub fn blocked_message(pod: &str, budget: Option<&str>, server: &str) -> String {
     // A server's text: inert and bounded.
     let server = crate::text::inert(server);
     let server: String = server.chars().take(MAX_SERVER_TEXT).collect();
-    match budget {
-        Some(budget) => format!(
-            "blocked by PodDisruptionBudget {budget}: evicting {pod} now would break it ({server}); nothing was done, try again later"
+    let namespace = pod.split('/').next().unwrap_or_default();
+    let (reason, which) = match budget {
+        Some(budget) => (budget.to_string(), format!("PodDisruptionBudget {budget}")),
+        None => (
+            format!("{namespace}/*"),
+            format!("a PodDisruptionBudget in {namespace}"),
         ),
-        None => format!(
-            "blocked by a PodDisruptionBudget in {}: evicting {pod} now would break it ({server}); nothing was done, try again later",
-            pod.split('/').next().unwrap_or_default(),
-        ),
-    }
+    };
+    Reason::Pdb(reason).tag(&format!(
+        "blocked by {which}: evicting {pod} now would break it ({server}); nothing was done, try again later"
+    ))
 }
 
-/// "blocked by PodDisruptionBudget <ns>/<name>" of a [`blocked_message`]:
-/// what a drain's report says of a pod it left for that reason.
+/// "[pdb:<ns>/<name>] blocked by PodDisruptionBudget <ns>/<name>" of a
+/// [`blocked_message`]: what a drain's report says of a pod it left for
+/// that reason.
 pub fn blocked_reason(message: &str) -> Option<&str> {
-    message.starts_with("blocked by ").then(|| {
+    matches!(Reason::of(message), Some(Reason::Pdb(_))).then(|| {
         message
             .split_once(": ")
             .map_or(message, |(reason, _)| reason)
@@ -328,17 +333,28 @@ mod tests {
             Some("default/web-pdb"),
             "Cannot evict\u{1b}[2J",
         );
-        assert!(message.starts_with("blocked by PodDisruptionBudget default/web-pdb:"));
-        assert!(!message.contains('\u{1b}'), "{message}");
         assert!(
-            blocked_message("default/web-1", None, "x")
-                .starts_with("blocked by a PodDisruptionBudget in default")
+            message.starts_with(
+                "[pdb:default/web-pdb] blocked by PodDisruptionBudget default/web-pdb:"
+            ),
+            "{message}"
+        );
+        assert_eq!(
+            Reason::of(&message),
+            Some(Reason::Pdb("default/web-pdb".into()))
+        );
+        assert!(!message.contains('\u{1b}'), "{message}");
+        let unnamed = blocked_message("default/web-1", None, "x");
+        assert!(
+            unnamed.starts_with("[pdb:default/*] blocked by a PodDisruptionBudget in default"),
+            "{unnamed}"
         );
         assert_eq!(
             blocked_reason(&message),
-            Some("blocked by PodDisruptionBudget default/web-pdb")
+            Some("[pdb:default/web-pdb] blocked by PodDisruptionBudget default/web-pdb")
         );
         assert_eq!(blocked_reason("the API server did not answer"), None);
+        assert_eq!(blocked_reason("[budget] budget \"x\": spent"), None);
     }
 
     #[test]

@@ -56,6 +56,16 @@ impl Error {
         }
     }
 
+    /// The named reason a refusal (`budget-exhausted`) begins with
+    /// (`[window] ...`): every refusal of the host's gate and fleet has one.
+    /// Other errors name none.
+    pub fn reason(&self) -> Option<crate::reason::Reason> {
+        match self {
+            Error::BudgetExhausted(message) => crate::reason::Reason::of(message),
+            _ => None,
+        }
+    }
+
     /// The same case with its message changed by `f` (the host bounds the
     /// text of errors a plugin returns without naming each case).
     pub fn map_message(self, f: impl FnOnce(String) -> String) -> Error {

@@ -19,6 +19,7 @@
 //!   [`kube::check_size`], [`kube::check_event`], [`cri::check_filter_labels`],
 //!   [`files::file_mode`].
 //! - [`state::check_key`], [`state::check_value`]: the sizes of a plugin's state.
+//! - [`reason`]: the named reason a refusal begins with (`[window] ...`).
 //! - [`wit`]: every imported interface's functions, generated from `wit/`.
 //! - [`Error`]: the one 8-case capability error (the WIT `error` variant) that
 //!   host and SDK both use; a [`Refusal`] converts into it.
@@ -36,6 +37,7 @@ pub mod ident;
 pub mod kube;
 pub mod logs;
 pub mod metrics;
+pub mod reason;
 pub mod state;
 pub mod systemd;
 pub mod text;

@@ -54,6 +54,13 @@ fn is_identifier(text: &str) -> bool {
         && text.len() <= MAX_NAME
 }
 
+/// The refusal of a new series beyond [`MAX_SERIES`] (host and SDK fake alike).
+pub fn too_many_series(name: &str, plugin: &str) -> crate::Error {
+    crate::Error::BudgetExhausted(crate::reason::Reason::Limit.tag(&format!(
+        "metric {name}: plugin {plugin} already has {MAX_SERIES} series, the most a plugin may have: use labels with few values (a cache, not a request id)"
+    )))
+}
+
 /// Whether `name` and `labels` make a valid series of `kind`: a
 /// `[a-z][a-z0-9_]*` name whose family is not the host's and that ends in
 /// none of `_total` (gauges; counters get it), `_bucket`, `_count`, `_sum`;

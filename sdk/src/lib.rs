@@ -67,7 +67,7 @@ macro_rules! capability_list {
                 fake: FakeKube,
                 types: [
                     DrainOptions, DrainReport, EventType, ListParams, ObjectKey, ObjectList,
-                    PatchType,
+                    PatchType, REPLACE_ANNOTATION,
                 ],
                 testing: [IntoKubeRules, RecordedEvent, RecordedPatch, merge_patch],
             },
@@ -144,6 +144,9 @@ pub use clock::{human_duration, wall_clock_ms};
 pub use host::Host;
 pub use log::Level;
 pub use not_provided::NotProvided;
+/// The named reason a refusal (and a built-in plugin's held-back outcome)
+/// begins with: `[window]`, `[pdb:<ns>/<name>]`, ... ([`Error::reason`]).
+pub use tend_rules::reason::Reason;
 pub use types::{Context, Error, Health, Outcome, PluginInfo, Result, Trigger};
 
 /// The generated bindings of the `tend:plugin` world, on every target: their

@@ -4,7 +4,7 @@
 //! host declares itself (`state`, `last_success_timestamp_seconds`, the
 //! counter `load_errors`) are `invalid`.
 
-use crate::{Error, NotProvided, Result};
+use crate::{NotProvided, Result};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use tend_rules::metrics::{Kind, MAX_SERIES, check_series};
@@ -127,11 +127,7 @@ impl FakeMetrics {
         let key = series(kind, name, labels);
         let mut values = self.values.borrow_mut();
         if !values.contains_key(&key) && values.len() >= MAX_SERIES {
-            return Err(Error::BudgetExhausted(format!(
-                "metric {name}: plugin {} already has {MAX_SERIES} series, the most a plugin may have: \
-                 use labels with few values (a cache, not a request id)",
-                self.plugin
-            )));
+            return Err(tend_rules::metrics::too_many_series(name, &self.plugin));
         }
         update(values.entry(key).or_insert(0.0));
         Ok(())
@@ -150,6 +146,7 @@ impl Metrics for FakeMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
 
     #[test]
     fn counters_add_up_and_gauges_keep_the_last_value() {

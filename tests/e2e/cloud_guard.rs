@@ -1417,7 +1417,8 @@ fn a_listing_over_read_per_reconcile_is_refused(provider: Provider) {
     let listed = result_of(&out, "list-instances", OWNER_TAG);
     // (The hint after "; " is cut off by `result_of`: looked up in `out`.)
     assert!(
-        listed.starts_with("budget-exhausted: cloud list-instances: this reconcile has read")
+        listed
+            .starts_with("budget-exhausted: [limit] cloud list-instances: this reconcile has read")
             && out.contains("raise [plugins.chaos.limits] read-per-reconcile (now 4.0 KiB)"),
         "{out}"
     );

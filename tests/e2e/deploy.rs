@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use tend_e2e::{
-    Daemon, KubeApi, Sandbox, free_port, http_get, kubectl_bin, metric, plugin, status, tend_bin,
-    time_until, wait_until, workspace_root,
+    Daemon, KubeApi, Sandbox, free_port, http_get, kubectl_bin, kubelet_conditions, metric, plugin,
+    status, tend_bin, time_until, wait_until, workspace_root,
 };
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -390,6 +390,71 @@ fn the_kustomization_renders_a_deployment_that_works_on_real_nodes() {
     );
 }
 
+/// components/medik8s: the CRDs NodeHealthCheck's template and requests
+/// need, named as node-remediator reads them (its `medik8s` module) and as
+/// the Kubernetes fake serves them (the fake serves them as if installed:
+/// its discovery must say what these CRDs would), the template's kind the
+/// request's with NHC's "Template" suffix, and NHC's aggregated role.
+#[test]
+fn the_medik8s_component_defines_what_node_remediator_and_the_fake_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = Command::new("cp")
+        .args(["-r", deploy_dir().to_str().unwrap()])
+        .arg(dir.path().join("deploy"))
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let overlay = dir.path().join("overlay");
+    std::fs::create_dir(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        "resources:\n- ../deploy\ncomponents:\n- ../deploy/components/medik8s\n",
+    )
+    .unwrap();
+    let objects = kustomize(&overlay);
+    let source =
+        std::fs::read_to_string(workspace_root().join("plugins/node-remediator/src/medik8s.rs"))
+            .unwrap();
+    let api = KubeApi::start();
+    let (code, discovery) = api.call("GET", "/apis/remediation.tend.dev/v1alpha1", None);
+    assert_eq!(code, 200, "{discovery}");
+    for (kind, plural) in [
+        ("TendRemediation", "tendremediations"),
+        ("TendRemediationTemplate", "tendremediationtemplates"),
+    ] {
+        let crd = object(
+            &objects,
+            "CustomResourceDefinition",
+            &format!("{plural}.remediation.tend.dev"),
+        );
+        assert_eq!(crd["spec"]["group"], "remediation.tend.dev");
+        assert_eq!(crd["spec"]["names"]["kind"], kind);
+        assert_eq!(crd["spec"]["versions"][0]["name"], "v1alpha1");
+        assert!(
+            crd["spec"]["versions"][0]["subresources"].is_null(),
+            "no status subresource: the status is patched with the object"
+        );
+        let served = discovery["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == plural && r["kind"] == kind && r["namespaced"] == true);
+        assert!(served, "the fake serves {plural}: {discovery}");
+    }
+    assert!(source.contains("\"remediation.tend.dev/v1alpha1\""));
+    assert!(source.contains("pub const KIND: &str = \"TendRemediation\";"));
+    let template = object(&objects, "TendRemediationTemplate", "tend");
+    assert!(
+        template["spec"]["template"]["spec"].is_object(),
+        "{template}"
+    );
+    let role = object(&objects, "ClusterRole", "tend-remediation-for-nhc");
+    assert_eq!(
+        role["metadata"]["labels"]["rbac.ext-remediation/aggregate-to-ext-remediation"],
+        "true"
+    );
+}
+
 /// components/hot-reload: one unhashed ConfigMap name, so kubelet swaps the
 /// mounted config in place and every node reloads it.
 #[test]
@@ -503,11 +568,23 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 /// Families plugins export (`tend_plugin_<name>`), and the built-in plugin
 /// that exports each: a daemon without that plugin's peers cannot show them,
 /// so the test checks the plugin's source declares them.
-const PLUGIN_FAMILIES: [(&str, &str, &str); 1] = [(
-    "tend_plugin_breaker_open",
-    "node-reaper",
-    "\"breaker_open\"",
-)];
+const PLUGIN_FAMILIES: [(&str, &str, &str); 3] = [
+    (
+        "tend_plugin_breaker_open",
+        "node-reaper",
+        "\"breaker_open\"",
+    ),
+    (
+        "tend_plugin_remediation_overdue_timestamp_seconds",
+        "node-remediator",
+        "\"remediation_overdue_timestamp_seconds\"",
+    ),
+    (
+        "tend_plugin_remediation_exhausted",
+        "node-remediator",
+        "\"remediation_exhausted\"",
+    ),
+];
 
 /// The dashboard's queries and the alerts' expressions use only metrics a
 /// live tend exports: a real daemon with plugins that succeed, fail and lead.
@@ -605,8 +682,9 @@ fn alert_rules() -> Vec<(String, String, BTreeSet<String>)> {
 /// tends (as the ServiceMonitor does: job `tend-metrics`, a `node` label),
 /// answers in the state the alert describes, with every label its text names:
 /// on `sick-node` a plugin that fails, one whose file is missing, one over its
-/// budget, node-reaper with its `no_nodes` breaker open (an instance, no Node)
-/// and, later, a config rejected and the daemon killed (TendDown); on
+/// budget, node-reaper with its `not_ready` breaker open (its one Node
+/// NotReady), node-remediator's ladder exhausted and overdue (one step that
+/// never verifies: KernelDeadlock stays True) and, later, a config rejected and the daemon killed (TendDown); on
 /// `follower-node` a replica whose Lease another holder keeps (no leader).
 /// On `well-node`, a healthy tend beside them, none of the per-node alerts
 /// answers. (`for:` is promtool's part, in the rules' unit tests.)
@@ -630,9 +708,26 @@ fn every_alert_answers_on_live_tends_in_the_state_it_describes() {
         ],
     );
 
+    // The sick Node: NotReady, with a KernelDeadlock nothing clears.
+    api.seed_node("sick-node");
+    let mut conditions = kubelet_conditions().as_array().unwrap().clone();
+    for condition in &mut conditions {
+        if condition["type"] == "Ready" {
+            condition["status"] = "False".into();
+        }
+    }
+    conditions.push(
+        serde_json::json!({"type": "KernelDeadlock", "status": "True", "reason": "TaskHung"}),
+    );
+    api.merge_patch(
+        "/api/v1/nodes/sick-node/status",
+        &serde_json::json!({"status": {"conditions": conditions}}),
+    );
+
     let sick = Sandbox::new();
     sick.add_plugin("chaos", "chaos");
     sick.add_plugin("node-reaper", "node-reaper");
+    sick.add_plugin("node-remediator", "node-remediator");
     let out = sick.path("out");
     std::fs::create_dir_all(&out).unwrap();
     let sick_host = format!(
@@ -665,6 +760,19 @@ cloud = {{ operations = ["list-instances"], instances = [{{ tag = "kubernetes-cl
 kube = [{{ resource = "nodes", verbs = ["get", "list", "watch"] }}]
 [plugins.node-reaper.config]
 owner = {{ tag = "kubernetes-cluster", value = "alerts" }}
+[plugins.node-remediator]
+interval = "1s"
+[plugins.node-remediator.grants]
+kube = [
+  {{ resource = "nodes", verbs = ["get", "list", "watch", "patch"], names = ["$NODE"], fields = ["spec.unschedulable", "metadata.annotations"] }},
+  {{ resource = "pods", verbs = ["get", "list"], field-selector = "spec.nodeName=$NODE" }},
+  {{ resource = "pods/eviction", verbs = ["create"], field-selector = "spec.nodeName=$NODE" }},
+]
+[plugins.node-remediator.config]
+conditions = ["KernelDeadlock"]
+steps = [{{ action = "replace" }}]
+verify-within-ms = 1000
+alert-after-ms = 1000
 "#,
         out = out.display()
     );

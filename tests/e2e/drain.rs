@@ -138,7 +138,7 @@ fn a_drain_evicts_what_the_budget_allows_stops_at_its_deadline_naming_it_and_unc
     for blocked in ["default/web-2", "default/web-3"] {
         assert!(
             out.contains(&format!(
-                "{blocked}: blocked by PodDisruptionBudget default/web-pdb"
+                "{blocked}: [pdb:default/web-pdb] blocked by PodDisruptionBudget default/web-pdb"
             )),
             "{blocked} should be named as blocked by the budget: {out}"
         );
@@ -208,9 +208,10 @@ fn a_plan_of_a_drain_names_the_budget_and_changes_nothing() {
     let plan = sandbox.tend(&["plan", "drainer"]);
     let text = format!("{}{}", plan.stdout, plan.stderr);
     assert!(
-        text.contains("blocked by PodDisruptionBudget default/web-pdb"),
+        text.contains("[pdb:default/web-pdb] blocked by PodDisruptionBudget default/web-pdb"),
         "{text}"
     );
+    assert!(text.contains("held back by: pdb:default/web-pdb"), "{text}");
     assert!(pod_exists(&api, "web-1") && !cordoned(&api, NODE));
 }
 
@@ -308,7 +309,9 @@ fn a_drain_held_by_a_budget_gives_its_fleet_ticket_back_and_the_next_node_drains
         || {
             let m = message(port_a, "drainer");
             m.contains("gave up (uncordoned: true)")
-                && m.contains("blocked by PodDisruptionBudget default/web-pdb")
+                && m.contains(
+                    "[pdb:default/web-pdb] blocked by PodDisruptionBudget default/web-pdb",
+                )
         },
     );
     // What lasts (the next reconcile, a second later, finds nothing to do).

@@ -363,7 +363,7 @@ fn without_the_api_server_no_ticket_and_tend_plan_and_status_say_why() {
     assert!(
         status
             .stdout
-            .contains("fleet budget runtime-restart (files.write): refused: fleet budget runtime-restart: 1 of 10 nodes"),
+            .contains("fleet budget runtime-restart (files.write): refused: [budget] fleet budget runtime-restart: 1 of 10 nodes"),
         "{status:?}"
     );
 }

@@ -169,7 +169,7 @@ fn a_budget_shared_by_two_plugins_refuses_journals_and_survives_restarts() {
     let a = sandbox.tend(&["reconcile", "a"]);
     assert!(a.stdout.contains("a: healthy: removed 2"), "{}", a.stdout);
     let b = sandbox.tend(&["reconcile", "b"]);
-    assert!(b.stdout.contains("b: degraded: budget-exhausted: budget \"file-removals\" allows 3 of files.remove per 1h; 3 used"), "{}", b.stdout);
+    assert!(b.stdout.contains("b: degraded: budget-exhausted: [budget] budget \"file-removals\" allows 3 of files.remove per 1h; 3 used"), "{}", b.stdout);
     assert!(
         b.stdout
             .contains("raise max in [host.budgets.file-removals]"),

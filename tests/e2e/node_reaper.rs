@@ -377,6 +377,7 @@ fn main() -> std::process::ExitCode {
         not_ready_nodes_hold_deletions_but_unregistered_instances_never_count,
         the_churn_guard_latches_across_a_restart_until_breaker_reset_is_reloaded,
         protected_errored_and_few_candidates_as_configured,
+        a_replace_request_deletes_the_instance_of_a_cordoned_node_only,
     );
     trials.push(trial(
         "a_listing_truncated_between_pages_deletes_nothing",
@@ -1335,4 +1336,54 @@ fn protected_errored_and_few_candidates_as_configured(provider: Provider) {
         &doomed.iter().collect::<Vec<_>>(),
         &[&registered, &protected],
     );
+}
+
+/// A Node asking to be replaced (node-remediator's last step: the
+/// annotation tend.dev/replace-requested) loses its instance, named by its
+/// providerID, once cordoned and confirmed a pass later; one still
+/// schedulable keeps its instance and the outcome says why, as does one
+/// matched by its name only (no providerID: the request names no instance);
+/// without `replace-requests` nothing is done for any of them.
+fn a_replace_request_deletes_the_instance_of_a_cordoned_node_only(provider: Provider) {
+    let mut cluster = Cluster::start(provider);
+    let asking = |name: &str, cordoned: bool| {
+        let patch = json!({"metadata": {"annotations": {"tend.dev/replace-requested": "true"}},
+            "spec": {"unschedulable": cordoned}});
+        cluster
+            .api
+            .merge_patch(&format!("/api/v1/nodes/{name}"), &patch);
+    };
+    let seeded = |name: &str| {
+        let instance = cluster.cloud.add_instance(name, &owned_in(""));
+        let provider_id = &instance.provider_ids[0];
+        // Its provider ID and its address: both name the instance.
+        cluster.add_node(
+            &format!("{name}-node"),
+            Some(provider_id),
+            Some(&instance.private_ip),
+        );
+        instance
+    };
+    let drained = seeded("drained");
+    let schedulable = seeded("schedulable");
+    let healthy = seeded("healthy");
+    let by_name = cluster.registered("by-name");
+    asking("drained-node", true);
+    asking("schedulable-node", false);
+    asking("by-name", true);
+    cluster.run(
+        "",
+        &[REAPER],
+        &reaper_a("mode = \"enforce\"\nmax-deletions-per-pass = 5\nreplace-requests = true\n"),
+    );
+    cluster.wait_gone(&drained);
+    let message = cluster.wait_outcome(REAPER, "the schedulable Node held", |m| {
+        m.contains(&format!(
+            "{} (replace_requested: its Node asks to be replaced but is schedulable",
+            schedulable.id
+        ))
+    });
+    assert!(!message.contains(&by_name.id), "{message}");
+    cluster.wait_passes(REAPER, 2);
+    cluster.assert_deletes(&[&drained], &[&schedulable, &healthy, &by_name]);
 }

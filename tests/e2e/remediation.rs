@@ -4,9 +4,11 @@
 //! runtime, and the project's Kubernetes API fake (held to kubectl in
 //! tests/e2e/kube_fake.rs) with the RBAC `tend rbac` renders. The test
 //! writes the NodeCondition itself, as problem-detector would, and clears
-//! it, as its TTL would. The reboot step is tested against the SDK's fakes
-//! (plugins/node-remediator/src/tests.rs): a reboot of a real machine, or of
-//! the peer's systemd, cannot run in this suite (said in docs/design.md).
+//! it, as its TTL would. The reboot step reboots the peer's systemd (PID 1 of
+//! its own namespaces: the namespace ends as a machine's processes do); a
+//! unit writes a new identity on every boot, standing in for the kernel's
+//! boot ID (which no test can change), and the test powers the peer back on
+//! and marks the Node Ready again, as firmware and the kubelet would.
 //! Every wait is on a condition with a deadline.
 
 use serde_json::{Value, json};
@@ -30,7 +32,17 @@ fn sleeper(peer: &SystemdPeer, unit: &str, count: &Path) {
 /// The Node's conditions: the kubelet's, and KernelDeadlock as `status`
 /// (what problem-detector writes, through the status subresource).
 fn deadlock(api: &KubeApi, status: &str) {
+    node_conditions(api, true, status);
+}
+
+/// The kubelet's conditions, Ready as `ready`, and KernelDeadlock as `status`.
+fn node_conditions(api: &KubeApi, ready: bool, status: &str) {
     let mut conditions = kubelet_conditions().as_array().unwrap().clone();
+    for condition in &mut conditions {
+        if condition["type"] == "Ready" && !ready {
+            condition["status"] = "False".into();
+        }
+    }
     conditions.push(
         json!({"type": "KernelDeadlock", "status": status, "reason": "TaskHung",
                            "message": "task blocked for more than 120 seconds"}),
@@ -158,6 +170,13 @@ fn a_condition_that_stays_escalates_exactly_once_and_a_recovery_ends_the_ladder(
         starts(&w.kubelet) == 2
     });
     assert_eq!(starts(&w.runtime), 1, "escalated before the step's window");
+    // The plan (through the daemon) names why no next step is taken yet.
+    let plan = w.sandbox.tend(&["plan", "node-remediator"]).stdout;
+    assert!(
+        plan.contains("progressing: [unverified] step ")
+            && plan.contains("held back by (the plugin says): unverified"),
+        "{plan}"
+    );
     // Not verified within 4 s: the next step, once.
     wait_until(WITHIN, "the runtime's unit restarted", || {
         starts(&w.runtime) == 2
@@ -280,10 +299,220 @@ steps = [{{ action = "restart-unit", unit = "tend-kubelet-{node}.service" }}]
         false => (&agents[1], &agents[0]),
     };
     wait_until(WITHIN, "the other waiting, saying why", || {
-        message(second.2).contains("held: budget-exhausted: fleet budget restart")
+        let m = message(second.2);
+        m.starts_with("[budget] step 1/1")
+            && m.contains("held: budget-exhausted: [budget] fleet budget restart")
     });
+    // Its plan, through its daemon, names the reason too.
+    let plan = second.1.tend(&["plan", "node-remediator"]).stdout;
+    assert!(plan.contains("held back by: budget"), "{plan}");
     assert_eq!(starts(&second.3), 1, "both remediated at once");
     assert_eq!(starts(&first.3), 2);
     drop(daemons);
+    drop(peer);
+}
+
+/// The reboot step against a real systemd: it drains first (the Node's pod
+/// evicted, its kubelet stand-in ending it), checks the cordon, and starts
+/// `reboot.target`, which reboots the peer's systemd. While the machine is
+/// off, nothing more is done and the ladder says it waits; powered on, a new
+/// boot identity and the Node Ready again verify the step, which uncordons.
+/// Rebooted exactly once.
+#[test]
+fn a_reboot_drains_reboots_the_peer_once_and_verifies_by_its_new_boot() {
+    let api = KubeApi::start();
+    api.seed_node(NODE);
+    api.run_kubelet(NODE);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-1", "namespace": "default"},
+        "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "c", "image": "busybox"}]}});
+    let (code, body) = api.call("POST", "/api/v1/namespaces/default/pods", Some(&pod));
+    assert_eq!(code, 201, "{body}");
+    let peer = SystemdPeer::start();
+    let boot_id = peer.rebootable();
+    let first_boot = std::fs::read_to_string(&boot_id).unwrap();
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    let host = format!(
+        "listen = \"127.0.0.1:{port}\"\n[host.systemd]\nbus = \"{}\"\n{}",
+        peer.bus_address(),
+        api.host_kube(&sandbox)
+    );
+    let plugin = format!(
+        r#"[plugins.node-remediator]
+interval = "1s"
+[plugins.node-remediator.grants]
+systemd = {{ units = ["reboot.target"], operations = ["start"] }}
+files = [{{ path = "{peer_dir}" }}]
+kube = [
+  {{ resource = "nodes", verbs = ["get", "list", "watch", "patch"], names = ["$NODE"], fields = ["spec.unschedulable"] }},
+  {{ resource = "pods", verbs = ["get", "list"], field-selector = "spec.nodeName=$NODE" }},
+  {{ resource = "pods/eviction", verbs = ["create"], field-selector = "spec.nodeName=$NODE" }},
+]
+[plugins.node-remediator.config]
+conditions = ["KernelDeadlock"]
+settle-ms = 2000
+verify-within-ms = 300000
+boot-id-path = "{boot_id}"
+steps = [{{ action = "reboot", drain-deadline-ms = 20000 }}]
+"#,
+        boot_id = boot_id.display(),
+        peer_dir = peer.dir().display()
+    );
+    sandbox.add_plugin("node-remediator", "node-remediator");
+    sandbox.config_with_host(&host, &plugin);
+    api.grant_rbac(&sandbox);
+    let daemon = sandbox.daemon();
+    wait_until(WITHIN, "the first reconcile", || {
+        message(port).contains("no remediation needed")
+    });
+
+    deadlock(&api, "True");
+    peer.wait_rebooted(WITHIN);
+    assert_eq!(peer.reboots(), 1);
+    let (code, _) = api.call("GET", "/api/v1/namespaces/default/pods/web-1", None);
+    assert_eq!(code, 404, "the pod was evicted before the reboot");
+    let (_, node) = api.call("GET", &format!("/api/v1/nodes/{NODE}"), None);
+    assert_eq!(node["spec"]["unschedulable"], true, "{node}");
+    // Off: its kubelet silent, the node controller marks it NotReady.
+    node_conditions(&api, false, "True");
+    wait_until(WITHIN, "the ladder waiting for the node", || {
+        message(port).contains("waiting for the node to come back from its reboot")
+    });
+    // Powered on: a new boot, the problem gone, Ready again.
+    peer.start_bus_again();
+    assert_ne!(std::fs::read_to_string(&boot_id).unwrap(), first_boot);
+    deadlock(&api, "False");
+    wait_until(WITHIN, "the reboot verified", || {
+        let m = message(port);
+        m.contains("step 1/1 (reboot) verified; uncordoned the Node")
+            || m.contains("recovered by step 1/1 (reboot)")
+    });
+    let (_, node) = api.call("GET", &format!("/api/v1/nodes/{NODE}"), None);
+    assert!(node["spec"]["unschedulable"] != true, "{node}");
+    assert_eq!(peer.reboots(), 1, "rebooted once");
+    let reasons = events(&api);
+    assert!(
+        reasons.contains(&"Remediating".to_string()) && reasons.contains(&"Remediated".to_string()),
+        "{reasons:?}"
+    );
+    drop(daemon);
+    drop(peer);
+}
+
+/// node-remediator as a Medik8s remediator, NodeHealthCheck played by the
+/// test as NHC does it: a `TendRemediation` named after the node, made from
+/// the template of examples/deploy/components/medik8s (whose CRDs the fake
+/// serves as if installed). The request is a problem: the first step is
+/// taken and the request's status says `Processing`; when NHC times it out
+/// (escalating to its next remediator) the ladder stands down, taking no
+/// further step; NHC deleting it (the node healthy) ends the ladder.
+#[test]
+fn a_node_health_check_request_runs_the_ladder_and_its_timeout_stands_it_down() {
+    let api = KubeApi::start();
+    api.seed_node(NODE);
+    let (code, body) = api.call(
+        "POST",
+        "/api/v1/namespaces",
+        Some(
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tend-system"}}),
+        ),
+    );
+    assert!(code == 201 || code == 409, "{body}");
+    let peer = SystemdPeer::start();
+    let sandbox = Sandbox::new();
+    let (kubelet, runtime) = (sandbox.path("kubelet.count"), sandbox.path("runtime.count"));
+    sleeper(&peer, "tend-kubelet.service", &kubelet);
+    sleeper(&peer, "tend-runtime.service", &runtime);
+    let port = free_port();
+    let host = format!(
+        "listen = \"127.0.0.1:{port}\"\n[host.systemd]\nbus = \"{}\"\n{}",
+        peer.bus_address(),
+        api.host_kube(&sandbox)
+    );
+    let plugin = r#"[plugins.node-remediator]
+interval = "1s"
+[plugins.node-remediator.grants]
+systemd = { units = ["tend-*.service"], operations = ["restart"] }
+kube = [
+  { resource = "nodes", verbs = ["get", "list", "watch", "patch"], names = ["$NODE"], fields = ["spec.unschedulable"] },
+  { group = "remediation.tend.dev", resource = "tendremediations", verbs = ["get", "list", "watch", "patch"], namespaces = ["tend-system"], names = ["$NODE"], fields = ["status.conditions"] },
+]
+[plugins.node-remediator.config]
+conditions = ["KernelDeadlock"]
+settle-ms = 2000
+verify-within-ms = 4000
+quiet-ms = 60000
+medik8s = { namespace = "tend-system" }
+steps = [
+  { action = "restart-unit", unit = "tend-kubelet.service" },
+  { action = "restart-unit", unit = "tend-runtime.service" },
+]
+"#;
+    sandbox.add_plugin("node-remediator", "node-remediator");
+    sandbox.config_with_host(&host, plugin);
+    api.grant_rbac(&sandbox);
+    let daemon = sandbox.daemon();
+    wait_until(WITHIN, "the first reconcile", || {
+        message(port).contains("no remediation needed")
+    });
+    let request = "/apis/remediation.tend.dev/v1alpha1/namespaces/tend-system/tendremediations";
+    let nhc = json!({"apiVersion": "remediation.tend.dev/v1alpha1", "kind": "TendRemediation",
+        "metadata": {"name": NODE, "namespace": "tend-system", "ownerReferences": [{
+            "apiVersion": "remediation.medik8s.io/v1alpha1", "kind": "NodeHealthCheck",
+            "name": "workers", "uid": "5f1e0c2a-0000-4000-8000-000000000001"}]},
+        "spec": {}});
+    let (code, body) = api.call("POST", request, Some(&nhc));
+    assert_eq!(code, 201, "{body}");
+    wait_until(WITHIN, "the first step, for NodeHealthCheck", || {
+        starts(&kubelet) == 2
+    });
+    let status = |kind: &str| {
+        let (_, object) = api.call("GET", &format!("{request}/{NODE}"), None);
+        (object["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+        .into_iter()
+        .find(|c| c["type"] == kind)
+        .map(|c| c["status"].as_str().unwrap_or_default().to_string())
+    };
+    wait_until(WITHIN, "the request Processing", || {
+        status("Processing").as_deref() == Some("True")
+    });
+    // NHC times it out: the ladder stands down, whatever its window says.
+    api.merge_patch(
+        &format!("{request}/{NODE}"),
+        &json!({"metadata": {"annotations": {"remediation.medik8s.io/nhc-timed-out": "2026-11-29T00:00:00Z"}}}),
+    );
+    wait_until(WITHIN, "the ladder standing down", || {
+        message(port).contains("standing down for its next remediator")
+    });
+    let reconciles = plugin_status(port, "node-remediator")["reconciles"]
+        .as_u64()
+        .unwrap_or(0);
+    // Past the 4 s window that would have escalated.
+    wait_until(WITHIN, "six more reconciles", || {
+        plugin_status(port, "node-remediator")["reconciles"]
+            .as_u64()
+            .unwrap_or(0)
+            >= reconciles + 6
+    });
+    assert_eq!(
+        starts(&runtime),
+        1,
+        "a timed-out request took a further step"
+    );
+    // Healthy: NHC deletes its request; the ladder verifies and ends.
+    let (code, body) = api.call("DELETE", &format!("{request}/{NODE}"), None);
+    assert_eq!(code, 200, "{body}");
+    wait_until(WITHIN, "the step verified", || {
+        let m = message(port);
+        m.contains("step 1/2 (restart tend-kubelet.service) verified")
+            || m.contains("recovered by step 1/2")
+    });
+    assert_eq!((starts(&kubelet), starts(&runtime)), (2, 1));
+    drop(daemon);
     drop(peer);
 }

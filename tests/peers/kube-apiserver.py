@@ -401,6 +401,11 @@ RESOURCES = [
     Res("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
     Res("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     Res("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    # The CRDs of examples/deploy/components/medik8s, served as if installed: NodeHealthCheck's
+    # template and the remediation it makes of it (no status subresource, as those CRDs say).
+    Res("remediation.tend.dev", "v1alpha1", "tendremediationtemplates", "TendRemediationTemplate", True,
+        generation=True),
+    Res("remediation.tend.dev", "v1alpha1", "tendremediations", "TendRemediation", True, generation=True),
     # not stored: a create answers whether the caller may do what it describes
     Res("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False,
         verbs=["create"]),

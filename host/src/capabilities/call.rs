@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tend_rules::reason::Reason;
 
 /// How often a reconcile called one capability operation with one result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,10 +72,10 @@ impl Call {
         let cap = self.limits.read_per_reconcile;
         let total = self.read_bytes.load(Ordering::Relaxed) + bytes;
         if total > cap.0 {
-            return Err(CapError::BudgetExhausted(format!(
+            return Err(CapError::BudgetExhausted(Reason::Limit.tag(&format!(
                 "{what}: this reconcile would have read {total} bytes; {}",
                 raise(&self.plugin, "read-per-reconcile", cap)
-            )));
+            ))));
         }
         Ok(())
     }
@@ -84,10 +85,10 @@ impl Call {
         let cap = self.limits.read_per_reconcile;
         let total = self.read_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if total > cap.0 {
-            return Err(CapError::BudgetExhausted(format!(
+            return Err(CapError::BudgetExhausted(Reason::Limit.tag(&format!(
                 "{what}: this reconcile has read {total} bytes; {}",
                 raise(&self.plugin, "read-per-reconcile", cap)
-            )));
+            ))));
         }
         Ok(())
     }

@@ -9,6 +9,7 @@
 use crate::capabilities::gate::describe;
 use crate::text::{inert, inert_json};
 use serde_json::Value;
+use tend_rules::reason::Reason;
 
 /// Print one line for people, made inert.
 pub fn line(text: &str) {
@@ -70,9 +71,64 @@ pub fn print(summary: &Value, by: &str) {
     if mutations.is_empty() && summary["health"].is_string() {
         line("  no changes");
     }
+    let (host, plugin) = reasons(message, &mutations);
+    if !host.is_empty() {
+        line(&format!("  held back by: {}", host.join(", ")));
+    }
+    if !plugin.is_empty() {
+        line(&format!(
+            "  held back by (the plugin says): {}",
+            plugin.join(", ")
+        ));
+    }
+}
+
+/// The named reasons (`window`, `pdb:default/web`, ...): those the host's
+/// refusals of the mutations begin with, and apart, those only the outcome
+/// names (a plugin's own word: it could name any), each once, in the order
+/// first met.
+fn reasons(message: &str, mutations: &[Value]) -> (Vec<String>, Vec<String>) {
+    let once = |texts: &mut dyn Iterator<Item = &str>, besides: &[String]| {
+        let mut named: Vec<String> = Vec::new();
+        for reason in texts.flat_map(Reason::all) {
+            let name = reason.name();
+            if !named.contains(&name) && !besides.contains(&name) {
+                named.push(name);
+            }
+        }
+        named
+    };
+    let host = once(
+        &mut mutations.iter().filter_map(|m| m["result"].as_str()),
+        &[],
+    );
+    let plugin = once(&mut std::iter::once(message), &host);
+    (host, plugin)
 }
 
 /// Whether a summary is a successful reconcile.
 pub fn succeeded(summary: &Value) -> bool {
     summary["health"].is_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_reasons_held_back_are_named_once_and_the_plugins_word_apart() {
+        let mutations = [
+            json!({"result": "budget-exhausted: [pdb:default/web-pdb] blocked by PodDisruptionBudget default/web-pdb: ..."}),
+            json!({"result": "ok"}),
+            json!({"result": "budget-exhausted: [window] fleet budget reboots: closed"}),
+            json!({"result": "budget-exhausted: [pdb:default/web-pdb] again"}),
+            json!({"result": "denied: [budget] not a refusal"}),
+        ];
+        let (host, plugin) = reasons("[unverified] [window] step 1/2 taken 1m ago", &mutations);
+        assert_eq!(host, ["pdb:default/web-pdb", "window"]);
+        assert_eq!(plugin, ["unverified"], "the plugin's word apart");
+        let (host, plugin) = reasons("all clear", &[json!({"result": "ok"})]);
+        assert!(host.is_empty() && plugin.is_empty());
+    }
 }

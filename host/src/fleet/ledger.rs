@@ -14,6 +14,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
+use tend_rules::reason::Reason;
 
 /// At most this many grants are remembered for the rate: a ledger stays far
 /// below a Lease's size limit, and a full one refuses rather than forgets.
@@ -211,9 +212,9 @@ pub fn decide(rule: &ClassRule, ledger: &Ledger, view: &View, me: &str, ticket: 
         return Decision::Held;
     }
     let Some(mine) = view.nodes.iter().find(|n| n.name == me) else {
-        return Decision::Refuse(format!(
+        return Decision::Refuse(Reason::Budget.tag(&format!(
             "fleet budget {class}: this node ({me}) is not among the cluster's Nodes, so its share cannot be counted"
-        ));
+        )));
     };
     let holders: BTreeSet<&str> = ledger.holders.iter().map(|h| h.node.as_str()).collect();
     // Holders whose Node is gone still count: they may be mid-disruption.
@@ -228,13 +229,13 @@ pub fn decide(rule: &ClassRule, ledger: &Ledger, view: &View, me: &str, ticket: 
     let fleet_allowed = allowed(rule, view.nodes.len());
     let down = disrupted(every.iter().copied(), view, &holders, me);
     if down.len() >= fleet_allowed {
-        return Decision::Refuse(format!(
+        return Decision::Refuse(Reason::Budget.tag(&format!(
             "fleet budget {class}: {} of {} nodes may be disrupted at once and {} are: {}; a ticket frees when a holder settles",
             fleet_allowed,
             view.nodes.len(),
             down.len(),
             named(&down)
-        ));
+        )));
     }
     let zone: Vec<&str> = view
         .nodes
@@ -249,21 +250,21 @@ pub fn decide(rule: &ClassRule, ledger: &Ledger, view: &View, me: &str, ticket: 
             "" => "without a zone label".to_string(),
             z => format!("in zone {z}"),
         };
-        return Decision::Refuse(format!(
+        return Decision::Refuse(Reason::Budget.tag(&format!(
             "fleet budget {class}: {zone_allowed} of the {} nodes {label} may be disrupted at once and {} are: {}",
             zone.len(),
             zone_down.len(),
             named(&zone_down)
-        ));
+        )));
     }
     if let Some((max, per)) = rule.rate
         && view.recent_grants >= max as usize
     {
-        return Decision::Refuse(format!(
+        return Decision::Refuse(Reason::Budget.tag(&format!(
             "fleet budget {class}: its rate allows {max} tickets per {} and {} were granted within it",
             humantime::format_duration(per),
             view.recent_grants
-        ));
+        )));
     }
     if let Some(last) = ledger.last.as_deref().filter(|l| *l != me) {
         let facts = view.nodes.iter().find(|n| n.name == last);
@@ -277,15 +278,15 @@ pub fn decide(rule: &ClassRule, ledger: &Ledger, view: &View, me: &str, ticket: 
                 .map(|c| format!("has {c}")),
         };
         if let Some(why) = unsettled {
-            return Decision::Refuse(format!(
+            return Decision::Refuse(Reason::Health.tag(&format!(
                 "fleet budget {class}: the last node disrupted, {last}, {why}; the next ticket waits until it settles"
-            ));
+            )));
         }
     }
     if ledger.grants.len() >= MAX_GRANTS {
-        return Decision::Refuse(format!(
+        return Decision::Refuse(Reason::Budget.tag(&format!(
             "fleet budget {class}: the ledger remembers {MAX_GRANTS} recent grants already; wait for the rate's period to pass"
-        ));
+        )));
     }
     let mut granted = ledger;
     granted.holders.push(Holder {

@@ -43,6 +43,7 @@ use settings::{Class, FleetSettings};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use store::{FleetStore, Versioned};
+use tend_rules::reason::Reason;
 use tokio::time::{Duration, Instant};
 
 /// How many times one admission retries a compare-and-swap another node won.
@@ -64,10 +65,10 @@ fn window_open(class: &Class) -> Result<(), CapError> {
         .windows
         .open_at(std::time::SystemTime::now())
         .map_err(|closed| {
-            CapError::BudgetExhausted(format!(
+            CapError::BudgetExhausted(Reason::Window.tag(&format!(
                 "fleet budget {}: {}",
                 class.rule.name, closed.message
-            ))
+            )))
         })
 }
 
@@ -546,7 +547,7 @@ impl Fleet {
             };
             let quiet = match settled(&class.rule, &node) {
                 true => self.alerts_quiet(class).await,
-                false => Err(CapError::BudgetExhausted("not settled".into())),
+                false => Err(CapError::BudgetExhausted(Reason::Health.tag("not settled"))),
             };
             let now = Instant::now();
             let held = state.held.get_mut(&name).expect("listed above");
@@ -600,10 +601,10 @@ impl Fleet {
         // Waiting nodes ask every retry-every: a node that just gave its
         // ticket back waits as long before asking again, or it would take
         // the next free ticket ahead of them.
-        let turn = CapError::BudgetExhausted(format!(
+        let turn = CapError::BudgetExhausted(Reason::Budget.tag(&format!(
             "fleet budget {name}: this node gave its ticket back less than retry-every ({}) ago and lets the nodes waiting go first; it asks again after that",
             humantime::format_duration(self.settings.retry_every)
-        ));
+        )));
         state.refused.insert(
             name.to_string(),
             (Instant::now() + self.settings.retry_every, turn),
@@ -621,10 +622,10 @@ impl Fleet {
         };
         match alerts.firing(&class.alerts, self.call_timeout).await {
             Ok(firing) if firing.is_empty() => Ok(()),
-            Ok(firing) => Err(CapError::BudgetExhausted(format!(
+            Ok(firing) => Err(CapError::BudgetExhausted(Reason::Health.tag(&format!(
                 "fleet budget {name}: alert {} firing: no ticket until it is quiet",
                 firing.join(", ")
-            ))),
+            )))),
             Err(why) => {
                 // A peer's text: bounded and inert.
                 let why = crate::text::cut(crate::text::inert(&why).into_owned(), 300);

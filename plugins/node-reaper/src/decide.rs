@@ -37,6 +37,9 @@ pub struct Policy {
     pub churn_window: usize,
     /// Failed registrations among them that trip it (when most failed).
     pub churn_min_failures: usize,
+    /// Act on a Node's request to replace its instance (node-remediator's
+    /// last step): delete the instance its `spec.providerID` names.
+    pub replace_requests: bool,
     /// Report mode: nothing is deleted, so nothing is in flight and no cap
     /// applies; every confirmed candidate the breakers let through is one it
     /// would delete, so that a report vets them all.
@@ -64,6 +67,7 @@ impl Policy {
             breaker_reset: String::new(),
             churn_window: 6,
             churn_min_failures: 3,
+            replace_requests: false,
             report_only: false,
         }
     }
@@ -175,6 +179,8 @@ pub enum Why {
     NodeLost,
     /// In error past the grace, and never a Node (or `delete-errored = "all"`).
     Errored,
+    /// Its Node, named by `spec.providerID`, asks to be replaced.
+    ReplaceRequested,
 }
 
 impl Why {
@@ -184,6 +190,7 @@ impl Why {
             Why::RegistrationTimeout => "registration_timeout",
             Why::NodeLost => "node_lost",
             Why::Errored => "error",
+            Why::ReplaceRequested => "replace_requested",
         }
     }
 }
@@ -251,6 +258,8 @@ pub enum Skip {
     Cap,
     /// The host's budget refused a deletion this pass (set by the caller).
     Budget,
+    /// Its Node asks to be replaced but is schedulable: not drained.
+    NotCordoned,
 }
 
 impl Skip {
@@ -264,6 +273,7 @@ impl Skip {
             Skip::InFlight(_) => "in flight",
             Skip::Cap => "cap",
             Skip::Budget => "budget",
+            Skip::NotCordoned => "not cordoned",
         }
     }
 }
@@ -369,6 +379,11 @@ struct NodeIndex<'a> {
     by_instance_id: HashSet<&'a str>,
     by_name: HashSet<&'a str>,
     by_ip: HashSet<&'a str>,
+    /// Instances whose Node asks to replace them, by the ID its
+    /// `spec.providerID` names, when no other Node names that ID: the Node
+    /// asking. (Never by a name or an address alone: a deletion asked for
+    /// must name its instance exactly.)
+    replacing: HashMap<&'a str, &'a NodeInfo>,
 }
 
 impl<'a> NodeIndex<'a> {
@@ -382,6 +397,7 @@ impl<'a> NodeIndex<'a> {
             by_ip: (nodes.iter())
                 .flat_map(|n| n.internal_ips.iter().map(String::as_str))
                 .collect(),
+            replacing: asking_alone(nodes),
         }
     }
 
@@ -398,6 +414,34 @@ impl<'a> NodeIndex<'a> {
             None
         }
     }
+}
+
+/// The Nodes asking for their instance's replacement, by the instance ID
+/// each names, but for an ID two Nodes name (one of them is lying).
+fn asking_alone(nodes: &[NodeInfo]) -> HashMap<&str, &NodeInfo> {
+    let mut asking: HashMap<&str, &NodeInfo> = (nodes.iter())
+        .filter(|n| n.replace_requested)
+        .filter_map(|n| Some((n.instance_id.as_deref()?, n)))
+        .collect();
+    if asking.is_empty() {
+        return asking;
+    }
+    let mut named: HashMap<&str, usize> = HashMap::new();
+    for id in nodes.iter().filter_map(|n| n.instance_id.as_deref()) {
+        if asking.contains_key(id) {
+            *named.entry(id).or_default() += 1;
+        }
+    }
+    asking.retain(|id, _| named.get(id) == Some(&1));
+    asking
+}
+
+/// Whether `node` is `instance`'s by more than its provider ID: its name or
+/// one of its addresses too (a Node made with a forged provider ID names
+/// another's instance, not its name or address).
+fn agrees(node: &NodeInfo, instance: &Instance) -> bool {
+    node.name == instance.name
+        || (node.internal_ips.iter()).any(|ip| instance.private_addresses.contains(ip))
 }
 
 /// Judge every instance of the cluster against the Nodes, once.
@@ -457,6 +501,16 @@ pub fn decide(
 /// An instance that still exists (a terminated one is gone soon).
 fn live(instance: &Instance) -> bool {
     instance.state != InstanceState::Terminated
+}
+
+/// An instance a replace request can delete: one that runs, starts or
+/// failed (one deleting, stopped by an operator or in an unknown state is
+/// left alone, as everywhere).
+fn replaceable(instance: &Instance) -> bool {
+    matches!(
+        instance.state,
+        InstanceState::Running | InstanceState::Pending | InstanceState::Error
+    )
 }
 
 /// What this pass keeps of the last one before judging: the API's health
@@ -538,9 +592,17 @@ impl<'a> Judge<'a> {
             judged.counts.registered += 1;
             next.ever_matched.insert(id.to_string());
             judged.launches.entry(pool).or_default().push(launch(true));
-            judged
-                .verdicts
-                .push(verdict(at, pool, Action::Registered(by)));
+            let action = match self.index.replacing.get(id) {
+                Some(node)
+                    if policy.replace_requests
+                        && replaceable(instance)
+                        && agrees(node, instance) =>
+                {
+                    self.candidate(instance, Why::ReplaceRequested, node.cordoned, judged)
+                }
+                _ => Action::Registered(by),
+            };
+            judged.verdicts.push(verdict(at, pool, action));
             return;
         }
         let once_matched = self.memory.ever_matched.contains(id);
@@ -586,17 +648,29 @@ impl<'a> Judge<'a> {
                 .entry(pool)
                 .or_default()
                 .push(launch(once_matched));
-            if instance.tag(&policy.protect_tag).is_some() {
-                Action::Candidate {
-                    why,
-                    skip: Skip::Protected,
-                }
-            } else {
-                judged.candidates.push((judged.verdicts.len(), why));
-                Action::Delete { why }
-            }
+            self.candidate(instance, why, true, judged)
         };
         judged.verdicts.push(verdict(at, pool, action));
+    }
+
+    /// A candidate's action: held when protected or (asked to be replaced)
+    /// not cordoned, else to delete if confirmed and let through.
+    fn candidate(
+        &self,
+        instance: &Instance,
+        why: Why,
+        cordoned: bool,
+        judged: &mut Judged<'_>,
+    ) -> Action {
+        let skip = if instance.tag(&self.policy.protect_tag).is_some() {
+            Skip::Protected
+        } else if !cordoned {
+            Skip::NotCordoned
+        } else {
+            judged.candidates.push((judged.verdicts.len(), why));
+            return Action::Delete { why };
+        };
+        Action::Candidate { why, skip }
     }
 }
 

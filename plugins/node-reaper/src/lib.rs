@@ -73,6 +73,16 @@
 //!   candidates, and says when each would go. An instance tagged
 //!   `protect-tag` (any value) is never deleted.
 //!
+//! - **Replacement on request** (`replace-requests = true`; off by
+//!   default): a Node annotated `tend.dev/replace-requested = "true"`
+//!   (node-remediator's last step, on a node its other steps could not
+//!   repair) makes the instance its `spec.providerID` names a candidate
+//!   (never one matched by a name or an address only). It is held while
+//!   the Node is schedulable (node-remediator drains and cordons first;
+//!   deleting an undrained node strands its pods), and otherwise passes
+//!   every rule above: confirmation, breakers, protect tag, cap, one in
+//!   flight per pool, the host budget, report mode.
+//!
 //! It says what it did: the outcome counts instances, candidates, deletions
 //! and skips by reason (young, unconfirmed, breaker, budget, cap, in flight,
 //! protected) in one bounded line; the log names each instance and its
@@ -83,7 +93,8 @@
 //! has no Node to carry it; the leader election's Lease always exists while
 //! the reaper runs); metrics: `instances{state}`
 //! (registered, unregistered, long_unregistered, error),
-//! `deletions_total{reason}` (registration_timeout, node_lost, error) and
+//! `deletions_total{reason}` (registration_timeout, node_lost, error,
+//! replace_requested) and
 //! `breaker_open{breaker}`. A Node deletion reconciles it (its kube grant
 //! watches Nodes). Its memory is one JSON value in `state` (`reaper`).
 //!
@@ -114,6 +125,7 @@
 //! churn-window = 6
 //! churn-min-failures = 3
 //! breaker-reset = "2024-05-01"          # change to clear latched breakers
+//! replace-requests = true               # default false
 //! # default: no Events
 //! events-about = { api-version = "coordination.k8s.io/v1", kind = "Lease", namespace = "tend-system", name = "tend-cluster" }
 //! [plugins.node-reaper.config.pools.gpu]
@@ -135,7 +147,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use tend_sdk::{
     Context, Error, EventType, Health, Host, Instance, ListParams, ObjectKey, Outcome, OwnerTag,
-    Plugin, PluginInfo, Result,
+    Plugin, PluginInfo, Reason, Result,
 };
 
 /// State key of the [`Memory`].
@@ -205,6 +217,8 @@ struct Config {
     churn_min_failures: usize,
     #[serde(default)]
     breaker_reset: String,
+    #[serde(default)]
+    replace_requests: bool,
     events_about: Option<EventsAbout>,
 }
 
@@ -311,6 +325,7 @@ impl Config {
             breaker_reset: config.breaker_reset.clone(),
             churn_window: config.churn_window,
             churn_min_failures: config.churn_min_failures,
+            replace_requests: config.replace_requests,
             report_only: config.mode == Mode::Report,
         };
         Ok((config, policy))
@@ -505,6 +520,7 @@ fn describe_young(why: Why, left_ms: u64, confirm_after: Duration) -> String {
         Why::RegistrationTimeout => "no Node yet",
         Why::NodeLost => "its Node is gone",
         Why::Errored => "in error",
+        Why::ReplaceRequested => "its Node asks to be replaced",
     };
     format!(
         "{what}: a candidate in {} if none appears, then confirmed by a pass {} later",
@@ -518,6 +534,9 @@ fn describe_why(why: Why) -> &'static str {
         Why::RegistrationTimeout => "it never registered as a Node within its registration timeout",
         Why::NodeLost => "its Node has been gone for its lost-node grace",
         Why::Errored => "it is in error and never registered as a Node",
+        Why::ReplaceRequested => {
+            "its Node asked to be replaced (tend.dev/replace-requested) and is cordoned"
+        }
     }
 }
 
@@ -573,6 +592,9 @@ fn describe_skip(skip: &Skip) -> String {
         Skip::InFlight(id) => format!("its pool's deletion of {id} is in flight"),
         Skip::Cap => "max-deletions-per-pass reached".into(),
         Skip::Budget => "the host's deletion budget is spent".into(),
+        Skip::NotCordoned => {
+            "its Node asks to be replaced but is schedulable: cordon and drain it first".into()
+        }
     }
 }
 
@@ -707,7 +729,15 @@ impl Report {
         if !self.failures.is_empty() {
             parts.push(format!("failed: {}", self.failures.join("; ")));
         }
-        let message = bounded(parts.join("; "));
+        // Named first, for `tend plan` and alerts: what held deletions back.
+        let mut reasons = Vec::new();
+        if !breakers.is_empty() {
+            reasons.push(Reason::Breaker);
+        }
+        if self.budget.is_some() {
+            reasons.push(Reason::Budget);
+        }
+        let message = bounded(Reason::tag_all(&reasons, &parts.join("; ")));
         let waiting = decision.next_due_in_ms;
         let health = if !breakers.is_empty() || !self.failures.is_empty() || self.budget.is_some() {
             Health::Degraded

@@ -1,7 +1,9 @@
 //! What the reaper needs of a Node: its name, the instance its
-//! `spec.providerID` names, its InternalIPs and whether it is Ready.
+//! `spec.providerID` names, its InternalIPs, whether it is Ready, and
+//! whether it asks to be replaced (cordoned or not).
 
 use serde_json::Value;
+use tend_sdk::REPLACE_ANNOTATION;
 
 /// One Node, as the decision reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -12,6 +14,10 @@ pub struct NodeInfo {
     pub internal_ips: Vec<String>,
     /// Its Ready condition is "True".
     pub ready: bool,
+    /// It carries [`REPLACE_ANNOTATION`] = "true" (node-remediator's last step).
+    pub replace_requested: bool,
+    /// `spec.unschedulable`: cordoned (and, by node-remediator, drained).
+    pub cordoned: bool,
 }
 
 impl NodeInfo {
@@ -38,6 +44,8 @@ impl NodeInfo {
             instance_id,
             internal_ips,
             ready,
+            replace_requested: node["metadata"]["annotations"][REPLACE_ANNOTATION] == "true",
+            cordoned: node["spec"]["unschedulable"] == true,
         })
     }
 }
@@ -97,8 +105,18 @@ mod tests {
                 instance_id: Some("i-0123456789abcdef0".into()),
                 internal_ips: vec!["10.0.1.7".into()],
                 ready: true,
+                replace_requested: false,
+                cordoned: false,
             })
         );
+        let asking = json!({"metadata": {"name": "n", "annotations": {REPLACE_ANNOTATION: "true"}},
+            "spec": {"unschedulable": true}});
+        let asking = NodeInfo::from_object(&asking).unwrap();
+        assert!(asking.replace_requested && asking.cordoned);
+        let not_quite = json!({"metadata": {"name": "n", "annotations": {REPLACE_ANNOTATION: "yes"}},
+            "spec": {"unschedulable": "true"}});
+        let not_quite = NodeInfo::from_object(&not_quite).unwrap();
+        assert!(!not_quite.replace_requested && !not_quite.cordoned);
         let bare = NodeInfo::from_object(&json!({"metadata": {"name": "n"}})).unwrap();
         assert!(!bare.ready && bare.instance_id.is_none());
         assert_eq!(NodeInfo::from_object(&json!({})), None);

@@ -4,7 +4,7 @@
 use super::*;
 use serde_json::json;
 use tend_sdk::testing::FakeHost;
-use tend_sdk::{InstanceState, State, Trigger};
+use tend_sdk::{InstanceState, REPLACE_ANNOTATION, State, Trigger};
 
 const T0: u64 = 1_700_000_000_000;
 const MIN: u64 = 60_000;
@@ -269,6 +269,7 @@ fn a_failing_node_listing_deletes_nothing() {
     );
     let outcome = pass(&host, ENFORCE, "interval", T0 + 22 * MIN);
     assert_eq!(outcome.health, Health::Degraded);
+    assert_eq!(Reason::of(&outcome.message), Some(Reason::Breaker));
     assert!(
         outcome
             .message
@@ -283,6 +284,64 @@ fn a_failing_node_listing_deletes_nothing() {
         Some(1.0)
     );
     assert_eq!(memory(&host).api_down_since_ms, Some(T0 + 22 * MIN));
+}
+
+/// HEALTHY's Node, annotated as node-remediator's last step does, cordoned
+/// as given.
+fn ask_replacement(host: &FakeHost, cordoned: bool) {
+    host.kube.put(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "healthy-1", "annotations": {REPLACE_ANNOTATION: "true"}},
+        "spec": {"providerID": format!("aws:///us-east-1a/{HEALTHY}"), "unschedulable": cordoned},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    }));
+}
+
+#[test]
+fn a_replace_request_deletes_the_instance_of_a_cordoned_node_once_confirmed() {
+    const REPLACING: &str = r#"{"owner": {"tag": "kubernetes.io/cluster/demo", "value": "owned"},
+        "mode": "enforce", "replace-requests": true, "max-deletions-per-pass": 2}"#;
+    let host = host();
+    ask_replacement(&host, false);
+    pass(&host, REPLACING, "startup", T0);
+    let held = pass(&host, REPLACING, "interval", T0 + 2 * MIN);
+    assert!(
+        host.cloud.actions().is_empty(),
+        "a schedulable Node keeps its instance"
+    );
+    assert!(
+        held.message.contains(&format!(
+            "{HEALTHY} (replace_requested: its Node asks to be replaced but is schedulable"
+        )),
+        "{}",
+        held.message
+    );
+    ask_replacement(&host, true);
+    pass(&host, REPLACING, "interval", T0 + 3 * MIN);
+    let outcome = pass(&host, REPLACING, "interval", T0 + 4 * MIN);
+    assert_eq!(host.cloud.actions(), [format!("delete-instance {HEALTHY}")]);
+    assert!(
+        outcome
+            .message
+            .contains(&format!("deleted {HEALTHY} (replace_requested)")),
+        "{}",
+        outcome.message
+    );
+    assert_eq!(
+        host.metrics
+            .counter("deletions", &[("reason", "replace_requested")]),
+        1.0
+    );
+}
+
+#[test]
+fn a_replace_request_is_ignored_unless_configured() {
+    let host = host();
+    ask_replacement(&host, true);
+    pass(&host, ENFORCE, "startup", T0);
+    pass(&host, ENFORCE, "interval", T0 + 2 * MIN);
+    pass(&host, ENFORCE, "interval", T0 + 4 * MIN);
+    assert!(host.cloud.actions().is_empty());
 }
 
 #[test]

@@ -43,6 +43,12 @@ pub struct Ladder {
     pub exhausted: bool,
     /// The ladder cordoned the Node (a reboot's drain): it uncordons on recovery.
     pub cordoned: bool,
+    /// When this remediation began (its first step taken or held back);
+    /// none once the node recovered.
+    pub started_at: Option<u64>,
+    /// The ladder asked for the instance's replacement (its annotation on
+    /// the Node): it withdraws the request on recovery.
+    pub replace_requested: bool,
 }
 
 /// The ladder's timings and shape, from the plugin's config.
@@ -107,7 +113,16 @@ pub fn next(ladder: &Ladder, rules: &Rules, seen: &Seen) -> (Ladder, Next) {
     let Some(step) = ladder.step else {
         return match problem {
             true => act(ladder, 0, 1, seen),
-            false => (ladder, Next::Idle),
+            // Nothing under way: only what is still to undo is kept (a
+            // step held back began no remediation that lasts).
+            false => (
+                Ladder {
+                    cordoned: ladder.cordoned,
+                    replace_requested: ladder.replace_requested,
+                    ..Ladder::default()
+                },
+                Next::Idle,
+            ),
         };
     };
     if let Some(verified) = ladder.verified_at {
@@ -128,6 +143,7 @@ pub fn next(ladder: &Ladder, rules: &Rules, seen: &Seen) -> (Ladder, Next) {
         if since(clear, now) >= rules.settle_ms {
             ladder.verified_at = Some(now);
             ladder.exhausted = false;
+            ladder.started_at = None;
             return (ladder, Next::Verified { step });
         }
         let until = clear.saturating_add(rules.settle_ms);
@@ -167,6 +183,7 @@ fn since(then: u64, now: u64) -> u64 {
 }
 
 fn act(mut ladder: Ladder, step: usize, attempt: u32, seen: &Seen) -> (Ladder, Next) {
+    ladder.started_at.get_or_insert(seen.now);
     ladder.step = Some(step);
     ladder.attempt = attempt;
     ladder.acted_at = seen.now;

@@ -18,25 +18,39 @@
 //!   see `kube.drain`), check it is still cordoned just before, then start
 //!   `reboot.target`; verified only by a new boot identity and the Node
 //!   Ready again, never assumed;
-//! - `replace`: ask the cluster for a new instance (the annotation
-//!   `tend.dev/replace-requested` on the Node, for the cluster scope to act
-//!   on with its own breakers).
+//! - `replace`: drain as for a reboot, then ask the cluster for a new
+//!   instance: the annotation `tend.dev/replace-requested` on the Node,
+//!   which node-reaper acts on (`replace-requests = true`) with its own
+//!   breakers. The last step: the node's end is its outcome.
 //!
 //! A step is verified when every named condition has been clear for
 //! `settle-ms`; one that has not verified within `verify-within-ms` is
 //! taken again up to `attempts` times, then the next step is taken. After a
 //! verified step the ladder watches for `quiet-ms` (the problem back within
 //! it: the next step), then resets. What the ladder did is undone on
-//! recovery (the Node it cordoned is uncordoned). The ladder ([`ladder`], pure and tested apart) lives in the
-//! plugin's `state`, saved *before* each step: a tend killed mid-step, or
+//! recovery (the Node it cordoned is uncordoned). The ladder ([`ladder`],
+//! pure and tested apart) lives in the plugin's `state`, saved *before* each step: a tend killed mid-step, or
 //! the node rebooting, resumes at the right step and never repeats a
 //! disruptive one. Each step is a mutation through the host's gate, so it
 //! takes the fleet's ticket of its class (`systemd.restart`,
 //! `kube.cordon`+`kube.evict`, `systemd.start`) inside the class's
 //! maintenance windows, within the host's budgets, journaled; `tend plan`
 //! shows the step it would take. Each step is an Event on the Node.
+//!
+//! It explains itself: an outcome held back begins with its named reasons
+//! (`[pdb:<ns>/<name>]`, `[window]`, `[budget]`, `[unverified]`,
+//! `[stale-state]`: [`Reason`]), which `tend plan` lists; metrics count steps
+//! by outcome and say where the ladder stands (`remediation_steps_total`,
+//! `remediation_step`, `remediation_overdue_timestamp_seconds`,
+//! `remediation_exhausted`), for the alerts `TendRemediationStuck` (still
+//! remediating `alert-after-ms` after it began) and `TendRemediationExhausted`.
+//!
+//! With `medik8s = { namespace = "..." }` it is also a Medik8s remediator
+//! ([`medik8s`]): NodeHealthCheck's request for this node is one more
+//! problem, and the request's status says where the ladder stands.
 
 pub mod ladder;
+pub mod medik8s;
 
 use ladder::{Ladder, Next, Rules, Seen, Waiting};
 use serde::Deserialize;
@@ -44,13 +58,11 @@ use serde_json::Value;
 use std::time::Duration;
 use tend_sdk::{
     Context, DrainOptions, Error, EventType, Host, Level, ObjectKey, Outcome, PatchType, Plugin,
-    PluginInfo, Result, human_duration, wall_clock_ms,
+    PluginInfo, REPLACE_ANNOTATION, Reason, Result, human_duration, wall_clock_ms,
 };
 
 /// State key of the ladder.
 const LADDER: &str = "ladder";
-/// The annotation a `replace` step sets on the Node.
-pub const REPLACE_ANNOTATION: &str = "tend.dev/replace-requested";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -69,15 +81,26 @@ struct Config {
     /// Where the boot identity is read (it changes with every boot).
     #[serde(default = "default_boot_id_path")]
     boot_id_path: String,
+    /// A remediation still under way this long after it began is overdue:
+    /// the `TendRemediationStuck` alert names it.
+    #[serde(default = "default_alert_after_ms")]
+    alert_after_ms: u64,
+    /// Act as a Medik8s remediator too ([`medik8s`]).
+    medik8s: Option<Medik8s>,
+}
+
+/// Where NodeHealthCheck's `TendRemediation`s are: its template's namespace.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct Medik8s {
+    namespace: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "action", rename_all = "kebab-case", deny_unknown_fields)]
 enum Step {
     #[serde(rename_all = "kebab-case")]
-    RestartUnit {
-        unit: String,
-    },
+    RestartUnit { unit: String },
     #[serde(rename_all = "kebab-case")]
     Reboot {
         #[serde(default = "default_drain_deadline_ms")]
@@ -86,15 +109,28 @@ enum Step {
         #[serde(default = "default_reboot_target")]
         target: String,
     },
-    Replace,
+    #[serde(rename_all = "kebab-case")]
+    Replace {
+        #[serde(default = "default_drain_deadline_ms")]
+        drain_deadline_ms: u64,
+    },
 }
 
 impl Step {
+    /// The step's kind, as the metrics label it.
+    fn action(&self) -> &'static str {
+        match self {
+            Step::RestartUnit { .. } => "restart-unit",
+            Step::Reboot { .. } => "reboot",
+            Step::Replace { .. } => "replace",
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
             Step::RestartUnit { unit } => format!("restart {unit}"),
             Step::Reboot { .. } => "reboot".into(),
-            Step::Replace => "replace the instance".into(),
+            Step::Replace { .. } => "replace the instance".into(),
         }
     }
 }
@@ -113,6 +149,9 @@ fn default_quiet_ms() -> u64 {
 }
 fn default_boot_id_path() -> String {
     "/proc/sys/kernel/random/boot_id".into()
+}
+fn default_alert_after_ms() -> u64 {
+    7_200_000
 }
 fn default_drain_deadline_ms() -> u64 {
     300_000
@@ -198,7 +237,32 @@ fn view(node: &Value, conditions: &[String]) -> NodeView {
 pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome> {
     let config: Config = ctx.config()?;
     validate(ctx, &config)?;
-    let node = view(&read_node(ctx, host)?, &config.conditions);
+    // NodeHealthCheck's requests add to the conditions; failing to read
+    // them never stops the conditions' remediation.
+    let request = match &config.medik8s {
+        Some(medik8s) => {
+            medik8s::request(host, &medik8s.namespace, &ctx.node_name).unwrap_or_else(|e| {
+                host.log(
+                    Level::Warn,
+                    &format!("cannot read NodeHealthCheck's requests: {e}"),
+                );
+                None
+            })
+        }
+        None => None,
+    };
+    if let Some(request) = request.as_ref().filter(|r| r.timed_out) {
+        publish(host, &load(host)?, &config);
+        return Ok(Outcome::progressing(format!(
+            "NodeHealthCheck timed out its remediation {} (remediation.medik8s.io/nhc-timed-out): standing down for its next remediator",
+            request.key.name
+        ))
+        .requeue_after(Duration::from_secs(60)));
+    }
+    let mut node = view(&read_node(ctx, host)?, &config.conditions);
+    if request.is_some() {
+        node.problems.push(medik8s::PROBLEM.into());
+    }
     let reboots: Vec<bool> = config
         .steps
         .iter()
@@ -229,6 +293,17 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
         ready: node.ready,
     };
     let (mut ladder, decision) = ladder::next(&stored, &rules, &seen);
+    if let Some(request) = &request {
+        let progress = match ladder.exhausted {
+            true => medik8s::Progress::Exhausted,
+            false => medik8s::Progress::Processing,
+        };
+        let at = std::time::UNIX_EPOCH + Duration::from_millis(now);
+        let at = humantime::format_rfc3339_seconds(at).to_string();
+        if let Err(e) = medik8s::report(host, request, progress, &at) {
+            host.log(Level::Warn, &format!("cannot tell NodeHealthCheck: {e}"));
+        }
+    }
     let of = |step: usize| {
         format!(
             "step {}/{} ({})",
@@ -240,10 +315,14 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
     let problems = node.problems.join(", ");
     let after = |until: u64| Duration::from_millis(until.saturating_sub(now).max(1000));
     let outcome = match decision {
-        Next::Idle => Outcome::healthy(format!(
-            "no remediation needed: {} clear",
-            config.conditions.join(", ")
-        )),
+        Next::Idle => {
+            // What a step held back after its drain left behind.
+            let undone = undo(ctx, host, &mut ladder)?;
+            Outcome::healthy(format!(
+                "no remediation needed: {} clear{undone}",
+                config.conditions.join(", ")
+            ))
+        }
         Next::Act { step, attempt } => {
             let taken = take(
                 ctx,
@@ -255,11 +334,23 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
                 &format!("{}, try {attempt}, for {problems}", of(step)),
             )?;
             match taken {
-                Taken::Done(what) => Outcome::progressing(what)
-                    .requeue_after(Duration::from_millis(config.verify_within_ms)),
-                // Nothing was done: the ladder stays as it was, asked again later.
-                Taken::Held(why) => {
-                    return Ok(Outcome::progressing(format!("{} held: {why}", of(step)))
+                Taken::Done(what) => {
+                    count(host, &config.steps[step], "taken");
+                    Outcome::progressing(what)
+                        .requeue_after(Duration::from_millis(config.verify_within_ms))
+                }
+                // Nothing was done: the ladder stays as it was (but for when
+                // remediation began), asked again later.
+                Taken::Held(why, reasons) => {
+                    count(host, &config.steps[step], "held");
+                    let mut kept = ladder.clone();
+                    kept.started_at.get_or_insert(now);
+                    if kept != stored {
+                        host.state().set_json(LADDER, &kept)?;
+                    }
+                    publish(host, &kept, &config);
+                    let held = format!("{} held: {why}", of(step));
+                    return Ok(Outcome::progressing(Reason::tag_all(&reasons, &held))
                         .requeue_after(Duration::from_secs(60)));
                 }
             }
@@ -277,20 +368,15 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
                     human_duration(Duration::from_millis(config.settle_ms))
                 ),
             };
-            Outcome::progressing(format!(
+            Outcome::progressing(Reason::Unverified.tag(&format!(
                 "{} taken {} ago: {waiting}",
                 of(step),
                 human_duration(Duration::from_millis(now.saturating_sub(ladder.acted_at)))
-            ))
+            )))
             .requeue_after(after(until))
         }
         Next::Verified { step } => {
-            let mut undone = String::new();
-            if ladder.cordoned {
-                host.kube().cordon(false)?;
-                ladder.cordoned = false;
-                undone = "; uncordoned the Node".into();
-            }
+            let undone = undo(ctx, host, &mut ladder)?;
             event(
                 ctx,
                 host,
@@ -298,6 +384,7 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
                 "Remediated",
                 &format!("{} verified{undone}", of(step)),
             );
+            count(host, &config.steps[step], "verified");
             Outcome::healthy(format!("{} verified{undone}", of(step)))
                 .requeue_after(Duration::from_millis(config.quiet_ms))
         }
@@ -308,11 +395,14 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
         ))
         .requeue_after(after(until)),
         Next::Reset => {
+            undo(ctx, host, &mut ladder)?;
             host.state().delete(LADDER)?;
+            publish(host, &Ladder::default(), &config);
             return Ok(Outcome::healthy("recovered; the ladder is reset"));
         }
         Next::Exhausted => {
             if !stored.exhausted {
+                count(host, &config.steps[config.steps.len() - 1], "exhausted");
                 event(
                     ctx,
                     host,
@@ -330,20 +420,91 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
     if ladder != stored {
         host.state().set_json(LADDER, &ladder)?;
     }
+    publish(host, &ladder, &config);
     Ok(outcome)
+}
+
+/// Undo what the ladder did to the Node (its cordon, its request for a
+/// replacement), each once: what was undone, for the outcome.
+fn undo(ctx: &Context, host: &dyn Host, ladder: &mut Ladder) -> Result<String> {
+    let mut undone = String::new();
+    if ladder.cordoned {
+        host.kube().cordon(false)?;
+        ladder.cordoned = false;
+        undone += "; uncordoned the Node";
+    }
+    if ladder.replace_requested {
+        let withdraw = serde_json::json!({"metadata": {"annotations": {REPLACE_ANNOTATION: null}}});
+        host.kube()
+            .patch(&node_key(ctx), PatchType::Merge, &withdraw)?;
+        ladder.replace_requested = false;
+        undone += "; withdrew its replacement request";
+    }
+    Ok(undone)
+}
+
+/// One more `outcome` (taken, held, verified, exhausted) of `step`:
+/// `tend_plugin_remediation_steps_total{step, outcome}`.
+fn count(host: &dyn Host, step: &Step, outcome: &str) {
+    let labels = [("step", step.action()), ("outcome", outcome)];
+    if let Err(e) = host
+        .metrics()
+        .counter_add("remediation_steps", &labels, 1.0)
+    {
+        host.log(Level::Warn, &format!("cannot count a step: {e}"));
+    }
+}
+
+/// Where the ladder stands, for dashboards and the alerts of a ladder stuck
+/// or exhausted (examples/deploy/monitoring/tend.rules.yaml): the step it
+/// is at (1-based; 0 idle), when the remediation under way becomes overdue
+/// (`alert-after-ms` after it began; 0: none under way), exhausted.
+fn publish(host: &dyn Host, ladder: &Ladder, config: &Config) {
+    let step = ladder.step.map_or(0.0, |s| s as f64 + 1.0);
+    // Exhausted is its own alert: not overdue as well.
+    let overdue = match (ladder.started_at, ladder.exhausted) {
+        (Some(at), false) => at.saturating_add(config.alert_after_ms) as f64 / 1000.0,
+        _ => 0.0,
+    };
+    let exhausted = if ladder.exhausted { 1.0 } else { 0.0 };
+    let metrics = host.metrics();
+    let published = metrics
+        .gauge_set("remediation_step", &[], step)
+        .and_then(|()| metrics.gauge_set("remediation_overdue_timestamp_seconds", &[], overdue))
+        .and_then(|()| metrics.gauge_set("remediation_exhausted", &[], exhausted));
+    if let Err(e) = published {
+        host.log(Level::Warn, &format!("cannot publish the ladder: {e}"));
+    }
 }
 
 /// What taking a step came to.
 enum Taken {
     /// Done (or asked): what was done.
     Done(String),
-    /// Not done, and why (a drain that gave up, a refusal): the ladder is
-    /// not advanced.
-    Held(String),
+    /// Not done, why, and the reasons by name (a drain that gave up on
+    /// PodDisruptionBudgets, a closed window): the ladder is not advanced.
+    Held(String, Vec<Reason>),
 }
 
-/// Take `step`: `ladder` is the ladder with it taken, saved before the act
-/// (intent before effect); an act that fails puts `stored` back.
+/// The reasons named by a drain's pods left behind ("ns/pod: [pdb:ns/x] ..."),
+/// each once.
+fn drain_reasons(remaining: &[String]) -> Vec<Reason> {
+    let mut reasons: Vec<Reason> = Vec::new();
+    let named = remaining
+        .iter()
+        .filter_map(|line| line.split_once(": "))
+        .flat_map(|(_, why)| Reason::all(why));
+    for reason in named {
+        if !reasons.contains(&reason) {
+            reasons.push(reason);
+        }
+    }
+    reasons
+}
+
+/// Take `step`: `ladder` comes as the ladder with it taken, saved before
+/// the act (intent before effect). A step held back leaves it as `stored`
+/// (but for a cordon its drain made, to undo on recovery).
 fn take(
     ctx: &Context,
     host: &dyn Host,
@@ -353,9 +514,12 @@ fn take(
     node: &NodeView,
     what: &str,
 ) -> Result<Taken> {
+    let mut taking = std::mem::replace(ladder, stored.clone());
+    // A reboot or a replacement takes the Node's pods away: drained first.
     if let Step::Reboot {
         drain_deadline_ms, ..
-    } = step
+    }
+    | Step::Replace { drain_deadline_ms } = step
     {
         let options = DrainOptions {
             deadline_ms: *drain_deadline_ms,
@@ -363,28 +527,38 @@ fn take(
         };
         let report = match host.kube().drain(&options) {
             Ok(report) => report,
-            Err(e) => return Ok(Taken::Held(format!("the drain was refused: {e}"))),
+            Err(e) => {
+                let reasons = e.reason().into_iter().collect();
+                return Ok(Taken::Held(format!("the drain was refused: {e}"), reasons));
+            }
         };
         if !report.completed() {
-            return Ok(Taken::Held(format!(
-                "the drain gave up: {}",
-                report.remaining.join("; ")
-            )));
+            return Ok(Taken::Held(
+                format!("the drain gave up: {}", report.remaining.join("; ")),
+                drain_reasons(&report.remaining),
+            ));
         }
         // Read just before the reboot: cordoned still, by the drain or anyone.
         let now = view(&host.kube().get(&node_key(ctx))?, &[]);
         if !now.cordoned && !ctx.dry_run {
             return Ok(Taken::Held(
-                "the Node was uncordoned after the drain (by someone else): no reboot".into(),
+                "the Node was uncordoned after the drain (by someone else): not taken".into(),
+                vec![Reason::StaleState],
             ));
         }
-        ladder.cordoned = stored.cordoned || !node.cordoned;
+        taking.cordoned = stored.cordoned || !node.cordoned;
     }
-    host.state().set_json(LADDER, &*ladder)?;
+    taking.replace_requested |= matches!(step, Step::Replace { .. });
+    host.state().set_json(LADDER, &taking)?;
+    let held = Ladder {
+        cordoned: taking.cordoned,
+        ..stored.clone()
+    };
+    *ladder = taking;
     let acted = match step {
         Step::RestartUnit { unit } => host.systemd().restart(unit).map(drop),
         Step::Reboot { target, .. } => host.systemd().start(target).map(drop),
-        Step::Replace => host
+        Step::Replace { .. } => host
             .kube()
             .patch(
                 &node_key(ctx),
@@ -399,13 +573,27 @@ fn take(
             host.log(Level::Info, &format!("took {what}"));
             Ok(Taken::Done(format!("took {what}")))
         }
+        // Sent, its answer lost (a reboot closes the bus it was asked on):
+        // taken as far as the ladder knows, never sent again on a guess;
+        // only its observed outcome verifies it. (A patch may be sent again.)
+        Err(e @ Error::Timeout(_)) if !matches!(step, Step::Replace { .. }) => {
+            event(ctx, host, EventType::Warning, "Remediating", what);
+            host.log(
+                Level::Warn,
+                &format!("took {what}; its answer was lost: {e}"),
+            );
+            Ok(Taken::Done(format!(
+                "took {what} (its answer was lost: {e})"
+            )))
+        }
         Err(e) => {
             // Not taken: the ladder as it was, so the step is asked again.
-            *ladder = stored.clone();
-            host.state().set_json(LADDER, stored)?;
+            *ladder = held;
+            host.state().set_json(LADDER, &*ladder)?;
             match e {
                 Error::BudgetExhausted(_) | Error::Unavailable(_) | Error::Timeout(_) => {
-                    Ok(Taken::Held(e.to_string()))
+                    let reasons = e.reason().into_iter().collect();
+                    Ok(Taken::Held(e.to_string(), reasons))
                 }
                 e => Err(e),
             }

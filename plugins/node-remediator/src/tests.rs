@@ -138,13 +138,30 @@ fn a_step_that_verifies_ends_the_ladder_and_it_resets_after_the_quiet_time() {
     run(&host, T0);
     set_node(&host, false, false);
     let outcome = run(&host, T0 + M);
+    // Not verified yet: named so, and no next step.
     assert!(
-        outcome.message.contains("verifying it stays clear"),
+        outcome
+            .message
+            .starts_with("[unverified] step 1/3 (restart kubelet.service) taken 1m ago")
+            && outcome.message.contains("verifying it stays clear"),
         "{}",
         outcome.message
     );
     let outcome = run(&host, T0 + 3 * M);
     assert_eq!(outcome.health, Health::Healthy);
+    let counted = |outcome| {
+        host.metrics.counter(
+            "remediation_steps",
+            &[("step", "restart-unit"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!((counted("taken"), counted("verified")), (1.0, 1.0));
+    assert_eq!(
+        host.metrics
+            .gauge("remediation_overdue_timestamp_seconds", &[]),
+        Some(0.0),
+        "recovered: remediating no more"
+    );
     assert!(
         outcome
             .message
@@ -214,20 +231,70 @@ fn a_reboot_drains_first_and_verifies_only_by_a_new_boot_then_uncordons() {
     );
 }
 
+/// A reboot closes the bus it was asked on: its answer is lost (`timeout`).
+/// The ladder keeps it as taken and never asks again on a guess; the new
+/// boot identity verifies it.
+#[test]
+fn a_reboot_whose_answer_is_lost_is_never_sent_again_and_verifies_by_its_boot() {
+    let host = host(true);
+    run(&host, T0);
+    run(&host, T0 + 5 * M);
+    host.systemd.fail_with(Some(Error::Timeout(
+        "start reboot.target: the job was queued, then the bus closed".into(),
+    )));
+    let outcome = run(&host, T0 + 10 * M);
+    assert!(
+        outcome.message.starts_with("took step 3/3 (reboot), try 1")
+            && outcome.message.contains("its answer was lost"),
+        "{}",
+        outcome.message
+    );
+    host.systemd.fail_with(None);
+    let tried = host.systemd.actions().len();
+    let outcome = run(&host, T0 + 11 * M);
+    assert!(
+        outcome
+            .message
+            .starts_with("[unverified] step 3/3 (reboot)"),
+        "{}",
+        outcome.message
+    );
+    assert_eq!(host.systemd.actions().len(), tried, "asked to reboot again");
+    host.files.put(BOOT_ID, b"boot-2\n");
+    set_node(&host, false, true);
+    run(&host, T0 + 12 * M);
+    let outcome = run(&host, T0 + 15 * M);
+    assert!(
+        outcome.message.contains("step 3/3 (reboot) verified"),
+        "{}",
+        outcome.message
+    );
+}
+
 #[test]
 fn a_reboot_waits_while_its_drain_is_blocked_and_never_reboots_undrained() {
     let host = host(true);
     host.kube.block_eviction("default", "web", "web-pdb");
     let outcome = to_reboot(&host);
+    // Named first, for `tend plan` and alerts: what held the step back.
     assert!(
-        outcome.message.contains("held: the drain gave up"),
+        outcome
+            .message
+            .starts_with("[pdb:default/web-pdb] step 3/3 (reboot) held: the drain gave up"),
         "{}",
         outcome.message
+    );
+    assert_eq!(
+        host.metrics.counter(
+            "remediation_steps",
+            &[("step", "reboot"), ("outcome", "held")]
+        ),
+        1.0
     );
     assert!(
         outcome
             .message
-            .contains("blocked by PodDisruptionBudget default/web-pdb"),
+            .contains("[pdb:default/web-pdb] blocked by PodDisruptionBudget default/web-pdb"),
         "{}",
         outcome.message
     );
@@ -257,25 +324,42 @@ fn a_reboot_waits_while_its_drain_is_blocked_and_never_reboots_undrained() {
 fn a_step_refused_by_a_budget_is_asked_again_and_the_ladder_does_not_move() {
     let host = host(true);
     host.systemd.fail_with(Some(Error::BudgetExhausted(
-        "fleet budget restarts: no ticket".into(),
+        Reason::Window.tag("fleet budget restarts: outside its maintenance windows"),
     )));
     let outcome = run(&host, T0);
     assert!(
-        outcome.message.contains("held: budget-exhausted"),
+        outcome
+            .message
+            .starts_with("[window] step 1/3 (restart kubelet.service) held: budget-exhausted"),
         "{}",
         outcome.message
     );
-    assert_eq!(
+    let ladder = || {
         Host::state(&host)
             .get_json::<Ladder>(LADDER)
             .unwrap()
             .unwrap_or_default()
-            .step,
-        None
+    };
+    assert_eq!(ladder().step, None);
+    // Remediating since the first refusal: a ladder held back for hours
+    // is one the stuck alert names.
+    assert_eq!(ladder().started_at, Some(T0));
+    let gauge = |name| host.metrics.gauge(name, &[]);
+    assert_eq!(gauge("remediation_step"), Some(0.0));
+    assert_eq!(
+        gauge("remediation_overdue_timestamp_seconds"),
+        Some(((T0 + 2 * 60 * M) / 1000) as f64),
+        "overdue alert-after-ms (2 h) after it began"
     );
     host.systemd.fail_with(None);
     run(&host, T0 + M);
     assert_eq!(host.systemd.actions(), ["restart kubelet.service"]);
+    assert_eq!(
+        ladder().started_at,
+        Some(T0),
+        "the start stays the first look"
+    );
+    assert_eq!(gauge("remediation_step"), Some(1.0));
 }
 
 #[test]
@@ -295,6 +379,14 @@ fn past_the_last_step_it_is_degraded_and_acts_no_more() {
     to_reboot(&host);
     let outcome = run(&host, T0 + 15 * M);
     assert_eq!(outcome.health, Health::Degraded, "{}", outcome.message);
+    assert_eq!(host.metrics.gauge("remediation_exhausted", &[]), Some(1.0));
+    assert_eq!(
+        host.metrics.counter(
+            "remediation_steps",
+            &[("step", "reboot"), ("outcome", "exhausted")]
+        ),
+        1.0
+    );
     assert!(
         outcome.message.contains("every step tried"),
         "{}",
@@ -317,4 +409,167 @@ fn a_config_without_conditions_or_steps_is_refused_with_the_fix() {
     let ctx = Context::new("node-remediator", r#"{"conditions": [], "steps": []}"#);
     let err = reconcile_at(&ctx, &host, T0).unwrap_err();
     assert!(err.to_string().contains("conditions"), "{err}");
+}
+
+/// NodeHealthCheck's request (a `TendRemediation` named after the node, as
+/// NHC makes it from the template), granted as examples/deploy shows.
+fn nhc_request(host: &FakeHost, annotations: Value) {
+    host.kube.put(
+        json!({"apiVersion": medik8s::API_VERSION, "kind": medik8s::KIND,
+        "metadata": {"name": "test-node", "namespace": "tend-system", "annotations": annotations},
+        "spec": {}}),
+    );
+}
+
+fn nhc_conditions(host: &FakeHost) -> Value {
+    host.kube
+        .object(&ObjectKey {
+            api_version: medik8s::API_VERSION.into(),
+            kind: medik8s::KIND.into(),
+            namespace: Some("tend-system".into()),
+            name: "test-node".into(),
+        })
+        .unwrap()["status"]["conditions"]
+        .clone()
+}
+
+fn with_nhc(config: Value) -> Value {
+    let mut config = config;
+    config["medik8s"] = json!({"namespace": "tend-system"});
+    config
+}
+
+fn nhc_host() -> FakeHost {
+    let host = host(false);
+    host.kube
+        .add_kind(medik8s::API_VERSION, medik8s::KIND, "tendremediations", true)
+        .grant(
+        r#"[
+          { resource = "nodes", verbs = ["get", "list", "patch"], names = ["$NODE"], fields = ["spec.unschedulable", "metadata.annotations"] },
+          { resource = "pods", verbs = ["get", "list"], field-selector = "spec.nodeName=$NODE" },
+          { resource = "pods/eviction", verbs = ["create"], field-selector = "spec.nodeName=$NODE" },
+          { group = "remediation.tend.dev", resource = "tendremediations", verbs = ["get", "list", "watch", "patch"], namespaces = ["tend-system"], names = ["$NODE"], fields = ["status.conditions"] },
+        ]"#,
+    );
+    host
+}
+
+fn run_with(host: &FakeHost, config: &Value, now: u64) -> Outcome {
+    let ctx = Context::new("node-remediator", &config.to_string());
+    reconcile_at(&ctx, host, now).unwrap()
+}
+
+#[test]
+fn a_node_health_check_request_is_a_problem_and_its_status_says_where_the_ladder_is() {
+    let host = nhc_host();
+    let config = with_nhc(config());
+    // No request, no condition: nothing to do, nothing written.
+    let idle = run_with(&host, &config, T0);
+    assert!(
+        idle.message.contains("no remediation needed"),
+        "{}",
+        idle.message
+    );
+    nhc_request(&host, json!({}));
+    let outcome = run_with(&host, &config, T0 + S);
+    assert!(
+        outcome.message.contains("for NodeHealthCheck"),
+        "{}",
+        outcome.message
+    );
+    assert_eq!(host.systemd.actions(), ["restart kubelet.service"]);
+    assert_eq!(nhc_conditions(&host)[0]["type"], "Processing");
+    assert_eq!(nhc_conditions(&host)[0]["status"], "True");
+    let patches = host.kube.patches().len();
+    run_with(&host, &config, T0 + 2 * S);
+    assert_eq!(
+        host.kube.patches().len(),
+        patches,
+        "the same status is not written again"
+    );
+    // NHC moved on (escalating remediations): no further step.
+    nhc_request(
+        &host,
+        json!({"remediation.medik8s.io/nhc-timed-out": "2026-11-29T00:00:00Z"}),
+    );
+    let outcome = run_with(&host, &config, T0 + 6 * M);
+    assert!(
+        outcome.message.contains("standing down"),
+        "{}",
+        outcome.message
+    );
+    assert_eq!(host.systemd.actions(), ["restart kubelet.service"]);
+}
+
+#[test]
+fn an_exhausted_ladder_tells_node_health_check_to_escalate() {
+    let host = nhc_host();
+    let config = with_nhc(json!({
+        "conditions": ["KernelDeadlock"],
+        "steps": [{"action": "restart-unit", "unit": "kubelet.service"}],
+        "verify-within-ms": 5 * M,
+    }));
+    nhc_request(&host, json!({}));
+    run_with(&host, &config, T0);
+    run_with(&host, &config, T0 + 6 * M);
+    let succeeded = nhc_conditions(&host)
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Succeeded")
+        .cloned()
+        .unwrap();
+    assert_eq!(succeeded["status"], "False", "{succeeded}");
+    assert_eq!(succeeded["reason"], "RemediationExhausted");
+}
+
+/// The replace step drains, then asks; on recovery the request is withdrawn
+/// (left, the next cordon by anyone would cost the node its instance).
+#[test]
+fn a_replacement_request_is_withdrawn_when_the_node_recovers() {
+    let host = host(true);
+    let config = json!({
+        "conditions": ["KernelDeadlock"],
+        "steps": [{"action": "replace", "drain-deadline-ms": 60000}],
+        "settle-ms": 2 * M,
+    });
+    run_with(&host, &config, T0);
+    let asked = |host: &FakeHost| node(host)["metadata"]["annotations"][REPLACE_ANNOTATION].clone();
+    assert_eq!(asked(&host), "true");
+    assert_eq!(node(&host)["spec"]["unschedulable"], true, "drained first");
+    set_node(&host, false, true);
+    // set_node rewrote the Node: the request is back on it, as it was.
+    host.kube.put({
+        let mut n = node(&host);
+        n["metadata"]["annotations"] = json!({REPLACE_ANNOTATION: "true"});
+        n
+    });
+    run_with(&host, &config, T0 + M);
+    let outcome = run_with(&host, &config, T0 + 4 * M);
+    assert!(
+        outcome.message.contains("withdrew its replacement request"),
+        "{}",
+        outcome.message
+    );
+    assert!(asked(&host).is_null(), "{}", node(&host));
+}
+
+/// A first step held back, then the problem gone by itself: nothing is
+/// under way, so nothing is overdue.
+#[test]
+fn a_held_step_whose_problem_clears_leaves_nothing_overdue() {
+    let host = host(true);
+    host.systemd
+        .fail_with(Some(Error::BudgetExhausted(Reason::Budget.tag("spent"))));
+    run(&host, T0);
+    let overdue = |host: &FakeHost| {
+        host.metrics
+            .gauge("remediation_overdue_timestamp_seconds", &[])
+    };
+    assert!(overdue(&host).unwrap() > 0.0);
+    host.systemd.fail_with(None);
+    set_node(&host, false, false);
+    run(&host, T0 + M);
+    assert_eq!(overdue(&host), Some(0.0));
+    assert!(host.systemd.actions().is_empty());
 }

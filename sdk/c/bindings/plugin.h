@@ -125,11 +125,17 @@ typedef struct tend_plugin_types_error_t {
 #define TEND_PLUGIN_TYPES_ERROR_CONFLICT 2
 // The backend (a peer, a service, the network) could not be reached.
 #define TEND_PLUGIN_TYPES_ERROR_UNAVAILABLE 3
-// The call, or the whole reconcile, ran past its deadline.
+// The call, or the whole reconcile, ran past its deadline, or its answer
+// was lost after it was sent: it may have happened.
 #define TEND_PLUGIN_TYPES_ERROR_TIMEOUT 4
 // The request itself is malformed (bad path, bad URL, bad config).
 #define TEND_PLUGIN_TYPES_ERROR_INVALID 5
-// A host-wide budget for destructive operations is used up for now.
+// Not now: a budget is used up, a maintenance window is closed, a
+// PodDisruptionBudget or the fleet's health holds it back, the
+// reconcile's own bounds are reached. The message begins with the
+// reason's name in brackets: `[budget]`, `[window]`, `[health]`,
+// `[limit]`, `[pdb:<namespace>/<name>]` (`<namespace>/*` when the API
+// server did not name it); `tend plan` lists them.
 #define TEND_PLUGIN_TYPES_ERROR_BUDGET_EXHAUSTED 6
 #define TEND_PLUGIN_TYPES_ERROR_OTHER 7
 
@@ -603,7 +609,7 @@ typedef struct tend_plugin_kube_drain_report_t {
   // static pods, which the API cannot remove).
   plugin_list_string_t   skipped;
   // Still on the Node when the drain gave up, each with what held it:
-  // "blocked by PodDisruptionBudget <namespace>/<name>", "terminating",
+  // "[pdb:<namespace>/<name>] blocked by PodDisruptionBudget <namespace>/<name>", "terminating",
   // or the API server's refusal. Empty: the drain completed.
   plugin_list_string_t   remaining;
   // The drain gave up and made the Node schedulable again.
@@ -1090,7 +1096,7 @@ extern bool tend_plugin_kube_cordon(bool unschedulable, tend_plugin_kube_error_t
 // Evict one pod bound to this host's Node (no other) through the
 // Eviction API (policy/v1), which honours its
 // PodDisruptionBudget: while the budget allows no disruption, the answer
-// is `budget-exhausted("blocked by PodDisruptionBudget <ns>/<name>: ...")`
+// is `budget-exhausted("[pdb:<ns>/<name>] blocked by PodDisruptionBudget <ns>/<name>: ...")`
 // and nothing happened; ask again later, never delete the pod instead.
 // The pod leaves within its own `terminationGracePeriodSeconds`. Needs
 // `create` on `pods/eviction` in its namespace.

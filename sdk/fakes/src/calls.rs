@@ -451,7 +451,7 @@ mod tests {
             json!({"ok": {
                 "evicted": ["default/web"],
                 "skipped": [],
-                "remaining": ["default/db: blocked by PodDisruptionBudget default/db-pdb"],
+                "remaining": ["default/db: [pdb:default/db-pdb] blocked by PodDisruptionBudget default/db-pdb"],
                 "uncordoned": true,
             }})
         );

@@ -4,6 +4,11 @@ export type ErrorKind = "denied" | "not-found" | "conflict" | "unavailable" | "t
 /** Any error a capability or a reconcile reports; `message` is the host's text for operators. */
 export class TendError extends Error {
   readonly kind: ErrorKind;
+  /**
+   * The reasons the message begins with, by name ("window", "pdb:default/web-pdb",
+   * ...): a refusal says in brackets why the host held back. At most 8; empty when none.
+   */
+  readonly reasons: string[];
 }
 /** Not granted: the message names the grant to add. */
 export class DeniedError extends TendError { readonly kind: "denied"; }

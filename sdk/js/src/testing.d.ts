@@ -91,7 +91,7 @@ export class FakeHost {
     /**
      * PodDisruptionBudget `budget` (in the pod's namespace) refuses evicting pod `namespace`/`name`:
      * `evict` throws a `BudgetExhaustedError` and nothing happens; a drain leaves the pod in
-     * `remaining` ("<ns>/<name>: blocked by PodDisruptionBudget <ns>/<budget>"). Until `unblockEviction`.
+     * `remaining` ("<ns>/<name>: [pdb:<ns>/<budget>] blocked by PodDisruptionBudget <ns>/<budget>"). Until `unblockEviction`.
      */
     blockEviction(namespace: string, name: string, budget: string): void;
     unblockEviction(namespace: string, name: string): void;

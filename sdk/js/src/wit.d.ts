@@ -402,7 +402,7 @@ export interface DrainReport {
   skipped: string[];
   /**
    * Still on the Node when the drain gave up, each with what held it:
-   * "blocked by PodDisruptionBudget <namespace>/<name>", "terminating",
+   * "[pdb:<namespace>/<name>] blocked by PodDisruptionBudget <namespace>/<name>", "terminating",
    * or the API server's refusal. Empty: the drain completed.
    */
   remaining: string[];

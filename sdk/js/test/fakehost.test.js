@@ -135,11 +135,11 @@ test("cordon, evict and drain answer as the Rust fake", () => {
   host.kube.evict("default", "api");
   assert.equal(host.kube.object({ apiVersion: "v1", kind: "Pod", namespace: "default", name: "api" }), null);
   host.kube.blockEviction("default", "db", "db-pdb");
-  assert.throws(() => host.kube.evict("default", "db"), (e) => e instanceof BudgetExhaustedError && e.message.startsWith("blocked by PodDisruptionBudget default/db-pdb: "));
+  assert.throws(() => host.kube.evict("default", "db"), (e) => e instanceof BudgetExhaustedError && e.message.startsWith("[pdb:default/db-pdb] blocked by PodDisruptionBudget default/db-pdb: "));
   assert.deepEqual(host.kube.drain({ deadlineMs: 60000, uncordonOnGiveUp: true }), {
     evicted: ["default/web"],
     skipped: ["default/cni: a DaemonSet pod"],
-    remaining: ["default/db: blocked by PodDisruptionBudget default/db-pdb"],
+    remaining: ["default/db: [pdb:default/db-pdb] blocked by PodDisruptionBudget default/db-pdb"],
     uncordoned: true,
   });
   host.kube.unblockEviction("default", "db");

@@ -393,7 +393,7 @@ class FakeKube(_Failures, _Fake, _host.Kube):
     def block_eviction(self, namespace: str, name: str, budget: str) -> "FakeKube":
         """PodDisruptionBudget `budget` (in the pod's namespace) refuses evicting pod `namespace`/`name`:
         `evict` raises `BudgetExhausted` and nothing happens; a drain leaves the pod in `remaining`
-        ("<ns>/<name>: blocked by PodDisruptionBudget <ns>/<budget>"). Until `unblock_eviction`."""
+        ("<ns>/<name>: [pdb:<ns>/<budget>] blocked by PodDisruptionBudget <ns>/<budget>"). Until `unblock_eviction`."""
         self._setup("block-eviction", namespace=namespace, name=name, budget=budget)
         return self
 

@@ -196,13 +196,13 @@ def test_kube_cordon_evict_and_drain():
     host.kube.evict("default", "api")
     assert host.kube.object(ObjectKey.namespaced("v1", "Pod", "default", "api")) is None
     host.kube.block_eviction("default", "db", "db-pdb")
-    with pytest.raises(BudgetExhausted, match=r"^blocked by PodDisruptionBudget default/db-pdb: "):
+    with pytest.raises(BudgetExhausted, match=r"^\[pdb:default/db-pdb\] blocked by PodDisruptionBudget default/db-pdb: "):
         host.kube.evict("default", "db")
     report = host.kube.drain(tend_sdk.DrainOptions(deadline_ms=60_000, uncordon_on_give_up=True))
     assert report == tend_sdk.DrainReport(
         evicted=["default/web"],
         skipped=["default/cni: a DaemonSet pod"],
-        remaining=["default/db: blocked by PodDisruptionBudget default/db-pdb"],
+        remaining=["default/db: [pdb:default/db-pdb] blocked by PodDisruptionBudget default/db-pdb"],
         uncordoned=True,
     )
     host.kube.unblock_eviction("default", "db").uncordon_during_drain(0)

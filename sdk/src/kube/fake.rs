@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use tend_rules::drain::{
-    Disposition, blocked_message, check_cordon, check_evict, check_evict_pod, cordon_patch,
-    cordoned, disposition, named,
+    Disposition, blocked_message, blocked_reason, check_cordon, check_evict, check_evict_pod,
+    cordon_patch, cordoned, disposition, named,
 };
 use tend_rules::kube::{
     Access, FieldSelector, KubeRule, LabelSelector, MAX_BODY, MAX_SELECTOR, OwnLease, PatchShape,
@@ -871,7 +871,7 @@ impl Kube for FakeKube {
     ///    (then `evicted`, as the host counts a pod that left);
     ///    any other is evicted ([`Kube::evict`]): gone, it is `evicted`;
     ///    blocked ([`FakeKube::block_eviction`]), it stays in `remaining`
-    ///    (`"NAMESPACE/NAME: blocked by PodDisruptionBudget NAMESPACE/BUDGET"`);
+    ///    (`"NAMESPACE/NAME: [pdb:NAMESPACE/BUDGET] blocked by PodDisruptionBudget NAMESPACE/BUDGET"`);
     ///    refused otherwise, it stays with the refusal's message (`denied`
     ///    and `invalid` end the drain with that error, as on the host).
     ///    Before each eviction the Node is read: found uncordoned
@@ -936,13 +936,11 @@ impl Kube for FakeKube {
                         Ok(()) | Err(Error::NotFound(_)) => report.evicted.push(pod.clone()),
                         Err(e @ (Error::Denied(_) | Error::Invalid(_))) => return Err(e),
                         Err(e) => {
-                            let key = (namespace.to_string(), name.to_string());
-                            let why = match self.blocked.borrow().get(&key) {
-                                Some(budget) if matches!(e, Error::BudgetExhausted(_)) => {
-                                    format!("blocked by PodDisruptionBudget {namespace}/{budget}")
-                                }
-                                _ => inert(e.message()).into_owned(),
+                            let why = match &e {
+                                Error::BudgetExhausted(m) => blocked_reason(m).map(str::to_string),
+                                _ => None,
                             };
+                            let why = why.unwrap_or_else(|| inert(e.message()).into_owned());
                             remaining.insert(pod.clone(), why);
                         }
                     }

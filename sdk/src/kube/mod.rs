@@ -22,6 +22,11 @@ pub const CALLS: [&str; 9] = tend_rules::wit::kube::FUNCTIONS;
 pub use patch::merge_patch;
 pub use rules::IntoKubeRules;
 
+/// The annotation (value `"true"`) by which a node asks the cluster scope to
+/// replace its instance: node-remediator's `replace` step sets it on its own
+/// Node, node-reaper acts on it (`replace-requests = true`).
+pub const REPLACE_ANNOTATION: &str = "tend.dev/replace-requested";
+
 /// The WIT records themselves: the host takes these very types. (A list's
 /// items cross the WIT as JSON text; [`ObjectList`] holds them parsed.)
 pub use crate::bindings::tend::plugin::kube::{

@@ -530,7 +530,7 @@ fn an_eviction_needs_its_grant_and_a_budget_that_allows_it() {
     assert_eq!(err.kind(), "budget-exhausted");
     assert_eq!(
         err.message(),
-        "blocked by PodDisruptionBudget default/web-pdb: evicting default/web now would break it (Cannot evict pod as it would violate the pod's disruption budget.); nothing was done, try again later"
+        "[pdb:default/web-pdb] blocked by PodDisruptionBudget default/web-pdb: evicting default/web now would break it (Cannot evict pod as it would violate the pod's disruption budget.); nothing was done, try again later"
     );
     assert!(kube.object(&pod_key("default", "web")).is_some());
     assert_eq!(kube.actions(), Vec::<String>::new());
@@ -557,7 +557,8 @@ fn a_drain_cordons_evicts_and_leaves_daemonset_mirror_and_blocked_pods() {
                 "kube-system/etcd: a mirror pod (the kubelet's static pod)".into(),
             ],
             remaining: vec![
-                "default/db: blocked by PodDisruptionBudget default/db-pdb".into(),
+                "default/db: [pdb:default/db-pdb] blocked by PodDisruptionBudget default/db-pdb"
+                    .into(),
                 "default/old: terminating".into(),
             ],
             uncordoned: false,

@@ -140,6 +140,68 @@ impl SystemdPeer {
         self.manager(&["Reload"]);
     }
 
+    /// Make the peer rebootable, as a machine is: `reboot.target` stands for
+    /// the real one (its start reboots the peer's systemd: PID 1 of its pid
+    /// namespace calls reboot(2), so the namespace and everything in it ends,
+    /// as a machine's processes do; [`SystemdPeer::wait_rebooted`] sees it),
+    /// each reboot counted in `reboots` (a line each, see [`starts`]); and
+    /// every boot writes a new identity into `boot_id` (the kernel's boot ID
+    /// cannot change in a test: this file is its stand-in). Written for this
+    /// boot too. Returns the boot identity's path.
+    pub fn rebootable(&self) -> PathBuf {
+        let (units, dir) = (self.units_dir(), self.dir.path());
+        let unit = |name: &str, text: String| std::fs::write(units.join(name), text).unwrap();
+        unit(
+            "reboot.target",
+            "[Unit]\nDescription=Reboot (the test peer's stand-in)\nDefaultDependencies=no\nRequires=tend-reboot.service\nAfter=tend-reboot.service\n".into(),
+        );
+        unit(
+            "tend-reboot.service",
+            format!(
+                "[Unit]\nDefaultDependencies=no\nSuccessAction=reboot-force\n[Service]\nType=oneshot\nExecStart=/bin/sh -c 'echo reboot >> {}'\n",
+                dir.join("reboots").display()
+            ),
+        );
+        let boot_id = dir.join("boot_id");
+        unit(
+            "tend-boot-id.service",
+            format!(
+                "[Unit]\nDefaultDependencies=no\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/sh -c 'cat /proc/sys/kernel/random/uuid > {}'\n",
+                boot_id.display()
+            ),
+        );
+        let wants = units.join("peer.target.wants");
+        std::fs::create_dir_all(&wants).unwrap();
+        std::os::unix::fs::symlink(
+            "../tend-boot-id.service",
+            wants.join("tend-boot-id.service"),
+        )
+        .unwrap();
+        self.manager(&["Reload"]);
+        self.manager(&["StartUnit", "ss", "tend-boot-id.service", "replace"]);
+        self.wait_for_unit(
+            "tend-boot-id.service",
+            "ActiveState",
+            "active",
+            Duration::from_secs(10),
+        );
+        boot_id
+    }
+
+    /// How many times the peer rebooted (see [`SystemdPeer::rebootable`]).
+    pub fn reboots(&self) -> usize {
+        starts(&self.dir.path().join("reboots"))
+    }
+
+    /// Wait until the peer's systemd has rebooted: its PID 1 is gone (and
+    /// with it the namespace). The machine stays off until
+    /// [`SystemdPeer::start_bus_again`] boots it, as firmware would.
+    pub fn wait_rebooted(&self, within: Duration) {
+        let pid1 = std::fs::read_to_string(self.dir.path().join("pid1")).unwrap();
+        let pid1 = PathBuf::from(format!("/proc/{}", pid1.trim()));
+        wait_until(within, "the peer's systemd to reboot", || !pid1.exists());
+    }
+
     /// Call a method of org.freedesktop.systemd1.Manager, e.g.
     /// `manager(&["StartUnit", "ss", "hello.service", "replace"])`; returns busctl's output.
     pub fn manager(&self, method_and_args: &[&str]) -> String {

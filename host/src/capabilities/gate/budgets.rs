@@ -13,6 +13,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use tend_rules::reason::Reason;
 
 /// The state namespace of the ledgers: not a valid plugin name, so no plugin
 /// can ever read or write it.
@@ -405,7 +406,7 @@ impl Budgets {
             let ledgers = self.ledgers.lock().unwrap();
             ledgers[&rule.name]
                 .check(&rule, operation, target, now_ms, &planned)
-                .map_err(|r| CapError::BudgetExhausted(r.message))?;
+                .map_err(|r| CapError::BudgetExhausted(Reason::Budget.tag(&r.message)))?;
         }
         Ok(())
     }
@@ -428,7 +429,7 @@ impl Budgets {
             for rule in &rules {
                 ledgers[&rule.name]
                     .check(rule, operation, target, now_ms, &[])
-                    .map_err(|r| CapError::BudgetExhausted(r.message))?;
+                    .map_err(|r| CapError::BudgetExhausted(Reason::Budget.tag(&r.message)))?;
             }
             for rule in &rules {
                 let ledger = ledgers.get_mut(&rule.name).expect("loaded above");

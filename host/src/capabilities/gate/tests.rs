@@ -87,7 +87,7 @@ async fn over_budget_is_refused_journaled_and_never_admitted() {
     assert!(
         entries[1]
             .1
-            .starts_with("budget-exhausted: budget \"removals\""),
+            .starts_with("budget-exhausted: [budget] budget \"removals\""),
         "{entries:?}"
     );
     assert!(

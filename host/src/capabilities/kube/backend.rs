@@ -275,7 +275,7 @@ pub trait KubeBackend: Send + Sync + 'static {
     ) -> Result<(), CapError>;
     /// Evict pod `namespace`/`name` through the Eviction API (policy/v1).
     /// A PodDisruptionBudget's refusal (429) is `budget-exhausted`, its
-    /// message starting "blocked by PodDisruptionBudget <ns>/<name>"
+    /// message starting "[pdb:<ns>/<name>] blocked by PodDisruptionBudget <ns>/<name>"
     /// ([`tend_rules::drain::blocked_message`]); in a dry run the server
     /// checks the same and changes nothing.
     /// `uid`: the pod that was checked, as the eviction's precondition (a

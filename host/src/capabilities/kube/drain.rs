@@ -25,6 +25,7 @@ use tend_rules::drain::{
     Disposition, blocked_reason, check_cordon, check_evict, check_evict_pod, cordon_patch,
     cordoned, disposition,
 };
+use tend_rules::reason::Reason;
 use tokio::time::{Duration, Instant};
 
 /// Room kept before the reconcile's deadline to undo a drain that gives up.
@@ -297,17 +298,27 @@ impl PluginKube {
         let Some(stop) = stopped else {
             return Ok(report);
         };
-        report.remaining = pending.iter().map(|(pod, p)| line(pod, &p.why)).collect();
         let why = match &stop {
             Stop::Uncordoned => {
-                for left in &mut report.remaining {
-                    left.push_str(" (the Node was uncordoned by someone else)");
-                }
                 "the Node was uncordoned by someone else during the drain; nothing more was evicted"
                     .to_string()
             }
             Stop::GaveUp(why) => why.clone(),
         };
+        report.remaining = pending
+            .iter()
+            .map(|(pod, p)| match &stop {
+                // What the drain relied on changed: that is why these stay.
+                Stop::Uncordoned => line(
+                    pod,
+                    &Reason::StaleState.tag(&format!(
+                        "the Node was uncordoned by someone else (before: {})",
+                        p.why
+                    )),
+                ),
+                Stop::GaveUp(_) => line(pod, &p.why),
+            })
+            .collect();
         const SHOWN: usize = 10;
         tracing::warn!(
             plugin = %self.call.plugin,

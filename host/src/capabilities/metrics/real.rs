@@ -38,9 +38,7 @@ impl MetricsBackend for SeriesStore {
         sorted.sort();
         let key = (kind, name.to_string(), sorted);
         if !series.contains_key(&key) && series.len() >= MAX_SERIES {
-            return Err(CapError::BudgetExhausted(format!(
-                "metric {name}: plugin {plugin} already has {MAX_SERIES} series, the most a plugin may have: use labels with few values (a cache, not a request id)"
-            )));
+            return Err(tend_rules::metrics::too_many_series(name, plugin));
         }
         let slot = series.entry(key).or_insert(0.0);
         match kind {

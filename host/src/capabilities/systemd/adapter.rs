@@ -22,6 +22,7 @@ use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use tend_rules::reason::Reason;
 use tend_rules::systemd::install::EnablePlan;
 
 /// `[host.systemd]`.
@@ -240,10 +241,9 @@ impl PluginSystemd {
             Some(Operation::DaemonReload),
         )?;
         if self.reloaded.swap(true, Ordering::SeqCst) {
-            return Err(CapError::BudgetExhausted(
-                "systemd daemon-reload: at most one per reconcile, and this reconcile had it already (each reload reruns systemd's generators and stalls PID 1): write every unit file first, then reload once, or requeue"
-                    .into(),
-            ));
+            return Err(CapError::BudgetExhausted(Reason::Limit.tag(
+                "systemd daemon-reload: at most one per reconcile, and this reconcile had it already (each reload reruns systemd's generators and stalls PID 1): write every unit file first, then reload once, or requeue",
+            )));
         }
         let intent = Self::intent(Operation::DaemonReload, Self::NAME.to_string());
         self.call

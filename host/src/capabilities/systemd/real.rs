@@ -183,7 +183,13 @@ impl RealSystemd {
                     return Ok(JobResult::parse(&result).unwrap_or(JobResult::Failed));
                 }
             }
-            Err(self.unavailable(&format!("{what}: the bus closed while the job ran")))
+            // Queued, and its end not seen: it may have happened (a reboot
+            // closes the bus this way), so not `unavailable` (nothing done).
+            *self.connection.lock().await = None;
+            Err(CapError::Timeout(format!(
+                "systemd on {}: {what}: the job was queued, then the bus closed before it finished (a reboot does that): its outcome is unknown",
+                self.bus()
+            )))
         };
         match tokio::time::timeout(JOB_TIMEOUT, wait).await {
             Ok(result) => result,

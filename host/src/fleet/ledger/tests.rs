@@ -87,7 +87,7 @@ fn the_share_counts_holders_not_ready_cordoned_and_other_remediators() {
     let why = refusal(decide(&rule(0.05, 1), &ledger, &view, "n3", "t"));
     assert_eq!(
         why,
-        "fleet budget runtime-restart: 5 of 100 nodes may be disrupted at once and 5 are: \
+        "[budget] fleet budget runtime-restart: 5 of 100 nodes may be disrupted at once and 5 are: \
          n1 (holds a ticket), n10 (NotReady), n11 (cordoned), n12 (held by kured), n2 (holds a ticket); \
          a ticket frees when a holder settles"
     );
@@ -123,7 +123,7 @@ fn each_zone_has_its_share_too() {
     let why = refusal(decide(&rule(0.1, 1), &ledger, &view, "n3", "t"));
     assert!(
         why.starts_with(
-            "fleet budget runtime-restart: 1 of the 10 nodes in zone z0 may be disrupted at once and 1 are: n0 (holds a ticket)"
+            "[budget] fleet budget runtime-restart: 1 of the 10 nodes in zone z0 may be disrupted at once and 1 are: n0 (holds a ticket)"
         ),
         "{why}"
     );
@@ -165,7 +165,7 @@ fn the_rate_refuses_once_max_grants_were_seen_within_its_period() {
     let why = refusal(decide(&rule, &Ledger::default(), &view, "n1", "t"));
     assert_eq!(
         why,
-        "fleet budget runtime-restart: its rate allows 2 tickets per 10m and 2 were granted within it"
+        "[budget] fleet budget runtime-restart: its rate allows 2 tickets per 10m and 2 were granted within it"
     );
     let view = View {
         recent_grants: 1,
@@ -188,7 +188,7 @@ fn the_next_ticket_waits_for_the_last_holder_to_settle() {
     let why = refusal(decide(&rule(1.0, 1), &ledger, &view, "n1", "t"));
     assert_eq!(
         why,
-        "fleet budget runtime-restart: the last node disrupted, n5, has KernelDeadlock; the next ticket waits until it settles"
+        "[health] fleet budget runtime-restart: the last node disrupted, n5, has KernelDeadlock; the next ticket waits until it settles"
     );
     // A condition the class does not watch does not hold it back.
     view.nodes[5].conditions = ["OtherThing".to_string()].into();

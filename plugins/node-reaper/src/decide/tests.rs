@@ -42,6 +42,8 @@ fn node(name: &str, provider_id: &str, ip: &str) -> NodeInfo {
             .filter(|i: &String| !i.is_empty())
             .collect(),
         ready: true,
+        replace_requested: false,
+        cordoned: false,
     }
 }
 
@@ -967,5 +969,85 @@ fn a_pool_latches_churn_when_most_of_its_recent_launches_never_registered() {
     assert!(
         !next.latched.contains_key(&churn_key("b")),
         "half is not most"
+    );
+}
+
+/// A Node asking to be replaced: its instance by its provider ID (and its
+/// name or address agreeing), when cordoned, confirmed, within the
+/// breakers; never one matched otherwise, nor one two Nodes name.
+#[test]
+fn a_replace_request_names_its_instance_by_provider_id_and_waits_for_the_cordon() {
+    let p = Policy {
+        replace_requests: true,
+        max_deletions_per_pass: 5,
+        ..without_churn()
+    };
+    let instances: Vec<Instance> = (1..=6).map(running).collect();
+    // Named by its provider ID, its address agreeing.
+    let own = |n: u32| {
+        node(
+            &format!("other-{n}"),
+            &format!("aws:///us-east-1a/i-{n:017x}"),
+            &format!("10.0.0.{n}"),
+        )
+    };
+    let asking = |node: NodeInfo, cordoned| NodeInfo {
+        replace_requested: true,
+        cordoned,
+        ..node
+    };
+    let nodes = [
+        asking(own(1), true),
+        asking(own(2), false),
+        // Matched by its name and address only: not the instance it names.
+        asking(node("node-3", "", "10.0.0.3"), true),
+        node_of(4),
+        // A provider ID alone (no name or address of the instance's).
+        asking(node_of(5), true),
+        // Two Nodes naming instance 6: the one asking may be lying.
+        asking(own(6), true),
+        node("node-6", &format!("aws:///us-east-1a/i-{:017x}", 6), ""),
+    ];
+    let first = run(&p, &Memory::default(), &instances, &nodes, T0);
+    assert!(
+        matches!(
+            actions(&first)[0],
+            Action::Candidate {
+                why: Why::ReplaceRequested,
+                skip: Skip::Unconfirmed { .. }
+            }
+        ),
+        "{:?}",
+        first.verdicts
+    );
+    let d = confirmed(&p, &Memory::default(), &instances, &nodes, T0);
+    assert_eq!(
+        actions(&d),
+        [
+            Action::Delete {
+                why: Why::ReplaceRequested
+            },
+            Action::Candidate {
+                why: Why::ReplaceRequested,
+                skip: Skip::NotCordoned
+            },
+            Action::Registered(MatchedBy::Name),
+            Action::Registered(MatchedBy::ProviderId),
+            Action::Registered(MatchedBy::ProviderId),
+            Action::Registered(MatchedBy::ProviderId),
+        ]
+    );
+    assert_eq!(d.counts.registered, 6, "asking Nodes are Nodes still");
+    let off = Policy {
+        replace_requests: false,
+        ..p
+    };
+    let d = confirmed(&off, &Memory::default(), &instances, &nodes, T0);
+    assert!(
+        actions(&d)
+            .iter()
+            .all(|a| matches!(a, Action::Registered(_))),
+        "{:?}",
+        d.verdicts
     );
 }

@@ -149,7 +149,7 @@ async fn a_budget_that_blocks_forever_stops_the_drain_at_its_deadline_naming_it_
     assert_eq!(report.remaining.len(), 1, "{:?}", report.remaining);
     assert_eq!(
         report.remaining,
-        ["default/web-2: blocked by PodDisruptionBudget default/web-pdb"]
+        ["default/web-2: [pdb:default/web-pdb] blocked by PodDisruptionBudget default/web-pdb"]
     );
     assert!(report.uncordoned && !unschedulable(&fake));
     assert!(
@@ -295,7 +295,7 @@ async fn a_plan_says_what_the_drain_would_do_and_does_nothing() {
     assert_eq!(report.evicted, ["default/web-1"]);
     assert_eq!(
         report.remaining,
-        ["default/web-2: blocked by PodDisruptionBudget default/web-pdb"]
+        ["default/web-2: [pdb:default/web-pdb] blocked by PodDisruptionBudget default/web-pdb"]
     );
     assert!(fake.actions().is_empty() && !unschedulable(&fake));
     // The plan shows the budget's refusal of the one eviction.
@@ -311,9 +311,9 @@ async fn a_plan_says_what_the_drain_would_do_and_does_nothing() {
         [("cordon", "ok".to_string()), ("evict", "ok".to_string())]
     );
     assert!(
-        planned[2]
-            .1
-            .starts_with("budget-exhausted: blocked by PodDisruptionBudget default/web-pdb"),
+        planned[2].1.starts_with(
+            "budget-exhausted: [pdb:default/web-pdb] blocked by PodDisruptionBudget default/web-pdb"
+        ),
         "{planned:?}"
     );
 }

@@ -79,7 +79,7 @@ type DrainReport struct {
 	// static pods, which the API cannot remove).
 	Skipped []string
 	// Still on the Node when the drain gave up, each with what held it:
-	// "blocked by PodDisruptionBudget <namespace>/<name>", "terminating",
+	// "[pdb:<namespace>/<name>] blocked by PodDisruptionBudget <namespace>/<name>", "terminating",
 	// or the API server's refusal. Empty: the drain completed.
 	Remaining []string
 	// The drain gave up and made the Node schedulable again.

@@ -84,11 +84,17 @@ const (
 	Error_Conflict uint8 = 2
 	// The backend (a peer, a service, the network) could not be reached.
 	Error_Unavailable uint8 = 3
-	// The call, or the whole reconcile, ran past its deadline.
+	// The call, or the whole reconcile, ran past its deadline, or its answer
+	// was lost after it was sent: it may have happened.
 	Error_Timeout uint8 = 4
 	// The request itself is malformed (bad path, bad URL, bad config).
 	Error_Invalid uint8 = 5
-	// A host-wide budget for destructive operations is used up for now.
+	// Not now: a budget is used up, a maintenance window is closed, a
+	// PodDisruptionBudget or the fleet's health holds it back, the
+	// reconcile's own bounds are reached. The message begins with the
+	// reason's name in brackets: `[budget]`, `[window]`, `[health]`,
+	// `[limit]`, `[pdb:<namespace>/<name>]` (`<namespace>/*` when the API
+	// server did not name it); `tend plan` lists them.
 	Error_BudgetExhausted uint8 = 6
 	Error_Other           uint8 = 7
 )
