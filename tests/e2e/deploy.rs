@@ -390,13 +390,9 @@ fn the_kustomization_renders_a_deployment_that_works_on_real_nodes() {
     );
 }
 
-/// components/medik8s: the CRDs NodeHealthCheck's template and requests
-/// need, named as node-remediator reads them (its `medik8s` module) and as
-/// the Kubernetes fake serves them (the fake serves them as if installed:
-/// its discovery must say what these CRDs would), the template's kind the
-/// request's with NHC's "Template" suffix, and NHC's aggregated role.
-#[test]
-fn the_medik8s_component_defines_what_node_remediator_and_the_fake_use() {
+/// examples/deploy with `component` (components/NAME), rendered from an
+/// overlay beside a copy of it (a kustomization inside would be a cycle).
+fn with_component(component: &str) -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
     let copy = Command::new("cp")
         .args(["-r", deploy_dir().to_str().unwrap()])
@@ -408,10 +404,20 @@ fn the_medik8s_component_defines_what_node_remediator_and_the_fake_use() {
     std::fs::create_dir(&overlay).unwrap();
     std::fs::write(
         overlay.join("kustomization.yaml"),
-        "resources:\n- ../deploy\ncomponents:\n- ../deploy/components/medik8s\n",
+        format!("resources:\n- ../deploy\ncomponents:\n- ../deploy/components/{component}\n"),
     )
     .unwrap();
-    let objects = kustomize(&overlay);
+    kustomize(&overlay)
+}
+
+/// components/medik8s: the CRDs NodeHealthCheck's template and requests
+/// need, named as node-remediator reads them (its `medik8s` module) and as
+/// the Kubernetes fake serves them (the fake serves them as if installed:
+/// its discovery must say what these CRDs would), the template's kind the
+/// request's with NHC's "Template" suffix, and NHC's aggregated role.
+#[test]
+fn the_medik8s_component_defines_what_node_remediator_and_the_fake_use() {
+    let objects = with_component("medik8s");
     let source =
         std::fs::read_to_string(workspace_root().join("plugins/node-remediator/src/medik8s.rs"))
             .unwrap();
@@ -459,21 +465,7 @@ fn the_medik8s_component_defines_what_node_remediator_and_the_fake_use() {
 /// mounted config in place and every node reloads it.
 #[test]
 fn the_hot_reload_component_mounts_configmaps_under_fixed_names() {
-    let dir = tempfile::tempdir().unwrap();
-    let copy = Command::new("cp")
-        .args(["-r", deploy_dir().to_str().unwrap()])
-        .arg(dir.path().join("deploy"))
-        .status()
-        .unwrap();
-    assert!(copy.success());
-    let overlay = dir.path().join("overlay");
-    std::fs::create_dir(&overlay).unwrap();
-    std::fs::write(
-        overlay.join("kustomization.yaml"),
-        "resources:\n- ../deploy\ncomponents:\n- ../deploy/components/hot-reload\n",
-    )
-    .unwrap();
-    let objects = kustomize(&overlay);
+    let objects = with_component("hot-reload");
     assert_rbac_is_what_tend_rbac_prints(&objects);
     for (scope, kind, name) in [
         ("node", "DaemonSet", "tend-node"),
@@ -509,7 +501,7 @@ fn the_alerting_rules_check_and_pass_their_unit_tests() {
             monitoring.join("tend.rules.yaml").to_str().unwrap(),
         ],
     );
-    assert!(checked.contains("SUCCESS: 9 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 11 rules found"), "{checked}");
     let tested = Command::new("promtool")
         .args(["test", "rules", "tend.rules.test.yaml"])
         .current_dir(&monitoring)
@@ -625,11 +617,18 @@ fn every_metric_the_dashboard_and_alerts_use_is_on_a_live_metrics_page() {
     sandbox.config_with_host(&host, plugins);
     api.grant_rbac(&sandbox);
     let daemon = sandbox.daemon();
-    wait_until(WITHIN, "a success, a failure and the Lease", || {
-        metric(port, "tend_leader") == Some(1.0)
-            && metric(port, "tend_plugin_last_success_timestamp_seconds").is_some()
-            && metric(port, "tend_plugin_consecutive_failures").is_some_and(|f| f >= 1.0)
-    });
+    // The compile cache's counter counts the optimized (Cranelift) build,
+    // which comes after the quick one the first reconciles run on.
+    wait_until(
+        WITHIN,
+        "a success, a failure, the Lease and the optimized build",
+        || {
+            metric(port, "tend_leader") == Some(1.0)
+                && metric(port, "tend_plugin_last_success_timestamp_seconds").is_some()
+                && metric(port, "tend_plugin_consecutive_failures").is_some_and(|f| f >= 1.0)
+                && metric(port, "tend_compile_cache_total").is_some()
+        },
+    );
     // A config reload, so the reload counter has a series.
     sandbox.config_with_host(&host, &plugins.replace("100ms", "200ms"));
     wait_until(WITHIN, "the config reloaded", || {
@@ -683,8 +682,9 @@ fn alert_rules() -> Vec<(String, String, BTreeSet<String>)> {
 /// answers in the state the alert describes, with every label its text names:
 /// on `sick-node` a plugin that fails, one whose file is missing, one over its
 /// budget, node-reaper with its `not_ready` breaker open (its one Node
-/// NotReady), node-remediator's ladder exhausted and overdue (one step that
-/// never verifies: KernelDeadlock stays True) and, later, a config rejected and the daemon killed (TendDown); on
+/// NotReady), node-remediator's ladder exhausted (one step that never
+/// verifies: KernelDeadlock stays True) and another's overdue (its drain
+/// refused, not granted: held back past `alert-after-ms`) and, later, a config rejected and the daemon killed (TendDown); on
 /// `follower-node` a replica whose Lease another holder keeps (no leader).
 /// On `well-node`, a healthy tend beside them, none of the per-node alerts
 /// answers. (`for:` is promtool's part, in the rules' unit tests.)
@@ -772,6 +772,14 @@ kube = [
 conditions = ["KernelDeadlock"]
 steps = [{{ action = "replace" }}]
 verify-within-ms = 1000
+[plugins.held-remediator]
+file = "plugins/node-remediator.wasm"
+interval = "1s"
+[plugins.held-remediator.grants]
+kube = [{{ resource = "nodes", verbs = ["get", "list", "watch"], names = ["$NODE"] }}]
+[plugins.held-remediator.config]
+conditions = ["KernelDeadlock"]
+steps = [{{ action = "replace" }}]
 alert-after-ms = 1000
 "#,
         out = out.display()

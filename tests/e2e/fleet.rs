@@ -649,7 +649,9 @@ fn a_firing_alert_holds_the_next_ticket_and_the_holders_return() {
         "the holder holds while it fires",
         || {
             agents[0].class()["note"].as_str().is_some_and(|n| {
-                n.starts_with("holding: fleet budget runtime-restart: alert TendTestAlert firing")
+                n.starts_with(
+                    "holding: [health] fleet budget runtime-restart: alert TendTestAlert firing",
+                )
             })
         },
     );

@@ -244,7 +244,9 @@ fn a_fifo_never_blocks_and_a_late_write_is_journaled_before_the_report() {
     // On a disk busy enough (an fsync behind other processes' writes), the
     // write in flight can outlast the grace: the one-shot report cannot wait
     // for it, and journals it as interrupted, but only that one, and only
-    // after waiting the whole grace.
+    // after waiting the whole grace. One the deadline cut between its
+    // journaled intent and its start wrote nothing (files are written by
+    // rename): it is interrupted at once, and no file of it appears.
     let (writes, cut): (Vec<_>, Vec<_>) = writes.into_iter().partition(|w| w["result"] == "ok");
     assert!(cut.len() <= 1, "only the write in flight: {cut:?}");
     for write in &cut {
@@ -252,9 +254,10 @@ fn a_fifo_never_blocks_and_a_late_write_is_journaled_before_the_report() {
             write["result"].as_str().unwrap().starts_with("interrupted"),
             "{write}"
         );
+        let written = std::path::Path::new(write["target"].as_str().unwrap()).exists();
         assert!(
-            took >= Duration::from_secs(2 + 3),
-            "a write is journaled as interrupted only after the grace: {took:?}"
+            !written || took >= Duration::from_secs(2 + 3),
+            "a write that happened is journaled as interrupted only after the grace: {took:?}"
         );
     }
     for write in &writes {

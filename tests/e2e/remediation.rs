@@ -53,15 +53,20 @@ fn node_conditions(api: &KubeApi, ready: bool, status: &str) {
     );
 }
 
+/// `[host]` listening on `port`, with the peer's systemd and the fake's API.
+fn systemd_host(port: u16, peer: &SystemdPeer, api: &KubeApi, sandbox: &Sandbox) -> String {
+    format!(
+        "listen = \"127.0.0.1:{port}\"\n[host.systemd]\nbus = \"{}\"\n{}",
+        peer.bus_address(),
+        api.host_kube(sandbox)
+    )
+}
+
 /// tend with node-remediator: restart the kubelet's unit, then the
 /// runtime's; a step verifies after 2 s clear, escalates after
 /// `verify_within_ms`.
 fn config(api: &KubeApi, peer: &SystemdPeer, sandbox: &Sandbox, port: u16, verify_within_ms: u64) {
-    let host = format!(
-        "listen = \"127.0.0.1:{port}\"\n[host.systemd]\nbus = \"{}\"\n{}",
-        peer.bus_address(),
-        api.host_kube(sandbox)
-    );
+    let host = systemd_host(port, peer, api, sandbox);
     let plugin = format!(
         r#"[plugins.node-remediator]
 interval = "1s"
@@ -258,9 +263,8 @@ fn two_nodes_failing_at_once_under_one_ticket_remediate_one_at_a_time() {
         sleeper(&peer, &format!("tend-kubelet-{node}.service"), &count);
         let port = free_port();
         let host = format!(
-            "listen = \"127.0.0.1:{port}\"\n[host.systemd]\nbus = \"{}\"\n{}[host.fleet]\nnamespace = \"tend-system\"\nliveness = \"10s\"\nrenew-every = \"1s\"\nretry-every = \"500ms\"\n[host.fleet.classes.restart]\noperations = [\"systemd.restart\"]\nshare = 0.0\nmin = 1\n[host.fleet.classes.restart.settle]\nready-for = \"1h\"\n",
-            peer.bus_address(),
-            api.host_kube(&sandbox)
+            "{}[host.fleet]\nnamespace = \"tend-system\"\nliveness = \"10s\"\nrenew-every = \"1s\"\nretry-every = \"500ms\"\n[host.fleet.classes.restart]\noperations = [\"systemd.restart\"]\nshare = 0.0\nmin = 1\n[host.fleet.classes.restart.settle]\nready-for = \"1h\"\n",
+            systemd_host(port, &peer, &api, &sandbox)
         );
         let plugin = format!(
             r#"[plugins.node-remediator]
@@ -312,33 +316,34 @@ steps = [{{ action = "restart-unit", unit = "tend-kubelet-{node}.service" }}]
     drop(peer);
 }
 
-/// The reboot step against a real systemd: it drains first (the Node's pod
-/// evicted, its kubelet stand-in ending it), checks the cordon, and starts
-/// `reboot.target`, which reboots the peer's systemd. While the machine is
-/// off, nothing more is done and the ladder says it waits; powered on, a new
-/// boot identity and the Node Ready again verify the step, which uncordons.
-/// Rebooted exactly once.
-#[test]
-fn a_reboot_drains_reboots_the_peer_once_and_verifies_by_its_new_boot() {
+/// A world to reboot: the Kubernetes fake with this Node, its kubelet
+/// stand-in and one pod on it that takes `grace` seconds to leave; the
+/// systemd peer made rebootable; tend running node-remediator with one
+/// step, a reboot, its first reconcile done. Dropped daemon first.
+struct Rebooting {
+    _daemon: Daemon,
+    _sandbox: Sandbox,
+    port: u16,
+    boot_id: std::path::PathBuf,
+    peer: SystemdPeer,
+    api: KubeApi,
+}
+
+fn rebooting(pod: &str, grace: u64) -> Rebooting {
     let api = KubeApi::start();
     api.seed_node(NODE);
     api.run_kubelet(NODE);
     let pod = json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "web-1", "namespace": "default"},
-        "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
+        "metadata": {"name": pod, "namespace": "default"},
+        "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": grace,
                  "containers": [{"name": "c", "image": "busybox"}]}});
     let (code, body) = api.call("POST", "/api/v1/namespaces/default/pods", Some(&pod));
     assert_eq!(code, 201, "{body}");
     let peer = SystemdPeer::start();
     let boot_id = peer.rebootable();
-    let first_boot = std::fs::read_to_string(&boot_id).unwrap();
     let sandbox = Sandbox::new();
     let port = free_port();
-    let host = format!(
-        "listen = \"127.0.0.1:{port}\"\n[host.systemd]\nbus = \"{}\"\n{}",
-        peer.bus_address(),
-        api.host_kube(&sandbox)
-    );
+    let host = systemd_host(port, &peer, &api, &sandbox);
     let plugin = format!(
         r#"[plugins.node-remediator]
 interval = "1s"
@@ -355,7 +360,7 @@ conditions = ["KernelDeadlock"]
 settle-ms = 2000
 verify-within-ms = 300000
 boot-id-path = "{boot_id}"
-steps = [{{ action = "reboot", drain-deadline-ms = 20000 }}]
+steps = [{{ action = "reboot", drain-deadline-ms = 30000 }}]
 "#,
         boot_id = boot_id.display(),
         peer_dir = peer.dir().display()
@@ -367,38 +372,57 @@ steps = [{{ action = "reboot", drain-deadline-ms = 20000 }}]
     wait_until(WITHIN, "the first reconcile", || {
         message(port).contains("no remediation needed")
     });
+    Rebooting {
+        _daemon: daemon,
+        _sandbox: sandbox,
+        port,
+        boot_id,
+        peer,
+        api,
+    }
+}
 
-    deadlock(&api, "True");
-    peer.wait_rebooted(WITHIN);
-    assert_eq!(peer.reboots(), 1);
-    let (code, _) = api.call("GET", "/api/v1/namespaces/default/pods/web-1", None);
+/// The reboot step against a real systemd: it drains first (the Node's pod
+/// evicted, its kubelet stand-in ending it), checks the cordon, and starts
+/// `reboot.target`, which reboots the peer's systemd. While the machine is
+/// off, nothing more is done and the ladder says it waits; powered on, a new
+/// boot identity and the Node Ready again verify the step, which uncordons.
+/// Rebooted exactly once.
+#[test]
+fn a_reboot_drains_reboots_the_peer_once_and_verifies_by_its_new_boot() {
+    let w = rebooting("web-1", 1);
+    let first_boot = std::fs::read_to_string(&w.boot_id).unwrap();
+    deadlock(&w.api, "True");
+    w.peer.wait_rebooted(WITHIN);
+    assert_eq!(w.peer.reboots(), 1);
+    let (code, _) = w
+        .api
+        .call("GET", "/api/v1/namespaces/default/pods/web-1", None);
     assert_eq!(code, 404, "the pod was evicted before the reboot");
-    let (_, node) = api.call("GET", &format!("/api/v1/nodes/{NODE}"), None);
+    let (_, node) = w.api.call("GET", &format!("/api/v1/nodes/{NODE}"), None);
     assert_eq!(node["spec"]["unschedulable"], true, "{node}");
     // Off: its kubelet silent, the node controller marks it NotReady.
-    node_conditions(&api, false, "True");
+    node_conditions(&w.api, false, "True");
     wait_until(WITHIN, "the ladder waiting for the node", || {
-        message(port).contains("waiting for the node to come back from its reboot")
+        message(w.port).contains("waiting for the node to come back from its reboot")
     });
     // Powered on: a new boot, the problem gone, Ready again.
-    peer.start_bus_again();
-    assert_ne!(std::fs::read_to_string(&boot_id).unwrap(), first_boot);
-    deadlock(&api, "False");
+    w.peer.start_bus_again();
+    assert_ne!(std::fs::read_to_string(&w.boot_id).unwrap(), first_boot);
+    deadlock(&w.api, "False");
     wait_until(WITHIN, "the reboot verified", || {
-        let m = message(port);
+        let m = message(w.port);
         m.contains("step 1/1 (reboot) verified; uncordoned the Node")
             || m.contains("recovered by step 1/1 (reboot)")
     });
-    let (_, node) = api.call("GET", &format!("/api/v1/nodes/{NODE}"), None);
+    let (_, node) = w.api.call("GET", &format!("/api/v1/nodes/{NODE}"), None);
     assert!(node["spec"]["unschedulable"] != true, "{node}");
-    assert_eq!(peer.reboots(), 1, "rebooted once");
-    let reasons = events(&api);
+    assert_eq!(w.peer.reboots(), 1, "rebooted once");
+    let reasons = events(&w.api);
     assert!(
         reasons.contains(&"Remediating".to_string()) && reasons.contains(&"Remediated".to_string()),
         "{reasons:?}"
     );
-    drop(daemon);
-    drop(peer);
 }
 
 /// node-remediator as a Medik8s remediator, NodeHealthCheck played by the
@@ -426,11 +450,7 @@ fn a_node_health_check_request_runs_the_ladder_and_its_timeout_stands_it_down() 
     sleeper(&peer, "tend-kubelet.service", &kubelet);
     sleeper(&peer, "tend-runtime.service", &runtime);
     let port = free_port();
-    let host = format!(
-        "listen = \"127.0.0.1:{port}\"\n[host.systemd]\nbus = \"{}\"\n{}",
-        peer.bus_address(),
-        api.host_kube(&sandbox)
-    );
+    let host = systemd_host(port, &peer, &api, &sandbox);
     let plugin = r#"[plugins.node-remediator]
 interval = "1s"
 [plugins.node-remediator.grants]
@@ -515,4 +535,36 @@ steps = [
     assert_eq!((starts(&kubelet), starts(&runtime)), (2, 1));
     drop(daemon);
     drop(peer);
+}
+
+/// kured #929 end to end: the Node uncordoned by someone else while the
+/// reboot step's drain waits for its pod to leave is not rebooted. The drain
+/// stops at the uncordon (the pods it left say `[stale-state]`), the step is
+/// held with that reason, and the peer never reboots.
+#[test]
+fn a_node_uncordoned_during_its_drain_is_not_rebooted() {
+    // Ten seconds to leave: the uncordon comes while it is leaving.
+    let w = rebooting("slow-1", 10);
+    deadlock(&w.api, "True");
+    wait_until(WITHIN, "the pod evicted, leaving", || {
+        let (_, pod) = w
+            .api
+            .call("GET", "/api/v1/namespaces/default/pods/slow-1", None);
+        !pod["metadata"]["deletionTimestamp"].is_null()
+    });
+    // Someone else uncordons the Node while the drain waits for the pod.
+    w.api.merge_patch(
+        &format!("/api/v1/nodes/{NODE}"),
+        &json!({"spec": {"unschedulable": false}}),
+    );
+    wait_until(WITHIN, "the step held for the uncordon", || {
+        message(w.port).starts_with("[stale-state] step 1/1 (reboot) held")
+    });
+    // Its next looks respect the uncordon (for quiet-ms): no new drain.
+    wait_until(WITHIN, "the step held on", || {
+        message(w.port).contains("not taken again for")
+    });
+    assert_eq!(w.peer.reboots(), 0, "rebooted a Node someone uncordoned");
+    let (_, node) = w.api.call("GET", &format!("/api/v1/nodes/{NODE}"), None);
+    assert!(node["spec"]["unschedulable"] != true, "{node}");
 }

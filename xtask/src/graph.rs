@@ -77,7 +77,10 @@ pub const FLOORS: [(&str, &[&[&str]]); 3] = [
             &["author", "bin"],
         ],
     ),
-    ("rules", &[&["error", "ident", "text", "wit"], &["*"]]),
+    (
+        "rules",
+        &[&["error", "ident", "reason", "text", "wit"], &["*"]],
+    ),
     (
         "sdk",
         &[

@@ -49,6 +49,9 @@ pub struct Ladder {
     /// The ladder asked for the instance's replacement (its annotation on
     /// the Node): it withdraws the request on recovery.
     pub replace_requested: bool,
+    /// Someone else uncordoned the Node during a drain: no step is taken
+    /// before this time (the operator's word stands for `quiet-ms`).
+    pub held_until: Option<u64>,
 }
 
 /// The ladder's timings and shape, from the plugin's config.
@@ -184,6 +187,7 @@ fn since(then: u64, now: u64) -> u64 {
 
 fn act(mut ladder: Ladder, step: usize, attempt: u32, seen: &Seen) -> (Ladder, Next) {
     ladder.started_at.get_or_insert(seen.now);
+    ladder.held_until = None;
     ladder.step = Some(step);
     ladder.attempt = attempt;
     ladder.acted_at = seen.now;

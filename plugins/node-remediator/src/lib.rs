@@ -324,6 +324,14 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
             ))
         }
         Next::Act { step, attempt } => {
+            if let Some(until) = stored.held_until.filter(|until| *until > now) {
+                return Ok(Outcome::progressing(Reason::StaleState.tag(&format!(
+                    "{} held: the Node was uncordoned by someone else during its drain; not taken again for {}",
+                    of(step),
+                    human_duration(after(until))
+                )))
+                .requeue_after(after(until)));
+            }
             let taken = take(
                 ctx,
                 host,
@@ -345,6 +353,9 @@ pub fn reconcile_at(ctx: &Context, host: &dyn Host, now: u64) -> Result<Outcome>
                     count(host, &config.steps[step], "held");
                     let mut kept = ladder.clone();
                     kept.started_at.get_or_insert(now);
+                    if reasons.contains(&Reason::StaleState) {
+                        kept.held_until = Some(now.saturating_add(config.quiet_ms));
+                    }
                     if kept != stored {
                         host.state().set_json(LADDER, &kept)?;
                     }

@@ -573,3 +573,43 @@ fn a_held_step_whose_problem_clears_leaves_nothing_overdue() {
     assert_eq!(overdue(&host), Some(0.0));
     assert!(host.systemd.actions().is_empty());
 }
+
+/// An uncordon by someone else during the drain holds the step for
+/// `quiet-ms`: the ladder does not cordon and drain again at its next look.
+#[test]
+fn an_uncordon_by_someone_else_holds_the_step_for_the_quiet_time() {
+    let host = host(true);
+    let config = json!({
+        "conditions": ["KernelDeadlock"],
+        "steps": [{"action": "reboot", "drain-deadline-ms": 60000}],
+        "quiet-ms": 30 * M,
+        "boot-id-path": BOOT_ID,
+    });
+    host.kube.fail_call(
+        "drain",
+        Some(Error::BudgetExhausted(
+            Reason::StaleState.tag("the Node was uncordoned"),
+        )),
+    );
+    let held = run_with(&host, &config, T0);
+    assert!(
+        held.message
+            .starts_with("[stale-state] step 1/1 (reboot) held"),
+        "{}",
+        held.message
+    );
+    host.kube.fail_call("drain", None);
+    let again = run_with(&host, &config, T0 + M);
+    assert!(
+        again.message.contains("not taken again for"),
+        "{}",
+        again.message
+    );
+    assert!(host.systemd.actions().is_empty());
+    run_with(&host, &config, T0 + 31 * M);
+    assert_eq!(
+        host.systemd.actions(),
+        ["start reboot.target"],
+        "after the quiet time"
+    );
+}

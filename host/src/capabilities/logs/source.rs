@@ -477,12 +477,13 @@ mod tests {
             );
         }
         fake.write(Source::Kernel, 3, None, None, "eth0 link up");
-        until("five matches taken in", || {
+        // Kept, then woken: wait for both (under load the wake-up comes later).
+        until("five matches taken in and the plugin woken", || {
             store.with("pd", false, |kept| {
                 kept.pending
                     .first()
                     .is_some_and(|m| m.entries.len() as u64 + m.missed == 5)
-            })
+            }) && !woken.0.lock().unwrap().is_empty()
         })
         .await;
         let pending = store.with("pd", false, |kept| kept.pending.clone());
