@@ -16,7 +16,6 @@ mod sight_demo;
 mod tally;
 
 use anyhow::{Context, Result, bail};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::OnceLock;
@@ -405,114 +404,64 @@ fn test_steps() -> Result<()> {
     image::image_of_test_build(&tend)?;
     // Every runner runs to its end; one total closes the run.
     let mut tally = tally::Tally::default();
-    let apart: Vec<&str> = [BESIDE].iter().chain(ALONE).chain(LANE).copied().collect();
-    let executables = test_executables(E2E, &apart)?;
-    let e2e = |test: &str| {
-        let mut cmd = Command::new(&executables[test]);
-        cmd.current_dir(root().join("tests")).env("TEND_BIN", &tend);
-        cmd
-    };
     step("node-reaper's end-to-end tests, beside the others (shown when they end)");
+    let (package, test) = BESIDE;
     let reaper_tests = tally.start_beside(
-        BESIDE,
-        &mut e2e(BESIDE),
-        root().join(format!("target/{BESIDE}.log")),
+        test,
+        Command::new(test_executable(package, test)?)
+            .current_dir(root().join("tests"))
+            .env("TEND_BIN", &tend),
+        root().join(format!("target/{test}.log")),
     )?;
     for lang in langs::ALL {
         (lang.test)(&mut tally)?;
     }
-    for test in ALONE {
-        step(&format!("{test}'s end-to-end tests, alone"));
-        tally.run(test, &mut e2e(test))?;
-    }
-    step(&format!(
-        "a second lane beside cargo test: {} (shown when it ends)",
-        LANE.join(", ")
-    ));
-    // One after another in one process (`sh`); its exit status fails if any did.
-    let mut lane = Command::new("sh");
-    lane.arg("-c")
-        .arg(r#"rc=0; for test in "$@"; do "$test" || rc=1; done; exit $rc"#)
-        .arg("lane")
-        .args(LANE.iter().map(|test| &executables[*test]))
-        .current_dir(root().join("tests"))
-        .env("TEND_BIN", &tend);
-    let lane = tally.start_beside("the second lane", &mut lane, root().join("target/lane.log"))?;
-    step("running every other test (unit and end-to-end)");
+    step("running every test (unit and end-to-end)");
     tally.run(
         "cargo test",
         cargo()
             .args(["test", "--workspace", "--no-fail-fast"])
             .env("TEND_BIN", &tend),
     )?;
-    step("the second lane");
-    tally.join(lane)?;
     step("node-reaper's end-to-end tests");
     tally.join(reaper_tests)?;
     tally.finish()
 }
 
-/// The package of the end-to-end tests.
-const E2E: &str = "tend-e2e";
-
 /// The test target that runs beside the rest of the suite: node-reaper's
 /// end to end tests spend most of their minutes waiting out its one-minute
 /// confirmations, so the suite's wall time need not add them. It is
 /// `test = false` in tests/Cargo.toml (`cargo test --workspace` leaves it
-/// out), as are [`ALONE`] and [`LANE`]; `cargo test -p tend-e2e --test
-/// node_reaper` runs it alone.
-const BESIDE: &str = "node_reaper";
+/// out); `cargo test -p tend-e2e --test node_reaper` runs it alone. (A second
+/// lane beside, cloud_guard and cloud_peers, saved 45 s of 14 min and doubled
+/// the fleet race's time: the main lane's tests need the 2 cores.)
+const BESIDE: (&str, &str) = ("tend-e2e", "node_reaper");
 
-/// Run before the rest, with nothing but [`BESIDE`] beside: fifty tends
-/// racing need both cores (beside a second lane the race took twice as long).
-const ALONE: &[&str] = &["fleet"];
-
-/// A second lane beside `cargo test`, one after another: end-to-end tests
-/// that mostly wait on their peers (moto, the OpenStack and Kubernetes
-/// fakes), about a third of the suite's minutes (stop 40's run: 142, 83,
-/// 51 and 50 s of 1000).
-const LANE: &[&str] = &[
-    "cloud_guard",
-    "cloud_peers",
-    "kube_fake",
-    "hostile_conditions",
-];
-
-/// The executables of `package`'s test targets `tests`, built (and linted),
-/// by target name. `--workspace`, so that features unify as in the build of
-/// every test (`-p` alone would build tend and its dependencies again, 3
-/// minutes).
-fn test_executables(package: &str, tests: &[&str]) -> Result<HashMap<String, PathBuf>> {
-    let mut cargo = cargo();
-    cargo.args(["test", "--workspace", "--no-run", "--message-format=json"]);
-    for test in tests {
-        cargo.args(["--test", test]);
-    }
-    let output = cargo
+/// The executable of `package`'s test target `test`, built (and linted).
+/// `--workspace`, so that features unify as in the build of every test
+/// (`-p` alone would build tend and its dependencies again, 3 minutes).
+fn test_executable(package: &str, test: &str) -> Result<PathBuf> {
+    let output = cargo()
+        .args(["test", "--workspace", "--test", test, "--no-run"])
+        .arg("--message-format=json")
         .stderr(Stdio::inherit())
         .output()
         .context("cannot run cargo")?;
     if !output.status.success() {
-        bail!("building the tests {tests:?} of {package} failed");
+        bail!("building the tests {test} of {package} failed");
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let mut executables = HashMap::new();
     let messages = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok());
     for message in messages {
-        if let (Some(name), Some(executable)) = (
-            message["target"]["name"].as_str(),
-            message["executable"].as_str(),
-        ) && tests.contains(&name)
+        if message["target"]["name"] == test
+            && let Some(executable) = message["executable"].as_str()
         {
-            executables.insert(name.to_string(), PathBuf::from(executable));
+            return Ok(executable.into());
         }
     }
-    if let Some(missing) = tests.iter().find(|t| !executables.contains_key(**t)) {
-        bail!("cargo built no test executable {missing} of {package}");
-    }
-    Ok(executables)
+    bail!("cargo built no test executable {test} of {package}")
 }
 
 /// The demo's systemd (tests/peers/systemd.sh), stopped on drop.
