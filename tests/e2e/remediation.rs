@@ -64,20 +64,30 @@ fn systemd_host(port: u16, peer: &SystemdPeer, api: &KubeApi, sandbox: &Sandbox)
 
 /// tend with node-remediator: restart the kubelet's unit, then the
 /// runtime's; a step verifies after 2 s clear, escalates after
-/// `verify_within_ms`.
-fn config(api: &KubeApi, peer: &SystemdPeer, sandbox: &Sandbox, port: u16, verify_within_ms: u64) {
+/// `verify_within_ms`. `more` adds a kube rule and config lines.
+fn config(
+    (api, peer, sandbox): (&KubeApi, &SystemdPeer, &Sandbox),
+    port: u16,
+    verify_within_ms: u64,
+    more: More,
+) {
     let host = systemd_host(port, peer, api, sandbox);
+    let More { kube, config } = more;
     let plugin = format!(
         r#"[plugins.node-remediator]
 interval = "1s"
 [plugins.node-remediator.grants]
 systemd = {{ units = ["tend-*.service"], operations = ["restart"] }}
-kube = [{{ resource = "nodes", verbs = ["get", "list", "watch", "patch"], names = ["$NODE"], fields = ["spec.unschedulable"] }}]
+kube = [
+  {{ resource = "nodes", verbs = ["get", "list", "watch", "patch"], names = ["$NODE"], fields = ["spec.unschedulable"] }},
+  {kube}
+]
 [plugins.node-remediator.config]
 conditions = ["KernelDeadlock"]
 settle-ms = 2000
 verify-within-ms = {verify_within_ms}
 quiet-ms = 60000
+{config}
 steps = [
   {{ action = "restart-unit", unit = "tend-kubelet.service" }},
   {{ action = "restart-unit", unit = "tend-runtime.service" }},
@@ -119,7 +129,14 @@ struct World {
     runtime: std::path::PathBuf,
 }
 
-fn world(verify_within_ms: u64) -> World {
+/// What a test adds to [`config`]: a kube rule and config lines.
+#[derive(Default)]
+struct More {
+    kube: &'static str,
+    config: &'static str,
+}
+
+fn world(verify_within_ms: u64, more: More) -> World {
     let api = KubeApi::start();
     api.seed_node(NODE);
     let peer = SystemdPeer::start();
@@ -128,7 +145,7 @@ fn world(verify_within_ms: u64) -> World {
     sleeper(&peer, "tend-kubelet.service", &kubelet);
     sleeper(&peer, "tend-runtime.service", &runtime);
     let port = free_port();
-    config(&api, &peer, &sandbox, port, verify_within_ms);
+    config((&api, &peer, &sandbox), port, verify_within_ms, more);
     api.grant_rbac(&sandbox);
     World {
         api,
@@ -142,7 +159,7 @@ fn world(verify_within_ms: u64) -> World {
 
 #[test]
 fn a_condition_that_stays_escalates_exactly_once_and_a_recovery_ends_the_ladder() {
-    let w = world(4000);
+    let w = world(4000, More::default());
     let daemon = w.sandbox.daemon();
     wait_until(WITHIN, "the first reconcile", || {
         message(w.port).contains("no remediation needed")
@@ -222,7 +239,7 @@ fn a_condition_that_stays_escalates_exactly_once_and_a_recovery_ends_the_ladder(
 
 #[test]
 fn tend_killed_mid_step_resumes_at_that_step_without_repeating_it() {
-    let w = world(60_000);
+    let w = world(60_000, More::default());
     deadlock(&w.api, "True");
     let daemon = w.sandbox.daemon();
     wait_until(WITHIN, "the kubelet's unit restarted", || {
@@ -434,8 +451,14 @@ fn a_reboot_drains_reboots_the_peer_once_and_verifies_by_its_new_boot() {
 /// further step; NHC deleting it (the node healthy) ends the ladder.
 #[test]
 fn a_node_health_check_request_runs_the_ladder_and_its_timeout_stands_it_down() {
-    let api = KubeApi::start();
-    api.seed_node(NODE);
+    let w = world(
+        4000,
+        More {
+            kube: r#"{ group = "remediation.tend.dev", resource = "tendremediations", verbs = ["get", "list", "watch", "patch"], namespaces = ["tend-system"], names = ["$NODE"], fields = ["status.conditions"] },"#,
+            config: r#"medik8s = { namespace = "tend-system" }"#,
+        },
+    );
+    let (api, port, kubelet, runtime) = (&w.api, w.port, &w.kubelet, &w.runtime);
     let (code, body) = api.call(
         "POST",
         "/api/v1/namespaces",
@@ -444,36 +467,7 @@ fn a_node_health_check_request_runs_the_ladder_and_its_timeout_stands_it_down() 
         ),
     );
     assert!(code == 201 || code == 409, "{body}");
-    let peer = SystemdPeer::start();
-    let sandbox = Sandbox::new();
-    let (kubelet, runtime) = (sandbox.path("kubelet.count"), sandbox.path("runtime.count"));
-    sleeper(&peer, "tend-kubelet.service", &kubelet);
-    sleeper(&peer, "tend-runtime.service", &runtime);
-    let port = free_port();
-    let host = systemd_host(port, &peer, &api, &sandbox);
-    let plugin = r#"[plugins.node-remediator]
-interval = "1s"
-[plugins.node-remediator.grants]
-systemd = { units = ["tend-*.service"], operations = ["restart"] }
-kube = [
-  { resource = "nodes", verbs = ["get", "list", "watch", "patch"], names = ["$NODE"], fields = ["spec.unschedulable"] },
-  { group = "remediation.tend.dev", resource = "tendremediations", verbs = ["get", "list", "watch", "patch"], namespaces = ["tend-system"], names = ["$NODE"], fields = ["status.conditions"] },
-]
-[plugins.node-remediator.config]
-conditions = ["KernelDeadlock"]
-settle-ms = 2000
-verify-within-ms = 4000
-quiet-ms = 60000
-medik8s = { namespace = "tend-system" }
-steps = [
-  { action = "restart-unit", unit = "tend-kubelet.service" },
-  { action = "restart-unit", unit = "tend-runtime.service" },
-]
-"#;
-    sandbox.add_plugin("node-remediator", "node-remediator");
-    sandbox.config_with_host(&host, plugin);
-    api.grant_rbac(&sandbox);
-    let daemon = sandbox.daemon();
+    let daemon = w.sandbox.daemon();
     wait_until(WITHIN, "the first reconcile", || {
         message(port).contains("no remediation needed")
     });
@@ -486,7 +480,7 @@ steps = [
     let (code, body) = api.call("POST", request, Some(&nhc));
     assert_eq!(code, 201, "{body}");
     wait_until(WITHIN, "the first step, for NodeHealthCheck", || {
-        starts(&kubelet) == 2
+        starts(kubelet) == 2
     });
     let status = |kind: &str| {
         let (_, object) = api.call("GET", &format!("{request}/{NODE}"), None);
@@ -520,7 +514,7 @@ steps = [
             >= reconciles + 6
     });
     assert_eq!(
-        starts(&runtime),
+        starts(runtime),
         1,
         "a timed-out request took a further step"
     );
@@ -532,9 +526,9 @@ steps = [
         m.contains("step 1/2 (restart tend-kubelet.service) verified")
             || m.contains("recovered by step 1/2")
     });
-    assert_eq!((starts(&kubelet), starts(&runtime)), (2, 1));
+    assert_eq!((starts(kubelet), starts(runtime)), (2, 1));
     drop(daemon);
-    drop(peer);
+    drop(w);
 }
 
 /// kured #929 end to end: the Node uncordoned by someone else while the

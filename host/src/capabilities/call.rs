@@ -6,6 +6,7 @@ use super::error::CapError;
 use super::gate::Gate;
 use super::limits::{Limits, raise};
 use super::tape::{self, Tape};
+use crate::capabilities::limits::over_limit;
 use crate::wit::types;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -13,7 +14,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tend_rules::reason::Reason;
 
 /// How often a reconcile called one capability operation with one result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,10 +72,10 @@ impl Call {
         let cap = self.limits.read_per_reconcile;
         let total = self.read_bytes.load(Ordering::Relaxed) + bytes;
         if total > cap.0 {
-            return Err(CapError::BudgetExhausted(Reason::Limit.tag(&format!(
+            return Err(over_limit(&format!(
                 "{what}: this reconcile would have read {total} bytes; {}",
                 raise(&self.plugin, "read-per-reconcile", cap)
-            ))));
+            )));
         }
         Ok(())
     }
@@ -85,10 +85,10 @@ impl Call {
         let cap = self.limits.read_per_reconcile;
         let total = self.read_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
         if total > cap.0 {
-            return Err(CapError::BudgetExhausted(Reason::Limit.tag(&format!(
+            return Err(over_limit(&format!(
                 "{what}: this reconcile has read {total} bytes; {}",
                 raise(&self.plugin, "read-per-reconcile", cap)
-            ))));
+            )));
         }
         Ok(())
     }

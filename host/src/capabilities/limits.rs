@@ -48,6 +48,12 @@ impl Default for Limits {
     }
 }
 
+/// A call refused at one of the reconcile's own bounds: `budget-exhausted`,
+/// named `[limit]`; `why` says which bound and how to raise it ([`raise`]).
+pub fn over_limit(why: &str) -> super::error::CapError {
+    super::error::CapError::BudgetExhausted(tend_rules::reason::Reason::Limit.tag(why))
+}
+
 /// "raise [plugins.NAME.limits] KEY (now VALUE) if the work is legitimate".
 pub fn raise(plugin: &str, key: &str, now: impl std::fmt::Display) -> String {
     format!("raise [plugins.{plugin}.limits] {key} (now {now}) if the work is legitimate")

@@ -21,7 +21,7 @@ pub use budgets::{BudgetStatus, Budgets, FleetBudget};
 pub use ledger::{BudgetRule, Ledger, target_hash};
 
 use super::error::CapError;
-use super::limits::{Limits, raise};
+use super::limits::{Limits, over_limit, raise};
 pub use crate::journal::INTERRUPTED;
 use crate::journal::{Entry, Journal, Phase};
 use crate::text::inert;
@@ -30,7 +30,6 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tend_rules::reason::Reason;
 
 /// A mutation a plugin asked for, as the report and the journal show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -229,24 +228,24 @@ impl Gate {
         let inner = &self.0;
         let plugin = &inner.caller.plugin;
         if inner.recorded.fetch_add(1, Ordering::Relaxed) >= inner.limits.mutations {
-            return Err(CapError::BudgetExhausted(Reason::Limit.tag(&format!(
+            return Err(over_limit(&format!(
                 "{} {}: this reconcile already made {} mutations; {}",
                 intent.operation,
                 inert(&intent.target),
                 inner.limits.mutations,
                 raise(plugin, "mutations", inner.limits.mutations)
-            ))));
+            )));
         }
         let line =
             Journal::line(&self.entry(intent, "", Phase::Intent, String::new())).len() as u64;
         let cap = inner.limits.journal_per_reconcile;
         if inner.journal_bytes.fetch_add(2 * line, Ordering::Relaxed) + 2 * line > cap.0 {
-            return Err(CapError::BudgetExhausted(Reason::Limit.tag(&format!(
+            return Err(over_limit(&format!(
                 "{} {}: this reconcile's journal entries would pass {cap}; {}",
                 intent.operation,
                 inert(&intent.target),
                 raise(plugin, "journal-per-reconcile", cap)
-            ))));
+            )));
         }
         Ok(())
     }

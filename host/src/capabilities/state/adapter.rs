@@ -5,10 +5,10 @@
 use super::backend::{StateBackend, StateLimits};
 use crate::capabilities::call::Call;
 use crate::capabilities::error::CapError;
+use crate::capabilities::limits::over_limit;
 use crate::capabilities::limits::raise;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use tend_rules::reason::Reason;
 use tend_rules::state::{check_key, check_prefix, check_value};
 
 pub struct PluginState {
@@ -32,10 +32,10 @@ impl PluginState {
         let mut overlay = self.overlay.lock().unwrap();
         let size = (key.len() + value.as_ref().map_or(0, Vec::len)) as u64;
         if overlay.bytes + size > cap.0 {
-            return Err(CapError::BudgetExhausted(Reason::Limit.tag(&format!(
+            return Err(over_limit(&format!(
                 "this dry run's state writes would hold more than {cap}; {}",
                 raise(&self.call.plugin, "dry-run-overlay", cap)
-            ))));
+            )));
         }
         overlay.bytes += size;
         overlay.entries.insert(key.to_string(), value);

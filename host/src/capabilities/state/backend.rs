@@ -2,9 +2,9 @@
 //! another's keys.
 
 use crate::capabilities::error::CapError;
+use crate::capabilities::limits::over_limit;
 use crate::capabilities::limits::raise;
 use crate::units::ByteSize;
-use tend_rules::reason::Reason;
 
 /// `[plugins.<name>.limits] state-*`: how much one plugin may keep. Keys and
 /// values both count as bytes.
@@ -31,16 +31,16 @@ impl StateLimits {
     /// limit to raise.
     pub fn check(&self, plugin: &str, keys: u64, bytes: u64) -> Result<(), CapError> {
         if keys > self.keys as u64 {
-            return Err(CapError::BudgetExhausted(Reason::Limit.tag(&format!(
+            return Err(over_limit(&format!(
                 "state would hold {keys} keys; {}",
                 raise(plugin, "state-keys", self.keys)
-            ))));
+            )));
         }
         if bytes > self.bytes.0 {
-            return Err(CapError::BudgetExhausted(Reason::Limit.tag(&format!(
+            return Err(over_limit(&format!(
                 "state would hold {bytes} bytes; {}",
                 raise(plugin, "state-bytes", self.bytes)
-            ))));
+            )));
         }
         Ok(())
     }

@@ -18,11 +18,11 @@ use crate::capabilities::call::Call;
 use crate::capabilities::capability::Capability;
 use crate::capabilities::error::CapError;
 use crate::capabilities::gate::Intent;
+use crate::capabilities::limits::over_limit;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tend_rules::reason::Reason;
 use tend_rules::systemd::install::EnablePlan;
 
 /// `[host.systemd]`.
@@ -241,9 +241,9 @@ impl PluginSystemd {
             Some(Operation::DaemonReload),
         )?;
         if self.reloaded.swap(true, Ordering::SeqCst) {
-            return Err(CapError::BudgetExhausted(Reason::Limit.tag(
+            return Err(over_limit(
                 "systemd daemon-reload: at most one per reconcile, and this reconcile had it already (each reload reruns systemd's generators and stalls PID 1): write every unit file first, then reload once, or requeue",
-            )));
+            ));
         }
         let intent = Self::intent(Operation::DaemonReload, Self::NAME.to_string());
         self.call
