@@ -68,7 +68,7 @@ fn answering(listener: TcpListener) -> tokio::task::JoinHandle<()> {
 
 fn main() {
     let plugins = plugins_dir();
-    let runtime = Runtime::new(None).unwrap();
+    let runtime = Runtime::new(None, 4).unwrap();
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -67,7 +67,7 @@ fn reaper_in_the_sandbox() {
         .build()
         .unwrap();
     tokio.block_on(async {
-        let runtime = Runtime::new(None).unwrap();
+        let runtime = Runtime::new(None, 4).unwrap();
         let plugin_config = &config.plugins["node-reaper"];
         let plugin = runtime.load(&plugin_config.file).unwrap();
         let mut times = Vec::new();

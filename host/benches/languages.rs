@@ -48,7 +48,7 @@ fn main() {
     }
     let config = bench_config(&text);
     let cache = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(Some(cache.path())).unwrap();
+    let runtime = Runtime::new(Some(cache.path()), 4).unwrap();
     let winch = winch_engine();
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()

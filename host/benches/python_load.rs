@@ -117,7 +117,7 @@ fn in_process(python: &Path) {
         );
     }
     let cache = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(Some(cache.path())).unwrap();
+    let runtime = Runtime::new(Some(cache.path()), 4).unwrap();
     let quick = runtime.load_quick(python).unwrap();
     println!(
         "load_quick, cache empty ({:?}):{:>39.0} ms",

@@ -74,7 +74,7 @@ fn main() {
     let plugins = plugins_dir();
     let config = config(&plugins);
     let cache = tempfile::tempdir().unwrap();
-    let runtime = Runtime::new(Some(cache.path())).unwrap();
+    let runtime = Runtime::new(Some(cache.path()), 4).unwrap();
     println!("pooling allocator: {}", runtime.pooling);
 
     println!("\n== compile (cache cold) and load (cache warm) ==");

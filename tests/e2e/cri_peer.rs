@@ -39,12 +39,12 @@ fn sandboxes_pulls_stalls_syn_drops_and_a_clean_stop() {
     );
     // The running sandbox's pause process is the peer's (its cgroup); left
     // running for stop to remove.
+    // runc's start returns once the pause process may exec, not once it has.
     let processes = peer.processes();
+    wait_until(Duration::from_secs(10), "the pause process", || {
+        processes.list().iter().any(|p| p.ends_with(": /pause"))
+    });
     let running = processes.list();
-    assert!(
-        running.iter().any(|p| p.ends_with(": /pause")),
-        "{running:#?}"
-    );
     assert!(
         running
             .iter()

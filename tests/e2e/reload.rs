@@ -408,3 +408,53 @@ fn a_new_plugin_runs_at_once_on_winch_then_on_cranelift_and_winch_code_is_contai
     );
     assert!(daemon.terminate(std::time::Duration::from_secs(10)));
 }
+
+/// The instance pool is sized from the config tend starts with (one plugin:
+/// the floor of 16 instances). A reload to 24 plugins spinning at once for
+/// 3 s needs more than the pool holds: those beyond it run on the on-demand
+/// engine, with a log line, instead of failing.
+#[test]
+fn plugins_a_reload_adds_beyond_the_instance_pool_run_on_demand() {
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    let spinner = |name: &str| {
+        sandbox.add_plugin("chaos", name);
+        format!(
+            "[plugins.{name}]\ninterval = \"1h\"\n[plugins.{name}.limits]\ntimeout = \"3s\"\n[plugins.{name}.config]\nmode = \"loop\"\n"
+        )
+    };
+    let host = format!("listen = \"127.0.0.1:{port}\"");
+    sandbox.config_with_host(&host, &spinner("spin-0"));
+    let daemon = sandbox.daemon();
+    // The Cranelift build is what the pool serves (Winch's is on demand).
+    wait_for_plugin(port, "spin-0", "the Cranelift build", |p| {
+        p["compiler"] == "cranelift" && runs(p) >= 1
+    });
+
+    let count = 24;
+    let config: String = (0..count).map(|i| spinner(&format!("spin-{i}"))).collect();
+    sandbox.config_with_host(&host, &config);
+    let deadline_exceeded = |p: &Value| {
+        p["last"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("deadline of 3s exceeded"))
+    };
+    for i in 1..count {
+        wait_for_plugin(
+            port,
+            &format!("spin-{i}"),
+            "a reconcile spun to its deadline",
+            |p| runs(p) >= 1,
+        );
+    }
+    let spun = (1..count)
+        .filter(|i| deadline_exceeded(&plugin_status(port, &format!("spin-{i}"))))
+        .count();
+    // 23 at once against 16 slots; a race for the last slots may fail one or
+    // two (their next reconcile runs), never all beyond the pool.
+    assert!(spun > 16, "{spun} of {} spun to their deadline", count - 1);
+    daemon.wait_for_log(
+        std::time::Duration::from_secs(10),
+        &["the instance pool is full; this plugin runs with on-demand allocation"],
+    );
+}

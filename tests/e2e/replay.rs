@@ -27,17 +27,29 @@ fn configure(sandbox: &Sandbox, registry: &Registry) -> String {
     certs
 }
 
-/// `tend replay FILE [ARGS]`: (success, stdout and stderr).
+/// `tend replay FILE [ARGS]`: (success, stdout and stderr). Once it loaded
+/// the component, its compile cache (the user's, here beside FILE) holds it.
 fn replay(file: &Path, args: &[&str]) -> (bool, String) {
+    let cache_home = file.parent().unwrap().join("cache-home");
     let output = Command::new(tend_bin())
         .arg("replay")
         .arg(file)
         .args(args)
         .env("TEND_LOG", "warn")
+        .env("XDG_CACHE_HOME", &cache_home)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&output.stdout).into_owned()
         + &String::from_utf8_lossy(&output.stderr);
+    let cached = std::fs::read_dir(cache_home.join("tend"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|entry| entry.path().extension().is_some_and(|e| e == "cwasm"));
+    assert!(
+        cached || !text.contains("replaying "),
+        "the replay compiled into its cache: {text}"
+    );
     (output.status.success(), text)
 }
 

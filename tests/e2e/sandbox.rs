@@ -133,13 +133,45 @@ fn invalid_config_names_file_line_and_column() {
 
 #[test]
 fn inspect_shows_world_capabilities_and_self_description() {
-    let run = std::process::Command::new(tend_e2e::tend_bin())
-        .args(["plugins", "inspect"])
-        .arg(tend_e2e::plugin("mirror-gate"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(run.status.success(), "{stdout}");
+    let home = tempfile::tempdir().unwrap();
+    let inspect = |extra: &[&str]| {
+        let run = std::process::Command::new(tend_e2e::tend_bin())
+            .args(["plugins", "inspect"])
+            .arg(tend_e2e::plugin("mirror-gate"))
+            .args(extra)
+            .env("XDG_CACHE_HOME", home.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+        assert!(run.status.success(), "{stdout}");
+        stdout
+    };
+    // The user's compile cache: compiled once, then loaded.
+    let cache = home.path().join("tend");
+    let first = inspect(&[]);
+    assert!(
+        first.contains(&format!("compiled: miss ({})", cache.display())),
+        "{first}"
+    );
+    let stdout = inspect(&[]);
+    assert!(
+        stdout.contains(&format!("compiled: hit ({})", cache.display())),
+        "{stdout}"
+    );
+    let mode = std::fs::metadata(&cache).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o700
+    );
+    let elsewhere = home.path().join("elsewhere");
+    let other = inspect(&["--cache-dir", elsewhere.to_str().unwrap()]);
+    assert!(other.contains("compiled: miss"), "{other}");
+    assert!(elsewhere.read_dir().unwrap().next().is_some());
+    let uncached = inspect(&["--no-cache"]);
+    assert!(
+        uncached.contains("compiled: now (no compile cache)"),
+        "{uncached}"
+    );
     assert!(stdout.contains("plugin:   mirror-gate 0.1.0"), "{stdout}");
     assert!(
         stdout.contains("world:    tend:plugin/plugin@0.1.0"),

@@ -16,7 +16,7 @@ mod validate;
 use crate::fleet::rollout::Command as Order;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// The binary that holds the plugin author's commands.
@@ -86,6 +86,8 @@ enum Command {
         /// The component to replay (default: the recorded plugin's file).
         #[arg(long, value_name = "NEW.wasm")]
         plugin: Option<PathBuf>,
+        #[command(flatten)]
+        cache: CompileCache,
     },
     /// Every mutation plugins made or planned, oldest first.
     Journal {
@@ -167,10 +169,42 @@ enum RolloutCommand {
     },
 }
 
+/// Where a one-off command keeps compiled components, so that inspecting or
+/// replaying the same plugin again does not compile it again (a Python
+/// plugin's compile takes seconds).
+#[derive(clap::Args)]
+struct CompileCache {
+    /// The compile cache [default: $XDG_CACHE_HOME/tend, else ~/.cache/tend;
+    /// the daemon's is <state-dir>/cache].
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Compile every time; keep nothing.
+    #[arg(long, conflicts_with = "cache_dir")]
+    no_cache: bool,
+}
+
+impl CompileCache {
+    fn dir(&self) -> Option<PathBuf> {
+        match (&self.cache_dir, self.no_cache) {
+            (_, true) => None,
+            (Some(dir), false) => Some(dir.clone()),
+            (None, false) => std::env::var_os("XDG_CACHE_HOME")
+                .filter(|dir| Path::new(dir).is_absolute())
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache")))
+                .map(|base| base.join("tend")),
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum PluginsCommand {
     /// Show a component's world, imported capabilities and exports.
-    Inspect { file: PathBuf },
+    Inspect {
+        file: PathBuf,
+        #[command(flatten)]
+        cache: CompileCache,
+    },
     /// Moved to tend-author: refused, naming the command to run there.
     #[command(hide = true, disable_help_flag = true)]
     Push {
@@ -212,7 +246,11 @@ pub fn main() -> ExitCode {
                 config,
                 record,
             } => once::reconcile(&config, &name, record.as_deref()).await,
-            Command::Replay { file, plugin } => replay::run(&file, plugin.as_deref()).await,
+            Command::Replay {
+                file,
+                plugin,
+                cache,
+            } => replay::run(&file, plugin.as_deref(), cache.dir().as_deref()).await,
             Command::Rbac { config } => rbac::print(&config),
             Command::Rollout { command } => match command {
                 RolloutCommand::Status { config, json } => rollout::status(&config, json).await,
@@ -228,7 +266,9 @@ pub fn main() -> ExitCode {
             },
             Command::New { args } => moved_to_author("new", &args),
             Command::Plugins { command } => match command {
-                PluginsCommand::Inspect { file } => validate::inspect(&file).await,
+                PluginsCommand::Inspect { file, cache } => {
+                    validate::inspect(&file, cache.dir().as_deref()).await
+                }
                 PluginsCommand::Push { args } => moved_to_author("plugins push", &args),
                 PluginsCommand::Keygen { args } => moved_to_author("plugins keygen", &args),
             },

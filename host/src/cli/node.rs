@@ -21,7 +21,10 @@ pub struct Loaded {
 
 impl Node {
     pub fn new(config: Config) -> anyhow::Result<Node> {
-        let runtime = Arc::new(Runtime::new(Some(&config.host.cache_dir))?);
+        let runtime = Arc::new(Runtime::new(
+            Some(&config.host.cache_dir),
+            config.enabled_plugins().count(),
+        )?);
         let services = Services::real(
             &config.host.state_dir,
             &config.host.node_name,

@@ -6,10 +6,14 @@ use crate::runtime::Runtime;
 use std::path::Path;
 use std::process::ExitCode;
 
-pub async fn run(file: &Path, plugin: Option<&Path>) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    file: &Path,
+    plugin: Option<&Path>,
+    cache_dir: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
     let recording = Recording::read(file)?;
     let component = plugin.unwrap_or(&recording.plugin.file).to_path_buf();
-    let runtime = std::sync::Arc::new(Runtime::new(None)?);
+    let runtime = std::sync::Arc::new(Runtime::new(cache_dir, 1)?);
     let loader = runtime.clone();
     let compiled = tokio::task::spawn_blocking(move || loader.load(&component)).await??;
     // Always named: the component may be the one the recording names, a

@@ -43,8 +43,8 @@ pub async fn check(config_path: &Path) -> anyhow::Result<ExitCode> {
 }
 
 /// The world, imports, exports and self-description of a component file.
-pub async fn inspect(file: &Path) -> anyhow::Result<ExitCode> {
-    let runtime = Runtime::new(None)?;
+pub async fn inspect(file: &Path, cache_dir: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let runtime = Runtime::new(cache_dir, 1)?;
     let plugin = runtime.load(file)?;
     let (services, _) = Services::fake();
     let info = runtime.describe(&plugin, &services).await?;
@@ -56,6 +56,10 @@ pub async fn inspect(file: &Path) -> anyhow::Result<ExitCode> {
         info.name, info.version, info.summary
     ));
     println!("world:    tend:plugin/plugin@0.1.0");
+    match cache_dir {
+        Some(dir) => println!("compiled: {} ({})", plugin.cache.label(), dir.display()),
+        None => println!("compiled: now (no compile cache)"),
+    }
     let capabilities: Vec<&str> = plugin
         .imports
         .iter()

@@ -127,7 +127,10 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         "cache dir",
         "another user could replace the compiled components there, native code tend runs",
     )?;
-    let runtime = Arc::new(Runtime::new(Some(&config.host.cache_dir))?);
+    let runtime = Arc::new(Runtime::new(
+        Some(&config.host.cache_dir),
+        config.enabled_plugins().count(),
+    )?);
     let staging = match staged::wanted(&config) {
         true => {
             let (staging, running) = staged::open(&config_path, &config)?;

@@ -13,10 +13,10 @@ use crate::capabilities::{CallCount, CapError, Capabilities, Mutation, Services}
 use crate::config::PluginConfig;
 use crate::scheduler::Trigger;
 use crate::text::{bounded, inert};
-use crate::wit::types;
+use crate::wit::{PluginPre, types};
 use std::time::{Duration, Instant};
 use wasmtime::Store;
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{Component, ResourceTable};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
@@ -133,7 +133,7 @@ impl Runtime {
     /// and stderr go to a bounded in-memory pipe.
     fn new_store(
         &self,
-        plugin: &CompiledPlugin,
+        pre: &PluginPre<CallState>,
         caps: Capabilities,
         memory: u64,
     ) -> (Store<CallState>, MemoryOutputPipe) {
@@ -156,12 +156,49 @@ impl Runtime {
             limiter,
             caps,
         };
-        // The plugin's own engine: Cranelift's, or Winch's until that build is ready.
-        let mut store = Store::new(plugin.component.engine(), state);
+        // The engine of the build that will run: Cranelift's, Winch's until
+        // that build is ready, or on demand beside a full pool.
+        let mut store = Store::new(pre.engine(), state);
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(1);
         store.epoch_deadline_async_yield_and_update(1);
         (store, output)
+    }
+
+    /// What to instantiate `plugin` from: its own build, or, while the
+    /// instance pool is full (more plugins running at once than the config it
+    /// was sized for), its build for the on-demand engine, made the first time
+    /// (a log line says so). A race for the last slots can still find the
+    /// pool full: that reconcile fails naming the pool, and the next one runs.
+    fn instance_pre<'a>(&self, plugin: &'a CompiledPlugin, name: &str) -> &'a PluginPre<CallState> {
+        let Some(tier) = &self.beyond_pool else {
+            return &plugin.pre;
+        };
+        let pooled = plugin.pre.engine().pooling_allocator_metrics();
+        let full = pooled
+            .is_some_and(|metrics| metrics.component_instances() >= u64::from(self.pool_instances));
+        if !full {
+            return &plugin.pre;
+        }
+        let beyond = plugin.beyond_pool.get_or_init(|| {
+            let built = plugin.component.serialize().and_then(|bytes| {
+                // SAFETY: bytes this process serialized a moment ago from an
+                // engine with the same settings but its allocator.
+                let component = unsafe { Component::deserialize(&tier.engine, &bytes) }?;
+                PluginPre::new(tier.linker.instantiate_pre(&component)?)
+            });
+            match built {
+                Ok(pre) => {
+                    tracing::warn!(plugin = name, pool = self.pool_instances, "the instance pool is full; this plugin runs with on-demand allocation while it is");
+                    Some(pre)
+                }
+                Err(e) => {
+                    tracing::warn!(plugin = name, "the instance pool is full and the on-demand build failed: {e:#}");
+                    None
+                }
+            }
+        });
+        beyond.as_ref().unwrap_or(&plugin.pre)
     }
 
     /// Run one reconcile of `plugin` in a fresh instance.
@@ -189,7 +226,8 @@ impl Runtime {
             &config.capability_limits,
             &call,
         );
-        let (mut store, output) = self.new_store(plugin, caps, config.limits.memory.0);
+        let pre = self.instance_pre(plugin, &config.name);
+        let (mut store, output) = self.new_store(pre, caps, config.limits.memory.0);
         let ctx = types::Context {
             plugin: config.name.clone(),
             config: config.config_json.clone(),
@@ -199,7 +237,7 @@ impl Runtime {
         };
         let _ticking = self.ticker.running();
         let run = async {
-            let instance = plugin.pre.instantiate_async(&mut store).await?;
+            let instance = pre.instantiate_async(&mut store).await?;
             instance
                 .tend_plugin_reconciler()
                 .call_reconcile(&mut store, &ctx)
@@ -264,10 +302,11 @@ impl Runtime {
             &config.capability_limits,
             &call,
         );
-        let (mut store, output) = self.new_store(plugin, caps, config.limits.memory.0);
+        let pre = self.instance_pre(plugin, &config.name);
+        let (mut store, output) = self.new_store(pre, caps, config.limits.memory.0);
         let _ticking = self.ticker.running();
         let run = async {
-            let instance = plugin.pre.instantiate_async(&mut store).await?;
+            let instance = pre.instantiate_async(&mut store).await?;
             instance
                 .tend_plugin_reconciler()
                 .call_describe(&mut store)

@@ -1,5 +1,7 @@
-//! Engine settings: pooling allocator (on-demand when its reservation fails) and
-//! epoch interruption driven by a ticker that runs only while a plugin runs.
+//! Engine settings: the pooling allocator sized from the config (an on-demand
+//! engine beside it for a plugin beyond it, and alone when the pool cannot
+//! reserve its address space), and epoch interruption driven by a ticker that
+//! runs only while a plugin runs.
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -15,22 +17,45 @@ fn config() -> Config {
     config
 }
 
-/// Sized for a few dozen plugins, each possibly several core instances
-/// (componentize-py components have about ten) and instantiated concurrently.
-fn pooling() -> PoolingAllocationConfig {
+/// Component instances the pool holds for `plugins` enabled plugins: a
+/// reconcile and a plan or `describe` of each at once, and room for plugins a
+/// reload adds. Beyond it, instantiation fails with wasmtime's
+/// `PoolConcurrencyLimitError` and the call runs on the on-demand engine.
+pub fn pool_instances(plugins: usize) -> u32 {
+    (plugins.saturating_mul(2).saturating_add(8)).clamp(16, 1000) as u32
+}
+
+/// Bytes of each linear memory a freed slot keeps resident: the pages a
+/// plugin dirtied below it (found by Linux's PAGEMAP_SCAN, 6.7 and later) are
+/// reset to the memory's initial image by `memcpy` instead of `madvise`, so
+/// the next instance of the same plugin takes no page faults and no TLB
+/// shootdown. A Rust plugin's stack, data and heap fit in it; a Python
+/// plugin's beyond it is released as before. What stays resident is what the
+/// plugin touched, at most this much per warm slot.
+const MEMORY_KEEP_RESIDENT: usize = 4 << 20;
+/// The same for each table (a Rust plugin's is a few hundred entries).
+const TABLE_KEEP_RESIDENT: usize = 64 << 10;
+
+/// The pool for `instances` component instances, each possibly several core
+/// instances (componentize-py components have about ten).
+fn pooling(instances: u32) -> PoolingAllocationConfig {
     let mut pool = PoolingAllocationConfig::default();
-    pool.total_component_instances(64)
-        .total_core_instances(640)
-        .total_memories(128)
-        .total_tables(640)
-        .total_stacks(64)
+    pool.total_component_instances(instances)
+        .total_core_instances(instances * 10)
+        .total_memories(instances * 2)
+        .total_tables(instances * 10)
+        .total_stacks(instances)
+        .max_unused_warm_slots(instances)
         .max_core_instances_per_component(32)
         .max_memories_per_component(16)
         .max_tables_per_component(32)
         .max_tables_per_module(8)
         .table_elements(100_000)
         .max_core_instance_size(4 << 20)
-        .max_component_instance_size(1 << 20);
+        .max_component_instance_size(1 << 20)
+        .linear_memory_keep_resident(MEMORY_KEEP_RESIDENT)
+        .table_keep_resident(TABLE_KEEP_RESIDENT)
+        .pagemap_scan(wasmtime::Enabled::Auto);
     pool
 }
 
@@ -54,15 +79,20 @@ pub fn build_baseline() -> anyhow::Result<Engine> {
     Ok(Engine::new(&config)?)
 }
 
-/// The Cranelift engine, and whether it uses the pooling allocator.
-pub fn build() -> anyhow::Result<(Engine, bool)> {
+/// The Cranelift engines: pooled (sized for `plugins`) and on-demand, for a
+/// plugin beyond the pool; or on-demand alone when the pool cannot reserve its
+/// address space.
+pub fn build(plugins: usize) -> anyhow::Result<(Engine, Option<Engine>)> {
     let mut pooled = config();
-    pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling()));
+    pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(
+        pool_instances(plugins),
+    )));
+    let on_demand = Engine::new(&config())?;
     match Engine::new(&pooled) {
-        Ok(engine) => Ok((engine, true)),
+        Ok(engine) => Ok((engine, Some(on_demand))),
         Err(e) => {
             tracing::warn!("pooling allocator unavailable ({e:#}); using on-demand allocation");
-            Ok((Engine::new(&config())?, false))
+            Ok((on_demand, None))
         }
     }
 }
@@ -118,5 +148,95 @@ pub struct TickGuard(EpochTicker);
 impl Drop for TickGuard {
     fn drop(&mut self) {
         *self.0.shared.0.lock().unwrap() -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_component::{Extras, exporting_run, module, run};
+    use super::*;
+    use wasm_encoder::{DataSection, Function, Instruction, MemArg, MemorySection, MemoryType};
+
+    const MIB: u64 = 1 << 20;
+
+    /// `run` adds one to the byte at each of `addresses` and returns their sum.
+    fn incrementing(addresses: &[u64]) -> Function {
+        let byte = MemArg {
+            offset: 0,
+            align: 0,
+            memory_index: 0,
+        };
+        let mut run = Function::new([]);
+        for address in addresses {
+            run.instruction(&Instruction::I32Const(*address as i32));
+            run.instruction(&Instruction::I32Const(*address as i32));
+            run.instruction(&Instruction::I32Load8U(byte));
+            run.instruction(&Instruction::I32Const(1));
+            run.instruction(&Instruction::I32Add);
+            run.instruction(&Instruction::I32Store8(byte));
+        }
+        run.instruction(&Instruction::I32Const(0));
+        for address in addresses {
+            run.instruction(&Instruction::I32Const(*address as i32));
+            run.instruction(&Instruction::I32Load8U(byte));
+            run.instruction(&Instruction::I32Add);
+        }
+        run.instruction(&Instruction::End);
+        run
+    }
+
+    /// Each instance from the pool starts from the module's image, whether a
+    /// page was reset by `memcpy` (kept resident) or by `madvise` (beyond
+    /// what is kept), and whether the image put data there or not: nothing a
+    /// reconcile wrote reaches the next one, of the same plugin or another.
+    #[test]
+    fn every_instance_from_the_pool_starts_from_the_image() {
+        let (pooled, _) = build(1).unwrap();
+        let mut memories = MemorySection::new();
+        memories.memory(MemoryType {
+            minimum: 8 * MIB / 65536,
+            maximum: None,
+            memory64: false,
+            shared: false,
+            page_size_log2: None,
+        });
+        let mut data = DataSection::new();
+        let kept = MEMORY_KEEP_RESIDENT as u64;
+        for (address, value) in [(0, 5u8), (kept + MIB, 7)] {
+            data.active(
+                0,
+                &wasm_encoder::ConstExpr::i32_const(address as i32),
+                [value],
+            );
+        }
+        let extras = Extras {
+            memories: Some(memories),
+            data: Some(data),
+            ..Extras::default()
+        };
+        // Data below and beyond what is kept resident, a zero page in each.
+        let touched = [0, MIB, kept + MIB, kept + 2 * MIB];
+        let wasm = exporting_run(&module(&[incrementing(&touched)], &extras), 1);
+        let component = wasmtime::component::Component::new(&pooled, &wasm).unwrap();
+        // Another plugin, no data of its own, reading and writing the same bytes.
+        let other_extras = Extras {
+            memories: extras.memories.clone(),
+            ..Extras::default()
+        };
+        let other = exporting_run(&module(&[incrementing(&touched)], &other_extras), 1);
+        let other = wasmtime::component::Component::new(&pooled, &other).unwrap();
+        let fresh = (5 + 1) + 1 + (7 + 1) + 1;
+        for _ in 0..5 {
+            assert_eq!(run(&pooled, &component), fresh);
+            assert_eq!(run(&pooled, &other), 4, "nothing of the first plugin");
+        }
+    }
+
+    #[test]
+    fn the_pool_grows_with_the_plugins_within_bounds() {
+        assert_eq!(pool_instances(0), 16);
+        assert_eq!(pool_instances(9), 26);
+        assert_eq!(pool_instances(10_000), 1000);
+        assert_eq!(pool_instances(usize::MAX), 1000);
     }
 }

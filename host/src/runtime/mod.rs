@@ -9,6 +9,8 @@ mod call;
 mod engine;
 mod plugin;
 mod store;
+#[cfg(test)]
+mod test_component;
 
 pub use cache::{ArtifactCache, CacheOutcome};
 pub use call::{
@@ -55,10 +57,16 @@ impl Tier {
 
 /// The engines, the linkers with every capability, and the compile cache.
 pub struct Runtime {
+    /// Pooled when the pool could reserve its address space.
     optimized: Tier,
+    /// On-demand Cranelift beside the pool, for a plugin beyond the pool's
+    /// limits for one plugin; None when `optimized` is on-demand itself.
+    beyond_pool: Option<Tier>,
     /// Never cached on disk: the Cranelift build is what persists.
     baseline: Tier,
     ticker: EpochTicker,
+    /// Component instances the pool holds.
+    pool_instances: u32,
     /// False when the pooling allocator could not reserve its memory and the
     /// engine fell back to on-demand allocation.
     pub pooling: bool,
@@ -66,16 +74,23 @@ pub struct Runtime {
 
 impl Runtime {
     /// `cache_dir`: where compiled components are kept across restarts; None
-    /// compiles every time (for one-off commands such as `tend plugins inspect`).
-    pub fn new(cache_dir: Option<&Path>) -> anyhow::Result<Self> {
-        let (cranelift, pooling) = engine::build()?;
+    /// compiles every time. `plugins`: how many the config enables, which sizes
+    /// the instance pool.
+    pub fn new(cache_dir: Option<&Path>, plugins: usize) -> anyhow::Result<Self> {
+        let (cranelift, on_demand) = engine::build(plugins)?;
         let winch = engine::build_baseline()?;
-        let ticker = EpochTicker::start(&[&cranelift, &winch]);
+        let mut engines = vec![&cranelift, &winch];
+        engines.extend(on_demand.as_ref());
+        let ticker = EpochTicker::start(&engines);
         Ok(Runtime {
             optimized: Tier::new(cranelift, cache_dir)?,
+            pooling: on_demand.is_some(),
+            beyond_pool: on_demand
+                .map(|engine| Tier::new(engine, cache_dir))
+                .transpose()?,
             baseline: Tier::new(winch, None)?,
             ticker,
-            pooling,
+            pool_instances: engine::pool_instances(plugins),
         })
     }
 

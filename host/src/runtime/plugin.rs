@@ -3,7 +3,7 @@
 
 use super::cache::{CacheOutcome, Lookup, sha256_digest};
 use super::store::CallState;
-use super::{Compiler, Runtime};
+use super::{Compiler, Runtime, Tier};
 use crate::wit::PluginPre;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -23,6 +23,9 @@ pub struct CompiledPlugin {
     pub exports: Vec<String>,
     pub compiler: Compiler,
     pub cache: CacheOutcome,
+    /// The same build for the on-demand engine, made the first time the
+    /// instance pool is full when this plugin runs (None: it could not be).
+    pub(super) beyond_pool: std::sync::OnceLock<Option<PluginPre<CallState>>>,
     /// Time to compile or load from cache, and validate.
     pub load_time: Duration,
 }
@@ -48,7 +51,8 @@ pub enum LoadError {
 }
 
 /// The build [`Runtime::load_quick`] serves on a compile-cache miss.
-struct QuickBuild {
+struct QuickBuild<'a> {
+    tier: &'a Tier,
     component: Component,
     compiler: Compiler,
     cache: CacheOutcome,
@@ -61,10 +65,16 @@ impl Runtime {
     /// such as tail calls in QuickJS `--opt-size` builds), compile and cache
     /// with Cranelift instead. A component Cranelift refuses too is invalid:
     /// its error is Cranelift's, so the fall-back never hides a broken file.
-    fn compile_quick(&self, wasm: &[u8], digest: &str) -> anyhow::Result<QuickBuild> {
+    fn compile_quick(
+        &self,
+        path: &Path,
+        wasm: &[u8],
+        digest: &str,
+    ) -> anyhow::Result<QuickBuild<'_>> {
         let winch_error = match Component::new(&self.baseline.engine, wasm) {
             Ok(component) => {
                 return Ok(QuickBuild {
+                    tier: &self.baseline,
                     component,
                     compiler: Compiler::Winch,
                     cache: CacheOutcome::Miss,
@@ -73,16 +83,52 @@ impl Runtime {
             }
             Err(e) => e,
         };
-        let (component, cache) =
-            self.optimized
-                .cache
-                .load_or_compile(&self.optimized.engine, wasm, digest)?;
+        let (tier, component, cache) = self.build_optimized(path, wasm, digest)?;
         Ok(QuickBuild {
+            tier,
             component,
             compiler: Compiler::Cranelift,
             cache,
             winch_refused: Some(format!("{winch_error:#}")),
         })
+    }
+
+    /// The Cranelift build, from the compile cache or compiled (and cached):
+    /// for the pooled engine, or the on-demand one when the pool's limits for
+    /// one plugin refuse the component (said in a log line). When both refuse
+    /// it, the on-demand engine's error is the component's own fault.
+    fn build_optimized(
+        &self,
+        path: &Path,
+        wasm: &[u8],
+        digest: &str,
+    ) -> anyhow::Result<(&Tier, Component, CacheOutcome)> {
+        let pooled = self
+            .optimized
+            .cache
+            .load_or_compile(&self.optimized.engine, wasm, digest);
+        match (pooled, &self.beyond_pool) {
+            (Ok((component, cache)), _) => Ok((&self.optimized, component, cache)),
+            (Err(refused), Some(tier)) => {
+                let (component, cache) = tier.cache.load_or_compile(&tier.engine, wasm, digest)?;
+                tracing::warn!(
+                    file = %path.display(),
+                    "beyond the instance pool's limits for one plugin ({refused:#}); it runs with on-demand allocation"
+                );
+                Ok((tier, component, cache))
+            }
+            (Err(e), None) => Err(e),
+        }
+    }
+
+    /// A cached Cranelift build of `digest`, pooled or beyond the pool.
+    fn cached_optimized(&self, digest: &str) -> Option<(&Tier, Component)> {
+        std::iter::once(&self.optimized)
+            .chain(&self.beyond_pool)
+            .find_map(|tier| match tier.cache.lookup(&tier.engine, digest) {
+                Lookup::Hit(component) => Some((tier, component)),
+                Lookup::Absent | Lookup::Corrupt => None,
+            })
     }
 
     /// Read, compile with Cranelift (or load from the cache) and validate a
@@ -113,37 +159,25 @@ impl Runtime {
             cause: format!("{e:#}"),
         };
         let cached = match quick {
-            true => match self.optimized.cache.lookup(&self.optimized.engine, &digest) {
-                Lookup::Hit(component) => Some(component),
-                Lookup::Absent | Lookup::Corrupt => None,
-            },
+            true => self.cached_optimized(&digest),
             false => None,
         };
         let (tier, compiler, component, cache) = match cached {
-            Some(component) => (
-                &self.optimized,
-                Compiler::Cranelift,
-                component,
-                CacheOutcome::Hit,
-            ),
+            Some((tier, component)) => (tier, Compiler::Cranelift, component, CacheOutcome::Hit),
             None if quick => {
-                let quick = self.compile_quick(&wasm, &digest).map_err(compile_error)?;
+                let quick = self
+                    .compile_quick(path, &wasm, &digest)
+                    .map_err(compile_error)?;
                 if let Some(why) = &quick.winch_refused {
                     tracing::warn!(file = %path.display(), "Winch cannot compile it ({why}); compiled by Cranelift instead");
                 }
-                let tier = match quick.compiler {
-                    Compiler::Winch => &self.baseline,
-                    Compiler::Cranelift => &self.optimized,
-                };
-                (tier, quick.compiler, quick.component, quick.cache)
+                (quick.tier, quick.compiler, quick.component, quick.cache)
             }
             None => {
-                let (component, cache) = self
-                    .optimized
-                    .cache
-                    .load_or_compile(&self.optimized.engine, &wasm, &digest)
+                let (tier, component, cache) = self
+                    .build_optimized(path, &wasm, &digest)
                     .map_err(compile_error)?;
-                (&self.optimized, Compiler::Cranelift, component, cache)
+                (tier, Compiler::Cranelift, component, cache)
             }
         };
         let ty = component.component_type();
@@ -181,6 +215,7 @@ impl Runtime {
             exports,
             compiler,
             cache,
+            beyond_pool: std::sync::OnceLock::new(),
             load_time: started.elapsed(),
         })
     }
@@ -188,81 +223,89 @@ impl Runtime {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_component::{Extras, exporting_run, module, run};
     use super::*;
-    use wasm_encoder::{
-        CanonicalFunctionSection, CodeSection, ComponentAliasSection, ComponentExportKind,
-        ComponentExportSection, ComponentTypeSection, ExportKind, ExportSection, Function,
-        FunctionSection, InstanceSection, Instruction, Module, ModuleSection, PrimitiveValType,
-        TypeSection,
-    };
+    use wasm_encoder::{Function, Instruction, TableSection, TableType};
 
     /// A component exporting `run: func() -> u32` whose core function reaches
     /// its result through `return_call` (a tail call, which Winch does not
     /// implement): 42.
     fn tail_call_component() -> Vec<u8> {
-        let mut types = TypeSection::new();
-        types.ty().function([], [wasm_encoder::ValType::I32]);
-        let mut functions = FunctionSection::new();
-        functions.function(0).function(0);
-        let mut exports = ExportSection::new();
-        exports.export("run", ExportKind::Func, 0);
-        let mut code = CodeSection::new();
         let mut run = Function::new([]);
         run.instruction(&Instruction::ReturnCall(1));
         run.instruction(&Instruction::End);
         let mut answer = Function::new([]);
         answer.instruction(&Instruction::I32Const(42));
         answer.instruction(&Instruction::End);
-        code.function(&run).function(&answer);
-        let mut module = Module::new();
-        module
-            .section(&types)
-            .section(&functions)
-            .section(&exports)
-            .section(&code);
-
-        let mut component = wasm_encoder::Component::new();
-        component.section(&ModuleSection(&module));
-        let mut instances = InstanceSection::new();
-        instances.instantiate(0, Vec::<(&str, wasm_encoder::ModuleArg)>::new());
-        component.section(&instances);
-        let mut aliases = ComponentAliasSection::new();
-        aliases.alias(wasm_encoder::Alias::CoreInstanceExport {
-            instance: 0,
-            kind: ExportKind::Func,
-            name: "run",
-        });
-        component.section(&aliases);
-        let mut func_types = ComponentTypeSection::new();
-        func_types
-            .function()
-            .params(Vec::<(&str, wasm_encoder::ComponentValType)>::new())
-            .result(Some(PrimitiveValType::U32.into()));
-        component.section(&func_types);
-        let mut lifts = CanonicalFunctionSection::new();
-        lifts.lift(0, 0, []);
-        component.section(&lifts);
-        let mut component_exports = ComponentExportSection::new();
-        component_exports.export("run", ComponentExportKind::Func, 0, None);
-        component.section(&component_exports);
-        component.finish()
+        exporting_run(&module(&[run, answer], &Extras::default()), 1)
     }
 
-    fn run(engine: &wasmtime::Engine, component: &Component) -> u32 {
-        let mut store = wasmtime::Store::new(engine, ());
-        store.set_epoch_deadline(u64::MAX / 2);
-        let linker = wasmtime::component::Linker::new(engine);
-        let instance = linker.instantiate(&mut store, component).unwrap();
-        let run = instance
-            .get_typed_func::<(), (u32,)>(&mut store, "run")
+    /// A component returning 42 whose one module has `tables` tables.
+    fn component_with_tables(tables: u32) -> Vec<u8> {
+        let mut section = TableSection::new();
+        for _ in 0..tables {
+            section.table(TableType {
+                element_type: wasm_encoder::RefType::FUNCREF,
+                table64: false,
+                minimum: 0,
+                maximum: None,
+                shared: false,
+            });
+        }
+        let mut answer = Function::new([]);
+        answer.instruction(&Instruction::I32Const(42));
+        answer.instruction(&Instruction::End);
+        let extras = Extras {
+            tables: Some(section),
+            ..Extras::default()
+        };
+        exporting_run(&module(&[answer], &extras), 1)
+    }
+
+    #[test]
+    fn a_plugin_beyond_the_pools_limits_for_one_plugin_runs_on_demand() {
+        let runtime = Runtime::new(None, 1).unwrap();
+        assert!(runtime.pooling, "the test needs the pool");
+        let path = Path::new("many-tables.wasm");
+        // The pool holds 8 tables a module.
+        let within = component_with_tables(8);
+        let (tier, component, _) = runtime
+            .build_optimized(path, &within, &sha256_digest(&within))
             .unwrap();
-        run.call(&mut store, ()).unwrap().0
+        assert!(std::ptr::eq(tier, &runtime.optimized), "pooled");
+        assert_eq!(run(&tier.engine, &component), 42);
+
+        let beyond = component_with_tables(9);
+        let Err(refused) = Component::new(&runtime.optimized.engine, &beyond) else {
+            panic!("the pool refuses nine tables in a module");
+        };
+        assert!(format!("{refused:#}").contains("table"), "{refused:#}");
+        let (tier, component, _) = runtime
+            .build_optimized(path, &beyond, &sha256_digest(&beyond))
+            .unwrap();
+        assert!(
+            std::ptr::eq(tier, runtime.beyond_pool.as_ref().unwrap()),
+            "on demand"
+        );
+        assert_eq!(run(&tier.engine, &component), 42);
+    }
+
+    #[test]
+    fn a_component_both_engines_refuse_reports_its_own_fault() {
+        let runtime = Runtime::new(None, 1).unwrap();
+        let mut wasm = tail_call_component();
+        wasm.truncate(wasm.len() - 4);
+        let Err(error) = runtime.build_optimized(Path::new("broken.wasm"), &wasm, "sha256:broken")
+        else {
+            panic!("a truncated component is refused");
+        };
+        assert!(!format!("{error:#}").contains("pool"), "{error:#}");
     }
 
     #[test]
     fn a_component_winch_refuses_is_built_by_cranelift_and_runs() {
         let cache = tempfile::tempdir().unwrap();
-        let runtime = Runtime::new(Some(cache.path())).unwrap();
+        let runtime = Runtime::new(Some(cache.path()), 1).unwrap();
         let wasm = tail_call_component();
         let digest = sha256_digest(&wasm);
         assert!(
@@ -270,14 +313,18 @@ mod tests {
             "the test needs a component Winch refuses"
         );
 
-        let first = runtime.compile_quick(&wasm, &digest).unwrap();
+        let first = runtime
+            .compile_quick(Path::new("tail-call.wasm"), &wasm, &digest)
+            .unwrap();
         assert_eq!(first.compiler, Compiler::Cranelift);
         assert_eq!(first.cache, CacheOutcome::Miss);
         let why = first.winch_refused.expect("the fall-back is recorded");
         assert!(why.contains("tail call"), "{why}");
         assert_eq!(run(&runtime.optimized.engine, &first.component), 42);
 
-        let again = runtime.compile_quick(&wasm, &digest).unwrap();
+        let again = runtime
+            .compile_quick(Path::new("tail-call.wasm"), &wasm, &digest)
+            .unwrap();
         assert_eq!(
             again.cache,
             CacheOutcome::Hit,
@@ -287,9 +334,11 @@ mod tests {
 
     #[test]
     fn a_component_winch_compiles_is_built_by_winch() {
-        let runtime = Runtime::new(None).unwrap();
+        let runtime = Runtime::new(None, 1).unwrap();
         let wasm = b"\0asm\x0d\0\x01\0";
-        let build = runtime.compile_quick(wasm, "sha256:empty").unwrap();
+        let build = runtime
+            .compile_quick(Path::new("empty.wasm"), wasm, "sha256:empty")
+            .unwrap();
         assert_eq!(build.compiler, Compiler::Winch);
         assert!(build.winch_refused.is_none());
     }
@@ -297,7 +346,7 @@ mod tests {
     #[test]
     fn a_corrupt_component_is_still_rejected() {
         let dir = tempfile::tempdir().unwrap();
-        let runtime = Runtime::new(Some(&dir.path().join("cache"))).unwrap();
+        let runtime = Runtime::new(Some(&dir.path().join("cache")), 1).unwrap();
         let mut wasm = tail_call_component();
         let end = wasm.len() - 4;
         wasm.truncate(end);
