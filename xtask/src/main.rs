@@ -108,7 +108,7 @@ const QUICKSTART_REGISTRY_PORT: u16 = 5055;
 fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
     let result = match task.as_str() {
-        "plugins" => build_tend().and_then(|tend| plugins(&tend)),
+        "plugins" => build_tend().and_then(|tend| plugins(&tend, Plugins::All)),
         // One language's plugins and SDK tests: `cargo xtask lang js`.
         "lang" => langs::one(std::env::args().nth(2).as_deref()),
         "image" => image::image(),
@@ -326,19 +326,33 @@ pub(crate) fn newest_mtime(paths: impl IntoIterator<Item = PathBuf>) -> std::tim
         .unwrap_or(std::time::UNIX_EPOCH)
 }
 
-/// Every plugin into target/plugins/: the Rust ones of the workspace, then each
-/// language's (`tend-author`, built beside `tend`, renders their `tend-author
-/// new` templates).
-fn plugins(tend: &Path) -> Result<()> {
+/// Which plugins to build.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Plugins {
+    /// What the demo's first part runs: the built-in plugins and the Python
+    /// example; no test plugins, and the language templates (four toolchains,
+    /// minutes of a newcomer's first run) only once the first plugins have
+    /// done their job ([`language_plugins`]).
+    Demo,
+    /// Everything the tests use.
+    All,
+}
+
+/// The plugins into target/plugins/: the Rust ones of the workspace, then each
+/// language's ([`language_plugins`]); for the demo, only what its first part runs.
+fn plugins(tend: &Path, which: Plugins) -> Result<()> {
     ensure_debian_packages()?;
     ensure_wasm_target("wasm32-wasip2")?;
-    langs::use_author_beside(tend);
     let out = root().join("target/plugins");
     std::fs::create_dir_all(&out)?;
     step("building Rust plugins for wasm32-wasip2");
     let mut build = cargo();
     build.args(["build", "--profile", "plugin", "--target", "wasm32-wasip2"]);
-    let rust_plugins = || BUILT_IN_PLUGINS.iter().chain(TEST_PLUGINS);
+    let tests = match which {
+        Plugins::Demo => &[][..],
+        Plugins::All => TEST_PLUGINS,
+    };
+    let rust_plugins = || BUILT_IN_PLUGINS.iter().chain(tests);
     for package in rust_plugins() {
         build.args(["-p", package]);
     }
@@ -351,6 +365,11 @@ fn plugins(tend: &Path) -> Result<()> {
     for package in rust_plugins() {
         std::fs::copy(built(package), out.join(format!("{package}.wasm")))
             .with_context(|| format!("copy {package}"))?;
+    }
+    if which == Plugins::Demo {
+        langs::python::examples(&out)?;
+        eprintln!("plugins in {}", out.display());
+        return Ok(());
     }
     // A second version of chaos, for the hot-reload tests.
     run(cargo().args([
@@ -365,6 +384,14 @@ fn plugins(tend: &Path) -> Result<()> {
         "v2",
     ]))?;
     std::fs::copy(built("chaos"), out.join("chaos-v2.wasm")).context("copy chaos v2")?;
+    language_plugins(tend)
+}
+
+/// Each language's plugins into target/plugins/ (`tend-author`, built beside
+/// `tend`, renders their `tend-author new` templates).
+fn language_plugins(tend: &Path) -> Result<()> {
+    langs::use_author_beside(tend);
+    let out = root().join("target/plugins");
     for lang in langs::ALL {
         (lang.plugins)(&out)?;
     }
@@ -403,7 +430,7 @@ fn test_steps() -> Result<()> {
     let (_, beside) = BESIDE;
     run(cargo().args(["build", "--workspace", "--all-targets", "--test", beside]))?;
     let tend = root().join("target/debug/tend");
-    plugins(&tend)?;
+    plugins(&tend, Plugins::All)?;
     // tests/e2e/image.rs runs it in the test containerd.
     image::image_of_test_build(&tend)?;
     // Every runner runs to its end; one total closes the run.
@@ -640,7 +667,7 @@ fn wait_for(
 fn demo() -> Result<()> {
     ensure_debian_packages()?;
     let tend = build_tend()?;
-    plugins(&tend)?;
+    plugins(&tend, Plugins::Demo)?;
     let config = root().join("examples/quickstart/tend.toml");
     let work = Path::new("/tmp/tend-quickstart");
     fresh_workspace(work)?;
@@ -659,6 +686,8 @@ fn demo() -> Result<()> {
         work.display(),
         config.display()
     );
+    // The cluster part shows the starter plugin in every language.
+    language_plugins(&tend)?;
     cluster_demo::run_demo(&tend)?;
     sight_demo::run_demo(&tend)
 }

@@ -8,7 +8,7 @@
 mod c;
 mod go;
 mod js;
-mod python;
+pub(crate) mod python;
 mod rust;
 
 use crate::tally::Tally;

@@ -17,6 +17,15 @@ pub const LANG: super::Lang = super::Lang {
 
 fn plugins(out: &Path) -> Result<()> {
     super::fakes_wasm()?;
+    examples(out)?;
+    let dir = render("python")?;
+    script(&dir, "build.sh", &[venv_bin_dir()?], &[])?;
+    collect(&dir, "python", out)
+}
+
+/// The example plugins in examples/plugins (python-http-check), built when
+/// their sources are newer: what the demo runs.
+pub fn examples(out: &Path) -> Result<()> {
     let wit: Vec<PathBuf> = std::fs::read_dir(root().join("wit"))?
         .map(|e| e.map(|e| e.path()))
         .collect::<Result<_, _>>()?;
@@ -41,9 +50,7 @@ fn plugins(out: &Path) -> Result<()> {
             .args(["-w", "plugin", "componentize", "app", "-o"])
             .arg(&target))?;
     }
-    let dir = render("python")?;
-    script(&dir, "build.sh", &[venv_bin_dir()?], &[])?;
-    collect(&dir, "python", out)
+    Ok(())
 }
 
 /// pytest on sdk/python: the wrappers, config, the adapter against
