@@ -197,6 +197,13 @@ impl CompileCache {
     }
 }
 
+/// Bound a one-off command's compile cache as the daemon bounds its own
+/// (the default `cache-max-size`), keeping what the command just loaded.
+fn bound_compile_cache(runtime: &crate::runtime::Runtime, loaded: &str) {
+    let keep = std::collections::HashSet::from([loaded.to_string()]);
+    runtime.evict_cache(&keep, crate::config::DEFAULT_CACHE_MAX_SIZE.0);
+}
+
 #[derive(Subcommand)]
 enum PluginsCommand {
     /// Show a component's world, imported capabilities and exports.

@@ -16,6 +16,7 @@ pub async fn run(
     let runtime = std::sync::Arc::new(Runtime::new(cache_dir, 1)?);
     let loader = runtime.clone();
     let compiled = tokio::task::spawn_blocking(move || loader.load(&component)).await??;
+    super::bound_compile_cache(&runtime, &compiled.digest);
     // Always named: the component may be the one the recording names, a
     // path taken from a file that could have come from anywhere.
     report::line(&format!(

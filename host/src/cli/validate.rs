@@ -46,6 +46,7 @@ pub async fn check(config_path: &Path) -> anyhow::Result<ExitCode> {
 pub async fn inspect(file: &Path, cache_dir: Option<&Path>) -> anyhow::Result<ExitCode> {
     let runtime = Runtime::new(cache_dir, 1)?;
     let plugin = runtime.load(file)?;
+    super::bound_compile_cache(&runtime, &plugin.digest);
     let (services, _) = Services::fake();
     let info = runtime.describe(&plugin, &services).await?;
     println!("file:     {}", file.display());

@@ -213,6 +213,10 @@ fn enabled_by_default() -> bool {
     true
 }
 
+/// The compile cache's bound when `cache-max-size` is not set (and the bound of
+/// the one-off commands' own cache).
+pub const DEFAULT_CACHE_MAX_SIZE: ByteSize = ByteSize(1 << 30);
+
 impl Config {
     /// Read, parse and validate the config at `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -311,7 +315,7 @@ fn host_config(raw: RawHost, base: &Path, at: &At) -> Result<HostConfig, ConfigE
         node_name: node_name(raw.node_name, std::env::var("NODE_NAME").ok(), hostname),
         dry_run: raw.dry_run,
         listen: raw.listen,
-        cache_max_size: raw.cache_max_size.unwrap_or(ByteSize(1 << 30)),
+        cache_max_size: raw.cache_max_size.unwrap_or(DEFAULT_CACHE_MAX_SIZE),
         budgets,
         capabilities,
         leader_election: raw.leader_election.map(Spanned::into_inner),

@@ -19,8 +19,8 @@ fn config() -> Config {
 
 /// Component instances the pool holds for `plugins` enabled plugins: a
 /// reconcile and a plan or `describe` of each at once, and room for plugins a
-/// reload adds. Beyond it, instantiation fails with wasmtime's
-/// `PoolConcurrencyLimitError` and the call runs on the on-demand engine.
+/// reload adds. While it is full, a call runs on the on-demand engine
+/// (`Runtime::instance_pre`).
 pub fn pool_instances(plugins: usize) -> u32 {
     (plugins.saturating_mul(2).saturating_add(8)).clamp(16, 1000) as u32
 }
