@@ -19,7 +19,8 @@ through moto itself, and read it back through the same API.
         every page of a paginated operation (JSON may carry "PaginationConfig":
         {"PageSize": 5}); prints {"pages": [...]} in order
 
-Region us-east-1, credentials "testing" (moto accepts any), one attempt per call (no
+The tests call it through tests/peers/aws-zygote.py (one warm process per test process,
+which imports it once); it also runs alone. Region us-east-1, credentials "testing" (moto accepts any), one attempt per call (no
 retries: a fault the proxy injects reaches the caller). A failed call prints
 "ERROR <status> <code> <message>" on stderr (status "-" when the answer was not EC2's,
 e.g. moto's HTML 500) and exits 1.
@@ -54,7 +55,11 @@ def default_subnet(ec2):
     return sorted(s["SubnetId"] for s in subnets["Subnets"])[0]
 
 
-def main():
+class SeedError(Exception):
+    """A failed call, as its "ERROR <status> <code> <message>" line."""
+
+
+def parser():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("endpoint")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -74,7 +79,13 @@ def main():
         p = sub.add_parser(name)
         p.add_argument("operation")
         p.add_argument("arguments", nargs="?", default="{}")
-    args = ap.parse_args()
+    return ap
+
+
+def run(argv):
+    """The JSON-ready output of one command line (without the program name);
+    raises SeedError for a failed call."""
+    args = parser().parse_args(argv)
     ec2 = client(args.endpoint)
     try:
         if args.command == "run-instances":
@@ -112,15 +123,22 @@ def main():
     except botocore.exceptions.ClientError as e:
         err = e.response.get("Error", {})
         status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        print(f"ERROR {status} {err.get('Code')} {err.get('Message')}", file=sys.stderr)
-        sys.exit(1)
+        raise SeedError(f"ERROR {status} {err.get('Code')} {err.get('Message')}") from None
     except (botocore.exceptions.BotoCoreError, botocore.parsers.ResponseParserError) as e:
-        print(f"ERROR - {type(e).__name__} {str(e).splitlines()[0]}", file=sys.stderr)
+        raise SeedError(f"ERROR - {type(e).__name__} {str(e).splitlines()[0]}") from None
+    return out
+
+
+def main():
+    try:
+        out = run(sys.argv[1:])
+    except SeedError as e:
+        print(e, file=sys.stderr)
         sys.exit(1)
     json.dump(out, sys.stdout, default=str)
     print()
 
 
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 if __name__ == "__main__":
-    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     main()

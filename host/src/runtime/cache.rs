@@ -115,19 +115,24 @@ impl ArtifactCache {
     }
 
     /// The compiled component for `wasm` (whose sha256 is `digest`), from the
-    /// cache when a valid entry exists, else compiled and stored.
-    pub fn load_or_compile(
+    /// cache when a valid entry exists, else compiled (holding what `turn`
+    /// returns, such as the compile lane) and stored.
+    pub fn load_or_compile<Turn>(
         &self,
         engine: &Engine,
         wasm: &[u8],
         digest: &str,
+        turn: impl FnOnce() -> Turn,
     ) -> anyhow::Result<(Component, CacheOutcome)> {
         let outcome = match self.lookup(engine, digest) {
             Lookup::Hit(component) => return Ok((component, CacheOutcome::Hit)),
             Lookup::Absent => CacheOutcome::Miss,
             Lookup::Corrupt => CacheOutcome::Corrupt,
         };
-        let component = Component::new(engine, wasm)?;
+        let component = {
+            let _turn = turn();
+            Component::new(engine, wasm)?
+        };
         if let Some((artifact, checksum)) = self.entry(digest)
             && let Err(e) = store(&component, &artifact, &checksum)
         {
@@ -229,10 +234,10 @@ mod tests {
         let cache = ArtifactCache::new(Some(dir.path()), &engine);
         let digest = sha256_hex(EMPTY_COMPONENT);
         let (_, first) = cache
-            .load_or_compile(&engine, EMPTY_COMPONENT, &digest)
+            .load_or_compile(&engine, EMPTY_COMPONENT, &digest, || ())
             .unwrap();
         let (_, second) = cache
-            .load_or_compile(&engine, EMPTY_COMPONENT, &digest)
+            .load_or_compile(&engine, EMPTY_COMPONENT, &digest, || ())
             .unwrap();
         assert_eq!((first, second), (CacheOutcome::Miss, CacheOutcome::Hit));
         let (artifact, _) = cache.entry(&digest).unwrap();
@@ -241,11 +246,11 @@ mod tests {
         bytes[last] ^= 0xff;
         std::fs::write(&artifact, bytes).unwrap();
         let (_, third) = cache
-            .load_or_compile(&engine, EMPTY_COMPONENT, &digest)
+            .load_or_compile(&engine, EMPTY_COMPONENT, &digest, || ())
             .unwrap();
         assert_eq!(third, CacheOutcome::Corrupt);
         let (_, fourth) = cache
-            .load_or_compile(&engine, EMPTY_COMPONENT, &digest)
+            .load_or_compile(&engine, EMPTY_COMPONENT, &digest, || ())
             .unwrap();
         assert_eq!(fourth, CacheOutcome::Hit, "the corrupt entry was rewritten");
     }
@@ -261,7 +266,9 @@ mod tests {
             .collect();
         let digests: Vec<String> = components.iter().map(|c| sha256_hex(c)).collect();
         for (component, digest) in components.iter().zip(&digests) {
-            cache.load_or_compile(&engine, component, digest).unwrap();
+            cache
+                .load_or_compile(&engine, component, digest, || ())
+                .unwrap();
         }
         let artifact = |d: &String| cache.entry(d).unwrap().0;
         let in_use = std::collections::HashSet::from([digests[0].clone()]);
@@ -301,7 +308,7 @@ mod tests {
         let cache = ArtifactCache::new(Some(&cache_dir), &engine);
         let digest = sha256_hex(EMPTY_COMPONENT);
         cache
-            .load_or_compile(&engine, EMPTY_COMPONENT, &digest)
+            .load_or_compile(&engine, EMPTY_COMPONENT, &digest, || ())
             .unwrap();
         let (artifact, checksum) = cache.entry(&digest).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;

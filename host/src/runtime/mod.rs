@@ -6,6 +6,7 @@ mod cache;
 /// A component's digest, as every part of Tend writes it.
 pub use cache::sha256_digest;
 mod call;
+mod compile_lane;
 mod engine;
 mod plugin;
 mod store;
@@ -20,6 +21,7 @@ pub use engine::EpochTicker;
 pub use plugin::{CompiledPlugin, LoadError};
 pub use store::CallState;
 
+use compile_lane::{CompileLane, Priority};
 use std::path::Path;
 use wasmtime::Engine;
 use wasmtime::component::Linker;
@@ -67,6 +69,8 @@ pub struct Runtime {
     ticker: EpochTicker,
     /// Component instances the pool holds.
     pool_instances: u32,
+    /// Every compile, one at a time (the start-up peak).
+    compiles: CompileLane,
     /// False when the pooling allocator could not reserve its memory and the
     /// engine fell back to on-demand allocation.
     pub pooling: bool,
@@ -91,6 +95,7 @@ impl Runtime {
             baseline: Tier::new(winch, None)?,
             ticker,
             pool_instances: engine::pool_instances(plugins),
+            compiles: CompileLane::default(),
         })
     }
 

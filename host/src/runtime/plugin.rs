@@ -3,7 +3,7 @@
 
 use super::cache::{CacheOutcome, Lookup, sha256_digest};
 use super::store::CallState;
-use super::{Compiler, Runtime, Tier};
+use super::{Compiler, Priority, Runtime, Tier};
 use crate::wit::PluginPre;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -71,7 +71,11 @@ impl Runtime {
         wasm: &[u8],
         digest: &str,
     ) -> anyhow::Result<QuickBuild<'_>> {
-        let winch_error = match Component::new(&self.baseline.engine, wasm) {
+        let winch = {
+            let _turn = self.compiles.enter(Priority::Quick);
+            Component::new(&self.baseline.engine, wasm)
+        };
+        let winch_error = match winch {
             Ok(component) => {
                 return Ok(QuickBuild {
                     tier: &self.baseline,
@@ -83,7 +87,7 @@ impl Runtime {
             }
             Err(e) => e,
         };
-        let (tier, component, cache) = self.build_optimized(path, wasm, digest)?;
+        let (tier, component, cache) = self.build_optimized(path, wasm, digest, Priority::Quick)?;
         Ok(QuickBuild {
             tier,
             component,
@@ -96,21 +100,26 @@ impl Runtime {
     /// The Cranelift build, from the compile cache or compiled (and cached):
     /// for the pooled engine, or the on-demand one when the pool's limits for
     /// one plugin refuse the component (said in a log line). When both refuse
-    /// it, the on-demand engine's error is the component's own fault.
+    /// it, the on-demand engine's error is the component's own fault. A
+    /// compile waits for its turn in the compile lane, at `priority`.
     fn build_optimized(
         &self,
         path: &Path,
         wasm: &[u8],
         digest: &str,
+        priority: Priority,
     ) -> anyhow::Result<(&Tier, Component, CacheOutcome)> {
-        let pooled = self
-            .optimized
-            .cache
-            .load_or_compile(&self.optimized.engine, wasm, digest);
+        let turn = || self.compiles.enter(priority);
+        let pooled =
+            self.optimized
+                .cache
+                .load_or_compile(&self.optimized.engine, wasm, digest, turn);
         match (pooled, &self.beyond_pool) {
             (Ok((component, cache)), _) => Ok((&self.optimized, component, cache)),
             (Err(refused), Some(tier)) => {
-                let (component, cache) = tier.cache.load_or_compile(&tier.engine, wasm, digest)?;
+                let (component, cache) =
+                    tier.cache
+                        .load_or_compile(&tier.engine, wasm, digest, turn)?;
                 tracing::warn!(
                     file = %path.display(),
                     "beyond the instance pool's limits for one plugin ({refused:#}); it runs with on-demand allocation"
@@ -175,7 +184,7 @@ impl Runtime {
             }
             None => {
                 let (tier, component, cache) = self
-                    .build_optimized(path, &wasm, &digest)
+                    .build_optimized(path, &wasm, &digest, Priority::Optimized)
                     .map_err(compile_error)?;
                 (tier, Compiler::Cranelift, component, cache)
             }
@@ -270,7 +279,7 @@ mod tests {
         // The pool holds 8 tables a module.
         let within = component_with_tables(8);
         let (tier, component, _) = runtime
-            .build_optimized(path, &within, &sha256_digest(&within))
+            .build_optimized(path, &within, &sha256_digest(&within), Priority::Optimized)
             .unwrap();
         assert!(std::ptr::eq(tier, &runtime.optimized), "pooled");
         assert_eq!(run(&tier.engine, &component), 42);
@@ -281,7 +290,7 @@ mod tests {
         };
         assert!(format!("{refused:#}").contains("table"), "{refused:#}");
         let (tier, component, _) = runtime
-            .build_optimized(path, &beyond, &sha256_digest(&beyond))
+            .build_optimized(path, &beyond, &sha256_digest(&beyond), Priority::Optimized)
             .unwrap();
         assert!(
             std::ptr::eq(tier, runtime.beyond_pool.as_ref().unwrap()),
@@ -295,8 +304,12 @@ mod tests {
         let runtime = Runtime::new(None, 1).unwrap();
         let mut wasm = tail_call_component();
         wasm.truncate(wasm.len() - 4);
-        let Err(error) = runtime.build_optimized(Path::new("broken.wasm"), &wasm, "sha256:broken")
-        else {
+        let Err(error) = runtime.build_optimized(
+            Path::new("broken.wasm"),
+            &wasm,
+            "sha256:broken",
+            Priority::Optimized,
+        ) else {
             panic!("a truncated component is refused");
         };
         assert!(!format!("{error:#}").contains("pool"), "{error:#}");

@@ -5,17 +5,25 @@
 //! an unknown NextToken) and injects faults (failures, a NextToken moto never
 //! issued, slowness). Tests create state
 //! through moto itself with boto3 (tests/peers/aws-seed.py), so seeding is not in
-//! the proxy's log. Both processes are children of the test, stopped by PID.
+//! the proxy's log.
+//!
+//! moto servers are forked from one warm process per test process
+//! (tests/peers/aws-zygote.py, which also runs the seed calls): a cold moto
+//! costs 3 s of CPU and each seeding python 0.5 s, which made the AWS tests the
+//! suite's largest CPU cost. The proxy is a child of the test; each moto server
+//! is the zygote's, stopped by PID through it.
 
 use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::{port_file, stop_child, venv_python, wait_child_ready};
-use crate::{free_port, http_call, workspace_root};
+use crate::{http_call, workspace_root};
 
 /// target/venv's python with moto[server] (moto_server and boto3 next to it) and
 /// aiohttp (the proxy); `TEND_AWS_PYTHON` names another.
@@ -45,15 +53,64 @@ pub struct AwsRequest {
     pub status: u16,
 }
 
-/// The first EC2 call into a fresh moto loads its backend (1.5-2 s): made at
-/// start so that no test's timing includes it.
-const WARM_UP: &str = "Action=DescribeInstances&Version=2016-11-15";
-const SIGV4_FOR_MOTO: &str = "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/ec2/aws4_request, SignedHeaders=host, Signature=0";
+/// tests/peers/aws-zygote.py, started by the first AwsPeer of this test
+/// process; it exits (killing the moto servers it forked) when this process
+/// does and its stdin closes.
+struct Zygote {
+    /// Kept so that the zygote is this process's child until it exits.
+    _child: Child,
+    requests: ChildStdin,
+    answers: BufReader<ChildStdout>,
+}
 
-/// moto_server and the proxy in front of it, on free loopback ports, their
-/// stderr in a temporary directory (moto.err, aws-proxy.err).
+impl Zygote {
+    fn start() -> Zygote {
+        let mut child = Command::new(aws_python())
+            .arg(workspace_root().join("tests/peers/aws-zygote.py"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut zygote = Zygote {
+            requests: child.stdin.take().unwrap(),
+            answers: BufReader::new(child.stdout.take().unwrap()),
+            _child: child,
+        };
+        // Its warm-up (importing moto, loading the EC2 backend) takes a few
+        // seconds; the read ends when it answers or exits.
+        let ready = zygote.read();
+        assert_eq!(ready["ready"], true, "aws-zygote.py: {ready}");
+        zygote
+    }
+
+    fn read(&mut self) -> Value {
+        let mut line = String::new();
+        self.answers.read_line(&mut line).unwrap();
+        assert!(
+            !line.is_empty(),
+            "aws-zygote.py exited (its errors are above, on this test's stderr)"
+        );
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("aws-zygote.py: {e}: {line}"))
+    }
+
+    /// One request, one answer; requests from the test's threads take turns.
+    fn ask(request: Value) -> Value {
+        static ZYGOTE: OnceLock<Mutex<Zygote>> = OnceLock::new();
+        let mut zygote = ZYGOTE
+            .get_or_init(|| Mutex::new(Zygote::start()))
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        writeln!(zygote.requests, "{request}").unwrap();
+        zygote.read()
+    }
+}
+
+/// A moto server (forked by the zygote) and the proxy in front of it, on
+/// loopback ports, their stderr in a temporary directory (moto.err,
+/// aws-proxy.err).
 pub struct AwsPeer {
-    moto: Option<Child>,
+    /// The moto server's PID, a child of the zygote, which stops it.
+    moto: Option<u32>,
     proxy: Option<Child>,
     moto_port: u16,
     proxy_port: u16,
@@ -61,42 +118,16 @@ pub struct AwsPeer {
 }
 
 impl AwsPeer {
-    /// Start moto, warm it with one EC2 call, then the proxy; returns once both
-    /// answer.
+    /// Fork a warm moto, then start the proxy; returns once both answer.
     pub fn start() -> AwsPeer {
         let python = aws_python();
         let dir = tempfile::tempdir().unwrap();
         let moto_err = dir.path().join("moto.err");
-        let moto_port = free_port();
-        let mut moto = Command::new(python.with_file_name("moto_server"))
-            .args(["-H", "127.0.0.1", "-p", &moto_port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&moto_err).unwrap())
-            .spawn()
-            .unwrap();
-        let form = [
-            ("Content-Type", "application/x-www-form-urlencoded"),
-            ("Authorization", SIGV4_FOR_MOTO),
-        ];
-        wait_child_ready(
-            &mut moto,
-            "moto_server",
-            &moto_err,
-            Duration::from_secs(30),
-            || {
-                http_call(
-                    moto_port,
-                    "POST",
-                    "/",
-                    &form,
-                    WARM_UP,
-                    Duration::from_secs(20),
-                )
-                .ok()
-                .filter(|(status, _)| *status == 200)
-            },
-        );
+        let moto = Zygote::ask(json!({"op": "moto", "stderr": moto_err}));
+        let (Some(moto_port), Some(pid)) = (moto["port"].as_u64(), moto["pid"].as_u64()) else {
+            panic!("aws-zygote.py could not fork moto: {moto}");
+        };
+        let (moto_port, pid) = (moto_port as u16, pid as u32);
         let proxy_err = dir.path().join("aws-proxy.err");
         let mut proxy = Command::new(&python)
             .arg(workspace_root().join("tests/peers/aws-proxy.py"))
@@ -120,7 +151,7 @@ impl AwsPeer {
             },
         );
         AwsPeer {
-            moto: Some(moto),
+            moto: Some(pid),
             proxy: Some(proxy),
             moto_port,
             proxy_port,
@@ -210,22 +241,13 @@ impl AwsPeer {
     /// tests/peers/aws-seed.py against `endpoint` with `args`: its JSON output, or
     /// its error line ("ERROR <status> <code> <message>").
     fn seed(&self, endpoint: &str, args: &[&str]) -> Result<Value, String> {
-        let out = Command::new(aws_python())
-            .arg(workspace_root().join("tests/peers/aws-seed.py"))
-            .arg(endpoint)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() {
-            return Err(stderr
-                .lines()
-                .find(|l| l.starts_with("ERROR"))
-                .unwrap_or(&stderr)
-                .to_string());
+        let mut argv = vec![endpoint];
+        argv.extend(args);
+        let answer = Zygote::ask(json!({"op": "seed", "argv": argv}));
+        match answer.get("out") {
+            Some(out) => Ok(out.clone()),
+            None => Err(answer["error"].as_str().unwrap_or("no answer").to_string()),
         }
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("aws-seed.py printed no JSON: {e}"))
     }
 
     /// aws-seed.py straight into moto (`call OPERATION JSON`, `paginate ...`,
@@ -345,10 +367,10 @@ impl AwsPeer {
             .proxy
             .take()
             .is_none_or(|mut c| stop_child(&mut c, grace));
-        let moto = self
-            .moto
-            .take()
-            .is_none_or(|mut c| stop_child(&mut c, grace));
+        let moto = self.moto.take().is_none_or(|pid| {
+            let stopped = Zygote::ask(json!({"op": "stop", "pid": pid}));
+            stopped["clean"] == true
+        });
         proxy && moto
     }
 }
