@@ -19,9 +19,10 @@ through moto itself, and read it back through the same API.
         every page of a paginated operation (JSON may carry "PaginationConfig":
         {"PageSize": 5}); prints {"pages": [...]} in order
 
-The tests call it through tests/peers/aws-zygote.py (one warm process per test process,
-which imports it once); it also runs alone. Region us-east-1, credentials "testing" (moto accepts any), one attempt per call (no
-retries: a fault the proxy injects reaches the caller). A failed call prints
+The tests call its run() through tests/peers/aws-zygote.py (one warm process per test
+process, which imports it once); it also runs alone. Region us-east-1, credentials
+"testing" (moto accepts any), one attempt per call (no retries: a fault the proxy
+injects reaches the caller). A failed call prints
 "ERROR <status> <code> <message>" on stderr (status "-" when the answer was not EC2's,
 e.g. moto's HTML 500) and exits 1.
 """

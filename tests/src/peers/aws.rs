@@ -16,7 +16,8 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -57,11 +58,22 @@ pub struct AwsRequest {
 /// process; it exits (killing the moto servers it forked) when this process
 /// does and its stdin closes.
 struct Zygote {
-    /// Kept so that the zygote is this process's child until it exits.
-    _child: Child,
+    child: Child,
     requests: ChildStdin,
-    answers: BufReader<ChildStdout>,
+    /// Its answers, one line each, read by a thread so that every wait has a
+    /// deadline.
+    answers: Receiver<String>,
+    /// Set when an answer missed its deadline: a late one would be taken for
+    /// the next request's, so the zygote is killed and every later request
+    /// fails saying why.
+    broken: Option<String>,
 }
+
+/// The zygote imports moto and loads its EC2 backend before it answers.
+const ZYGOTE_READY_WITHIN: Duration = Duration::from_secs(60);
+/// A fork, a stop (5 s of grace, then SIGKILL) or a seed call (boto3's own
+/// timeouts are 60 s).
+const ZYGOTE_ANSWERS_WITHIN: Duration = Duration::from_secs(120);
 
 impl Zygote {
     fn start() -> Zygote {
@@ -71,25 +83,47 @@ impl Zygote {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
+        let (send, answers) = std::sync::mpsc::channel();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { return };
+                if send.send(line).is_err() {
+                    return;
+                }
+            }
+        });
         let mut zygote = Zygote {
             requests: child.stdin.take().unwrap(),
-            answers: BufReader::new(child.stdout.take().unwrap()),
-            _child: child,
+            child,
+            answers,
+            broken: None,
         };
-        // Its warm-up (importing moto, loading the EC2 backend) takes a few
-        // seconds; the read ends when it answers or exits.
-        let ready = zygote.read();
+        let ready = zygote.read("its warm-up", ZYGOTE_READY_WITHIN);
         assert_eq!(ready["ready"], true, "aws-zygote.py: {ready}");
         zygote
     }
 
-    fn read(&mut self) -> Value {
-        let mut line = String::new();
-        self.answers.read_line(&mut line).unwrap();
-        assert!(
-            !line.is_empty(),
-            "aws-zygote.py exited (its errors are above, on this test's stderr)"
-        );
+    /// The next answer, within `within`; panics saying what happened.
+    fn read(&mut self, what: &str, within: Duration) -> Value {
+        if let Some(why) = &self.broken {
+            panic!("aws-zygote.py is unusable: {why}");
+        }
+        let line = match self.answers.recv_timeout(within) {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!(
+                    "aws-zygote.py exited during {what} (its errors are above, on this test's stderr)"
+                )
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let why = format!("it did not answer {what} within {within:?}; killed");
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                self.broken = Some(why.clone());
+                panic!("aws-zygote.py: {why}");
+            }
+        };
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("aws-zygote.py: {e}: {line}"))
     }
 
@@ -101,7 +135,8 @@ impl Zygote {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         writeln!(zygote.requests, "{request}").unwrap();
-        zygote.read()
+        let what = format!("a {} request", request["op"].as_str().unwrap_or("?"));
+        zygote.read(&what, ZYGOTE_ANSWERS_WITHIN)
     }
 }
 
