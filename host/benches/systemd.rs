@@ -32,6 +32,8 @@ const UNITS: usize = 10;
 const NOOP_RUNS: usize = 30;
 const DOCTOR_ROUNDS: usize = 20;
 const DOCTOR_UNIT: &str = "tend-doctor.service";
+/// Its object path on the bus.
+const DOCTOR_PATH: &str = "/org/freedesktop/systemd1/unit/tend_2ddoctor_2eservice";
 
 /// Manager methods that change nothing; any other method call to systemd is mutating.
 const READ_ONLY: &[&str] = &[
@@ -63,10 +65,14 @@ fn now_us() -> u64 {
         .as_micros() as u64
 }
 
-/// `busctl monitor` on the peer's bus, keeping every method call to systemd.
+/// `busctl monitor` on the peer's bus, keeping every method call to systemd
+/// and systemd's signals that a unit entered `failed`.
 struct Monitor {
     child: Child,
     calls: Arc<Mutex<Vec<Value>>>,
+    failures: Arc<Mutex<Vec<Value>>>,
+    /// Every method return, to tell systemd's time from tend's.
+    returns: Arc<Mutex<Vec<Value>>>,
 }
 
 impl Monitor {
@@ -80,7 +86,10 @@ impl Monitor {
             .unwrap();
         let stdout = child.stdout.take().unwrap();
         let calls = Arc::new(Mutex::new(Vec::new()));
-        let kept = calls.clone();
+        let failures = Arc::new(Mutex::new(Vec::new()));
+        let returns = Arc::new(Mutex::new(Vec::new()));
+        let (kept, kept_failures, kept_returns) =
+            (calls.clone(), failures.clone(), returns.clone());
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
@@ -91,10 +100,21 @@ impl Monitor {
                     && message["destination"] == "org.freedesktop.systemd1"
                 {
                     kept.lock().unwrap().push(message);
+                } else if message["member"] == "PropertiesChanged"
+                    && message["payload"]["data"][1]["ActiveState"]["data"] == "failed"
+                {
+                    kept_failures.lock().unwrap().push(message);
+                } else if message["type"] == "method_return" {
+                    kept_returns.lock().unwrap().push(message);
                 }
             }
         });
-        let monitor = Monitor { child, calls };
+        let monitor = Monitor {
+            child,
+            calls,
+            failures,
+            returns,
+        };
         // Attached once it sees a call of ours.
         wait_until(Duration::from_secs(10), "the monitor to attach", || {
             peer.busctl(&[
@@ -108,6 +128,32 @@ impl Monitor {
             !monitor.calls.lock().unwrap().is_empty()
         });
         monitor
+    }
+
+    /// When systemd signalled that the unit at object `path` entered `failed`,
+    /// the first time in `from..=to` (microseconds).
+    fn failure_signal(&self, path: &str, from: u64, to: u64) -> Option<u64> {
+        self.failures
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|m| m["path"] == path)
+            .filter_map(|m| m["timestamp-realtime"].as_u64())
+            .find(|t| (from..=to).contains(t))
+    }
+
+    /// When systemd last answered a call in `from..=to` (microseconds): its
+    /// unique name is the sender of its `failed` signals.
+    fn last_systemd_reply(&self, from: u64, to: u64) -> Option<u64> {
+        let systemd = self.failures.lock().unwrap().first()?["sender"].clone();
+        self.returns
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|m| m["sender"] == systemd)
+            .filter_map(|m| m["timestamp-realtime"].as_u64())
+            .filter(|t| (from..=to).contains(t))
+            .max()
     }
 
     /// tend's calls to systemd with a bus timestamp in `from..=to` (microseconds).
@@ -217,6 +263,16 @@ fn quiet(port: u16, name: &str) {
 }
 
 /// The `p`-quantile (0..=1) of `values`, nearest rank.
+/// unit-doctor's reconciles so far, whatever their result (`/metrics`).
+fn doctor_reconciles(port: u16) -> u64 {
+    let (_, metrics) = http_get(port, "/metrics").expect("the daemon's /metrics");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("tend_reconciles_total{") && l.contains("plugin=\"unit-doctor\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 fn quantile(values: &[f64], p: f64) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
@@ -458,7 +514,14 @@ fn main() {
     let mut kill_to_pre = Vec::new();
     let mut kill_to_failed = Vec::new();
     let mut failed_to_first_call = Vec::new();
+    let mut failed_to_signal = Vec::new();
+    let mut signal_to_first_call = Vec::new();
+    let mut probing = Vec::new();
+    let mut probed_to_restart = Vec::new();
+    let mut probe_answered = Vec::new();
+    let mut answered_to_restart = Vec::new();
     let mut restart_to_pre = Vec::new();
+    let reconciles_before = doctor_reconciles(port);
     for round in 0..DOCTOR_ROUNDS + 2 {
         quiet(port, "unit-doctor");
         std::thread::sleep(Duration::from_millis(100));
@@ -492,6 +555,15 @@ fn main() {
             .filter(|t| *t >= failed_at)
             .min()
             .unwrap();
+        let last_probe = calls
+            .iter()
+            .filter_map(|c| c["timestamp-realtime"].as_u64())
+            .filter(|t| (first_call..restart_at).contains(t))
+            .max()
+            .unwrap_or(first_call);
+        let signalled = monitor
+            .failure_signal(DOCTOR_PATH, kill_sent, restart_at)
+            .unwrap_or_else(|| panic!("no PropertiesChanged to failed for {DOCTOR_UNIT}"));
         if round < 2 {
             continue; // warm-up
         }
@@ -500,6 +572,15 @@ fn main() {
         kill_to_pre.push(d(killed, pre_ran));
         kill_to_failed.push(d(kill_sent, failed_at));
         failed_to_first_call.push(d(failed_at, first_call));
+        failed_to_signal.push(d(failed_at, signalled));
+        signal_to_first_call.push(d(signalled, first_call));
+        probing.push(d(first_call, last_probe));
+        probed_to_restart.push(d(last_probe, restart_at));
+        let answered = monitor
+            .last_systemd_reply(last_probe, restart_at)
+            .unwrap_or(last_probe);
+        probe_answered.push(d(last_probe, answered));
+        answered_to_restart.push(d(answered, restart_at));
         restart_to_pre.push(d(restart_at, pre_ran));
     }
     println!(
@@ -519,6 +600,22 @@ fn main() {
         quantile(&kill_to_failed, 0.5),
         quantile(&failed_to_first_call, 0.5),
         quantile(&restart_to_pre, 0.5)
+    );
+    println!(
+        "  unit-doctor reconciles per round: {:.1}",
+        (doctor_reconciles(port) - reconciles_before) as f64 / (DOCTOR_ROUNDS + 2) as f64
+    );
+    println!(
+        "  p50 of failed -> RestartUnit: failed -> systemd's PropertiesChanged {:.2} ms; signal -> tend's first call {:.2} ms; first -> last probe call {:.2} ms; last probe call -> RestartUnit {:.2} ms",
+        quantile(&failed_to_signal, 0.5),
+        quantile(&signal_to_first_call, 0.5),
+        quantile(&probing, 0.5),
+        quantile(&probed_to_restart, 0.5)
+    );
+    println!(
+        "  p50 of last probe call -> RestartUnit: -> systemd's last answer {:.2} ms; its answer -> RestartUnit (tend: the plugin, state, journal) {:.2} ms",
+        quantile(&probe_answered, 0.5),
+        quantile(&answered_to_restart, 0.5)
     );
 
     println!("\n== tend run, mirror-gate + unit-applier + unit-doctor loaded, idle ==");

@@ -415,8 +415,10 @@ fn test_steps() -> Result<()> {
     ensure_debian_packages()?;
     fmt::fmt(true)?;
     lint_while_building()?;
-    // The venv also serves the end-to-end tests (the fake Kubernetes API server).
-    venv()?;
+    // The venv (the Python plugins' toolchain; the end-to-end tests' fake
+    // Kubernetes API server and moto) installs while the build runs: pip
+    // waits on downloads much of its two minutes, which the build fills.
+    let venv = std::thread::spawn(venv);
     // tend and every test in one build: the binary then has the features the
     // tests unify (dev-dependencies), so `cargo test` compiles nothing again.
     // `cargo build -p tend` alone would build tokio and all that depends on
@@ -429,6 +431,7 @@ fn test_steps() -> Result<()> {
     // minute and a half of CI's cold run).
     let (_, beside) = BESIDE;
     run(cargo().args(["build", "--workspace", "--all-targets", "--test", beside]))?;
+    venv.join().expect("the venv's installer panicked")?;
     let tend = root().join("target/debug/tend");
     plugins(&tend, Plugins::All)?;
     // tests/e2e/image.rs runs it in the test containerd.

@@ -120,7 +120,7 @@ pub struct UnitChange {
 
 #[async_trait::async_trait]
 pub trait SystemdBackend: Send + Sync + 'static {
-    /// Loads the unit if it is not loaded yet (LoadUnit, not GetUnit).
+    /// Loads the unit if it is not loaded yet (as LoadUnit would, not GetUnit).
     async fn status(&self, unit: &str) -> Result<UnitStatus, CapError>;
     /// Every loaded unit (the adapter filters by pattern and grant).
     async fn list_units(&self) -> Result<Vec<UnitStatus>, CapError>;

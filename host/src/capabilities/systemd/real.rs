@@ -26,7 +26,33 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct RealSystemd {
     /// None: the system bus.
     address: Option<String>,
-    connection: tokio::sync::Mutex<Option<Connection>>,
+    connection: tokio::sync::Mutex<Option<Bus>>,
+}
+
+/// One connection to the bus, and what lives as long as it.
+struct Bus {
+    connection: Connection,
+    /// Reads and drops systemd's JobRemoved signals while the connection
+    /// lives. The subscription stays, so a job's own stream joins it with no
+    /// AddMatch round trip before the job's call; and it is read, because an
+    /// unread stream stalls the connection once its queue is full.
+    jobs: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        self.jobs.abort();
+    }
+}
+
+/// systemd's JobRemoved signals: how a job's end is seen.
+fn job_removed() -> Result<zbus::MatchRule<'static>, zbus::Error> {
+    Ok(zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .sender(DEST)?
+        .interface(MANAGER)?
+        .member("JobRemoved")?
+        .build())
 }
 
 impl RealSystemd {
@@ -43,8 +69,8 @@ impl RealSystemd {
 
     async fn connect(&self) -> Result<Connection, CapError> {
         let mut slot = self.connection.lock().await;
-        if let Some(connection) = slot.as_ref() {
-            return Ok(connection.clone());
+        if let Some(bus) = slot.as_ref() {
+            return Ok(bus.connection.clone());
         }
         let connecting = async {
             let connection = match &self.address {
@@ -59,13 +85,17 @@ impl RealSystemd {
             connection
                 .call_method(Some(DEST), MANAGER_PATH, Some(MANAGER), "Subscribe", &())
                 .await?;
-            Ok::<_, zbus::Error>(connection)
+            let mut jobs =
+                zbus::MessageStream::for_match_rule(job_removed()?, &connection, Some(64)).await?;
+            let jobs = tokio::spawn(async move { while jobs.next().await.is_some() {} });
+            Ok::<_, zbus::Error>(Bus { connection, jobs })
         };
-        let connection = tokio::time::timeout(CALL_TIMEOUT, connecting)
+        let bus = tokio::time::timeout(CALL_TIMEOUT, connecting)
             .await
             .map_err(|_| self.unavailable("no answer"))?
             .map_err(|e| self.unavailable(&e.to_string()))?;
-        *slot = Some(connection.clone());
+        let connection = bus.connection.clone();
+        *slot = Some(bus);
         Ok(connection)
     }
 
@@ -125,19 +155,21 @@ impl RealSystemd {
             .map_err(|e| CapError::Other(format!("{what}: unexpected reply: {e}")))
     }
 
-    async fn properties(
+    /// One property of the unit at `path`.
+    async fn property(
         &self,
         connection: &Connection,
         path: &OwnedObjectPath,
         interface: &str,
-    ) -> Result<HashMap<String, OwnedValue>, CapError> {
-        let what = format!("properties of {path}");
-        let body = (interface,);
+        name: &str,
+    ) -> Result<OwnedValue, CapError> {
+        let what = format!("property {name} of {path}");
+        let body = (interface, name);
         let call = connection.call_method(
             Some(DEST),
             path.as_str(),
             Some("org.freedesktop.DBus.Properties"),
-            "GetAll",
+            "Get",
             &body,
         );
         let reply = match tokio::time::timeout(CALL_TIMEOUT, call).await {
@@ -155,14 +187,9 @@ impl RealSystemd {
     async fn run_job(&self, kind: JobKind, unit: &str) -> Result<JobResult, CapError> {
         let what = format!("{} {unit}", kind.method());
         let connection = self.connect().await?;
-        // Subscribe to JobRemoved before queueing the job, or the signal can be missed.
-        let rule = zbus::MatchRule::builder()
-            .msg_type(zbus::message::Type::Signal)
-            .sender(DEST)
-            .and_then(|b| b.interface(MANAGER))
-            .and_then(|b| b.member("JobRemoved"))
-            .map_err(|e| CapError::Other(e.to_string()))?
-            .build();
+        // Subscribe to JobRemoved before queueing the job, or the signal can be
+        // missed (the connection's own subscription makes this local).
+        let rule = job_removed().map_err(|e| CapError::Other(e.to_string()))?;
         let mut removed =
             match zbus::MessageStream::for_match_rule(rule, &connection, Some(64)).await {
                 Ok(stream) => stream,
@@ -208,16 +235,30 @@ fn unit_file_change((kind, path, destination): (String, String, String)) -> Unit
     }
 }
 
-fn string(props: &HashMap<String, OwnedValue>, key: &str) -> String {
-    props
-        .get(key)
-        .and_then(|v| String::try_from(v.clone()).ok())
-        .unwrap_or_default()
+/// Where systemd puts its units on the bus, each under its escaped name.
+const UNIT_PATHS: &str = "/org/freedesktop/systemd1/unit/";
+
+/// A unit's object path, escaped as systemd does (`bus_label_escape`): every
+/// byte but a letter, or a digit past the first, becomes `_` and two hex digits.
+fn unit_path(unit: &str) -> Result<OwnedObjectPath, CapError> {
+    let mut path = String::from(UNIT_PATHS);
+    if unit.is_empty() {
+        path.push('_');
+    }
+    for (i, byte) in unit.bytes().enumerate() {
+        if byte.is_ascii_alphabetic() || (i > 0 && byte.is_ascii_digit()) {
+            path.push(byte as char);
+        } else {
+            path.push_str(&format!("_{byte:02x}"));
+        }
+    }
+    OwnedObjectPath::try_from(path)
+        .map_err(|e| CapError::Invalid(format!("no object path for unit {unit:?}: {e}")))
 }
 
 /// systemd's object path escaping: `_2e` for `.`, and so on.
 fn unescape_unit(path: &str) -> Option<String> {
-    let escaped = path.strip_prefix("/org/freedesktop/systemd1/unit/")?;
+    let escaped = path.strip_prefix(UNIT_PATHS)?;
     let bytes = escaped.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -237,39 +278,46 @@ fn unescape_unit(path: &str) -> Option<String> {
 #[async_trait::async_trait]
 impl SystemdBackend for RealSystemd {
     async fn status(&self, unit: &str) -> Result<UnitStatus, CapError> {
-        let path: OwnedObjectPath = self
-            .manager(&format!("LoadUnit {unit}"), "LoadUnit", &(unit,))
-            .await?;
+        // Straight to the unit's object path, as `systemctl show` goes: systemd
+        // loads a unit when a call reaches its path (what LoadUnit would do,
+        // one round trip less). Only the properties a status holds, each its
+        // own `Get`, all sent at once: a `GetAll` has systemd compute every
+        // property of the interface (a service's reads its cgroup's files),
+        // measured at over a millisecond each (docs/benchmarks.md).
+        let path = unit_path(unit)?;
         let connection = self.connect().await?;
-        let props = self.properties(&connection, &path, UNIT).await?;
-        let n_restarts = if unit.ends_with(".service") {
-            let service = self.properties(&connection, &path, SERVICE).await?;
-            service
-                .get("NRestarts")
-                .and_then(|v| u32::try_from(v.clone()).ok())
-        } else {
-            None
+        let get = |interface: &'static str, name: &'static str| {
+            self.property(&connection, &path, interface, name)
         };
-        let fragment = string(&props, "FragmentPath");
-        let entered = props
-            .get("ActiveEnterTimestamp")
-            .and_then(|v| u64::try_from(v.clone()).ok())
-            .filter(|us| *us > 0);
+        let string = |value: OwnedValue| String::try_from(value).unwrap_or_default();
+        let n_restarts = async {
+            if !unit.ends_with(".service") {
+                return Ok(None);
+            }
+            Ok(u32::try_from(get(SERVICE, "NRestarts").await?).ok())
+        };
+        let (load, active, sub, file_state, fragment, drop_ins, reload, entered, n_restarts) = tokio::try_join!(
+            get(UNIT, "LoadState"),
+            get(UNIT, "ActiveState"),
+            get(UNIT, "SubState"),
+            get(UNIT, "UnitFileState"),
+            get(UNIT, "FragmentPath"),
+            get(UNIT, "DropInPaths"),
+            get(UNIT, "NeedDaemonReload"),
+            get(UNIT, "ActiveEnterTimestamp"),
+            n_restarts,
+        )?;
+        let fragment = string(fragment);
+        let entered = u64::try_from(entered).ok().filter(|us| *us > 0);
         Ok(UnitStatus {
             name: unit.to_string(),
-            load_state: string(&props, "LoadState"),
-            active_state: string(&props, "ActiveState"),
-            sub_state: string(&props, "SubState"),
-            unit_file_state: string(&props, "UnitFileState"),
+            load_state: string(load),
+            active_state: string(active),
+            sub_state: string(sub),
+            unit_file_state: string(file_state),
             fragment_path: (!fragment.is_empty()).then_some(fragment),
-            drop_in_paths: props
-                .get("DropInPaths")
-                .and_then(|v| Vec::<String>::try_from(v.clone()).ok())
-                .unwrap_or_default(),
-            need_daemon_reload: props
-                .get("NeedDaemonReload")
-                .and_then(|v| bool::try_from(v.clone()).ok())
-                .unwrap_or(false),
+            drop_in_paths: Vec::<String>::try_from(drop_ins).unwrap_or_default(),
+            need_daemon_reload: bool::try_from(reload).unwrap_or(false),
             active_enter_ms: entered.map(|us| us / 1000),
             n_restarts,
         })
@@ -427,5 +475,36 @@ mod tests {
             Some("tend-a.service")
         );
         assert_eq!(unescape_unit("/org/freedesktop/systemd1"), None);
+    }
+
+    #[test]
+    fn unit_names_escape_as_systemd_escapes_them() {
+        let path = |unit| unit_path(unit).unwrap().to_string();
+        // As `busctl tree org.freedesktop.systemd1` lists them.
+        assert_eq!(
+            path("kubelet.service"),
+            "/org/freedesktop/systemd1/unit/kubelet_2eservice"
+        );
+        assert_eq!(
+            path("getty@tty1.service"),
+            "/org/freedesktop/systemd1/unit/getty_40tty1_2eservice"
+        );
+        assert_eq!(
+            path("dev-vda1.device"),
+            "/org/freedesktop/systemd1/unit/dev_2dvda1_2edevice"
+        );
+        // A leading digit is escaped, later ones are not; so is `_` itself.
+        assert_eq!(
+            path("1a_b2.service"),
+            "/org/freedesktop/systemd1/unit/_31a_5fb2_2eservice"
+        );
+        for unit in [
+            "kubelet.service",
+            "tend-a.service",
+            "x\\x2d.mount",
+            "1a_b2.service",
+        ] {
+            assert_eq!(unescape_unit(&path(unit)).as_deref(), Some(unit));
+        }
     }
 }
