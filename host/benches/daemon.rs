@@ -7,7 +7,9 @@
 mod landing;
 use landing::{land, settle, start};
 use std::time::{Duration, Instant};
-use tend_e2e::{Sandbox, cpu_ticks, peak_rss_kib, plugin, plugin_status, rss_kib, time_until};
+use tend_e2e::{
+    Sandbox, built_in_plugins, cpu_ticks, peak_rss_kib, plugin, plugin_status, rss_kib, time_until,
+};
 
 /// Delete the plugin's file and wait until the daemon reports it missing.
 fn unland(sandbox: &Sandbox, port: u16, name: &str) {
@@ -74,4 +76,27 @@ fn main() {
         ticks as f64 / ticks_per_second / idle_from.elapsed().as_secs_f64() * 100.0,
         idle_from.elapsed().as_secs_f64()
     );
+
+    println!("\n== start-up with every built-in plugin: peak and settled RSS ==");
+    // Issue 31's item 4 (at most 60 MB): a node's first start compiles every
+    // plugin (a Winch build each for its first reconcile, then the Cranelift
+    // builds, cached); a restart maps the cached builds.
+    let sandbox = Sandbox::new();
+    let mut config = String::new();
+    for name in &built_in_plugins() {
+        sandbox.add_plugin(name, name);
+        config += &format!("[plugins.{name}]\ninterval = \"1h\"\n");
+    }
+    for cache in ["empty", "warm"] {
+        let (daemon, port) = start(&sandbox, &config, "warn");
+        for name in &built_in_plugins() {
+            settle(port, name);
+        }
+        std::thread::sleep(Duration::from_secs(5));
+        println!(
+            "compile cache {cache}: peak RSS {} KiB, RSS once settled {} KiB",
+            peak_rss_kib(daemon.pid()),
+            rss_kib(daemon.pid())
+        );
+    }
 }

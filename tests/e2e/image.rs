@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 use tend_e2e::{
-    ContainerdPeer, digest_of, free_port, http_get, plugin, wait_for_plugin, wait_until,
-    workspace_root,
+    ContainerdPeer, built_in_plugins, digest_of, free_port, http_get, plugin, wait_for_plugin,
+    wait_until, workspace_root,
 };
 
 /// containerd's namespace for the image (not the CRI's k8s.io).
@@ -182,14 +182,7 @@ fn the_image_runs_tend_and_checks_the_node_config_in_containerd() {
         "{paths:?}"
     );
     plugins.sort();
-    // The built-in plugins are the crates of plugins/ (xtask's BUILT_IN_PLUGINS,
-    // which its unit test holds to the same directory).
-    let mut built_in: Vec<String> = std::fs::read_dir(workspace_root().join("plugins"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    built_in.sort();
-    assert_eq!(plugins, built_in, "the image's plugins");
+    assert_eq!(plugins, built_in_plugins(), "the image's plugins");
 
     let peer = ContainerdPeer::start();
     import(&peer, &archive, (&digest, &name));

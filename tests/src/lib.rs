@@ -38,6 +38,17 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The built-in plugins: the crates of plugins/ (xtask's BUILT_IN_PLUGINS,
+/// which its unit test holds to the same directory), sorted.
+pub fn built_in_plugins() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(workspace_root().join("plugins"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 fn built(path: PathBuf) -> PathBuf {
     assert!(
         path.exists(),

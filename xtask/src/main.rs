@@ -989,3 +989,72 @@ fn report(work: &Path, leak: &LeakedIp, seen: &Seen) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every proc macro this workspace builds on this platform is named at
+    /// opt-level 0 in the root Cargo.toml's dev profile (`"*"` would otherwise
+    /// optimize it: minutes of a cold build for the same generated code).
+    #[test]
+    fn every_proc_macro_builds_unoptimized_in_dev() {
+        let rustc = Command::new("rustc").arg("-vV").output().unwrap();
+        let rustc = String::from_utf8(rustc.stdout).unwrap();
+        let host = rustc
+            .lines()
+            .find_map(|l| l.strip_prefix("host: "))
+            .expect("rustc -vV names its host");
+        let output = cargo()
+            .args([
+                "metadata",
+                "--format-version",
+                "1",
+                "--filter-platform",
+                host,
+            ])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "cargo metadata failed");
+        let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let resolved: Vec<&str> = metadata["resolve"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n["id"].as_str())
+            .collect();
+        let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+        let unoptimized = |name: &str| {
+            manifest
+                .lines()
+                .any(|l| l == format!("{name} = {{ opt-level = 0 }}"))
+        };
+        let missing: Vec<&str> = metadata["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| resolved.contains(&p["id"].as_str().unwrap()))
+            .filter(|p| {
+                p["targets"].as_array().unwrap().iter().any(|t| {
+                    t["kind"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|k| k == "proc-macro")
+                })
+            })
+            .filter(|p| p["source"].is_string())
+            .map(|p| p["name"].as_str().unwrap())
+            .filter(|name| !unoptimized(name))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "add to [profile.dev.package] in Cargo.toml: {}",
+            missing
+                .iter()
+                .map(|n| format!("{n} = {{ opt-level = 0 }}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+}

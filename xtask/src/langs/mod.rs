@@ -74,9 +74,12 @@ pub fn fakes_wasm() -> Result<PathBuf> {
         "tend-fakes",
         "--target",
         "wasm32-unknown-unknown",
-        "--release",
+        // The plugins' profile: what runs at build time (the proc macros,
+        // wit-bindgen) is then the plugins' build's, not compiled again.
+        "--profile",
+        "plugin",
     ]))?;
-    let built = root().join("target/wasm32-unknown-unknown/release/tend_fakes.wasm");
+    let built = root().join("target/wasm32-unknown-unknown/plugin/tend_fakes.wasm");
     let wasm = root().join("target/tend-fakes.wasm");
     std::fs::copy(&built, &wasm)
         .with_context(|| format!("copy {} to {}", built.display(), wasm.display()))?;
