@@ -82,14 +82,15 @@ fn main() {
     // plugin (a Winch build each for its first reconcile, then the Cranelift
     // builds, cached); a restart maps the cached builds.
     let sandbox = Sandbox::new();
+    let built_ins = built_in_plugins();
     let mut config = String::new();
-    for name in &built_in_plugins() {
+    for name in &built_ins {
         sandbox.add_plugin(name, name);
         config += &format!("[plugins.{name}]\ninterval = \"1h\"\n");
     }
     for cache in ["empty", "warm"] {
         let (daemon, port) = start(&sandbox, &config, "warn");
-        for name in &built_in_plugins() {
+        for name in &built_ins {
             settle(port, name);
         }
         std::thread::sleep(Duration::from_secs(5));
