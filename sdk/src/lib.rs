@@ -67,7 +67,7 @@ macro_rules! capability_list {
                 fake: FakeKube,
                 types: [
                     DrainOptions, DrainReport, EventType, ListParams, ObjectKey, ObjectList,
-                    PatchType, REPLACE_ANNOTATION,
+                    PatchType, TextList, REPLACE_ANNOTATION,
                 ],
                 testing: [IntoKubeRules, RecordedEvent, RecordedPatch, merge_patch],
             },

@@ -114,39 +114,43 @@ impl ArtifactCache {
         }
     }
 
-    /// The compiled component for `wasm` (whose sha256 is `digest`), from the
-    /// cache when a valid entry exists, else compiled (holding what `turn`
-    /// returns, such as the compile lane) and stored.
-    pub fn load_or_compile<Turn>(
+    /// The compiled component whose sha256 is `digest`, for `engine`: from the
+    /// cache when a valid entry exists, else what `compile` serializes (an
+    /// engine of the same settings compiling it, see `Tier::compile`), stored
+    /// and loaded.
+    pub fn load_or_compile(
         &self,
         engine: &Engine,
-        wasm: &[u8],
         digest: &str,
-        turn: impl FnOnce() -> Turn,
+        compile: impl FnOnce() -> anyhow::Result<Vec<u8>>,
     ) -> anyhow::Result<(Component, CacheOutcome)> {
         let outcome = match self.lookup(engine, digest) {
             Lookup::Hit(component) => return Ok((component, CacheOutcome::Hit)),
             Lookup::Absent => CacheOutcome::Miss,
             Lookup::Corrupt => CacheOutcome::Corrupt,
         };
-        let compiled = {
-            let _turn = turn();
-            Component::new(engine, wasm)?
-        };
-        let Some((artifact, checksum)) = self.entry(digest) else {
-            return Ok((compiled, outcome));
-        };
-        if let Err(e) = store(&compiled, &artifact, &checksum) {
-            tracing::warn!("cannot write compile cache {}: {e:#}", artifact.display());
-            return Ok((compiled, outcome));
+        let compiled = compile()?;
+        // Mapped from its file, the build costs resident memory only for the
+        // pages that run (a first start's peak, docs/benchmarks.md); copied
+        // into memory of its own only when it could not be stored.
+        if let Some((artifact, checksum)) = self.entry(digest) {
+            match store(&compiled, &artifact, &checksum) {
+                Ok(()) => {
+                    if let Lookup::Hit(mapped) = self.lookup(engine, digest) {
+                        return Ok((mapped, outcome));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("cannot write compile cache {}: {e:#}", artifact.display())
+                }
+            }
         }
-        // The compiled code lives in memory of its own until the plugin is
-        // dropped; the same build mapped from its file costs resident memory
-        // only for the pages that run (a first start's peak, docs/benchmarks.md).
-        match self.lookup(engine, digest) {
-            Lookup::Hit(mapped) => Ok((mapped, outcome)),
-            Lookup::Absent | Lookup::Corrupt => Ok((compiled, outcome)),
-        }
+        // SAFETY: serialized just now by an engine of `engine`'s settings; the
+        // engine checks that they match, and the component against its limits.
+        Ok((
+            unsafe { Component::deserialize(engine, &compiled)? },
+            outcome,
+        ))
     }
 
     /// Delete the oldest artifacts that no digest in `in_use` needs until the
@@ -215,16 +219,15 @@ fn foreign(artifact: &Path, file: &std::fs::File, checksum: &Path) -> Option<Str
     })
 }
 
-fn store(component: &Component, artifact: &Path, checksum: &Path) -> anyhow::Result<()> {
+fn store(bytes: &[u8], artifact: &Path, checksum: &Path) -> anyhow::Result<()> {
     if let Some(dir) = artifact.parent() {
         crate::atomic::create_private_dir(dir)?;
     }
-    let bytes = component.serialize()?;
-    crate::atomic::write(artifact, 0o600, &bytes)?;
+    crate::atomic::write(artifact, 0o600, bytes)?;
     Ok(crate::atomic::write(
         checksum,
         0o600,
-        checksum_hex(&bytes).as_bytes(),
+        checksum_hex(bytes).as_bytes(),
     )?)
 }
 
@@ -235,6 +238,14 @@ mod tests {
     /// The smallest valid component.
     const EMPTY_COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0";
 
+    /// What `Tier::compile` does, on the test's engine.
+    fn compiling<'a>(
+        engine: &'a Engine,
+        wasm: &'a [u8],
+    ) -> impl FnOnce() -> anyhow::Result<Vec<u8>> + 'a {
+        move || Ok(engine.precompile_component(wasm)?)
+    }
+
     #[test]
     fn second_load_hits_and_corruption_is_recompiled() {
         let dir = tempfile::tempdir().unwrap();
@@ -242,10 +253,10 @@ mod tests {
         let cache = ArtifactCache::new(Some(dir.path()), &engine);
         let digest = sha256_hex(EMPTY_COMPONENT);
         let (_, first) = cache
-            .load_or_compile(&engine, EMPTY_COMPONENT, &digest, || ())
+            .load_or_compile(&engine, &digest, compiling(&engine, EMPTY_COMPONENT))
             .unwrap();
         let (_, second) = cache
-            .load_or_compile(&engine, EMPTY_COMPONENT, &digest, || ())
+            .load_or_compile(&engine, &digest, compiling(&engine, EMPTY_COMPONENT))
             .unwrap();
         assert_eq!((first, second), (CacheOutcome::Miss, CacheOutcome::Hit));
         let (artifact, _) = cache.entry(&digest).unwrap();
@@ -254,11 +265,11 @@ mod tests {
         bytes[last] ^= 0xff;
         std::fs::write(&artifact, bytes).unwrap();
         let (_, third) = cache
-            .load_or_compile(&engine, EMPTY_COMPONENT, &digest, || ())
+            .load_or_compile(&engine, &digest, compiling(&engine, EMPTY_COMPONENT))
             .unwrap();
         assert_eq!(third, CacheOutcome::Corrupt);
         let (_, fourth) = cache
-            .load_or_compile(&engine, EMPTY_COMPONENT, &digest, || ())
+            .load_or_compile(&engine, &digest, compiling(&engine, EMPTY_COMPONENT))
             .unwrap();
         assert_eq!(fourth, CacheOutcome::Hit, "the corrupt entry was rewritten");
     }
@@ -284,7 +295,7 @@ mod tests {
         let cache = ArtifactCache::new(Some(dir.path()), &engine);
         let digest = sha256_hex(EMPTY_COMPONENT);
         let (component, outcome) = cache
-            .load_or_compile(&engine, EMPTY_COMPONENT, &digest, || ())
+            .load_or_compile(&engine, &digest, compiling(&engine, EMPTY_COMPONENT))
             .unwrap();
         assert_eq!(outcome, CacheOutcome::Miss);
         let (artifact, _) = cache.entry(&digest).unwrap();
@@ -308,7 +319,7 @@ mod tests {
         let digests: Vec<String> = components.iter().map(|c| sha256_hex(c)).collect();
         for (component, digest) in components.iter().zip(&digests) {
             cache
-                .load_or_compile(&engine, component, digest, || ())
+                .load_or_compile(&engine, digest, compiling(&engine, component))
                 .unwrap();
         }
         let artifact = |d: &String| cache.entry(d).unwrap().0;
@@ -349,7 +360,7 @@ mod tests {
         let cache = ArtifactCache::new(Some(&cache_dir), &engine);
         let digest = sha256_hex(EMPTY_COMPONENT);
         cache
-            .load_or_compile(&engine, EMPTY_COMPONENT, &digest, || ())
+            .load_or_compile(&engine, &digest, compiling(&engine, EMPTY_COMPONENT))
             .unwrap();
         let (artifact, checksum) = cache.entry(&digest).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;

@@ -10,7 +10,9 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 /// How often a running guest yields to the host, so deadlines can cut it off.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
-fn config() -> Config {
+/// The Cranelift engines' settings, but the pool (which does not change
+/// what they compile): what their builds compile on.
+pub fn optimized() -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
@@ -59,7 +61,7 @@ fn pooling(instances: u32) -> PoolingAllocationConfig {
     pool
 }
 
-/// The Winch (baseline compiler) engine. On-demand allocation: it serves a
+/// The Winch (baseline compiler) engine's settings. On-demand allocation: it serves a
 /// plugin only until the Cranelift build is ready, so it reserves nothing.
 ///
 /// Winch compiles the functions, but the entry trampolines (one per function
@@ -70,24 +72,24 @@ fn pooling(instances: u32) -> PoolingAllocationConfig {
 /// so they are built without optimization and with the single-pass register
 /// allocator: the 18 MB Python component's Winch build went from about 1470
 /// to 970-1260 ms of CPU (docs/benchmarks.md).
-pub fn build_baseline() -> anyhow::Result<Engine> {
-    let mut config = config();
+pub fn baseline() -> Config {
+    let mut config = optimized();
     config
         .strategy(wasmtime::Strategy::Winch)
         .cranelift_opt_level(wasmtime::OptLevel::None)
         .cranelift_regalloc_algorithm(wasmtime::RegallocAlgorithm::SinglePass);
-    Ok(Engine::new(&config)?)
+    config
 }
 
 /// The Cranelift engines: pooled (sized for `plugins`) and on-demand, for a
 /// plugin beyond the pool; or on-demand alone when the pool cannot reserve its
 /// address space.
 pub fn build(plugins: usize) -> anyhow::Result<(Engine, Option<Engine>)> {
-    let mut pooled = config();
+    let mut pooled = optimized();
     pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(
         pool_instances(plugins),
     )));
-    let on_demand = Engine::new(&config())?;
+    let on_demand = Engine::new(&optimized())?;
     match Engine::new(&pooled) {
         Ok(engine) => Ok((engine, Some(on_demand))),
         Err(e) => {

@@ -23,8 +23,8 @@ pub use store::CallState;
 
 use compile_lane::{CompileLane, Priority};
 use std::path::Path;
-use wasmtime::Engine;
 use wasmtime::component::Linker;
+use wasmtime::{Config, Engine};
 
 /// Which compiler built a plugin's machine code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -40,20 +40,33 @@ pub enum Compiler {
 /// One compiler's engine, with the linker and compile cache that belong to it.
 struct Tier {
     engine: Engine,
+    /// The engine's settings but its instance allocator: what its builds
+    /// compile on ([`Tier::compile`]).
+    compiling: Config,
     linker: Linker<CallState>,
     cache: ArtifactCache,
 }
 
 impl Tier {
-    fn new(engine: Engine, cache_dir: Option<&Path>) -> anyhow::Result<Self> {
+    fn new(engine: Engine, compiling: Config, cache_dir: Option<&Path>) -> anyhow::Result<Self> {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         crate::capabilities::Capabilities::add_to_linker(&mut linker)?;
         Ok(Tier {
             cache: ArtifactCache::new(cache_dir, &engine),
             engine,
+            compiling,
             linker,
         })
+    }
+
+    /// `wasm` compiled for this tier's engine, serialized, on an engine of its
+    /// own that is dropped with all its compiler kept: wasmtime's Cranelift
+    /// keeps each compile thread's scratch (regalloc's arenas) for its
+    /// engine's life, some 20 MB after a first start with the built-in
+    /// plugins (docs/benchmarks.md).
+    fn compile(&self, wasm: &[u8]) -> anyhow::Result<Vec<u8>> {
+        Ok(Engine::new(&self.compiling)?.precompile_component(wasm)?)
     }
 }
 
@@ -82,17 +95,17 @@ impl Runtime {
     /// the instance pool.
     pub fn new(cache_dir: Option<&Path>, plugins: usize) -> anyhow::Result<Self> {
         let (cranelift, on_demand) = engine::build(plugins)?;
-        let winch = engine::build_baseline()?;
+        let winch = Engine::new(&engine::baseline())?;
         let mut engines = vec![&cranelift, &winch];
         engines.extend(on_demand.as_ref());
         let ticker = EpochTicker::start(&engines);
         Ok(Runtime {
-            optimized: Tier::new(cranelift, cache_dir)?,
+            optimized: Tier::new(cranelift, engine::optimized(), cache_dir)?,
             pooling: on_demand.is_some(),
             beyond_pool: on_demand
-                .map(|engine| Tier::new(engine, cache_dir))
+                .map(|engine| Tier::new(engine, engine::optimized(), cache_dir))
                 .transpose()?,
-            baseline: Tier::new(winch, None)?,
+            baseline: Tier::new(winch, engine::baseline(), None)?,
             ticker,
             pool_instances: engine::pool_instances(plugins),
             compiles: CompileLane::default(),

@@ -73,8 +73,12 @@ impl Runtime {
     ) -> anyhow::Result<QuickBuild<'_>> {
         let winch = {
             let _turn = self.compiles.enter(Priority::Quick);
-            Component::new(&self.baseline.engine, wasm)
+            self.baseline.compile(wasm)
         };
+        // SAFETY: serialized just now by an engine of the baseline's settings;
+        // the engine checks that they match.
+        let winch = winch
+            .and_then(|bytes| unsafe { Ok(Component::deserialize(&self.baseline.engine, bytes)?) });
         let winch_error = match winch {
             Ok(component) => {
                 return Ok(QuickBuild {
@@ -109,17 +113,16 @@ impl Runtime {
         digest: &str,
         priority: Priority,
     ) -> anyhow::Result<(&Tier, Component, CacheOutcome)> {
-        let turn = || self.compiles.enter(priority);
-        let pooled =
-            self.optimized
-                .cache
-                .load_or_compile(&self.optimized.engine, wasm, digest, turn);
-        match (pooled, &self.beyond_pool) {
+        let build = |tier: &Tier| {
+            tier.cache.load_or_compile(&tier.engine, digest, || {
+                let _turn = self.compiles.enter(priority);
+                tier.compile(wasm)
+            })
+        };
+        match (build(&self.optimized), &self.beyond_pool) {
             (Ok((component, cache)), _) => Ok((&self.optimized, component, cache)),
             (Err(refused), Some(tier)) => {
-                let (component, cache) =
-                    tier.cache
-                        .load_or_compile(&tier.engine, wasm, digest, turn)?;
+                let (component, cache) = build(tier)?;
                 tracing::warn!(
                     file = %path.display(),
                     "beyond the instance pool's limits for one plugin ({refused:#}); it runs with on-demand allocation"

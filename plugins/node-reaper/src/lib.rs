@@ -402,8 +402,15 @@ fn list_nodes(host: &dyn Host) -> Result<Vec<NodeInfo>> {
     let mut nodes = Vec::new();
     let mut params = ListParams::default();
     loop {
-        let page = host.kube().list("v1", "Node", None, &params)?;
-        nodes.extend(page.items.iter().filter_map(NodeInfo::from_object));
+        let page = host.kube().list_texts("v1", "Node", None, &params)?;
+        for text in &page.items {
+            let node = NodeInfo::from_text(text).map_err(|e| {
+                Error::Other(format!(
+                    "kube list: the host answered with invalid JSON: {e}"
+                ))
+            })?;
+            nodes.extend(node);
+        }
         match page.continue_token {
             Some(token) => params.continue_token = Some(token),
             None => return Ok(nodes),

@@ -2,7 +2,10 @@
 //! `spec.providerID` names, its InternalIPs, whether it is Ready, and
 //! whether it asks to be replaced (cordoned or not).
 
+use serde::Deserialize;
+use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
+use std::borrow::Cow;
 use tend_sdk::REPLACE_ANNOTATION;
 
 /// One Node, as the decision reads it.
@@ -46,6 +49,134 @@ impl NodeInfo {
             ready,
             replace_requested: node["metadata"]["annotations"][REPLACE_ANNOTATION] == "true",
             cordoned: node["spec"]["unschedulable"] == true,
+        })
+    }
+}
+
+impl NodeInfo {
+    /// The Node as the host sends it, JSON text: read into the few fields
+    /// the reaper needs (serde skips the rest of a Node, its images and
+    /// managed fields, without building it), else, for a shape that reading
+    /// does not take (a field of another type, a key twice), parsed whole
+    /// and read by [`NodeInfo::from_object`], whose answer it always gives.
+    /// Text that is not JSON is an error: the listing failed.
+    pub fn from_text(text: &str) -> serde_json::Result<Option<NodeInfo>> {
+        match serde_json::from_str::<NodeText>(text) {
+            Ok(node) => Ok(node.info()),
+            Err(_) => Ok(NodeInfo::from_object(&serde_json::from_str(text)?)),
+        }
+    }
+}
+
+/// The fields of a Node [`NodeInfo`] reads; strings borrowed from the text
+/// unless an escape needs decoding.
+#[derive(Deserialize)]
+struct NodeText<'a> {
+    #[serde(borrow, default)]
+    metadata: Option<MetadataText<'a>>,
+    #[serde(borrow, default)]
+    spec: Option<SpecText<'a>>,
+    #[serde(borrow, default)]
+    status: Option<StatusText<'a>>,
+}
+
+#[derive(Deserialize)]
+struct MetadataText<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default)]
+    annotations: Option<ReplaceRequested>,
+}
+
+#[derive(Deserialize)]
+struct SpecText<'a> {
+    #[serde(borrow, default, rename = "providerID")]
+    provider_id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    unschedulable: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct StatusText<'a> {
+    #[serde(borrow, default)]
+    addresses: Option<Vec<AddressText<'a>>>,
+    #[serde(borrow, default)]
+    conditions: Option<Vec<ConditionText<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct AddressText<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    address: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct ConditionText<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    status: Option<Cow<'a, str>>,
+}
+
+/// Whether the annotations hold [`REPLACE_ANNOTATION`] = "true" (the last
+/// of a key written twice, as a parsed object keeps it); the other
+/// annotations are skipped.
+struct ReplaceRequested(bool);
+
+impl<'de> Deserialize<'de> for ReplaceRequested {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Annotations;
+        impl<'de> Visitor<'de> for Annotations {
+            type Value = ReplaceRequested;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of annotations")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut requested = false;
+                while let Some(key) = map.next_key::<Cow<str>>()? {
+                    if key == REPLACE_ANNOTATION {
+                        requested = map.next_value::<Value>()? == "true";
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(ReplaceRequested(requested))
+            }
+        }
+        deserializer.deserialize_map(Annotations)
+    }
+}
+
+impl NodeText<'_> {
+    fn info(self) -> Option<NodeInfo> {
+        let metadata = self.metadata?;
+        let spec = self.spec.as_ref();
+        let status = self.status.as_ref();
+        let internal_ips = status.and_then(|s| s.addresses.as_ref()).map(|addresses| {
+            let internal = addresses
+                .iter()
+                .filter(|a| a.kind.as_deref() == Some("InternalIP"));
+            internal
+                .filter_map(|a| a.address.as_deref().map(str::to_string))
+                .collect()
+        });
+        let conditions = status
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default();
+        Some(NodeInfo {
+            name: metadata.name?.into_owned(),
+            instance_id: spec
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(instance_id_of)
+                .map(str::to_string),
+            internal_ips: internal_ips.unwrap_or_default(),
+            ready: conditions
+                .iter()
+                .any(|c| c.kind.as_deref() == Some("Ready") && c.status.as_deref() == Some("True")),
+            replace_requested: metadata.annotations.is_some_and(|a| a.0),
+            cordoned: spec.and_then(|s| s.unschedulable) == Some(true),
         })
     }
 }
@@ -120,5 +251,47 @@ mod tests {
         let bare = NodeInfo::from_object(&json!({"metadata": {"name": "n"}})).unwrap();
         assert!(!bare.ready && bare.instance_id.is_none());
         assert_eq!(NodeInfo::from_object(&json!({})), None);
+    }
+
+    /// The typed reading of a Node's text answers as `from_object` does, for
+    /// well-formed Nodes and for every odd shape (which it hands over).
+    #[test]
+    fn a_node_text_reads_as_the_parsed_object_does() {
+        let texts = [
+            r#"{"metadata":{"name":"ip-10-0-1-7","uid":"u","annotations":{"a":"b","tend.dev/replace-requested":"true"},"managedFields":[{"x":[1,2,{"y":null}]}]},
+               "spec":{"providerID":"aws:///us-east-1a/i-0abc","unschedulable":true,"taints":[]},
+               "status":{"addresses":[{"type":"InternalIP","address":"10.0.1.7"},{"type":"Hostname","address":"h"},{"type":"InternalIP","address":"10.0.1.8"}],
+                         "conditions":[{"type":"Ready","status":"True","reason":"KubeletReady"}],"images":[{"names":["a"],"sizeBytes":1}]}}"#,
+            r#"{"metadata":{"name":"n\u0041\n","annotations":{"tend.dev/replace-requested":"true","tend.dev/replace-requested":"no"}}}"#,
+            r#"{"metadata":{"name":"n","annotations":{"tend.dev/replace-\u0072equested":"true"}}}"#,
+            r#"{"metadata":{"name":"n","annotations":{"tend.dev/replace-requested":true}}}"#,
+            r#"{"metadata":{"name":"n","annotations":["tend.dev/replace-requested"]}}"#,
+            r#"{"metadata":{"name":"n"},"spec":{"unschedulable":"true","providerID":7}}"#,
+            r#"{"metadata":{"name":"n"},"spec":{"unschedulable":null,"providerID":null}}"#,
+            r#"{"metadata":{"name":"n"},"status":{"addresses":{"type":"InternalIP"},"conditions":[null,{"type":"Ready","status":true},{"type":"Ready","status":"True"}]}}"#,
+            r#"{"metadata":{"name":"n"},"status":{"addresses":[{"type":"InternalIP","address":5},{"type":"InternalIP","address":"10.0.0.1"}]}}"#,
+            r#"{"metadata":{"name":"n"},"metadata":{"name":"m"}}"#,
+            r#"{"metadata":{"name":7}}"#,
+            r#"{"metadata":null,"spec":{}}"#,
+            r#"{"metadata":"n"}"#,
+            r#"["metadata"]"#,
+            r#"{}"#,
+            "null",
+        ];
+        for text in texts {
+            let parsed: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(
+                NodeInfo::from_text(text).unwrap(),
+                NodeInfo::from_object(&parsed),
+                "{text}"
+            );
+        }
+        let asking = NodeInfo::from_text(texts[0]).unwrap().unwrap();
+        assert!(asking.replace_requested && asking.cordoned && asking.ready);
+        assert_eq!(asking.internal_ips, ["10.0.1.7", "10.0.1.8"]);
+        assert_eq!(NodeInfo::from_text(texts[1]).unwrap().unwrap().name, "nA\n");
+        for not_json in ["", "{", r#"{"metadata":{"name":"n"}} x"#, "{'a':1}"] {
+            assert!(NodeInfo::from_text(not_json).is_err(), "{not_json:?}");
+        }
     }
 }

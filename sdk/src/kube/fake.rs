@@ -3,7 +3,7 @@
 use super::patch::{apply_patch, merge_patch};
 use super::rules::IntoKubeRules;
 use super::{
-    DrainOptions, DrainReport, EventType, Kube, ListParams, ObjectKey, ObjectList, PatchType,
+    DrainOptions, DrainReport, EventType, Kube, ListParams, ObjectKey, PatchType, TextList,
 };
 use crate::{Error, Result};
 use serde_json::{Map, Value};
@@ -581,13 +581,14 @@ impl Kube for FakeKube {
         Ok(object)
     }
 
-    fn list(
+    /// Each item as the host sends it: its JSON text.
+    fn list_texts(
         &self,
         api_version: &str,
         kind: &str,
         namespace: Option<&str>,
         params: &ListParams,
-    ) -> Result<ObjectList> {
+    ) -> Result<TextList> {
         let selectors = [
             &params.label_selector,
             &params.field_selector,
@@ -639,8 +640,10 @@ impl Kube for FakeKube {
             Some(limit) if limit > 0 => matching.len().min(start.saturating_add(limit as usize)),
             _ => matching.len(),
         };
-        Ok(ObjectList {
-            items: matching.get(start..end).unwrap_or_default().to_vec(),
+        Ok(TextList {
+            items: (matching.get(start..end).unwrap_or_default().iter())
+                .map(Value::to_string)
+                .collect(),
             continue_token: (end < matching.len()).then(|| end.to_string()),
             resource_version: self.resource_version.get().to_string(),
         })

@@ -1,7 +1,8 @@
 //! The wasm glue: the host's `kube` import; objects cross it as JSON text.
 
 use super::{
-    DrainOptions, DrainReport, EventType, Kube, ListParams, ObjectKey, ObjectList, PatchType,
+    DrainOptions, DrainReport, EventType, Kube, ListParams, ObjectKey, PatchType, TextList,
+    parse_object,
 };
 use crate::bindings::tend::plugin::kube as wit;
 use crate::types::from_wit_error;
@@ -10,14 +11,6 @@ use serde_json::Value;
 
 pub(crate) struct WasmKube;
 
-fn parse(call: &str, text: &str) -> Result<Value> {
-    serde_json::from_str(text).map_err(|e| {
-        Error::Other(format!(
-            "kube {call}: the host answered with invalid JSON: {e}"
-        ))
-    })
-}
-
 fn text(call: &str, value: &Value) -> Result<String> {
     serde_json::to_string(value).map_err(|e| Error::Invalid(format!("kube {call}: not JSON: {e}")))
 }
@@ -25,22 +18,18 @@ fn text(call: &str, value: &Value) -> Result<String> {
 impl Kube for WasmKube {
     fn get(&self, k: &ObjectKey) -> Result<Value> {
         let object = wit::get(k).map_err(from_wit_error)?;
-        parse("get", &object)
+        parse_object("get", &object)
     }
-    fn list(
+    fn list_texts(
         &self,
         api_version: &str,
         kind: &str,
         namespace: Option<&str>,
         params: &ListParams,
-    ) -> Result<ObjectList> {
+    ) -> Result<TextList> {
         let list = wit::list(api_version, kind, namespace, params).map_err(from_wit_error)?;
-        Ok(ObjectList {
-            items: list
-                .items
-                .iter()
-                .map(|item| parse("list", item))
-                .collect::<Result<_>>()?,
+        Ok(TextList {
+            items: list.items,
             continue_token: list.continue_token,
             resource_version: list.resource_version,
         })
@@ -54,12 +43,12 @@ impl Kube for WasmKube {
     ) -> Result<Value> {
         let object = text("create", object)?;
         let created = wit::create(api_version, kind, namespace, &object).map_err(from_wit_error)?;
-        parse("create", &created)
+        parse_object("create", &created)
     }
     fn patch(&self, k: &ObjectKey, patch_type: PatchType, patch: &Value) -> Result<Value> {
         let patch = text("patch", patch)?;
         let patched = wit::patch(k, patch_type, &patch).map_err(from_wit_error)?;
-        parse("patch", &patched)
+        parse_object("patch", &patched)
     }
     fn delete(&self, k: &ObjectKey) -> Result<()> {
         wit::delete(k).map_err(from_wit_error)
