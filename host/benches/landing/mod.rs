@@ -24,7 +24,7 @@ pub fn start_with_host(sandbox: &Sandbox, host: &str, plugins: &str, log: &str) 
         plugins,
     );
     let daemon = sandbox.daemon_with_env(&[("TEND_LOG", log)]);
-    let to_land = |why: &str| why.lines().all(|l| l.contains("does not exist"));
+    let to_land = |why: &str| !why.is_empty() && why.lines().all(|l| l.contains("does not exist"));
     wait_until(Duration::from_secs(30), "/readyz", || {
         http_get(port, "/readyz").is_ok_and(|(_, body)| body == "ready\n" || to_land(&body))
     });

@@ -21,14 +21,21 @@ pub struct ArtifactCache {
     /// None: compile every time, store nothing.
     dir: Option<PathBuf>,
     engine_key: String,
+    /// The engine's instance pool can refuse a sound build (its limits for
+    /// one plugin): such a refusal is the component's, not the entry's.
+    pool_limits: bool,
 }
 
 /// What the cache holds for a digest.
 pub enum Lookup {
     Hit(Component),
     Absent,
-    /// An entry that failed its checksum or did not deserialize.
+    /// An entry that failed its checksum, or is not Tend's alone.
     Corrupt,
+    /// A sound entry (its checksum matched) the engine would not load: the
+    /// instance pool's limits for one plugin, which another engine's may
+    /// take; or, without a pool, an entry this build cannot use.
+    Refused(anyhow::Error),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,10 +76,19 @@ impl ArtifactCache {
         ArtifactCache {
             dir: dir.map(Path::to_path_buf),
             engine_key,
+            pool_limits: false,
         }
     }
 
-    fn entry(&self, digest: &str) -> Option<(PathBuf, PathBuf)> {
+    /// For an engine with an instance pool: a sound entry it refuses is
+    /// refused at once, not compiled again (the same build would be refused;
+    /// the on-demand engine loads the entry, which has the same key).
+    pub fn with_pool_limits(mut self, pool_limits: bool) -> Self {
+        self.pool_limits = pool_limits;
+        self
+    }
+
+    pub(super) fn entry(&self, digest: &str) -> Option<(PathBuf, PathBuf)> {
         let dir = self.dir.as_ref()?;
         let key = sha256_hex(format!("{}/{digest}", self.engine_key).as_bytes());
         Some((
@@ -102,15 +118,12 @@ impl ArtifactCache {
             tracing::warn!("recompiling {}: checksum mismatch", artifact.display());
             return Lookup::Corrupt;
         }
-        // SAFETY: the artifact was produced by `Component::serialize` of an engine
-        // with the same compatibility hash (it is in the key) and is what was
-        // written (its checksum matched). Mapped, not copied.
+        // SAFETY: the artifact was produced by `Engine::precompile_component` of
+        // an engine with the same compatibility hash (it is in the key) and is
+        // what was written (its checksum matched). Mapped, not copied.
         match unsafe { Component::deserialize_file(engine, &artifact) } {
             Ok(component) => Lookup::Hit(component),
-            Err(e) => {
-                tracing::warn!("recompiling {}: {e:#}", artifact.display());
-                Lookup::Corrupt
-            }
+            Err(e) => Lookup::Refused(e.into()),
         }
     }
 
@@ -128,6 +141,11 @@ impl ArtifactCache {
             Lookup::Hit(component) => return Ok((component, CacheOutcome::Hit)),
             Lookup::Absent => CacheOutcome::Miss,
             Lookup::Corrupt => CacheOutcome::Corrupt,
+            Lookup::Refused(refused) if self.pool_limits => return Err(refused),
+            Lookup::Refused(refused) => {
+                tracing::warn!("recompiling the cached build of {digest}: {refused:#}");
+                CacheOutcome::Corrupt
+            }
         };
         let compiled = compile()?;
         // Mapped from its file, the build costs resident memory only for the
@@ -135,11 +153,11 @@ impl ArtifactCache {
         // into memory of its own only when it could not be stored.
         if let Some((artifact, checksum)) = self.entry(digest) {
             match store(&compiled, &artifact, &checksum) {
-                Ok(()) => {
-                    if let Lookup::Hit(mapped) = self.lookup(engine, digest) {
-                        return Ok((mapped, outcome));
-                    }
-                }
+                Ok(()) => match self.lookup(engine, digest) {
+                    Lookup::Hit(mapped) => return Ok((mapped, outcome)),
+                    Lookup::Refused(refused) if self.pool_limits => return Err(refused),
+                    Lookup::Absent | Lookup::Corrupt | Lookup::Refused(_) => {}
+                },
                 Err(e) => {
                     tracing::warn!("cannot write compile cache {}: {e:#}", artifact.display())
                 }

@@ -48,12 +48,18 @@ struct Tier {
 }
 
 impl Tier {
-    fn new(engine: Engine, compiling: Config, cache_dir: Option<&Path>) -> anyhow::Result<Self> {
+    /// `pooled`: the engine allocates from an instance pool.
+    fn new(
+        engine: Engine,
+        compiling: Config,
+        cache_dir: Option<&Path>,
+        pooled: bool,
+    ) -> anyhow::Result<Self> {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         crate::capabilities::Capabilities::add_to_linker(&mut linker)?;
         Ok(Tier {
-            cache: ArtifactCache::new(cache_dir, &engine),
+            cache: ArtifactCache::new(cache_dir, &engine).with_pool_limits(pooled),
             engine,
             compiling,
             linker,
@@ -100,12 +106,17 @@ impl Runtime {
         engines.extend(on_demand.as_ref());
         let ticker = EpochTicker::start(&engines);
         Ok(Runtime {
-            optimized: Tier::new(cranelift, engine::optimized(), cache_dir)?,
+            optimized: Tier::new(
+                cranelift,
+                engine::optimized(),
+                cache_dir,
+                on_demand.is_some(),
+            )?,
             pooling: on_demand.is_some(),
             beyond_pool: on_demand
-                .map(|engine| Tier::new(engine, engine::optimized(), cache_dir))
+                .map(|engine| Tier::new(engine, engine::optimized(), cache_dir, false))
                 .transpose()?,
-            baseline: Tier::new(winch, engine::baseline(), None)?,
+            baseline: Tier::new(winch, engine::baseline(), None, false)?,
             ticker,
             pool_instances: engine::pool_instances(plugins),
             compiles: CompileLane::default(),

@@ -139,7 +139,7 @@ impl Runtime {
             .chain(&self.beyond_pool)
             .find_map(|tier| match tier.cache.lookup(&tier.engine, digest) {
                 Lookup::Hit(component) => Some((tier, component)),
-                Lookup::Absent | Lookup::Corrupt => None,
+                Lookup::Absent | Lookup::Corrupt | Lookup::Refused(_) => None,
             })
     }
 
@@ -298,6 +298,53 @@ mod tests {
         assert!(
             std::ptr::eq(tier, runtime.beyond_pool.as_ref().unwrap()),
             "on demand"
+        );
+        assert_eq!(run(&tier.engine, &component), 42);
+    }
+
+    /// With a compile cache, a plugin beyond the pool is compiled once: the
+    /// pooled engine refuses the cached build at once, and the on-demand
+    /// engine loads it (the same entry), on every later start too.
+    #[test]
+    fn a_plugin_beyond_the_pool_is_compiled_once_with_a_cache() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let beyond = component_with_tables(9);
+        let digest = sha256_digest(&beyond);
+        let path = Path::new("many-tables.wasm");
+        let start = || Runtime::new(Some(dir.path()), 1).unwrap();
+        let first = start();
+        assert!(first.pooling, "the test needs the pool");
+        let (tier, _, outcome) = first
+            .build_optimized(path, &beyond, &digest, Priority::Optimized)
+            .unwrap();
+        assert!(std::ptr::eq(tier, first.beyond_pool.as_ref().unwrap()));
+        let (artifact, _) = first.optimized.cache.entry(&digest).unwrap();
+        assert_eq!(
+            Some(artifact.clone()),
+            tier.cache.entry(&digest).map(|(a, _)| a),
+            "one entry for both engines"
+        );
+        let written = std::fs::metadata(&artifact).unwrap().ino();
+        assert_ne!(outcome, CacheOutcome::Corrupt);
+
+        let again = start();
+        assert!(matches!(
+            again
+                .optimized
+                .cache
+                .lookup(&again.optimized.engine, &digest),
+            Lookup::Refused(_)
+        ));
+        let (tier, component, outcome) = again
+            .build_optimized(path, &beyond, &digest, Priority::Optimized)
+            .unwrap();
+        assert!(std::ptr::eq(tier, again.beyond_pool.as_ref().unwrap()));
+        assert_eq!(outcome, CacheOutcome::Hit);
+        assert_eq!(
+            std::fs::metadata(&artifact).unwrap().ino(),
+            written,
+            "nothing compiled or written again"
         );
         assert_eq!(run(&tier.engine, &component), 42);
     }

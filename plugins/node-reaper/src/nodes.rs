@@ -59,10 +59,14 @@ impl NodeInfo {
     /// managed fields, without building it), else, for a shape that reading
     /// does not take (a field of another type, a key twice), parsed whole
     /// and read by [`NodeInfo::from_object`], whose answer it always gives.
-    /// Text that is not JSON is an error: the listing failed.
+    /// Text that is not JSON is an error: the listing failed. (Skipped
+    /// fields are only checked to be JSON: a number out of `f64`'s range, a
+    /// lone surrogate escape or nesting deeper than 128 there passes, where
+    /// the whole parse refused the listing. The host sends what serde_json
+    /// wrote, which has none of them.)
     pub fn from_text(text: &str) -> serde_json::Result<Option<NodeInfo>> {
-        match serde_json::from_str::<NodeText>(text) {
-            Ok(node) => Ok(node.info()),
+        match serde_json::from_str::<Object<NodeText>>(text) {
+            Ok(Object(node)) => Ok(node.info()),
             Err(_) => Ok(NodeInfo::from_object(&serde_json::from_str(text)?)),
         }
     }
@@ -73,11 +77,32 @@ impl NodeInfo {
 #[derive(Deserialize)]
 struct NodeText<'a> {
     #[serde(borrow, default)]
-    metadata: Option<MetadataText<'a>>,
+    metadata: Option<Object<MetadataText<'a>>>,
     #[serde(borrow, default)]
-    spec: Option<SpecText<'a>>,
+    spec: Option<Object<SpecText<'a>>>,
     #[serde(borrow, default)]
-    status: Option<StatusText<'a>>,
+    status: Option<Object<StatusText<'a>>>,
+}
+
+/// `T` read from a JSON object only: serde_json also hands a struct an
+/// array (its fields by position), which indexing a parsed object never
+/// reads (`["aws:///z/i-0abc", true]` is no `spec`).
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Fields<T> {
+            type Value = Object<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<Self::Value, M::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+        deserializer.deserialize_map(Fields(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
@@ -99,9 +124,9 @@ struct SpecText<'a> {
 #[derive(Deserialize)]
 struct StatusText<'a> {
     #[serde(borrow, default)]
-    addresses: Option<Vec<AddressText<'a>>>,
+    addresses: Option<Vec<Object<AddressText<'a>>>>,
     #[serde(borrow, default)]
-    conditions: Option<Vec<ConditionText<'a>>>,
+    conditions: Option<Vec<Object<ConditionText<'a>>>>,
 }
 
 #[derive(Deserialize)]
@@ -151,30 +176,27 @@ impl<'de> Deserialize<'de> for ReplaceRequested {
 
 impl NodeText<'_> {
     fn info(self) -> Option<NodeInfo> {
-        let metadata = self.metadata?;
-        let spec = self.spec.as_ref();
-        let status = self.status.as_ref();
-        let internal_ips = status.and_then(|s| s.addresses.as_ref()).map(|addresses| {
-            let internal = addresses
-                .iter()
-                .filter(|a| a.kind.as_deref() == Some("InternalIP"));
-            internal
-                .filter_map(|a| a.address.as_deref().map(str::to_string))
-                .collect()
+        let Object(metadata) = self.metadata?;
+        let spec = self.spec.as_ref().map(|Object(spec)| spec);
+        let status = self.status.as_ref().map(|Object(status)| status);
+        let addresses = status.and_then(|s| s.addresses.as_deref());
+        let internal_ips = (addresses.unwrap_or_default().iter())
+            .map(|Object(a)| a)
+            .filter(|a| a.kind.as_deref() == Some("InternalIP"))
+            .filter_map(|a| a.address.as_deref().map(str::to_string))
+            .collect();
+        let conditions = status.and_then(|s| s.conditions.as_deref());
+        let ready = (conditions.unwrap_or_default().iter()).any(|Object(c)| {
+            c.kind.as_deref() == Some("Ready") && c.status.as_deref() == Some("True")
         });
-        let conditions = status
-            .and_then(|s| s.conditions.as_deref())
-            .unwrap_or_default();
         Some(NodeInfo {
             name: metadata.name?.into_owned(),
             instance_id: spec
                 .and_then(|s| s.provider_id.as_deref())
                 .and_then(instance_id_of)
                 .map(str::to_string),
-            internal_ips: internal_ips.unwrap_or_default(),
-            ready: conditions
-                .iter()
-                .any(|c| c.kind.as_deref() == Some("Ready") && c.status.as_deref() == Some("True")),
+            internal_ips,
+            ready,
             replace_requested: metadata.annotations.is_some_and(|a| a.0),
             cordoned: spec.and_then(|s| s.unschedulable) == Some(true),
         })
@@ -275,6 +297,10 @@ mod tests {
             r#"{"metadata":null,"spec":{}}"#,
             r#"{"metadata":"n"}"#,
             r#"["metadata"]"#,
+            r#"[{"name":"n"}]"#,
+            r#"{"metadata":["n"],"spec":["aws:///z/i-0abc",true]}"#,
+            r#"{"metadata":{"name":"n","annotations":{"tend.dev/replace-requested":"true"}},"spec":["aws:///z/i-0abc",true]}"#,
+            r#"{"metadata":{"name":"n"},"status":{"addresses":[["InternalIP","10.0.0.9"]],"conditions":[["Ready","True"]]}}"#,
             r#"{}"#,
             "null",
         ];
