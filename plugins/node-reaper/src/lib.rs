@@ -403,14 +403,7 @@ fn list_nodes(host: &dyn Host) -> Result<Vec<NodeInfo>> {
     let mut params = ListParams::default();
     loop {
         let page = host.kube().list_texts("v1", "Node", None, &params)?;
-        for text in &page.items {
-            let node = NodeInfo::from_text(text).map_err(|e| {
-                Error::Other(format!(
-                    "kube list: the host answered with invalid JSON: {e}"
-                ))
-            })?;
-            nodes.extend(node);
-        }
+        nodes.extend(page.read(NodeInfo::from_text)?.into_iter().flatten());
         match page.continue_token {
             Some(token) => params.continue_token = Some(token),
             None => return Ok(nodes),

@@ -120,13 +120,11 @@ pub struct ObjectList {
     pub resource_version: String,
 }
 
-/// An object the host answered `call` with, parsed.
-pub(crate) fn parse_object(call: &str, text: &str) -> Result<Value> {
-    serde_json::from_str(text).map_err(|e| {
-        crate::Error::Other(format!(
-            "kube {call}: the host answered with invalid JSON: {e}"
-        ))
-    })
+/// The error of a `call` the host answered with text that is not JSON.
+fn invalid_json(call: &str, e: serde_json::Error) -> crate::Error {
+    crate::Error::Other(format!(
+        "kube {call}: the host answered with invalid JSON: {e}"
+    ))
 }
 
 /// One page of a list with each item as the JSON text the host sent,
@@ -140,11 +138,17 @@ pub struct TextList {
 }
 
 impl TextList {
+    /// Every item read by `read` (serde into a type of the plugin's own): an
+    /// item it cannot read fails the whole page, as invalid JSON from the host.
+    pub fn read<T>(&self, read: impl Fn(&str) -> serde_json::Result<T>) -> Result<Vec<T>> {
+        let items = self.items.iter().map(|item| read(item));
+        items.map(|r| r.map_err(|e| invalid_json("list", e))).collect()
+    }
+
     /// Every item parsed: an item that is not JSON fails the whole page.
     pub fn parse(self) -> Result<ObjectList> {
-        let items = self.items.iter().map(|item| parse_object("list", item));
         Ok(ObjectList {
-            items: items.collect::<Result<_>>()?,
+            items: self.read(|item| serde_json::from_str(item))?,
             continue_token: self.continue_token,
             resource_version: self.resource_version,
         })

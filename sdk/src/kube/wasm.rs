@@ -2,7 +2,7 @@
 
 use super::{
     DrainOptions, DrainReport, EventType, Kube, ListParams, ObjectKey, PatchType, TextList,
-    parse_object,
+    invalid_json,
 };
 use crate::bindings::tend::plugin::kube as wit;
 use crate::types::from_wit_error;
@@ -11,6 +11,10 @@ use serde_json::Value;
 
 pub(crate) struct WasmKube;
 
+fn parse(call: &str, text: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| invalid_json(call, e))
+}
+
 fn text(call: &str, value: &Value) -> Result<String> {
     serde_json::to_string(value).map_err(|e| Error::Invalid(format!("kube {call}: not JSON: {e}")))
 }
@@ -18,7 +22,7 @@ fn text(call: &str, value: &Value) -> Result<String> {
 impl Kube for WasmKube {
     fn get(&self, k: &ObjectKey) -> Result<Value> {
         let object = wit::get(k).map_err(from_wit_error)?;
-        parse_object("get", &object)
+        parse("get", &object)
     }
     fn list_texts(
         &self,
@@ -43,12 +47,12 @@ impl Kube for WasmKube {
     ) -> Result<Value> {
         let object = text("create", object)?;
         let created = wit::create(api_version, kind, namespace, &object).map_err(from_wit_error)?;
-        parse_object("create", &created)
+        parse("create", &created)
     }
     fn patch(&self, k: &ObjectKey, patch_type: PatchType, patch: &Value) -> Result<Value> {
         let patch = text("patch", patch)?;
         let patched = wit::patch(k, patch_type, &patch).map_err(from_wit_error)?;
-        parse_object("patch", &patched)
+        parse("patch", &patched)
     }
     fn delete(&self, k: &ObjectKey) -> Result<()> {
         wit::delete(k).map_err(from_wit_error)
