@@ -142,7 +142,9 @@ impl TextList {
     /// item it cannot read fails the whole page, as invalid JSON from the host.
     pub fn read<T>(&self, read: impl Fn(&str) -> serde_json::Result<T>) -> Result<Vec<T>> {
         let items = self.items.iter().map(|item| read(item));
-        items.map(|r| r.map_err(|e| invalid_json("list", e))).collect()
+        items
+            .map(|r| r.map_err(|e| invalid_json("list", e)))
+            .collect()
     }
 
     /// Every item parsed: an item that is not JSON fails the whole page.
