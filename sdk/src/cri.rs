@@ -521,7 +521,8 @@ mod tests {
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
     /// The generated records keep the defaults the SDK promised (set by the
-    /// `generate!` options in `lib.rs`): a container of unknown state.
+    /// bindings' options, `rust_opts` in sdk/c/bindgen): a container of
+    /// unknown state.
     #[test]
     fn a_default_container_is_in_the_unknown_state() {
         assert_eq!(Container::default().state, ContainerState::Unknown);

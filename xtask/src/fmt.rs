@@ -3,9 +3,29 @@
 //! that the host's and the SDK's registration lists declare through a macro;
 //! this names each file. `cargo xtask test` runs the check first.
 
-use crate::{root, step};
+use crate::{root, run, step};
 use anyhow::{Context, Result, ensure};
+use std::path::Path;
 use std::process::Command;
+
+/// rustfmt as every file is formatted.
+fn rustfmt_command() -> Command {
+    let mut rustfmt = Command::new("rustfmt");
+    rustfmt.args(["--edition", "2024"]);
+    rustfmt
+}
+
+/// Format the Rust files in `dir` (generated ones) as `cargo xtask fmt` does.
+pub fn rustfmt(dir: &Path) -> Result<()> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    run(rustfmt_command().args(files)).context("rustfmt (`rustup component add rustfmt`)")
+}
 
 /// Every `.rs` file git tracks, relative to the root.
 fn rust_files() -> Result<Vec<String>> {
@@ -29,8 +49,8 @@ pub fn fmt(check: bool) -> Result<()> {
     } else {
         "formatting every Rust file (rustfmt, file by file)"
     });
-    let mut rustfmt = Command::new("rustfmt");
-    rustfmt.current_dir(root()).args(["--edition", "2024"]);
+    let mut rustfmt = rustfmt_command();
+    rustfmt.current_dir(root());
     if check {
         rustfmt.args(["--check", "--files-with-diff"]);
     }

@@ -363,13 +363,16 @@ fn formatted(path: &std::path::Path, text: &str) -> Result<String> {
     Ok(String::from_utf8(output.stdout)?)
 }
 
-/// `cargo xtask gen`: write every generated file.
+/// `cargo xtask gen`: write every generated file, the SDK's bindings too.
 pub fn generate() -> Result<()> {
     for (path, text) in outputs()? {
         std::fs::write(&path, formatted(&path, &text)?)
             .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
+    // The Rust SDK's bindings (wit-bindgen's output, committed).
+    crate::langs::bindings::write_rust()?;
+    println!("wrote sdk/src/generated");
     Ok(())
 }
 

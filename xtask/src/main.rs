@@ -108,7 +108,7 @@ const QUICKSTART_REGISTRY_PORT: u16 = 5055;
 fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
     let result = match task.as_str() {
-        "plugins" => build_tend().and_then(|tend| plugins(&tend, Plugins::All)),
+        "plugins" => build_tend(true).and_then(|tend| plugins(&tend, Plugins::All)),
         // One language's plugins and SDK tests: `cargo xtask lang js`.
         "lang" => langs::one(std::env::args().nth(2).as_deref()),
         "image" => image::image(),
@@ -119,7 +119,7 @@ fn main() -> ExitCode {
         "demo" => match std::env::args().nth(2).as_deref() {
             None => demo(),
             // One part alone, on the plugins already built: `cargo xtask demo sight`.
-            Some("sight") => build_tend().and_then(|tend| sight_demo::run_demo(&tend)),
+            Some("sight") => build_tend(false).and_then(|tend| sight_demo::run_demo(&tend)),
             Some(part) => Err(anyhow::anyhow!(
                 "no demo part {part:?}: the parts alone are: sight"
             )),
@@ -399,9 +399,21 @@ fn language_plugins(tend: &Path) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn build_tend() -> Result<PathBuf> {
-    step("building tend");
-    run(cargo().args(["build", "-p", "tend"]))?;
+/// tend and tend-author (debug). The demo's (`aws` false) leaves out the AWS
+/// SDK (cargo feature `aws`): it talks to no AWS, and the SDK costs a
+/// newcomer's cold first run minutes; that build refuses a config naming
+/// `provider = "aws"`, saying so, until a build with every feature (`cargo
+/// xtask plugins`, `test`) replaces it.
+pub(crate) fn build_tend(aws: bool) -> Result<PathBuf> {
+    let mut build = cargo();
+    build.args(["build", "-p", "tend"]);
+    if aws {
+        step("building tend");
+    } else {
+        step("building tend (without the AWS SDK: the demo needs none)");
+        build.arg("--no-default-features");
+    }
+    run(&mut build)?;
     Ok(root().join("target/debug/tend"))
 }
 
@@ -414,6 +426,7 @@ fn test() -> Result<()> {
 fn test_steps() -> Result<()> {
     ensure_debian_packages()?;
     fmt::fmt(true)?;
+    langs::bindings::check_rust()?;
     lint_while_building()?;
     // The venv (the Python plugins' toolchain; the end-to-end tests' fake
     // Kubernetes API server and moto) installs while the build runs: pip
@@ -669,7 +682,12 @@ fn wait_for(
 
 fn demo() -> Result<()> {
     ensure_debian_packages()?;
-    let tend = build_tend()?;
+    // The venv (componentize-py for the Python example, the fakes' packages)
+    // installs while tend builds, as in `cargo xtask test`: over two minutes
+    // of a cold first run, most of it waiting on downloads.
+    let venv = std::thread::spawn(venv);
+    let tend = build_tend(false)?;
+    venv.join().expect("the venv's installer panicked")?;
     plugins(&tend, Plugins::Demo)?;
     let config = root().join("examples/quickstart/tend.toml");
     let work = Path::new("/tmp/tend-quickstart");

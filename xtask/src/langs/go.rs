@@ -4,9 +4,10 @@
 //! with `go test`: the SDK's (sdk/go) and the template's. Nothing is fetched:
 //! GOPROXY=off, the SDK and the bindings' runtime come through replace
 //! directives. The committed bindings (sdk/go/wit) are checked against wit/
-//! as the C module does.
+//! (bindings.rs).
 
-use super::c::{check_bindings, tools};
+use super::bindings::check_bindings;
+use super::c::tools;
 use super::{collect, render, rendered, script, script_command};
 use crate::tally::Tally;
 use crate::{root, run, step, venv_bin};

@@ -5,6 +5,7 @@
 //! runner; its toolchain comes from Debian, PyPI (target/venv) or npm (under
 //! target/).
 
+pub(crate) mod bindings;
 mod c;
 mod go;
 mod js;
@@ -74,8 +75,8 @@ pub fn fakes_wasm() -> Result<PathBuf> {
         "tend-fakes",
         "--target",
         "wasm32-unknown-unknown",
-        // The plugins' profile: what runs at build time (the proc macros,
-        // wit-bindgen) is then the plugins' build's, not compiled again.
+        // The plugins' profile: what runs at build time (the proc macros)
+        // is then the plugins' build's, not compiled again.
         "--profile",
         "plugin",
     ]))?;
@@ -142,7 +143,7 @@ pub fn one(name: Option<&str>) -> Result<()> {
         bail!("usage: cargo xtask lang <{}>", names.join("|"));
     };
     crate::ensure_debian_packages()?;
-    use_author_beside(&crate::build_tend()?);
+    use_author_beside(&crate::build_tend(true)?);
     let out = root().join("target/plugins");
     std::fs::create_dir_all(&out)?;
     (lang.plugins)(&out)?;

@@ -1,8 +1,11 @@
 //! The Rust project `tend-author new` writes (the built-in plugins are workspace
 //! members, built by `plugins` in main.rs). It is a workspace of its own: it
 //! gets this workspace's lock file and target directory, so the dependencies
-//! it shares with the workspace are the same versions, compiled once.
+//! it shares with the workspace are the same versions, compiled once. The
+//! SDK's committed bindings (sdk/src/generated) are checked against wit/
+//! first (bindings.rs).
 
+use super::bindings;
 use super::{collect, render, rendered, script, script_command};
 use crate::root;
 use crate::tally::Tally;
@@ -16,6 +19,7 @@ pub const LANG: super::Lang = super::Lang {
 };
 
 fn plugins(out: &Path) -> Result<()> {
+    bindings::check_rust()?;
     let dir = render("rust")?;
     std::fs::copy(root().join("Cargo.lock"), dir.join("Cargo.lock"))?;
     script(

@@ -1,13 +1,16 @@
-//! `tend-bindgen c|go WIT_DIR OUT_DIR` writes the bindings of world `plugin`
-//! for C or Go into OUT_DIR; `tend-bindgen adapter FILE` writes the WASI
+//! `tend-bindgen c|go|rust WIT_DIR OUT_DIR` writes the bindings of world
+//! `plugin` for C, Go or Rust into OUT_DIR; `tend-bindgen adapter FILE` writes the WASI
 //! preview-1 reactor adapter (of the host's wasmtime version) to FILE.
 //!
 //! Why a generator of our own: the `wit-bindgen` CLI builds in minutes on a
 //! two-core CI machine (it carries every language and a test harness), this in
 //! seconds, with the same generator crates at the SDK's wit-bindgen version.
-//! The generated files are committed (sdk/c/bindings, sdk/go/wit) so that a
-//! plugin author needs only clang or Go and wasm-tools; `cargo xtask lang c`
-//! and `cargo xtask lang go` check that they match the WIT.
+//! The generated files are committed (sdk/c/bindings, sdk/go/wit,
+//! sdk/src/generated) so that a plugin author needs only clang or Go and
+//! wasm-tools, and a Rust plugin's build needs no `generate!` macro (its generator,
+//! wasm-tools' parsers and encoders, compiled at every cold build of every
+//! Rust plugin and SDK test); `cargo xtask lang c|go|rust` checks that they
+//! match the WIT.
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;
@@ -44,12 +47,57 @@ fn main() -> Result<()> {
             };
             generate(opts.build(), wit, out)
         }
+        ["rust", wit, out] => generate(Box::new(rust_opts().build()), wit, out),
         ["adapter", out] => std::fs::write(
             out,
             wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
         )
         .with_context(|| format!("cannot write {out}")),
-        _ => bail!("usage: tend-bindgen c|go WIT_DIR OUT_DIR | adapter FILE"),
+        _ => bail!("usage: tend-bindgen c|go|rust WIT_DIR OUT_DIR | adapter FILE"),
+    }
+}
+
+/// The Rust SDK's bindings (sdk/src/lib.rs, `mod bindings`): their records and
+/// enums are the SDK's public types, so they carry the derives plugins
+/// compare, hash and default them with. rustfmt formats them after.
+fn rust_opts() -> wit_bindgen_rust::Opts {
+    fn on(selectors: &[&str], attribute: &str) -> Vec<(String, String)> {
+        let attribute = attribute.to_string();
+        let selector = |s: &&str| (format!("tend:plugin/{s}"), attribute.clone());
+        selectors.iter().map(selector).collect()
+    }
+    wit_bindgen_rust::Opts {
+        pub_export_macro: true,
+        export_macro_name: Some("export_world".into()),
+        default_bindings_module: Some("tend_sdk::bindings".into()),
+        additional_derive_attributes: ["PartialEq", "Eq", "Hash"].map(String::from).to_vec(),
+        additional_type_attributes: on(&["kube@0.1.0/object-key"], "#[derive(PartialOrd, Ord)]")
+            .into_iter()
+            .chain(on(
+                &[
+                    "kube@0.1.0/list-params",
+                    "kube@0.1.0/drain-report",
+                    "systemd@0.1.0/unit-status",
+                    "cri@0.1.0/sandbox-filter",
+                    "cri@0.1.0/container-state",
+                    "cri@0.1.0/container",
+                    "cri@0.1.0/image",
+                    "cri@0.1.0/runtime-version",
+                    "cloud@0.1.0/instance-state",
+                    "cloud@0.1.0/instance",
+                    "logs@0.1.0/filter",
+                ],
+                "#[derive(Default)]",
+            ))
+            .collect(),
+        additional_member_attributes: on(
+            &[
+                "cri@0.1.0/container-state.unknown",
+                "cloud@0.1.0/instance-state.unknown",
+            ],
+            "#[default]",
+        ),
+        ..Default::default()
     }
 }
 
