@@ -426,12 +426,16 @@ fn test() -> Result<()> {
 fn test_steps() -> Result<()> {
     ensure_debian_packages()?;
     fmt::fmt(true)?;
-    langs::bindings::check_rust()?;
     lint_while_building()?;
     // The venv (the Python plugins' toolchain; the end-to-end tests' fake
     // Kubernetes API server and moto) installs while the build runs: pip
     // waits on downloads much of its two minutes, which the build fills.
     let venv = std::thread::spawn(venv);
+    // So does the check of the Rust SDK's committed bindings (tend-bindgen
+    // has a target directory of its own; a minute of a cold run before the
+    // build otherwise). Stale bindings fail the run under their own name
+    // before the SDK's compile errors they would cause.
+    let bindings = std::thread::spawn(langs::bindings::check_rust);
     // tend and every test in one build: the binary then has the features the
     // tests unify (dev-dependencies), so `cargo test` compiles nothing again.
     // `cargo build -p tend` alone would build tokio and all that depends on
@@ -443,7 +447,9 @@ fn test_steps() -> Result<()> {
     // --all-targets), built here beside the rest instead of alone after it (a
     // minute and a half of CI's cold run).
     let (_, beside) = BESIDE;
-    run(cargo().args(["build", "--workspace", "--all-targets", "--test", beside]))?;
+    let built = run(cargo().args(["build", "--workspace", "--all-targets", "--test", beside]));
+    bindings.join().expect("the bindings' check panicked")?;
+    built?;
     venv.join().expect("the venv's installer panicked")?;
     let tend = root().join("target/debug/tend");
     plugins(&tend, Plugins::All)?;

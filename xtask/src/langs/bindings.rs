@@ -12,11 +12,12 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// Check the Rust SDK's bindings (sdk/src/generated, formatted as `cargo
-/// xtask fmt` formats) once per xtask run: `cargo xtask test` does so before
+/// xtask fmt` formats) once per xtask run: `cargo xtask test` does so beside
 /// its build, where stale ones would only show as the SDK's compile errors.
 pub fn check_rust() -> Result<()> {
     static CHECKED: OnceLock<()> = OnceLock::new();
     if CHECKED.get().is_none() {
+        crate::step("checking the Rust SDK's committed bindings against wit/ (sdk/c/bindgen)");
         rust_bindings(bless_asked())?;
         let _ = CHECKED.set(());
     }
