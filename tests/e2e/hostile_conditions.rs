@@ -290,9 +290,17 @@ fn a_flood_of_flips_messages_and_renewals_stays_within_the_write_bounds() {
     // Only the message changes each call: nothing until the heartbeat (5 min),
     // past the one status change from the flips' last False.
     sandbox.config_with_host(&host(&api, &sandbox, port), &flood("message", 200, ""));
-    wait_until(WITHIN, "True with a flood message", || {
-        condition(&node(&api), "FloodProblem")
-            .is_some_and(|c| c["status"] == "True" && c["reason"] == "Flood")
+    // The flips' own True says "flood"; only the new config's first write
+    // says "flood RUN-I": waiting on it, the count starts past that write
+    // (it started before it once, and counted it).
+    wait_until(WITHIN, "True with a numbered flood message", || {
+        condition(&node(&api), "FloodProblem").is_some_and(|c| {
+            c["status"] == "True"
+                && c["reason"] == "Flood"
+                && c["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("flood "))
+        })
     });
     let status0 = status_writes(&api);
     let runs0 = reconciles(port, "flooder");
