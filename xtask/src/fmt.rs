@@ -8,8 +8,8 @@ use anyhow::{Context, Result, ensure};
 use std::path::Path;
 use std::process::Command;
 
-/// rustfmt as every file is formatted.
-fn rustfmt_command() -> Command {
+/// rustfmt as every file is formatted (generated code too).
+pub fn rustfmt_command() -> Command {
     let mut rustfmt = Command::new("rustfmt");
     rustfmt.args(["--edition", "2024"]);
     rustfmt

@@ -343,9 +343,9 @@ fn formatted(path: &std::path::Path, text: &str) -> Result<String> {
         return Ok(text.to_string());
     }
     use std::io::Write as _;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new("rustfmt")
-        .args(["--edition", "2024", "--emit", "stdout"])
+    use std::process::Stdio;
+    let mut child = crate::fmt::rustfmt_command()
+        .args(["--emit", "stdout"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
