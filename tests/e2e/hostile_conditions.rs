@@ -242,35 +242,44 @@ fn a_planted_book_never_writes_nor_removes_a_kubelet_condition_and_a_plan_holds_
     );
 }
 
-#[test]
-fn a_flood_of_flips_messages_and_renewals_stays_within_the_write_bounds() {
+/// A flooder started in `op` mode (`count` calls a reconcile, `ttl` a TOML
+/// line or ""), its first report on the Node, with the daemon and the
+/// status writes and reconciles counted from there. Each flood test starts
+/// its own: after another mode, a change the writer holds back (up to
+/// `MIN_CHANGE_GAP`) may or may not land, and a count across modes would
+/// count it or not (stop 47's CI counted it).
+fn flooding(op: &str, count: u32, ttl: &str) -> (KubeApi, Sandbox, u16, Daemon) {
     let api = KubeApi::start();
     api.seed_node(NODE);
     let sandbox = Sandbox::new();
     sandbox.add_plugin("chaos", "flooder");
     let port = free_port();
-    // 300 calls a reconcile, every 100 ms: set and clear in turn.
-    sandbox.config_with_host(&host(&api, &sandbox, port), &flood("flip", 300, ""));
+    sandbox.config_with_host(&host(&api, &sandbox, port), &flood(op, count, ttl));
     api.grant_rbac(&sandbox);
     let daemon = start(&sandbox, port);
     wait_until(WITHIN, "FloodProblem on the Node", || {
         condition(&node(&api), "FloodProblem").is_some()
     });
+    (api, sandbox, port, daemon)
+}
+
+#[test]
+fn a_flood_of_flips_is_one_status_write_a_gap() {
+    // 300 calls a reconcile, every 100 ms: set and clear in turn.
+    let (api, _sandbox, port, daemon) = flooding("flip", 300, "");
     let (status0, taints0, runs0) = (
         status_writes(&api),
         taint_writes(&api),
         reconciles(port, "flooder"),
     );
     let began = Instant::now();
-    wait_until(Duration::from_secs(60), "20 s of flipping", || {
-        began.elapsed() >= Duration::from_secs(20)
+    // Each reconcile journals 256 changes through the gate (fsynced): on a
+    // loaded machine 8 of them may take longer than 20 s.
+    wait_until(FLOOD_WITHIN, "20 s and 8 reconciles of flipping", || {
+        began.elapsed() >= Duration::from_secs(20) && reconciles(port, "flooder") >= runs0 + 8
     });
     let flips = reconciles(port, "flooder") - runs0;
     let message = plugin_status(port, "flooder")["last"]["message"].to_string();
-    assert!(
-        flips >= 8,
-        "the plugin kept flipping: {flips} reconciles, {message}"
-    );
     assert!(
         message.contains("budget-exhausted"),
         "the gate's 256 mutations a reconcile: {message}"
@@ -279,57 +288,63 @@ fn a_flood_of_flips_messages_and_renewals_stays_within_the_write_bounds() {
     let taints = taint_writes(&api) - taints0;
     let most = began.elapsed().as_secs() as usize / 10 + 2;
     eprintln!(
-        "{flips} reconciles of 256 flips in 20 s: {status} status writes, {taints} taint writes"
+        "{flips} reconciles of 256 flips in {:?}: {status} status writes, {taints} taint writes",
+        began.elapsed()
     );
     assert!(
         status <= most,
         "{status} status writes for {flips} reconciles of flips: at most {most}"
     );
     assert!(taints <= most, "{taints} taint writes: at most {most}");
+    assert_kubelets_untouched(&api);
+    drop(daemon);
+}
 
-    // Only the message changes each call: nothing until the heartbeat (5 min),
-    // past the one status change from the flips' last False.
-    sandbox.config_with_host(&host(&api, &sandbox, port), &flood("message", 200, ""));
-    // The flips' own True says "flood"; only the new config's first write
-    // says "flood RUN-I": waiting on it, the count starts past that write
-    // (it started before it once, and counted it).
-    wait_until(WITHIN, "True with a numbered flood message", || {
-        condition(&node(&api), "FloodProblem").is_some_and(|c| {
-            c["status"] == "True"
-                && c["reason"] == "Flood"
-                && c["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("flood "))
-        })
-    });
+#[test]
+fn a_message_changing_every_call_rides_on_the_heartbeat() {
+    // A new message each call ("flood RUN-I"), the status and reason the same.
+    let (api, _sandbox, port, daemon) = flooding("message", 200, "");
+    let first = condition(&node(&api), "FloodProblem").unwrap();
     let status0 = status_writes(&api);
     let runs0 = reconciles(port, "flooder");
-    // Each reconcile journals its 200 changes through the gate (fsynced):
-    // slow beside other work, so a longer deadline, fewer reconciles.
     wait_until(FLOOD_WITHIN, "8 more reconciles of new messages", || {
         reconciles(port, "flooder") >= runs0 + 8
     });
-    assert!(
-        status_writes(&api) - status0 <= 1,
-        "message-only changes ride on the heartbeat: {} writes",
-        status_writes(&api) - status0
+    // The first report was written at once; the messages since wait for the
+    // heartbeat (5 min).
+    assert_eq!(
+        status_writes(&api) - status0,
+        0,
+        "message-only changes ride on the heartbeat"
     );
+    assert_eq!(
+        condition(&node(&api), "FloodProblem").unwrap(),
+        first,
+        "the Node still shows the first message"
+    );
+    assert!(
+        first["message"].as_str().unwrap().starts_with("flood "),
+        "{first}"
+    );
+    assert_kubelets_untouched(&api);
+    drop(daemon);
+}
 
-    // A TTL of 1 s renewed constantly: a renewal changes nothing on the Node.
-    sandbox.config_with_host(&host(&api, &sandbox, port), &flood("renew", 50, "ttl = 1"));
-    let runs0 = reconciles(port, "flooder");
-    wait_until(WITHIN, "the first renewals", || {
-        reconciles(port, "flooder") >= runs0 + 2
-    });
+#[test]
+fn a_ttl_renewed_every_reconcile_writes_nothing() {
+    // 50 renewals a reconcile of a 60 s TTL: each moves the expiry and
+    // nothing the Node shows. (A 1 s TTL expired between the reconciles of
+    // a loaded machine, and an expiry is a change the Node must show.)
+    let (api, _sandbox, port, daemon) = flooding("renew", 50, "ttl = 60");
     let status0 = status_writes(&api);
     let runs0 = reconciles(port, "flooder");
     wait_until(FLOOD_WITHIN, "8 more reconciles of renewals", || {
         reconciles(port, "flooder") >= runs0 + 8
     });
-    assert!(
-        status_writes(&api) - status0 <= 2,
-        "renewals write nothing: {} writes",
-        status_writes(&api) - status0
+    assert_eq!(status_writes(&api) - status0, 0, "renewals write nothing");
+    assert_eq!(
+        condition(&node(&api), "FloodProblem").unwrap()["status"],
+        "True"
     );
     assert_kubelets_untouched(&api);
     drop(daemon);
