@@ -166,6 +166,24 @@ impl Fleet {
         );
     }
 
+    /// Waits until every node has renewed its node Lease since now: a new
+    /// report, or the same one again while its plugin backs off after
+    /// failures (1 s doubling: runs too far apart to wait on).
+    fn next_renewals(&self) {
+        let renewed = |node: &str| {
+            let path = format!(
+                "/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/tend-node-{node}"
+            );
+            let (_, lease) = self.api.call("GET", &path, None);
+            lease["spec"]["renewTime"].as_str().map(str::to_string)
+        };
+        let nodes: Vec<String> = (0..NODES).map(|i| format!("n{i}")).collect();
+        let now: Vec<Option<String>> = nodes.iter().map(|n| renewed(n)).collect();
+        wait_until(Duration::from_secs(10), "every node's next renewal", || {
+            nodes.iter().zip(&now).all(|(n, then)| renewed(n) != *then)
+        });
+    }
+
     /// Waits until every node has reported more runs than now.
     fn next_reports(&self) {
         let runs = |r: &Value| r["counters"]["runs"].as_u64().unwrap_or(0);
@@ -370,9 +388,14 @@ fn failures_the_stable_nodes_share_pause_the_rollout_without_a_rollback() {
         fleet.state() == (b.clone(), "rolling".into())
     });
     std::fs::remove_file(&path).unwrap();
-    wait_until(Duration::from_secs(30), "the rollout pauses", || {
-        fleet.state() == (b.clone(), "paused".into())
-    });
+    let mut seen = BTreeSet::new();
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_until(Duration::from_secs(30), "the rollout pauses", || {
+            seen.insert(format!("{:?}", fleet.rollout()));
+            fleet.state() == (b.clone(), "paused".into())
+        })
+    }));
+    assert!(waited.is_ok(), "the rollout never paused: {seen:#?}");
     let paused = fleet.rollout().unwrap();
     let reason = paused["reason"].as_str().unwrap();
     assert!(
@@ -382,11 +405,11 @@ fn failures_the_stable_nodes_share_pause_the_rollout_without_a_rollback() {
     assert_eq!(paused["failed"], serde_json::json!([]), "{paused}");
     // Nothing widens and nothing is rolled back: the candidate's nodes
     // (its first step's, unless a loaded machine let it widen first) keep it.
-    fleet.next_reports();
+    fleet.next_renewals();
     let kept = fleet.on(&b);
     assert!(!kept.is_empty() && kept.len() < NODES, "{kept:?}");
     for _ in 0..3 {
-        fleet.next_reports();
+        fleet.next_renewals();
         assert_eq!(fleet.on(&b), kept);
         assert_eq!(fleet.rollout().unwrap()["step"], paused["step"]);
         assert_eq!(fleet.state(), (b.clone(), "paused".into()));

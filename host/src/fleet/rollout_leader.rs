@@ -197,7 +197,12 @@ impl RolloutLeader {
 }
 
 /// The window of `current`'s step: kept while it is the same step of the
-/// same revision, else opened now.
+/// same revision and no node began running the candidate since it opened,
+/// else opened now. A node counts the candidate's runs from its switch, the
+/// stable nodes from the window's start: opened again at each switch, both
+/// sides count from the same moment (a failure both shared from just after
+/// a switch, counted over the candidate's shorter span, once blamed the
+/// candidate), and the step bakes from when its nodes run it.
 fn open<'w>(
     window: &'w mut Option<Opened>,
     quiet: &Quiet,
@@ -205,7 +210,14 @@ fn open<'w>(
     samples: &Samples,
     now: Instant,
 ) -> &'w Opened {
-    let same = |o: &Opened| o.revision == current.revision && o.step == current.step;
+    let runs_candidate = |sample: &Sample| sample.revision == current.revision;
+    let switched = |o: &Opened| {
+        samples.iter().any(|(node, sample)| {
+            runs_candidate(sample) && !o.start.get(node).is_some_and(runs_candidate)
+        })
+    };
+    let same =
+        |o: &Opened| o.revision == current.revision && o.step == current.step && !switched(o);
     if !window.as_ref().is_some_and(same) {
         let baseline_before = match window.take() {
             Some(earlier) if earlier.revision == current.revision => earlier.baseline_before,

@@ -288,6 +288,45 @@ async fn failures_the_stable_nodes_share_pause_the_rollout_and_revert_nothing() 
     fleet.resume_and_roll(B).await;
 }
 
+/// A failure both sides share from just after the candidate's node switched,
+/// a poll after the step began (stop 48's e2e race): counted from the same
+/// moment on both sides, it pauses. Counted on the stable nodes from the
+/// step's start, diluted by their runs before it, it once made the candidate
+/// look worse, and aborted it.
+#[tokio::test]
+async fn a_failure_shared_from_just_after_a_late_switch_pauses_and_blames_no_one() {
+    let mut fleet = Fleet::new(30);
+    for _ in 0..12 {
+        fleet.minute().await;
+    }
+    fleet.apply(B);
+    let rolling = fleet.minute().await.rollout.unwrap();
+    assert_eq!((rolling.state, rolling.step), (State::Rolling, 0));
+    // The step's node is slow to take the new config: it switches minutes
+    // late, as every run begins to fail, on both sides.
+    let slow = fleet
+        .nodes
+        .iter()
+        .position(|n| {
+            let group = format!("{}/{}", n.facts.zone, n.facts.pool);
+            rolling.runs(&n.facts.uid, &group) == B
+        })
+        .unwrap();
+    fleet.nodes[slow].desired = A.into();
+    for _ in 0..2 {
+        fleet.minute().await;
+    }
+    assert_eq!(fleet.running(B), 0);
+    fleet.nodes[slow].desired = B.into();
+    fleet.failing.insert(A, 10);
+    fleet.failing.insert(B, 10);
+    let paused = fleet.until(State::Paused, 15).await;
+    assert!(
+        paused.reason.contains("stable nodes degrade as well") && paused.failed.is_empty(),
+        "{paused:?}"
+    );
+}
+
 #[tokio::test]
 async fn an_operator_pauses_and_resumes_and_each_order_is_consumed_once() {
     let mut fleet = Fleet::new(10);
