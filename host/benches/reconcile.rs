@@ -2,6 +2,7 @@
 //! docs/benchmarks.md). Needs `cargo xtask plugins` first.
 //!
 //!   cargo bench -p tend --bench reconcile
+//!   cargo bench -p tend --bench reconcile -- rust-noop   # those reconciles alone (for perf)
 //!
 //! - one reconcile = fresh instance from InstancePre + call + drop, against the
 //!   in-memory backends (so only the host and the guest are measured);
@@ -47,6 +48,10 @@ fn config(plugins: &Path) -> Config {
 file = "{plugins}/chaos.wasm"
 [plugins.rust-noop.config]
 mode = "noop"
+[plugins.rust-noop-declared]
+file = "{plugins}/chaos-v2.wasm"
+[plugins.rust-noop-declared.config]
+mode = "noop"
 [plugins.rust-state]
 file = "{plugins}/chaos.wasm"
 [plugins.rust-state.config]
@@ -76,6 +81,23 @@ fn main() {
     let cache = tempfile::tempdir().unwrap();
     let runtime = Runtime::new(Some(cache.path()), 4).unwrap();
     println!("pooling allocator: {}", runtime.pooling);
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // A name: only the reconciles it is part of, ten times as many (a profile
+    // of them, not of the compiles).
+    let only = std::env::args().skip(1).find(|arg| !arg.starts_with('-'));
+    if let Some(only) = &only {
+        reconciles(
+            &tokio,
+            &runtime,
+            &config,
+            |name| name.contains(only.as_str()),
+            10,
+        );
+        return;
+    }
 
     println!("\n== compile (cache cold) and load (cache warm) ==");
     for name in ["chaos", "mirror-gate", "python-http-check"] {
@@ -111,42 +133,7 @@ fn main() {
         }
     }
 
-    let tokio = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (services, fakes) = Services::fake();
-    fakes.http.respond("http://cache.local/v2/", 200);
-
-    println!("\n== one reconcile: fresh instance from InstancePre + call ==");
-    for (name, iterations) in [
-        ("rust-noop", 5000),
-        ("rust-state", 5000),
-        ("mirror-gate", 2000),
-        ("python-http-check", 300),
-    ] {
-        let plugin_config = &config.plugins[name];
-        let plugin = runtime.load(&plugin_config.file).unwrap();
-        let samples = tokio.block_on(async {
-            let mut samples = Vec::with_capacity(iterations);
-            for i in 0..iterations + 50 {
-                let (elapsed, report) =
-                    timed_reconcile(&runtime, &plugin, plugin_config, &services).await;
-                assert!(report.result.is_ok(), "{name}: {:?}", report.result);
-                if i >= 50 {
-                    samples.push(elapsed);
-                }
-            }
-            samples
-        });
-        report(
-            &format!(
-                "{name} ({})",
-                plugin_config.file.file_name().unwrap().to_string_lossy()
-            ),
-            samples,
-        );
-    }
+    reconciles(&tokio, &runtime, &config, |_| true, 1);
 
     println!("\n== the mutation gate ==");
     tokio.block_on(gate_costs());
@@ -164,6 +151,54 @@ fn main() {
         })
         .collect();
     report("fork + exec /bin/sh -c 'exit 0' + wait", samples);
+}
+
+/// One reconcile of each plugin `chosen` picks, timed `scale` times as often
+/// as by default, against the in-memory backends.
+fn reconciles(
+    tokio: &tokio::runtime::Runtime,
+    runtime: &Runtime,
+    config: &Config,
+    chosen: impl Fn(&str) -> bool,
+    scale: usize,
+) {
+    let (services, fakes) = Services::fake();
+    fakes.http.respond("http://cache.local/v2/", 200);
+
+    println!("\n== one reconcile: fresh instance from InstancePre + call ==");
+    let rows = [
+        ("rust-noop", 5000),
+        // The same code, declaring two capabilities (`uses: [files, state]`)
+        // instead of all: what importing less saves an instantiation.
+        ("rust-noop-declared", 5000),
+        ("rust-state", 5000),
+        ("mirror-gate", 2000),
+        ("python-http-check", 300),
+    ];
+    for (name, iterations) in rows.into_iter().filter(|(name, _)| chosen(name)) {
+        let iterations = iterations * scale;
+        let plugin_config = &config.plugins[name];
+        let plugin = runtime.load(&plugin_config.file).unwrap();
+        let samples = tokio.block_on(async {
+            let mut samples = Vec::with_capacity(iterations);
+            for i in 0..iterations + 50 {
+                let (elapsed, report) =
+                    timed_reconcile(runtime, &plugin, plugin_config, &services).await;
+                assert!(report.result.is_ok(), "{name}: {:?}", report.result);
+                if i >= 50 {
+                    samples.push(elapsed);
+                }
+            }
+            samples
+        });
+        report(
+            &format!(
+                "{name} ({})",
+                plugin_config.file.file_name().unwrap().to_string_lossy()
+            ),
+            samples,
+        );
+    }
 }
 
 fn removal(target: String) -> Intent {

@@ -16,7 +16,7 @@
 //!         Ok(tend_sdk::Outcome::healthy("said hello"))
 //!     }
 //! }
-//! tend_sdk::export_plugin!(Hello);
+//! tend_sdk::export_plugin!(Hello, uses: []);
 //! ```
 
 /// The registration list: one entry per capability reached through a [`Host`]
@@ -163,7 +163,8 @@ pub use types::{Context, Error, Health, Outcome, PluginInfo, Result, Trigger};
 #[path = "generated/plugin.rs"]
 pub mod bindings;
 
-/// One reconcile step. Implement it, then `tend_sdk::export_plugin!(YourType);`.
+/// One reconcile step. Implement it, then `tend_sdk::export_plugin!(YourType,
+/// uses: [...]);`.
 pub trait Plugin {
     /// Name, version and summary: shown by `tend plugins inspect` and `tend status`.
     fn info() -> PluginInfo;
@@ -172,9 +173,16 @@ pub trait Plugin {
 }
 
 /// Export a [`Plugin`] as the component's `reconciler`.
+///
+/// `export_plugin!(YourType, uses: [http, state])` declares the capabilities
+/// the plugin calls (the [`Host`] accessors' names; `log` is always there):
+/// the component imports only those, which `tend plugins inspect` lists for
+/// the operator, and each instantiation wires only those. A call to another
+/// returns [`Error::Denied`] naming the list to add it to. `export_plugin!(YourType)`
+/// declares every capability.
 #[macro_export]
 macro_rules! export_plugin {
-    ($plugin:ty) => {
+    (@export $plugin:ty, $uses:expr) => {
         #[cfg(target_arch = "wasm32")]
         const _: () = {
             struct TendExport;
@@ -188,10 +196,19 @@ macro_rules! export_plugin {
                     $crate::bindings::tend::plugin::types::Outcome,
                     $crate::bindings::tend::plugin::types::Error,
                 > {
-                    $crate::__wasm::reconcile::<$plugin>(ctx)
+                    $crate::__wasm::reconcile::<$plugin, { $uses }>(ctx)
                 }
             }
-    $crate::bindings::export_world!(TendExport with_types_in $crate::bindings);
+            $crate::bindings::export_world!(TendExport with_types_in $crate::bindings);
         };
+    };
+    ($plugin:ty) => {
+        $crate::export_plugin!(@export $plugin, $crate::__wasm::ALL);
+    };
+    ($plugin:ty, uses: [$($capability:ident),* $(,)?]) => {
+        $crate::export_plugin!(
+            @export $plugin,
+            $crate::__wasm::uses(&[$($crate::__wasm::Capability::$capability),*])
+        );
     };
 }

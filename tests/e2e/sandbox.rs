@@ -177,14 +177,57 @@ fn inspect_shows_world_capabilities_and_self_description() {
         stdout.contains("world:    tend:plugin/plugin@0.1.0"),
         "{stdout}"
     );
+    // Exactly what mirror-gate declares (its `export_plugin!` uses), no more.
     assert!(
-        stdout.contains("capabilities: log@0.1.0, state@0.1.0, files@0.1.0, http@0.1.0"),
+        stdout.contains(
+            "capabilities: log@0.1.0, state@0.1.0, files@0.1.0, http@0.1.0, metrics@0.1.0\n"
+        ),
         "{stdout}"
     );
     assert!(
         stdout.contains("exports:\n  tend:plugin/reconciler@0.1.0"),
         "{stdout}"
     );
+}
+
+/// A Rust plugin declaring its capabilities (`export_plugin!(P, uses: [..])`)
+/// imports only those: `tend plugins inspect` says so, and a call to another
+/// is refused in the guest with the fix, whatever the operator granted. v1
+/// of chaos declares everything and makes the same call through the same
+/// grant.
+#[test]
+fn a_capability_a_plugin_does_not_declare_is_neither_imported_nor_reached() {
+    let registry = Registry::start();
+    let sandbox = Sandbox::new();
+    let inspect = std::process::Command::new(tend_e2e::tend_bin())
+        .args(["plugins", "inspect", "--no-cache"])
+        .arg(tend_e2e::plugin("chaos-v2"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&inspect.stdout);
+    assert!(inspect.status.success(), "{inspect:?}");
+    assert!(
+        stdout.contains("capabilities: log@0.1.0, state@0.1.0, files@0.1.0\n"),
+        "{stdout}"
+    );
+    let get = format!(
+        "mode = \"get\"\nurl = \"http://127.0.0.1:{}/v2/\"",
+        registry.port
+    );
+    let grant = "[plugins.c.grants]\nhttp = [\"http://127.0.0.1:*/v2/*\"]";
+    for (build, reached) in [("chaos", true), ("chaos-v2", false)] {
+        sandbox.add_plugin(build, "chaos");
+        sandbox.config(&chaos("c", &get, grant));
+        let run = sandbox.tend(&["reconcile", "c"]);
+        assert_eq!(run.success, reached, "{build}: {run:?}");
+        let refused = "denied: http is not among the capabilities this plugin declares: add http to the uses list of its tend_sdk::export_plugin!";
+        assert_eq!(
+            run.stdout.contains(refused),
+            !reached,
+            "{build}: {}",
+            run.stdout
+        );
+    }
 }
 
 #[test]

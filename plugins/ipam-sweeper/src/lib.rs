@@ -445,7 +445,7 @@ fn human(ms: u64) -> String {
     tend_sdk::human_duration(Duration::from_millis(ms))
 }
 
-tend_sdk::export_plugin!(IpamSweeper);
+tend_sdk::export_plugin!(IpamSweeper, uses: [cri, files, state]);
 
 #[cfg(test)]
 mod tests;

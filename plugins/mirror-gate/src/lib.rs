@@ -499,7 +499,7 @@ fn human(ms: u64) -> String {
     }
 }
 
-tend_sdk::export_plugin!(MirrorGate);
+tend_sdk::export_plugin!(MirrorGate, uses: [files, http, metrics, state]);
 
 #[cfg(test)]
 mod tests;

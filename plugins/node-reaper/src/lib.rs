@@ -776,7 +776,7 @@ fn human(ms: u64) -> String {
     tend_sdk::human_duration(Duration::from_millis(ms))
 }
 
-tend_sdk::export_plugin!(NodeReaper);
+tend_sdk::export_plugin!(NodeReaper, uses: [cloud, kube, metrics, state]);
 
 #[cfg(test)]
 mod tests;

@@ -659,4 +659,4 @@ fn event(ctx: &Context, host: &dyn Host, kind: EventType, reason: &str, message:
 #[cfg(test)]
 mod tests;
 
-tend_sdk::export_plugin!(NodeRemediator);
+tend_sdk::export_plugin!(NodeRemediator, uses: [files, kube, metrics, state, systemd]);

@@ -188,7 +188,7 @@ fn summarize(host: &dyn Host, lost: u64) -> Result<Outcome> {
     })
 }
 
-tend_sdk::export_plugin!(ProblemDetector);
+tend_sdk::export_plugin!(ProblemDetector, uses: [conditions, kube, logs, state, systemd]);
 
 #[cfg(test)]
 mod tests;

@@ -397,7 +397,7 @@ fn seconds_up(duration: Duration) -> u64 {
     duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
 }
 
-tend_sdk::export_plugin!(PullGuard);
+tend_sdk::export_plugin!(PullGuard, uses: [cri, files, state, systemd]);
 
 #[cfg(test)]
 mod tests;

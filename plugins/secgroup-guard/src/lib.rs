@@ -276,7 +276,7 @@ fn shown(items: &[String]) -> String {
     text
 }
 
-tend_sdk::export_plugin!(SecgroupGuard);
+tend_sdk::export_plugin!(SecgroupGuard, uses: [cloud, kube, state]);
 
 #[cfg(test)]
 mod tests;

@@ -84,7 +84,7 @@ pub fn run(ctx: &Context, host: &dyn Host, now_ms: u64) -> Result<Outcome> {
     apply::apply(ctx, host, &desired, jitter, now_ms)
 }
 
-tend_sdk::export_plugin!(UnitApplier);
+tend_sdk::export_plugin!(UnitApplier, uses: [files, state, systemd]);
 
 #[cfg(test)]
 mod tests;

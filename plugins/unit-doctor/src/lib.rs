@@ -333,7 +333,7 @@ fn human(ms: u64) -> String {
     text
 }
 
-tend_sdk::export_plugin!(UnitDoctor);
+tend_sdk::export_plugin!(UnitDoctor, uses: [http, state, systemd]);
 
 #[cfg(test)]
 mod tests;

@@ -76,7 +76,10 @@ impl tend_sdk::Plugin for Plugin {
     }
 }
 
-tend_sdk::export_plugin!(Plugin);
+// The capabilities the plugin calls: its component imports only these
+// (`tend plugins inspect` lists them). A call to another is denied, naming
+// this list; `export_plugin!(Plugin)` alone declares every capability.
+tend_sdk::export_plugin!(Plugin, uses: [files, http, kube, state]);
 
 /// The most bytes of the host's message a report line quotes.
 const MAX_MESSAGE: usize = 400;

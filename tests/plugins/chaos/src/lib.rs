@@ -326,7 +326,8 @@ enum Mode {
     },
 }
 
-/// Which build this is: "v1", or "v2" with the `v2` feature.
+/// Which build this is: "v1", or "v2" with the `v2` feature (which also
+/// declares fewer capabilities: the `export_plugin!` below).
 const BUILD: &str = if cfg!(feature = "v2") { "v2" } else { "v1" };
 
 pub struct Chaos;
@@ -906,8 +907,9 @@ fn kube_label(host: &dyn Host, node: &str, key: &str, value: &str) -> Result<()>
 }
 
 /// `count` GETs of `url` in one call of the host's `send-all`: each result
-/// as "ok" or the error's text.
-#[cfg(target_arch = "wasm32")]
+/// as "ok" or the error's text. (v1's component only: the bindings' own http
+/// import, which v2 does not declare.)
+#[cfg(all(target_arch = "wasm32", not(feature = "v2")))]
 fn raw_send_all(url: &str, count: usize) -> Vec<std::result::Result<(), String>> {
     use tend_sdk::bindings::tend::plugin::{http, types};
     let request = http::Request {
@@ -927,12 +929,20 @@ fn raw_send_all(url: &str, count: usize) -> Vec<std::result::Result<(), String>>
         .collect()
 }
 
-#[cfg(not(target_arch = "wasm32"))]
-fn raw_send_all(_: &str, _: usize) -> Vec<std::result::Result<(), String>> {
-    unreachable!("chaos runs as a component")
+#[cfg(not(all(target_arch = "wasm32", not(feature = "v2"))))]
+fn raw_send_all(_: &str, count: usize) -> Vec<std::result::Result<(), String>> {
+    vec![Err("send-all is raw only in chaos v1's component".into()); count]
 }
 
+// v1 declares every capability, so every hostile mode reaches the host. v2
+// is a new version that declares only what the hot-reload, OCI and fleet
+// tests run it for (`ok`: state; `write`, `disrupt`: files): its component
+// imports only those, and a call to another is refused in the guest
+// (tests/e2e/sandbox.rs).
+#[cfg(not(feature = "v2"))]
 tend_sdk::export_plugin!(Chaos);
+#[cfg(feature = "v2")]
+tend_sdk::export_plugin!(Chaos, uses: [files, state]);
 
 /// The reconcile's triggers as "kind:subject, ...".
 fn triggers(ctx: &Context) -> String {
