@@ -42,6 +42,9 @@ struct Opened {
     step: usize,
     at: Instant,
     start: Samples,
+    /// Where the failure rates count from: `start`, taken again whenever a
+    /// node began running the candidate ([`open`]).
+    counted_from: Samples,
     /// The stable nodes' failure rate before this revision began rolling.
     baseline_before: Option<f64>,
 }
@@ -154,6 +157,7 @@ impl RolloutLeader {
                     candidate: &current.revision,
                     stable: &current.stable,
                     start: &opened.start,
+                    counted_from: &opened.counted_from,
                     now: &samples,
                     baked: now.saturating_duration_since(opened.at),
                     baseline_before: opened.baseline_before,
@@ -197,12 +201,14 @@ impl RolloutLeader {
 }
 
 /// The window of `current`'s step: kept while it is the same step of the
-/// same revision and no node began running the candidate since it opened,
-/// else opened now. A node counts the candidate's runs from its switch, the
-/// stable nodes from the window's start: opened again at each switch, both
-/// sides count from the same moment (a failure both shared from just after
-/// a switch, counted over the candidate's shorter span, once blamed the
-/// candidate), and the step bakes from when its nodes run it.
+/// same revision, else opened now. A node counts the candidate's runs from
+/// its switch, the stable nodes from the window's start: so whenever a node
+/// began running the candidate, both sides count again from now (a failure
+/// both shared from just after a late switch, counted over the candidate's
+/// shorter span, once blamed the candidate). The step's start, what a
+/// restart or NotReady is judged against, and its bake stay; a node missing
+/// from this poll keeps where it counted from, so only a real switch (at
+/// most one a node a step: cuts only grow) counts again.
 fn open<'w>(
     window: &'w mut Option<Opened>,
     quiet: &Quiet,
@@ -210,26 +216,31 @@ fn open<'w>(
     samples: &Samples,
     now: Instant,
 ) -> &'w Opened {
-    let runs_candidate = |sample: &Sample| sample.revision == current.revision;
-    let switched = |o: &Opened| {
-        samples.iter().any(|(node, sample)| {
-            runs_candidate(sample) && !o.start.get(node).is_some_and(runs_candidate)
-        })
-    };
-    let same =
-        |o: &Opened| o.revision == current.revision && o.step == current.step && !switched(o);
-    if !window.as_ref().is_some_and(same) {
-        let baseline_before = match window.take() {
-            Some(earlier) if earlier.revision == current.revision => earlier.baseline_before,
-            _ => baseline(quiet, &current.stable, samples),
-        };
-        *window = Some(Opened {
-            revision: current.revision.clone(),
-            step: current.step,
-            at: now,
-            start: samples.clone(),
-            baseline_before,
-        });
+    let same = |o: &Opened| o.revision == current.revision && o.step == current.step;
+    match window {
+        Some(opened) if same(opened) => {
+            let runs_candidate = |sample: &Sample| sample.revision == current.revision;
+            let switched = samples.iter().any(|(node, sample)| {
+                runs_candidate(sample) && !opened.counted_from.get(node).is_some_and(runs_candidate)
+            });
+            if switched {
+                opened.counted_from.extend(samples.clone());
+            }
+        }
+        _ => {
+            let baseline_before = match window.take() {
+                Some(earlier) if earlier.revision == current.revision => earlier.baseline_before,
+                _ => baseline(quiet, &current.stable, samples),
+            };
+            *window = Some(Opened {
+                revision: current.revision.clone(),
+                step: current.step,
+                at: now,
+                start: samples.clone(),
+                counted_from: samples.clone(),
+                baseline_before,
+            });
+        }
     }
     window.as_ref().expect("opened above")
 }
@@ -241,6 +252,7 @@ fn baseline(quiet: &Quiet, stable: &str, samples: &Samples) -> Option<f64> {
         candidate: "",
         stable,
         start,
+        counted_from: start,
         now: samples,
         baked: Default::default(),
         baseline_before: None,

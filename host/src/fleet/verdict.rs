@@ -83,11 +83,18 @@ pub enum Verdict {
 }
 
 /// Everything a verdict reads: each node's sample when the step's window
-/// began and now (by node name), and how long the step has run.
+/// began, when its failure rates count from, and now (by node name), and how
+/// long the step has run.
 pub struct Window<'a> {
     pub candidate: &'a str,
     pub stable: &'a str,
+    /// When the step began: a candidate node restarted or turned NotReady
+    /// since then aborts.
     pub start: &'a BTreeMap<String, Sample>,
+    /// Where both sides' runs and failures count from: the step's start, or
+    /// the last time a node began running the candidate (the leader's
+    /// `open`), so both sides count over the same span.
+    pub counted_from: &'a BTreeMap<String, Sample>,
     pub now: &'a BTreeMap<String, Sample>,
     pub baked: Duration,
     /// The stable nodes' failure rate before the rollout began, if known:
@@ -104,7 +111,7 @@ pub fn sides(window: &Window) -> (Side, Side) {
             r if r == window.stable => &mut stable,
             _ => continue,
         };
-        side.add(&delta(window.start.get(node), now));
+        side.add(&delta(window.counted_from.get(node), now));
     }
     (candidate, stable)
 }

@@ -129,6 +129,32 @@ impl Fleet {
         }
     }
 
+    /// B starts rolling out on a quiet fleet, and its first step's node holds
+    /// back (its config still asks for A) for two minutes: its index, for
+    /// the caller to let it switch.
+    async fn late_switch(&mut self) -> usize {
+        for _ in 0..12 {
+            self.minute().await;
+        }
+        self.apply(B);
+        let rolling = self.minute().await.rollout.unwrap();
+        assert_eq!((rolling.state, rolling.step), (State::Rolling, 0));
+        let slow = self
+            .nodes
+            .iter()
+            .position(|n| {
+                let group = format!("{}/{}", n.facts.zone, n.facts.pool);
+                rolling.runs(&n.facts.uid, &group) == B
+            })
+            .unwrap();
+        self.nodes[slow].desired = A.into();
+        for _ in 0..2 {
+            self.minute().await;
+        }
+        assert_eq!(self.running(B), 0);
+        slow
+    }
+
     /// Minutes pass until the rollout is in `state`, at most `limit` of them.
     async fn until(&mut self, state: State, limit: u32) -> Rollout {
         for _ in 0..limit {
@@ -296,27 +322,7 @@ async fn failures_the_stable_nodes_share_pause_the_rollout_and_revert_nothing() 
 #[tokio::test]
 async fn a_failure_shared_from_just_after_a_late_switch_pauses_and_blames_no_one() {
     let mut fleet = Fleet::new(30);
-    for _ in 0..12 {
-        fleet.minute().await;
-    }
-    fleet.apply(B);
-    let rolling = fleet.minute().await.rollout.unwrap();
-    assert_eq!((rolling.state, rolling.step), (State::Rolling, 0));
-    // The step's node is slow to take the new config: it switches minutes
-    // late, as every run begins to fail, on both sides.
-    let slow = fleet
-        .nodes
-        .iter()
-        .position(|n| {
-            let group = format!("{}/{}", n.facts.zone, n.facts.pool);
-            rolling.runs(&n.facts.uid, &group) == B
-        })
-        .unwrap();
-    fleet.nodes[slow].desired = A.into();
-    for _ in 0..2 {
-        fleet.minute().await;
-    }
-    assert_eq!(fleet.running(B), 0);
+    let slow = fleet.late_switch().await;
     fleet.nodes[slow].desired = B.into();
     fleet.failing.insert(A, 10);
     fleet.failing.insert(B, 10);
@@ -325,6 +331,23 @@ async fn a_failure_shared_from_just_after_a_late_switch_pauses_and_blames_no_one
         paused.reason.contains("stable nodes degrade as well") && paused.failed.is_empty(),
         "{paused:?}"
     );
+}
+
+/// A node first seen on the candidate already broken (its tend restarted,
+/// or NotReady) aborts, though the failure counts start again at its
+/// switch: what it is judged against is the step's start.
+#[tokio::test]
+async fn a_node_first_seen_on_the_candidate_restarted_or_not_ready_aborts() {
+    let restart: fn(&mut Node) = |node| node.process = "00000000000000bb".into();
+    let not_ready: fn(&mut Node) = |node| node.facts.ready = false;
+    for (what, breaks) in [("tend restarted", restart), ("turned NotReady", not_ready)] {
+        let mut fleet = Fleet::new(30);
+        let slow = fleet.late_switch().await;
+        fleet.nodes[slow].desired = B.into();
+        breaks(&mut fleet.nodes[slow]);
+        let failed = fleet.until(State::Failed, 2).await;
+        assert!(failed.reason.contains(what), "{what}: {failed:?}");
+    }
 }
 
 #[tokio::test]
