@@ -9,6 +9,7 @@
 //! instantiation wires only those (a third of a trivial reconcile was wasmtime
 //! wiring imports, docs/benchmarks.md).
 
+use crate::__uses::Capability;
 use crate::bindings::tend::plugin::types as wit;
 use crate::types::to_wit_error;
 use crate::{Host, Level, NotProvided, Plugin, Result};
@@ -19,32 +20,12 @@ pub fn reconcile<P: Plugin, const USES: u32>(
     P::reconcile(&ctx, &WasmHost::<USES>).map_err(to_wit_error)
 }
 
-/// Every capability of the list: what `export_plugin!(P)` declares.
-pub const ALL: u32 = u32::MAX;
-
-/// The bits of the capabilities `list` names.
-pub const fn uses(list: &[Capability]) -> u32 {
-    let mut bits = 0;
-    let mut i = 0;
-    while i < list.len() {
-        bits |= 1 << list[i] as u32;
-        i += 1;
-    }
-    bits
-}
-
-/// [`Capability`] (one name per listed capability, as `uses:` spells it) and
 /// [`WasmHost`]'s accessors: each declared capability's wasm glue.
 macro_rules! wasm_host {
     ($(
         $(#[$doc:meta])*
         $name:ident: $trait:ident, $wasm:ident, $fake:ident, [$($ty:ident),*], [$($test:ident),*];
     )*) => {
-        /// A capability as `export_plugin!`'s `uses:` names it.
-        #[allow(non_camel_case_types)]
-        #[derive(Clone, Copy)]
-        pub enum Capability { $($name),* }
-
         impl<const USES: u32> Host for WasmHost<USES> {
             fn log(&self, level: Level, message: &str) {
                 crate::bindings::tend::plugin::log::log(level, message);

@@ -129,6 +129,8 @@ macro_rules! capability_modules {
 }
 capability_list!(capability_modules);
 
+#[doc(hidden)]
+pub mod __uses;
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
 pub mod __wasm;
@@ -183,6 +185,8 @@ pub trait Plugin {
 #[macro_export]
 macro_rules! export_plugin {
     (@export $plugin:ty, $uses:expr) => {
+        // On every target: a misspelt capability fails `cargo test` too.
+        const _: u32 = $uses;
         #[cfg(target_arch = "wasm32")]
         const _: () = {
             struct TendExport;
@@ -203,12 +207,12 @@ macro_rules! export_plugin {
         };
     };
     ($plugin:ty) => {
-        $crate::export_plugin!(@export $plugin, $crate::__wasm::ALL);
+        $crate::export_plugin!(@export $plugin, $crate::__uses::ALL);
     };
     ($plugin:ty, uses: [$($capability:ident),* $(,)?]) => {
         $crate::export_plugin!(
             @export $plugin,
-            $crate::__wasm::uses(&[$($crate::__wasm::Capability::$capability),*])
+            $crate::__uses::uses(&[$($crate::__uses::Capability::$capability),*])
         );
     };
 }
