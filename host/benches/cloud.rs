@@ -2,7 +2,7 @@
 //! Needs `cargo xtask plugins` first, and the venv `cargo xtask test` makes
 //! (moto, the Kubernetes and OpenStack fakes).
 //!
-//!   cargo bench -p tend --bench cloud
+//!   cargo bench -p tend --bench cloud [-- sandbox|openstack|aws]
 //!
 //! - node-reaper in the sandbox over 10,000 instances and 10,000 Nodes (the
 //!   host's in-memory cloud and Kubernetes backends): one whole reconcile,
@@ -147,8 +147,17 @@ fn main() {
     // SAFETY: no other thread runs yet. The harness runs `tend` from TEND_BIN:
     // here the release build cargo made for this bench.
     unsafe { std::env::set_var("TEND_BIN", env!("CARGO_BIN_EXE_tend")) };
-    reaper_in_the_sandbox();
-    // The OpenStack fake with Nova's and Neutron's usual page size (1000).
-    daemon_with(CloudPeer::OpenStack(OpenStackFake::start()));
-    daemon_with(CloudPeer::start(Provider::Aws));
+    // `-- sandbox` (or `openstack`, `aws`) runs that part alone, for a profile.
+    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let runs = |part: &str| only.as_deref().is_none_or(|o| part.contains(o));
+    if runs("sandbox") {
+        reaper_in_the_sandbox();
+    }
+    if runs("openstack") {
+        // The OpenStack fake with Nova's and Neutron's usual page size (1000).
+        daemon_with(CloudPeer::OpenStack(OpenStackFake::start()));
+    }
+    if runs("aws") {
+        daemon_with(CloudPeer::start(Provider::Aws));
+    }
 }

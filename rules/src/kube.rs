@@ -622,6 +622,17 @@ impl ListScope {
         named && self.selectors.as_ref().is_some_and(|s| s.matches(object))
     }
 
+    /// Whether [`ListScope::admits`] holds for every object (the rule names
+    /// no objects and has no selectors): a list of 10,000 then skips reading
+    /// each object, parsing a cached object's summary included.
+    pub fn admits_everything(&self) -> bool {
+        self.names.is_none()
+            && self
+                .selectors
+                .as_ref()
+                .is_some_and(|s| s.labels.0.is_empty() && s.fields.0.is_empty())
+    }
+
     /// Whether the list sees every object bound to `node`: no names, no
     /// label selector, and a field selector of `spec.nodeName=<node>` terms
     /// only (a drain that could not see a pod would call the Node drained).
@@ -956,6 +967,37 @@ mod tests {
         );
         assert!(scope.admits(&json!({"metadata": {"name": "node-1"}})));
         assert!(!scope.admits(&json!({"metadata": {"name": "node-2"}})));
+        assert!(!scope.admits_everything(), "a one-name rule");
+    }
+
+    #[test]
+    fn a_rule_without_names_or_selectors_admits_everything_whatever_the_plugin_asks() {
+        let r = rules(
+            r#"[{"resource": "nodes", "verbs": ["list"]},
+                {"resource": "pods", "verbs": ["list"], "field-selector": "spec.nodeName=$NODE"},
+                {"resource": "configmaps", "verbs": ["list"], "label-selector": "tend=yes"}]"#,
+        );
+        let scope = |resource, label: Option<&str>| {
+            list_scope(
+                &r,
+                "p",
+                "n1",
+                &access(resource, Verb::List, None, None),
+                label,
+                None,
+            )
+            .unwrap()
+        };
+        assert!(scope("nodes", None).admits_everything());
+        assert!(
+            scope("nodes", Some("app=web")).admits_everything(),
+            "the plugin's own selector narrows what is asked, not the grant"
+        );
+        assert!(!scope("pods", None).admits_everything(), "a field selector");
+        assert!(
+            !scope("configmaps", None).admits_everything(),
+            "a label selector"
+        );
     }
 
     #[test]
@@ -1260,6 +1302,7 @@ mod tests {
             !scope.admits(&pod("a", "n1", json!({}))),
             "an unlabelled pod"
         );
+        assert!(!scope.admits_everything());
         let err = list_scope(&r, "p", "n1", &list, Some("a b"), None).unwrap_err();
         assert_eq!(err.kind(), "invalid");
         assert!(

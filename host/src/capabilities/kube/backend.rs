@@ -99,8 +99,9 @@ pub struct Listed {
 
 #[derive(Debug, Clone, PartialEq)]
 enum View {
-    /// Read from the API server: the object itself, parsed already.
-    Whole(Value),
+    /// Read from the API server: the object itself, parsed already (shared:
+    /// a list handed out again costs no deep copy).
+    Whole(Arc<Value>),
     /// From a watch cache: compact JSON of its metadata (name, namespace,
     /// labels) and the fields its cache's field selector names, parsed when
     /// a list re-checks it (a parsed copy of every cached object would take
@@ -113,7 +114,7 @@ impl Listed {
     pub fn whole(object: Value) -> Listed {
         Listed {
             json: object.to_string().into(),
-            view: View::Whole(object),
+            view: View::Whole(Arc::new(object)),
         }
     }
 

@@ -20,7 +20,9 @@ type ObjectKey = (String, Option<String>, String);
 
 pub struct FakeKube {
     kinds: Vec<ResourceInfo>,
-    objects: Mutex<BTreeMap<ObjectKey, Value>>,
+    /// Each object with its text, serialized when stored (as the watch cache
+    /// holds its objects): a list hands out shared texts, not fresh copies.
+    objects: Mutex<BTreeMap<ObjectKey, Listed>>,
     ledger: FakeLedger,
     changes: broadcast::Sender<Change>,
     requests: AtomicU64,
@@ -77,7 +79,7 @@ impl FakeKube {
         self.objects
             .lock()
             .unwrap()
-            .insert((plural.into(), namespace, name), object);
+            .insert((plural.into(), namespace, name), Listed::whole(object));
     }
 
     pub fn object(&self, plural: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
@@ -86,7 +88,8 @@ impl FakeKube {
             namespace.map(str::to_string),
             name.to_string(),
         );
-        self.objects.lock().unwrap().get(&key).cloned()
+        let objects = self.objects.lock().unwrap();
+        objects.get(&key).map(|o| o.view().into_owned())
     }
 
     /// Every mutation performed, in the SDK fake's words: "patch
@@ -184,7 +187,7 @@ impl KubeBackend for FakeKube {
         let objects = self.objects.lock().unwrap();
         objects
             .get(&Self::key(r, namespace, name))
-            .cloned()
+            .map(|o| o.view().into_owned())
             .ok_or_else(|| {
                 CapError::NotFound(format!(
                     "get {}/{name}: {} \"{name}\" not found (NotFound)",
@@ -206,7 +209,7 @@ impl KubeBackend for FakeKube {
             .filter(|((plural, ns, _), _)| {
                 *plural == r.plural && (namespace.is_none() || ns.as_deref() == namespace)
             })
-            .map(|(_, o)| Listed::whole(o.clone()))
+            .map(|(_, o)| o.clone())
             .collect();
         Ok(ObjectList {
             items,
@@ -240,7 +243,7 @@ impl KubeBackend for FakeKube {
         if !run.dry() {
             self.ledger
                 .record("create", &Self::target(r, namespace, &name));
-            objects.insert(key, object.clone());
+            objects.insert(key, Listed::whole(object.clone()));
         }
         Ok(object)
     }
@@ -260,7 +263,7 @@ impl KubeBackend for FakeKube {
         // A JSON patch that does not apply changes nothing and is not
         // performed, as the API server answers 422.
         let patched = match objects.get(&key) {
-            Some(object) => Ok(patched(object, &patch)
+            Some(object) => Ok(patched(&object.view(), &patch)
                 .map_err(|e| CapError::Invalid(format!("kube patch {target}: {e}")))?),
             None => Err(CapError::NotFound(format!(
                 "patch {}/{name}: not found (NotFound)",
@@ -273,7 +276,7 @@ impl KubeBackend for FakeKube {
         }
         let patched = patched?;
         if !run.dry() {
-            objects.insert(key, patched.clone());
+            objects.insert(key, Listed::whole(patched.clone()));
         }
         Ok(patched)
     }
@@ -325,7 +328,7 @@ impl KubeBackend for FakeKube {
                 "evict pods/{pod}: pods \"{name}\" not found (NotFound)"
             )));
         };
-        if found["metadata"]["uid"].as_str().unwrap_or_default() != uid {
+        if found.view()["metadata"]["uid"].as_str().unwrap_or_default() != uid {
             return Err(CapError::NotFound(format!(
                 "evict pods/{pod}: the pod checked is gone (another pod has its name now)"
             )));

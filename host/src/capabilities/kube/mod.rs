@@ -137,7 +137,11 @@ impl wit::Functions for PluginKube {
             .await?;
         Ok(crate::wit::kube::ObjectList {
             // The WIT's list<string> owns its strings: one copy, no serializing.
-            items: list.items.iter().map(|text| text.to_string()).collect(),
+            items: list
+                .items
+                .iter()
+                .map(|text| String::from(&**text))
+                .collect(),
             continue_token: list.continue_token,
             resource_version: list.resource_version,
         })
