@@ -148,8 +148,13 @@ fn main() {
     // here the release build cargo made for this bench.
     unsafe { std::env::set_var("TEND_BIN", env!("CARGO_BIN_EXE_tend")) };
     // `-- sandbox` (or `openstack`, `aws`) runs that part alone, for a profile.
+    const PARTS: [&str; 3] = ["sandbox", "openstack", "aws"];
     let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let runs = |part: &str| only.as_deref().is_none_or(|o| part.contains(o));
+    assert!(
+        PARTS.into_iter().any(runs),
+        "{only:?} names no part of this bench: give one of {PARTS:?}, or none for all"
+    );
     if runs("sandbox") {
         reaper_in_the_sandbox();
     }
