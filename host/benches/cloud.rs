@@ -45,8 +45,11 @@ fn reaper_in_the_sandbox() {
         reaper_config("")
     ));
     let (services, fakes) = Services::fake();
+    // A cloud lists in no order of its own (EC2 by reservation), the API
+    // server by name: the instances are added scrambled, the Nodes in order.
+    let scrambled = |n: usize| n * 7919 % COUNT;
     for n in 0..COUNT {
-        let id = format!("i-{n:017x}");
+        let id = format!("i-{:017x}", scrambled(n));
         let mut instance = FakeCloud::instance(&id, &format!("ip-{n}"), &[OWNER]);
         instance.created_at_ms = 1_000;
         instance.private_addresses = vec![format!("10.{}.{}.{}", n >> 16, (n >> 8) & 255, n & 255)];

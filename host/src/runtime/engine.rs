@@ -16,6 +16,11 @@ pub fn optimized() -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
+    // `TEND_PERFMAP=1 perf record ...` names the guest's functions (in
+    // /tmp/perf-<pid>.map) where a profile otherwise shows `[JIT]`.
+    if std::env::var_os("TEND_PERFMAP").is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     config
 }
 

@@ -544,14 +544,8 @@ fn describe_why(why: Why) -> &'static str {
 /// outcome only counts.
 fn log_verdict(host: &dyn Host, instance: &Instance, verdict: &Verdict, report: &Report) {
     use tend_sdk::Level;
-    let name = format!(
-        "instance {} ({}, pool {})",
-        instance.id,
-        instance.name,
-        decide::shown_pool(&verdict.pool)
-    );
     let (level, what) = match &verdict.action {
-        Action::Registered(_) => return,
+        Action::Registered(_) => return, // most of a cluster: nothing formatted
         Action::Young { why, left_ms } => (
             Level::Debug,
             format!("{} left before it counts ({why:?})", human(*left_ms)),
@@ -572,6 +566,12 @@ fn log_verdict(host: &dyn Host, instance: &Instance, verdict: &Verdict, report: 
         ),
         Action::Delete { why } => (Level::Info, format!("{}: {}", report.verb(), why.label())),
     };
+    let name = format!(
+        "instance {} ({}, pool {})",
+        instance.id,
+        instance.name,
+        decide::shown_pool(&verdict.pool)
+    );
     host.log(level, &format!("{name}: {what}"));
 }
 

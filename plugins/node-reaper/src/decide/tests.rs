@@ -1051,3 +1051,118 @@ fn a_replace_request_names_its_instance_by_provider_id_and_waits_for_the_cordon(
         d.verdicts
     );
 }
+
+#[test]
+fn in_str_order_is_strs_order() {
+    let words = [
+        "",
+        "i",
+        "i-0000000000000000",
+        "i-00000000000000000",
+        "i-0000000000000000a",
+        "i-000000000000000a0",
+        "i-1",
+        "i-0000000",
+        "i-00000000",
+        "i-000000000",
+        "i-0000001",
+        "\u{7f}",
+        "é",
+        "\u{10ffff}",
+        "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
+    ];
+    for a in words {
+        for b in words {
+            assert_eq!(in_str_order(a, b), a.cmp(b), "{a:?} against {b:?}");
+        }
+    }
+}
+
+/// The next memory (matched IDs, each pool's newest launches) is the same
+/// however the cloud orders its listing.
+#[test]
+fn the_memory_is_the_same_whatever_the_listing_order() {
+    let p = without_churn();
+    // 40 registered, created a second apart in pairs (ties broken by ID),
+    // and 10 never registered.
+    let created = |n: u32| T0 + u64::from(n / 2) * 1_000;
+    let all: Vec<Instance> = (1..=50)
+        .map(|n| instance(n, InstanceState::Running, created(n)))
+        .collect();
+    let nodes: Vec<NodeInfo> = (1..=40).map(node_of).collect();
+    let now = T0 + 60 * MIN;
+    let sorted = run(&p, &watched(&all), &all, &nodes, now).memory;
+    let mut reversed = all.clone();
+    reversed.reverse();
+    let mut scrambled = all.clone();
+    scrambled.sort_by_key(|i| i.id.bytes().rev().collect::<Vec<_>>());
+    for listing in [reversed, scrambled] {
+        assert_eq!(
+            run(&p, &watched(&all), &listing, &nodes, now).memory,
+            sorted
+        );
+    }
+    let newest: Vec<(&str, bool)> = (sorted.launches[""].iter())
+        .map(|l| (l.id.as_str(), l.registered))
+        .collect();
+    let id = |n: u32| all[n as usize - 1].id.as_str();
+    assert_eq!(
+        newest,
+        (45..=50).rev().map(|n| (id(n), false)).collect::<Vec<_>>(),
+        "the window's newest six, newest first"
+    );
+    assert_eq!(sorted.ever_matched.len(), 40);
+}
+
+/// A pass's own observation of an instance replaces the remembered one;
+/// remembered launches newer than anything listed stay in the window.
+#[test]
+fn each_pools_newest_launches_are_kept_with_this_passs_observation_of_each() {
+    let p = without_churn();
+    let listed = [running(1), running(2)];
+    let remembered = |id: &str, created: u64, registered| Launch {
+        id: id.into(),
+        created_at_ms: created as i64,
+        registered,
+    };
+    let memory = Memory {
+        launches: BTreeMap::from([(
+            String::new(),
+            vec![
+                remembered("i-gone", T0 + MIN, false),
+                remembered(&listed[0].id, T0, false),
+            ],
+        )]),
+        ..watched(&listed)
+    };
+    let d = run(
+        &p,
+        &memory,
+        &listed,
+        &[node_of(1), node_of(2)],
+        T0 + 60 * MIN,
+    );
+    let kept: Vec<(&str, bool)> = (d.memory.launches[""].iter())
+        .map(|l| (l.id.as_str(), l.registered))
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            ("i-gone", false),
+            (listed[1].id.as_str(), true),
+            (listed[0].id.as_str(), true)
+        ]
+    );
+}
+
+/// The memory's matched IDs read back as the same set whatever order the
+/// stored list has (it is written sorted; a hand-edited one need not be).
+#[test]
+fn matched_ids_read_back_as_one_set_in_any_stored_order() {
+    let memory: Memory =
+        serde_json::from_str(r#"{"ever-matched": ["i-b", "i-a", "i-b", "i-c"]}"#).unwrap();
+    let ids: Vec<&str> = memory.ever_matched.iter().map(String::as_str).collect();
+    assert_eq!(ids, ["i-a", "i-b", "i-c"]);
+    let again: Memory = serde_json::from_str(&serde_json::to_string(&memory).unwrap()).unwrap();
+    assert_eq!(again, memory);
+}
