@@ -528,10 +528,11 @@ pub fn decide(
         judge.instance(at, instance, &mut absences, &mut next, &mut judged);
     }
     let cluster = owned.iter().filter(|(_, i)| live(i)).count();
+    // Sorted here, the set's own sort of what it collects (each ID once: the
+    // listing's are) finds one run and compares each pair once.
     judged
         .ever_matched
         .sort_unstable_by(|a, b| in_str_order(a, b));
-    judged.ever_matched.dedup();
     next.ever_matched = (judged.ever_matched.drain(..)).map(String::from).collect();
     let launches = std::mem::take(&mut judged.launches);
     next.launches = merge_launches(&memory.launches, launches, policy.churn_window);
