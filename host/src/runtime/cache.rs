@@ -211,6 +211,51 @@ impl ArtifactCache {
     }
 }
 
+/// A build that is never cached (Winch's, replaced by its Cranelift build):
+/// mapped from a file with no name in `dir`, so only the pages that run are
+/// resident, as file pages the kernel can drop, where a copy in memory kept
+/// every page resident. In memory when there is no `dir`, or the file cannot
+/// be written or mapped (said in a warning: the memory is then held).
+pub fn load_uncached(
+    engine: &Engine,
+    compiled: &[u8],
+    dir: Option<&Path>,
+) -> anyhow::Result<Component> {
+    if let Some(dir) = dir {
+        match map_uncached(engine, compiled, dir) {
+            Ok(component) => return Ok(component),
+            Err(e) => tracing::warn!(
+                "a Winch build held in memory, not mapped from a file under {}: {e:#}",
+                dir.display()
+            ),
+        }
+    }
+    // SAFETY: serialized just now by an engine of `engine`'s settings; the
+    // engine checks that they match.
+    Ok(unsafe { Component::deserialize(engine, compiled)? })
+}
+
+/// `compiled` written to an `O_TMPFILE` file in `dir` and mapped from it.
+/// wasmtime 48 loads a component from a path only, so the path is the
+/// descriptor's (`/proc/self/fd/N`).
+fn map_uncached(engine: &Engine, compiled: &[u8], dir: &Path) -> anyhow::Result<Component> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::PermissionsExt;
+    crate::atomic::create_private_dir(dir)?;
+    let mut file = tempfile::tempfile_in(dir)?;
+    // Whatever the umask: O_TMPFILE takes the process's default mode.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(compiled)?;
+    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    // SAFETY: serialized just now by an engine of `engine`'s settings (the
+    // engine checks that they match). The file has no name; this writable
+    // descriptor closes on return and wasmtime keeps a read-only one, so it
+    // stays as written while the component lives: only root or Tend's own
+    // user could reach it, through /proc, as they could a cache entry.
+    Ok(unsafe { Component::deserialize_file(engine, path)? })
+}
+
 /// `path`, opened without following a symlink.
 fn open_own(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -323,6 +368,30 @@ mod tests {
             "the compiled image at {image:#x} is not a mapping of {}",
             artifact.display()
         );
+    }
+
+    /// A build no cache keeps (Winch's) is mapped from a file with no name
+    /// in the directory, and runs; without a directory, or with one that
+    /// cannot be, it is loaded from memory and runs.
+    #[test]
+    fn a_build_never_cached_is_mapped_from_an_unnamed_file() {
+        use crate::runtime::test_component::{mapped_from_unnamed_file_in, returning, run};
+        let dir = tempfile::tempdir().unwrap();
+        let scratch = dir.path().join("cache");
+        let engine = Engine::default();
+        let compiled = engine.precompile_component(&returning(7)).unwrap();
+        let component = map_uncached(&engine, &compiled, &scratch).unwrap();
+        let names = std::fs::read_dir(&scratch).unwrap().count();
+        assert_eq!(names, 0, "no file has a name");
+        assert!(mapped_from_unnamed_file_in(&scratch, &component));
+        assert_eq!(run(&engine, &component), 7);
+        let not_a_dir = dir.path().join("file");
+        std::fs::write(&not_a_dir, "").unwrap();
+        for dir in [None, Some(not_a_dir.as_path())] {
+            let in_memory = load_uncached(&engine, &compiled, dir).unwrap();
+            assert!(!mapped_from_unnamed_file_in(&scratch, &in_memory));
+            assert_eq!(run(&engine, &in_memory), 7);
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub use plugin::{CompiledPlugin, LoadError};
 pub use store::CallState;
 
 use compile_lane::{CompileLane, Priority};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use wasmtime::component::Linker;
 use wasmtime::{Config, Engine};
 
@@ -45,6 +45,9 @@ struct Tier {
     compiling: Config,
     linker: Linker<CallState>,
     cache: ArtifactCache,
+    /// Where the builds of a tier that caches none are mapped from (files
+    /// with no name, see [`cache::load_uncached`]).
+    uncached_dir: Option<PathBuf>,
 }
 
 impl Tier {
@@ -63,7 +66,17 @@ impl Tier {
             engine,
             compiling,
             linker,
+            uncached_dir: None,
         })
+    }
+
+    /// A tier that caches nothing, whose fresh builds are mapped from files
+    /// with no name in `dir`.
+    fn mapping_uncached_builds_from(self, dir: Option<&Path>) -> Self {
+        Tier {
+            uncached_dir: dir.map(Path::to_path_buf),
+            ..self
+        }
     }
 
     /// `wasm` compiled for this tier's engine, serialized, on an engine of its
@@ -116,7 +129,8 @@ impl Runtime {
             beyond_pool: on_demand
                 .map(|engine| Tier::new(engine, engine::optimized(), cache_dir, false))
                 .transpose()?,
-            baseline: Tier::new(winch, engine::baseline(), None, false)?,
+            baseline: Tier::new(winch, engine::baseline(), None, false)?
+                .mapping_uncached_builds_from(cache_dir),
             ticker,
             pool_instances: engine::pool_instances(plugins),
             compiles: CompileLane::default(),

@@ -75,10 +75,13 @@ impl Runtime {
             let _turn = self.compiles.enter(Priority::Quick);
             self.baseline.compile(wasm)
         };
-        // SAFETY: serialized just now by an engine of the baseline's settings;
-        // the engine checks that they match.
-        let winch = winch
-            .and_then(|bytes| unsafe { Ok(Component::deserialize(&self.baseline.engine, bytes)?) });
+        let winch = winch.and_then(|bytes| {
+            super::cache::load_uncached(
+                &self.baseline.engine,
+                &bytes,
+                self.baseline.uncached_dir.as_deref(),
+            )
+        });
         let winch_error = match winch {
             Ok(component) => {
                 return Ok(QuickBuild {
@@ -404,6 +407,21 @@ mod tests {
             .unwrap();
         assert_eq!(build.compiler, Compiler::Winch);
         assert!(build.winch_refused.is_none());
+    }
+
+    /// What the daemon's first reconcile of a new plugin runs is mapped from
+    /// a file with no name in the compile cache's directory.
+    #[test]
+    fn a_winch_build_is_mapped_from_an_unnamed_file_in_the_cache_dir() {
+        use super::super::test_component::{mapped_from_unnamed_file_in, returning};
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let runtime = Runtime::new(Some(&cache), 1).unwrap();
+        let build = runtime
+            .compile_quick(Path::new("seven.wasm"), &returning(7), "sha256:seven")
+            .unwrap();
+        assert_eq!(build.compiler, Compiler::Winch);
+        assert!(mapped_from_unnamed_file_in(&cache, &build.component));
     }
 
     #[test]
