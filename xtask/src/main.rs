@@ -108,7 +108,7 @@ const QUICKSTART_REGISTRY_PORT: u16 = 5055;
 fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
     let result = match task.as_str() {
-        "plugins" => build_tend(true).and_then(|tend| plugins(&tend, Plugins::All)),
+        "plugins" => build_tend(true).and_then(|tend| plugins(&tend)),
         // One language's plugins and SDK tests: `cargo xtask lang js`.
         "lang" => langs::one(std::env::args().nth(2).as_deref()),
         "image" => image::image(),
@@ -326,51 +326,23 @@ pub(crate) fn newest_mtime(paths: impl IntoIterator<Item = PathBuf>) -> std::tim
         .unwrap_or(std::time::UNIX_EPOCH)
 }
 
-/// Which plugins to build.
+/// Which Rust plugins to build.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Plugins {
-    /// What the demo's first part runs: the built-in plugins and the Python
-    /// example; no test plugins, and the language templates (four toolchains,
+    /// The built-in plugins, what the demo's first part runs (with the Python
+    /// example); no test plugins, and the language templates (four toolchains,
     /// minutes of a newcomer's first run) only once the first plugins have
     /// done their job ([`language_plugins`]).
     Demo,
-    /// Everything the tests use.
+    /// Every one the tests use.
     All,
 }
 
-/// The plugins into target/plugins/: the Rust ones of the workspace, then each
-/// language's ([`language_plugins`]); for the demo, only what its first part runs.
-fn plugins(tend: &Path, which: Plugins) -> Result<()> {
-    ensure_debian_packages()?;
-    ensure_wasm_target("wasm32-wasip2")?;
+/// Every plugin the tests use into target/plugins/: the Rust ones of the
+/// workspace, then each language's ([`language_plugins`]).
+fn plugins(tend: &Path) -> Result<()> {
+    rust_plugins(Plugins::All)?;
     let out = root().join("target/plugins");
-    std::fs::create_dir_all(&out)?;
-    step("building Rust plugins for wasm32-wasip2");
-    let mut build = cargo();
-    build.args(["build", "--profile", "plugin", "--target", "wasm32-wasip2"]);
-    let tests = match which {
-        Plugins::Demo => &[][..],
-        Plugins::All => TEST_PLUGINS,
-    };
-    let rust_plugins = || BUILT_IN_PLUGINS.iter().chain(tests);
-    for package in rust_plugins() {
-        build.args(["-p", package]);
-    }
-    run(&mut build)?;
-    let built = |package: &str| {
-        root()
-            .join("target/wasm32-wasip2/plugin")
-            .join(format!("{}.wasm", package.replace('-', "_")))
-    };
-    for package in rust_plugins() {
-        std::fs::copy(built(package), out.join(format!("{package}.wasm")))
-            .with_context(|| format!("copy {package}"))?;
-    }
-    if which == Plugins::Demo {
-        langs::python::examples(&out)?;
-        eprintln!("plugins in {}", out.display());
-        return Ok(());
-    }
     // A second version of chaos, for the hot-reload tests.
     run(cargo().args([
         "build",
@@ -383,8 +355,42 @@ fn plugins(tend: &Path, which: Plugins) -> Result<()> {
         "--features",
         "v2",
     ]))?;
-    std::fs::copy(built("chaos"), out.join("chaos-v2.wasm")).context("copy chaos v2")?;
+    std::fs::copy(built_plugin("chaos"), out.join("chaos-v2.wasm")).context("copy chaos v2")?;
     language_plugins(tend)
+}
+
+/// Where the `plugin` profile puts `package`'s component.
+fn built_plugin(package: &str) -> PathBuf {
+    root()
+        .join("target/wasm32-wasip2/plugin")
+        .join(format!("{}.wasm", package.replace('-', "_")))
+}
+
+/// The Rust plugins `which` names, built and copied into target/plugins/.
+/// Needs no `tend`: the demo builds them beside it (their own profile and
+/// target, so the two cargos lock different build directories).
+fn rust_plugins(which: Plugins) -> Result<()> {
+    ensure_debian_packages()?;
+    ensure_wasm_target("wasm32-wasip2")?;
+    let out = root().join("target/plugins");
+    std::fs::create_dir_all(&out)?;
+    step("building Rust plugins for wasm32-wasip2");
+    let mut build = cargo();
+    build.args(["build", "--profile", "plugin", "--target", "wasm32-wasip2"]);
+    let tests = match which {
+        Plugins::Demo => &[][..],
+        Plugins::All => TEST_PLUGINS,
+    };
+    let packages = || BUILT_IN_PLUGINS.iter().chain(tests);
+    for package in packages() {
+        build.args(["-p", package]);
+    }
+    run(&mut build)?;
+    for package in packages() {
+        std::fs::copy(built_plugin(package), out.join(format!("{package}.wasm")))
+            .with_context(|| format!("copy {package}"))?;
+    }
+    Ok(())
 }
 
 /// Each language's plugins into target/plugins/ (`tend-author`, built beside
@@ -452,7 +458,7 @@ fn test_steps() -> Result<()> {
     built?;
     venv.join().expect("the venv's installer panicked")?;
     let tend = root().join("target/debug/tend");
-    plugins(&tend, Plugins::All)?;
+    plugins(&tend)?;
     // tests/e2e/image.rs runs it in the test containerd.
     image::image_of_test_build(&tend)?;
     // Every runner runs to its end; one total closes the run.
@@ -692,9 +698,13 @@ fn demo() -> Result<()> {
     // installs while tend builds, as in `cargo xtask test`: over two minutes
     // of a cold first run, most of it waiting on downloads.
     let venv = std::thread::spawn(venv);
+    // So do the Rust plugins: the end of tend's build is one crate at a time
+    // (wasmtime, wasmtime-wasi, tend), which leaves a core to them.
+    let rust_plugins = std::thread::spawn(|| rust_plugins(Plugins::Demo));
     let tend = build_tend(false)?;
+    rust_plugins.join().expect("the plugins' build panicked")?;
     venv.join().expect("the venv's installer panicked")?;
-    plugins(&tend, Plugins::Demo)?;
+    langs::python::examples(&root().join("target/plugins"))?;
     let config = root().join("examples/quickstart/tend.toml");
     let work = Path::new("/tmp/tend-quickstart");
     fresh_workspace(work)?;
