@@ -99,24 +99,30 @@ pub fn returning(value: i32) -> Vec<u8> {
     exporting_run(&module(&[function], &Extras::default()), 1)
 }
 
+/// The line of /proc/self/maps whose address range holds `address`.
+pub fn mapping_holding(address: usize) -> Option<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .find(|line| {
+            let range = line
+                .split_whitespace()
+                .next()
+                .and_then(|r| r.split_once('-'));
+            range.is_some_and(|(start, end)| {
+                let hex = |n| usize::from_str_radix(n, 16).unwrap_or(0);
+                (hex(start)..hex(end)).contains(&address)
+            })
+        })
+        .map(str::to_string)
+}
+
 /// Whether `component`'s compiled image is a mapping of a file with no name
 /// (deleted, or never linked) in `dir`.
 pub fn mapped_from_unnamed_file_in(
     dir: &std::path::Path,
     component: &wasmtime::component::Component,
 ) -> bool {
-    let image = component.image_range().start as usize;
     let dir = std::fs::canonicalize(dir).unwrap();
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    maps.lines().any(|line| {
-        let range = line
-            .split_whitespace()
-            .next()
-            .and_then(|r| r.split_once('-'));
-        let contains = range.is_some_and(|(start, end)| {
-            let hex = |n| usize::from_str_radix(n, 16).unwrap_or(0);
-            (hex(start)..hex(end)).contains(&image)
-        });
-        contains && line.contains(&*dir.to_string_lossy()) && line.ends_with("(deleted)")
-    })
+    mapping_holding(component.image_range().start as usize)
+        .is_some_and(|line| line.contains(&*dir.to_string_lossy()) && line.ends_with("(deleted)"))
 }
