@@ -247,14 +247,27 @@ impl Runtime {
         if result.is_err() && !call.gate.settle(SETTLE_GRACE).await {
             tracing::warn!(plugin = %config.name, "a mutation cut off by the deadline is still running after {SETTLE_GRACE:?}; its result will be journaled when it ends");
         }
-        let result = match result {
-            Err(_) => Err(Failure::Deadline {
+        // The state writes the plugin was answered for, durable before the
+        // reconcile is reported (a hung disk is waited for no longer than a
+        // cut-off mutation).
+        let durable = tokio::time::timeout(SETTLE_GRACE, call.gate.durable())
+            .await
+            .unwrap_or_else(|_| {
+                Err(CapError::Unavailable(format!(
+                    "state store: a write this reconcile was answered for is still being committed after {SETTLE_GRACE:?}"
+                )))
+            });
+        let result = match (result, durable) {
+            (Err(_), _) => Err(Failure::Deadline {
                 plugin: config.name.clone(),
                 limit: config.limits.timeout,
             }),
-            Ok(Ok(Ok(outcome))) => Ok(from_wit_outcome(outcome, config.limits.min_requeue)),
-            Ok(Ok(Err(error))) => Err(Failure::Plugin(from_wit_error(error))),
-            Ok(Err(e)) => Err(classify(e, &store, &output, config)),
+            (Ok(Ok(Ok(_))), Err(lost)) => Err(Failure::Plugin(lost)),
+            (Ok(Ok(Ok(outcome))), Ok(())) => {
+                Ok(from_wit_outcome(outcome, config.limits.min_requeue))
+            }
+            (Ok(Ok(Err(error))), _) => Err(Failure::Plugin(from_wit_error(error))),
+            (Ok(Err(e)), _) => Err(classify(e, &store, &output, config)),
         };
         forward_output(&config.name, &output);
         call.gate.sync().await;

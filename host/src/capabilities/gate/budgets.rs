@@ -470,7 +470,11 @@ impl Budgets {
                 let ledgers = self.ledgers.lock().unwrap();
                 serde_json::to_vec(&ledgers[&rule.name]).expect("a ledger serializes")
             };
-            self.store.set(LEDGERS, &rule.name, bytes, None).await?;
+            self.store
+                .set(LEDGERS, &rule.name, bytes, None)
+                .await?
+                .durable()
+                .await?;
         }
         Ok(())
     }

@@ -1,7 +1,8 @@
 //! The mutation gate: the one code path every mutating capability call takes,
 //! in this order: grant check (by the adapter, before it builds the intent) ->
 //! dry run (record the plan, perform nothing) -> host-wide budgets -> journal
-//! intent, fsynced -> perform -> journal result, the reconcile's mutation list.
+//! intent, fsynced, while the plugin's state writes so far are made durable
+//! (both awaited) -> perform -> journal result, the reconcile's mutation list.
 //!
 //! An adapter makes a mutation with one call, [`Gate::mutate`]: the gate
 //! admits the intent, answers a dry run with the adapter's planned answer,
@@ -22,6 +23,7 @@ pub use ledger::{BudgetRule, Ledger, target_hash};
 
 use super::error::CapError;
 use super::limits::{Limits, over_limit, raise};
+use super::state::Commit;
 pub use crate::journal::INTERRUPTED;
 use crate::journal::{Entry, Journal, Phase};
 use crate::text::inert;
@@ -178,6 +180,10 @@ struct Inner {
     planned: Planned,
     /// Results appended without fsync since the last [`Gate::sync`].
     unsynced: AtomicBool,
+    /// State writes the plugin was answered for, still being made durable,
+    /// and the first of them that could not be: every effect waits for them.
+    pending: Mutex<Vec<Commit>>,
+    lost: Mutex<Option<CapError>>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -211,6 +217,8 @@ impl Gate {
             mutations: Mutex::default(),
             planned: planned.unwrap_or_default(),
             unsynced: AtomicBool::new(false),
+            pending: Mutex::default(),
+            lost: Mutex::default(),
         }))
     }
 
@@ -348,31 +356,77 @@ impl Gate {
             inner.run_id,
             inner.seq.fetch_add(1, Ordering::Relaxed)
         );
-        if let Some(journal) = &inner.journal {
-            let entry = self.entry(&intent, &id, Phase::Intent, String::new());
-            // The fsync runs on the blocking pool, never on a tokio worker.
-            let appender = journal.clone();
-            let appended = tokio::task::spawn_blocking(move || appender.append(&[entry], true))
-                .await
-                .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-            if let Err(e) = appended {
-                inner
-                    .budgets
-                    .refund(&operation, &intent.target, spent_at)
-                    .await;
-                return Err(CapError::Unavailable(format!(
-                    "cannot journal {operation} {} in {}: {e}; nothing was done (Tend does not act unrecorded)",
-                    inert(&intent.target),
-                    journal.dir().display()
-                )));
-            }
+        // The intent's fsync and the state writes' commits, at once: the
+        // effect waits for both.
+        let (appended, durable) = tokio::join!(self.journal_intent(&intent, &id), self.durable());
+        let unjournaled = match (appended, &inner.journal) {
+            (Err(e), Some(journal)) => Some(CapError::Unavailable(format!(
+                "cannot journal {operation} {} in {}: {e}; nothing was done (Tend does not act unrecorded)",
+                inert(&intent.target),
+                journal.dir().display()
+            ))),
+            _ => None,
+        };
+        if unjournaled.is_some() || durable.is_err() {
+            inner
+                .budgets
+                .refund(&operation, &intent.target, spent_at)
+                .await;
+        }
+        if let Some(e) = unjournaled {
+            return Err(e);
         }
         inner.in_flight.fetch_add(1, Ordering::SeqCst);
-        Ok(Admission::Go(Permit(Arc::new(Admitted {
+        let admitted = Admitted {
             gate: self.clone(),
             id,
             intent: Mutex::new(Some(intent)),
-        }))))
+        };
+        if let Err(lost) = durable {
+            // Its journaled intent gets this result; it is never performed.
+            admitted.close(lost.to_string());
+            return Err(lost);
+        }
+        Ok(Admission::Go(Permit(Arc::new(admitted))))
+    }
+
+    /// Append `intent` to the journal and fsync it, on the blocking pool
+    /// (never on a tokio worker); nothing to do without a journal.
+    async fn journal_intent(&self, intent: &Intent, id: &str) -> std::io::Result<()> {
+        let Some(journal) = self.0.journal.clone() else {
+            return Ok(());
+        };
+        let entry = self.entry(intent, id, Phase::Intent, String::new());
+        tokio::task::spawn_blocking(move || journal.append(&[entry], true))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    }
+
+    /// Keep `commit`, a state write the plugin was answered for, until it is
+    /// durable: awaited before this reconcile's next effect, its next state
+    /// call and its end ([`Gate::durable`]).
+    pub fn keep_pending(&self, commit: Commit) {
+        self.0.pending.lock().unwrap().push(commit);
+    }
+
+    /// Every state write answered so far, durable. When one could not be
+    /// made durable, this and every later call of the reconcile fails: the
+    /// plugin was told it was written, so nothing more may act on it.
+    pub async fn durable(&self) -> Result<(), CapError> {
+        loop {
+            if let Some(lost) = self.0.lost.lock().unwrap().clone() {
+                return Err(lost);
+            }
+            let Some(commit) = self.0.pending.lock().unwrap().pop() else {
+                return Ok(());
+            };
+            if let Err(e) = commit.durable().await {
+                let lost = CapError::Unavailable(format!(
+                    "a state write this reconcile was answered for could not be made durable ({e}); nothing more is done in this reconcile"
+                ));
+                self.0.lost.lock().unwrap().get_or_insert(lost);
+            }
+        }
     }
 
     fn entry(&self, intent: &Intent, id: &str, phase: Phase, result: String) -> Entry {

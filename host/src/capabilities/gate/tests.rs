@@ -320,3 +320,85 @@ fn an_entry_built_from_an_intent_keeps_the_line_format() {
         "the diff is for plans, not the journal"
     );
 }
+
+/// A state write answered to the plugin, its commit in the test's hands.
+fn pending_state_write(gate: &Gate) -> tokio::sync::oneshot::Sender<Result<(), CapError>> {
+    let (committed, finished) = tokio::sync::oneshot::channel();
+    gate.keep_pending(Commit::pending(finished));
+    committed
+}
+
+#[tokio::test]
+async fn an_effect_waits_for_the_state_writes_before_it_while_its_intent_is_journaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = gate(dir.path(), false, budgets(10));
+    let committed = pending_state_write(&gate);
+    let performed = Arc::new(AtomicBool::new(false));
+    let mutation = tokio::spawn({
+        let (gate, performed) = (gate.clone(), performed.clone());
+        async move {
+            gate.mutate(remove("/a"), Ok(()), |_permit| async move {
+                performed.store(true, Ordering::SeqCst);
+                Ok(())
+            })
+            .await
+        }
+    });
+    // The intent reaches the journal while the commit is still pending...
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while journaled(dir.path()).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no intent journaled");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // ...and the effect waits for it.
+    assert!(
+        !performed.load(Ordering::SeqCst),
+        "performed before the state write was durable"
+    );
+    committed.send(Ok(())).unwrap();
+    mutation.await.unwrap().unwrap();
+    assert!(performed.load(Ordering::SeqCst));
+    gate.sync().await;
+    assert_eq!(journaled(dir.path()), [("/a".into(), "ok".into())]);
+}
+
+#[tokio::test]
+async fn a_state_write_never_made_durable_refuses_every_later_effect_and_refunds() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = budgets(1);
+    let gate = gate(dir.path(), false, shared.clone());
+    let committed = pending_state_write(&gate);
+    committed
+        .send(Err(CapError::Unavailable("state store: disk full".into())))
+        .unwrap();
+    for target in ["/a", "/b"] {
+        let err = gate
+            .mutate(remove(target), Ok(()), |_permit| async {
+                panic!("performed after a lost state write")
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("could not be made durable (unavailable: state store: disk full); nothing more is done"),
+            "{err}"
+        );
+    }
+    assert!(
+        gate.durable().await.is_err(),
+        "the reconcile's end sees it too"
+    );
+    gate.sync().await;
+    let entries = journaled(dir.path());
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert!(
+        entries
+            .iter()
+            .all(|(_, result)| result.contains("could not be made durable"))
+    );
+    // The budget's one removal was given back both times.
+    let next = super::Gate::new(Caller::default(), Limits::default(), None, shared, None);
+    assert!(matches!(
+        next.admit(remove("/c"), None).await,
+        Ok(Admission::Go(_))
+    ));
+}

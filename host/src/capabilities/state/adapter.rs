@@ -47,18 +47,26 @@ impl PluginState {
         if let Some(value) = self.overlay.lock().unwrap().entries.get(key) {
             return Ok(value.clone());
         }
+        self.call.gate.durable().await?;
         self.backend.get(&self.call.plugin, key).await
     }
 
+    /// Answered once the write is checked (keys, bytes); made durable while
+    /// the plugin goes on, and before anything this reconcile does next
+    /// outside the guest (the gate waits for it).
     pub async fn set(&self, key: &str, value: Vec<u8>) -> Result<(), CapError> {
         check_key(key)?;
         check_value(key, &value)?;
         if self.call.dry_run {
             return self.overlay_put(key, Some(value));
         }
-        self.backend
+        self.call.gate.durable().await?;
+        let commit = self
+            .backend
             .set(&self.call.plugin, key, value, Some(self.limits))
-            .await
+            .await?;
+        self.call.gate.keep_pending(commit);
+        Ok(())
     }
 
     pub async fn delete(&self, key: &str) -> Result<bool, CapError> {
@@ -68,11 +76,15 @@ impl PluginState {
             self.overlay_put(key, None)?;
             return Ok(existed);
         }
-        self.backend.delete(&self.call.plugin, key).await
+        self.call.gate.durable().await?;
+        let (existed, commit) = self.backend.delete(&self.call.plugin, key).await?;
+        self.call.gate.keep_pending(commit);
+        Ok(existed)
     }
 
     pub async fn list_keys(&self, prefix: &str) -> Result<Vec<String>, CapError> {
         check_prefix(prefix)?;
+        self.call.gate.durable().await?;
         let mut keys = self.backend.list_keys(&self.call.plugin, prefix).await?;
         let overlay = self.overlay.lock().unwrap();
         for (key, value) in overlay
@@ -95,8 +107,10 @@ impl PluginState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capabilities::state::Commit;
     use crate::capabilities::testing::call;
     use crate::capabilities::{Capability, capability::AlwaysGranted, state::FakeState};
+    use std::future::Future;
 
     fn state(backend: &Arc<FakeState>, plugin: &str, dry_run: bool) -> PluginState {
         let backend: Arc<dyn StateBackend> = backend.clone();
@@ -138,6 +152,59 @@ mod tests {
         let real = state(&backend, "a", false);
         assert_eq!(real.list_keys("").await.unwrap(), ["keep"]);
         assert_eq!(backend.actions(), ["set a/keep"]);
+    }
+
+    /// A store whose commits finish when the test says so.
+    #[derive(Default)]
+    struct HeldCommits {
+        entries: FakeState,
+        held: Mutex<Vec<tokio::sync::oneshot::Sender<Result<(), CapError>>>>,
+    }
+
+    #[async_trait::async_trait]
+    impl StateBackend for HeldCommits {
+        async fn get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, CapError> {
+            self.entries.get(plugin, key).await
+        }
+        async fn set(
+            &self,
+            plugin: &str,
+            key: &str,
+            value: Vec<u8>,
+            limits: Option<StateLimits>,
+        ) -> Result<Commit, CapError> {
+            // The fake's write is done: held, this test decides when.
+            let _in_memory = self.entries.set(plugin, key, value, limits).await?;
+            let (committed, finished) = tokio::sync::oneshot::channel();
+            self.held.lock().unwrap().push(committed);
+            Ok(Commit::pending(finished))
+        }
+        async fn delete(&self, plugin: &str, key: &str) -> Result<(bool, Commit), CapError> {
+            self.entries.delete(plugin, key).await
+        }
+        async fn list_keys(&self, plugin: &str, prefix: &str) -> Result<Vec<String>, CapError> {
+            self.entries.list_keys(plugin, prefix).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_is_answered_before_it_is_durable_and_read_only_after() {
+        let backend = Arc::new(HeldCommits::default());
+        let dynamic: Arc<dyn StateBackend> = backend.clone();
+        let call = call("a", false);
+        let state = PluginState::for_call(&dynamic, &AlwaysGranted, &Default::default(), &call);
+        state.set("k", b"1".to_vec()).await.unwrap();
+        let mut read = std::pin::pin!(state.get("k"));
+        assert!(
+            read.as_mut()
+                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+                .is_pending(),
+            "read before the write is durable"
+        );
+        let committed = backend.held.lock().unwrap().pop().unwrap();
+        committed.send(Ok(())).unwrap();
+        assert_eq!(read.await.unwrap(), Some(b"1".to_vec()));
+        assert!(call.gate.durable().await.is_ok());
     }
 
     #[tokio::test]

@@ -46,19 +46,51 @@ impl StateLimits {
     }
 }
 
+/// A write the backend has checked and applied, on its way to disk: the
+/// caller is answered once the write is known to be allowed, and awaits
+/// [`Commit::durable`] before anything relies on the write surviving a crash
+/// (the gate, before any effect: [`crate::capabilities::gate::Gate::keep_pending`]).
+#[must_use = "a write is durable only once its commit is awaited"]
+pub struct Commit(Option<tokio::sync::oneshot::Receiver<Result<(), CapError>>>);
+
+impl Commit {
+    /// Durable already (or in memory, for a fake).
+    pub fn done() -> Commit {
+        Commit(None)
+    }
+
+    /// Durable when `finished` answers Ok.
+    pub fn pending(finished: tokio::sync::oneshot::Receiver<Result<(), CapError>>) -> Commit {
+        Commit(Some(finished))
+    }
+
+    pub async fn durable(self) -> Result<(), CapError> {
+        match self.0 {
+            None => Ok(()),
+            Some(finished) => finished.await.unwrap_or_else(|_| {
+                Err(CapError::Unavailable(
+                    "state store: the commit ended without an answer".into(),
+                ))
+            }),
+        }
+    }
+}
+
 #[async_trait::async_trait]
 pub trait StateBackend: Send + Sync + 'static {
     async fn get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, CapError>;
     /// Store a value; with limits, refuse (storing nothing) when the plugin
-    /// would hold more than it allows.
+    /// would hold more than it allows. Answers once the write is checked and
+    /// applied; the [`Commit`] says when it is durable.
     async fn set(
         &self,
         plugin: &str,
         key: &str,
         value: Vec<u8>,
         limits: Option<StateLimits>,
-    ) -> Result<(), CapError>;
-    async fn delete(&self, plugin: &str, key: &str) -> Result<bool, CapError>;
+    ) -> Result<Commit, CapError>;
+    /// Whether the key existed; the [`Commit`] as for `set`.
+    async fn delete(&self, plugin: &str, key: &str) -> Result<(bool, Commit), CapError>;
     /// Sorted.
     async fn list_keys(&self, plugin: &str, prefix: &str) -> Result<Vec<String>, CapError>;
 }

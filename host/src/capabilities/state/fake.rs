@@ -1,6 +1,6 @@
 //! An in-memory state store for tests: records writes, injects failures.
 
-use super::backend::{StateBackend, StateLimits};
+use super::backend::{Commit, StateBackend, StateLimits};
 use crate::capabilities::error::CapError;
 use crate::capabilities::fakes::FakeLedger;
 use std::collections::BTreeMap;
@@ -37,7 +37,7 @@ impl StateBackend for FakeState {
         key: &str,
         value: Vec<u8>,
         limits: Option<StateLimits>,
-    ) -> Result<(), CapError> {
+    ) -> Result<Commit, CapError> {
         self.ledger.check()?;
         if let Some(limits) = limits {
             let entries = self.entries.lock().unwrap();
@@ -53,13 +53,14 @@ impl StateBackend for FakeState {
             .lock()
             .unwrap()
             .insert((plugin.into(), key.into()), value);
-        Ok(())
+        Ok(Commit::done())
     }
-    async fn delete(&self, plugin: &str, key: &str) -> Result<bool, CapError> {
+    async fn delete(&self, plugin: &str, key: &str) -> Result<(bool, Commit), CapError> {
         self.ledger.check()?;
         self.ledger.record("delete", &format!("{plugin}/{key}"));
         let mut entries = self.entries.lock().unwrap();
-        Ok(entries.remove(&(plugin.into(), key.into())).is_some())
+        let existed = entries.remove(&(plugin.into(), key.into())).is_some();
+        Ok((existed, Commit::done()))
     }
     async fn list_keys(&self, plugin: &str, prefix: &str) -> Result<Vec<String>, CapError> {
         self.ledger.check()?;

@@ -3,7 +3,7 @@
 //! calling task (measured: microseconds); commits fsync, so they run on the
 //! blocking pool, never on a tokio worker.
 
-use super::backend::{StateBackend, StateLimits};
+use super::backend::{Commit, StateBackend, StateLimits};
 use crate::capabilities::error::CapError;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
@@ -125,20 +125,46 @@ impl RedbState {
     }
 }
 
+/// Run `write` in a write transaction on the blocking pool and answer its
+/// result as soon as it is known; the transaction is then committed (the
+/// fsync) while the caller goes on, and the [`Commit`] answers when it is
+/// durable. A write `write` refuses is rolled back, nothing to commit.
 fn commit<T: Send + 'static>(
     db: &Arc<Database>,
     write: impl FnOnce(&redb::WriteTransaction) -> Result<T, CapError> + Send + 'static,
-) -> impl std::future::Future<Output = Result<T, CapError>> + Send + 'static {
+) -> impl std::future::Future<Output = Result<(T, Commit), CapError>> + Send + 'static {
     let db = db.clone();
+    let (checked, answer) = tokio::sync::oneshot::channel();
+    let (committed, durable) = tokio::sync::oneshot::channel();
+    let task = tokio::task::spawn_blocking(move || {
+        let written = db
+            .begin_write()
+            .map_err(unavailable)
+            .and_then(|txn| Ok((write(&txn)?, txn)));
+        let txn = match written {
+            Ok((result, txn)) => {
+                let _ = checked.send(Ok(result));
+                txn
+            }
+            Err(e) => {
+                drop(db);
+                return drop(checked.send(Err(e)));
+            }
+        };
+        let result = txn.commit().map_err(unavailable);
+        // Closed before the answer: whoever awaited the commit may reopen
+        // the store at once.
+        drop(db);
+        let _ = committed.send(result);
+    });
     async move {
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_write().map_err(unavailable)?;
-            let result = write(&txn)?;
-            txn.commit().map_err(unavailable)?;
-            Ok(result)
-        })
-        .await
-        .map_err(|e| unavailable(format!("commit task failed: {e}")))?
+        match answer.await {
+            Ok(result) => result.map(|result| (result, Commit::pending(durable))),
+            Err(_) => Err(unavailable(match task.await {
+                Err(e) => format!("commit task failed: {e}"),
+                Ok(()) => "commit task ended without an answer".into(),
+            })),
+        }
     }
 }
 
@@ -159,9 +185,9 @@ impl StateBackend for RedbState {
         key: &str,
         value: Vec<u8>,
         limits: Option<StateLimits>,
-    ) -> Result<(), CapError> {
+    ) -> Result<Commit, CapError> {
         let (plugin, key) = (plugin.to_string(), key.to_string());
-        commit(&self.db, move |txn| {
+        let ((), durable) = commit(&self.db, move |txn| {
             let (keys, bytes) = usage(txn, &plugin)?;
             let mut table = txn.open_table(TABLE).map_err(unavailable)?;
             let old = table
@@ -179,10 +205,11 @@ impl StateBackend for RedbState {
             drop(table);
             set_usage(txn, &plugin, (keys, bytes))
         })
-        .await
+        .await?;
+        Ok(durable)
     }
 
-    async fn delete(&self, plugin: &str, key: &str) -> Result<bool, CapError> {
+    async fn delete(&self, plugin: &str, key: &str) -> Result<(bool, Commit), CapError> {
         let (plugin, key) = (plugin.to_string(), key.to_string());
         commit(&self.db, move |txn| {
             let (keys, bytes) = usage(txn, &plugin)?;
@@ -220,27 +247,43 @@ impl StateBackend for RedbState {
 mod tests {
     use super::*;
 
+    /// A write, awaited until durable.
+    async fn set(
+        store: &RedbState,
+        plugin: &str,
+        key: &str,
+        value: Vec<u8>,
+        limits: Option<StateLimits>,
+    ) -> Result<(), CapError> {
+        store.set(plugin, key, value, limits).await?.durable().await
+    }
+
+    async fn delete(store: &RedbState, plugin: &str, key: &str) -> bool {
+        let (existed, commit) = store.delete(plugin, key).await.unwrap();
+        commit.durable().await.unwrap();
+        existed
+    }
+
     #[tokio::test]
     async fn survives_reopening_and_scopes_keys_by_plugin() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.redb");
         {
             let store = RedbState::open(&path).unwrap();
-            store
-                .set("a", "written/docker.io", b"1".to_vec(), None)
+            set(&store, "a", "written/docker.io", b"1".to_vec(), None)
                 .await
                 .unwrap();
-            store
-                .set("a", "written/quay.io", b"2".to_vec(), None)
+            set(&store, "a", "written/quay.io", b"2".to_vec(), None)
                 .await
                 .unwrap();
-            store.set("a", "other", b"3".to_vec(), None).await.unwrap();
-            store
-                .set("ab", "written/x", b"4".to_vec(), None)
+            set(&store, "a", "other", b"3".to_vec(), None)
                 .await
                 .unwrap();
-            assert!(store.delete("a", "other").await.unwrap());
-            assert!(!store.delete("a", "other").await.unwrap());
+            set(&store, "ab", "written/x", b"4".to_vec(), None)
+                .await
+                .unwrap();
+            assert!(delete(&store, "a", "other").await);
+            assert!(!delete(&store, "a", "other").await);
         }
         let store = RedbState::open(&path).unwrap();
         assert_eq!(
@@ -262,26 +305,28 @@ mod tests {
             keys: 2,
             bytes: crate::units::ByteSize(100),
         });
-        store.set("p", "a", vec![0; 40], limits).await.unwrap();
-        store.set("p", "a", vec![0; 45], limits).await.unwrap();
-        store.set("p", "b", vec![0; 40], limits).await.unwrap();
-        let err = store.set("p", "c", vec![], limits).await.unwrap_err();
+        set(&store, "p", "a", vec![0; 40], limits).await.unwrap();
+        set(&store, "p", "a", vec![0; 45], limits).await.unwrap();
+        set(&store, "p", "b", vec![0; 40], limits).await.unwrap();
+        let err = set(&store, "p", "c", vec![], limits).await.unwrap_err();
         assert!(
             err.to_string()
                 .contains("raise [plugins.p.limits] state-keys (now 2)"),
             "{err}"
         );
-        let err = store.set("p", "b", vec![0; 60], limits).await.unwrap_err();
+        let err = set(&store, "p", "b", vec![0; 60], limits)
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("state-bytes"), "{err}");
         assert_eq!(
             store.get("p", "b").await.unwrap().unwrap().len(),
             40,
             "nothing stored"
         );
-        assert!(store.delete("p", "a").await.unwrap());
-        store.set("p", "c", vec![0; 50], limits).await.unwrap();
+        assert!(delete(&store, "p", "a").await);
+        set(&store, "p", "c", vec![0; 50], limits).await.unwrap();
         // Another plugin has its own limits.
-        store.set("q", "a", vec![0; 90], limits).await.unwrap();
+        set(&store, "q", "a", vec![0; 90], limits).await.unwrap();
     }
 
     #[test]
