@@ -11,6 +11,7 @@
 pub use crate::digest::{sha256_digest, sha256_hex};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -211,28 +212,48 @@ impl ArtifactCache {
     }
 }
 
-/// A build that is never cached (Winch's, replaced by its Cranelift build):
-/// mapped from a file with no name in `dir`, so only the pages that run are
-/// resident, as file pages the kernel can drop, where a copy in memory kept
-/// every page resident. In memory when there is no `dir`, or the file cannot
-/// be written or mapped (said in a warning: the memory is then held).
-pub fn load_uncached(
-    engine: &Engine,
-    compiled: &[u8],
-    dir: Option<&Path>,
-) -> anyhow::Result<Component> {
-    if let Some(dir) = dir {
-        match map_uncached(engine, compiled, dir) {
-            Ok(component) => return Ok(component),
-            Err(e) => tracing::warn!(
-                "a Winch build held in memory, not mapped from a file under {}: {e:#}",
-                dir.display()
-            ),
+/// Where the builds that are never cached (Winch's, replaced by their
+/// Cranelift builds) are loaded from: each mapped from a file with no name in
+/// `dir`, so only the pages that run are resident, as file pages the kernel
+/// can drop, where a copy in memory kept every page resident. In memory when
+/// there is no `dir`, and from the first build that cannot be written or
+/// mapped there on (a `noexec` mount, a full disk): one warning says so,
+/// rather than one per build.
+pub struct UncachedBuilds {
+    dir: Option<PathBuf>,
+    in_memory_from_now_on: AtomicBool,
+}
+
+impl UncachedBuilds {
+    pub fn new(dir: Option<&Path>) -> Self {
+        UncachedBuilds {
+            dir: dir.map(Path::to_path_buf),
+            in_memory_from_now_on: AtomicBool::new(false),
         }
     }
-    // SAFETY: serialized just now by an engine of `engine`'s settings; the
-    // engine checks that they match.
-    Ok(unsafe { Component::deserialize(engine, compiled)? })
+
+    pub fn load(&self, engine: &Engine, compiled: &[u8]) -> anyhow::Result<Component> {
+        let dir = self
+            .dir
+            .as_deref()
+            .filter(|_| !self.in_memory_from_now_on.load(Ordering::Relaxed));
+        if let Some(dir) = dir {
+            match map_uncached(engine, compiled, dir) {
+                Ok(component) => return Ok(component),
+                Err(e) => {
+                    if !self.in_memory_from_now_on.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            "Winch builds are held in memory from now on (until tend restarts), not mapped from files under {}: {e:#}",
+                            dir.display()
+                        );
+                    }
+                }
+            }
+        }
+        // SAFETY: serialized just now by an engine of `engine`'s settings; the
+        // engine checks that they match.
+        Ok(unsafe { Component::deserialize(engine, compiled)? })
+    }
 }
 
 /// `compiled` written to an `O_TMPFILE` file in `dir` and mapped from it.
@@ -376,10 +397,29 @@ mod tests {
         let not_a_dir = dir.path().join("file");
         std::fs::write(&not_a_dir, "").unwrap();
         for dir in [None, Some(not_a_dir.as_path())] {
-            let in_memory = load_uncached(&engine, &compiled, dir).unwrap();
+            let in_memory = UncachedBuilds::new(dir).load(&engine, &compiled).unwrap();
             assert!(!mapped_from_unnamed_file_in(&scratch, &in_memory));
             assert_eq!(run(&engine, &in_memory), 7);
         }
+    }
+
+    /// Once a build could not be mapped from the directory, the next ones do
+    /// not try (a `noexec` mount would fail, and warn, for every build).
+    #[test]
+    fn after_a_build_that_cannot_be_mapped_the_next_are_loaded_from_memory() {
+        use crate::runtime::test_component::{returning, run};
+        let dir = tempfile::tempdir().unwrap();
+        let scratch = dir.path().join("cache");
+        std::fs::write(&scratch, "").unwrap();
+        let engine = Engine::default();
+        let compiled = engine.precompile_component(&returning(7)).unwrap();
+        let builds = UncachedBuilds::new(Some(&scratch));
+        assert_eq!(run(&engine, &builds.load(&engine, &compiled).unwrap()), 7);
+        // The directory is possible now: not tried again.
+        std::fs::remove_file(&scratch).unwrap();
+        let next = builds.load(&engine, &compiled).unwrap();
+        assert!(!scratch.exists(), "not created: never tried");
+        assert_eq!(run(&engine, &next), 7);
     }
 
     #[test]

@@ -45,9 +45,9 @@ struct Tier {
     compiling: Config,
     linker: Linker<CallState>,
     cache: ArtifactCache,
-    /// Where the builds of a tier that caches none are mapped from (files
-    /// with no name, see [`cache::load_uncached`]).
-    uncached_dir: Option<PathBuf>,
+    /// Where the builds of a tier that caches none are loaded from (files
+    /// with no name, see [`cache::UncachedBuilds`]).
+    uncached: cache::UncachedBuilds,
 }
 
 impl Tier {
@@ -66,7 +66,7 @@ impl Tier {
             engine,
             compiling,
             linker,
-            uncached_dir: None,
+            uncached: cache::UncachedBuilds::new(None),
         })
     }
 
@@ -74,7 +74,7 @@ impl Tier {
     /// with no name in `dir`.
     fn mapping_uncached_builds_from(self, dir: Option<&Path>) -> Self {
         Tier {
-            uncached_dir: dir.map(Path::to_path_buf),
+            uncached: cache::UncachedBuilds::new(dir),
             ..self
         }
     }

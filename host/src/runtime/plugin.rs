@@ -75,13 +75,8 @@ impl Runtime {
             let _turn = self.compiles.enter(Priority::Quick);
             self.baseline.compile(wasm)
         };
-        let winch = winch.and_then(|bytes| {
-            super::cache::load_uncached(
-                &self.baseline.engine,
-                &bytes,
-                self.baseline.uncached_dir.as_deref(),
-            )
-        });
+        let winch =
+            winch.and_then(|bytes| self.baseline.uncached.load(&self.baseline.engine, &bytes));
         let winch_error = match winch {
             Ok(component) => {
                 return Ok(QuickBuild {
