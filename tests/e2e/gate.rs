@@ -379,3 +379,60 @@ fn status_of_one_plugin_says_why_it_waits() {
     );
     assert!(daemon.terminate(Duration::from_secs(30)));
 }
+
+/// A filesystem mounted for one test, unmounted when dropped (also on a panic).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &std::path::Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(at)
+            .status()
+            .unwrap();
+        assert!(
+            mounted.success(),
+            "mount a tmpfs at {}: run as root, as CI does",
+            at.display()
+        );
+        Tmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A state write is answered once it is checked and made durable while the
+/// plugin goes on; one lost on its way to disk (the state directory on a full
+/// filesystem) fails the reconcile saying so, whatever the plugin made of the
+/// refusals that followed (this one reports them and says healthy).
+#[test]
+fn a_state_write_lost_on_its_way_to_disk_fails_the_reconcile() {
+    assert!(
+        tend_e2e::is_root(),
+        "this test mounts a full filesystem: run it as root, as CI does"
+    );
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("chaos", "chaos").config(
+        "[plugins.chaos]\n[plugins.chaos.config]\nmode = \"state-flood\"\ncount = 8\nsize = 300000\n",
+    );
+    let _full = Tmpfs::mount(&sandbox.path("state"), "1m");
+    let out = sandbox.tend(&["reconcile", "chaos"]);
+    assert!(!out.success, "{out:?}");
+    assert!(
+        out.stdout.contains(
+            "chaos: FAILED: unavailable: a state write this reconcile was answered for could not be made durable"
+        ) && out.stdout.contains("No space left on device"),
+        "{out:?}"
+    );
+}

@@ -253,20 +253,25 @@ impl Runtime {
         let durable = tokio::time::timeout(SETTLE_GRACE, call.gate.durable())
             .await
             .unwrap_or_else(|_| {
-                Err(CapError::Unavailable(format!(
+                let hung = format!(
                     "state store: a write this reconcile was answered for is still being committed after {SETTLE_GRACE:?}"
-                )))
+                );
+                tracing::error!(plugin = %config.name, "{hung}");
+                Err(CapError::Unavailable(hung))
             });
+        // A lost state write outranks what the plugin answered (it may have
+        // caught the error and said something else); a deadline or a trap
+        // stays what ended the reconcile, the loss logged by the gate.
         let result = match (result, durable) {
             (Err(_), _) => Err(Failure::Deadline {
                 plugin: config.name.clone(),
                 limit: config.limits.timeout,
             }),
-            (Ok(Ok(Ok(_))), Err(lost)) => Err(Failure::Plugin(lost)),
+            (Ok(Ok(_)), Err(lost)) => Err(Failure::Plugin(lost)),
             (Ok(Ok(Ok(outcome))), Ok(())) => {
                 Ok(from_wit_outcome(outcome, config.limits.min_requeue))
             }
-            (Ok(Ok(Err(error))), _) => Err(Failure::Plugin(from_wit_error(error))),
+            (Ok(Ok(Err(error))), Ok(())) => Err(Failure::Plugin(from_wit_error(error))),
             (Ok(Err(e)), _) => Err(classify(e, &store, &output, config)),
         };
         forward_output(&config.name, &output);

@@ -22,7 +22,7 @@ pub use plugin::{CompiledPlugin, LoadError};
 pub use store::CallState;
 
 use compile_lane::{CompileLane, Priority};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use wasmtime::component::Linker;
 use wasmtime::{Config, Engine};
 

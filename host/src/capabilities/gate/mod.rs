@@ -180,9 +180,11 @@ struct Inner {
     planned: Planned,
     /// Results appended without fsync since the last [`Gate::sync`].
     unsynced: AtomicBool,
-    /// State writes the plugin was answered for, still being made durable,
-    /// and the first of them that could not be: every effect waits for them.
-    pending: Mutex<Vec<Commit>>,
+    /// State writes the plugin was answered for, still being made durable
+    /// (held while one is awaited, so concurrent effects all wait for it and a
+    /// cancelled waiter leaves it listed), and the first of them that could
+    /// not be: every effect waits for them.
+    pending: tokio::sync::Mutex<Vec<Commit>>,
     lost: Mutex<Option<CapError>>,
 }
 
@@ -217,7 +219,7 @@ impl Gate {
             mutations: Mutex::default(),
             planned: planned.unwrap_or_default(),
             unsynced: AtomicBool::new(false),
-            pending: Mutex::default(),
+            pending: tokio::sync::Mutex::default(),
             lost: Mutex::default(),
         }))
     }
@@ -323,6 +325,12 @@ impl Gate {
             self.record(&intent, Phase::Planned, result);
             return check.map(|()| Admission::Planned);
         }
+        // A state write already lost: refused before any budget, ticket or
+        // journal intent is spent on it.
+        if let Err(lost) = self.lost() {
+            self.record(&intent, Phase::Refused, lost.to_string());
+            return Err(lost);
+        }
         let spent_at = match inner.budgets.spend(&operation, &intent.target).await {
             Ok(at) => at,
             Err(refusal) => {
@@ -405,28 +413,33 @@ impl Gate {
     /// Keep `commit`, a state write the plugin was answered for, until it is
     /// durable: awaited before this reconcile's next effect, its next state
     /// call and its end ([`Gate::durable`]).
-    pub fn keep_pending(&self, commit: Commit) {
-        self.0.pending.lock().unwrap().push(commit);
+    pub async fn keep_pending(&self, commit: Commit) {
+        self.0.pending.lock().await.push(commit);
     }
 
     /// Every state write answered so far, durable. When one could not be
     /// made durable, this and every later call of the reconcile fails: the
     /// plugin was told it was written, so nothing more may act on it.
     pub async fn durable(&self) -> Result<(), CapError> {
-        loop {
-            if let Some(lost) = self.0.lost.lock().unwrap().clone() {
-                return Err(lost);
-            }
-            let Some(commit) = self.0.pending.lock().unwrap().pop() else {
-                return Ok(());
-            };
-            if let Err(e) = commit.durable().await {
+        let mut pending = self.0.pending.lock().await;
+        while let Some(commit) = pending.last_mut() {
+            let finished = commit.finished().await;
+            pending.pop();
+            if let Err(e) = finished {
+                tracing::error!(plugin = %self.0.caller.plugin, "a state write the plugin was answered for could not be made durable: {e}");
                 let lost = CapError::Unavailable(format!(
-                    "a state write this reconcile was answered for could not be made durable ({e}); nothing more is done in this reconcile"
+                    "a state write this reconcile was answered for could not be made durable ({e}); this and every later effect and state call of this reconcile are refused"
                 ));
                 self.0.lost.lock().unwrap().get_or_insert(lost);
             }
         }
+        self.lost()
+    }
+
+    /// The first state write of this reconcile that could not be made
+    /// durable, as the error of every later call.
+    fn lost(&self) -> Result<(), CapError> {
+        self.0.lost.lock().unwrap().clone().map_or(Ok(()), Err)
     }
 
     fn entry(&self, intent: &Intent, id: &str, phase: Phase, result: String) -> Entry {

@@ -322,64 +322,115 @@ fn an_entry_built_from_an_intent_keeps_the_line_format() {
 }
 
 /// A state write answered to the plugin, its commit in the test's hands.
-fn pending_state_write(gate: &Gate) -> tokio::sync::oneshot::Sender<Result<(), CapError>> {
+async fn pending_state_write(gate: &Gate) -> tokio::sync::oneshot::Sender<Result<(), CapError>> {
     let (committed, finished) = tokio::sync::oneshot::channel();
-    gate.keep_pending(Commit::pending(finished));
+    gate.keep_pending(Commit::pending(finished)).await;
     committed
 }
 
-#[tokio::test]
-async fn an_effect_waits_for_the_state_writes_before_it_while_its_intent_is_journaled() {
-    let dir = tempfile::tempdir().unwrap();
-    let gate = gate(dir.path(), false, budgets(10));
-    let committed = pending_state_write(&gate);
+/// A mutation of `target` on its own task, and whether it was performed.
+fn spawn_remove(
+    gate: &Gate,
+    target: &'static str,
+) -> (
+    tokio::task::JoinHandle<Result<(), CapError>>,
+    Arc<AtomicBool>,
+) {
     let performed = Arc::new(AtomicBool::new(false));
     let mutation = tokio::spawn({
         let (gate, performed) = (gate.clone(), performed.clone());
         async move {
-            gate.mutate(remove("/a"), Ok(()), |_permit| async move {
+            gate.mutate(remove(target), Ok(()), |_permit| async move {
                 performed.store(true, Ordering::SeqCst);
                 Ok(())
             })
             .await
         }
     });
-    // The intent reaches the journal while the commit is still pending...
+    (mutation, performed)
+}
+
+/// Wait (with a deadline) until the journal holds `lines` lines.
+async fn journal_holds(dir: &std::path::Path, lines: usize) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while journaled(dir.path()).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "no intent journaled");
+    while journaled(dir).len() < lines {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the journal holds {:?}",
+            journaled(dir)
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    // ...and the effect waits for it.
-    assert!(
-        !performed.load(Ordering::SeqCst),
-        "performed before the state write was durable"
-    );
-    committed.send(Ok(())).unwrap();
-    mutation.await.unwrap().unwrap();
-    assert!(performed.load(Ordering::SeqCst));
-    gate.sync().await;
-    assert_eq!(journaled(dir.path()), [("/a".into(), "ok".into())]);
 }
 
 #[tokio::test]
-async fn a_state_write_never_made_durable_refuses_every_later_effect_and_refunds() {
+async fn effects_wait_for_the_state_writes_before_them_while_their_intents_are_journaled() {
     let dir = tempfile::tempdir().unwrap();
-    let shared = budgets(1);
-    let gate = gate(dir.path(), false, shared.clone());
-    let committed = pending_state_write(&gate);
+    let gate = gate(dir.path(), false, budgets(10));
+    let committed = pending_state_write(&gate).await;
+    // Two at once (as `http.send-all` makes them): both wait.
+    let (first, first_performed) = spawn_remove(&gate, "/a");
+    let (second, second_performed) = spawn_remove(&gate, "/b");
+    // The intents reach the journal while the commit is pending...
+    journal_holds(dir.path(), 2).await;
+    // ...and neither effect runs before it is durable.
+    let (mut first, mut second) = (first, second);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), &mut first)
+            .await
+            .is_err()
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), &mut second)
+            .await
+            .is_err()
+    );
+    assert!(!first_performed.load(Ordering::SeqCst) && !second_performed.load(Ordering::SeqCst));
+    committed.send(Ok(())).unwrap();
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    assert!(first_performed.load(Ordering::SeqCst) && second_performed.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn a_waiter_cut_off_leaves_the_commit_for_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = gate(dir.path(), false, budgets(10));
+    let committed = pending_state_write(&gate).await;
+    let cut_off = tokio::time::timeout(Duration::from_millis(10), gate.durable()).await;
+    assert!(cut_off.is_err(), "the commit is pending");
     committed
         .send(Err(CapError::Unavailable("state store: disk full".into())))
         .unwrap();
-    for target in ["/a", "/b"] {
-        let err = gate
-            .mutate(remove(target), Ok(()), |_permit| async {
-                panic!("performed after a lost state write")
-            })
-            .await
-            .unwrap_err();
+    let lost = gate.durable().await.unwrap_err();
+    assert!(lost.to_string().contains("disk full"), "{lost}");
+}
+
+#[tokio::test]
+async fn a_state_write_never_made_durable_refuses_its_effect_and_every_later_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = budgets(1);
+    let gate = gate(dir.path(), false, shared.clone());
+    let committed = pending_state_write(&gate).await;
+    // Lost while the first effect waits for it, its intent journaled.
+    let (first, performed) = spawn_remove(&gate, "/a");
+    journal_holds(dir.path(), 1).await;
+    committed
+        .send(Err(CapError::Unavailable("state store: disk full".into())))
+        .unwrap();
+    let refusals = [
+        first.await.unwrap().unwrap_err(),
+        // Refused before it spends anything.
+        gate.mutate(remove("/b"), Ok(()), |_permit| async {
+            panic!("performed after a lost state write")
+        })
+        .await
+        .unwrap_err(),
+    ];
+    assert!(!performed.load(Ordering::SeqCst));
+    for err in &refusals {
         assert!(
-            err.to_string().contains("could not be made durable (unavailable: state store: disk full); nothing more is done"),
+            err.to_string().contains("could not be made durable (unavailable: state store: disk full); this and every later effect"),
             "{err}"
         );
     }
@@ -395,7 +446,7 @@ async fn a_state_write_never_made_durable_refuses_every_later_effect_and_refunds
             .iter()
             .all(|(_, result)| result.contains("could not be made durable"))
     );
-    // The budget's one removal was given back both times.
+    // The budget's one removal was given back.
     let next = super::Gate::new(Caller::default(), Limits::default(), None, shared, None);
     assert!(matches!(
         next.admit(remove("/c"), None).await,

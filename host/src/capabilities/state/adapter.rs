@@ -65,7 +65,7 @@ impl PluginState {
             .backend
             .set(&self.call.plugin, key, value, Some(self.limits))
             .await?;
-        self.call.gate.keep_pending(commit);
+        self.call.gate.keep_pending(commit).await;
         Ok(())
     }
 
@@ -78,7 +78,7 @@ impl PluginState {
         }
         self.call.gate.durable().await?;
         let (existed, commit) = self.backend.delete(&self.call.plugin, key).await?;
-        self.call.gate.keep_pending(commit);
+        self.call.gate.keep_pending(commit).await;
         Ok(existed)
     }
 
@@ -180,7 +180,10 @@ mod tests {
             Ok(Commit::pending(finished))
         }
         async fn delete(&self, plugin: &str, key: &str) -> Result<(bool, Commit), CapError> {
-            self.entries.delete(plugin, key).await
+            let (existed, _in_memory) = self.entries.delete(plugin, key).await?;
+            let (committed, finished) = tokio::sync::oneshot::channel();
+            self.held.lock().unwrap().push(committed);
+            Ok((existed, Commit::pending(finished)))
         }
         async fn list_keys(&self, plugin: &str, prefix: &str) -> Result<Vec<String>, CapError> {
             self.entries.list_keys(plugin, prefix).await
@@ -204,6 +207,19 @@ mod tests {
         let committed = backend.held.lock().unwrap().pop().unwrap();
         committed.send(Ok(())).unwrap();
         assert_eq!(read.await.unwrap(), Some(b"1".to_vec()));
+        // The same for a delete and a listing.
+        assert!(state.delete("k").await.unwrap());
+        let mut listing = std::pin::pin!(state.list_keys(""));
+        assert!(
+            listing
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+                .is_pending(),
+            "listed before the delete is durable"
+        );
+        let committed = backend.held.lock().unwrap().pop().unwrap();
+        committed.send(Ok(())).unwrap();
+        assert_eq!(listing.await.unwrap(), Vec::<String>::new());
         assert!(call.gate.durable().await.is_ok());
     }
 

@@ -64,8 +64,15 @@ impl Commit {
         Commit(Some(finished))
     }
 
-    pub async fn durable(self) -> Result<(), CapError> {
-        match self.0 {
+    pub async fn durable(mut self) -> Result<(), CapError> {
+        self.finished().await
+    }
+
+    /// [`Commit::durable`] without giving the commit up: a waiter cancelled
+    /// (cut off by a deadline) leaves it to be awaited again. Not to be
+    /// awaited again once it answered.
+    pub async fn finished(&mut self) -> Result<(), CapError> {
+        match &mut self.0 {
             None => Ok(()),
             Some(finished) => finished.await.unwrap_or_else(|_| {
                 Err(CapError::Unavailable(
