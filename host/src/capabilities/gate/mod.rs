@@ -15,15 +15,16 @@
 //! `tend journal` reads as interrupted too.
 
 mod budgets;
+mod commit;
 pub mod diff;
 mod ledger;
 
 pub use budgets::{BudgetStatus, Budgets, FleetBudget};
+pub use commit::Commit;
 pub use ledger::{BudgetRule, Ledger, target_hash};
 
 use super::error::CapError;
 use super::limits::{Limits, over_limit, raise};
-use super::state::Commit;
 pub use crate::journal::INTERRUPTED;
 use crate::journal::{Entry, Journal, Phase};
 use crate::text::inert;

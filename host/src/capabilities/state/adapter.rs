@@ -107,7 +107,7 @@ impl PluginState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capabilities::state::Commit;
+    use crate::capabilities::gate::Commit;
     use crate::capabilities::testing::call;
     use crate::capabilities::{Capability, capability::AlwaysGranted, state::FakeState};
     use std::future::Future;

@@ -1,8 +1,9 @@
 //! An in-memory state store for tests: records writes, injects failures.
 
-use super::backend::{Commit, StateBackend, StateLimits};
+use super::backend::{StateBackend, StateLimits};
 use crate::capabilities::error::CapError;
 use crate::capabilities::fakes::FakeLedger;
+use crate::capabilities::gate::Commit;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 

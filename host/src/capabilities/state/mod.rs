@@ -9,7 +9,7 @@ mod real;
 mod wit;
 
 pub use adapter::PluginState;
-pub use backend::{Commit, StateBackend, StateLimits};
+pub use backend::{StateBackend, StateLimits};
 pub use fake::FakeState;
 pub use real::RedbState;
 /// The rules crate's bounds, shared with the SDK's fake.

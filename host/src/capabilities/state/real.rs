@@ -3,8 +3,9 @@
 //! calling task (measured: microseconds); commits fsync, so they run on the
 //! blocking pool, never on a tokio worker.
 
-use super::backend::{Commit, StateBackend, StateLimits};
+use super::backend::{StateBackend, StateLimits};
 use crate::capabilities::error::CapError;
+use crate::capabilities::gate::Commit;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
 use std::sync::Arc;
