@@ -93,6 +93,24 @@ pub fn check_evict(
     )
 }
 
+/// The pod `evict` reaches, read fresh (`found`, None when the API server
+/// has no such pod): one bound to `node`. A pod that does not exist and one
+/// bound to another Node get the same answer, so `evict` tells a plugin
+/// nothing about pods beyond its own Node (not even that they exist).
+pub fn pod_on_node<'a>(
+    node: &str,
+    namespace: &str,
+    name: &str,
+    found: Option<&'a Value>,
+) -> Result<&'a Value, crate::Error> {
+    match found {
+        Some(pod) if pod["spec"]["nodeName"].as_str() == Some(node) => Ok(pod),
+        _ => Err(crate::Error::NotFound(format!(
+            "kube evict pods/{namespace}/{name}: no such pod on this host's Node {node} (evict reaches this Node's pods only)"
+        ))),
+    }
+}
+
 /// May `plugin` evict `pod` (its JSON, read fresh): [`check_evict`] by
 /// name, the pod bound to `node` whatever the grant says, and the rule's
 /// selectors (`field-selector = "spec.nodeName=$NODE"`) checked on it.

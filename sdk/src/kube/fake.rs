@@ -11,7 +11,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use tend_rules::drain::{
     Disposition, blocked_message, blocked_reason, check_cordon, check_evict, check_evict_pod,
-    cordon_patch, cordoned, disposition, named,
+    cordon_patch, cordoned, disposition, named, pod_on_node,
 };
 use tend_rules::kube::{
     Access, FieldSelector, KubeRule, LabelSelector, MAX_BODY, MAX_SELECTOR, OwnLease, PatchShape,
@@ -835,10 +835,11 @@ impl Kube for FakeKube {
             let rules = self.rules.borrow();
             check_evict(&rules, &self.plugin, &node, namespace, name)
                 .map_err(crate::Error::from)?;
-            // As the host: the pod read, bound to this node, the rule's
-            // selectors checked on it.
-            let pod = self.stored("evict", &pods, Some(namespace), name)?;
-            check_evict_pod(&rules, &self.plugin, &node, namespace, name, &pod)
+            // As the host: the pod read, bound to this node (absent or
+            // elsewhere answered alike), the rule's selectors checked on it.
+            let found = self.stored("evict", &pods, Some(namespace), name).ok();
+            let pod = pod_on_node(&node, namespace, name, found.as_ref())?;
+            check_evict_pod(&rules, &self.plugin, &node, namespace, name, pod)
                 .map_err(crate::Error::from)?;
         }
         self.failing("evict")?;

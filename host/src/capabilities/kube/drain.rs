@@ -23,7 +23,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use tend_rules::drain::{
     Disposition, blocked_reason, check_cordon, check_evict, check_evict_pod, cordon_patch,
-    cordoned, disposition,
+    cordoned, disposition, pod_on_node,
 };
 use tend_rules::reason::Reason;
 use tokio::time::{Duration, Instant};
@@ -170,8 +170,13 @@ impl PluginKube {
         let node = self.backend.node_name();
         check_evict(&self.rules, &self.call.plugin, node, namespace, name)?;
         let pods = self.backend.resource("", "pods").await?;
-        let pod = self.backend.get(&pods, Some(namespace), name).await?;
-        self.evict_pod(namespace, name, &pod).await
+        let found = match self.backend.get(&pods, Some(namespace), name).await {
+            Ok(pod) => Some(pod),
+            Err(CapError::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let pod = pod_on_node(node, namespace, name, found.as_ref())?;
+        self.evict_pod(namespace, name, pod).await
     }
 
     /// Evict `pod` (read fresh by the caller: a get, or the drain's list of

@@ -322,7 +322,7 @@ async fn a_plan_says_what_the_drain_would_do_and_does_nothing() {
 async fn an_eviction_granted_on_this_node_reaches_no_other_nodes_pod() {
     let (kube, fake) = kube(DRAIN, false);
     let err = kube.evict("default", "web-3").await.unwrap_err();
-    assert_eq!(err.kind(), "denied", "{err}");
+    assert_eq!(err.kind(), "not-found", "{err}");
     assert!(fake.object("pods", Some("default"), "web-3").is_some());
     kube.evict("default", "web-1").await.unwrap();
     assert_eq!(fake.actions(), ["evict pods/default/web-1"]);
@@ -460,11 +460,24 @@ async fn an_eviction_reaches_only_pods_bound_to_this_node_whatever_the_grant() {
     let rules =
         r#"kube = [{ resource = "pods/eviction", verbs = ["create"], namespaces = ["default"] }]"#;
     let (kube, fake) = kube(rules, false);
-    let err = kube.evict("default", "web-3").await.unwrap_err();
-    assert_eq!(err.kind(), "denied", "{err}");
-    assert!(
-        err.message().contains("not bound to this host's Node"),
-        "{err}"
-    );
+    let elsewhere = kube.evict("default", "web-3").await.unwrap_err();
     assert!(fake.object("pods", Some("default"), "web-3").is_some());
+    assert!(fake.object("pods", Some("default"), "nowhere").is_none());
+    let absent = kube.evict("default", "nowhere").await.unwrap_err();
+    // Another Node's pod and no pod at all look the same: evict is no way
+    // to learn what runs elsewhere.
+    for (err, name) in [(&elsewhere, "web-3"), (&absent, "nowhere")] {
+        assert_eq!(err.kind(), "not-found", "{err}");
+        assert_eq!(
+            err.message(),
+            format!(
+                "kube evict pods/default/{name}: no such pod on this host's Node node-1 (evict reaches this Node's pods only)"
+            )
+        );
+    }
+    assert!(
+        fake.actions().iter().all(|a| !a.starts_with("evict")),
+        "{:?}",
+        fake.actions()
+    );
 }
