@@ -367,24 +367,17 @@ impl Gate {
         );
         // The intent's fsync and the state writes' commits, at once: the
         // effect waits for both.
-        let (appended, durable) = tokio::join!(self.journal_intent(&intent, &id), self.durable());
-        let unjournaled = match (appended, &inner.journal) {
-            (Err(e), Some(journal)) => Some(CapError::Unavailable(format!(
-                "cannot journal {operation} {} in {}: {e}; nothing was done (Tend does not act unrecorded)",
-                inert(&intent.target),
-                journal.dir().display()
-            ))),
-            _ => None,
-        };
-        if unjournaled.is_some() || durable.is_err() {
+        let (journaled, durable) = tokio::join!(
+            self.journal_intent(&intent, &id, &operation),
+            self.durable()
+        );
+        if journaled.is_err() || durable.is_err() {
             inner
                 .budgets
                 .refund(&operation, &intent.target, spent_at)
                 .await;
         }
-        if let Some(e) = unjournaled {
-            return Err(e);
-        }
+        journaled?;
         inner.in_flight.fetch_add(1, Ordering::SeqCst);
         let admitted = Admitted {
             gate: self.clone(),
@@ -401,14 +394,26 @@ impl Gate {
 
     /// Append `intent` to the journal and fsync it, on the blocking pool
     /// (never on a tokio worker); nothing to do without a journal.
-    async fn journal_intent(&self, intent: &Intent, id: &str) -> std::io::Result<()> {
+    async fn journal_intent(
+        &self,
+        intent: &Intent,
+        id: &str,
+        operation: &str,
+    ) -> Result<(), CapError> {
         let Some(journal) = self.0.journal.clone() else {
             return Ok(());
         };
+        let dir = journal.dir().display().to_string();
         let entry = self.entry(intent, id, Phase::Intent, String::new());
         tokio::task::spawn_blocking(move || journal.append(&[entry], true))
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+            .map_err(|e| {
+                CapError::Unavailable(format!(
+                    "cannot journal {operation} {} in {dir}: {e}; nothing was done (Tend does not act unrecorded)",
+                    inert(&intent.target),
+                ))
+            })
     }
 
     /// Keep `commit`, a state write the plugin was answered for, until it is

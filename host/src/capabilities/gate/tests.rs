@@ -453,3 +453,35 @@ async fn a_state_write_never_made_durable_refuses_its_effect_and_every_later_one
         Ok(Admission::Go(_))
     ));
 }
+
+#[tokio::test]
+async fn an_intent_that_cannot_be_journaled_is_refused_and_refunded() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = budgets(1);
+    let gate = gate(dir.path(), false, shared.clone());
+    let journal_dir = dir.path().join("journal");
+    // The journal's directory gone, a file in its place: no append can land.
+    std::fs::remove_dir_all(&journal_dir).unwrap();
+    std::fs::write(&journal_dir, "").unwrap();
+    let err = gate
+        .mutate(remove("/a"), Ok(()), |_permit| async {
+            panic!("performed unjournaled")
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "unavailable", "{err}");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "unavailable: cannot journal files.remove /a in {}: ",
+            journal_dir.display()
+        )) && err
+            .to_string()
+            .ends_with("nothing was done (Tend does not act unrecorded)"),
+        "{err}"
+    );
+    let next = super::Gate::new(Caller::default(), Limits::default(), None, shared, None);
+    assert!(matches!(
+        next.admit(remove("/b"), None).await,
+        Ok(Admission::Go(_))
+    ));
+}
