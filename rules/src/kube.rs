@@ -769,6 +769,37 @@ pub fn check_object(
     )))
 }
 
+/// [`check_object`] on an object named by the plugin and read fresh
+/// (`found`: None when the API server has no such object), answered as the
+/// plugin may learn it. When only rules with selectors allow the call, an
+/// object outside them and one that does not exist get the same `not-found`,
+/// naming the grant's scope: a call by name is no oracle for what exists
+/// beyond the grant. When a rule without selectors allows it, an absent
+/// object passes here and the caller answers the API server's own not-found.
+/// (A create's body is the plugin's own text: [`check_object`] denies it.)
+pub fn check_found(
+    rules: &[KubeRule],
+    plugin: &str,
+    node: &str,
+    access: &Access,
+    found: Option<&Value>,
+    patch: Option<(PatchShape, &Value)>,
+) -> Result<(), crate::Error> {
+    check(rules, plugin, node, access)?;
+    if needs_object(rules, node, access) {
+        let covering = || rules.iter().filter(|r| r.covers(node, access));
+        if !found.is_some_and(|o| covering().any(|r| r.matches(node, o))) {
+            let written: Vec<String> = covering().map(|r| r.written()).collect();
+            return Err(crate::Error::NotFound(format!(
+                "{}: no such object within the grant's selectors ({}); one outside them is answered as absent: if it exists, label it to match, or widen the selectors in [plugins.{plugin}.grants] kube",
+                describe(access),
+                written.join(", ")
+            )));
+        }
+    }
+    Ok(check_object(rules, plugin, node, access, found, patch)?)
+}
+
 /// The one conversion of the WIT `patch-type` to a [`PatchShape`], expanded
 /// beside each binding (the host's and the SDK's are different Rust types of
 /// the same enum, and this crate depends on neither): `patch_shape_of!(wit)`,
@@ -1342,6 +1373,49 @@ mod tests {
         let open = rules(r#"[{"resource": "pods", "verbs": ["get"]}]"#);
         assert!(!needs_object(&open, "n1", &get));
         assert!(check_object(&open, "p", "n1", &get, None, None).is_ok());
+    }
+
+    #[test]
+    fn by_selectors_an_absent_object_and_one_outside_them_answer_alike() {
+        let r = rules(
+            r#"[{"resource": "pods", "verbs": ["get", "patch"], "label-selector": "tend=yes", "fields": ["metadata.labels"]}]"#,
+        );
+        let get = access("pods", Verb::Get, Some("default"), Some("a"));
+        let outside = pod("a", "n1", json!({}));
+        let absent = check_found(&r, "p", "n1", &get, None, None).unwrap_err();
+        let elsewhere = check_found(&r, "p", "n1", &get, Some(&outside), None).unwrap_err();
+        assert_eq!(absent, elsewhere, "the same case and the same words");
+        assert_eq!(absent.kind(), "not-found");
+        assert_eq!(
+            absent.message(),
+            "get pods in namespace default named a: no such object within the grant's selectors ({ resource = \"pods\", label-selector = \"tend=yes\", fields = [\"metadata.labels\"] }); one outside them is answered as absent: if it exists, label it to match, or widen the selectors in [plugins.p.grants] kube"
+        );
+        let inside = pod("a", "n1", json!({"tend": "yes"}));
+        assert_eq!(
+            check_found(&r, "p", "n1", &get, Some(&inside), None),
+            Ok(())
+        );
+        // Inside the selectors, the rest of the check is check_object's:
+        // a patch beyond the rule's fields is denied, naming them.
+        let patch = access("pods", Verb::Patch, Some("default"), Some("a"));
+        let body = json!({"spec": {"nodeName": "n2"}});
+        let shape = Some((PatchShape::Merge, &body));
+        let err = check_found(&r, "p", "n1", &patch, Some(&inside), shape).unwrap_err();
+        assert_eq!(err.kind(), "denied", "{err}");
+        let err = check_found(&r, "p", "n1", &patch, Some(&outside), shape).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            "not-found",
+            "outside, the fields tell nothing: {err}"
+        );
+        // Not granted by name: denied, whatever exists.
+        let ungranted = access("pods", Verb::Delete, Some("default"), Some("a"));
+        let err = check_found(&r, "p", "n1", &ungranted, Some(&inside), None).unwrap_err();
+        assert_eq!(err.kind(), "denied", "{err}");
+        // A rule without selectors sees every object: an absent one passes
+        // here, for the API server's own not-found.
+        let open = rules(r#"[{"resource": "pods", "verbs": ["get"]}]"#);
+        assert_eq!(check_found(&open, "p", "n1", &get, None, None), Ok(()));
     }
 
     fn narrowed() -> Vec<KubeRule> {

@@ -61,6 +61,15 @@ fn reconcile(sandbox: &Sandbox, name: &str) -> String {
     format!("{}{}", out.stdout, out.stderr)
 }
 
+/// The not-found a reconcile's output reports, from its kind to the end of
+/// its line but the reconcile's time (empty when there is none).
+fn answer(said: &str) -> &str {
+    said.lines()
+        .find_map(|line| line.find("not-found: ").map(|at| &line[at..]))
+        .and_then(|answer| answer.rsplit_once(" (").map(|(answer, _)| answer))
+        .unwrap_or_default()
+}
+
 /// The requests tend (not the test) made after `seq`.
 fn tends_requests(api: &KubeApi, seq: u64) -> Vec<Value> {
     api.requests_since(seq)
@@ -216,7 +225,7 @@ fn rule_selectors_bound_lists_and_gets() {
         );
     }
     let sandbox = Sandbox::new();
-    for name in ["on-node", "labelled", "peek"] {
+    for name in ["on-node", "labelled", "peek", "probe"] {
         sandbox.add_plugin("chaos", name);
     }
     let list = "op = \"list\"\napi-version = \"v1\"\nkind = \"Pod\"\nnamespace = \"default\"";
@@ -229,7 +238,12 @@ fn rule_selectors_bound_lists_and_gets() {
         &kube_host(&api, &sandbox, ""),
         &(hostile("on-node", node_rule, list)
             + &hostile("labelled", label_rule, list)
-            + &hostile("peek", label_rule, get_bare)),
+            + &hostile("peek", label_rule, get_bare)
+            + &hostile(
+                "probe",
+                label_rule,
+                &get_bare.replace("\"mine\"", "\"absent\""),
+            )),
     );
     api.grant_rbac(&sandbox);
     let seq = api.request_seq();
@@ -243,10 +257,20 @@ fn rule_selectors_bound_lists_and_gets() {
         said.contains("healthy: listed tended, theirs"),
         "an unlabelled Pod listed: {said}"
     );
+    // A Pod outside the selectors is answered as one that does not exist,
+    // word for word: a get by name is no oracle for what exists beyond them.
     let said = reconcile(&sandbox, "peek");
     assert!(
-        said.contains("denied: get pods in namespace default named mine: the object is outside the grant's selectors"),
+        said.contains("not-found: get pods in namespace default named mine: no such object within the grant's selectors"),
         "{said}"
+    );
+    let probed = reconcile(&sandbox, "probe");
+    assert_eq!(
+        answer(&said)
+            .replace("mine", "absent")
+            .replace("plugins.peek", "plugins.probe"),
+        answer(&probed),
+        "{said}\n{probed}"
     );
     // The rules' selectors went to the API server (and so into the cache key).
     let lists: Vec<Value> = tends_requests(&api, seq)

@@ -15,8 +15,8 @@ use tend_rules::drain::{
 };
 use tend_rules::kube::{
     Access, FieldSelector, KubeRule, LabelSelector, MAX_BODY, MAX_SELECTOR, OwnLease, PatchShape,
-    Verb, check, check_event, check_key, check_object, check_own_lease, check_size, list_scope,
-    needs_object,
+    Verb, check, check_event, check_found, check_key, check_object, check_own_lease, check_size,
+    list_scope, needs_object,
 };
 use tend_rules::text::inert;
 
@@ -459,30 +459,56 @@ impl FakeKube {
     }
 
     /// The object-level check, as the host makes it: selectors on the
-    /// object (the stored one when `object` is None and only rules with
-    /// selectors allow the call), `fields` on a patch.
+    /// object (the stored one, when only rules with selectors allow the
+    /// call; one outside them is answered as an absent one), `fields` on a
+    /// patch.
     fn object_allowed(
         &self,
         kind: &Kind,
         namespace: Option<&str>,
         name: &str,
         verb: Verb,
-        object: Option<&Value>,
         patch: Option<(PatchShape, &Value)>,
     ) -> Result<()> {
         let access = Self::access(kind, verb, namespace, Some(name));
-        let rules = self.rules.borrow();
-        let node = self.node.borrow();
-        let stored;
-        let object = match object {
-            None if needs_object(&rules, &node, &access) => {
-                stored = self.stored("get", kind, namespace, name)?;
-                Some(&stored)
-            }
-            object => object,
-        };
-        check_object(&rules, &self.plugin, &node, &access, object, patch)
-            .map_err(crate::Error::from)
+        if needs_object(&self.rules.borrow(), &self.node.borrow(), &access) {
+            return self
+                .read_checked("get", kind, namespace, name, verb, patch)
+                .map(drop);
+        }
+        check_object(
+            &self.rules.borrow(),
+            &self.plugin,
+            &self.node.borrow(),
+            &access,
+            None,
+            patch,
+        )
+        .map_err(crate::Error::from)
+    }
+
+    /// The stored object, checked for `verb` as the host checks one it
+    /// reads ([`check_found`]): absent and outside the selectors alike.
+    fn read_checked(
+        &self,
+        call: &str,
+        kind: &Kind,
+        namespace: Option<&str>,
+        name: &str,
+        verb: Verb,
+        patch: Option<(PatchShape, &Value)>,
+    ) -> Result<Value> {
+        let read = self.stored(call, kind, namespace, name);
+        let access = Self::access(kind, verb, namespace, Some(name));
+        check_found(
+            &self.rules.borrow(),
+            &self.plugin,
+            &self.node.borrow(),
+            &access,
+            read.as_ref().ok(),
+            patch,
+        )?;
+        read
     }
 
     /// A scripted failure of `call`, if any.
@@ -495,16 +521,9 @@ impl FakeKube {
     /// already so is left alone and nothing is recorded.
     fn set_unschedulable(&self, node: &str, unschedulable: bool) -> Result<()> {
         let kind = self.resolve("v1", "Node")?;
-        let mut current = self.stored("cordon", &kind, None, node)?;
         let patch = cordon_patch(unschedulable);
-        self.object_allowed(
-            &kind,
-            None,
-            node,
-            Verb::Patch,
-            Some(&current),
-            Some((PatchShape::Merge, &patch)),
-        )?;
+        let merge = Some((PatchShape::Merge, &patch));
+        let mut current = self.read_checked("cordon", &kind, None, node, Verb::Patch, merge)?;
         if cordoned(&current) == unschedulable {
             return Ok(());
         }
@@ -569,16 +588,14 @@ impl Kube for FakeKube {
     fn get(&self, key: &ObjectKey) -> Result<Value> {
         let (kind, namespace) = self.named(key, Verb::Get)?;
         self.failing("get")?;
-        let object = self.stored("get", &kind, namespace.as_deref(), &key.name)?;
-        self.object_allowed(
+        self.read_checked(
+            "get",
             &kind,
             namespace.as_deref(),
             &key.name,
             Verb::Get,
-            Some(&object),
             None,
-        )?;
-        Ok(object)
+        )
     }
 
     /// Each item as the host sends it: its JSON text.
@@ -676,14 +693,17 @@ impl Kube for FakeKube {
             name: name.clone(),
         };
         self.named(&key, Verb::Create)?;
-        self.object_allowed(
-            &info,
-            namespace.as_deref(),
-            &name,
-            Verb::Create,
+        // The body is the plugin's own: one outside the selectors is denied.
+        let access = Self::access(&info, Verb::Create, namespace.as_deref(), Some(&name));
+        check_object(
+            &self.rules.borrow(),
+            &self.plugin,
+            &self.node.borrow(),
+            &access,
             Some(&object),
             None,
-        )?;
+        )
+        .map_err(crate::Error::from)?;
         self.failing("create")?;
         if self
             .stored("create", &info, namespace.as_deref(), &name)
@@ -708,7 +728,6 @@ impl Kube for FakeKube {
             namespace.as_deref(),
             &key.name,
             Verb::Patch,
-            None,
             Some((shape, patch)),
         )?;
         // As the host: a Node's spec.unschedulable is `cordon`'s alone.
@@ -752,14 +771,7 @@ impl Kube for FakeKube {
 
     fn delete(&self, key: &ObjectKey) -> Result<()> {
         let (kind, namespace) = self.named(key, Verb::Delete)?;
-        self.object_allowed(
-            &kind,
-            namespace.as_deref(),
-            &key.name,
-            Verb::Delete,
-            None,
-            None,
-        )?;
+        self.object_allowed(&kind, namespace.as_deref(), &key.name, Verb::Delete, None)?;
         self.failing("delete")?;
         let target = kind.target(namespace.as_deref(), &key.name);
         self.actions.borrow_mut().push(format!("delete {target}"));
@@ -780,17 +792,17 @@ impl Kube for FakeKube {
         let (kind, namespace) = self.named(regarding, Verb::Get)?;
         self.failing("emit-event")?;
         // As the host: the object need not exist unless the rules need it.
-        let object = self
-            .stored("get", &kind, namespace.as_deref(), &regarding.name)
-            .ok();
-        self.object_allowed(
-            &kind,
-            namespace.as_deref(),
-            &regarding.name,
-            Verb::Get,
-            object.as_ref(),
-            None,
-        )?;
+        let name = &regarding.name;
+        match self.read_checked("get", &kind, namespace.as_deref(), name, Verb::Get, None) {
+            Ok(_) => {}
+            Err(Error::NotFound(_))
+                if !needs_object(
+                    &self.rules.borrow(),
+                    &self.node.borrow(),
+                    &Self::access(&kind, Verb::Get, namespace.as_deref(), Some(name)),
+                ) => {}
+            Err(e) => return Err(e),
+        }
         let message = inert(message).into_owned();
         let target = kind.target(namespace.as_deref(), &regarding.name);
         self.actions

@@ -344,6 +344,38 @@ fn events_need_a_readable_object_and_aggregate() {
     );
 }
 
+/// As the host: under a rule with selectors, a Node outside them and one
+/// that does not exist answer alike (tend-rules' check_found), whatever the
+/// call, and nothing is recorded.
+#[test]
+fn by_selectors_absent_and_outside_answer_alike() {
+    let kube = cluster();
+    kube.put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-3", "labels": {"pool": "a"}}}));
+    kube.grant(
+        r#"{ resource = "nodes", verbs = ["get", "patch", "delete"], label-selector = "pool=a" }"#,
+    );
+    let label = json!({"metadata": {"labels": {"x": "y"}}});
+    let answers = |name: &str| {
+        [
+            kube.get(&node(name)).unwrap_err(),
+            kube.patch(&node(name), PatchType::Merge, &label)
+                .unwrap_err(),
+            kube.delete(&node(name)).unwrap_err(),
+            kube.emit_event(&node(name), EventType::Normal, "Probe", "x")
+                .unwrap_err(),
+        ]
+    };
+    let outside = answers("node-2");
+    assert_eq!(outside[0], Error::NotFound("get nodes named node-2: no such object within the grant's selectors ({ resource = \"nodes\", label-selector = \"pool=a\" }); one outside them is answered as absent: if it exists, label it to match, or widen the selectors in [plugins.labeler.grants] kube".into()));
+    let absent = answers("node-9").map(|e| e.map_message(|m| m.replace("node-9", "node-2")));
+    assert_eq!(outside, absent);
+    assert!(kube.actions().is_empty(), "{:?}", kube.actions());
+    kube.get(&node("node-3")).unwrap();
+    kube.patch(&node("node-3"), PatchType::Merge, &label)
+        .unwrap();
+    assert_eq!(kube.actions(), ["patch nodes/node-3 merge"]);
+}
+
 #[test]
 fn grants_parse_as_strictly_as_the_hosts() {
     let result = std::panic::catch_unwind(|| {

@@ -9,7 +9,7 @@ use super::backend::{
     Run,
 };
 use super::grants::{
-    Access, KubeRule, OwnLease, PatchShape, Verb, allow, check_fleet_lease, check_key,
+    Access, KubeRule, OwnLease, PatchShape, Verb, allow, check_fleet_lease, check_found, check_key,
     check_object, check_own_lease, list_scope, needs_object,
 };
 use crate::capabilities::call::Call;
@@ -158,37 +158,60 @@ impl PluginKube {
     }
 
     /// The object-level check of a call by name: the rules' selectors on the
-    /// object (read first when only rules with selectors allow the call) and,
-    /// for a patch, their `fields` on the patch body.
+    /// object (read fresh when only rules with selectors allow the call; one
+    /// outside them is answered as an absent one, [`check_found`]) and, for a
+    /// patch, their `fields` on the patch body.
     pub(super) async fn object_allowed(
         &self,
         info: &ResourceInfo,
         key: &ObjectKey,
         verb: Verb,
-        object: Option<&Value>,
         patch: Option<(PatchShape, &Value)>,
     ) -> Result<(), CapError> {
         let access = Self::access(info, verb, key.namespace.as_deref(), Some(&key.name));
         let node = self.backend.node_name();
-        let read;
-        let object = match object {
-            None if needs_object(&self.rules, node, &access) => {
-                read = self
-                    .backend
-                    .get(info, key.namespace.as_deref(), &key.name)
-                    .await?;
-                Some(&read)
-            }
-            object => object,
-        };
+        if needs_object(&self.rules, node, &access) {
+            return self.read_checked(info, key, verb, patch).await.map(drop);
+        }
         Ok(check_object(
             &self.rules,
             &self.call.plugin,
             node,
             &access,
-            object,
+            None,
             patch,
         )?)
+    }
+
+    /// `key`'s object read fresh and checked for `verb` ([`check_found`]):
+    /// the API server's not-found only where a rule without selectors allows
+    /// the call, else the grant's, worded as for an object outside it.
+    pub(super) async fn read_checked(
+        &self,
+        info: &ResourceInfo,
+        key: &ObjectKey,
+        verb: Verb,
+        patch: Option<(PatchShape, &Value)>,
+    ) -> Result<Value, CapError> {
+        let read = self
+            .backend
+            .get(info, key.namespace.as_deref(), &key.name)
+            .await;
+        let found = match &read {
+            Ok(object) => Some(object),
+            Err(CapError::NotFound(_)) => None,
+            Err(_) => return read,
+        };
+        let access = Self::access(info, verb, key.namespace.as_deref(), Some(&key.name));
+        check_found(
+            &self.rules,
+            &self.call.plugin,
+            self.backend.node_name(),
+            &access,
+            found,
+            patch,
+        )?;
+        read
     }
 
     /// One mutation through the gate. In a dry run `planned` is the answer:
@@ -261,12 +284,7 @@ impl PluginKube {
 
     pub async fn get(&self, key: &ObjectKey) -> Result<String, CapError> {
         let (info, key) = self.resolve_key(key, Verb::Get).await?;
-        let object = self
-            .backend
-            .get(&info, key.namespace.as_deref(), &key.name)
-            .await?;
-        self.object_allowed(&info, &key, Verb::Get, Some(&object), None)
-            .await?;
+        let object = self.read_checked(&info, &key, Verb::Get, None).await?;
         let object = shown(&object)?;
         self.call.spend_read("kube get", object.len() as u64)?;
         Ok(object)
@@ -355,8 +373,17 @@ impl PluginKube {
             name: name.clone(),
         };
         self.named(&info, &key, Verb::Create)?;
-        self.object_allowed(&info, &key, Verb::Create, Some(&object), None)
-            .await?;
+        // The body is the plugin's own: one outside the selectors is denied.
+        let access = Self::access(&info, Verb::Create, namespace.as_deref(), Some(&name));
+        let node = self.backend.node_name();
+        check_object(
+            &self.rules,
+            &self.call.plugin,
+            node,
+            &access,
+            Some(&object),
+            None,
+        )?;
         let target = Self::target(&info, namespace.as_deref(), &name);
         let ns = namespace.as_deref();
         let planned = async {
@@ -385,7 +412,7 @@ impl PluginKube {
         let patch = parse("patch", patch)?;
         let (info, key) = self.resolve_key(key, Verb::Patch).await?;
         let shape = super::backend::patch_shape(kind);
-        self.object_allowed(&info, &key, Verb::Patch, None, Some((shape, &patch)))
+        self.object_allowed(&info, &key, Verb::Patch, Some((shape, &patch)))
             .await?;
         // Granted or not, a cordon is `cordon`'s (the fleet's ticket).
         if info.group.is_empty()
@@ -433,8 +460,7 @@ impl PluginKube {
 
     pub async fn delete(&self, key: &ObjectKey) -> Result<(), CapError> {
         let (info, key) = self.resolve_key(key, Verb::Delete).await?;
-        self.object_allowed(&info, &key, Verb::Delete, None, None)
-            .await?;
+        self.object_allowed(&info, &key, Verb::Delete, None).await?;
         let target = Self::target(&info, key.namespace.as_deref(), &key.name);
         let (ns, name) = (key.namespace.as_deref(), key.name.as_str());
         // The server's dry-run delete answers not-found for a missing object.
@@ -463,21 +489,18 @@ impl PluginKube {
     ) -> Result<(), CapError> {
         tend_rules::kube::check_event(reason, message)?;
         let (info, key) = self.resolve_key(key, Verb::Get).await?;
-        // A missing object is none; the rules get it again when they need it.
-        let object = match self
-            .backend
-            .get(&info, key.namespace.as_deref(), &key.name)
-            .await
-        {
-            Ok(object) => Some(object),
-            Err(CapError::NotFound(_)) => None,
+        let access = Self::access(&info, Verb::Get, key.namespace.as_deref(), Some(&key.name));
+        let object = match self.read_checked(&info, &key, Verb::Get, None).await {
+            Ok(object) => object,
+            // Absent, where a rule without selectors allows it: the Event
+            // names the object by its key.
+            Err(CapError::NotFound(_))
+                if !needs_object(&self.rules, self.backend.node_name(), &access) =>
+            {
+                serde_json::json!({"metadata": {"name": key.name, "namespace": key.namespace}})
+            }
             Err(e) => return Err(e),
         };
-        self.object_allowed(&info, &key, Verb::Get, object.as_ref(), None)
-            .await?;
-        let object = object.unwrap_or_else(
-            || serde_json::json!({"metadata": {"name": key.name, "namespace": key.namespace}}),
-        );
         let note = EventNote {
             event_type,
             reason: reason.to_string(),
@@ -639,6 +662,50 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.kind(), "not-found");
+    }
+
+    /// Under a rule with selectors, a Node outside them and one that does
+    /// not exist answer alike, whatever the call: no call by name tells the
+    /// plugin which Nodes beyond its grant exist. Nothing is changed.
+    #[tokio::test]
+    async fn by_selectors_absent_and_outside_answer_alike() {
+        const LABELLED: &str = "kube = [{ resource = \"nodes\", verbs = [\"get\", \"patch\", \"delete\"], label-selector = \"pool=a\" }]";
+        let (kube, fake) = kube(LABELLED, false);
+        fake.put(
+            "nodes",
+            json!({"metadata": {"name": "node-3", "uid": "u3", "labels": {"pool": "a"}}}),
+        );
+        let label = r#"{"metadata": {"labels": {"x": "y"}}}"#;
+        let mut answers = Vec::new();
+        for name in ["node-2", "node-9"] {
+            let get = kube.get(&node(name)).await.unwrap_err();
+            let patch = kube.patch(&node(name), PatchType::Merge, label).await;
+            let delete = kube.delete(&node(name)).await.unwrap_err();
+            let event = kube
+                .emit_event(&node(name), EventType::Normal, "Probe", "x")
+                .await
+                .unwrap_err();
+            let answer = [get, patch.unwrap_err(), delete, event].map(|e| e.to_string());
+            let at = |verb: &str| {
+                format!(
+                    "not-found: {verb} nodes named {name}: no such object within the grant's selectors ({{ resource = \"nodes\", label-selector = \"pool=a\" }}); one outside them is answered as absent: if it exists, label it to match, or widen the selectors in [plugins.labeler.grants] kube"
+                )
+            };
+            assert_eq!(answer, [at("get"), at("patch"), at("delete"), at("get")]);
+            answers.push(answer);
+        }
+        assert_eq!(
+            answers[0],
+            answers[1].clone().map(|a| a.replace("node-9", "node-2"))
+        );
+        assert!(fake.actions().is_empty(), "{:?}", fake.actions());
+        assert!(kube.call.gate.mutations().is_empty());
+        // Inside the selectors the calls go through.
+        kube.get(&node("node-3")).await.unwrap();
+        kube.patch(&node("node-3"), PatchType::Merge, label)
+            .await
+            .unwrap();
+        assert_eq!(fake.actions(), ["patch nodes/node-3 merge"]);
     }
 
     /// A plan asks the API server's dry run (here the fake's): the answer and

@@ -99,7 +99,6 @@ impl PluginKube {
         let node = self.backend.node_name().to_string();
         check_cordon(&self.rules, &self.call.plugin, &node, unschedulable)?;
         let info = self.node_info().await?;
-        let current = self.backend.get(&info, None, &node).await?;
         let patch = cordon_patch(unschedulable);
         let key = super::backend::ObjectKey {
             api_version: "v1".into(),
@@ -107,14 +106,14 @@ impl PluginKube {
             namespace: None,
             name: node.clone(),
         };
-        self.object_allowed(
-            &info,
-            &key,
-            Verb::Patch,
-            Some(&current),
-            Some((tend_rules::kube::PatchShape::Merge, &patch)),
-        )
-        .await?;
+        let current = self
+            .read_checked(
+                &info,
+                &key,
+                Verb::Patch,
+                Some((tend_rules::kube::PatchShape::Merge, &patch)),
+            )
+            .await?;
         if cordoned(&current) == unschedulable {
             return Ok(false);
         }

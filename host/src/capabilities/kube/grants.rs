@@ -5,7 +5,7 @@
 use super::backend::EventNote;
 use crate::capabilities::error::CapError;
 pub use tend_rules::kube::{
-    Access, KubeRule, OwnLease, PatchShape, Verb, check, check_fleet_lease, check_key,
+    Access, KubeRule, OwnLease, PatchShape, Verb, check, check_fleet_lease, check_found, check_key,
     check_object, check_own_lease, list_scope, needs_object,
 };
 
