@@ -49,7 +49,7 @@ impl PluginLoop {
             pending: BTreeSet::new(),
             backoff: Backoff::default(),
             not_before: now,
-            next_interval: schedule.interval.map(|i| now + i),
+            next_interval: schedule.interval.map(|i| interval_run(now, i)),
             requeue_at: None,
             manual_skipped: false,
         }
@@ -80,7 +80,7 @@ impl PluginLoop {
     fn fire_due_timers(&mut self, now: Instant) {
         if self.next_interval.is_some_and(|at| at <= now) {
             self.pending.insert(Trigger::new(INTERVAL));
-            self.next_interval = self.interval.map(|i| now + i);
+            self.next_interval = self.interval.map(|i| interval_run(now, i));
         }
         if self.requeue_at.is_some_and(|at| at <= now) {
             self.pending.insert(Trigger::new(REQUEUE));
@@ -137,7 +137,7 @@ impl PluginLoop {
             }
             Message::Interval(new) if new != self.interval => {
                 self.interval = new;
-                self.next_interval = new.map(|i| now + i);
+                self.next_interval = new.map(|i| interval_run(now, i));
             }
             Message::Interval(_) => {}
         }
@@ -190,6 +190,17 @@ impl PluginLoop {
         self.triggers
             .publish(&self.plugin, self.generation, self.state(running));
     }
+}
+
+/// How much earlier than a whole interval an interval run may come.
+pub(super) const INTERVAL_JITTER: f64 = 0.1;
+
+/// The next interval run after `now`: within the last tenth of `interval`,
+/// drawn afresh each time. Never later than the interval the operator wrote,
+/// and a fleet of nodes started together (a DaemonSet's rollout) drifts apart
+/// instead of asking the API server and the cloud in lockstep every interval.
+fn interval_run(now: Instant, interval: Duration) -> Instant {
+    now + interval - interval.mul_f64(INTERVAL_JITTER * fastrand::f64())
 }
 
 fn far_future() -> Instant {

@@ -80,6 +80,38 @@ fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
+/// `next` is an interval run `interval` after `now`: in its last tenth.
+#[track_caller]
+fn assert_interval_run(next: Option<Instant>, now: Instant, interval: Duration) {
+    let next = next.expect("an interval run");
+    let earliest = now + interval.mul_f64(1.0 - INTERVAL_JITTER);
+    assert!(
+        earliest <= next && next <= now + interval,
+        "{:?} after now, for an interval of {interval:?}",
+        next - now
+    );
+}
+
+/// Loops started together (a fleet's nodes after a rollout) run their
+/// intervals apart: each run is drawn within the interval's last tenth,
+/// never later than the interval.
+#[tokio::test(start_paused = true)]
+async fn interval_runs_are_spread_and_never_late() {
+    let now = Instant::now();
+    let runs: Vec<Instant> = (0..200)
+        .map(|_| fixture(Some(100), OK).plugin_loop.next_interval.unwrap())
+        .collect();
+    for run in &runs {
+        assert_interval_run(Some(*run), now, secs(100));
+    }
+    let (first, last) = (runs.iter().min().unwrap(), runs.iter().max().unwrap());
+    assert!(
+        *last - *first >= secs(5),
+        "200 loops' first interval runs within {:?} of each other",
+        *last - *first
+    );
+}
+
 fn kinds(pending: &BTreeSet<Trigger>) -> Vec<&str> {
     pending.iter().map(|t| t.kind.as_str()).collect()
 }
@@ -95,7 +127,7 @@ async fn due_timers_join_the_pending_triggers_once() {
     let now = Instant::now();
     f.plugin_loop.fire_due_timers(now);
     assert_eq!(kinds(&f.plugin_loop.pending), ["interval"]);
-    assert_eq!(f.plugin_loop.next_interval, Some(now + secs(10)));
+    assert_interval_run(f.plugin_loop.next_interval, now, secs(10));
 
     f.plugin_loop.settle(
         RunResult {
@@ -199,7 +231,7 @@ async fn coalescing_takes_everything_queued_into_one_batch() {
     assert_eq!(batch, ["file:/a", "file:/b", "manual"]);
     assert!(f.plugin_loop.pending.is_empty());
     assert_eq!(f.plugin_loop.interval, Some(secs(5)));
-    assert_eq!(f.plugin_loop.next_interval, Some(now + secs(5)));
+    assert_interval_run(f.plugin_loop.next_interval, now, secs(5));
 }
 
 #[tokio::test(start_paused = true)]
@@ -212,7 +244,7 @@ async fn only_a_changed_interval_restarts_the_interval_timer() {
     assert_eq!(f.plugin_loop.next_interval, first, "a reload resends it");
     f.plugin_loop
         .receive(Message::Interval(Some(secs(3))), Instant::now());
-    assert_eq!(f.plugin_loop.next_interval, Some(Instant::now() + secs(3)));
+    assert_interval_run(f.plugin_loop.next_interval, Instant::now(), secs(3));
     f.plugin_loop
         .receive(Message::Interval(None), Instant::now());
     assert_eq!(f.plugin_loop.next_interval, None);
