@@ -4,7 +4,9 @@
 //! refusal names the PodDisruptionBudget that blocked it.
 
 use crate::Refusal;
-use crate::kube::{Access, KubeRule, PatchShape, Verb, check, check_key, check_object};
+use crate::kube::{
+    Access, KubeRule, PatchShape, Verb, check, check_found, check_key, check_object,
+};
 use crate::reason::Reason;
 use serde_json::{Value, json};
 
@@ -94,21 +96,33 @@ pub fn check_evict(
 }
 
 /// The pod `evict` reaches, read fresh (`found`, None when the API server
-/// has no such pod): one bound to `node`. A pod that does not exist and one
-/// bound to another Node get the same answer, so `evict` tells a plugin
-/// nothing about pods beyond its own Node (not even that they exist).
+/// has no such pod): one bound to `node`, inside the grant's selectors. A
+/// pod that does not exist, one bound to another Node and (under a grant
+/// with selectors) one outside them get the same answer, so `evict` tells a
+/// plugin nothing about pods beyond its own Node and its grant (not even
+/// that they exist): [`check_found`]'s words where only rules with
+/// selectors allow the eviction, else "no such pod on this host's Node".
 pub fn pod_on_node<'a>(
+    rules: &[KubeRule],
+    plugin: &str,
     node: &str,
-    namespace: &str,
-    name: &str,
+    (namespace, name): (&str, &str),
     found: Option<&'a Value>,
 ) -> Result<&'a Value, crate::Error> {
-    match found {
-        Some(pod) if pod["spec"]["nodeName"].as_str() == Some(node) => Ok(pod),
-        _ => Err(crate::Error::NotFound(format!(
+    let on_node = found.filter(|pod| pod["spec"]["nodeName"].as_str() == Some(node));
+    let eviction = Access {
+        group: "",
+        resource: "pods/eviction",
+        verb: Verb::Create,
+        namespace: Some(namespace),
+        name: Some(name),
+    };
+    check_found(rules, plugin, node, &eviction, on_node, None)?;
+    on_node.ok_or_else(|| {
+        crate::Error::NotFound(format!(
             "kube evict pods/{namespace}/{name}: no such pod on this host's Node {node} (evict reaches this Node's pods only)"
-        ))),
-    }
+        ))
+    })
 }
 
 /// May `plugin` evict `pod` (its JSON, read fresh): [`check_evict`] by

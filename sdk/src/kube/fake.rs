@@ -847,10 +847,16 @@ impl Kube for FakeKube {
             let rules = self.rules.borrow();
             check_evict(&rules, &self.plugin, &node, namespace, name)
                 .map_err(crate::Error::from)?;
-            // As the host: the pod read, bound to this node (absent or
-            // elsewhere answered alike), the rule's selectors checked on it.
+            // As the host: the pod read, bound to this node and inside the
+            // rule's selectors (absent, elsewhere or outside answered alike).
             let found = self.stored("evict", &pods, Some(namespace), name).ok();
-            let pod = pod_on_node(&node, namespace, name, found.as_ref())?;
+            let pod = pod_on_node(
+                &rules,
+                &self.plugin,
+                &node,
+                (namespace, name),
+                found.as_ref(),
+            )?;
             check_evict_pod(&rules, &self.plugin, &node, namespace, name, pod)
                 .map_err(crate::Error::from)?;
         }

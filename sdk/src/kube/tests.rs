@@ -552,7 +552,8 @@ fn an_eviction_needs_its_grant_and_a_budget_that_allows_it() {
     let gone = kube.evict("default", "gone").unwrap_err();
     assert_eq!(far.kind(), "not-found", "{far}");
     assert!(
-        far.message().contains("no such pod on this host's Node"),
+        far.message()
+            .contains("no such object within the grant's selectors"),
         "{far}"
     );
     assert_eq!(

@@ -162,7 +162,8 @@ impl PluginKube {
 
     /// Evict one pod of this host's Node through the Eviction API, through
     /// the gate. The pod is read fresh just before: it must be bound to this
-    /// Node, the grant's selectors are checked on it, and the eviction
+    /// Node, inside the grant's selectors (else it is answered as absent,
+    /// [`pod_on_node`]), and the eviction
     /// carries its UID (a pod recreated under the name is not evicted).
     pub async fn evict(&self, namespace: &str, name: &str) -> Result<(), CapError> {
         self.own_node_only("evict")?;
@@ -174,7 +175,13 @@ impl PluginKube {
             Err(CapError::NotFound(_)) => None,
             Err(e) => return Err(e),
         };
-        let pod = pod_on_node(node, namespace, name, found.as_ref())?;
+        let pod = pod_on_node(
+            &self.rules,
+            &self.call.plugin,
+            node,
+            (namespace, name),
+            found.as_ref(),
+        )?;
         self.evict_pod(namespace, name, pod).await
     }
 

@@ -49,7 +49,9 @@ type WatchKey = (
 );
 
 /// Every watch `watchers` (plugins with their rules) ask for on `node`,
-/// with who asked and their rules.
+/// with who asked and the rules of theirs that asked for it: only those
+/// judge a change it delivers (another rule's names would admit an object
+/// this watch's selectors never applied to).
 fn watched(
     watchers: &[(String, Vec<KubeRule>)],
     node: &str,
@@ -84,8 +86,9 @@ fn watched(
                     fields.clone(),
                 );
                 let watchers = watches.entry(key).or_default();
-                if !watchers.iter().any(|(name, _)| name == plugin) {
-                    watchers.push((plugin.clone(), rules.clone()));
+                match watchers.iter_mut().find(|(name, _)| name == plugin) {
+                    Some((_, asked)) => asked.push(rule.clone()),
+                    None => watchers.push((plugin.clone(), vec![rule.clone()])),
                 }
             }
         }
@@ -101,7 +104,9 @@ fn subject(change: &Change) -> String {
     }
 }
 
-/// Whether `rules` let the plugin watch the changed object (its names, `$NODE`).
+/// Whether `rules` (those behind the watch that saw it: its selectors held
+/// on the object) let the plugin watch the changed object (their names,
+/// namespaces, `$NODE`).
 fn covers(rules: &[KubeRule], node: &str, change: &Change) -> bool {
     let watch = Access {
         group: &change.group,
@@ -219,5 +224,40 @@ mod tests {
                 ("pods", Some("spec.nodeName=node-1"), 1)
             ]
         );
+    }
+
+    /// A rule naming two pods watches every pod (no selector can say two
+    /// names); a rule with a label selector admits any name. A change the
+    /// first watch delivers is judged by the first rule alone: the second
+    /// rule's selector never applied to it.
+    #[test]
+    fn a_change_is_judged_by_the_rules_behind_its_watch_alone() {
+        let rules: Vec<KubeRule> = serde_json::from_str(
+            r#"[{"resource": "pods", "verbs": ["watch"], "names": ["a", "b"]},
+                {"resource": "pods", "verbs": ["watch"], "label-selector": "tend=yes"}]"#,
+        )
+        .unwrap();
+        let watches = watched(&[("p".to_string(), rules)], "node-1");
+        let behind = |labels: Option<&str>| {
+            let key = watches
+                .keys()
+                .find(|k| k.3.as_deref() == labels)
+                .expect("a watch");
+            watches[key][0].1.clone()
+        };
+        let change = |name: &str| Change {
+            resource: "pods".into(),
+            group: String::new(),
+            namespace: Some("kube-system".into()),
+            name: name.into(),
+        };
+        let every_pod = behind(None);
+        assert!(covers(&every_pod, "node-1", &change("a")));
+        assert!(
+            !covers(&every_pod, "node-1", &change("victim")),
+            "a pod outside both rules"
+        );
+        let labelled = behind(Some("tend=yes"));
+        assert!(covers(&labelled, "node-1", &change("victim")));
     }
 }

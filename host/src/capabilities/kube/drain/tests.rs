@@ -481,3 +481,29 @@ async fn an_eviction_reaches_only_pods_bound_to_this_node_whatever_the_grant() {
         fake.actions()
     );
 }
+
+/// Under a grant with selectors, a pod of this Node outside them is
+/// answered as one that does not exist, and as one on another Node: the
+/// same not-found, naming the grant's scope. Inside them, the pod is evicted.
+#[tokio::test]
+async fn by_selectors_an_eviction_outside_them_is_answered_as_absent() {
+    let rules = r#"kube = [{ resource = "pods/eviction", verbs = ["create"], label-selector = "evictable=yes" }]"#;
+    let (kube, fake) = kube(rules, false);
+    fake.put(
+        "pods",
+        json!({"metadata": {"name": "web-9", "namespace": "default", "labels": {"evictable": "yes"}}, "spec": {"nodeName": "node-1"}}),
+    );
+    let mut answers = Vec::new();
+    for name in ["web-1", "web-3", "nowhere"] {
+        let err = kube.evict("default", name).await.unwrap_err();
+        answers.push(err.to_string().replace(name, "NAME"));
+    }
+    assert_eq!(
+        answers,
+        ["not-found: create pods/eviction in namespace default named NAME: no such object within the grant's selectors ({ resource = \"pods/eviction\", label-selector = \"evictable=yes\" }); one outside them is answered as absent: if it exists, label it to match, or widen the selectors in [plugins.remediator.grants] kube";
+            3]
+    );
+    assert!(fake.actions().is_empty(), "{:?}", fake.actions());
+    kube.evict("default", "web-9").await.unwrap();
+    assert_eq!(fake.actions(), ["evict pods/default/web-9"]);
+}
