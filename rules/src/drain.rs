@@ -6,6 +6,7 @@
 use crate::Refusal;
 use crate::kube::{
     Access, KubeRule, PatchShape, Verb, check, check_found, check_key, check_object,
+    check_patch_fields,
 };
 use crate::reason::Reason;
 use serde_json::{Value, json};
@@ -45,7 +46,8 @@ pub fn cordoned(node: &Value) -> bool {
 }
 
 /// May `plugin` cordon or uncordon its own Node (`patch` on `nodes` named
-/// `$NODE`, its `fields` admitting `spec.unschedulable`)?
+/// `$NODE`, its `fields` admitting `spec.unschedulable`)? A rule's selectors
+/// are judged on the Node once it is read.
 pub fn check_cordon(
     rules: &[KubeRule],
     plugin: &str,
@@ -60,14 +62,7 @@ pub fn check_cordon(
         name: Some(node),
     };
     let patch = cordon_patch(unschedulable);
-    check_object(
-        rules,
-        plugin,
-        node,
-        &access,
-        None,
-        Some((PatchShape::Merge, &patch)),
-    )
+    check_patch_fields(rules, plugin, node, &access, (PatchShape::Merge, &patch))
 }
 
 /// May `plugin` evict pod `namespace`/`name` (`create` on `pods/eviction`,
@@ -278,6 +273,11 @@ mod tests {
         );
         let err = check_cordon(&[], "p", "node-a", true).unwrap_err();
         assert!(err.message().contains("resource = \"nodes\""), "{err:?}");
+        // A rule's selectors are judged on the Node once it is read.
+        let by_label = rules(
+            r#"kube = [{ resource = "nodes", verbs = ["patch"], label-selector = "pool=a", fields = ["spec.unschedulable"] }]"#,
+        );
+        assert_eq!(check_cordon(&by_label, "p", "node-a", true), Ok(()));
     }
 
     #[test]

@@ -727,13 +727,36 @@ pub fn check_object(
     object: Option<&Value>,
     patch: Option<(PatchShape, &Value)>,
 ) -> Result<(), Refusal> {
+    let selected = |r: &KubeRule| !r.selects() || object.is_some_and(|o| r.matches(node, o));
+    check_selected(rules, plugin, node, access, selected, patch)
+}
+
+/// A patch's `fields` checked before its object is read: every rule
+/// allowing it by name counts, its selectors judged later on the object
+/// ([`check_found`]). What a call checks before it changes anything (a
+/// cordon, a drain's first step).
+pub fn check_patch_fields(
+    rules: &[KubeRule],
+    plugin: &str,
+    node: &str,
+    access: &Access,
+    patch: (PatchShape, &Value),
+) -> Result<(), Refusal> {
+    check_selected(rules, plugin, node, access, |_| true, Some(patch))
+}
+
+/// [`check_object`] with the rules whose selectors hold said by `selected`.
+fn check_selected(
+    rules: &[KubeRule],
+    plugin: &str,
+    node: &str,
+    access: &Access,
+    selected: impl Fn(&KubeRule) -> bool,
+    patch: Option<(PatchShape, &Value)>,
+) -> Result<(), Refusal> {
     check(rules, plugin, node, access)?;
     let covering: Vec<&KubeRule> = rules.iter().filter(|r| r.covers(node, access)).collect();
-    let selected: Vec<&KubeRule> = covering
-        .iter()
-        .copied()
-        .filter(|r| !r.selects() || object.is_some_and(|o| r.matches(node, o)))
-        .collect();
+    let selected: Vec<&KubeRule> = covering.iter().copied().filter(|r| selected(r)).collect();
     if selected.is_empty() {
         let written: Vec<String> = covering.iter().map(|r| r.written()).collect();
         return Err(Refusal::Denied(format!(

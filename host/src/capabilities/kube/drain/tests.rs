@@ -507,3 +507,25 @@ async fn by_selectors_an_eviction_outside_them_is_answered_as_absent() {
     kube.evict("default", "web-9").await.unwrap();
     assert_eq!(fake.actions(), ["evict pods/default/web-9"]);
 }
+
+/// A cordon under a Node rule with selectors: judged on the Node as read
+/// (outside them, answered as a Node that does not exist), done inside.
+#[tokio::test]
+async fn a_cordon_under_selectors_is_judged_on_the_node() {
+    let rules = r#"kube = [{ resource = "nodes", verbs = ["get", "patch"], label-selector = "pool=a", fields = ["spec.unschedulable"] }]"#;
+    let (kube, fake) = kube(rules, false);
+    let err = kube.cordon(true).await.unwrap_err();
+    assert_eq!(err.kind(), "not-found", "{err}");
+    assert!(
+        err.message()
+            .contains("no such object within the grant's selectors"),
+        "{err}"
+    );
+    assert!(fake.actions().is_empty(), "{:?}", fake.actions());
+    fake.put(
+        "nodes",
+        json!({"metadata": {"name": "node-1", "uid": "u1", "labels": {"pool": "a"}}, "spec": {}}),
+    );
+    kube.cordon(true).await.unwrap();
+    assert_eq!(fake.actions(), ["patch nodes/node-1 merge"]);
+}
