@@ -792,6 +792,30 @@ fn check_selected(
     )))
 }
 
+/// A patch bound to the object its grant was checked on: `metadata.uid` in
+/// a merge patch or an applied object, a leading `test` of `/metadata/uid`
+/// in a JSON patch. The API server then changes only that object (409, or
+/// 422 for the test, when one was recreated under the name since), as an
+/// eviction carries its pod's UID. A body that is no patch is left for the
+/// server to refuse whole.
+pub fn bind_to_uid(shape: PatchShape, body: &mut Value, uid: &str) {
+    match (shape, body) {
+        (PatchShape::Json, Value::Array(operations)) => operations.insert(
+            0,
+            serde_json::json!({"op": "test", "path": "/metadata/uid", "value": uid}),
+        ),
+        (PatchShape::Merge | PatchShape::Apply, Value::Object(fields)) => {
+            let metadata = fields
+                .entry("metadata")
+                .or_insert_with(|| Value::Object(Default::default()));
+            if let Value::Object(metadata) = metadata {
+                metadata.insert("uid".into(), uid.into());
+            }
+        }
+        _ => {}
+    }
+}
+
 /// [`check_object`] on an object named by the plugin and read fresh
 /// (`found`: None when the API server has no such object), answered as the
 /// plugin may learn it. When only rules with selectors allow the call, an
@@ -1439,6 +1463,37 @@ mod tests {
         // here, for the API server's own not-found.
         let open = rules(r#"[{"resource": "pods", "verbs": ["get"]}]"#);
         assert_eq!(check_found(&open, "p", "n1", &get, None, None), Ok(()));
+    }
+
+    #[test]
+    fn a_patch_is_bound_to_the_uid_it_was_checked_on() {
+        let mut merge = json!({"metadata": {"labels": {"a": "b"}}});
+        bind_to_uid(PatchShape::Merge, &mut merge, "u1");
+        assert_eq!(
+            merge,
+            json!({"metadata": {"labels": {"a": "b"}, "uid": "u1"}})
+        );
+        let mut apply = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"uid": "forged"}});
+        bind_to_uid(PatchShape::Apply, &mut apply, "u1");
+        assert_eq!(
+            apply["metadata"]["uid"], "u1",
+            "the checked object's, not the plugin's"
+        );
+        let mut bare = json!({"spec": {}});
+        bind_to_uid(PatchShape::Merge, &mut bare, "u1");
+        assert_eq!(bare, json!({"spec": {}, "metadata": {"uid": "u1"}}));
+        let mut ops = json!([{"op": "add", "path": "/metadata/labels/a", "value": "b"}]);
+        bind_to_uid(PatchShape::Json, &mut ops, "u1");
+        assert_eq!(
+            ops,
+            json!([
+                {"op": "test", "path": "/metadata/uid", "value": "u1"},
+                {"op": "add", "path": "/metadata/labels/a", "value": "b"}
+            ])
+        );
+        let mut not_a_patch = json!("x");
+        bind_to_uid(PatchShape::Merge, &mut not_a_patch, "u1");
+        assert_eq!(not_a_patch, json!("x"));
     }
 
     fn narrowed() -> Vec<KubeRule> {

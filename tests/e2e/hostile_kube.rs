@@ -298,6 +298,66 @@ fn rule_selectors_bound_lists_and_gets() {
     );
 }
 
+/// Under a rule with selectors the host reads the object to check it, and
+/// its write names that object's UID (a patch's `metadata.uid` or JSON
+/// `test`, a delete's precondition): the API server takes every kind of
+/// them for the object checked.
+#[test]
+fn by_selectors_writes_name_the_object_they_were_checked_on() {
+    let api = KubeApi::start();
+    create(
+        &api,
+        "/api/v1/namespaces/default/pods",
+        pod("tended", "node-1", json!({"tend": "yes"})),
+    );
+    let sandbox = Sandbox::new();
+    let rule = r#"[{ resource = "pods", verbs = ["get", "patch", "delete"], label-selector = "tend=yes" }]"#;
+    let key = "api-version = \"v1\"\nkind = \"Pod\"\nnamespace = \"default\"\nname = \"tended\"";
+    let calls = [
+        (
+            "merge",
+            "op = \"patch\"\nbody = '{\"metadata\": {\"labels\": {\"a\": \"1\"}}}'",
+        ),
+        (
+            "json",
+            "op = \"patch\"\npatch-type = \"json\"\nbody = '[{\"op\": \"add\", \"path\": \"/metadata/labels/b\", \"value\": \"2\"}]'",
+        ),
+        (
+            "apply",
+            "op = \"patch\"\npatch-type = \"apply\"\nbody = '{\"apiVersion\": \"v1\", \"kind\": \"Pod\", \"metadata\": {\"name\": \"tended\", \"labels\": {\"tend\": \"yes\", \"c\": \"3\"}}}'",
+        ),
+        ("drop", "op = \"delete\""),
+    ];
+    let mut config = String::new();
+    for (name, call) in calls {
+        sandbox.add_plugin("chaos", name);
+        config += &hostile(name, rule, &format!("{call}\n{key}"));
+    }
+    sandbox.config_on_node("node-1", &kube_host(&api, &sandbox, ""), &config);
+    api.grant_rbac(&sandbox);
+    let path = "/api/v1/namespaces/default/pods/tended";
+    let uid = object(&api, path)["metadata"]["uid"].clone();
+    for (name, _) in &calls[..3] {
+        let said = reconcile(&sandbox, name);
+        assert!(said.contains(&format!("{name}: healthy: ok")), "{said}");
+    }
+    let labels = object(&api, path)["metadata"]["labels"].clone();
+    assert_eq!(
+        labels,
+        json!({"tend": "yes", "a": "1", "b": "2", "c": "3"}),
+        "each patch reached the object"
+    );
+    assert_eq!(object(&api, path)["metadata"]["uid"], uid);
+    let said = reconcile(&sandbox, "drop");
+    assert!(said.contains("drop: healthy: ok"), "{said}");
+    // A Pod's delete starts its graceful termination (the kubelet removes it).
+    let deleted = object(&api, path);
+    assert!(
+        deleted["metadata"]["deletionTimestamp"].is_string(),
+        "{deleted}"
+    );
+}
+
 #[test]
 fn a_one_name_rule_with_a_plugin_field_selector_does_not_list_other_nodes() {
     let api = KubeApi::start();

@@ -9,8 +9,8 @@ use super::backend::{
     Run,
 };
 use super::grants::{
-    Access, KubeRule, OwnLease, PatchShape, Verb, allow, check_fleet_lease, check_found, check_key,
-    check_object, check_own_lease, list_scope, needs_object,
+    Access, KubeRule, OwnLease, PatchShape, Verb, allow, bind_to_uid, check_fleet_lease,
+    check_found, check_key, check_object, check_own_lease, list_scope, needs_object,
 };
 use crate::capabilities::call::Call;
 use crate::capabilities::capability::Capability;
@@ -160,27 +160,23 @@ impl PluginKube {
     /// The object-level check of a call by name: the rules' selectors on the
     /// object (read fresh when only rules with selectors allow the call; one
     /// outside them is answered as an absent one, [`check_found`]) and, for a
-    /// patch, their `fields` on the patch body.
+    /// patch, their `fields` on the patch body. The UID of the object read,
+    /// when one was: the write is bound to it.
     pub(super) async fn object_allowed(
         &self,
         info: &ResourceInfo,
         key: &ObjectKey,
         verb: Verb,
         patch: Option<(PatchShape, &Value)>,
-    ) -> Result<(), CapError> {
+    ) -> Result<Option<String>, CapError> {
         let access = Self::access(info, verb, key.namespace.as_deref(), Some(&key.name));
         let node = self.backend.node_name();
         if needs_object(&self.rules, node, &access) {
-            return self.read_checked(info, key, verb, patch).await.map(drop);
+            let object = self.read_checked(info, key, verb, patch).await?;
+            return Ok(object["metadata"]["uid"].as_str().map(str::to_string));
         }
-        Ok(check_object(
-            &self.rules,
-            &self.call.plugin,
-            node,
-            &access,
-            None,
-            patch,
-        )?)
+        check_object(&self.rules, &self.call.plugin, node, &access, None, patch)?;
+        Ok(None)
     }
 
     /// `key`'s object read fresh and checked for `verb` ([`check_found`]):
@@ -412,7 +408,8 @@ impl PluginKube {
         let patch = parse("patch", patch)?;
         let (info, key) = self.resolve_key(key, Verb::Patch).await?;
         let shape = super::backend::patch_shape(kind);
-        self.object_allowed(&info, &key, Verb::Patch, Some((shape, &patch)))
+        let checked = self
+            .object_allowed(&info, &key, Verb::Patch, Some((shape, &patch)))
             .await?;
         // Granted or not, a cordon is `cordon`'s (the fleet's ticket).
         if info.group.is_empty()
@@ -427,6 +424,10 @@ impl PluginKube {
         let target = Self::target(&info, key.namespace.as_deref(), &key.name);
         let detail = format!("{} patch, {} bytes", kind.name(), patch.to_string().len());
         let (ns, name) = (key.namespace.as_deref(), key.name.as_str());
+        let mut patch = patch;
+        if let Some(uid) = &checked {
+            bind_to_uid(shape, &mut patch, uid);
+        }
         let body = PatchBody {
             kind,
             body: patch,
@@ -460,18 +461,20 @@ impl PluginKube {
 
     pub async fn delete(&self, key: &ObjectKey) -> Result<(), CapError> {
         let (info, key) = self.resolve_key(key, Verb::Delete).await?;
-        self.object_allowed(&info, &key, Verb::Delete, None).await?;
+        let checked = self.object_allowed(&info, &key, Verb::Delete, None).await?;
         let target = Self::target(&info, key.namespace.as_deref(), &key.name);
         let (ns, name) = (key.namespace.as_deref(), key.name.as_str());
+        let uid = checked.as_deref();
         // The server's dry-run delete answers not-found for a missing object.
         let planned = async {
             (
-                self.backend.delete(Run::DryRun, &info, ns, name).await,
+                self.backend.delete(Run::DryRun, &info, ns, name, uid).await,
                 None,
             )
         };
         self.mutate("delete", target, String::new(), planned, |permit| {
-            self.backend.delete(Run::Perform(permit), &info, ns, name)
+            self.backend
+                .delete(Run::Perform(permit), &info, ns, name, uid)
         })
         .await
     }
@@ -706,6 +709,46 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(fake.actions(), ["patch nodes/node-3 merge"]);
+    }
+
+    /// The grant is checked on the object as read, and the write names its
+    /// UID: an object another client recreated under the name in between
+    /// (outside the selectors) is left alone, whatever the call.
+    #[tokio::test]
+    async fn by_selectors_a_write_is_bound_to_the_object_checked() {
+        const LABELLED: &str = "kube = [{ resource = \"nodes\", verbs = [\"get\", \"patch\", \"delete\"], label-selector = \"pool=a\" }]";
+        let (kube, fake) = kube(LABELLED, false);
+        let checked = json!({"metadata": {"name": "node-3", "uid": "u3", "labels": {"pool": "a"}}});
+        let recreated = json!({"metadata": {"name": "node-3", "uid": "u4"}});
+        let label = r#"{"metadata": {"labels": {"x": "y"}}}"#;
+        let add = r#"[{"op": "add", "path": "/metadata/labels", "value": {"x": "y"}}]"#;
+        let mut answers = Vec::new();
+        for call in ["merge", "apply", "json", "delete"] {
+            fake.put("nodes", checked.clone());
+            fake.recreate_after_get("nodes", recreated.clone());
+            let key = node("node-3");
+            let answer = match call {
+                "merge" => kube.patch(&key, PatchType::Merge, label).await.map(drop),
+                "apply" => kube.patch(&key, PatchType::Apply, label).await.map(drop),
+                "json" => kube.patch(&key, PatchType::Json, add).await.map(drop),
+                _ => kube.delete(&key).await,
+            };
+            answers.push(answer.unwrap_err().kind());
+            assert_eq!(
+                fake.object("nodes", None, "node-3"),
+                Some(recreated.clone()),
+                "{call}: the recreated Node changed"
+            );
+        }
+        assert_eq!(answers, ["conflict", "conflict", "invalid", "conflict"]);
+        assert!(fake.actions().is_empty(), "{:?}", fake.actions());
+        // Unraced, the same calls go through.
+        fake.put("nodes", checked);
+        kube.patch(&node("node-3"), PatchType::Merge, label)
+            .await
+            .unwrap();
+        kube.delete(&node("node-3")).await.unwrap();
+        assert_eq!(fake.object("nodes", None, "node-3"), None);
     }
 
     /// A plan asks the API server's dry run (here the fake's): the answer and

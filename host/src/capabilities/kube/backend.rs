@@ -266,13 +266,16 @@ pub trait KubeBackend: Send + Sync + 'static {
         name: &str,
         patch: PatchBody,
     ) -> Result<Value, CapError>;
-    /// In a dry run: not-found when the object does not exist.
+    /// In a dry run: not-found when the object does not exist. `uid`: the
+    /// object the grant was checked on, a precondition (conflict when the
+    /// object under the name is another one now).
     async fn delete(
         &self,
         run: Run,
         r: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
+        uid: Option<&str>,
     ) -> Result<(), CapError>;
     /// Evict pod `namespace`/`name` through the Eviction API (policy/v1).
     /// A PodDisruptionBudget's refusal (429) is `budget-exhausted`, its

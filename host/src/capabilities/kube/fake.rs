@@ -31,6 +31,8 @@ pub struct FakeKube {
     /// Pods ("<ns>/<name>") whose eviction a PodDisruptionBudget refuses,
     /// with its "<ns>/<name>".
     blocked: Mutex<BTreeMap<String, String>>,
+    /// What [`FakeKube::recreate_after_get`] scripted.
+    recreate: Mutex<Option<(String, Value)>>,
 }
 
 impl Default for FakeKube {
@@ -58,6 +60,7 @@ impl Default for FakeKube {
             requests: AtomicU64::new(0),
             own_lease: std::sync::OnceLock::new(),
             blocked: Mutex::default(),
+            recreate: Mutex::default(),
         }
     }
 }
@@ -116,6 +119,13 @@ impl FakeKube {
             Some(budget) => blocked.insert(pod, budget.to_string()),
             None => blocked.remove(&pod),
         };
+    }
+
+    /// Once the next `get` has answered, `object` (of `plural`) replaces the
+    /// one of its name: another client deleted and recreated it between a
+    /// plugin's check and its write.
+    pub fn recreate_after_get(&self, plural: &str, object: Value) {
+        *self.recreate.lock().unwrap() = Some((plural.to_string(), object));
     }
 
     pub fn fail_with(&self, error: Option<CapError>) {
@@ -184,16 +194,18 @@ impl KubeBackend for FakeKube {
         name: &str,
     ) -> Result<Value, CapError> {
         self.request()?;
-        let objects = self.objects.lock().unwrap();
-        objects
-            .get(&Self::key(r, namespace, name))
-            .map(|o| o.view().into_owned())
+        let answer = self
+            .object(&r.plural, namespace.filter(|_| r.namespaced), name)
             .ok_or_else(|| {
                 CapError::NotFound(format!(
                     "get {}/{name}: {} \"{name}\" not found (NotFound)",
                     r.plural, r.plural
                 ))
-            })
+            });
+        if let Some((plural, object)) = self.recreate.lock().unwrap().take() {
+            self.put(&plural, object);
+        }
+        answer
     }
 
     async fn list(
@@ -264,7 +276,11 @@ impl KubeBackend for FakeKube {
         // performed, as the API server answers 422.
         let patched = match objects.get(&key) {
             Some(object) => Ok(patched(&object.view(), &patch)
-                .map_err(|e| CapError::Invalid(format!("kube patch {target}: {e}")))?),
+                .map_err(|e| CapError::Invalid(format!("kube patch {target}: {e}")))
+                .and_then(|patched| {
+                    uid_precondition(&object.view(), patched["metadata"]["uid"].as_str())?;
+                    Ok(patched)
+                })?),
             None => Err(CapError::NotFound(format!(
                 "patch {}/{name}: not found (NotFound)",
                 r.plural
@@ -287,14 +303,18 @@ impl KubeBackend for FakeKube {
         r: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
+        uid: Option<&str>,
     ) -> Result<(), CapError> {
         self.request()?;
+        let key = Self::key(r, namespace, name);
+        let mut objects = self.objects.lock().unwrap();
+        if let Some(object) = objects.get(&key) {
+            uid_precondition(&object.view(), uid)?;
+        }
         if !run.dry() {
             self.ledger
                 .record("delete", &Self::target(r, namespace, name));
         }
-        let key = Self::key(r, namespace, name);
-        let mut objects = self.objects.lock().unwrap();
         let found = if run.dry() {
             objects.contains_key(&key)
         } else {
@@ -403,6 +423,18 @@ impl KubeBackend for FakeKube {
 /// (RFC 7386), a JSON patch (RFC 6902, all or nothing) or a server-side
 /// apply, which without field managers is a merge; the error says why a JSON
 /// patch does not apply, in the SDK fake's words.
+/// As the API server: a write naming a UID (a delete's precondition, a
+/// patch's `metadata.uid`) applies only to the object that has it.
+fn uid_precondition(stored: &Value, uid: Option<&str>) -> Result<(), CapError> {
+    let has = stored["metadata"]["uid"].as_str().unwrap_or_default();
+    match uid {
+        Some(uid) if uid != has => Err(CapError::Conflict(format!(
+            "Precondition failed: UID in precondition: {uid}, UID in object meta: {has}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn patched(object: &Value, patch: &PatchBody) -> Result<Value, String> {
     let mut patched = object.clone();
     match patch.kind {

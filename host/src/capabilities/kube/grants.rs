@@ -5,8 +5,8 @@
 use super::backend::EventNote;
 use crate::capabilities::error::CapError;
 pub use tend_rules::kube::{
-    Access, KubeRule, OwnLease, PatchShape, Verb, check, check_fleet_lease, check_found, check_key,
-    check_object, check_own_lease, list_scope, needs_object,
+    Access, KubeRule, OwnLease, PatchShape, Verb, bind_to_uid, check, check_fleet_lease,
+    check_found, check_key, check_object, check_own_lease, list_scope, needs_object,
 };
 
 /// May `plugin` on `node` make `access`?

@@ -18,7 +18,9 @@ use crate::capabilities::gate::Permit;
 use crate::capabilities::rate::{Asker, Throttle, Waits};
 use crate::exposition::{Exposition, Kind};
 use crate::units::ByteSize;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::discovery::Scope;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -522,11 +524,16 @@ impl KubeBackend for RealKube {
         r: &ResourceInfo,
         namespace: Option<&str>,
         name: &str,
+        uid: Option<&str>,
     ) -> Result<(), CapError> {
         async {
             let api = self.api(r, namespace).await?;
             let params = DeleteParams {
                 dry_run: run.dry(),
+                preconditions: uid.map(|uid| Preconditions {
+                    uid: Some(uid.to_string()),
+                    resource_version: None,
+                }),
                 ..DeleteParams::default()
             };
             self.request().await?;
