@@ -243,6 +243,8 @@ fn the_image_runs_tend_and_checks_the_node_config_in_containerd() {
         assert!(out.contains(&expected), "no {expected:?} in: {out}");
     }
     assert!(out.contains("5 plugin(s) enabled"), "{out}");
+    // The shipped config grants no capability a plugin cannot use.
+    assert!(!out.contains("hint:"), "{out}");
     no_containers_left(&peer);
 }
 

@@ -169,3 +169,28 @@ fn plan_shows_the_write_and_changes_nothing() {
     let real = sandbox.tend(&["reconcile", "mirror-gate"]);
     assert!(real.stdout.contains("did files.write"), "{}", real.stdout);
 }
+
+/// `tend check` names a grant the plugin can never use (its component does
+/// not import the capability), and the config passes without it.
+#[test]
+fn check_names_a_grant_the_plugin_never_uses() {
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("mirror-gate", "mirror-gate");
+    configure(&sandbox, &[("docker.io", "http://127.0.0.1:9")], true);
+    let config = std::fs::read_to_string(sandbox.path("tend.toml")).unwrap();
+    let hint = "hint: mirror-gate: its cri grant is never used (the plugin does not import tend:plugin/cri): remove [plugins.mirror-gate.grants] cri";
+    let check = sandbox.tend(&["check"]);
+    assert!(check.success, "{check:?}");
+    assert!(!check.stdout.contains("hint:"), "{}", check.stdout);
+    std::fs::write(
+        sandbox.path("tend.toml"),
+        config.replace(
+            "[plugins.mirror-gate.grants]\n",
+            "[plugins.mirror-gate.grants]\ncri = { read = true }\n",
+        ),
+    )
+    .unwrap();
+    let check = sandbox.tend(&["check"]);
+    assert!(check.success, "a hint, not an error: {check:?}");
+    assert!(check.stdout.contains(hint), "{}", check.stdout);
+}

@@ -75,6 +75,20 @@ macro_rules! generate {
         }
 
         impl Grants {
+            /// Each capability a grant gates (nothing of it granted by
+            /// default: all but log, state and metrics), with whether these
+            /// grants give any of it.
+            pub fn gated(&self) -> Vec<(&'static str, bool)> {
+                let mut gated = Vec::new();
+                $(
+                    if <$cap as Capability>::describe_grant(&Default::default()).is_empty() {
+                        let granted = !<$cap as Capability>::describe_grant(&self.$name).is_empty();
+                        gated.push((<$cap as Capability>::NAME, granted));
+                    }
+                )*
+                gated
+            }
+
             /// Every grant in words: "files: /etc/containerd/certs.d (read-write)".
             pub fn describe(&self) -> Vec<String> {
                 let mut lines = Vec::new();

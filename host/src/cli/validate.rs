@@ -13,16 +13,22 @@ pub async fn check(config_path: &Path) -> anyhow::Result<ExitCode> {
     let loaded = node.load_enabled().await;
     for loaded in &loaded {
         match &loaded.plugin {
-            Ok(plugin) => println!(
-                "ok: {} ({}, {} ms{})",
-                loaded.config.name,
-                plugin.digest,
-                plugin.load_time.as_millis(),
-                match plugin.cache {
-                    crate::runtime::CacheOutcome::Hit => ", cached",
-                    _ => "",
+            Ok(plugin) => {
+                println!(
+                    "ok: {} ({}, {} ms{})",
+                    loaded.config.name,
+                    plugin.digest,
+                    plugin.load_time.as_millis(),
+                    match plugin.cache {
+                        crate::runtime::CacheOutcome::Hit => ", cached",
+                        _ => "",
+                    }
+                );
+                let gated = loaded.config.grants.gated();
+                for hint in unused_grants(&loaded.config.name, &plugin.imports, &gated) {
+                    super::report::line(&hint);
                 }
-            ),
+            }
             Err(e) => {
                 failed = true;
                 super::report::line(&format!("error: {}: {e}", loaded.config.name));
@@ -40,6 +46,31 @@ pub async fn check(config_path: &Path) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// A plugin's grants held against what its component imports: a grant of a
+/// capability it does not import is never used, privilege to take away. (The
+/// other way is no sign of anything: a plugin may call a capability only in
+/// some configurations, and componentize-py and QuickJS components import
+/// every interface of the world.)
+fn unused_grants(plugin: &str, imports: &[String], gated: &[(&str, bool)]) -> Vec<String> {
+    let imported = |capability: &str| {
+        imports.iter().any(|import| {
+            import
+                .strip_prefix("tend:plugin/")
+                .and_then(|i| i.split('@').next())
+                == Some(capability)
+        })
+    };
+    gated
+        .iter()
+        .filter(|&&(capability, granted)| granted && !imported(capability))
+        .map(|(capability, _)| {
+            format!(
+                "hint: {plugin}: its {capability} grant is never used (the plugin does not import tend:plugin/{capability}): remove [plugins.{plugin}.grants] {capability}"
+            )
+        })
+        .collect()
 }
 
 /// The world, imports, exports and self-description of a component file.
@@ -77,4 +108,56 @@ pub async fn inspect(file: &Path, cache_dir: Option<&Path>) -> anyhow::Result<Ex
         println!("  {export}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::Grants;
+
+    #[test]
+    fn every_gated_capability_is_named_and_nothing_is_granted_by_default() {
+        let gated = Grants::default().gated();
+        let names: Vec<&str> = gated.iter().map(|(name, _)| *name).collect();
+        assert_eq!(
+            names,
+            [
+                "files",
+                "http",
+                "systemd",
+                "cri",
+                "kube",
+                "cloud",
+                "logs",
+                "conditions"
+            ]
+        );
+        assert!(gated.iter().all(|(_, granted)| !granted), "{gated:?}");
+    }
+
+    #[test]
+    fn a_grant_of_a_capability_the_plugin_does_not_import_is_hinted() {
+        let grants: Grants = toml::from_str(
+            r#"files = [{ path = "/etc/x", write = true }]
+kube = [{ resource = "nodes", verbs = ["get"], names = ["$NODE"] }]"#,
+        )
+        .unwrap();
+        let imports: Vec<String> = [
+            "tend:plugin/log@0.1.0",
+            "tend:plugin/files@0.1.0",
+            "tend:plugin/http@0.1.0",
+            "wasi:io/poll@0.2.6",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(
+            unused_grants("probe", &imports, &grants.gated()),
+            [
+                "hint: probe: its kube grant is never used (the plugin does not import tend:plugin/kube): remove [plugins.probe.grants] kube"
+            ]
+        );
+        // http imported and not granted: no hint (it may be optional).
+        let files_only: Grants = toml::from_str(r#"files = [{ path = "/etc/x" }]"#).unwrap();
+        assert!(unused_grants("probe", &imports, &files_only.gated()).is_empty());
+    }
 }
