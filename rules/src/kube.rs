@@ -794,25 +794,40 @@ fn check_selected(
 
 /// A patch bound to the object its grant was checked on: `metadata.uid` in
 /// a merge patch or an applied object, a leading `test` of `/metadata/uid`
-/// in a JSON patch. The API server then changes only that object (409, or
-/// 422 for the test, when one was recreated under the name since), as an
-/// eviction carries its pod's UID. A body that is no patch is left for the
-/// server to refuse whole.
-pub fn bind_to_uid(shape: PatchShape, body: &mut Value, uid: &str) {
+/// in a JSON patch. The API server then changes only that object (422 when
+/// one was recreated under the name since: the UID is immutable, or the test
+/// fails), as an eviction carries its pod's UID. A body that cannot carry
+/// the UID (not an object or list, `metadata` not an object) is `invalid`:
+/// it would go unbound.
+pub fn bind_to_uid(shape: PatchShape, body: &mut Value, uid: &str) -> Result<(), Refusal> {
+    let unbound = |what: &str| {
+        Refusal::Invalid(format!(
+            "kube {} patch: {what}; the patch is bound to the object its grant was checked on (its metadata.uid)",
+            shape.name()
+        ))
+    };
     match (shape, body) {
-        (PatchShape::Json, Value::Array(operations)) => operations.insert(
-            0,
-            serde_json::json!({"op": "test", "path": "/metadata/uid", "value": uid}),
-        ),
+        (PatchShape::Json, Value::Array(operations)) => {
+            operations.insert(
+                0,
+                serde_json::json!({"op": "test", "path": "/metadata/uid", "value": uid}),
+            );
+            Ok(())
+        }
         (PatchShape::Merge | PatchShape::Apply, Value::Object(fields)) => {
-            let metadata = fields
+            match fields
                 .entry("metadata")
-                .or_insert_with(|| Value::Object(Default::default()));
-            if let Value::Object(metadata) = metadata {
-                metadata.insert("uid".into(), uid.into());
+                .or_insert_with(|| Value::Object(Default::default()))
+            {
+                Value::Object(metadata) => {
+                    metadata.insert("uid".into(), uid.into());
+                    Ok(())
+                }
+                _ => Err(unbound("its metadata is not an object")),
             }
         }
-        _ => {}
+        (PatchShape::Json, _) => Err(unbound("the body is not a list of operations")),
+        _ => Err(unbound("the body is not an object")),
     }
 }
 
@@ -1468,22 +1483,22 @@ mod tests {
     #[test]
     fn a_patch_is_bound_to_the_uid_it_was_checked_on() {
         let mut merge = json!({"metadata": {"labels": {"a": "b"}}});
-        bind_to_uid(PatchShape::Merge, &mut merge, "u1");
+        bind_to_uid(PatchShape::Merge, &mut merge, "u1").unwrap();
         assert_eq!(
             merge,
             json!({"metadata": {"labels": {"a": "b"}, "uid": "u1"}})
         );
         let mut apply = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"uid": "forged"}});
-        bind_to_uid(PatchShape::Apply, &mut apply, "u1");
+        bind_to_uid(PatchShape::Apply, &mut apply, "u1").unwrap();
         assert_eq!(
             apply["metadata"]["uid"], "u1",
             "the checked object's, not the plugin's"
         );
         let mut bare = json!({"spec": {}});
-        bind_to_uid(PatchShape::Merge, &mut bare, "u1");
+        bind_to_uid(PatchShape::Merge, &mut bare, "u1").unwrap();
         assert_eq!(bare, json!({"spec": {}, "metadata": {"uid": "u1"}}));
         let mut ops = json!([{"op": "add", "path": "/metadata/labels/a", "value": "b"}]);
-        bind_to_uid(PatchShape::Json, &mut ops, "u1");
+        bind_to_uid(PatchShape::Json, &mut ops, "u1").unwrap();
         assert_eq!(
             ops,
             json!([
@@ -1491,9 +1506,21 @@ mod tests {
                 {"op": "add", "path": "/metadata/labels/a", "value": "b"}
             ])
         );
-        let mut not_a_patch = json!("x");
-        bind_to_uid(PatchShape::Merge, &mut not_a_patch, "u1");
-        assert_eq!(not_a_patch, json!("x"));
+        // What cannot carry the UID would go unbound: refused.
+        for (shape, mut body) in [
+            (
+                PatchShape::Apply,
+                json!({"apiVersion": "v1", "metadata": null}),
+            ),
+            (PatchShape::Merge, json!({"metadata": "x"})),
+            (PatchShape::Merge, json!("x")),
+            (PatchShape::Json, json!({"op": "add"})),
+        ] {
+            let before = body.clone();
+            let err = bind_to_uid(shape, &mut body, "u1").unwrap_err();
+            assert_eq!(err.kind(), "invalid", "{before}");
+            assert!(err.message().contains("bound to the object"), "{err}");
+        }
     }
 
     fn narrowed() -> Vec<KubeRule> {

@@ -452,6 +452,17 @@ fn kubectl_patches_merge_json_and_strategic() {
             out.stderr
         );
         assert_eq!(k.json(&["get", "deployment", "web"])["spec"]["replicas"], 5);
+        // A patch naming another UID changes nothing: 422, the UID is immutable.
+        let stale = r#"{"metadata":{"uid":"another","labels":{"stale":"yes"}}}"#;
+        let out = k.run(&["patch", "deployment", "web", "--type", "merge", "-p", stale]);
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr.contains("metadata.uid") && out.stderr.contains("field is immutable"),
+            "{}",
+            out.stderr
+        );
+        let d = k.json(&["get", "deployment", "web"]);
+        assert!(d["metadata"]["labels"].get("stale").is_none(), "{d}");
         // Strategic merge (kubectl's default): containers merge by name...
         let sidecar = r#"{"spec":{"template":{"spec":{"containers":[{"name":"sidecar","image":"busybox:1.37"}]}}}}"#;
         k.ok(&["patch", "deployment", "web", "-p", sidecar]);

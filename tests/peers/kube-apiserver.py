@@ -304,6 +304,16 @@ def conflict(res, name, why="the object has been modified; please apply your cha
                     {"name": name, "group": res.group, "kind": res.plural})
 
 
+def immutable_uid(res, name, cur, new):
+    """A patch or apply (no UID precondition: handlers/patch.go passes no object
+    to DefaultUpdatedObjectInfo) that would change metadata.uid fails
+    ValidateObjectMetaUpdate: 422, field is immutable."""
+    uid = dig(new, "metadata", "uid")
+    if uid and uid != cur["metadata"]["uid"]:
+        raise invalid(res, name, [("metadata.uid", "FieldValueInvalid",
+                                   f'Invalid value: "{uid}": field is immutable')])
+
+
 def invalid(res, name, causes):
     """causes: [(field, reason, message)] with reason FieldValueRequired/Invalid/Forbidden..."""
     text = ", ".join(f"{f}: {m}" for f, _, m in causes)
@@ -2951,6 +2961,7 @@ class Server:
         if q.get("fieldValidation") == "Strict":
             strict_check(res, new)
         new["metadata"]["name"] = name
+        immutable_uid(res, name, cur, new)
         return self.write(res, cur, to_storage(res, new), manager, sub, dry, "Update")
 
     def write(self, res, cur, obj, manager, sub, dry, operation, owners=None):
@@ -3051,6 +3062,10 @@ class Server:
         if cur is None:
             if sub:
                 raise not_found(res, name)
+            if dig(cfg, "metadata", "uid"):
+                # store.go Update, create on apply: a UID names an object that exists.
+                raise conflict(res, name, f"uid mismatch: the provided object specified uid {cfg['metadata']['uid']}, "
+                                          "and no existing object was found")
             obj = copy.deepcopy(cfg)
             self.authorize(request, "create", res, ns, name, sub)
             return self.create_obj(request, res, ns, obj, manager, dry, "Apply", set(cfg_fields))
@@ -3103,6 +3118,7 @@ class Server:
                     "apiVersion": res.group_version, "time": None, "fields": set()}
             owners.append(mine)
         mine["fields"] = set(cfg_fields)
+        immutable_uid(res, name, cur, merged)
         return self.write(res, cur, merged, manager, sub, dry, "Apply", owners=owners)
 
     async def evict(self, request, res, ns, name):

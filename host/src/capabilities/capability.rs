@@ -55,6 +55,14 @@ pub trait Capability: Sized + Send + 'static {
         get: fn(&mut T) -> &mut Self,
     ) -> wasmtime::Result<()>;
 
+    /// Whether the host uses `grant` for the plugin whether or not the
+    /// plugin calls the capability: triggers it watches (kube rules with
+    /// `watch`, systemd's `watch`, logs' watch rules), what the host writes
+    /// for it (conditions). `tend check` hints at no such grant as unused.
+    fn host_uses(_grant: &Self::Grant) -> bool {
+        false
+    }
+
     /// Hook: the source of triggers this capability notices (systemd: unit
     /// state changes), started once by the scheduler; most have none.
     fn watch(_backend: &Arc<Self::Backend>) -> Option<Box<dyn Watch<Self::Grant>>> {

@@ -77,12 +77,14 @@ macro_rules! generate {
         impl Grants {
             /// Each capability a grant gates (nothing of it granted by
             /// default: all but log, state and metrics), with whether these
-            /// grants give any of it.
+            /// grants give any of it that only the plugin's own calls use
+            /// (not the host: [`Capability::host_uses`]).
             pub fn gated(&self) -> Vec<(&'static str, bool)> {
                 let mut gated = Vec::new();
                 $(
                     if <$cap as Capability>::describe_grant(&Default::default()).is_empty() {
-                        let granted = !<$cap as Capability>::describe_grant(&self.$name).is_empty();
+                        let granted = !<$cap as Capability>::describe_grant(&self.$name).is_empty()
+                            && !<$cap as Capability>::host_uses(&self.$name);
                         gated.push((<$cap as Capability>::NAME, granted));
                     }
                 )*

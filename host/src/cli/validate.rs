@@ -24,7 +24,11 @@ pub async fn check(config_path: &Path) -> anyhow::Result<ExitCode> {
                         _ => "",
                     }
                 );
-                let gated = loaded.config.grants.gated();
+                let mut gated = loaded.config.grants.gated();
+                // Watched paths must lie inside the files grants.
+                if !loaded.config.watch.is_empty() {
+                    gated.retain(|(capability, _)| *capability != "files");
+                }
                 for hint in unused_grants(&loaded.config.name, &plugin.imports, &gated) {
                     super::report::line(&hint);
                 }
@@ -49,7 +53,8 @@ pub async fn check(config_path: &Path) -> anyhow::Result<ExitCode> {
 }
 
 /// A plugin's grants held against what its component imports: a grant of a
-/// capability it does not import is never used, privilege to take away. (The
+/// capability it does not import, and the host does not use for it either
+/// (`gated`), is never used, privilege to take away. (The
 /// other way is no sign of anything: a plugin may call a capability only in
 /// some configurations, and componentize-py and QuickJS components import
 /// every interface of the world.)
@@ -159,5 +164,14 @@ kube = [{ resource = "nodes", verbs = ["get"], names = ["$NODE"] }]"#,
         // http imported and not granted: no hint (it may be optional).
         let files_only: Grants = toml::from_str(r#"files = [{ path = "/etc/x" }]"#).unwrap();
         assert!(unused_grants("probe", &imports, &files_only.gated()).is_empty());
+        // Grants the host uses for the plugin (its triggers, its conditions)
+        // are used whatever it imports.
+        let host_uses: Grants = toml::from_str(
+            r#"kube = [{ resource = "nodes", verbs = ["watch"], names = ["$NODE"] }]
+systemd = { units = ["kubelet.service"], watch = true }
+conditions = ["KernelDeadlock"]"#,
+        )
+        .unwrap();
+        assert!(unused_grants("probe", &imports, &host_uses.gated()).is_empty());
     }
 }

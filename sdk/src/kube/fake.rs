@@ -15,8 +15,8 @@ use tend_rules::drain::{
 };
 use tend_rules::kube::{
     Access, FieldSelector, KubeRule, LabelSelector, MAX_BODY, MAX_SELECTOR, OwnLease, PatchShape,
-    Verb, check, check_event, check_found, check_key, check_object, check_own_lease, check_size,
-    list_scope, needs_object,
+    Verb, bind_to_uid, check, check_event, check_found, check_key, check_object, check_own_lease,
+    check_size, list_scope, needs_object,
 };
 use tend_rules::text::inert;
 
@@ -461,7 +461,8 @@ impl FakeKube {
     /// The object-level check, as the host makes it: selectors on the
     /// object (the stored one, when only rules with selectors allow the
     /// call; one outside them is answered as an absent one), `fields` on a
-    /// patch.
+    /// patch. The UID of the object read, when one was (the host binds the
+    /// write to it).
     fn object_allowed(
         &self,
         kind: &Kind,
@@ -469,12 +470,11 @@ impl FakeKube {
         name: &str,
         verb: Verb,
         patch: Option<(PatchShape, &Value)>,
-    ) -> Result<()> {
+    ) -> Result<Option<String>> {
         let access = Self::access(kind, verb, namespace, Some(name));
         if needs_object(&self.rules.borrow(), &self.node.borrow(), &access) {
-            return self
-                .read_checked("get", kind, namespace, name, verb, patch)
-                .map(drop);
+            let object = self.read_checked("get", kind, namespace, name, verb, patch)?;
+            return Ok(object["metadata"]["uid"].as_str().map(str::to_string));
         }
         check_object(
             &self.rules.borrow(),
@@ -484,7 +484,8 @@ impl FakeKube {
             None,
             patch,
         )
-        .map_err(crate::Error::from)
+        .map_err(crate::Error::from)?;
+        Ok(None)
     }
 
     /// The stored object, checked for `verb` as the host checks one it
@@ -723,7 +724,7 @@ impl Kube for FakeKube {
         Self::bounded("patch", &patch.to_string(), MAX_BODY)?;
         let (kind, namespace) = self.named(key, Verb::Patch)?;
         let shape = super::patch_shape(patch_type);
-        self.object_allowed(
+        let checked = self.object_allowed(
             &kind,
             namespace.as_deref(),
             &key.name,
@@ -739,6 +740,10 @@ impl Kube for FakeKube {
                 "kube patch nodes/{}: it writes spec.unschedulable, which is a cordon: call kube.cordon, which passes the fleet's ticket (operation kube.cordon)",
                 key.name
             )));
+        }
+        // As the host: a body that cannot carry the UID it is bound to.
+        if let Some(uid) = &checked {
+            bind_to_uid(shape, &mut patch.clone(), uid).map_err(crate::Error::from)?;
         }
         self.failing("patch")?;
         if patch_type == PatchType::Json && !patch.is_array() {

@@ -350,7 +350,7 @@ fn events_need_a_readable_object_and_aggregate() {
 #[test]
 fn by_selectors_absent_and_outside_answer_alike() {
     let kube = cluster();
-    kube.put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-3", "labels": {"pool": "a"}}}));
+    kube.put(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-3", "uid": "u3", "labels": {"pool": "a"}}}));
     kube.grant(
         r#"{ resource = "nodes", verbs = ["get", "patch", "delete"], label-selector = "pool=a" }"#,
     );
@@ -374,6 +374,12 @@ fn by_selectors_absent_and_outside_answer_alike() {
     kube.patch(&node("node-3"), PatchType::Merge, &label)
         .unwrap();
     assert_eq!(kube.actions(), ["patch nodes/node-3 merge"]);
+    // As the host: a body that could not carry the UID it is bound to.
+    let unbound = json!({"apiVersion": "v1", "kind": "Node", "metadata": null});
+    let err = kube
+        .patch(&node("node-3"), PatchType::Apply, &unbound)
+        .unwrap_err();
+    assert_eq!(err.kind(), "invalid", "{err}");
 }
 
 #[test]

@@ -61,6 +61,11 @@ impl Capability for PluginConditions {
     type Backend = ConditionsHost;
     type Fake = FakeNode;
 
+    /// The host owns the granted conditions (their clean-up, taints, RBAC).
+    fn host_uses(_: &ConditionsGrant) -> bool {
+        true
+    }
+
     fn describe_grant(grant: &ConditionsGrant) -> Vec<String> {
         grant
             .0

@@ -426,7 +426,7 @@ impl PluginKube {
         let (ns, name) = (key.namespace.as_deref(), key.name.as_str());
         let mut patch = patch;
         if let Some(uid) = &checked {
-            bind_to_uid(shape, &mut patch, uid);
+            bind_to_uid(shape, &mut patch, uid)?;
         }
         let body = PatchBody {
             kind,
@@ -740,10 +740,18 @@ mod tests {
                 "{call}: the recreated Node changed"
             );
         }
-        assert_eq!(answers, ["conflict", "conflict", "invalid", "conflict"]);
+        assert_eq!(answers, ["invalid", "invalid", "invalid", "conflict"]);
         assert!(fake.actions().is_empty(), "{:?}", fake.actions());
+        // A body that could not carry the UID would go unbound: refused.
+        fake.put("nodes", checked.clone());
+        let unbound = r#"{"apiVersion": "v1", "kind": "Node", "metadata": null}"#;
+        let err = kube
+            .patch(&node("node-3"), PatchType::Apply, unbound)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), "invalid", "{err}");
+        assert_eq!(fake.object("nodes", None, "node-3"), Some(checked.clone()));
         // Unraced, the same calls go through.
-        fake.put("nodes", checked);
         kube.patch(&node("node-3"), PatchType::Merge, label)
             .await
             .unwrap();

@@ -15,7 +15,7 @@
 
 use super::adapter::PluginKube;
 use super::backend::{ListParams, PatchBody, PatchType, ResourceInfo, Run};
-use super::grants::{Access, Verb, list_scope};
+use super::grants::{Access, PatchShape, Verb, bind_to_uid, list_scope};
 use crate::capabilities::error::CapError;
 use crate::text::{cut, inert};
 use crate::wit::kube::{DrainOptions, DrainReport};
@@ -107,18 +107,18 @@ impl PluginKube {
             name: node.clone(),
         };
         let current = self
-            .read_checked(
-                &info,
-                &key,
-                Verb::Patch,
-                Some((tend_rules::kube::PatchShape::Merge, &patch)),
-            )
+            .read_checked(&info, &key, Verb::Patch, Some((PatchShape::Merge, &patch)))
             .await?;
         if cordoned(&current) == unschedulable {
             return Ok(false);
         }
         let operation = if unschedulable { "cordon" } else { "uncordon" };
         let target = format!("nodes/{node}");
+        // Bound to the Node as read: not a Node recreated under the name.
+        let mut patch = patch;
+        if let Some(uid) = current["metadata"]["uid"].as_str() {
+            bind_to_uid(PatchShape::Merge, &mut patch, uid)?;
+        }
         let body = PatchBody {
             kind: PatchType::Merge,
             body: patch,

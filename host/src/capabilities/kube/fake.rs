@@ -278,7 +278,7 @@ impl KubeBackend for FakeKube {
             Some(object) => Ok(patched(&object.view(), &patch)
                 .map_err(|e| CapError::Invalid(format!("kube patch {target}: {e}")))
                 .and_then(|patched| {
-                    uid_precondition(&object.view(), patched["metadata"]["uid"].as_str())?;
+                    uid_unchanged(&object.view(), &patched)?;
                     Ok(patched)
                 })?),
             None => Err(CapError::NotFound(format!(
@@ -423,8 +423,20 @@ impl KubeBackend for FakeKube {
 /// (RFC 7386), a JSON patch (RFC 6902, all or nothing) or a server-side
 /// apply, which without field managers is a merge; the error says why a JSON
 /// patch does not apply, in the SDK fake's words.
-/// As the API server: a write naming a UID (a delete's precondition, a
-/// patch's `metadata.uid`) applies only to the object that has it.
+/// As the API server: a patch may not change the object's UID (422, "field
+/// is immutable"): one naming another object's UID changes nothing.
+fn uid_unchanged(stored: &Value, patched: &Value) -> Result<(), CapError> {
+    let (was, is) = (&stored["metadata"]["uid"], &patched["metadata"]["uid"]);
+    if was != is {
+        return Err(CapError::Invalid(format!(
+            "metadata.uid: Invalid value: {is}: field is immutable"
+        )));
+    }
+    Ok(())
+}
+
+/// As the API server: a delete whose precondition names a UID (409) applies
+/// only to the object that has it.
 fn uid_precondition(stored: &Value, uid: Option<&str>) -> Result<(), CapError> {
     let has = stored["metadata"]["uid"].as_str().unwrap_or_default();
     match uid {

@@ -49,6 +49,11 @@ impl Capability for PluginKube {
     type Backend = dyn KubeBackend;
     type Fake = FakeKube;
 
+    /// A rule with `watch` reconciles the plugin on changes.
+    fn host_uses(rules: &Vec<KubeRule>) -> bool {
+        rules.iter().any(|r| r.verbs.contains(&Verb::Watch))
+    }
+
     fn describe_grant(rules: &Vec<KubeRule>) -> Vec<String> {
         rules
             .iter()

@@ -64,6 +64,11 @@ impl Capability for PluginLogs {
     type Backend = LogsHost;
     type Fake = FakeLogs;
 
+    /// Watch rules reconcile the plugin on matching lines.
+    fn host_uses(grant: &LogsGrant) -> bool {
+        !grant.watch.is_empty()
+    }
+
     fn describe_grant(grant: &LogsGrant) -> Vec<String> {
         let mut lines = vec![];
         if grant.kernel {

@@ -34,6 +34,11 @@ impl Capability for PluginSystemd {
     type Backend = dyn SystemdBackend;
     type Fake = FakeSystemd;
 
+    /// `watch = true` reconciles the plugin on its units' changes.
+    fn host_uses(grant: &SystemdGrant) -> bool {
+        grant.watch
+    }
+
     fn describe_grant(grant: &SystemdGrant) -> Vec<String> {
         if grant.units.is_empty() {
             return vec![];

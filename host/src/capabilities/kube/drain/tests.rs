@@ -529,3 +529,21 @@ async fn a_cordon_under_selectors_is_judged_on_the_node() {
     kube.cordon(true).await.unwrap();
     assert_eq!(fake.actions(), ["patch nodes/node-1 merge"]);
 }
+
+/// A cordon names the UID of the Node it read: a Node recreated under the
+/// name in between is left alone.
+#[tokio::test]
+async fn a_cordon_is_bound_to_the_node_it_read() {
+    let (kube, fake) = kube(DRAIN, false);
+    let recreated = json!({"metadata": {"name": "node-1", "uid": "u9"}, "spec": {}});
+    fake.recreate_after_get("nodes", recreated.clone());
+    let err = kube.cordon(true).await.unwrap_err();
+    assert_eq!(err.kind(), "invalid", "{err}");
+    assert!(err.message().contains("immutable"), "{err}");
+    assert_eq!(fake.object("nodes", None, "node-1"), Some(recreated));
+    kube.cordon(true).await.unwrap();
+    assert_eq!(
+        fake.object("nodes", None, "node-1").unwrap()["spec"]["unschedulable"],
+        true
+    );
+}
