@@ -65,13 +65,13 @@ fn start(runner: Arc<Recorder>, schedules: Vec<Schedule>) -> Scheduler {
 }
 
 /// Every run of `runs` after the first came an interval of `secs` after the
-/// one before, or up to a tenth earlier (the interval's jitter).
+/// one before, or up to [`plugin_loop::INTERVAL_JITTER`] of it earlier.
 #[track_caller]
 fn assert_every_interval(runs: &[(Instant, Vec<Trigger>)], secs: f64) {
     for pair in runs.windows(2) {
         let gap = (pair[1].0 - pair[0].0).as_secs_f64();
         assert!(
-            (secs * 0.9..=secs).contains(&gap),
+            (secs * (1.0 - plugin_loop::INTERVAL_JITTER)..=secs).contains(&gap),
             "a gap of {gap} s for an interval of {secs} s"
         );
     }

@@ -419,10 +419,6 @@ impl KubeBackend for FakeKube {
     }
 }
 
-/// `object` with `patch` applied as the API server applies it: a merge patch
-/// (RFC 7386), a JSON patch (RFC 6902, all or nothing) or a server-side
-/// apply, which without field managers is a merge; the error says why a JSON
-/// patch does not apply, in the SDK fake's words.
 /// As the API server: a patch may not change the object's UID (422, "field
 /// is immutable"): one naming another object's UID changes nothing.
 fn uid_unchanged(stored: &Value, patched: &Value) -> Result<(), CapError> {
@@ -447,6 +443,10 @@ fn uid_precondition(stored: &Value, uid: Option<&str>) -> Result<(), CapError> {
     }
 }
 
+/// `object` with `patch` applied as the API server applies it: a merge patch
+/// (RFC 7386), a JSON patch (RFC 6902, all or nothing) or a server-side
+/// apply, which without field managers is a merge; the error says why a JSON
+/// patch does not apply, in the SDK fake's words.
 fn patched(object: &Value, patch: &PatchBody) -> Result<Value, String> {
     let mut patched = object.clone();
     match patch.kind {
