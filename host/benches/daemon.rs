@@ -5,7 +5,7 @@
 //!   cargo bench -p tend --bench daemon
 
 mod landing;
-use landing::{land, settle, start};
+use landing::{land, settle, start, start_with_host};
 use std::time::{Duration, Instant};
 use tend_e2e::{
     Sandbox, built_in_plugins, cpu_ticks, peak_rss_kib, plugin, plugin_status, rss_kib, time_until,
@@ -88,8 +88,35 @@ fn main() {
         sandbox.add_plugin(name, name);
         config += &format!("[plugins.{name}]\ninterval = \"1h\"\n");
     }
-    for cache in ["empty", "warm"] {
-        let (daemon, port) = start(&sandbox, &config, "warn");
+    // The image's way: the same first start, every build made ahead of time
+    // (`tend plugins precompile`, as `cargo xtask image` does) in a
+    // `precompiled-dir`, so nothing is compiled.
+    let precompiled = sandbox.path("precompiled");
+    let made = std::process::Command::new(tend_e2e::tend_bin())
+        .args(["plugins", "precompile", "--out"])
+        .arg(&precompiled)
+        .args(
+            built_ins
+                .iter()
+                .map(|name| sandbox.path(&format!("plugins/{name}.wasm"))),
+        )
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let host = format!("precompiled-dir = \"{}\"", precompiled.display());
+    for cache in ["empty", "warm", "empty, builds precompiled"] {
+        let with = match cache.ends_with("precompiled") {
+            true => {
+                std::fs::remove_dir_all(sandbox.path("cache")).unwrap();
+                host.as_str()
+            }
+            false => "",
+        };
+        let (daemon, port) = start_with_host(&sandbox, with, &config, "warn");
         for name in &built_ins {
             settle(port, name);
         }

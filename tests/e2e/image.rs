@@ -134,8 +134,9 @@ fn the_image_runs_tend_and_checks_the_node_config_in_containerd() {
     let archive = archive();
     let (digest, name) = image_of(&archive);
 
-    // What the image holds: tend on PATH as the entrypoint, the seven built-in
-    // plugins (the very files `cargo xtask plugins` built) and no test plugin.
+    // What the image holds: tend on PATH as the entrypoint, the built-in
+    // plugins (the very files `cargo xtask plugins` built), a build of each
+    // made ahead of time, and no test plugin.
     let manifest = json(&blob(&archive, &digest));
     let config = json(&blob(
         &archive,
@@ -183,6 +184,13 @@ fn the_image_runs_tend_and_checks_the_node_config_in_containerd() {
     );
     plugins.sort();
     assert_eq!(plugins, built_in_plugins(), "the image's plugins");
+    for name in built_in_plugins() {
+        let hex = digest_of(&plugin(&name))["sha256:".len()..].to_string();
+        for file in [format!("{hex}.cwasm"), format!("{hex}.xxh3")] {
+            let path = format!("usr/lib/tend/precompiled/{file}");
+            assert!(paths.contains(&path), "no {path} for {name}: {paths:?}");
+        }
+    }
 
     let peer = ContainerdPeer::start();
     import(&peer, &archive, (&digest, &name));
@@ -238,9 +246,14 @@ fn the_image_runs_tend_and_checks_the_node_config_in_containerd() {
     );
     let out = text(&check);
     assert!(check.status.success(), "tend check in the image: {out}");
+    // Each loaded from the image's build made ahead of time, none compiled.
     for plugin_name in NODE_PLUGINS {
-        let expected = format!("ok: {plugin_name} ({}", digest_of(&plugin(plugin_name)));
-        assert!(out.contains(&expected), "no {expected:?} in: {out}");
+        let expected = format!("ok: {plugin_name} ({}, ", digest_of(&plugin(plugin_name)));
+        let line = out.lines().find(|l| l.starts_with(&expected));
+        assert!(
+            line.is_some_and(|l| l.ends_with(", precompiled)")),
+            "no {expected:?}... precompiled) in: {out}"
+        );
     }
     assert!(out.contains("5 plugin(s) enabled"), "{out}");
     // The shipped config grants no capability a plugin cannot use.
@@ -275,6 +288,14 @@ fn the_image_runs_tend_as_the_daemon_and_it_reconciles() {
     let hosts = std::fs::read_to_string(hosts)
         .unwrap_or_else(|e| panic!("no hosts.toml ({e}): {mirror_gate:#}\n{}", daemon.output()));
     assert!(hosts.contains(&endpoint), "{hosts}");
+    // A first start that compiled nothing: the image's build was loaded.
+    let (_, metrics) = http_get(port, "/metrics").unwrap();
+    assert!(
+        metrics.contains("tend_compile_cache_total{result=\"precompiled\"} 1"),
+        "{metrics}"
+    );
+    let compiled = tend_e2e::compiled_builds(&host.state.path().join("cache"));
+    assert_eq!(compiled, 0, "nothing compiled on the node");
 
     // Stopped as the kubelet stops it: SIGTERM to the task, then a clean exit.
     let exit = daemon.stop("SIGTERM");
@@ -425,6 +446,7 @@ fn daemon_config(port: u16, endpoint: &str) -> String {
     format!(
         r#"[host]
 plugins-dir = "/usr/lib/tend/plugins"
+precompiled-dir = "/usr/lib/tend/precompiled"
 state-dir = "/var/lib/tend"
 node-name = "image-test-node"
 listen = "127.0.0.1:{port}"
@@ -447,6 +469,7 @@ endpoint = "{endpoint}"
 fn node_config() -> &'static str {
     r#"[host]
 plugins-dir = "/usr/lib/tend/plugins"
+precompiled-dir = "/usr/lib/tend/precompiled"
 state-dir = "/var/lib/tend"
 node-name = "image-test-node"
 

@@ -273,3 +273,113 @@ fn python_plugin_runs_on_the_same_host_with_the_same_grants() {
         run.stdout
     );
 }
+
+/// `tend plugins precompile` makes the builds a config's `precompiled-dir`
+/// names: loaded where the compile cache has none, so nothing is compiled;
+/// a build that fails its checksum, or a directory others could write, is
+/// never loaded (the plugin is compiled, the reason said).
+#[test]
+fn precompiled_builds_load_instead_of_compiling_and_bad_ones_never_do() {
+    use std::os::unix::fs::PermissionsExt;
+    let sandbox = Sandbox::new();
+    sandbox.add_plugin("chaos", "chaos");
+    let precompiled = sandbox.path("precompiled");
+    // `tend plugins precompile --out precompiled plugins/NAME.wasm`: (ok, stdout, stderr).
+    let precompile = |name: &str| {
+        let run = std::process::Command::new(tend_e2e::tend_bin())
+            .args(["plugins", "precompile", "--out"])
+            .arg(&precompiled)
+            .arg(sandbox.path(&format!("plugins/{name}.wasm")))
+            .output()
+            .unwrap();
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        (run.status.success(), text(&run.stdout), text(&run.stderr))
+    };
+    let (made, made_out, stderr) = precompile("chaos");
+    assert!(made, "{made_out}{stderr}");
+    let portable = if cfg!(target_arch = "x86_64") {
+        "x86-64-v2"
+    } else {
+        "native"
+    };
+    assert!(
+        made_out.contains(&format!("for {portable}: ")),
+        "{made_out}"
+    );
+    let digest = tend_e2e::digest_of(&sandbox.path("plugins/chaos.wasm"));
+    let build = precompiled.join(format!("{}.cwasm", &digest["sha256:".len()..]));
+    assert!(build.is_file(), "{made_out}");
+    // A file that is no component: refused, naming it, and nothing written.
+    std::fs::write(sandbox.path("plugins/broken.wasm"), b"\0asm broken").unwrap();
+    let (made, _, stderr) = precompile("broken");
+    assert!(
+        !made && stderr.contains("broken.wasm: cannot compile it"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&precompiled).unwrap().count(),
+        2,
+        "chaos's build and checksum alone"
+    );
+
+    sandbox.config_with_host(
+        "cache-dir = \"cache\"\nprecompiled-dir = \"precompiled\"",
+        &chaos("c", "mode = \"noop\"", ""),
+    );
+    let cached = || tend_e2e::compiled_builds(&sandbox.path("cache"));
+    let check = sandbox.tend(&["check"]);
+    assert!(check.success, "{}{}", check.stdout, check.stderr);
+    assert!(
+        check.stdout.contains(&format!("ok: c ({digest}, ")),
+        "{}",
+        check.stdout
+    );
+    assert!(check.stdout.contains(", precompiled)"), "{}", check.stdout);
+    assert!(
+        !check.stderr.contains("precompiled-dir"),
+        "{}",
+        check.stderr
+    );
+    let run = sandbox.tend(&["reconcile", "c"]);
+    assert!(
+        run.success && run.stdout.contains("nothing to do"),
+        "{}{}",
+        run.stdout,
+        run.stderr
+    );
+    assert_eq!(cached(), 0, "nothing compiled, nothing cached");
+
+    // A directory every user may write: not loaded, and `tend check` says so
+    // with the fix; `precompile` refuses to write there.
+    std::fs::set_permissions(&precompiled, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let check = sandbox.tend(&["check"]);
+    assert!(check.success, "{}{}", check.stdout, check.stderr);
+    assert!(!check.stdout.contains(", precompiled)"), "{}", check.stdout);
+    assert!(
+        check.stderr.contains("precompiled-dir ")
+            && check.stderr.contains("chmod o-w")
+            && check.stderr.contains("its builds are not loaded"),
+        "{}",
+        check.stderr
+    );
+    assert_eq!(cached(), 1, "compiled here instead");
+    let (made, _, stderr) = precompile("chaos");
+    assert!(!made && stderr.contains("chmod o-w"), "{stderr}");
+
+    // A build that is not what was written: compiled here, never loaded.
+    std::fs::set_permissions(&precompiled, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::remove_dir_all(sandbox.path("cache")).unwrap();
+    let mut bytes = std::fs::read(&build).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&build, bytes).unwrap();
+    let check = sandbox.tend(&["check"]);
+    assert!(check.success, "{}{}", check.stdout, check.stderr);
+    assert!(!check.stdout.contains(", precompiled)"), "{}", check.stdout);
+    assert!(
+        check.stderr.contains("checksum mismatch"),
+        "{}",
+        check.stderr
+    );
+    assert_eq!(cached(), 1, "compiled here instead");
+}

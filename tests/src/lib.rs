@@ -155,6 +155,16 @@ pub(crate) fn split_response(response: &str) -> (u16, String) {
     (status, body)
 }
 
+/// How many compiled builds (`.cwasm`) a compile cache directory holds; 0
+/// when there is none.
+pub fn compiled_builds(cache: &Path) -> usize {
+    std::fs::read_dir(cache).map_or(0, |dir| {
+        dir.flatten()
+            .filter(|e| e.path().extension() == Some("cwasm".as_ref()))
+            .count()
+    })
+}
+
 /// The sha256 digest of a file as tend reports it.
 pub fn digest_of(path: &Path) -> String {
     sha256_of(&std::fs::read(path).unwrap())

@@ -3,10 +3,13 @@
 //! archive (an `oci-layout` tar, what `ctr images import`, `skopeo copy
 //! oci-archive:` and `podman load` read) at target/image/tend.oci.tar.
 //!
-//! Three gzip layers, so a new `tend` or new plugins move only their own:
+//! Four gzip layers, so a new `tend` or new plugins move only their own:
 //! the runtime (glibc's loader and the libraries `ldd` lists, copied from the
 //! build machine; CA certificates; a minimal /etc), `tend` at
-//! /usr/local/bin/tend, the plugins at /usr/lib/tend/plugins/NAME.wasm.
+//! /usr/local/bin/tend, the plugins at /usr/lib/tend/plugins/NAME.wasm, and
+//! their builds made ahead of time by that `tend` (`tend plugins precompile`:
+//! for x86-64-v2 CPUs on x86-64) at /usr/lib/tend/precompiled, which the node config names:
+//! a node's first start loads them instead of compiling.
 //! Reproducible: every entry has mode, uid 0, gid 0 and the mtime of
 //! SOURCE_DATE_EPOCH (else the last commit's time), entries are sorted, gzip
 //! headers carry no time, so the same inputs give the same digest.
@@ -24,6 +27,9 @@ use crate::{BUILT_IN_PLUGINS, cargo, root, run, step};
 /// Where the image puts the built-in plugins: a config names this
 /// `plugins-dir`, and `[plugins.NAME]` loads NAME.wasm from it.
 pub const PLUGINS_DIR: &str = "usr/lib/tend/plugins";
+/// Where the image puts the plugins' builds made ahead of time: a config
+/// names this `precompiled-dir`.
+const PRECOMPILED_DIR: &str = "usr/lib/tend/precompiled";
 /// Where the image puts `tend` (on PATH: the entrypoint is `tend`).
 const TEND_PATH: &str = "usr/local/bin/tend";
 /// The CA bundle, where rustls-native-certs and OpenSSL look for it.
@@ -132,6 +138,7 @@ fn pack(tend: &Path) -> Result<()> {
             )],
         },
         plugins_layer(&root().join("target/plugins"))?,
+        precompiled_layer(tend, &root().join("target/plugins"))?,
     ];
     let image = build(&layers, &meta)?;
     let out = root().join("target/image/tend.oci.tar");
@@ -267,6 +274,40 @@ fn plugins_layer(dir: &Path) -> Result<Layer> {
             "cargo xtask image: plugins ({})",
             BUILT_IN_PLUGINS.join(", ")
         ),
+        entries,
+    })
+}
+
+/// The built-in plugins compiled ahead of time by `tend` itself (a build
+/// loads only into the `tend` that made it), each named by its component's
+/// sha256, with its checksum.
+fn precompiled_layer(tend: &Path, plugins: &Path) -> Result<Layer> {
+    step("compiling the plugins ahead of time for the image");
+    let out = root().join("target/image/precompiled");
+    let _ = std::fs::remove_dir_all(&out);
+    // For x86-64-v2 CPUs on x86-64 (every server since 2009), else for the
+    // build machine's own features (`tend`'s default).
+    run(Command::new(tend)
+        .args(["plugins", "precompile", "--out"])
+        .arg(&out)
+        .args(
+            BUILT_IN_PLUGINS
+                .iter()
+                .map(|name| plugins.join(format!("{name}.wasm"))),
+        ))?;
+    let mut entries = Vec::new();
+    for file in std::fs::read_dir(&out).with_context(|| format!("read {}", out.display()))? {
+        let path = file?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let data = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+        entries.push(Entry::file(
+            &format!("{PRECOMPILED_DIR}/{name}"),
+            0o644,
+            data,
+        ));
+    }
+    Ok(Layer {
+        created_by: "tend plugins precompile (the plugins above)".into(),
         entries,
     })
 }

@@ -6,6 +6,7 @@
 mod journal;
 mod node;
 mod once;
+mod precompile;
 mod rbac;
 mod replay;
 mod report;
@@ -212,6 +213,19 @@ enum PluginsCommand {
         #[command(flatten)]
         cache: CompileCache,
     },
+    /// Compile components ahead of time into DIR, which a config names as
+    /// `precompiled-dir`: a first start loads them instead of compiling.
+    Precompile {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Where the builds go, each named by its component's sha256.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// The CPUs the builds may assume: x86-64, x86-64-v2, x86-64-v3 or
+        /// native (this machine's) [default: x86-64-v2 on x86-64, else native].
+        #[arg(long, value_name = "LEVEL")]
+        cpu: Option<crate::runtime::CpuLevel>,
+    },
     /// Moved to tend-author: refused, naming the command to run there.
     #[command(hide = true, disable_help_flag = true)]
     Push {
@@ -290,6 +304,11 @@ pub fn main() -> ExitCode {
                 PluginsCommand::Inspect { file, cache } => {
                     validate::inspect(&file, cache.dir().as_deref()).await
                 }
+                PluginsCommand::Precompile { files, out, cpu } => precompile::run(
+                    &files,
+                    &out,
+                    cpu.unwrap_or_else(crate::runtime::CpuLevel::portable),
+                ),
                 PluginsCommand::Push { args } => moved_to_author("plugins push", &args),
                 PluginsCommand::Keygen { args } => moved_to_author("plugins keygen", &args),
             },

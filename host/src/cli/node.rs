@@ -21,10 +21,13 @@ pub struct Loaded {
 
 impl Node {
     pub fn new(config: Config) -> anyhow::Result<Node> {
-        let runtime = Arc::new(Runtime::new(
-            Some(&config.host.cache_dir),
-            config.enabled_plugins().count(),
-        )?);
+        let runtime = Arc::new(
+            Runtime::new(
+                Some(&config.host.cache_dir),
+                config.enabled_plugins().count(),
+            )?
+            .with_precompiled(config.host.precompiled_dir.as_deref()),
+        );
         let services = Services::real(
             &config.host.state_dir,
             &config.host.node_name,

@@ -21,6 +21,7 @@ pub async fn check(config_path: &Path) -> anyhow::Result<ExitCode> {
                     plugin.load_time.as_millis(),
                     match plugin.cache {
                         crate::runtime::CacheOutcome::Hit => ", cached",
+                        crate::runtime::CacheOutcome::Precompiled => ", precompiled",
                         _ => "",
                     }
                 );

@@ -54,6 +54,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         ("plugins-dir", a.plugins_dir != b.plugins_dir),
         ("state-dir", a.state_dir != b.state_dir),
         ("cache-dir", a.cache_dir != b.cache_dir),
+        ("precompiled-dir", a.precompiled_dir != b.precompiled_dir),
         ("listen", a.listen != b.listen),
         ("capability settings", a.capabilities != b.capabilities),
     ] {
@@ -72,6 +73,7 @@ pub fn with_restart_settings_of(mut new: Config, running: &Config) -> Config {
     host.plugins_dir = from.plugins_dir.clone();
     host.state_dir = from.state_dir.clone();
     host.cache_dir = from.cache_dir.clone();
+    host.precompiled_dir = from.precompiled_dir.clone();
     host.listen = from.listen.clone();
     host.capabilities = from.capabilities.clone();
     new
@@ -134,9 +136,12 @@ mod tests {
     #[test]
     fn host_paths_and_listen_need_a_restart() {
         let old = config("");
-        let text = "[host]\nplugins-dir = \"q\"\nstate-dir = \"s\"\nlisten = \"127.0.0.1:9464\"\n";
+        let text = "[host]\nplugins-dir = \"q\"\nstate-dir = \"s\"\nprecompiled-dir = \"p\"\nlisten = \"127.0.0.1:9464\"\n";
         let new = Config::parse(Path::new("/etc/tend/tend.toml"), text).unwrap();
-        assert_eq!(diff(&old, &new).needs_restart, ["plugins-dir", "listen"]);
+        assert_eq!(
+            diff(&old, &new).needs_restart,
+            ["plugins-dir", "precompiled-dir", "listen"]
+        );
         // What a reload can apply of it at once needs no restart.
         let now = with_restart_settings_of(new, &old);
         assert!(diff(&old, &now).needs_restart.is_empty());

@@ -42,6 +42,9 @@ pub struct HostConfig {
     pub state_dir: PathBuf,
     /// Compiled-artifact cache; `<state-dir>/cache` unless set.
     pub cache_dir: PathBuf,
+    /// Builds made ahead of time (`tend plugins precompile`), loaded where the
+    /// cache has none: an image's, for a first start that compiles nothing.
+    pub precompiled_dir: Option<PathBuf>,
     pub node_name: String,
     pub dry_run: bool,
     /// Where `/metrics`, `/healthz`, `/readyz` and `/status` are served; off when None.
@@ -155,6 +158,7 @@ macro_rules! raw_host {
             plugins_dir: PathBuf,
             state_dir: PathBuf,
             cache_dir: Option<PathBuf>,
+            precompiled_dir: Option<PathBuf>,
             node_name: Option<String>,
             #[serde(default)]
             dry_run: bool,
@@ -311,6 +315,7 @@ fn host_config(raw: RawHost, base: &Path, at: &At) -> Result<HostConfig, ConfigE
     Ok(HostConfig {
         plugins_dir: base.join(&raw.plugins_dir),
         cache_dir: base.join(raw.cache_dir.unwrap_or_else(|| raw.state_dir.join("cache"))),
+        precompiled_dir: raw.precompiled_dir.map(|dir| base.join(dir)),
         state_dir: base.join(&raw.state_dir),
         node_name: node_name(raw.node_name, std::env::var("NODE_NAME").ok(), hostname),
         dry_run: raw.dry_run,

@@ -36,6 +36,10 @@ fn resolves_paths_defaults_and_plugin_config() {
     let config = parse(GOOD).unwrap();
     assert_eq!(config.host.plugins_dir, Path::new("/srv/tend/plugins"));
     assert_eq!(config.host.cache_dir, Path::new("/srv/tend/state/cache"));
+    assert_eq!(config.host.precompiled_dir, None, "none unless named");
+    let named = GOOD.replacen("[host]\n", "[host]\nprecompiled-dir = \"built\"\n", 1);
+    let named = parse(&named).unwrap().host.precompiled_dir;
+    assert_eq!(named.as_deref(), Some(Path::new("/srv/tend/built")));
     assert_eq!(config.host.node_name, "node-a");
     let plugin = &config.plugins["mirror-gate"];
     assert!(plugin.enabled);

@@ -67,7 +67,7 @@ const BUDGET_REFUSALS: Family = Family {
 };
 const COMPILE_CACHE: Family = Family {
     name: "tend_compile_cache_total",
-    help: "Component loads by compile-cache result (hit, miss, corrupt).",
+    help: "Component loads by compile-cache result: hit, precompiled (a build made ahead of time), miss (compiled, also where wasmtime refused a precompiled build), corrupt (an entry or precompiled build that failed its checksum or is not Tend's alone; compiled).",
     labels: &["result"],
 };
 const RELOADS: Family = Family {
@@ -438,7 +438,7 @@ mod family_tests {
                 family(
                     "tend_compile_cache_total",
                     "counter",
-                    "Component loads by compile-cache result (hit, miss, corrupt)."
+                    "Component loads by compile-cache result: hit, precompiled (a build made ahead of time), miss (compiled, also where wasmtime refused a precompiled build), corrupt (an entry or precompiled build that failed its checksum or is not Tend's alone; compiled)."
                 ),
                 family(
                     "tend_config_rejected",

@@ -127,10 +127,13 @@ pub async fn run(config_path: &Path) -> anyhow::Result<ExitCode> {
         "cache dir",
         "another user could replace the compiled components there, native code tend runs",
     )?;
-    let runtime = Arc::new(Runtime::new(
-        Some(&config.host.cache_dir),
-        config.enabled_plugins().count(),
-    )?);
+    let runtime = Arc::new(
+        Runtime::new(
+            Some(&config.host.cache_dir),
+            config.enabled_plugins().count(),
+        )?
+        .with_precompiled(config.host.precompiled_dir.as_deref()),
+    );
     let staging = match staged::wanted(&config) {
         true => {
             let (staging, running) = staged::open(&config_path, &config)?;

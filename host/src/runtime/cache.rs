@@ -7,6 +7,12 @@
 //! is no defense against a writer: an artifact, its sidecar and their
 //! directory are loaded only when they are Tend's alone (Tend's user or root
 //! owns them, no one else may write them), else recompiled.
+//!
+//! Beside it, builds made ahead of time (`tend plugins precompile`, an
+//! image's): read, never written, by the component's sha256 alone. Their
+//! settings are not in the name: wasmtime checks them when it loads a build
+//! (its version, the engine's settings, each CPU feature against the host),
+//! and a build it refuses is compiled here instead.
 
 pub use crate::digest::{sha256_digest, sha256_hex};
 use std::hash::{Hash, Hasher};
@@ -25,11 +31,19 @@ pub struct ArtifactCache {
     /// The engine's instance pool can refuse a sound build (its limits for
     /// one plugin): such a refusal is the component's, not the entry's.
     pool_limits: bool,
+    /// Builds made ahead of time, looked up when `dir` has none.
+    precompiled: Option<PathBuf>,
 }
 
 /// What the cache holds for a digest.
 pub enum Lookup {
     Hit(Component),
+    /// No entry of the cache's own, a build made ahead of time.
+    Precompiled(Component),
+    /// No entry of the cache's own, and a sound build made ahead of time the
+    /// engine would not load: wasmtime's reason (a CPU below the build's, a
+    /// `tend` of another version, the instance pool's limits for one plugin).
+    PrecompiledRefused(anyhow::Error),
     Absent,
     /// An entry that failed its checksum, or is not Tend's alone.
     Corrupt,
@@ -42,6 +56,8 @@ pub enum Lookup {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheOutcome {
     Hit,
+    /// Loaded from the builds made ahead of time.
+    Precompiled,
     Miss,
     /// An entry was there but failed its checksum or did not deserialize.
     Corrupt,
@@ -52,6 +68,7 @@ impl CacheOutcome {
     pub fn label(self) -> &'static str {
         match self {
             CacheOutcome::Hit => "hit",
+            CacheOutcome::Precompiled => "precompiled",
             CacheOutcome::Miss => "miss",
             CacheOutcome::Corrupt => "corrupt",
         }
@@ -78,7 +95,14 @@ impl ArtifactCache {
             dir: dir.map(Path::to_path_buf),
             engine_key,
             pool_limits: false,
+            precompiled: None,
         }
+    }
+
+    /// Look up builds made ahead of time in `dir` (`tend plugins precompile`)
+    /// when the cache has none of its own.
+    pub fn set_precompiled(&mut self, dir: Option<&Path>) {
+        self.precompiled = dir.map(Path::to_path_buf);
     }
 
     /// For an engine with an instance pool: a sound entry it refuses is
@@ -98,33 +122,29 @@ impl ArtifactCache {
         ))
     }
 
-    /// A valid cached build of the component with `digest`, if there is one.
+    /// A valid cached build of the component with `digest`, if there is one;
+    /// else a build made ahead of time that this engine loads.
     pub fn lookup(&self, engine: &Engine, digest: &str) -> Lookup {
-        let Some((artifact, checksum)) = self.entry(digest) else {
-            return Lookup::Absent;
+        let cached = match self.entry(digest) {
+            Some((artifact, checksum)) => load_entry(engine, &artifact, &checksum),
+            None => Lookup::Absent,
         };
-        let (Ok(file), Ok(expected)) = (open_own(&artifact), std::fs::read_to_string(&checksum))
+        let Lookup::Absent = cached else {
+            return cached;
+        };
+        let Some((artifact, checksum)) = self
+            .precompiled
+            .as_deref()
+            .and_then(|dir| precompiled_entry(dir, digest))
         else {
             return Lookup::Absent;
         };
-        if let Some(why) = foreign(&artifact, &file, &checksum) {
-            tracing::warn!("recompiling {}, not loading it: {why}", artifact.display());
-            return Lookup::Corrupt;
-        }
-        // SAFETY: a read-only map of a file only Tend writes, and only by rename,
-        // so its content does not change under the map.
-        let matches = unsafe { memmap2::Mmap::map(&file) }
-            .is_ok_and(|bytes| checksum_hex(&bytes) == expected.trim());
-        if !matches {
-            tracing::warn!("recompiling {}: checksum mismatch", artifact.display());
-            return Lookup::Corrupt;
-        }
-        // SAFETY: the artifact was produced by `Engine::precompile_component` of
-        // an engine with the same compatibility hash (it is in the key) and is
-        // what was written (its checksum matched). Mapped, not copied.
-        match unsafe { Component::deserialize_file(engine, &artifact) } {
-            Ok(component) => Lookup::Hit(component),
-            Err(e) => Lookup::Refused(e.into()),
+        match load_entry(engine, &artifact, &checksum) {
+            Lookup::Hit(component) => Lookup::Precompiled(component),
+            Lookup::Refused(refused) => Lookup::PrecompiledRefused(
+                refused.context(format!("its precompiled build {}", artifact.display())),
+            ),
+            other => other,
         }
     }
 
@@ -140,12 +160,17 @@ impl ArtifactCache {
     ) -> anyhow::Result<(Component, CacheOutcome)> {
         let outcome = match self.lookup(engine, digest) {
             Lookup::Hit(component) => return Ok((component, CacheOutcome::Hit)),
+            Lookup::Precompiled(component) => return Ok((component, CacheOutcome::Precompiled)),
             Lookup::Absent => CacheOutcome::Miss,
             Lookup::Corrupt => CacheOutcome::Corrupt,
             Lookup::Refused(refused) if self.pool_limits => return Err(refused),
             Lookup::Refused(refused) => {
                 tracing::warn!("recompiling the cached build of {digest}: {refused:#}");
                 CacheOutcome::Corrupt
+            }
+            Lookup::PrecompiledRefused(refused) => {
+                tracing::warn!("compiling {digest} here: {refused:#}");
+                CacheOutcome::Miss
             }
         };
         let compiled = compile()?;
@@ -157,7 +182,11 @@ impl ArtifactCache {
                 Ok(()) => match self.lookup(engine, digest) {
                     Lookup::Hit(mapped) => return Ok((mapped, outcome)),
                     Lookup::Refused(refused) if self.pool_limits => return Err(refused),
-                    Lookup::Absent | Lookup::Corrupt | Lookup::Refused(_) => {}
+                    Lookup::Absent
+                    | Lookup::Precompiled(_)
+                    | Lookup::PrecompiledRefused(_)
+                    | Lookup::Corrupt
+                    | Lookup::Refused(_) => {}
                 },
                 Err(e) => {
                     tracing::warn!("cannot write compile cache {}: {e:#}", artifact.display())
@@ -209,6 +238,87 @@ impl ArtifactCache {
             }
         }
         evicted
+    }
+}
+
+/// Why `dir`, named as `precompiled-dir`, cannot serve builds made ahead of
+/// time, if it cannot: it, or a directory above it, is not Tend's alone. A
+/// sticky directory above (`/tmp`) is: only the owner of an entry may rename
+/// it there, and the entry below is checked itself.
+pub fn precompiled_dir_problem(dir: &Path) -> Option<String> {
+    let checked = || -> anyhow::Result<()> {
+        anyhow::ensure!(dir.is_dir(), "{} is not a directory", dir.display());
+        crate::atomic::check_own_dir(
+            dir,
+            "precompiled-dir",
+            "another user could put native code there that tend loads",
+        )?;
+        // Above the path as named and above where it leads (a symlink's own
+        // directory could swap the link).
+        let (named, real) = (std::path::absolute(dir)?, std::fs::canonicalize(dir)?);
+        for above in named.ancestors().skip(1).chain(real.ancestors().skip(1)) {
+            let meta = std::fs::metadata(above)?;
+            let sticky = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o1000;
+            if let Some(why) = crate::atomic::other_writer(&meta, above).filter(|_| sticky == 0) {
+                anyhow::bail!(
+                    "another user could put a directory of their own in place of precompiled-dir {}: {}: {why}",
+                    dir.display(),
+                    above.display()
+                );
+            }
+        }
+        Ok(())
+    };
+    let problem = checked().err()?;
+    Some(format!(
+        "{problem:#}; its builds are not loaded, every plugin is compiled here"
+    ))
+}
+
+/// Where in `dir` a build made ahead of time of the component whose sha256 is
+/// `digest` is, and its checksum.
+fn precompiled_entry(dir: &Path, digest: &str) -> Option<(PathBuf, PathBuf)> {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some((
+        dir.join(format!("{hex}.cwasm")),
+        dir.join(format!("{hex}.xxh3")),
+    ))
+}
+
+/// The entry `artifact` with its `checksum` sidecar, loaded into `engine` if
+/// it is sound and Tend's alone.
+fn load_entry(engine: &Engine, artifact: &Path, checksum: &Path) -> Lookup {
+    let (Ok(file), Ok(expected)) = (open_own(artifact), std::fs::read_to_string(checksum)) else {
+        return Lookup::Absent;
+    };
+    if let Some(why) = foreign(artifact, &file, checksum) {
+        tracing::warn!("recompiling {}, not loading it: {why}", artifact.display());
+        return Lookup::Corrupt;
+    }
+    // SAFETY: a read-only map of a file only Tend's user or root may write
+    // (checked above), and they replace files only by rename (Tend, `tend
+    // plugins precompile`; docs/security.md), so its content does not change
+    // under the map.
+    let matches = unsafe { memmap2::Mmap::map(&file) }
+        .is_ok_and(|bytes| checksum_hex(&bytes) == expected.trim());
+    if !matches {
+        tracing::warn!("recompiling {}: checksum mismatch", artifact.display());
+        return Lookup::Corrupt;
+    }
+    // The file checked, not whatever the path names by now: wasmtime 48 loads
+    // a component from a path only, so the path is the descriptor's.
+    use std::os::fd::AsRawFd;
+    let checked = format!("/proc/self/fd/{}", file.as_raw_fd());
+    // SAFETY: the artifact was produced by `Engine::precompile_component`
+    // (wasmtime checks its version and settings against the engine's, and its
+    // CPU features against the host) and is what was written (its checksum
+    // matched). Mapped, not copied.
+    match unsafe { Component::deserialize_file(engine, &checked) } {
+        Ok(component) => Lookup::Hit(component),
+        Err(e) => Lookup::Refused(e.into()),
     }
 }
 
@@ -301,6 +411,32 @@ fn foreign(artifact: &Path, file: &std::fs::File, checksum: &Path) -> Option<Str
         }
         Err(e) => Some(format!("{}: {e}", path.display())),
     })
+}
+
+/// `dir` for builds made ahead of time, created where missing, each
+/// directory made 0755 whatever the umask: one its group could write would
+/// not be loaded from ([`precompiled_dir_problem`]).
+pub fn create_precompiled_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
+    std::fs::create_dir_all(dir)?;
+    for created in missing {
+        std::fs::set_permissions(created, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
+}
+
+/// Write `compiled`, the build of the component whose sha256 is `digest`, to
+/// `dir` as [`ArtifactCache::set_precompiled`] has it looked up; readable by
+/// every user (an image's files are root's, its daemon may run as another),
+/// and returns its path.
+pub fn write_precompiled(dir: &Path, digest: &str, compiled: &[u8]) -> anyhow::Result<PathBuf> {
+    let Some((artifact, checksum)) = precompiled_entry(dir, digest) else {
+        anyhow::bail!("{digest:?} is not a sha256 digest");
+    };
+    crate::atomic::write(&artifact, 0o644, compiled)?;
+    crate::atomic::write(&checksum, 0o644, checksum_hex(compiled).as_bytes())?;
+    Ok(artifact)
 }
 
 fn store(bytes: &[u8], artifact: &Path, checksum: &Path) -> anyhow::Result<()> {
@@ -420,6 +556,122 @@ mod tests {
         let next = builds.load(&engine, &compiled).unwrap();
         assert!(!scratch.exists(), "not created: never tried");
         assert_eq!(run(&engine, &next), 7);
+    }
+
+    /// Where the cache has no build, one made ahead of time is loaded and
+    /// runs, and nothing is compiled or written; one that fails its
+    /// checksum, lies in a directory others could write, or was made with
+    /// other settings than the engine's is compiled here instead.
+    #[test]
+    fn a_build_made_ahead_of_time_loads_where_the_cache_has_none() {
+        use crate::runtime::test_component::{returning, run};
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (cache_dir, ahead) = (dir.path().join("cache"), dir.path().join("precompiled"));
+        let engine = Engine::default();
+        let mut cache = ArtifactCache::new(Some(&cache_dir), &engine);
+        cache.set_precompiled(Some(&ahead));
+        let wasm = returning(7);
+        let digest = sha256_digest(&wasm);
+        let never = || -> anyhow::Result<Vec<u8>> { panic!("compiled") };
+        let compiled = engine.precompile_component(&wasm).unwrap();
+        create_precompiled_dir(&ahead).unwrap();
+        let artifact = write_precompiled(&ahead, &digest, &compiled).unwrap();
+        let (component, outcome) = cache.load_or_compile(&engine, &digest, never).unwrap();
+        assert_eq!(outcome, CacheOutcome::Precompiled);
+        assert_eq!(run(&engine, &component), 7);
+        assert!(!cache_dir.exists(), "nothing written");
+        let mode = std::fs::metadata(&artifact).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644, "an image's reader may be any user");
+
+        let fresh = || {
+            let _ = std::fs::remove_dir_all(&cache_dir);
+            cache.load_or_compile(&engine, &digest, compiling(&engine, &wasm))
+        };
+        // The cache's own build, once there, comes first.
+        let own = ArtifactCache::new(Some(&cache_dir), &engine);
+        own.load_or_compile(&engine, &digest, compiling(&engine, &wasm))
+            .unwrap();
+        assert!(matches!(cache.lookup(&engine, &digest), Lookup::Hit(_)));
+        // A symlink in its place, to a sound build elsewhere: not followed.
+        let elsewhere = dir.path().join("elsewhere.cwasm");
+        std::fs::rename(&artifact, &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &artifact).unwrap();
+        assert_eq!(
+            fresh().unwrap().1,
+            CacheOutcome::Miss,
+            "a symlink is not followed"
+        );
+        std::fs::remove_file(&artifact).unwrap();
+        std::fs::rename(&elsewhere, &artifact).unwrap();
+        assert_eq!(fresh().unwrap().1, CacheOutcome::Precompiled);
+        let set = |m: u32| std::fs::set_permissions(&ahead, PermissionsExt::from_mode(m));
+        set(0o777).unwrap();
+        assert_eq!(
+            fresh().unwrap().1,
+            CacheOutcome::Corrupt,
+            "others may write there"
+        );
+        set(0o755).unwrap();
+        let mut flipped = compiled.clone();
+        let middle = flipped.len() / 2;
+        flipped[middle] ^= 0xff;
+        std::fs::write(&artifact, &flipped).unwrap();
+        assert_eq!(
+            fresh().unwrap().1,
+            CacheOutcome::Corrupt,
+            "not what was written"
+        );
+        // Sound, but made by an engine with other settings: wasmtime refuses it.
+        let mut config = wasmtime::Config::new();
+        config.epoch_interruption(true);
+        let other = Engine::new(&config)
+            .unwrap()
+            .precompile_component(&wasm)
+            .unwrap();
+        write_precompiled(&ahead, &digest, &other).unwrap();
+        let (component, outcome) = fresh().unwrap();
+        assert_eq!(outcome, CacheOutcome::Miss);
+        assert_eq!(run(&engine, &component), 7);
+        // Only a sha256 digest names a file.
+        assert!(precompiled_entry(&ahead, "sha256:../../etc/passwd").is_none());
+        assert!(write_precompiled(&ahead, "../x", &compiled).is_err());
+    }
+
+    /// A precompiled-dir serves only when it and every directory above it
+    /// are Tend's alone, or sticky above it (`/tmp`); each problem is said
+    /// with what fixes it.
+    #[test]
+    fn a_precompiled_dir_serves_only_when_it_and_those_above_are_tends_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let set = |p: &Path, m: u32| std::fs::set_permissions(p, PermissionsExt::from_mode(m));
+        let (above, builds) = (dir.path().join("above"), dir.path().join("above/builds"));
+        create_precompiled_dir(&builds).unwrap();
+        assert_eq!(
+            precompiled_dir_problem(&builds),
+            None,
+            "under a sticky /tmp"
+        );
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&builds, &link).unwrap();
+        assert_eq!(precompiled_dir_problem(&link), None);
+        set(&builds, 0o777).unwrap();
+        let problem = precompiled_dir_problem(&builds).unwrap();
+        assert!(
+            problem.contains("chmod o-w") && problem.contains("not loaded"),
+            "{problem}"
+        );
+        set(&builds, 0o755).unwrap();
+        set(&above, 0o777).unwrap();
+        for named in [&builds, &link] {
+            let problem = precompiled_dir_problem(named).unwrap();
+            assert!(problem.contains("in place of precompiled-dir"), "{problem}");
+        }
+        set(&above, 0o1777).unwrap();
+        assert_eq!(precompiled_dir_problem(&builds), None, "sticky");
+        let missing = precompiled_dir_problem(&dir.path().join("missing")).unwrap();
+        assert!(missing.contains("is not a directory"), "{missing}");
     }
 
     #[test]

@@ -86,6 +86,115 @@ pub fn baseline() -> Config {
     config
 }
 
+/// The x86-64 CPU a build made ahead of time may assume (`tend plugins
+/// precompile --cpu`). wasmtime loads a build on any host that has every CPU
+/// feature it was compiled with, so a build for a level runs on every CPU of
+/// that level, where one compiled for the machine at hand (`native`, as the
+/// daemon compiles) needs that machine's features: an image's builds are made
+/// on a build machine and run on nodes of every kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuLevel {
+    /// The features of the machine that compiles.
+    Native,
+    /// x86-64 as first specified (SSE2): every x86-64 CPU, and QEMU's default models.
+    X86_64,
+    /// x86-64-v2 (SSE4.2, POPCNT): every x86-64 server CPU since 2009.
+    X86_64V2,
+    /// x86-64-v3 (AVX2, BMI, LZCNT): Haswell (2013), Zen and later.
+    X86_64V3,
+}
+
+/// Cranelift's x86-64 features, each with the first level that has it
+/// (4: beyond x86-64-v3).
+const X86_FEATURES: [(&str, u8); 19] = [
+    ("has_sse3", 2),
+    ("has_ssse3", 2),
+    ("has_cmpxchg16b", 2),
+    ("has_sse41", 2),
+    ("has_sse42", 2),
+    ("has_popcnt", 2),
+    ("has_avx", 3),
+    ("has_avx2", 3),
+    ("has_fma", 3),
+    ("has_bmi1", 3),
+    ("has_bmi2", 3),
+    ("has_lzcnt", 3),
+    ("has_avx_vnni", 4),
+    ("has_avx512bitalg", 4),
+    ("has_avx512dq", 4),
+    ("has_avx512f", 4),
+    ("has_avx512vl", 4),
+    ("has_avx512vbmi", 4),
+    ("has_avx512vnni", 4),
+];
+
+impl std::str::FromStr for CpuLevel {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name {
+            "native" => Ok(CpuLevel::Native),
+            "x86-64" => Ok(CpuLevel::X86_64),
+            "x86-64-v2" => Ok(CpuLevel::X86_64V2),
+            "x86-64-v3" => Ok(CpuLevel::X86_64V3),
+            _ => Err(format!(
+                "{name:?} is no CPU level tend knows: use x86-64, x86-64-v2, x86-64-v3 or native"
+            )),
+        }
+    }
+}
+
+impl CpuLevel {
+    /// What a build made ahead of time assumes unless told: x86-64-v2 on
+    /// x86-64 (nearly every server, and loads on all of them), else the
+    /// machine's own features.
+    pub fn portable() -> Self {
+        match cfg!(target_arch = "x86_64") {
+            true => CpuLevel::X86_64V2,
+            false => CpuLevel::Native,
+        }
+    }
+
+    /// As `--cpu` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuLevel::Native => "native",
+            CpuLevel::X86_64 => "x86-64",
+            CpuLevel::X86_64V2 => "x86-64-v2",
+            CpuLevel::X86_64V3 => "x86-64-v3",
+        }
+    }
+
+    /// The optimized engines' settings, the features beyond this level off.
+    /// Those of the level that this machine has stay on, so a build machine
+    /// short of one makes builds that still load on every CPU of the level.
+    pub fn precompiling(self) -> anyhow::Result<Config> {
+        let mut config = optimized();
+        let level = match self {
+            CpuLevel::Native => return Ok(config),
+            CpuLevel::X86_64 => 1,
+            CpuLevel::X86_64V2 => 2,
+            CpuLevel::X86_64V3 => 3,
+        };
+        if !cfg!(target_arch = "x86_64") {
+            anyhow::bail!(
+                "{} names an x86-64 CPU and this is {}: use --cpu native",
+                self.name(),
+                std::env::consts::ARCH
+            );
+        }
+        for (feature, first) in X86_FEATURES {
+            if first > level {
+                // SAFETY: turning a CPU feature off only narrows what the
+                // compiled code may use; the compiler and wasmtime know it.
+                unsafe {
+                    config.cranelift_flag_set(feature, "false");
+                }
+            }
+        }
+        Ok(config)
+    }
+}
+
 /// The Cranelift engines: pooled (sized for `plugins`) and on-demand, for a
 /// plugin beyond the pool; or on-demand alone when the pool cannot reserve its
 /// address space.
@@ -237,6 +346,51 @@ mod tests {
             assert_eq!(run(&pooled, &component), fresh);
             assert_eq!(run(&pooled, &other), 4, "nothing of the first plugin");
         }
+    }
+
+    /// A build for a CPU level leaves out the features beyond it (its
+    /// engine's settings differ from this machine's) and still loads and
+    /// runs on the daemon's engine, which compiles for this machine.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_build_for_a_cpu_level_loads_on_this_machines_engine() {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let (pooled, _) = build(1).unwrap();
+        let hash = |engine: &Engine| {
+            let mut hasher = DefaultHasher::new();
+            engine.precompile_compatibility_hash().hash(&mut hasher);
+            hasher.finish()
+        };
+        // POPCNT is an instruction from x86-64-v2 on, a sequence before.
+        let mut popcnt = Function::new([]);
+        popcnt.instruction(&Instruction::I32Const(0x2ff));
+        popcnt.instruction(&Instruction::I32Popcnt);
+        popcnt.instruction(&Instruction::End);
+        let wasm = exporting_run(&module(&[popcnt], &Extras::default()), 1);
+        // What this machine has beyond each level, so beyond what its build may use.
+        let beyond = [
+            ("x86-64", std::arch::is_x86_feature_detected!("sse3")),
+            ("x86-64-v2", std::arch::is_x86_feature_detected!("avx")),
+            ("x86-64-v3", std::arch::is_x86_feature_detected!("avx512f")),
+            ("native", false),
+        ];
+        for (level, more_here) in beyond {
+            let level: CpuLevel = level.parse().unwrap();
+            let engine = Engine::new(&level.precompiling().unwrap()).unwrap();
+            assert_eq!(
+                hash(&engine) != hash(&pooled),
+                more_here,
+                "{level:?}: this machine's features beyond it are off, and only those"
+            );
+            let compiled = engine.precompile_component(&wasm).unwrap();
+            // SAFETY: serialized just now; wasmtime checks settings and CPU features.
+            let component =
+                unsafe { wasmtime::component::Component::deserialize(&pooled, &compiled) }
+                    .unwrap_or_else(|e| panic!("{level:?}: {e:#}"));
+            assert_eq!(run(&pooled, &component), 9, "{level:?}");
+        }
+        let unknown = "x86-64-v9".parse::<CpuLevel>().unwrap_err();
+        assert!(unknown.contains("x86-64-v2"), "{unknown}");
     }
 
     #[test]

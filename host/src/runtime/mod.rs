@@ -13,11 +13,13 @@ mod store;
 #[cfg(test)]
 mod test_component;
 
-pub use cache::{ArtifactCache, CacheOutcome};
+pub use cache::{
+    ArtifactCache, CacheOutcome, create_precompiled_dir, precompiled_dir_problem, write_precompiled,
+};
 pub use call::{
     CallRequest, Failure, Health, Outcome, PluginInfo, ReconcileReport, SETTLE_GRACE, TapedRun,
 };
-pub use engine::EpochTicker;
+pub use engine::{CpuLevel, EpochTicker};
 pub use plugin::{CompiledPlugin, LoadError};
 pub use store::CallState;
 
@@ -137,9 +139,32 @@ impl Runtime {
         })
     }
 
+    /// Where the compile cache has no build of a component, load the one
+    /// made ahead of time in `dir` (`precompiled-dir`), if there is one there;
+    /// unless the directory is not Tend's alone, which a warning says with
+    /// the fix (the builds only save a compile: no reason to refuse to start).
+    pub fn with_precompiled(mut self, dir: Option<&Path>) -> Self {
+        let problem = dir.and_then(cache::precompiled_dir_problem);
+        if let Some(problem) = &problem {
+            tracing::warn!("{problem}");
+        }
+        let dir = dir.filter(|_| problem.is_none());
+        for tier in std::iter::once(&mut self.optimized).chain(self.beyond_pool.as_mut()) {
+            tier.cache.set_precompiled(dir);
+        }
+        self
+    }
+
     /// Bound the compile cache to `max_bytes`, never evicting the artifacts of
     /// `in_use` digests; returns how many entries were evicted.
     pub fn evict_cache(&self, in_use: &std::collections::HashSet<String>, max_bytes: u64) -> usize {
         self.optimized.cache.evict(in_use, max_bytes)
     }
+}
+
+/// `wasm` compiled ahead of time for the CPUs of `cpu` (`tend plugins
+/// precompile`), serialized, on an engine of its own: what a runtime
+/// [`Runtime::with_precompiled`] loads.
+pub fn precompile(wasm: &[u8], cpu: CpuLevel) -> anyhow::Result<Vec<u8>> {
+    Ok(Engine::new(&cpu.precompiling()?)?.precompile_component(wasm)?)
 }

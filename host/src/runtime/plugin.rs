@@ -111,6 +111,12 @@ impl Runtime {
         digest: &str,
         priority: Priority,
     ) -> anyhow::Result<(&Tier, Component, CacheOutcome)> {
+        // A build either engine loads as it is, before either compiles: a
+        // precompiled build the pool's limits refuse is the on-demand
+        // engine's, not a reason to compile.
+        if let Some(found) = self.cached_optimized(digest) {
+            return Ok(found);
+        }
         let build = |tier: &Tier| {
             tier.cache.load_or_compile(&tier.engine, digest, || {
                 let _turn = self.compiles.enter(priority);
@@ -131,13 +137,20 @@ impl Runtime {
         }
     }
 
-    /// A cached Cranelift build of `digest`, pooled or beyond the pool.
-    fn cached_optimized(&self, digest: &str) -> Option<(&Tier, Component)> {
+    /// A cached or precompiled Cranelift build of `digest`, pooled or beyond
+    /// the pool.
+    fn cached_optimized(&self, digest: &str) -> Option<(&Tier, Component, CacheOutcome)> {
         std::iter::once(&self.optimized)
             .chain(&self.beyond_pool)
             .find_map(|tier| match tier.cache.lookup(&tier.engine, digest) {
-                Lookup::Hit(component) => Some((tier, component)),
-                Lookup::Absent | Lookup::Corrupt | Lookup::Refused(_) => None,
+                Lookup::Hit(component) => Some((tier, component, CacheOutcome::Hit)),
+                Lookup::Precompiled(component) => {
+                    Some((tier, component, CacheOutcome::Precompiled))
+                }
+                Lookup::Absent
+                | Lookup::Corrupt
+                | Lookup::Refused(_)
+                | Lookup::PrecompiledRefused(_) => None,
             })
     }
 
@@ -173,7 +186,7 @@ impl Runtime {
             false => None,
         };
         let (tier, compiler, component, cache) = match cached {
-            Some((tier, component)) => (tier, Compiler::Cranelift, component, CacheOutcome::Hit),
+            Some((tier, component, cache)) => (tier, Compiler::Cranelift, component, cache),
             None if quick => {
                 let quick = self
                     .compile_quick(path, &wasm, &digest)
@@ -417,6 +430,30 @@ mod tests {
             .unwrap();
         assert_eq!(build.compiler, Compiler::Winch);
         assert!(mapped_from_unnamed_file_in(&cache, &build.component));
+    }
+
+    /// A quick load finds the build made ahead of time (for the portable
+    /// CPU level) and serves it on the pooled engine at once: no Winch build
+    /// first, no compile at all.
+    #[test]
+    fn a_quick_load_serves_a_build_made_ahead_of_time_on_the_pool() {
+        use super::super::test_component::{returning, run};
+        let dir = tempfile::tempdir().unwrap();
+        let ahead = dir.path().join("precompiled");
+        let wasm = returning(7);
+        let digest = sha256_digest(&wasm);
+        let compiled = super::super::precompile(&wasm, super::super::CpuLevel::portable()).unwrap();
+        super::super::create_precompiled_dir(&ahead).unwrap();
+        super::super::write_precompiled(&ahead, &digest, &compiled).unwrap();
+        let runtime = Runtime::new(Some(&dir.path().join("cache")), 1)
+            .unwrap()
+            .with_precompiled(Some(&ahead));
+        assert!(runtime.pooling, "the test needs the pool");
+        let (tier, component, outcome) = runtime.cached_optimized(&digest).unwrap();
+        assert_eq!(outcome, CacheOutcome::Precompiled);
+        assert!(std::ptr::eq(tier, &runtime.optimized), "pooled");
+        assert_eq!(run(&tier.engine, &component), 7);
+        assert!(!dir.path().join("cache").exists(), "nothing compiled");
     }
 
     #[test]
