@@ -3,7 +3,10 @@
 //! that a node's first start loads them instead of compiling them (Cranelift's
 //! working memory is most of a first start's peak, docs/benchmarks.md).
 
-use crate::runtime::{CacheOutcome, CpuLevel, Runtime};
+use crate::runtime::{
+    CacheOutcome, CpuLevel, Runtime, create_precompiled_dir, precompile, precompiled_dir_problem,
+    sha256_digest, write_precompiled,
+};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -11,10 +14,10 @@ use std::time::Instant;
 /// Compile each of `files` for the CPUs of `cpu` into `out`, then load each
 /// build as the daemon would, so that what is written is known to load.
 pub fn run(files: &[PathBuf], out: &Path, cpu: CpuLevel) -> anyhow::Result<ExitCode> {
-    crate::runtime::create_precompiled_dir(out)
+    create_precompiled_dir(out)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
     // Refused before anything is compiled: a daemon would load nothing from it.
-    if let Some(problem) = crate::runtime::precompiled_dir_problem(out) {
+    if let Some(problem) = precompiled_dir_problem(out) {
         anyhow::bail!("{problem}");
     }
     let check = Runtime::new(None, files.len())?.with_precompiled(Some(out));
@@ -22,10 +25,10 @@ pub fn run(files: &[PathBuf], out: &Path, cpu: CpuLevel) -> anyhow::Result<ExitC
         let started = Instant::now();
         let wasm = crate::untrusted::read(file, crate::untrusted::MAX_COMPONENT_BYTES)
             .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", file.display()))?;
-        let digest = crate::runtime::sha256_digest(&wasm);
-        let compiled = crate::runtime::precompile(&wasm, cpu)
+        let digest = sha256_digest(&wasm);
+        let compiled = precompile(&wasm, cpu)
             .map_err(|e| anyhow::anyhow!("{}: cannot compile it: {e:#}", file.display()))?;
-        let written = crate::runtime::write_precompiled(out, &digest, &compiled)?;
+        let written = write_precompiled(out, &digest, &compiled)?;
         let refused = match check.load(file) {
             Ok(loaded) if loaded.cache == CacheOutcome::Precompiled => None,
             Ok(_) => Some("it does not load on this machine (see the warning above)".into()),

@@ -11,8 +11,8 @@
 //! Beside it, builds made ahead of time (`tend plugins precompile`, an
 //! image's): read, never written, by the component's sha256 alone. Their
 //! settings are not in the name: wasmtime checks them when it loads a build
-//! (its version, the engine's settings, each CPU feature against the host),
-//! and a build it refuses is compiled here instead.
+//! (its own version, the engine's settings, each CPU feature against the
+//! host), and a build it refuses is compiled here instead.
 
 pub use crate::digest::{sha256_digest, sha256_hex};
 use std::hash::{Hash, Hasher};
@@ -42,11 +42,12 @@ pub enum Lookup {
     Precompiled(Component),
     /// No entry of the cache's own, and a sound build made ahead of time the
     /// engine would not load: wasmtime's reason (a CPU below the build's, a
-    /// `tend` of another version, the instance pool's limits for one plugin).
+    /// `tend` on another wasmtime, the instance pool's limits for one plugin).
     PrecompiledRefused(anyhow::Error),
     Absent,
-    /// An entry that failed its checksum, or is not Tend's alone.
-    Corrupt,
+    /// An entry that failed its checksum, or is not Tend's alone: why. Said
+    /// once, by the load that compiles instead, not by every lookup.
+    Corrupt(String),
     /// A sound entry (its checksum matched) the engine would not load: the
     /// instance pool's limits for one plugin, which another engine's may
     /// take; or, without a pool, an entry this build cannot use.
@@ -129,9 +130,9 @@ impl ArtifactCache {
             Some((artifact, checksum)) => load_entry(engine, &artifact, &checksum),
             None => Lookup::Absent,
         };
-        let Lookup::Absent = cached else {
+        if !matches!(cached, Lookup::Absent) {
             return cached;
-        };
+        }
         let Some((artifact, checksum)) = self
             .precompiled
             .as_deref()
@@ -162,7 +163,10 @@ impl ArtifactCache {
             Lookup::Hit(component) => return Ok((component, CacheOutcome::Hit)),
             Lookup::Precompiled(component) => return Ok((component, CacheOutcome::Precompiled)),
             Lookup::Absent => CacheOutcome::Miss,
-            Lookup::Corrupt => CacheOutcome::Corrupt,
+            Lookup::Corrupt(why) => {
+                tracing::warn!("compiling {digest} again: {why}");
+                CacheOutcome::Corrupt
+            }
             Lookup::Refused(refused) if self.pool_limits => return Err(refused),
             Lookup::Refused(refused) => {
                 tracing::warn!("recompiling the cached build of {digest}: {refused:#}");
@@ -185,7 +189,7 @@ impl ArtifactCache {
                     Lookup::Absent
                     | Lookup::Precompiled(_)
                     | Lookup::PrecompiledRefused(_)
-                    | Lookup::Corrupt
+                    | Lookup::Corrupt(_)
                     | Lookup::Refused(_) => {}
                 },
                 Err(e) => {
@@ -257,9 +261,13 @@ pub fn precompiled_dir_problem(dir: &Path) -> Option<String> {
         // directory could swap the link).
         let (named, real) = (std::path::absolute(dir)?, std::fs::canonicalize(dir)?);
         for above in named.ancestors().skip(1).chain(real.ancestors().skip(1)) {
+            use std::os::unix::fs::MetadataExt;
             let meta = std::fs::metadata(above)?;
-            let sticky = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o1000;
-            if let Some(why) = crate::atomic::other_writer(&meta, above).filter(|_| sticky == 0) {
+            let own = [0, rustix::process::geteuid().as_raw()].contains(&meta.uid());
+            if meta.mode() & 0o1000 != 0 && own {
+                continue;
+            }
+            if let Some(why) = crate::atomic::other_writer(&meta, above) {
                 anyhow::bail!(
                     "another user could put a directory of their own in place of precompiled-dir {}: {}: {why}",
                     dir.display(),
@@ -289,36 +297,44 @@ fn precompiled_entry(dir: &Path, digest: &str) -> Option<(PathBuf, PathBuf)> {
 }
 
 /// The entry `artifact` with its `checksum` sidecar, loaded into `engine` if
-/// it is sound and Tend's alone.
+/// it is sound and Tend's alone. Both are opened without following a link,
+/// and the build loaded is the file that was checked, not whatever its path
+/// names by then.
 fn load_entry(engine: &Engine, artifact: &Path, checksum: &Path) -> Lookup {
-    let (Ok(file), Ok(expected)) = (open_own(artifact), std::fs::read_to_string(checksum)) else {
+    let (Ok(file), Ok(sidecar)) = (open_own(artifact), open_own(checksum)) else {
         return Lookup::Absent;
     };
-    if let Some(why) = foreign(artifact, &file, checksum) {
-        tracing::warn!("recompiling {}, not loading it: {why}", artifact.display());
-        return Lookup::Corrupt;
+    if let Some(why) = foreign(artifact, &file, checksum, &sidecar) {
+        return Lookup::Corrupt(format!("{} is not loaded: {why}", artifact.display()));
     }
+    // An xxh3-128 in hex, and nothing more is read.
+    let mut expected = String::new();
+    let _ = std::io::Read::read_to_string(&mut std::io::Read::take(&sidecar, 64), &mut expected);
     // SAFETY: a read-only map of a file only Tend's user or root may write
     // (checked above), and they replace files only by rename (Tend, `tend
     // plugins precompile`; docs/security.md), so its content does not change
     // under the map.
-    let matches = unsafe { memmap2::Mmap::map(&file) }
-        .is_ok_and(|bytes| checksum_hex(&bytes) == expected.trim());
-    if !matches {
-        tracing::warn!("recompiling {}: checksum mismatch", artifact.display());
-        return Lookup::Corrupt;
+    let Ok(bytes) = (unsafe { memmap2::Mmap::map(&file) }) else {
+        return Lookup::Corrupt(format!("{} cannot be mapped", artifact.display()));
+    };
+    if checksum_hex(&bytes) != expected.trim() {
+        return Lookup::Corrupt(format!("{}: checksum mismatch", artifact.display()));
     }
-    // The file checked, not whatever the path names by now: wasmtime 48 loads
-    // a component from a path only, so the path is the descriptor's.
+    // wasmtime 48 loads a component from a path only: the descriptor's.
+    // Without /proc, from the checked bytes, copied.
     use std::os::fd::AsRawFd;
-    let checked = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let checked = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
     // SAFETY: the artifact was produced by `Engine::precompile_component`
     // (wasmtime checks its version and settings against the engine's, and its
     // CPU features against the host) and is what was written (its checksum
-    // matched). Mapped, not copied.
-    match unsafe { Component::deserialize_file(engine, &checked) } {
+    // matched). Mapped, not copied, where /proc is.
+    let loaded = match checked.exists() {
+        true => unsafe { Component::deserialize_file(engine, &checked) },
+        false => unsafe { Component::deserialize(engine, &bytes[..]) },
+    };
+    match loaded {
         Ok(component) => Lookup::Hit(component),
-        Err(e) => Lookup::Refused(e.into()),
+        Err(e) => Lookup::Refused(anyhow::Error::from(e).context(artifact.display().to_string())),
     }
 }
 
@@ -387,25 +403,36 @@ fn map_uncached(engine: &Engine, compiled: &[u8], dir: &Path) -> anyhow::Result<
     Ok(unsafe { Component::deserialize_file(engine, path)? })
 }
 
-/// `path`, opened without following a symlink.
+/// `path`, opened without following a symlink, and without waiting on a
+/// FIFO put in its place.
 fn open_own(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
     std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .custom_flags(flags.bits() as i32)
         .open(path)
 }
 
-/// Why the opened `artifact`, its `checksum` sidecar or their directory is
-/// not Tend's alone (see [`crate::atomic::other_writer`]), if it is not.
-fn foreign(artifact: &Path, file: &std::fs::File, checksum: &Path) -> Option<String> {
+/// Why the opened `artifact`, its opened `checksum` sidecar or their
+/// directory is not Tend's alone (see [`crate::atomic::other_writer`]), or
+/// not a plain file, if it is not.
+fn foreign(
+    artifact: &Path,
+    file: &std::fs::File,
+    checksum: &Path,
+    sidecar: &std::fs::File,
+) -> Option<String> {
     let dir = artifact.parent().unwrap_or(Path::new("."));
     let checked = [
         (artifact, file.metadata()),
-        (checksum, std::fs::symlink_metadata(checksum)),
+        (checksum, sidecar.metadata()),
         (dir, std::fs::metadata(dir)),
     ];
     checked.into_iter().find_map(|(path, meta)| match meta {
+        Ok(meta) if !meta.is_dir() && !meta.is_file() => {
+            Some(format!("{}: not a plain file", path.display()))
+        }
         Ok(meta) => {
             crate::atomic::other_writer(&meta, path).map(|why| format!("{}: {why}", path.display()))
         }
@@ -622,6 +649,25 @@ mod tests {
             CacheOutcome::Corrupt,
             "not what was written"
         );
+        // A FIFO for the sidecar is not waited on; a link for it not followed.
+        let sidecar = artifact.with_extension("xxh3");
+        let saved = std::fs::read(&sidecar).unwrap();
+        std::fs::remove_file(&sidecar).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &sidecar,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert_eq!(fresh().unwrap().1, CacheOutcome::Corrupt, "a FIFO");
+        std::fs::remove_file(&sidecar).unwrap();
+        std::fs::write(dir.path().join("sum"), &saved).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("sum"), &sidecar).unwrap();
+        assert_eq!(fresh().unwrap().1, CacheOutcome::Miss, "a link");
+        std::fs::remove_file(&sidecar).unwrap();
+        std::fs::write(&sidecar, &saved).unwrap();
         // Sound, but made by an engine with other settings: wasmtime refuses it.
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
@@ -670,6 +716,10 @@ mod tests {
         }
         set(&above, 0o1777).unwrap();
         assert_eq!(precompiled_dir_problem(&builds), None, "sticky");
+        // Sticky, but another user's: they may rename what is in it.
+        std::os::unix::fs::chown(&above, Some(65534), None).unwrap();
+        let problem = precompiled_dir_problem(&builds).unwrap();
+        assert!(problem.contains("uid 65534"), "{problem}");
         let missing = precompiled_dir_problem(&dir.path().join("missing")).unwrap();
         assert!(missing.contains("is not a directory"), "{missing}");
     }
@@ -745,7 +795,7 @@ mod tests {
             let before = mode(path);
             set(path, widened);
             assert!(
-                matches!(cache.lookup(&engine, &digest), Lookup::Corrupt),
+                matches!(cache.lookup(&engine, &digest), Lookup::Corrupt(_)),
                 "{} at {widened:o}",
                 path.display()
             );
@@ -753,6 +803,6 @@ mod tests {
         }
         // Another user's file (chown needs root, as Tend's tests do).
         std::os::unix::fs::chown(&artifact, Some(65534), None).unwrap();
-        assert!(matches!(cache.lookup(&engine, &digest), Lookup::Corrupt));
+        assert!(matches!(cache.lookup(&engine, &digest), Lookup::Corrupt(_)));
     }
 }

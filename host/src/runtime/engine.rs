@@ -389,6 +389,12 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{level:?}: {e:#}"));
             assert_eq!(run(&pooled, &component), 9, "{level:?}");
         }
+        // Every feature Cranelift knows is in the list: x86-64 with all of
+        // them off is x86-64 named as a target, which infers none.
+        let mut named = optimized();
+        named.target("x86_64-unknown-linux-gnu").unwrap();
+        let baseline = Engine::new(&CpuLevel::X86_64.precompiling().unwrap()).unwrap();
+        assert_eq!(hash(&Engine::new(&named).unwrap()), hash(&baseline));
         let unknown = "x86-64-v9".parse::<CpuLevel>().unwrap_err();
         assert!(unknown.contains("x86-64-v2"), "{unknown}");
     }

@@ -148,7 +148,7 @@ impl Runtime {
                     Some((tier, component, CacheOutcome::Precompiled))
                 }
                 Lookup::Absent
-                | Lookup::Corrupt
+                | Lookup::Corrupt(_)
                 | Lookup::Refused(_)
                 | Lookup::PrecompiledRefused(_) => None,
             })
@@ -432,6 +432,22 @@ mod tests {
         assert!(mapped_from_unnamed_file_in(&cache, &build.component));
     }
 
+    /// A pooled runtime whose compile cache is `dir`/cache (empty), with
+    /// `wasm` made ahead of time (for the portable CPU level) in
+    /// `dir`/precompiled; and the component's digest.
+    fn precompiled_for(dir: &Path, wasm: &[u8]) -> (Runtime, String) {
+        let ahead = dir.join("precompiled");
+        let digest = sha256_digest(wasm);
+        let compiled = super::super::precompile(wasm, super::super::CpuLevel::portable()).unwrap();
+        super::super::create_precompiled_dir(&ahead).unwrap();
+        super::super::write_precompiled(&ahead, &digest, &compiled).unwrap();
+        let runtime = Runtime::new(Some(&dir.join("cache")), 1)
+            .unwrap()
+            .with_precompiled(Some(&ahead));
+        assert!(runtime.pooling, "the test needs the pool");
+        (runtime, digest)
+    }
+
     /// A quick load finds the build made ahead of time (for the portable
     /// CPU level) and serves it on the pooled engine at once: no Winch build
     /// first, no compile at all.
@@ -439,20 +455,38 @@ mod tests {
     fn a_quick_load_serves_a_build_made_ahead_of_time_on_the_pool() {
         use super::super::test_component::{returning, run};
         let dir = tempfile::tempdir().unwrap();
-        let ahead = dir.path().join("precompiled");
-        let wasm = returning(7);
-        let digest = sha256_digest(&wasm);
-        let compiled = super::super::precompile(&wasm, super::super::CpuLevel::portable()).unwrap();
-        super::super::create_precompiled_dir(&ahead).unwrap();
-        super::super::write_precompiled(&ahead, &digest, &compiled).unwrap();
-        let runtime = Runtime::new(Some(&dir.path().join("cache")), 1)
-            .unwrap()
-            .with_precompiled(Some(&ahead));
-        assert!(runtime.pooling, "the test needs the pool");
+        let (runtime, digest) = precompiled_for(dir.path(), &returning(7));
         let (tier, component, outcome) = runtime.cached_optimized(&digest).unwrap();
         assert_eq!(outcome, CacheOutcome::Precompiled);
         assert!(std::ptr::eq(tier, &runtime.optimized), "pooled");
         assert_eq!(run(&tier.engine, &component), 7);
+        assert!(!dir.path().join("cache").exists(), "nothing compiled");
+    }
+
+    /// A precompiled build the pool's limits for one plugin refuse is served
+    /// by the on-demand engine as it is: nothing compiled, nothing cached.
+    #[test]
+    fn a_precompiled_build_beyond_the_pool_runs_on_demand_uncompiled() {
+        let dir = tempfile::tempdir().unwrap();
+        let beyond = component_with_tables(9);
+        let (runtime, digest) = precompiled_for(dir.path(), &beyond);
+        let (tier, component, outcome) = runtime
+            .build_optimized(
+                Path::new("many-tables.wasm"),
+                &beyond,
+                &digest,
+                Priority::Optimized,
+            )
+            .unwrap();
+        assert!(
+            std::ptr::eq(tier, runtime.beyond_pool.as_ref().unwrap()),
+            "on demand"
+        );
+        assert_eq!(outcome, CacheOutcome::Precompiled);
+        assert_eq!(
+            super::super::test_component::run(&tier.engine, &component),
+            42
+        );
         assert!(!dir.path().join("cache").exists(), "nothing compiled");
     }
 
