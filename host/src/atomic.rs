@@ -43,6 +43,12 @@ pub fn write_with(
 /// the umask. An existing `dir` is left as it is (the operator's state dir
 /// may have its own mode; `tend run` checks it is Tend's alone).
 pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    create_dir_with_mode(dir, 0o700)
+}
+
+/// Create `dir` and any missing parent with `mode`, whatever the umask; an
+/// existing `dir` is left as it is.
+pub fn create_dir_with_mode(dir: &Path, mode: u32) -> io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
@@ -50,11 +56,11 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
     std::fs::DirBuilder::new()
         .recursive(true)
-        .mode(0o700)
+        .mode(mode)
         .create(dir)?;
     // The mode given to mkdir(2) is still narrowed by the umask: set it.
     for created in missing {
-        std::fs::set_permissions(created, Permissions::from_mode(0o700))?;
+        std::fs::set_permissions(created, Permissions::from_mode(mode))?;
     }
     Ok(())
 }

@@ -444,13 +444,7 @@ fn foreign(
 /// directory made 0755 whatever the umask: one its group could write would
 /// not be loaded from ([`precompiled_dir_problem`]).
 pub fn create_precompiled_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
-    std::fs::create_dir_all(dir)?;
-    for created in missing {
-        std::fs::set_permissions(created, std::fs::Permissions::from_mode(0o755))?;
-    }
-    Ok(())
+    crate::atomic::create_dir_with_mode(dir, 0o755)
 }
 
 /// Write `compiled`, the build of the component whose sha256 is `digest`, to

@@ -115,6 +115,9 @@ impl Runtime {
         // precompiled build the pool's limits refuse is the on-demand
         // engine's, not a reason to compile.
         if let Some(found) = self.cached_optimized(digest) {
+            if !std::ptr::eq(found.0, &self.optimized) {
+                beyond_the_pool(path, "the pooled engine would not load its build");
+            }
             return Ok(found);
         }
         let build = |tier: &Tier| {
@@ -127,10 +130,7 @@ impl Runtime {
             (Ok((component, cache)), _) => Ok((&self.optimized, component, cache)),
             (Err(refused), Some(tier)) => {
                 let (component, cache) = build(tier)?;
-                tracing::warn!(
-                    file = %path.display(),
-                    "beyond the instance pool's limits for one plugin ({refused:#}); it runs with on-demand allocation"
-                );
+                beyond_the_pool(path, &format!("{refused:#}"));
                 Ok((tier, component, cache))
             }
             (Err(e), None) => Err(e),
@@ -242,6 +242,15 @@ impl Runtime {
             load_time: started.elapsed(),
         })
     }
+}
+
+/// The log line of a plugin the instance pool's limits for one plugin
+/// refuse (`why`), which runs with on-demand allocation.
+fn beyond_the_pool(path: &Path, why: &str) {
+    tracing::warn!(
+        file = %path.display(),
+        "beyond the instance pool's limits for one plugin ({why}); it runs with on-demand allocation"
+    );
 }
 
 #[cfg(test)]
@@ -448,11 +457,11 @@ mod tests {
         (runtime, digest)
     }
 
-    /// A quick load finds the build made ahead of time (for the portable
-    /// CPU level) and serves it on the pooled engine at once: no Winch build
-    /// first, no compile at all.
+    /// The lookup a quick load makes first (`cached_optimized`) finds the
+    /// build made ahead of time (for the portable CPU level) and serves it on
+    /// the pooled engine at once: no Winch build first, no compile at all.
     #[test]
-    fn a_quick_load_serves_a_build_made_ahead_of_time_on_the_pool() {
+    fn a_build_made_ahead_of_time_is_served_on_the_pool_uncompiled() {
         use super::super::test_component::{returning, run};
         let dir = tempfile::tempdir().unwrap();
         let (runtime, digest) = precompiled_for(dir.path(), &returning(7));
