@@ -1344,6 +1344,8 @@ fn kube_cases() -> Vec<Case> {
     let labelled = r#"[{"resource": "pods", "verbs": ["list", "get", "create", "delete"], "label-selector": "tend=yes"}]"#;
     let own_node = r#"[{"resource": "nodes", "verbs": ["list", "get", "patch"], "names": ["$NODE"],
                         "fields": ["metadata.labels", "metadata.annotations", "status.conditions"]}]"#;
+    let one_annotation = r#"[{"resource": "nodes", "verbs": ["get", "patch"], "names": ["$NODE"],
+                        "fields": ["metadata.annotations[tend.dev/replace-requested]"]}]"#;
     let node = ("v1", "Node", None, "node-1");
     let leases = r#"[{"group": "coordination.k8s.io", "resource": "leases", "verbs": ["get", "create", "patch", "delete"]}]"#;
     let lease = |name| {
@@ -1501,6 +1503,19 @@ fn kube_cases() -> Vec<Case> {
             KubeCall::Patch(PatchShape::Apply, r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}, "spec": {"unschedulable": true}}"#.into()),
             node,
             denied("patch nodes named node-1: the patch touches \"spec.unschedulable\", outside the fields of { resource = \"nodes\", fields = [\"metadata.labels\", \"metadata.annotations\", \"status.conditions\"] }; add that path to the rule's fields in [plugins.conformance.grants] kube"),
+        ),
+        // a key with dots granted alone, in brackets: not its siblings
+        kube(
+            one_annotation,
+            merge(r#"{"metadata": {"annotations": {"tend.dev/replace-requested": "true"}}}"#),
+            node,
+            Expect::Ok,
+        ),
+        kube(
+            one_annotation,
+            merge(r#"{"metadata": {"annotations": {"tend.dev/replace-requested-by": "x"}}}"#),
+            node,
+            denied("patch nodes named node-1: the patch touches \"metadata.annotations[tend.dev/replace-requested-by]\", outside the fields of { resource = \"nodes\", fields = [\"metadata.annotations[tend.dev/replace-requested]\"] }; add that path to the rule's fields in [plugins.conformance.grants] kube"),
         ),
     ]
 }

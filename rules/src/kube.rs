@@ -140,21 +140,56 @@ fn rule_fields<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Err
 
 fn field_paths<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
     let paths = Vec::<String>::deserialize(d)?;
-    for path in &paths {
-        let ok = path.split('.').all(|step| {
-            !step.is_empty()
-                && step
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_/".contains(c))
-        });
-        if !ok {
-            return Err(D::Error::custom(format!(
-                "fields: invalid field path {path:?}: expected dotted field names, for example \"metadata.labels\" or \"status.conditions\""
-            )));
-        }
+    if let Some(path) = paths.iter().find(|p| field_steps(p).is_none()) {
+        return Err(D::Error::custom(format!(
+            "fields: invalid field path {path:?}: expected dotted field names, for example \"metadata.labels\" or \"status.conditions\", and a key with dots in brackets, for example \"metadata.annotations[tend.dev/replace-requested]\""
+        )));
     }
     Ok(Some(paths))
 }
+
+/// A grant's field path as the steps a patch's paths are compared with:
+/// names joined by dots, and a map key holding dots (an annotation's, a
+/// label's) in brackets, so one key can be granted rather than its whole map:
+/// `metadata.annotations[tend.dev/replace-requested]`. None when malformed.
+fn field_steps(path: &str) -> Option<Vec<&str>> {
+    let shaped = |step: &str, extra: &str| {
+        !step.is_empty()
+            && step
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || extra.contains(c))
+    };
+    let mut steps = Vec::new();
+    let mut rest = path;
+    loop {
+        let (step, after) = match rest.strip_prefix('[') {
+            Some(inner) => {
+                let end = inner.find(']')?;
+                (&inner[..end], &inner[end + 1..])
+            }
+            None => {
+                let end = rest.find(['.', '[']).unwrap_or(rest.len());
+                let name = &rest[..end];
+                (shaped(name, "-_/").then_some(name)?, &rest[end..])
+            }
+        };
+        if !shaped(step, "-_./") {
+            return None;
+        }
+        steps.push(step);
+        if after.is_empty() {
+            return Some(steps);
+        }
+        // After a step: `.name` or `[key]`, one spelling each.
+        rest = match after.strip_prefix('.') {
+            Some(next) if !next.starts_with('[') => next,
+            Some(_) => return None,
+            None if after.starts_with('[') => after,
+            None => return None,
+        };
+    }
+}
+
 /// One call as the grant sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Access<'a> {
@@ -231,8 +266,9 @@ impl KubeRule {
         let fields = self.fields.as_ref()?;
         touched.iter().find(|path| {
             !fields.iter().any(|f| {
-                let prefix: Vec<&str> = f.split('.').collect();
-                path.len() >= prefix.len() && path.iter().zip(&prefix).all(|(a, b)| a == b)
+                field_steps(f).is_some_and(|prefix| {
+                    path.len() >= prefix.len() && path.iter().zip(&prefix).all(|(a, b)| a == b)
+                })
             })
         })
     }
@@ -783,13 +819,30 @@ fn check_selected(
     let path = if path.is_empty() {
         "the whole object".to_string()
     } else {
-        format!("{:?}", crate::shown(&path.join(".")))
+        format!("{:?}", crate::shown(&written_path(path)))
     };
     Err(Refusal::Denied(format!(
         "{}: the patch touches {path}, outside the fields of {}; add that path to the rule's fields in [plugins.{plugin}.grants] kube",
         describe(access),
         rule.written()
     )))
+}
+
+/// A patch's path as a grant's `fields` would write it: a step holding a dot
+/// in brackets, so the path the refusal names is the one to add.
+fn written_path(steps: &[String]) -> String {
+    let mut text = String::new();
+    for step in steps {
+        if step.contains('.') {
+            text += &format!("[{step}]");
+        } else {
+            if !text.is_empty() {
+                text.push('.');
+            }
+            text += step;
+        }
+    }
+    text
 }
 
 /// A patch bound to the object its grant was checked on: `metadata.uid` in
@@ -1653,6 +1706,146 @@ mod tests {
             patch_paths(PatchShape::Json, &json!([op("add", "/a~1b/c~0d")])).unwrap(),
             vec![vec!["a/b".to_string(), "c~d".to_string()]]
         );
+    }
+
+    /// One annotation granted, in brackets since its key has dots: that key
+    /// alone, set or removed, by every patch shape; never a sibling, a key it
+    /// begins, the whole map, or the map replaced.
+    #[test]
+    fn a_key_in_brackets_grants_that_key_alone() {
+        let one = rules(
+            r#"[{"resource": "nodes", "verbs": ["patch"], "names": ["$NODE"], "fields": ["spec.unschedulable", "metadata.annotations[tend.dev/replace-requested]"]}]"#,
+        );
+        let access = access("nodes", Verb::Patch, None, Some("n1"));
+        let check =
+            |shape, body: Value| check_object(&one, "p", "n1", &access, None, Some((shape, &body)));
+        let op = |op: &str, path: &str| json!([{"op": op, "path": path, "value": "true"}]);
+        for allowed in [
+            (
+                PatchShape::Merge,
+                json!({"metadata": {"annotations": {"tend.dev/replace-requested": "true"}}}),
+            ),
+            (
+                PatchShape::Merge,
+                json!({"metadata": {"annotations": {"tend.dev/replace-requested": null}}, "spec": {"unschedulable": true}}),
+            ),
+            (
+                PatchShape::Json,
+                op("add", "/metadata/annotations/tend.dev~1replace-requested"),
+            ),
+            (
+                PatchShape::Json,
+                json!([{"op": "remove", "path": "/metadata/annotations/tend.dev~1replace-requested"}]),
+            ),
+            (
+                PatchShape::Apply,
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "annotations": {"tend.dev/replace-requested": "true"}}}),
+            ),
+        ] {
+            assert!(check(allowed.0, allowed.1.clone()).is_ok(), "{}", allowed.1);
+        }
+        for hostile in [
+            (
+                PatchShape::Merge,
+                json!({"metadata": {"annotations": {"tend.dev/other": "x"}}}),
+            ),
+            (
+                PatchShape::Merge,
+                json!({"metadata": {"annotations": {"tend.dev/replace-requested-by": "x"}}}),
+            ),
+            (
+                PatchShape::Merge,
+                json!({"metadata": {"annotations": {"tend.dev": "x"}}}),
+            ),
+            (
+                PatchShape::Merge,
+                json!({"metadata": {"annotations": null}}),
+            ),
+            (
+                PatchShape::Merge,
+                json!({"metadata": {"annotations": {"$patch": "replace"}}}),
+            ),
+            (PatchShape::Json, op("replace", "/metadata/annotations")),
+            (
+                PatchShape::Json,
+                op("add", "/metadata/annotations/tend.dev~1replace"),
+            ),
+            (
+                PatchShape::Json,
+                json!([{"op": "move", "from": "/metadata/annotations/x", "path": "/metadata/annotations/tend.dev~1replace-requested"}]),
+            ),
+        ] {
+            assert_eq!(
+                check(hostile.0, hostile.1.clone()).unwrap_err().kind(),
+                "denied",
+                "{}",
+                hostile.1
+            );
+        }
+        // A dotted spelling of the key is a path four steps deep: it covers no
+        // annotation, so it grants nothing a patch can reach by that key.
+        let dotted = rules(
+            r#"[{"resource": "nodes", "verbs": ["patch"], "fields": ["metadata.annotations.tend.dev/replace-requested"]}]"#,
+        );
+        let body = json!({"metadata": {"annotations": {"tend.dev/replace-requested": "true"}}});
+        let refusal = check_object(
+            &dotted,
+            "p",
+            "n1",
+            &access,
+            None,
+            Some((PatchShape::Merge, &body)),
+        )
+        .unwrap_err();
+        assert!(
+            refusal
+                .message()
+                .contains("touches \"metadata.annotations[tend.dev/replace-requested]\""),
+            "the refusal names the path to add as fields spell it: {}",
+            refusal.message()
+        );
+    }
+
+    #[test]
+    fn field_paths_are_names_and_bracketed_keys_spelled_one_way() {
+        for good in [
+            "metadata.labels",
+            "metadata.annotations[tend.dev/replace-requested]",
+            "metadata.annotations[example.com/a][b]",
+            "status.conditions",
+        ] {
+            assert!(field_steps(good).is_some(), "{good}");
+        }
+        assert_eq!(
+            field_steps("metadata.annotations[tend.dev/x]").unwrap(),
+            ["metadata", "annotations", "tend.dev/x"]
+        );
+        for bad in [
+            "",
+            "metadata..labels",
+            "metadata.",
+            "metadata.annotations[]",
+            "metadata.annotations[a",
+            "metadata.annotations.[a]",
+            "metadata.annotations[a]b",
+            "metadata.annotations[a b]",
+            "metadata.annotations[a[b]]",
+            "metadata.annotations[\"a\"]",
+            "metadata.annotations[a]]",
+        ] {
+            assert!(field_steps(bad).is_none(), "{bad}");
+            let text = format!(
+                r#"[{{"resource": "nodes", "verbs": ["patch"], "fields": [{}]}}]"#,
+                serde_json::to_string(bad).unwrap()
+            );
+            let err = serde_json::from_str::<Vec<KubeRule>>(&text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("metadata.annotations[tend.dev/replace-requested]"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -764,7 +764,7 @@ owner = {{ tag = "kubernetes-cluster", value = "alerts" }}
 interval = "1s"
 [plugins.node-remediator.grants]
 kube = [
-  {{ resource = "nodes", verbs = ["get", "list", "watch", "patch"], names = ["$NODE"], fields = ["spec.unschedulable", "metadata.annotations"] }},
+  {{ resource = "nodes", verbs = ["get", "list", "watch", "patch"], names = ["$NODE"], fields = ["spec.unschedulable", "metadata.annotations[tend.dev/replace-requested]"] }},
   {{ resource = "pods", verbs = ["get", "list"], field-selector = "spec.nodeName=$NODE" }},
   {{ resource = "pods/eviction", verbs = ["create"], field-selector = "spec.nodeName=$NODE" }},
 ]

@@ -21,7 +21,9 @@
 //! - `replace`: drain as for a reboot, then ask the cluster for a new
 //!   instance: the annotation `tend.dev/replace-requested` on the Node,
 //!   which node-reaper acts on (`replace-requests = true`) with its own
-//!   breakers. The last step: the node's end is its outcome.
+//!   breakers (grant that annotation alone: `fields = ["spec.unschedulable",
+//!   "metadata.annotations[tend.dev/replace-requested]"]`). The last step:
+//!   the node's end is its outcome.
 //!
 //! A step is verified when every named condition has been clear for
 //! `settle-ms`; one that has not verified within `verify-within-ms` is

@@ -17,7 +17,7 @@ fn host(deadlock: bool) -> FakeHost {
     let host = FakeHost::named("node-remediator");
     host.kube.set_node_name("test-node").grant(
         r#"[
-          { resource = "nodes", verbs = ["get", "list", "patch"], names = ["$NODE"], fields = ["spec.unschedulable", "metadata.annotations"] },
+          { resource = "nodes", verbs = ["get", "list", "patch"], names = ["$NODE"], fields = ["spec.unschedulable", "metadata.annotations[tend.dev/replace-requested]"] },
           { resource = "pods", verbs = ["get", "list"], field-selector = "spec.nodeName=$NODE" },
           { resource = "pods/eviction", verbs = ["create"], field-selector = "spec.nodeName=$NODE" },
         ]"#,
@@ -445,7 +445,7 @@ fn nhc_host() -> FakeHost {
         .add_kind(medik8s::API_VERSION, medik8s::KIND, "tendremediations", true)
         .grant(
         r#"[
-          { resource = "nodes", verbs = ["get", "list", "patch"], names = ["$NODE"], fields = ["spec.unschedulable", "metadata.annotations"] },
+          { resource = "nodes", verbs = ["get", "list", "patch"], names = ["$NODE"], fields = ["spec.unschedulable", "metadata.annotations[tend.dev/replace-requested]"] },
           { resource = "pods", verbs = ["get", "list"], field-selector = "spec.nodeName=$NODE" },
           { resource = "pods/eviction", verbs = ["create"], field-selector = "spec.nodeName=$NODE" },
           { group = "remediation.tend.dev", resource = "tendremediations", verbs = ["get", "list", "watch", "patch"], namespaces = ["tend-system"], names = ["$NODE"], fields = ["status.conditions"] },
