@@ -142,45 +142,40 @@ fn field_paths<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D
     let paths = Vec::<String>::deserialize(d)?;
     if let Some(path) = paths.iter().find(|p| field_steps(p).is_none()) {
         return Err(D::Error::custom(format!(
-            "fields: invalid field path {path:?}: expected dotted field names, for example \"metadata.labels\" or \"status.conditions\", and a key with dots in brackets, for example \"metadata.annotations[tend.dev/replace-requested]\""
+            "fields: invalid field path {path:?}: expected dotted field names, for example \"metadata.labels\" or \"status.conditions\", and a key with a dot or a slash in brackets, for example \"metadata.annotations[tend.dev/replace-requested]\""
         )));
     }
     Ok(Some(paths))
 }
 
 /// A grant's field path as the steps a patch's paths are compared with:
-/// names joined by dots, and a map key holding dots (an annotation's, a
-/// label's) in brackets, so one key can be granted rather than its whole map:
-/// `metadata.annotations[tend.dev/replace-requested]`. None when malformed.
+/// names joined by dots, and a map key holding a dot or a slash (an
+/// annotation's, a label's) in brackets, so one key can be granted rather
+/// than its whole map: `metadata.annotations[tend.dev/replace-requested]`.
+/// One spelling each ([`grantable_path`] writes it). None when malformed.
 fn field_steps(path: &str) -> Option<Vec<&str>> {
-    let shaped = |step: &str, extra: &str| {
-        !step.is_empty()
-            && step
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || extra.contains(c))
-    };
     let mut steps = Vec::new();
     let mut rest = path;
     loop {
         let (step, after) = match rest.strip_prefix('[') {
             Some(inner) => {
                 let end = inner.find(']')?;
-                (&inner[..end], &inner[end + 1..])
+                let key = &inner[..end];
+                (step_kind(key)? == Step::Key).then_some(())?;
+                (key, &inner[end + 1..])
             }
             None => {
                 let end = rest.find(['.', '[']).unwrap_or(rest.len());
                 let name = &rest[..end];
-                (shaped(name, "-_/").then_some(name)?, &rest[end..])
+                (step_kind(name)? == Step::Name).then_some(())?;
+                (name, &rest[end..])
             }
         };
-        if !shaped(step, "-_./") {
-            return None;
-        }
         steps.push(step);
         if after.is_empty() {
             return Some(steps);
         }
-        // After a step: `.name` or `[key]`, one spelling each.
+        // After a step: `.name` or `[key]`.
         rest = match after.strip_prefix('.') {
             Some(next) if !next.starts_with('[') => next,
             Some(_) => return None,
@@ -189,6 +184,63 @@ fn field_steps(path: &str) -> Option<Vec<&str>> {
         };
     }
 }
+
+/// How a grant's field path writes a step.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Letters, digits, `-` and `_`: after a dot.
+    Name,
+    /// Also `.` or `/`, as label and annotation keys have: in brackets.
+    Key,
+}
+
+/// None for a step no grant can name (empty, or a character no
+/// Kubernetes field name or label or annotation key has).
+fn step_kind(step: &str) -> Option<Step> {
+    let within = |extra: &str| {
+        step.chars()
+            .all(|c| c.is_ascii_alphanumeric() || extra.contains(c))
+    };
+    match () {
+        _ if step.is_empty() => None,
+        _ if within("-_") => Some(Step::Name),
+        _ if within("-_./") => Some(Step::Key),
+        _ => None,
+    }
+}
+
+/// The longest prefix of a patch's `path` a grant's `fields` can name, as
+/// they write it (at most [`GRANTABLE_PATH`] bytes), and whether that is the
+/// whole path: what a refusal tells the operator to add, [`field_steps`]
+/// reading it back as exactly those steps.
+fn grantable_path(path: &[String]) -> (String, bool) {
+    let mut text = String::new();
+    for step in path {
+        let written = match step_kind(step) {
+            Some(Step::Name) if text.is_empty() => step.clone(),
+            Some(Step::Name) => format!(".{step}"),
+            Some(Step::Key) => format!("[{step}]"),
+            None => return (text, false),
+        };
+        if text.len() + written.len() > GRANTABLE_PATH {
+            return (text, false);
+        }
+        text += &written;
+    }
+    (text, true)
+}
+
+/// `path` as a JSON pointer (RFC 6901: `~` as `~0`, `/` as `~1`): how a
+/// refusal shows a path no grant can name, one text per path.
+fn json_pointer(path: &[String]) -> String {
+    path.iter()
+        .map(|step| format!("/{}", step.replace('~', "~0").replace('/', "~1")))
+        .collect()
+}
+
+/// The longest path a refusal suggests: an annotation's key is at most 317
+/// bytes (a 253-byte prefix, `/`, a 63-byte name).
+const GRANTABLE_PATH: usize = 512;
 
 /// One call as the grant sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -816,33 +868,30 @@ fn check_selected(
         }
     }
     let (path, rule) = outside.expect("some rule was selected");
-    let path = if path.is_empty() {
-        "the whole object".to_string()
-    } else {
-        format!("{:?}", crate::shown(&written_path(path)))
+    let (touched, add) = match grantable_path(path) {
+        _ if path.is_empty() => (
+            "the whole object".to_string(),
+            "only a rule without fields allows it: widen the rule".to_string(),
+        ),
+        (written, true) => (
+            format!("{written:?}"),
+            "add that path to the rule's fields".to_string(),
+        ),
+        (written, false) => (
+            format!("{:?}", crate::shown(&json_pointer(path))),
+            match written.is_empty() {
+                true => "only a rule without fields allows it: widen the rule".to_string(),
+                false => format!(
+                    "a grant names it no closer than {written:?}: add that path to the rule's fields"
+                ),
+            },
+        ),
     };
     Err(Refusal::Denied(format!(
-        "{}: the patch touches {path}, outside the fields of {}; add that path to the rule's fields in [plugins.{plugin}.grants] kube",
+        "{}: the patch touches {touched}, outside the fields of {}; {add} in [plugins.{plugin}.grants] kube",
         describe(access),
         rule.written()
     )))
-}
-
-/// A patch's path as a grant's `fields` would write it: a step holding a dot
-/// in brackets, so the path the refusal names is the one to add.
-fn written_path(steps: &[String]) -> String {
-    let mut text = String::new();
-    for step in steps {
-        if step.contains('.') {
-            text += &format!("[{step}]");
-        } else {
-            if !text.is_empty() {
-                text.push('.');
-            }
-            text += step;
-        }
-    }
-    text
 }
 
 /// A patch bound to the object its grant was checked on: `metadata.uid` in
@@ -1782,28 +1831,74 @@ mod tests {
                 hostile.1
             );
         }
-        // A dotted spelling of the key is a path four steps deep: it covers no
-        // annotation, so it grants nothing a patch can reach by that key.
-        let dotted = rules(
-            r#"[{"resource": "nodes", "verbs": ["patch"], "fields": ["metadata.annotations.tend.dev/replace-requested"]}]"#,
-        );
-        let body = json!({"metadata": {"annotations": {"tend.dev/replace-requested": "true"}}});
-        let refusal = check_object(
-            &dotted,
-            "p",
-            "n1",
-            &access,
-            None,
-            Some((PatchShape::Merge, &body)),
-        )
-        .unwrap_err();
+        // The refusal names a key with dots as a grant writes it: the path to add.
+        let labels =
+            rules(r#"[{"resource": "nodes", "verbs": ["patch"], "fields": ["metadata.labels"]}]"#);
+        let refused = |body: Value| {
+            check_object(
+                &labels,
+                "p",
+                "n1",
+                &access,
+                None,
+                Some((PatchShape::Merge, &body)),
+            )
+            .unwrap_err()
+            .message()
+            .to_string()
+        };
+        let message =
+            refused(json!({"metadata": {"annotations": {"tend.dev/replace-requested": "true"}}}));
         assert!(
-            refusal
-                .message()
-                .contains("touches \"metadata.annotations[tend.dev/replace-requested]\""),
-            "the refusal names the path to add as fields spell it: {}",
-            refusal.message()
+            message.contains("touches \"metadata.annotations[tend.dev/replace-requested]\", outside the fields of { resource = \"nodes\", fields = [\"metadata.labels\"] }; add that path to the rule's fields"),
+            "{message}"
         );
+        // A key no grant can name (a bracket, a space) is shown as a JSON
+        // pointer, never as another key's path, with the nearest path a
+        // grant can name.
+        let message =
+            refused(json!({"metadata": {"annotations[tend": {"dev/replace-requested]": "x"}}}));
+        assert!(
+            message.contains("touches \"/metadata/annotations[tend/dev~1replace-requested]\"")
+                && message.contains("a grant names it no closer than \"metadata\": add that path"),
+            "{message}"
+        );
+        let message = refused(json!({"a b": 1}));
+        assert!(
+            message.contains("only a rule without fields allows it"),
+            "{message}"
+        );
+    }
+
+    /// What a refusal says to add is read back by the config as exactly the
+    /// path refused.
+    #[test]
+    fn the_path_a_refusal_names_reads_back_as_that_path() {
+        let long = "a".repeat(600);
+        for steps in [
+            vec!["metadata", "labels", "app"],
+            vec!["metadata", "annotations", "tend.dev/replace-requested"],
+            vec!["metadata", "labels", "node-role/x"],
+            vec!["x.y", "z"],
+            vec!["metadata", "annotations", "a[b"],
+            vec!["metadata", "annotations", ""],
+            vec!["spec", long.as_str()],
+        ] {
+            let steps: Vec<String> = steps.into_iter().map(String::from).collect();
+            let (written, whole) = grantable_path(&steps);
+            assert!(written.len() <= GRANTABLE_PATH);
+            if written.is_empty() {
+                continue;
+            }
+            let read = field_steps(&written).unwrap();
+            let expected = if whole {
+                &steps[..]
+            } else {
+                &steps[..read.len()]
+            };
+            assert_eq!(read, expected, "{written}");
+            assert!(whole || read.len() < steps.len());
+        }
     }
 
     #[test]
@@ -1811,7 +1906,8 @@ mod tests {
         for good in [
             "metadata.labels",
             "metadata.annotations[tend.dev/replace-requested]",
-            "metadata.annotations[example.com/a][b]",
+            "metadata.labels[node-role/x]",
+            "metadata.annotations[example.com/a][b.c]",
             "status.conditions",
         ] {
             assert!(field_steps(good).is_some(), "{good}");
@@ -1832,6 +1928,12 @@ mod tests {
             "metadata.annotations[a[b]]",
             "metadata.annotations[\"a\"]",
             "metadata.annotations[a]]",
+            // one spelling: a plain name after a dot, a key with `.` or `/` in brackets
+            "metadata[annotations]",
+            "[metadata].annotations",
+            "metadata.labels[app]",
+            "metadata.annotations.example.com/note",
+            "metadata.labels.a/b",
         ] {
             assert!(field_steps(bad).is_none(), "{bad}");
             let text = format!(

@@ -110,11 +110,40 @@ pub fn free_port() -> u16 {
         attempt += 1;
         let port = LOW + (random.hash_one(attempt) % u64::from(start - LOW)) as u16;
         let mut given = GIVEN.lock().unwrap();
-        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if given.contains(&port) {
+            continue;
+        }
+        // Test binaries run side by side, each with its own `GIVEN`: two
+        // gave the same port (tend then could not listen, `Address already
+        // in use`). A lock on the port's file, held until this process
+        // ends (the kernel lets go of it however it ends), keeps a port
+        // given by one binary from every other.
+        let Some(claim) = claim_port(port) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             given.insert(port);
+            CLAIMS.lock().unwrap().push(claim);
             return port;
         }
     }
+}
+
+/// The claims [`free_port`] holds for this process's lifetime.
+static CLAIMS: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+
+/// An exclusive lock on `port`'s file under the temporary directory, or None
+/// while another process holds it.
+fn claim_port(port: u16) -> Option<std::fs::File> {
+    let dir = std::env::temp_dir().join("tend-e2e-ports");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(port.to_string()))
+        .unwrap();
+    file.try_lock().ok().map(|()| file)
 }
 
 /// GET `path` from 127.0.0.1:`port`: (status, body). A plain HTTP/1.0 client,
@@ -305,4 +334,21 @@ pub fn append_kmsg(
         .unwrap();
     std::io::Write::write_all(&mut file, text.as_bytes()).unwrap();
     seq
+}
+
+#[cfg(test)]
+mod tests {
+    use super::claim_port;
+
+    /// What keeps two test binaries from giving the same port: a claim
+    /// held anywhere (here, another open file) refuses the next until let go.
+    #[test]
+    fn a_claimed_port_is_refused_until_its_claim_is_let_go() {
+        // Below the ports free_port gives, so no test claims it meanwhile.
+        let port = 19_999;
+        let held = claim_port(port).expect("the port is free to claim");
+        assert!(claim_port(port).is_none(), "claimed twice");
+        drop(held);
+        assert!(claim_port(port).is_some(), "not given back");
+    }
 }
