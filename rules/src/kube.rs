@@ -140,12 +140,26 @@ fn rule_fields<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Err
 
 fn field_paths<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
     let paths = Vec::<String>::deserialize(d)?;
-    if let Some(path) = paths.iter().find(|p| field_steps(p).is_none()) {
+    if let Some(path) = paths.iter().find(|p| !field_path_shaped(p)) {
         return Err(D::Error::custom(format!(
             "fields: invalid field path {path:?}: expected dotted field names, for example \"metadata.labels\" or \"status.conditions\", and a key with a dot or a slash in brackets, for example \"metadata.annotations[tend.dev/replace-requested]\""
         )));
     }
     Ok(Some(paths))
+}
+
+/// A path `fields` may hold: well spelled, and a label's or annotation's key
+/// one step, since their values are strings: `metadata.labels.example.com`
+/// (a key with a dot written after one) would name nothing a patch reaches.
+fn field_path_shaped(path: &str) -> bool {
+    field_steps(path).is_some_and(|steps| {
+        // Where `metadata.labels` or `metadata.annotations` is (an object's,
+        // or a template's within it), at most a key follows.
+        steps
+            .windows(2)
+            .position(|w| w[0] == "metadata" && matches!(w[1], "labels" | "annotations"))
+            .is_none_or(|at| steps.len() <= at + 3)
+    })
 }
 
 /// A grant's field path as the steps a patch's paths are compared with:
@@ -209,25 +223,22 @@ fn step_kind(step: &str) -> Option<Step> {
     }
 }
 
-/// The longest prefix of a patch's `path` a grant's `fields` can name, as
-/// they write it (at most [`GRANTABLE_PATH`] bytes), and whether that is the
-/// whole path: what a refusal tells the operator to add, [`field_steps`]
-/// reading it back as exactly those steps.
-fn grantable_path(path: &[String]) -> (String, bool) {
+/// A patch's `path` as a grant's `fields` write it (at most
+/// [`GRANTABLE_PATH`] bytes), [`field_steps`] reading it back as exactly
+/// those steps: what a refusal tells the operator to add. None when no
+/// field path can name it (a step with a character no field name, label or
+/// annotation key has): then no `fields` allow it, and a refusal suggests
+/// no nearer path, which would grant the whole map around it.
+fn grantable_path(path: &[String]) -> Option<String> {
     let mut text = String::new();
     for step in path {
-        let written = match step_kind(step) {
-            Some(Step::Name) if text.is_empty() => step.clone(),
-            Some(Step::Name) => format!(".{step}"),
-            Some(Step::Key) => format!("[{step}]"),
-            None => return (text, false),
-        };
-        if text.len() + written.len() > GRANTABLE_PATH {
-            return (text, false);
+        match step_kind(step)? {
+            Step::Name if text.is_empty() => text += step,
+            Step::Name => text += &format!(".{step}"),
+            Step::Key => text += &format!("[{step}]"),
         }
-        text += &written;
     }
-    (text, true)
+    (text.len() <= GRANTABLE_PATH).then_some(text)
 }
 
 /// `path` as a JSON pointer (RFC 6901: `~` as `~0`, `/` as `~1`): how a
@@ -871,20 +882,12 @@ fn check_selected(
     let (touched, add) = match grantable_path(path) {
         _ if path.is_empty() => (
             "the whole object".to_string(),
-            "only a rule without fields allows it: widen the rule".to_string(),
+            "only a rule without fields allows it: widen the rule",
         ),
-        (written, true) => (
-            format!("{written:?}"),
-            "add that path to the rule's fields".to_string(),
-        ),
-        (written, false) => (
+        Some(written) => (format!("{written:?}"), "add that path to the rule's fields"),
+        None => (
             format!("{:?}", crate::shown(&json_pointer(path))),
-            match written.is_empty() {
-                true => "only a rule without fields allows it: widen the rule".to_string(),
-                false => format!(
-                    "a grant names it no closer than {written:?}: add that path to the rule's fields"
-                ),
-            },
+            "no field path can name it (a key with a character no label or annotation key has), so no fields allow it",
         ),
     };
     Err(Refusal::Denied(format!(
@@ -1854,18 +1857,23 @@ mod tests {
             "{message}"
         );
         // A key no grant can name (a bracket, a space) is shown as a JSON
-        // pointer, never as another key's path, with the nearest path a
-        // grant can name.
+        // pointer, never as another key's path, and no nearer path is
+        // suggested: it would grant the whole map around the key.
+        for body in [
+            json!({"metadata": {"annotations[tend": {"dev/replace-requested]": "x"}}}),
+            json!({"metadata": {"annotations": {"a b": "x"}}}),
+            json!({"a b": 1}),
+        ] {
+            let message = refused(body);
+            assert!(
+                message.contains("no field path can name it") && !message.contains("add that"),
+                "{message}"
+            );
+        }
         let message =
             refused(json!({"metadata": {"annotations[tend": {"dev/replace-requested]": "x"}}}));
         assert!(
-            message.contains("touches \"/metadata/annotations[tend/dev~1replace-requested]\"")
-                && message.contains("a grant names it no closer than \"metadata\": add that path"),
-            "{message}"
-        );
-        let message = refused(json!({"a b": 1}));
-        assert!(
-            message.contains("only a rule without fields allows it"),
+            message.contains("touches \"/metadata/annotations[tend/dev~1replace-requested]\""),
             "{message}"
         );
     }
@@ -1885,32 +1893,30 @@ mod tests {
             vec!["spec", long.as_str()],
         ] {
             let steps: Vec<String> = steps.into_iter().map(String::from).collect();
-            let (written, whole) = grantable_path(&steps);
-            assert!(written.len() <= GRANTABLE_PATH);
-            if written.is_empty() {
-                continue;
+            match grantable_path(&steps) {
+                Some(written) => {
+                    assert!(written.len() <= GRANTABLE_PATH);
+                    assert_eq!(field_steps(&written).unwrap(), steps, "{written}");
+                }
+                None => assert!(
+                    steps.iter().any(|s| step_kind(s).is_none()) || steps.concat().len() > 500,
+                    "{steps:?} is nameable"
+                ),
             }
-            let read = field_steps(&written).unwrap();
-            let expected = if whole {
-                &steps[..]
-            } else {
-                &steps[..read.len()]
-            };
-            assert_eq!(read, expected, "{written}");
-            assert!(whole || read.len() < steps.len());
         }
     }
 
     #[test]
     fn field_paths_are_names_and_bracketed_keys_spelled_one_way() {
         for good in [
+            "metadata.labels.app",
             "metadata.labels",
             "metadata.annotations[tend.dev/replace-requested]",
             "metadata.labels[node-role/x]",
-            "metadata.annotations[example.com/a][b.c]",
+            "spec.template.metadata.annotations[example.com/a]",
             "status.conditions",
         ] {
-            assert!(field_steps(good).is_some(), "{good}");
+            assert!(field_path_shaped(good), "{good}");
         }
         assert_eq!(
             field_steps("metadata.annotations[tend.dev/x]").unwrap(),
@@ -1934,8 +1940,12 @@ mod tests {
             "metadata.labels[app]",
             "metadata.annotations.example.com/note",
             "metadata.labels.a/b",
+            "metadata.labels.example.com",
+            "metadata.annotations.tend.dev",
+            "spec.template.metadata.labels.example.com",
+            "metadata.annotations[example.com/a][b.c]",
         ] {
-            assert!(field_steps(bad).is_none(), "{bad}");
+            assert!(!field_path_shaped(bad), "{bad}");
             let text = format!(
                 r#"[{{"resource": "nodes", "verbs": ["patch"], "fields": [{}]}}]"#,
                 serde_json::to_string(bad).unwrap()

@@ -109,19 +109,17 @@ pub fn free_port() -> u16 {
     loop {
         attempt += 1;
         let port = LOW + (random.hash_one(attempt) % u64::from(start - LOW)) as u16;
-        let mut given = GIVEN.lock().unwrap();
-        if given.contains(&port) {
-            continue;
-        }
         // Test binaries run side by side, each with its own `GIVEN`: two
         // gave the same port (tend then could not listen, `Address already
         // in use`). A lock on the port's file, held until this process
         // ends (the kernel lets go of it however it ends), keeps a port
-        // given by one binary from every other.
-        let Some(claim) = claim_port(port) else {
+        // given by one binary from every other. Claimed before `GIVEN` is
+        // locked: a claim that panics leaves it usable.
+        let Some(claim) = claim_port(&std::env::temp_dir().join("tend-e2e-ports"), port) else {
             continue;
         };
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
             given.insert(port);
             CLAIMS.lock().unwrap().push(claim);
             return port;
@@ -132,17 +130,17 @@ pub fn free_port() -> u16 {
 /// The claims [`free_port`] holds for this process's lifetime.
 static CLAIMS: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
 
-/// An exclusive lock on `port`'s file under the temporary directory, or None
-/// while another process holds it.
-fn claim_port(port: u16) -> Option<std::fs::File> {
-    let dir = std::env::temp_dir().join("tend-e2e-ports");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(port.to_string()))
-        .unwrap();
+/// An exclusive lock on `port`'s file in `dir`, or None while another
+/// process (or another open file here) holds it.
+fn claim_port(dir: &Path, port: u16) -> Option<std::fs::File> {
+    let file = std::fs::create_dir_all(dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(port.to_string()))
+    });
+    let file = file.unwrap_or_else(|e| panic!("cannot claim ports in {}: {e}", dir.display()));
     file.try_lock().ok().map(|()| file)
 }
 
@@ -344,11 +342,10 @@ mod tests {
     /// held anywhere (here, another open file) refuses the next until let go.
     #[test]
     fn a_claimed_port_is_refused_until_its_claim_is_let_go() {
-        // Below the ports free_port gives, so no test claims it meanwhile.
-        let port = 19_999;
-        let held = claim_port(port).expect("the port is free to claim");
-        assert!(claim_port(port).is_none(), "claimed twice");
+        let dir = tempfile::tempdir().unwrap();
+        let held = claim_port(dir.path(), 20_000).expect("the port is free to claim");
+        assert!(claim_port(dir.path(), 20_000).is_none(), "claimed twice");
         drop(held);
-        assert!(claim_port(port).is_some(), "not given back");
+        assert!(claim_port(dir.path(), 20_000).is_some(), "not given back");
     }
 }
