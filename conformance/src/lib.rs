@@ -1205,6 +1205,9 @@ fn kube_wit(rules: &str, function: &'static str, args: Value, expect: Expect) ->
 fn drain_cases() -> Vec<Case> {
     let cordoner = r#"[{"resource": "nodes", "verbs": ["patch"], "names": ["$NODE"], "fields": ["spec.unschedulable"]}]"#;
     let labels_only = r#"[{"resource": "nodes", "verbs": ["patch"], "names": ["$NODE"], "fields": ["metadata.labels"]}]"#;
+    // The fixture's node-1 has no labels: outside `pool=a`, inside `!pool`.
+    let pool_a = r#"[{"resource": "nodes", "verbs": ["get", "patch"], "label-selector": "pool=a", "fields": ["spec.unschedulable"]}]"#;
+    let no_pool = r#"[{"resource": "nodes", "verbs": ["get", "patch"], "label-selector": "!pool", "fields": ["spec.unschedulable"]}]"#;
     let evictor =
         r#"[{"resource": "pods/eviction", "verbs": ["create"], "namespaces": ["default"]}]"#;
     let deleter = r#"[{"resource": "pods", "verbs": ["get", "create", "delete"], "namespaces": ["default"]}]"#;
@@ -1250,6 +1253,10 @@ fn drain_cases() -> Vec<Case> {
         cordon(labels_only, true, outside_fields.clone()),
         // an uncordon removes the field: the same path
         cordon(labels_only, false, outside_fields),
+        // under selectors, judged on the Node as read: outside them it is
+        // answered as a Node that does not exist
+        cordon(pool_a, true, failed("not-found")),
+        cordon(no_pool, true, Expect::Ok),
         // evict: `create` on pods/eviction, never another grant on pods
         evict(evictor, "default", "web", Expect::Ok),
         evict("[]", "default", "web", no_eviction.clone()),
