@@ -441,7 +441,7 @@ fn a_fields_narrowed_patch_cannot_cordon_or_taint_its_own_node() {
     for (name, path) in [
         ("cordon", "spec.unschedulable"),
         ("taint", "spec.taints"),
-        ("smuggle", "metadata/labels.x"),
+        ("smuggle", "[metadata/labels].x"),
     ] {
         let said = reconcile(&sandbox, name);
         assert!(
