@@ -232,6 +232,10 @@ fn step_kind(step: &str) -> Option<Step> {
 fn grantable_path(path: &[String]) -> Option<String> {
     let mut text = String::new();
     for step in path {
+        // A plugin's key may be as long as its patch: no copy past the bound.
+        if text.len() + step.len() > GRANTABLE_PATH {
+            return None;
+        }
         match step_kind(step)? {
             Step::Name if text.is_empty() => text += step,
             Step::Name => text += &format!(".{step}"),
@@ -879,13 +883,17 @@ fn check_selected(
         }
     }
     let (path, rule) = outside.expect("some rule was selected");
-    let (touched, add) = match grantable_path(path) {
-        _ if path.is_empty() => (
+    let named = match path.is_empty() {
+        true => None,
+        false => Some(grantable_path(path)),
+    };
+    let (touched, add) = match named {
+        None => (
             "the whole object".to_string(),
             "only a rule without fields allows it: widen the rule",
         ),
-        Some(written) => (format!("{written:?}"), "add that path to the rule's fields"),
-        None => (
+        Some(Some(written)) => (format!("{written:?}"), "add that path to the rule's fields"),
+        Some(None) => (
             format!("{:?}", crate::shown(&json_pointer(path))),
             "no field path can name it (a key with a character no label or annotation key has), so no fields allow it",
         ),
